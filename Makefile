@@ -1,0 +1,26 @@
+# Two commands on a fresh machine:  `make run`  and  `make test`  (see README.md).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+
+.PHONY: run test lint setup clean-var
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+run: setup
+	PORT=$(PORT) scripts/run.sh
+
+test: setup
+	scripts/test.sh
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean-var:
+	rm -rf var

@@ -1,0 +1,25 @@
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from .models import GpuModel, Interconnect, Site
+
+
+class CatalogFilterForm(forms.Form):
+    """Every field optional; the same form serves plain GET links and htmx requests."""
+
+    min_vram = forms.IntegerField(label=_("Min VRAM (GB)"), required=False, min_value=1, max_value=2000)
+    vendor = forms.ChoiceField(label=_("Vendor"), required=False,
+                               choices=[("", _("Any"))] + list(GpuModel.Vendor.choices))
+    link = forms.ChoiceField(label=_("Card-to-card link"), required=False)
+    site = forms.ChoiceField(label=_("Site"), required=False)
+    max_price = forms.IntegerField(label=_("Max $/month"), required=False, min_value=1, max_value=10_000_000)
+    in_stock = forms.BooleanField(label=_("In stock only"), required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["link"].choices = [("", _("Any"))] + [
+            (i.slug, f"{i.link} — {i.cards}") for i in Interconnect.objects.all()
+        ]
+        self.fields["site"].choices = [("", _("All sites"))] + [
+            (s.code, str(s)) for s in Site.objects.filter(is_active=True)
+        ]

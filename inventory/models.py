@@ -1,0 +1,190 @@
+"""What we have: sites, GPU models, the offers we sell, nodes with their GPU slots.
+
+Free stock is never typed in: a slot is free when its node takes new leases, the slot is
+in service, and no open `SlotAllocation` holds it. The partial unique constraint on
+`SlotAllocation` is the database's guarantee that a slot is in at most one live lease.
+"""
+from django.db import models
+from django.db.models import Q
+
+
+class Site(models.Model):
+    code = models.SlugField(max_length=16, unique=True, help_text="e.g. DFW-1")
+    name = models.CharField(max_length=80, help_text="City, e.g. Dallas")
+    region = models.CharField(max_length=40, default="us", help_text="Snapshots restore within a region")
+    infiniband = models.BooleanField(default=False, help_text="400G InfiniBand between nodes")
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["code"]
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.name}"
+
+
+class Interconnect(models.Model):
+    """One row of the card-to-card link table and the sharding it allows."""
+
+    class Sharding(models.TextChoices):
+        NVSWITCH = "nvswitch", "sharded, up to 8 cards"
+        FABRIC_8 = "infinity_fabric", "sharded, 8-way only"
+        NVLINK_PAIRS = "nvlink_bridge", "sharded in pairs"
+        PCIE_P2P = "pcie_p2p", "data-parallel only"
+        PCIE = "pcie", "single card"
+
+    slug = models.SlugField(max_length=40, unique=True)
+    cards = models.CharField(max_length=120, help_text="Cards this row applies to")
+    link = models.CharField(max_length=80)
+    bandwidth = models.CharField(max_length=60, help_text="As published, e.g. '900 GB/s'")
+    sharding = models.CharField(max_length=20, choices=Sharding.choices)
+    sort = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["sort", "slug"]
+
+    def __str__(self) -> str:
+        return f"{self.link} ({self.cards})"
+
+
+class GpuModel(models.Model):
+    class Vendor(models.TextChoices):
+        NVIDIA = "nvidia", "NVIDIA (CUDA)"
+        AMD = "amd", "AMD (ROCm)"
+
+    slug = models.SlugField(max_length=40, unique=True)
+    name = models.CharField(max_length=60)
+    vendor = models.CharField(max_length=10, choices=Vendor.choices)
+    vram_gb = models.PositiveIntegerField()
+    memory_type = models.CharField(max_length=40, blank=True)
+    memory_bandwidth_gbps = models.PositiveIntegerField(null=True, blank=True, help_text="GB/s")
+    interconnect = models.ForeignKey(Interconnect, on_delete=models.PROTECT, related_name="gpu_models")
+    link_description = models.CharField(max_length=80, help_text="e.g. 'NVLink 900 GB/s'")
+    fp8 = models.BooleanField(default=False)
+    bf16_tflops = models.PositiveIntegerField(help_text="Dense BF16 tensor TFLOPS, for run-time estimates")
+    included_nvme_gb = models.PositiveIntegerField(default=500)
+    notes = models.CharField(max_length=120, blank=True)
+    sort = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["sort", "name"]
+        constraints = [models.CheckConstraint(condition=Q(vram_gb__gt=0), name="gpu_vram_positive")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Offer(models.Model):
+    """What a customer orders: n× one GPU model, at a weekly and a monthly price."""
+
+    slug = models.SlugField(max_length=60, unique=True)
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="offers")
+    gpu_count = models.PositiveSmallIntegerField(default=1)
+    name = models.CharField(max_length=80, blank=True, help_text="Shown name; default 'n× model'")
+    link_note = models.CharField(max_length=80, blank=True, help_text="e.g. 'NVSwitch HGX node'")
+    weekly_cents = models.PositiveIntegerField()
+    monthly_cents = models.PositiveIntegerField()
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["gpu_model__sort", "gpu_count"]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpu_count__gte=1, gpu_count__lte=8), name="offer_1_to_8_gpus"),
+            models.CheckConstraint(condition=Q(weekly_cents__gt=0, monthly_cents__gt=0), name="offer_prices_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.display_name
+
+    @property
+    def display_name(self) -> str:
+        return self.name or (
+            self.gpu_model.name if self.gpu_count == 1 else f"{self.gpu_count}× {self.gpu_model.name}"
+        )
+
+    @property
+    def per_gpu_hour_cents(self) -> int:
+        """Monthly price / 720 hours / GPUs — for comparison only, nothing is sold hourly."""
+        return round(self.monthly_cents / 720 / self.gpu_count)
+
+
+class Node(models.Model):
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="nodes")
+    name = models.CharField(max_length=40, unique=True)
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="nodes")
+    gpu_count = models.PositiveSmallIntegerField()
+    vcpus = models.PositiveIntegerField()
+    host_ram_gb = models.PositiveIntegerField()
+    nvme_max_tb = models.PositiveSmallIntegerField(default=30, help_text="Extra local NVMe limit")
+    draining = models.BooleanField(default=False, help_text="Takes no new leases")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["site__code", "name"]
+        constraints = [models.CheckConstraint(condition=Q(gpu_count__gte=1, gpu_count__lte=8), name="node_1_to_8_gpus")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class GpuSlot(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="slots")
+    index = models.PositiveSmallIntegerField()
+    in_service = models.BooleanField(default=True, help_text="Off while the card is down or in repair")
+
+    class Meta:
+        ordering = ["node_id", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="slot_unique_index")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+
+class SlotAllocation(models.Model):
+    """A slot held by a lease (by id: inventory does not import rental)."""
+
+    slot = models.ForeignKey(GpuSlot, on_delete=models.PROTECT, related_name="allocations")
+    lease_id = models.BigIntegerField(db_index=True)
+    allocated_at = models.DateTimeField(auto_now_add=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["slot"], condition=Q(released_at__isnull=True), name="slot_in_one_live_lease"
+            )
+        ]
+
+
+class StorageProduct(models.Model):
+    class Kind(models.TextChoices):
+        EXTRA_NVME = "extra_nvme", "Extra local NVMe"
+        NETWORK_VOLUME = "network_volume", "Network volume"
+        SNAPSHOT = "snapshot", "Snapshot"
+        EGRESS = "egress", "Egress beyond the included allowance"
+
+    kind = models.CharField(max_length=20, choices=Kind.choices, unique=True)
+    cents_per_tb_month = models.PositiveIntegerField()
+    included_tb = models.PositiveIntegerField(default=0, help_text="Included per instance-month")
+    max_tb = models.PositiveIntegerField(null=True, blank=True, help_text="Limit per node, if any")
+    description = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.get_kind_display()
+
+
+class AuditEntry(models.Model):
+    """Who changed what, when and why — for changes outside a lease's own event log."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL)
+    action = models.CharField(max_length=60)
+    object_type = models.CharField(max_length=60)
+    object_id = models.CharField(max_length=40)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.action} {self.object_type}#{self.object_id}"

@@ -1,0 +1,149 @@
+"""Reads shared by pages, the API and the sizing recommender. Query counts are constant:
+one query for the offers, one for the nodes with their free slots."""
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
+
+from .models import GpuModel, GpuSlot, Node, Offer, Site, SlotAllocation
+
+
+def open_allocation_exists():
+    return Exists(SlotAllocation.objects.filter(slot=OuterRef("pk"), released_at__isnull=True))
+
+
+def free_slots_queryset():
+    """Slots that can take a new lease right now."""
+    return GpuSlot.objects.filter(
+        in_service=True, node__draining=False, node__site__is_active=True
+    ).exclude(open_allocation_exists())
+
+
+def nodes_with_free_counts(**filters):
+    free_per_node = (
+        free_slots_queryset()
+        .filter(node=OuterRef("pk"))
+        .order_by()
+        .values("node")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return (
+        Node.objects.filter(**filters)
+        .select_related("site", "gpu_model")
+        .annotate(free=Coalesce(Subquery(free_per_node, output_field=IntegerField()), 0))
+    )
+
+
+def offer_units_free(offer: Offer, node: Node) -> int:
+    """How many of this offer a node can still host: its GPUs must sit on one node."""
+    if node.gpu_model_id != offer.gpu_model_id or node.gpu_count < offer.gpu_count or node.draining:
+        return 0
+    return node.free // offer.gpu_count
+
+
+@dataclass
+class OfferRow:
+    offer: Offer
+    free_by_site: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def free_total(self) -> int:
+        return sum(self.free_by_site.values())
+
+    @property
+    def gpu(self) -> GpuModel:
+        return self.offer.gpu_model
+
+
+@dataclass(frozen=True)
+class CatalogFilter:
+    min_vram_gb: int | None = None
+    vendor: str | None = None
+    interconnect: str | None = None
+    site: str | None = None
+    max_monthly_cents: int | None = None
+    in_stock: bool = False
+
+
+def catalog_rows(flt: CatalogFilter | None = None) -> list[OfferRow]:
+    """Active offers with free units per site, filtered; cheapest monthly first within a model."""
+    flt = flt or CatalogFilter()
+    offers = Offer.objects.filter(is_active=True).select_related("gpu_model__interconnect")
+    if flt.min_vram_gb:
+        offers = offers.filter(gpu_model__vram_gb__gte=flt.min_vram_gb)
+    if flt.vendor:
+        offers = offers.filter(gpu_model__vendor=flt.vendor)
+    if flt.interconnect:
+        offers = offers.filter(gpu_model__interconnect__slug=flt.interconnect)
+    if flt.max_monthly_cents:
+        offers = offers.filter(monthly_cents__lte=flt.max_monthly_cents)
+    offers = list(offers)
+    node_filter = {"gpu_model__in": {o.gpu_model_id for o in offers}, "site__is_active": True}
+    if flt.site:
+        node_filter["site__code"] = flt.site
+    nodes = list(nodes_with_free_counts(**node_filter))
+    rows = []
+    for offer in offers:
+        free: dict[str, int] = defaultdict(int)
+        for node in nodes:
+            if units := offer_units_free(offer, node):
+                free[node.site.code] += units
+        row = OfferRow(offer=offer, free_by_site=dict(free))
+        if not flt.in_stock or row.free_total:
+            rows.append(row)
+    return rows
+
+
+def free_gpus_by_model_and_site() -> dict[tuple[int, str], int]:
+    """GPUs (not offers) free per (gpu_model_id, site code): the catalog's headline counts."""
+    counts = (
+        free_slots_queryset()
+        .values("node__gpu_model_id", "node__site__code")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return {(c["node__gpu_model_id"], c["node__site__code"]): c["n"] for c in counts}
+
+
+def active_sites():
+    return Site.objects.filter(is_active=True)
+
+
+def sites_with_stock_for(offer: Offer) -> dict[str, int]:
+    nodes = nodes_with_free_counts(gpu_model=offer.gpu_model_id, site__is_active=True)
+    free: dict[str, int] = defaultdict(int)
+    for node in nodes:
+        if units := offer_units_free(offer, node):
+            free[node.site.code] += units
+    return dict(free)
+
+
+def sizing_candidates(site: str | None = None) -> list:
+    """The live catalog as the sizing recommender's candidates (sizing never imports us)."""
+    from sizing.recommend import Candidate
+
+    rows = catalog_rows(CatalogFilter(site=site))
+    return [
+        Candidate(
+            offer_slug=row.offer.slug,
+            offer_name=row.offer.display_name,
+            gpu_name=row.gpu.name,
+            vendor=row.gpu.vendor,
+            gpus=row.offer.gpu_count,
+            vram_gb=row.gpu.vram_gb,
+            link=row.gpu.interconnect.sharding,
+            weekly_cents=row.offer.weekly_cents,
+            monthly_cents=row.offer.monthly_cents,
+            bf16_tflops=float(row.gpu.bf16_tflops),
+            free_by_site=row.free_by_site,
+        )
+        for row in rows
+    ]
+
+
+def gpu_models_with_offers():
+    return GpuModel.objects.select_related("interconnect").prefetch_related(
+        "offers"
+    ).filter(Q(offers__is_active=True)).distinct()

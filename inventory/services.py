@@ -1,0 +1,76 @@
+"""Every write to inventory. Slot allocation locks the candidate nodes in id order, so
+concurrent orders for the last card serialise instead of overselling; the partial
+unique index on SlotAllocation backs that up at the database."""
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .models import AuditEntry, GpuSlot, Node, Offer, Site, SlotAllocation
+
+
+class SoldOut(Exception):
+    """No node at the site has enough free slots for the offer right now."""
+
+
+@transaction.atomic
+def slots_allocate(*, offer: Offer, site: Site, lease_id: int) -> list[GpuSlot]:
+    """Hold `offer.gpu_count` free slots on one node at `site` for a lease."""
+    nodes = list(
+        Node.objects.select_for_update()
+        .filter(site=site, gpu_model=offer.gpu_model_id, draining=False, gpu_count__gte=offer.gpu_count)
+        .order_by("id")
+    )
+    taken = set(
+        SlotAllocation.objects.filter(slot__node__in=nodes, released_at__isnull=True).values_list(
+            "slot_id", flat=True
+        )
+    )
+    free_by_node: dict[int, list[GpuSlot]] = {n.id: [] for n in nodes}
+    for slot in GpuSlot.objects.filter(node__in=nodes, in_service=True).order_by("node_id", "index"):
+        if slot.id not in taken:
+            free_by_node[slot.node_id].append(slot)
+    fitting = [slots for slots in free_by_node.values() if len(slots) >= offer.gpu_count]
+    if not fitting:
+        raise SoldOut(offer.slug)
+    # Best fit: the fullest node that still fits, to keep whole nodes for multi-GPU offers.
+    chosen = min(fitting, key=len)[: offer.gpu_count]
+    try:
+        with transaction.atomic():
+            SlotAllocation.objects.bulk_create(
+                [SlotAllocation(slot=slot, lease_id=lease_id) for slot in chosen]
+            )
+    except IntegrityError as exc:  # a concurrent writer on a database without row locks
+        raise SoldOut(offer.slug) from exc
+    return chosen
+
+
+@transaction.atomic
+def slots_release(*, lease_id: int) -> int:
+    """Return a lease's slots to stock; idempotent. Returns how many were released."""
+    return SlotAllocation.objects.filter(lease_id=lease_id, released_at__isnull=True).update(
+        released_at=timezone.now()
+    )
+
+
+def audit_record(*, actor, action: str, obj, detail: dict | None = None) -> AuditEntry:
+    return AuditEntry.objects.create(
+        actor=actor if getattr(actor, "pk", None) else None,
+        action=action,
+        object_type=obj._meta.label,
+        object_id=str(obj.pk),
+        detail=detail or {},
+    )
+
+
+@transaction.atomic
+def node_set_draining(*, node: Node, draining: bool, actor=None, reason: str = "") -> Node:
+    """Draining stops new leases on a node; running leases are untouched."""
+    changed = Node.objects.filter(pk=node.pk).exclude(draining=draining).update(draining=draining)
+    node.refresh_from_db(fields=["draining"])
+    if changed:
+        audit_record(
+            actor=actor,
+            action="node_drain" if draining else "node_undrain",
+            obj=node,
+            detail={"reason": reason},
+        )
+    return node

@@ -1,0 +1,99 @@
+from django.http import Http404
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from .forms import CatalogFilterForm
+from .models import GpuModel, Interconnect, Offer, StorageProduct
+from .selectors import CatalogFilter, active_sites, catalog_rows, sites_with_stock_for
+
+
+def _headline_range(rows):
+    """'$190/month for a 24 GB card to $12,170/month for an 8× node' — from live prices."""
+    if not rows:
+        return None, None
+    cheapest = min(rows, key=lambda r: r.offer.monthly_cents)
+    dearest = max(rows, key=lambda r: r.offer.monthly_cents)
+    return cheapest, dearest
+
+
+@require_GET
+def home(request):
+    rows = catalog_rows()
+    cheapest, dearest = _headline_range(rows)
+    context = {
+        "cheapest": cheapest,
+        "dearest": dearest,
+        "featured": [r for r in rows if r.offer.gpu_count == 1][:6],
+        "gpus_free": sum(r.free_total * r.offer.gpu_count for r in rows if r.offer.gpu_count == 1),
+        "sites": active_sites(),
+    }
+    return render(request, "inventory/home.html", context)
+
+
+def _filter_from_form(form: CatalogFilterForm) -> CatalogFilter:
+    data = form.cleaned_data
+    return CatalogFilter(
+        min_vram_gb=data.get("min_vram"),
+        vendor=data.get("vendor") or None,
+        interconnect=data.get("link") or None,
+        site=data.get("site") or None,
+        max_monthly_cents=data["max_price"] * 100 if data.get("max_price") else None,
+        in_stock=bool(data.get("in_stock")),
+    )
+
+
+@require_GET
+def catalog(request):
+    form = CatalogFilterForm(request.GET or None)
+    status = 200
+    if form.is_bound and not form.is_valid():
+        rows, status = [], 400
+    else:
+        rows = catalog_rows(_filter_from_form(form) if form.is_bound else None)
+    sites = list(active_sites())
+    if form.is_bound and form.is_valid() and form.cleaned_data.get("site"):
+        sites = [s for s in sites if s.code == form.cleaned_data["site"]]
+    context = {"form": form, "rows": rows, "sites": sites}
+    template = "inventory/_catalog_table.html" if request.htmx else "inventory/catalog.html"
+    return render(request, template, context, status=status)
+
+
+@require_GET
+def gpu_detail(request, slug: str):
+    try:
+        gpu = GpuModel.objects.select_related("interconnect").get(slug=slug)
+    except GpuModel.DoesNotExist as exc:
+        raise Http404("No such GPU") from exc
+    offers = [
+        (offer, sites_with_stock_for(offer))
+        for offer in Offer.objects.filter(gpu_model=gpu, is_active=True).select_related("gpu_model")
+    ]
+    return render(request, "inventory/gpu_detail.html", {"gpu": gpu, "offers": offers})
+
+
+@require_GET
+def links(request):
+    return render(request, "inventory/links.html", {"interconnects": Interconnect.objects.all()})
+
+
+@require_GET
+def storage(request):
+    return render(request, "inventory/storage.html", {"products": StorageProduct.objects.all()})
+
+
+@require_GET
+def faq(request):
+    rows = catalog_rows()
+    offers = {r.offer.slug.replace("-", "_"): r.offer for r in rows}
+    cheapest, dearest = _headline_range(rows)
+    context = {
+        "offers": offers, "cheapest": cheapest, "dearest": dearest,
+        "vram": faq_vram_figures(), "sizing_url": reverse("catalog"),
+    }
+    return render(request, "inventory/faq.html", context)
+
+
+def faq_vram_figures() -> dict[str, int]:
+    """The FAQ's VRAM figures, computed by the sizing engine (never typed in)."""
+    return {}

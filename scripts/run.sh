@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The embedded default: SQLite in var/, demo catalog, an operator account, the web server
+# and a Celery worker with beat (filesystem broker; Redis when REDIS_URL is set).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBUG="${DEBUG:-1}"
+BIN=.venv/bin
+PORT="${PORT:-8000}"
+
+$BIN/python manage.py migrate --noinput
+$BIN/python manage.py compilemessages --ignore=.venv -v 0 2>/dev/null || true
+$BIN/python manage.py load_demo_catalog
+$BIN/python manage.py create_operator
+
+$BIN/celery -A rental worker --beat --pool=solo --loglevel=INFO \
+  --schedule var/celerybeat-schedule >var/celery.log 2>&1 &
+CELERY_PID=$!
+trap 'kill $CELERY_PID 2>/dev/null || true' EXIT INT TERM
+echo "Lifecycle jobs: Celery worker + beat (pid $CELERY_PID), log in var/celery.log"
+echo "Storefront: http://127.0.0.1:$PORT/"
+$BIN/python manage.py runserver "127.0.0.1:$PORT" --noreload
