@@ -1,0 +1,349 @@
+"""VRAM estimate for one fine-tuning job: every term is a named, documented formula.
+
+Pure Python, no Django. Units: bytes internally, decimal GB (1 GB = 1e9 bytes) in the
+output, as the SPEC's figures are. Terms, per GPU (see each function's docstring):
+
+* model states — bytes/param by method (SPEC "VRAM rules"), divided over N cards by the
+  ZeRO stage (Rajbhandari et al. 2020, SPEC's ZeRO table), or moved to host by offload;
+* LoRA adapters — r·(in+out) per targeted projection, 16 B each (fp32 weight, grad, m, v);
+* activations — Korthikanti et al. 2022 ("Reducing Activation Recomputation"), eq. 1;
+* logits — s·b·V·(2 + 4) bytes (bf16 logits + fp32 copy for the loss);
+* CUDA context + allocator margin (the SPEC's "runtime overhead included").
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .presets import Architecture
+
+GB = 1e9
+
+# --- model-state bytes per parameter (SPEC "VRAM rules") ---------------------------------
+#: bf16 weights / bf16 gradients / fp32 master copy (mixed-precision AdamW)
+BF16_WEIGHT_BYTES = 2.0
+BF16_GRAD_BYTES = 2.0
+FP32_MASTER_BYTES = 4.0
+#: Adam first + second moment: fp32 (4 + 4) or 8-bit bitsandbytes (1 + 1)
+ADAM_STATE_BYTES = {"full": 8.0, "full-8bit": 2.0}
+
+#: NF4 with double quantisation (Dettmers et al. 2023, QLoRA §3): 4-bit codes, one absmax
+#: per 64 weights stored as 8 bits, plus one fp32 scale per 256 absmax values:
+#: 4 + 8/64 + 32/(64·256) = 4.127 bits per parameter.
+NF4_BITS_PER_PARAM = 4 + 8 / 64 + 32 / (64 * 256)
+NF4_BYTES_PER_PARAM = NF4_BITS_PER_PARAM / 8
+
+#: LoRA adapter parameter: fp32 weight 4 + fp32 grad 4 + Adam m 4 + v 4 (PEFT keeps adapters
+#: in fp32 — ``autocast_adapter_dtype=True``)
+ADAPTER_WEIGHT_BYTES = 4.0
+ADAPTER_GRAD_BYTES = 4.0
+ADAPTER_ADAM_BYTES = 8.0
+
+# --- activations (Korthikanti et al. 2022, eq. 1; bf16, per transformer layer) ------------
+#: sbh·(34 + 5·a·s/h): 34 bytes per token per hidden unit for LN, QKV, attention output and
+#: MLP tensors, 5·a·s/h for the s×s score/softmax/dropout tensors (gone with FlashAttention,
+#: which recomputes them blockwise).
+KORTHIKANTI_SBH = 34.0
+KORTHIKANTI_SCORES = 5.0
+#: with full recomputation only each layer's bf16 input (2·s·b·h) is kept, plus one layer's
+#: working set during its backward: the recomputed activations and their gradients (2×).
+CHECKPOINT_INPUT_BYTES = 2.0
+BACKWARD_WORKING_SET = 2.0
+
+#: logits bytes per token per vocabulary entry, by loss implementation:
+#: "standard": bf16 lm_head output 2 + one fp32 upcast for the cross-entropy 4 (the SPEC's
+#: tables reproduce with this); "unfused": Hugging Face's pre-4.46 path keeps the bf16
+#: logits 2, the fp32 upcast 4, the shifted contiguous fp32 copy 4 and the fp32
+#: log-softmax saved for backward 4 = 14 (matches Unsloth's HF+FA2 measurements).
+LOGITS_BYTES = {"standard": 2.0 + 4.0, "unfused": 2.0 + 4.0 + 4.0 + 4.0}
+LOSSES = tuple(LOGITS_BYTES)
+
+# --- runtime overhead (SPEC: "figures include runtime overhead") -------------------------
+#: CUDA context + cuBLAS/cuDNN/NCCL workspaces per GPU process (0.5–1 GB on Ampere/Hopper;
+#: we take the top of the range)
+CUDA_CONTEXT_GB = 1.0
+#: PyTorch caching-allocator fragmentation: reserved exceeds allocated by ~10% at peak
+#: (second document: "fragmentation margin included")
+ALLOCATOR_MARGIN = 0.10
+
+# --- training time -------------------------------------------------------------------------
+#: training FLOPs = 6·N·D (Kaplan et al. 2020): 2 forward + 4 backward per parameter-token
+FLOPS_PER_PARAM_TOKEN = 6.0
+DEFAULT_UTILISATION = 0.30
+
+METHODS = ("full", "full-8bit", "lora", "qlora")
+OFFLOADS = ("none", "optimizer", "all")
+MAX_NODE_GPUS = 8
+
+BREAKDOWN_KEYS = (
+    "frozen_weights", "trainable_weights", "gradients", "fp32_master", "optimizer_states",
+    "adapters", "sharding_buffers", "activations", "logits", "cuda_context",
+    "allocator_margin",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What the engine needs (``sizing.inputs.parse_request`` builds it from user input)."""
+
+    arch: Architecture
+    method: str = "qlora"
+    seq: int = 2048
+    batch: int = 1
+    checkpointing: bool = True
+    flash_attention: bool = True
+    lora_rank: int = 16
+    lora_targets: tuple[str, ...] = (
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    gpus: int = 1
+    zero: int = 0
+    offload: str = "none"
+    tokens: int = 0
+    epochs: float = 1.0
+    utilisation: float = DEFAULT_UTILISATION
+    loss: str = "standard"
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Result of :func:`estimate`. GB are decimal (1e9 bytes)."""
+
+    model: str
+    method: str
+    params: int
+    gpus: int
+    zero: int
+    offload: str
+    per_gpu_gb: float
+    total_gb: float
+    host_ram_gb: float
+    breakdown_gb: dict[str, float]
+    checkpoint_gb: dict[str, float]
+    adapter_params: int
+    train_flops: float
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def model_state_gb(self) -> float:
+        """Per-GPU model states (weights, grads, master, optimizer, adapters)."""
+        keys = ("frozen_weights", "trainable_weights", "gradients", "fp32_master",
+                "optimizer_states", "adapters")
+        return sum(self.breakdown_gb[k] for k in keys)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["warnings"] = list(self.warnings)
+        d["model_state_gb"] = self.model_state_gb
+        return d
+
+
+# --- model states ----------------------------------------------------------------------------
+
+def _shard(nbytes: float, stage: int, from_stage: int, gpus: int) -> float:
+    """ZeRO: a state is split over the N cards once the stage reaches the one that shards it
+    (optimizer states + fp32 master: stage 1; gradients: 2; parameters: 3)."""
+    return nbytes / gpus if stage >= from_stage else nbytes
+
+
+def full_state_bytes_per_param(method: str) -> dict[str, float]:
+    """Per-parameter model states of a full fine-tune (SPEC: 2 + 2 + 4 + 4 + 4 = 16 B;
+    8-bit optimizer: 2 + 2 + 4 + 1 + 1 = 10 B)."""
+    return {
+        "trainable_weights": BF16_WEIGHT_BYTES,
+        "gradients": BF16_GRAD_BYTES,
+        "fp32_master": FP32_MASTER_BYTES,
+        "optimizer_states": ADAM_STATE_BYTES[method],
+    }
+
+
+#: which ZeRO stage shards each state, and which offload mode moves it to host memory
+_SHARD_STAGE = {"trainable_weights": 3, "frozen_weights": 3, "gradients": 2,
+                "fp32_master": 1, "optimizer_states": 1}
+_OFFLOADED_BY = {"fp32_master": ("optimizer", "all"), "optimizer_states": ("optimizer", "all"),
+                 "trainable_weights": ("all",), "frozen_weights": ("all",),
+                 "gradients": ("all",)}
+
+
+def zero_bytes_per_param(method: str, stage: int, gpus: int, offload: str = "none") -> float:
+    """Per-card model-state bytes per parameter of a full fine-tune (SPEC's ZeRO table):
+
+    ZeRO-0 16; ZeRO-1 4 + 12/N; ZeRO-2 2 + 14/N; ZeRO-3 16/N; ZeRO-3 + optimizer offload
+    4/N (master and moments live in host memory). 8-bit optimizer: replace 12 by 6.
+    """
+    total = 0.0
+    for name, b in full_state_bytes_per_param(method).items():
+        if offload in _OFFLOADED_BY[name]:
+            continue
+        total += _shard(b, stage, _SHARD_STAGE[name], gpus)
+    return total
+
+
+def host_bytes_per_param(method: str, offload: str) -> float:
+    """Bytes per parameter held in host RAM by offload (SPEC: master + moments = 12 B)."""
+    states = full_state_bytes_per_param(method)
+    return sum(b for k, b in states.items() if offload in _OFFLOADED_BY[k])
+
+
+def adapter_params(arch: Architecture, rank: int, targets: tuple[str, ...]) -> int:
+    """LoRA (Hu et al. 2021): A (r×in) + B (out×r) per targeted projection and layer."""
+    per_layer = sum(rank * sum(arch.module_shape(t)) for t in targets)
+    return per_layer * arch.layers
+
+
+def frozen_weight_bytes(arch: Architecture, method: str) -> float:
+    """Frozen base: bf16 2 B/param (LoRA); QLoRA: NF4 (4.127 bits) for the decoder's linear
+    layers, bf16 for embeddings, lm_head, norms and biases (kept unquantised)."""
+    if method == "lora":
+        return arch.params * BF16_WEIGHT_BYTES
+    if method == "qlora":
+        q = arch.quantisable_params
+        return q * NF4_BYTES_PER_PARAM + (arch.params - q) * BF16_WEIGHT_BYTES
+    return 0.0
+
+
+def _model_states(job: Job) -> tuple[dict[str, float], float]:
+    """Per-GPU model-state bytes by breakdown key, and bytes moved to host RAM (total)."""
+    n, stage, off = job.gpus, job.zero, job.offload
+    out = dict.fromkeys(("frozen_weights", "trainable_weights", "gradients", "fp32_master",
+                         "optimizer_states", "adapters"), 0.0)
+    host = 0.0
+    if job.method in ADAM_STATE_BYTES:
+        for name, b in full_state_bytes_per_param(job.method).items():
+            total = b * job.arch.params
+            if off in _OFFLOADED_BY[name]:
+                host += total
+            else:
+                out[name] = _shard(total, stage, _SHARD_STAGE[name], n)
+        return out, host
+    frozen = frozen_weight_bytes(job.arch, job.method)
+    if off == "all":
+        host += frozen
+    else:
+        out["frozen_weights"] = _shard(frozen, stage, 3, n)
+    a = adapter_params(job.arch, job.lora_rank, job.lora_targets)
+    parts = ((ADAPTER_WEIGHT_BYTES, 3, ("all",)), (ADAPTER_GRAD_BYTES, 2, ("all",)),
+             (ADAPTER_ADAM_BYTES, 1, ("optimizer", "all")))
+    for b, from_stage, offloaded in parts:
+        if off in offloaded:
+            host += a * b
+        else:
+            out["adapters"] += _shard(a * b, stage, from_stage, n)
+    return out, host
+
+
+def sharding_buffer_bytes(job: Job) -> float:
+    """ZeRO-3/FSDP all-gather buffers: the current and the prefetched layer's full weights
+    (2 layers × params/layer × weight bytes) are materialised on every card."""
+    if job.zero < 3 or job.gpus < 2:
+        return 0.0
+    per_param = BF16_WEIGHT_BYTES if job.method in ADAM_STATE_BYTES else (
+        frozen_weight_bytes(job.arch, job.method) / job.arch.params)
+    return 2 * per_param * job.arch.params / job.arch.layers
+
+
+# --- activations and logits -----------------------------------------------------------------
+
+def layer_activation_bytes(arch: Architecture, seq: int, batch: int, flash: bool) -> float:
+    """Korthikanti et al. 2022, eq. 1: s·b·h·(34 + 5·a·s/h) bytes per layer (bf16).
+
+    FlashAttention (Dao 2022) never stores the s×s scores: the 5·a·s²·b term disappears.
+    """
+    sbh = seq * batch * arch.hidden
+    scores = 0.0 if flash else KORTHIKANTI_SCORES * arch.heads * seq * seq * batch
+    return KORTHIKANTI_SBH * sbh + scores
+
+
+def activation_bytes(job: Job) -> float:
+    """Activations held at the peak of one micro-batch, per GPU.
+
+    Without recomputation: L × per-layer activations. With full activation checkpointing
+    (Chen et al. 2016; Korthikanti §4): only each layer's input 2·s·b·h is kept, L times,
+    plus one layer's working set while it is recomputed and back-propagated
+    (``BACKWARD_WORKING_SET`` × per-layer activations).
+    """
+    a = job.arch
+    per_layer = layer_activation_bytes(a, job.seq, job.batch, job.flash_attention)
+    if not job.checkpointing:
+        return a.layers * per_layer
+    inputs = CHECKPOINT_INPUT_BYTES * job.seq * job.batch * a.hidden * (a.layers + 1)
+    return inputs + BACKWARD_WORKING_SET * per_layer
+
+
+def logits_bytes(arch: Architecture, seq: int, batch: int, loss: str = "standard") -> float:
+    """Logits for the loss: s·b·V·(2 bf16 + 4 fp32) ("standard"; 14 B "unfused").
+    Dominant for 128k–152k vocabularies."""
+    return seq * batch * arch.vocab * LOGITS_BYTES[loss]
+
+
+# --- checkpoints, time, warnings ------------------------------------------------------------
+
+def checkpoint_gb(job: Job, n_adapter: int) -> dict[str, float]:
+    """Disk sizes: full checkpoint with optimizer (SPEC: 32B ≈ 512 GB → 16 B/param; 10 B
+    with an 8-bit optimizer; LoRA: adapter + its optimizer states 16 B/adapter param),
+    bf16 weights only (2 B/param), adapter alone (fp32, 4 B/adapter param)."""
+    n = job.arch.params
+    if job.method in ADAM_STATE_BYTES:
+        full = sum(full_state_bytes_per_param(job.method).values()) * n
+        adapter = 0.0
+    else:
+        full = (ADAPTER_WEIGHT_BYTES + ADAPTER_GRAD_BYTES + ADAPTER_ADAM_BYTES) * n_adapter
+        adapter = ADAPTER_WEIGHT_BYTES * n_adapter
+    return {"full_with_optimizer": full / GB, "bf16_weights": BF16_WEIGHT_BYTES * n / GB,
+            "adapter": adapter / GB}
+
+
+def train_flops(params: int, tokens: int, epochs: float) -> float:
+    """Training compute ≈ 6·N·D (Kaplan et al. 2020), D = tokens × epochs."""
+    return FLOPS_PER_PARAM_TOKEN * params * tokens * epochs
+
+
+def train_hours(flops: float, gpus: int, tflops_per_gpu: float,
+                utilisation: float = DEFAULT_UTILISATION) -> float:
+    """Wall time = FLOPs / (gpus × dense bf16 TFLOPS × 1e12 × utilisation) / 3600."""
+    rate = gpus * tflops_per_gpu * 1e12 * utilisation
+    return flops / rate / 3600 if rate > 0 else float("inf")
+
+
+def job_warnings(job: Job) -> list[str]:
+    """Card-independent warnings (card-dependent ones come from ``sizing.recommend``)."""
+    w = []
+    if job.seq > job.arch.max_context:
+        w.append(f"Sequence {job.seq} is beyond {job.arch.name}'s context of "
+                 f"{job.arch.max_context} tokens; quality degrades without RoPE scaling.")
+    if job.gpus > MAX_NODE_GPUS:
+        w.append(f"{job.gpus} GPUs is more than one 8-GPU node: nodes here have at most 8 "
+                 "GPUs, an on-demand cluster provider fits better.")
+    if job.offload != "none":
+        w.append("Offload to host memory costs 20–50% throughput (extra PCIe and CPU time).")
+    if not job.checkpointing and job.seq >= 4096:
+        w.append("Gradient checkpointing is off: activations grow linearly with layers; "
+                 "it is a must for long context (cuts activations 60–80%).")
+    if job.method == "qlora" and job.zero == 3 and job.gpus > 1:
+        w.append("Sharding a 4-bit base (FSDP-QLoRA) needs a recent bitsandbytes/PEFT stack.")
+    return w
+
+
+# --- the estimate ------------------------------------------------------------------------------
+
+def estimate(job: Job) -> Estimate:
+    """Peak GPU memory of one training step, per GPU and in total (all GPUs)."""
+    states, host = _model_states(job)
+    bd = dict(states)
+    bd["sharding_buffers"] = sharding_buffer_bytes(job)
+    bd["activations"] = activation_bytes(job)
+    bd["logits"] = logits_bytes(job.arch, job.seq, job.batch, job.loss)
+    allocated = sum(bd.values())
+    bd["cuda_context"] = CUDA_CONTEXT_GB * GB
+    bd["allocator_margin"] = ALLOCATOR_MARGIN * allocated
+    per_gpu = sum(bd.values())
+    n_adapter = 0 if job.method in ADAM_STATE_BYTES else adapter_params(
+        job.arch, job.lora_rank, job.lora_targets)
+    return Estimate(
+        model=job.arch.name, method=job.method, params=job.arch.params, gpus=job.gpus,
+        zero=job.zero, offload=job.offload, per_gpu_gb=per_gpu / GB,
+        total_gb=per_gpu * job.gpus / GB, host_ram_gb=host / GB,
+        breakdown_gb={k: bd[k] / GB for k in BREAKDOWN_KEYS},
+        checkpoint_gb=checkpoint_gb(job, n_adapter), adapter_params=n_adapter,
+        train_flops=train_flops(job.arch.params, job.tokens, job.epochs),
+        warnings=tuple(job_warnings(job)),
+    )

@@ -1,0 +1,224 @@
+"""Parse and validate user input (query parameters, form data or a HF config.json).
+
+Every rejection is a :class:`SizingInputError` naming the offending field, so the API can
+answer HTTP 400 with the field; nothing else may escape :func:`parse_request`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .engine import DEFAULT_UTILISATION, LOSSES, METHODS, OFFLOADS, Job
+from .presets import LINEAR_MODULES, PRESETS, Architecture, infer_llama_shape
+
+MAX_PARAMS_B = 2000.0
+MAX_SEQ = 1_048_576
+MAX_BATCH = 1024
+MAX_GPUS = 64
+MAX_RANK = 4096
+MAX_TOKENS = 10**15
+MAX_EPOCHS = 1000.0
+MAX_VOCAB = 10_000_000
+MAX_HIDDEN = 1_000_000
+MAX_LAYERS = 10_000
+VENDORS = ("cuda", "any")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+_SHORT_TARGETS = {m.split("_")[0]: m for m in LINEAR_MODULES}
+
+
+class SizingInputError(ValueError):
+    """Bad user input; ``field`` is the parameter name, ``message`` the human reason."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class SizingRequest:
+    """A validated request: the engine job plus the recommender's filters."""
+
+    job: Job
+    vendor: str = "cuda"
+    site: str | None = None
+    in_stock: bool = False
+
+
+def _first(value):
+    """Query dicts may carry lists (``QueryDict.lists()``); take the last value."""
+    if isinstance(value, (list, tuple)) and value and not isinstance(value[0], (list, dict)):
+        return value[-1]
+    return value
+
+
+def _number(field: str, value, lo: float, hi: float, integer: bool) -> float | int:
+    value = _first(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise SizingInputError(field, "must be a number")
+    try:
+        x = float(value.strip()) if isinstance(value, str) else float(value)
+    except (ValueError, OverflowError):
+        raise SizingInputError(field, "must be a number") from None
+    if not math.isfinite(x):
+        raise SizingInputError(field, "must be a finite number")
+    if integer and x != int(x):
+        raise SizingInputError(field, "must be a whole number")
+    if not lo <= x <= hi:
+        raise SizingInputError(field, f"must be between {lo:g} and {hi:g}")
+    return int(x) if integer else x
+
+
+def _int(field, value, lo, hi) -> int:
+    return int(_number(field, value, lo, hi, True))
+
+
+def _bool(field: str, value) -> bool:
+    value = _first(value)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise SizingInputError(field, "must be true or false")
+
+
+def _choice(field: str, value, options) -> str:
+    value = _first(value)
+    if not isinstance(value, str) or value.strip().lower() not in options:
+        raise SizingInputError(field, f"must be one of {', '.join(options)}")
+    return value.strip().lower()
+
+
+def parse_targets(value) -> tuple[str, ...]:
+    """``all``/``all-linear`` or a list (``q_proj,v_proj`` or ``q,v``) of projections."""
+    value = _first(value) if isinstance(value, str) else value
+    if isinstance(value, str):
+        items = [v.strip().lower() for v in value.split(",") if v.strip()]
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        items = [v.strip().lower() for v in value if v.strip()]
+    else:
+        raise SizingInputError("lora_targets", "must be a comma-separated list of modules")
+    if not items:
+        raise SizingInputError("lora_targets", "must name at least one module")
+    if items in (["all"], ["all-linear"], ["all_linear"]):
+        return LINEAR_MODULES
+    out = []
+    for item in items:
+        name = _SHORT_TARGETS.get(item, item)
+        if name not in LINEAR_MODULES:
+            raise SizingInputError("lora_targets", f"unknown module {item!r}; "
+                                   f"use {', '.join(LINEAR_MODULES)}")
+        if name not in out:
+            out.append(name)
+    return tuple(m for m in LINEAR_MODULES if m in out)
+
+
+def _config_int(cfg: Mapping, key: str, hi: int, default=None) -> int:
+    if key not in cfg or cfg[key] is None:
+        if default is None:
+            raise SizingInputError(f"config.{key}", "is missing")
+        return default
+    return _int(f"config.{key}", cfg[key], 1, hi)
+
+
+def parse_hf_config(raw) -> Architecture:
+    """A pasted HF ``config.json`` (dict or JSON text) → :class:`Architecture`."""
+    if isinstance(raw, (str, bytes)):
+        try:
+            raw = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise SizingInputError("config", "is not valid JSON") from None
+    if not isinstance(raw, Mapping):
+        raise SizingInputError("config", "must be a JSON object")
+    cfg = raw.get("text_config", raw) if isinstance(raw.get("text_config"), Mapping) else raw
+    h = _config_int(cfg, "hidden_size", MAX_HIDDEN)
+    heads = _config_int(cfg, "num_attention_heads", MAX_HIDDEN)
+    kv = _config_int(cfg, "num_key_value_heads", MAX_HIDDEN, default=heads)
+    if h % heads:
+        raise SizingInputError("config.num_attention_heads", "must divide hidden_size")
+    if heads % kv:
+        raise SizingInputError("config.num_key_value_heads", "must divide num_attention_heads")
+    inter = _config_int(cfg, "intermediate_size", 16 * MAX_HIDDEN, default=4 * h)
+    tie = cfg.get("tie_word_embeddings", False)
+    if not isinstance(tie, bool):
+        raise SizingInputError("config.tie_word_embeddings", "must be true or false")
+    name = cfg.get("_name_or_path") or cfg.get("model_type") or "custom"
+    arch = Architecture(
+        name=str(name)[:80], hidden=h, intermediate=inter,
+        layers=_config_int(cfg, "num_hidden_layers", MAX_LAYERS), heads=heads, kv_heads=kv,
+        vocab=_config_int(cfg, "vocab_size", MAX_VOCAB), tie_embeddings=tie,
+        max_context=_config_int(cfg, "max_position_embeddings", 100 * MAX_SEQ, default=4096),
+        qkv_bias=cfg.get("attention_bias") is True or cfg.get("model_type") == "qwen2",
+    )
+    if arch.params > MAX_PARAMS_B * 1e9:
+        raise SizingInputError("config", f"describes more than {MAX_PARAMS_B:g}B parameters")
+    return arch
+
+
+def _architecture(params: Mapping) -> Architecture:
+    has = {k: params.get(k) not in (None, "", []) for k in ("config", "model", "params")}
+    if has["config"]:
+        return parse_hf_config(_first(params["config"]) if not isinstance(
+            params["config"], Mapping) else params["config"])
+    if has["model"] and has["params"]:
+        raise SizingInputError("params", "give either a model preset or params, not both")
+    if has["model"]:
+        name = _first(params["model"])
+        if not isinstance(name, str) or name.strip().lower() not in PRESETS:
+            raise SizingInputError("model", f"unknown preset; choose one of "
+                                   f"{', '.join(PRESETS)}")
+        return PRESETS[name.strip().lower()]
+    if has["params"]:
+        b = _number("params", params["params"], 0.001, MAX_PARAMS_B, False)
+        return infer_llama_shape(round(b * 1e9))
+    raise SizingInputError("model", "give a model preset, params (billions) or a config.json")
+
+
+def parse_request(params: Mapping) -> SizingRequest:
+    """Validate a dict of query parameters / JSON fields into a :class:`SizingRequest`.
+
+    Raises only :class:`SizingInputError` (with the field name).
+    """
+    if not isinstance(params, Mapping):
+        raise SizingInputError("request", "must be an object of parameters")
+    g = params.get
+    arch = _architecture(params)
+    method = _choice("method", g("method", "qlora"), METHODS)
+    gpus = _int("gpus", g("gpus", 1), 1, MAX_GPUS)
+    zero_raw = _first(g("zero", 0))
+    if isinstance(zero_raw, str) and zero_raw.strip().lower() in ("fsdp", "full_shard"):
+        zero_raw = 3
+    zero = _int("zero", zero_raw, 0, 3)
+    if zero and gpus == 1:
+        raise SizingInputError("zero", "ZeRO/FSDP sharding needs more than one GPU")
+    offload = _choice("offload", g("offload", "none"), OFFLOADS)
+    if offload != "none" and zero == 0:
+        raise SizingInputError("offload", "offload needs a ZeRO stage (zero ≥ 1)")
+    if offload == "all" and zero < 3:
+        raise SizingInputError("offload", "offloading parameters needs zero=3")
+    rank = _int("lora_rank", g("lora_rank", 16), 1, min(MAX_RANK, arch.hidden))
+    job = Job(
+        arch=arch, method=method, seq=_int("seq", g("seq", 2048), 1, MAX_SEQ),
+        batch=_int("batch", g("batch", 1), 1, MAX_BATCH),
+        checkpointing=_bool("checkpointing", g("checkpointing", True)),
+        flash_attention=_bool("flash_attention", g("flash_attention", True)),
+        lora_rank=rank, lora_targets=parse_targets(g("lora_targets", "all")),
+        gpus=gpus, zero=zero, offload=offload,
+        tokens=_int("tokens", g("tokens", 0), 0, MAX_TOKENS),
+        epochs=_number("epochs", g("epochs", 1), 0.01, MAX_EPOCHS, False),
+        utilisation=_number("utilisation", g("utilisation", DEFAULT_UTILISATION),
+                            0.01, 1.0, False),
+        loss=_choice("loss", g("loss", "standard"), LOSSES),
+    )
+    site = _first(g("site"))
+    if site is not None and (not isinstance(site, str) or len(site) > 32):
+        raise SizingInputError("site", "must be a site code")
+    return SizingRequest(job=job, vendor=_choice("vendor", g("vendor", "cuda"), VENDORS),
+                         site=site.strip().upper() or None if site else None,
+                         in_stock=_bool("in_stock", g("in_stock", False)))

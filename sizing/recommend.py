@@ -1,0 +1,296 @@
+"""Recommendation: the cheapest offer that runs the job, and a few alternatives.
+
+Pure Python, no Django: the inventory app turns its offers into :class:`Candidate` rows.
+
+Rules (SPEC "Card-to-card links"):
+
+* single-card LoRA/QLoRA (or anything that fits one card) runs on any card with the memory;
+* data-parallel (every card holds the whole job) tolerates PCIe peer-to-peer;
+* anything that shards the model (ZeRO-2/3, tensor parallel) needs NVLink/fabric: NVSwitch
+  up to 8 cards, an NVLink bridge pairs only, Infinity Fabric 8-way only; more than four
+  cards need NVSwitch (or the 8-way fabric);
+* RTX 4090/5090 (``pcie``): single card only.
+
+Headroom: a card is never filled to its last GB. Usable memory =
+``VRAM − max(2 GB, 5% of VRAM)`` (``usable_gb``): 24 GB → 22, 48 → 45.6, 80 → 76, 141 →
+133.95, 192 → 182.4. This reproduces the first document's choices: a 79 GB job does not go
+on an 80 GB card, 51 GB does; 33 GB fits 48 GB; 21 GB and 10 GB fit 24 GB.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from .engine import MAX_NODE_GPUS, Estimate, Job, estimate, train_hours
+
+LINKS = ("nvswitch", "infinity_fabric", "nvlink_bridge", "pcie_p2p", "pcie")
+HEADROOM_MIN_GB = 2.0
+HEADROOM_FRACTION = 0.05
+#: overbuy: the job uses less than this share of the offer's memory
+OVERBUY_FRACTION = 0.25
+HOURS_PER_MONTH = 720
+HOURS_PER_WEEK = 168
+MAX_ALTERNATIVES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One rentable offer (prices in USD cents, VRAM per GPU in GB, TFLOPS per GPU)."""
+
+    offer_slug: str
+    offer_name: str
+    gpu_name: str
+    vendor: str  # 'nvidia' | 'amd'
+    gpus: int
+    vram_gb: int
+    link: str  # one of LINKS
+    weekly_cents: int
+    monthly_cents: int
+    bf16_tflops: float
+    free_by_site: Mapping[str, int] = field(default_factory=dict, hash=False)
+
+    @property
+    def per_gpu_hour_cents(self) -> int:
+        """SPEC: per GPU-hour = monthly price / 720 / GPUs, to the cent (comparison only)."""
+        return round(self.monthly_cents / HOURS_PER_MONTH / self.gpus)
+
+    @property
+    def total_tflops(self) -> float:
+        return self.bf16_tflops * self.gpus
+
+    @property
+    def total_vram_gb(self) -> int:
+        return self.vram_gb * self.gpus
+
+    def free(self, site: str | None = None) -> int:
+        if site is not None:
+            return self.free_by_site.get(site, 0)
+        return sum(self.free_by_site.values())
+
+
+def usable_gb(vram_gb: float) -> float:
+    """Headroom rule: VRAM − max(2 GB, 5% of VRAM)."""
+    return vram_gb - max(HEADROOM_MIN_GB, HEADROOM_FRACTION * vram_gb)
+
+
+def can_shard(link: str, gpus: int) -> bool:
+    """May the model be sharded (ZeRO-2/3, tensor parallel) over ``gpus`` cards on ``link``?"""
+    if gpus < 2:
+        return False
+    if link == "nvswitch":
+        return gpus <= MAX_NODE_GPUS
+    if link == "infinity_fabric":
+        return gpus == MAX_NODE_GPUS
+    if link == "nvlink_bridge":
+        return gpus == 2
+    return False
+
+
+def can_data_parallel(link: str, gpus: int) -> bool:
+    """Data-parallel tolerates PCIe peer-to-peer; ``pcie`` (no P2P) cards are single-card."""
+    return gpus == 1 or link != "pcie"
+
+
+def link_warning(candidate: Candidate, zero: int, gpus: int) -> str | None:
+    """Warn when a requested sharded configuration does not suit the offer's link."""
+    n = min(gpus, candidate.gpus)
+    if zero >= 2 and n > 1 and not can_shard(candidate.link, n):
+        return (f"ZeRO-{zero} shards the model, which needs NVLink/NVSwitch; "
+                f"{candidate.gpu_name} ({candidate.link}) only supports data-parallel or "
+                "single-card training.")
+    return None
+
+
+def overbuy_warning(est: Estimate, candidate: Candidate) -> str | None:
+    """The job needs less than 25% of the offer's memory (SPEC "Don't overbuy")."""
+    if est.per_gpu_gb * est.gpus < OVERBUY_FRACTION * candidate.total_vram_gb:
+        return (f"Overbuy: this job needs {est.per_gpu_gb:.0f} GB, "
+                f"{candidate.offer_name} has {candidate.total_vram_gb} GB. An H100 for a 7B "
+                "QLoRA is wasted; a $190 A5000 does it, slower but not nine times slower.")
+    return None
+
+
+def _usd(cents: float | None) -> float | None:
+    """USD cents → dollars rounded to the cent (None stays None)."""
+    return None if cents is None else round(cents / 100, 2)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A candidate evaluated for the job, in the configuration the recommender chose."""
+
+    candidate: Candidate
+    estimate: Estimate
+    mode: str  # 'single' | 'data-parallel' | 'zero-3'
+    fits: bool
+    reason: str = ""
+    run_hours: float | None = None
+    rental_cost_cents: int | None = None
+    compute_cost_cents: int | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def headroom_gb(self) -> float:
+        return self.candidate.vram_gb - self.estimate.per_gpu_gb
+
+    def to_dict(self, site: str | None = None) -> dict:
+        c = self.candidate
+        return {
+            "offer": c.offer_slug, "offer_name": c.offer_name, "gpu": c.gpu_name,
+            "vendor": c.vendor, "gpus": c.gpus, "vram_gb": c.vram_gb, "link": c.link,
+            "mode": self.mode, "zero": self.estimate.zero,
+            "per_gpu_gb": round(self.estimate.per_gpu_gb, 2),
+            "headroom_gb": round(self.headroom_gb, 2),
+            "weekly_usd": _usd(c.weekly_cents), "monthly_usd": _usd(c.monthly_cents),
+            "per_gpu_hour_usd": _usd(c.per_gpu_hour_cents),
+            "total_tflops": c.total_tflops, "in_stock": c.free(site) > 0,
+            "free": c.free(site), "reason": self.reason,
+            "run_hours": None if self.run_hours is None else round(self.run_hours, 2),
+            "rental_cost_usd": _usd(self.rental_cost_cents),
+            "compute_cost_usd": _usd(self.compute_cost_cents),
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """Cheapest fitting option (``best``), alternatives, and advice for the customer."""
+
+    estimate: Estimate
+    best: Option | None
+    alternatives: tuple[Option, ...]
+    advice: tuple[str, ...]
+    site: str | None = None
+
+    @property
+    def options(self) -> tuple[Option, ...]:
+        return ((self.best,) if self.best else ()) + self.alternatives
+
+    def to_dict(self) -> dict:
+        return {"recommendations": [o.to_dict(self.site) for o in self.options],
+                "advice": list(self.advice)}
+
+
+class _Estimator:
+    """Memoises :func:`estimate` per (gpus, zero, offload, method) within one call."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.cache: dict[tuple, Estimate] = {}
+
+    def __call__(self, gpus: int, zero: int, offload: str = "none", method: str | None = None):
+        key = (gpus, zero, offload, method)
+        if key not in self.cache:
+            j = replace(self.job, gpus=gpus, zero=zero, offload=offload,
+                        method=method or self.job.method)
+            self.cache[key] = estimate(j)
+        return self.cache[key]
+
+
+def _configure(c: Candidate, est: _Estimator) -> Option:
+    """DP/single when the job fits one card; else ZeRO-3 if the link may shard."""
+    usable = usable_gb(c.vram_gb)
+    whole = est(c.gpus, 0)
+    mode = "single" if c.gpus == 1 else "data-parallel"
+    if whole.per_gpu_gb <= usable and can_data_parallel(c.link, c.gpus):
+        return Option(c, whole, mode, True)
+    if can_shard(c.link, c.gpus):
+        sharded = est(c.gpus, 3, est.job.offload if est.job.offload != "none" else "none")
+        return Option(c, sharded, "zero-3", sharded.per_gpu_gb <= usable)
+    return Option(c, whole, mode, False)
+
+
+def _card_warnings(opt: Option, est: _Estimator, own: Estimate) -> tuple[str, ...]:
+    w = []
+    c, job = opt.candidate, est.job
+    if job.method == "qlora":
+        bf16 = est(opt.estimate.gpus, opt.estimate.zero, opt.estimate.offload, "lora")
+        if bf16.per_gpu_gb <= usable_gb(c.vram_gb):
+            w.append(f"bf16 LoRA ({bf16.per_gpu_gb:.0f} GB) fits this card: 4-bit costs 20–40% "
+                     "throughput (dequantisation); don't use QLoRA when the memory is there.")
+    lw = link_warning(c, job.zero, job.gpus)
+    if lw:
+        w.append(lw)
+    ob = overbuy_warning(own, c)
+    if ob:
+        w.append(ob)
+    return tuple(w)
+
+
+def _with_costs(opt: Option, job: Job, reason: str, est: _Estimator, own: Estimate) -> Option:
+    hours = rental = compute = None
+    c = opt.candidate
+    if job.tokens > 0:
+        hours = train_hours(opt.estimate.train_flops, c.gpus, c.bf16_tflops, job.utilisation)
+        weeks, months = math.ceil(hours / HOURS_PER_WEEK), math.ceil(hours / HOURS_PER_MONTH)
+        rental = min(max(weeks, 1) * c.weekly_cents, max(months, 1) * c.monthly_cents)
+        compute = round(hours * c.monthly_cents / HOURS_PER_MONTH)
+    return replace(opt, reason=reason, run_hours=hours, rental_cost_cents=rental,
+                   compute_cost_cents=compute, warnings=_card_warnings(opt, est, own))
+
+
+def _eligible(c: Candidate, vendor: str, site: str | None, in_stock: bool) -> bool:
+    if vendor == "cuda" and c.vendor != "nvidia":
+        return False
+    if site is not None and site not in c.free_by_site:
+        return False
+    return not in_stock or c.free(site) > 0
+
+
+def _pick_alternatives(fitting: list[Option], limit: int) -> list[tuple[Option, str]]:
+    """Next cheapest, then each pricier option faster or roomier than all cheaper ones."""
+    best, rest = fitting[0], fitting[1:]
+    picked = [(rest[0], "next cheapest")] if rest else []
+    top_tflops = max([best.candidate.total_tflops] + [o.candidate.total_tflops for o, _ in picked])
+    top_mem = max([best.candidate.total_vram_gb] + [o.candidate.total_vram_gb for o, _ in picked])
+    for o in rest[1:]:
+        if len(picked) >= limit:
+            break
+        c = o.candidate
+        if c.total_tflops > top_tflops:
+            picked.append((o, "faster"))
+        elif c.total_vram_gb > top_mem:
+            picked.append((o, "more headroom"))
+        top_tflops, top_mem = max(top_tflops, c.total_tflops), max(top_mem, c.total_vram_gb)
+    return picked
+
+
+def _cluster_advice(est: _Estimator, pool: list[Candidate]) -> str:
+    """No offer fits: how many of the largest card would, with ZeRO-3?"""
+    if not pool:
+        return "No offer matches the filters."
+    big = max(pool, key=lambda c: (c.vram_gb, c.bf16_tflops))
+    usable = usable_gb(big.vram_gb)
+    for n in (2, 4, 8, 16, 32, 64):
+        if est(n, 3).per_gpu_gb <= usable:
+            break
+    else:
+        n = 0
+    if n and n <= MAX_NODE_GPUS:
+        return (f"Nothing listed fits; {n}× {big.gpu_name} with ZeRO-3 would. "
+                "Ask for a multi-GPU node of that card.")
+    need = f"{n}× {big.gpu_name}" if n else f"more than 64× {big.gpu_name}"
+    return (f"This job needs {need} with ZeRO-3: more than one 8-GPU node. Nodes here have at "
+            "most 8 GPUs; an on-demand cluster provider fits better.")
+
+
+def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
+              site: str | None = None, in_stock: bool = False,
+              max_alternatives: int = MAX_ALTERNATIVES) -> Recommendation:
+    """Cheapest fitting offer first (by monthly price, then faster), then alternatives."""
+    est = _Estimator(job)
+    own = est(job.gpus, job.zero, job.offload)
+    pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
+    options = [_configure(c, est) for c in pool]
+    fitting = sorted((o for o in options if o.fits),
+                     key=lambda o: (o.candidate.monthly_cents, -o.candidate.total_tflops))
+    advice = list(own.warnings)
+    if not fitting:
+        advice.append(_cluster_advice(est, pool))
+        return Recommendation(own, None, (), tuple(advice), site)
+    best = _with_costs(fitting[0], job, "cheapest that fits", est, own)
+    alts = tuple(_with_costs(o, job, why, est, own)
+                 for o, why in _pick_alternatives(fitting, max_alternatives))
+    return Recommendation(own, best, alts, tuple(advice), site)

@@ -1,0 +1,104 @@
+"""The recommender reproduces the first document's card choices from the catalog."""
+
+import pytest
+
+from sizing.engine import Job, estimate
+from sizing.presets import PRESETS
+from sizing.recommend import can_shard, overbuy_warning, recommend, usable_gb
+
+
+def _rec(catalog, model, method, vendor="cuda", **kw):
+    job = Job(PRESETS[model], method, flash_attention=False, **kw)
+    return recommend(job, catalog, vendor=vendor)
+
+
+def _names(r):
+    return [o.candidate.offer_name for o in r.alternatives]
+
+
+def test_headroom_rule():
+    assert usable_gb(80) == 76 and usable_gb(24) == 22 and usable_gb(48) == pytest.approx(45.6)
+    assert 79 > usable_gb(80) and 51 <= usable_gb(80) and 33 <= usable_gb(48)
+    assert 21 <= usable_gb(24) and 10 <= usable_gb(24)
+
+
+def test_link_rules():
+    assert can_shard("nvswitch", 8) and not can_shard("nvswitch", 9)
+    assert can_shard("infinity_fabric", 8) and not can_shard("infinity_fabric", 2)
+    assert can_shard("nvlink_bridge", 2) and not can_shard("nvlink_bridge", 4)
+    assert not can_shard("pcie_p2p", 2) and not can_shard("pcie", 2)
+
+
+@pytest.mark.parametrize(("model", "method", "vendor", "offer", "named"), [
+    ("llama-2-7b", "qlora", "cuda", "RTX A5000", "RTX A5000"),
+    ("llama-2-13b", "qlora", "cuda", "RTX A5000", "RTX 3090"),
+    ("llama-2-7b", "lora", "cuda", "RTX A5000", "RTX 4090"),
+    ("codellama-34b", "qlora", "cuda", "A40", "A40"),
+    ("llama-2-13b", "lora", "cuda", "A40", "L40S"),
+    ("llama-2-70b", "qlora", "cuda", "A100 SXM", "A100 SXM"),
+    ("codellama-34b", "lora", "any", "MI300X", "MI300X"),
+    ("llama-2-7b", "full", "cuda", "2× A100 SXM", "2× A100 SXM"),
+    ("llama-2-70b", "lora", "any", "MI300X", "MI300X"),
+    ("llama-2-70b", "full", "any", "8× MI300X", "8× MI300X"),
+])
+def test_first_document_cards(catalog, model, method, vendor, offer, named):
+    r = _rec(catalog, model, method, vendor)
+    assert r.best.candidate.offer_name == offer
+    assert named == offer or named in _names(r)
+
+
+def test_79_gb_job_not_on_80_gb_card(catalog):
+    r = _rec(catalog, "codellama-34b", "lora", "any")
+    assert r.best.candidate.vram_gb == 192 and r.best.mode == "single"
+    assert all(not (o.candidate.vram_gb == 80 and o.candidate.gpus == 1)
+               for o in r.alternatives)
+
+
+def test_7b_full_cheapest_cuda_path_is_sharded_pair(catalog):
+    r = _rec(catalog, "llama-2-7b", "full", "cuda")
+    assert r.best.mode == "zero-3" and r.best.estimate.zero == 3
+    assert _rec(catalog, "llama-2-7b", "full", "any").best.candidate.offer_name == "MI300X"
+    # "A 7B full fine-tune costs about twice a 70B QLoRA"
+    q = _rec(catalog, "llama-2-70b", "qlora")
+    assert 1.7 <= r.best.candidate.monthly_cents / q.best.candidate.monthly_cents <= 2.1
+
+
+def test_70b_full_cuda_needs_more_than_a_node(catalog):
+    r = _rec(catalog, "llama-2-70b", "full", "cuda")
+    assert r.best is None
+    assert any("on-demand cluster" in a for a in r.advice)
+
+
+def test_prices_and_run_cost(catalog):
+    job = Job(PRESETS["qwen2.5-32b"], "qlora", tokens=20_000_000, epochs=3)
+    d = recommend(job, catalog).to_dict()["recommendations"][0]
+    assert d["offer"] == "a40" and d["per_gpu_hour_usd"] == 0.33
+    assert d["weekly_usd"] == 68.0 and d["monthly_usd"] == 240.0
+    assert d["run_hours"] > 0 and d["rental_cost_usd"] >= 68.0
+    pair = next(c for c in catalog if c.offer_slug == "2x-a100-sxm")
+    assert pair.per_gpu_hour_cents == 131
+
+
+def test_filters(catalog):
+    job = Job(PRESETS["llama-2-7b"], "qlora")
+    assert all(o.candidate.vendor == "nvidia" for o in recommend(job, catalog).options)
+    r = recommend(job, catalog, site="LAS-1")
+    assert r.best is None
+    r = recommend(job, catalog, site="DFW-1", in_stock=True)
+    assert r.best.to_dict("DFW-1")["in_stock"]
+
+
+def test_overbuy_and_qlora_when_bf16_fits(catalog):
+    e = estimate(Job(PRESETS["llama-2-7b"], "qlora"))
+    h100 = next(c for c in catalog if c.offer_slug == "h100-sxm")
+    a5000 = next(c for c in catalog if c.offer_slug == "rtx-a5000")
+    assert "A5000" in overbuy_warning(e, h100)
+    assert overbuy_warning(e, a5000) is None
+    r = recommend(Job(PRESETS["llama-2-7b"], "qlora"), catalog)
+    assert any("20–40%" in w for w in r.best.warnings)
+
+
+def test_pcie_zero_warning(catalog):
+    r = recommend(Job(PRESETS["llama-2-7b"], "lora", gpus=2, zero=3), catalog)
+    l40s = [o for o in r.options if o.candidate.link == "pcie_p2p"]
+    assert all(any("NVLink" in w for w in o.warnings) for o in l40s)
