@@ -1,12 +1,255 @@
-"""Writes for the rental domain: accounts now; leases join in the leases issue."""
-from django.contrib.auth.models import User
-from django.db import transaction
+"""Every write in the rental domain. Each lease transition is one guarded update
+(`UPDATE … WHERE id = ? AND state IN (…) [AND deadline condition]`) that writes a
+LeaseEvent when, and only when, it changed the row; side effects run on commit. So a
+sweep run twice, two beats at once or a payment racing a sweep all end in one result."""
+import logging
+from datetime import datetime, timedelta
 
-from inventory.services import audit_record
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from inventory.models import Offer, Site
+from inventory.services import audit_record, slots_allocate, slots_release
+
+from .agent import Instance, get_agent
+from .models import TERM_LENGTH, CustomerSettings, DiskKey, Image, Lease, LeaseEvent, LeaseState, Notification, Term
+
+log = logging.getLogger(__name__)
+S = LeaseState
+HOLD = timedelta(hours=72)
+WIPE_AFTER_END = timedelta(days=7)
+
+
+class TransitionRefused(Exception):
+    """The lease is not in a state that allows this; the message says why."""
 
 
 @transaction.atomic
 def account_create(*, username: str, password: str, email: str = "") -> User:
     user = User.objects.create_user(username=username, password=password, email=email or "")
+    CustomerSettings.objects.create(user=user)
     audit_record(actor=user, action="account_create", obj=user)
     return user
+
+
+def customer_settings(user: User) -> CustomerSettings:
+    return CustomerSettings.objects.get_or_create(user=user)[0]
+
+
+def customer_settings_update(*, user: User, email: str, auto_renew: bool) -> CustomerSettings:
+    with transaction.atomic():
+        prefs = customer_settings(user)
+        User.objects.filter(pk=user.pk).update(email=email)
+        CustomerSettings.objects.filter(pk=prefs.pk).update(auto_renew=auto_renew)
+        audit_record(actor=user, action="settings_update", obj=prefs,
+                     detail={"email_set": bool(email), "auto_renew": auto_renew})
+    prefs.refresh_from_db()
+    return prefs
+
+
+def _event(lease_id: int, *, kind: str, now: datetime, actor=None, from_state="", to_state="", reason="",
+           data=None) -> LeaseEvent:
+    return LeaseEvent.objects.create(
+        lease_id=lease_id, kind=kind, at=now, actor=actor if getattr(actor, "pk", None) else None,
+        from_state=from_state, to_state=to_state, reason=reason[:300], data=data or {},
+    )
+
+
+def _transition(lease_id: int, *, to: str, from_states, now: datetime, kind: str, actor=None, reason="",
+                when: Q | None = None, data=None, **fields) -> str | None:
+    """Guarded update; returns the state it left, or None when another run got there first."""
+    candidates = Lease.objects.filter(pk=lease_id, state__in=list(from_states))
+    if when is not None:
+        candidates = candidates.filter(when)
+    row = candidates.values_list("state", flat=True).first()
+    if row is None:
+        return None
+    changed = Lease.objects.filter(pk=lease_id, state=row).filter(when or Q()).update(state=to, **fields)
+    if not changed:
+        return None
+    _event(lease_id, kind=kind, now=now, actor=actor, from_state=row, to_state=to, reason=reason, data=data)
+    return row
+
+
+# --- ordering -------------------------------------------------------------------------
+
+@transaction.atomic
+def lease_create_pending(*, customer: User, offer: Offer, site: Site, term: str, image: Image, ssh_public_key: str,
+                         extra_nvme_tb: int = 0, network_volume_tb: int = 0, snapshot_tb: int = 0,
+                         price_cents: int, pay_window: timedelta, now: datetime) -> Lease:
+    """A pending lease that holds its GPU slots until `pay_by`. Raises inventory's SoldOut."""
+    lease = Lease.objects.create(
+        customer=customer, offer=offer, site=site, term=Term(term), image=image,
+        ssh_public_key=ssh_public_key.strip(), extra_nvme_tb=extra_nvme_tb,
+        network_volume_tb=network_volume_tb, snapshot_tb=snapshot_tb, price_cents=price_cents,
+        pay_by=now + pay_window,
+    )
+    slots = slots_allocate(offer=offer, site=site, lease_id=lease.pk)
+    DiskKey.objects.create(lease=lease)
+    _event(lease.pk, kind="created", now=now, actor=customer, to_state=S.PENDING,
+           reason="order placed", data={"slots": [s.pk for s in slots], "pay_by": lease.pay_by.isoformat()})
+    return lease
+
+
+@transaction.atomic
+def lease_start_term(*, lease_id: int, now: datetime, actor=None, reason="paid") -> bool:
+    """pending → provisioning: the first term starts at payment."""
+    lease = Lease.objects.get(pk=lease_id)
+    left = _transition(lease_id, to=S.PROVISIONING, from_states=[S.PENDING], now=now, kind="paid", actor=actor,
+                       reason=reason, started_at=now, ends_at=now + lease.term_length, provisioning_started_at=now)
+    if left:
+        node = lease_node_name(lease_id)
+        key_ref = DiskKey.objects.get(lease_id=lease_id).key_ref
+        transaction.on_commit(lambda: get_agent().start_provisioning(
+            lease_id=lease_id, node=node, ssh_public_key=lease.ssh_public_key, key_ref=key_ref))
+    return bool(left)
+
+
+def lease_node_name(lease_id: int) -> str:
+    from inventory.models import SlotAllocation
+
+    alloc = SlotAllocation.objects.filter(lease_id=lease_id).select_related("slot__node").first()
+    return alloc.slot.node.name if alloc else ""
+
+
+@transaction.atomic
+def lease_provisioned(*, lease_id: int, instance: Instance, now: datetime) -> bool:
+    return bool(_transition(lease_id, to=S.ACTIVE, from_states=[S.PROVISIONING], now=now, kind="provisioned",
+                            reason="host agent reports SSH ready", host=instance.host, ssh_port=instance.ssh_port,
+                            data={"host": instance.host, "port": instance.ssh_port}))
+
+
+@transaction.atomic
+def lease_extend(*, lease_id: int, term_start: datetime, now: datetime, actor=None, reason="renewal paid") -> bool:
+    """A renewal for the term starting at `term_start` was paid: the new term runs from the
+    old end. Resumes a suspended lease. Guarded on ends_at == term_start, so each renewal
+    extends once. Returns False when the lease can no longer be extended (released)."""
+    lease = Lease.objects.get(pk=lease_id)
+    new_end = term_start + lease.term_length
+    left = _transition(lease_id, to=S.ACTIVE, from_states=[S.ACTIVE, S.SUSPENDED], now=now, kind="extended",
+                       actor=actor, reason=reason, when=Q(ends_at=term_start), ends_at=new_end, hold_until=None,
+                       wipe_by=None, data={"term_start": term_start.isoformat(), "ends_at": new_end.isoformat()})
+    if left is None:
+        # A provisioning lease keeps its state while its end moves.
+        changed = Lease.objects.filter(pk=lease_id, state=S.PROVISIONING, ends_at=term_start).update(ends_at=new_end)
+        if changed:
+            _event(lease_id, kind="extended", now=now, actor=actor, from_state=S.PROVISIONING,
+                   to_state=S.PROVISIONING, reason=reason, data={"ends_at": new_end.isoformat()})
+        return bool(changed)
+    if left == S.SUSPENDED:
+        transaction.on_commit(lambda: get_agent().resume(lease_id=lease_id))
+    return True
+
+
+@transaction.atomic
+def lease_suspend(*, lease_id: int, now: datetime, actor=None, reason="term ended unpaid", force=False) -> bool:
+    """active → suspended at term end: instance stopped, slot held 72 h, disk untouched."""
+    lease = Lease.objects.get(pk=lease_id)
+    end = lease.ends_at if not force else min(lease.ends_at, now)
+    left = _transition(lease_id, to=S.SUSPENDED, from_states=[S.ACTIVE], now=now, kind="suspended", actor=actor,
+                       reason=reason, when=None if force else Q(ends_at__lte=now),
+                       hold_until=end + HOLD, wipe_by=end + WIPE_AFTER_END)
+    if left:
+        transaction.on_commit(lambda: get_agent().stop(lease_id=lease_id))
+    return bool(left)
+
+
+@transaction.atomic
+def lease_resume(*, lease_id: int, now: datetime, actor, reason: str) -> bool:
+    """Operator resume of a suspended lease whose term is still running (e.g. a manual suspend)."""
+    left = _transition(lease_id, to=S.ACTIVE, from_states=[S.SUSPENDED], now=now, kind="resumed", actor=actor,
+                       reason=reason, when=Q(ends_at__gt=now), hold_until=None, wipe_by=None)
+    if left:
+        transaction.on_commit(lambda: get_agent().resume(lease_id=lease_id))
+    return bool(left)
+
+
+@transaction.atomic
+def lease_release(*, lease_id: int, now: datetime, actor=None, reason="hold expired unpaid", force=False) -> bool:
+    """suspended → released after the hold: slots back to stock, NVMe key destroyed."""
+    left = _transition(lease_id, to=S.RELEASED, from_states=[S.SUSPENDED], now=now, kind="released", actor=actor,
+                       reason=reason, when=None if force else Q(hold_until__lte=now), ended_at=now)
+    if not left:
+        return False
+    slots_release(lease_id=lease_id)
+    disk_key_request_destroy(lease_id=lease_id, now=now, actor=actor, reason=reason)
+    return True
+
+
+@transaction.atomic
+def lease_cancel(*, lease_id: int, now: datetime, from_states, actor=None, reason: str) -> bool:
+    """pending → cancelled (payment window over) or provisioning/active → cancelled (refund)."""
+    left = _transition(lease_id, to=S.CANCELLED, from_states=from_states, now=now, kind="cancelled", actor=actor,
+                       reason=reason, ended_at=now, wipe_by=now)
+    if not left:
+        return False
+    slots_release(lease_id=lease_id)
+    disk_key_request_destroy(lease_id=lease_id, now=now, actor=actor, reason=reason)
+    if left != S.PENDING:
+        transaction.on_commit(lambda: get_agent().stop(lease_id=lease_id))
+    return True
+
+
+@transaction.atomic
+def lease_wipe(*, lease_id: int, now: datetime) -> bool:
+    """released/cancelled → wiped once the wipe deadline is reached (key already destroyed)."""
+    lease = Lease.objects.select_related("disk_key").get(pk=lease_id)
+    if lease.disk_key.state != DiskKey.State.DESTROYED:
+        return False
+    receipt = get_agent().wipe(lease_id=lease_id, at=now)
+    return bool(_transition(lease_id, to=S.WIPED, from_states=[S.RELEASED, S.CANCELLED], now=now, kind="wiped",
+                            reason="local NVMe wiped", when=Q(wipe_by__lte=now), data={"receipt": receipt}))
+
+
+# --- disk keys: two-phase, refused while a term is paid ---------------------------------
+
+@transaction.atomic
+def disk_key_request_destroy(*, lease_id: int, now: datetime, actor=None, reason: str) -> DiskKey:
+    key = DiskKey.objects.select_for_update().select_related("lease").get(lease_id=lease_id)
+    if key.lease.state not in (S.RELEASED, S.CANCELLED, S.WIPED):
+        raise TransitionRefused(f"lease #{lease_id} is {key.lease.state}: its key cannot be destroyed")
+    if key.state == DiskKey.State.ACTIVE:
+        DiskKey.objects.filter(pk=key.pk, state=DiskKey.State.ACTIVE).update(
+            state=DiskKey.State.DESTROY_REQUESTED, destroy_requested_at=now,
+            destroy_requested_by=actor if getattr(actor, "pk", None) else None, destroy_reason=reason[:200])
+        _event(lease_id, kind="key_destroy_requested", now=now, actor=actor, reason=reason)
+    transaction.on_commit(lambda: disk_key_complete_destroy(lease_id=lease_id, now=timezone.now()))
+    key.refresh_from_db()
+    return key
+
+
+@transaction.atomic
+def disk_key_complete_destroy(*, lease_id: int, now: datetime) -> bool:
+    """Phase two: the agent destroys the key and returns a receipt, stored as the proof."""
+    key = DiskKey.objects.select_for_update().get(lease_id=lease_id)
+    if key.state != DiskKey.State.DESTROY_REQUESTED:
+        return False
+    receipt = get_agent().destroy_key(lease_id=lease_id, key_ref=key.key_ref, at=now)
+    DiskKey.objects.filter(pk=key.pk).update(state=DiskKey.State.DESTROYED, destroyed_at=now,
+                                             destruction_proof=receipt)
+    _event(lease_id, kind="key_destroyed", now=now, reason="LUKS2 key destroyed by host agent",
+           data={"receipt": receipt})
+    return True
+
+
+# --- notifications ----------------------------------------------------------------------
+
+def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: str) -> bool:
+    """Once per (lease, kind, deadline); e-mailed when the customer gave an address."""
+    try:
+        with transaction.atomic():
+            note = Notification.objects.create(lease=lease, customer_id=lease.customer_id, kind=kind,
+                                               deadline=deadline, subject=subject, body=body)
+    except IntegrityError:
+        return False
+    email = lease.customer.email
+    if email:
+        def send():
+            send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [email], fail_silently=True)
+            Notification.objects.filter(pk=note.pk).update(emailed_at=timezone.now())
+        transaction.on_commit(send)
+    return True

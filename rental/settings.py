@@ -224,8 +224,13 @@ else:
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", TESTING)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-# Each app adds its periodic jobs here (see <app>/schedule.py); one beat runs them all.
-CELERY_BEAT_SCHEDULE: dict = {}
+# One beat runs every periodic job; each job is idempotent, so a duplicate beat is harmless.
+CELERY_BEAT_SCHEDULE = {
+    "lifecycle": {"task": "billing.lifecycle_tick", "schedule": 60.0, "options": {"expires": 55}},
+}
+PAYMENT_WINDOW_MINUTES = int(os.environ.get("PAYMENT_WINDOW_MINUTES", "30"))
+HOST_AGENT = os.environ.get("HOST_AGENT", "rental.agent.FakeAgent")
+HOST_AGENT_FAKE_DELAY = int(os.environ.get("HOST_AGENT_FAKE_DELAY", "180"))
 
 # Sizing pages get the live catalog through this hook, keeping sizing free of imports
 # from inventory (imports flow sizing <- inventory <- rental <- billing).

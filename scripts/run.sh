@@ -9,7 +9,7 @@ PORT="${PORT:-8000}"
 
 $BIN/python manage.py migrate --noinput
 $BIN/python manage.py compilemessages --ignore=.venv -v 0 2>/dev/null || true
-$BIN/python manage.py load_demo_catalog
+$BIN/python manage.py load_demo
 $BIN/python manage.py create_operator
 
 $BIN/celery -A rental worker --beat --pool=solo --loglevel=INFO \

@@ -3,6 +3,7 @@ import os
 import pytest
 
 from inventory.demo import load_demo_catalog
+from rental.demo import load_demo_images
 
 ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 HAS_REDIS = bool(os.environ.get("REDIS_URL"))
@@ -10,18 +11,23 @@ HAS_REDIS = bool(os.environ.get("REDIS_URL"))
 
 @pytest.fixture
 def catalog(db):
-    """The demo catalog from SPEC.md's figures."""
+    """The demo catalog from SPEC.md's figures, with the demo images."""
     load_demo_catalog()
+    load_demo_images()
 
 
 @pytest.fixture
-def customer(db, django_user_model):
-    return django_user_model.objects.create_user(username="alice", password="correct horse battery 9")
+def customer(db):
+    from rental.services import account_create
+
+    return account_create(username="alice", password="correct horse battery 9", email="alice@example.org")
 
 
 @pytest.fixture
-def other_customer(db, django_user_model):
-    return django_user_model.objects.create_user(username="bob", password="correct horse battery 9")
+def other_customer(db):
+    from rental.services import account_create
+
+    return account_create(username="bob", password="correct horse battery 9")
 
 
 @pytest.fixture

@@ -1,0 +1,81 @@
+"""One lifecycle pass: every sweep once, in dependency order. Called every minute by
+Celery beat (billing.tasks.lifecycle_tick) and by `manage.py lifecycle`."""
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+
+from rental import lifecycle as rental_sweeps
+from rental.agent import FakeAgent, agent_override
+from rental.lifecycle import BATCH, Transition
+from rental.models import Lease, LeaseState
+
+from .models import Invoice
+from .services import order_invoice_expire, renewal_invoice_create
+
+RENEWAL_LEAD = timedelta(hours=24)
+
+
+def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
+    due = (Invoice.objects.filter(kind=Invoice.Kind.ORDER, state=Invoice.State.OPEN, expires_at__lte=now)
+           .order_by("expires_at")[:limit])
+    return [Transition(inv.lease_id, f"order invoice #{inv.pk} expired → cancelled")
+            for inv in due if order_invoice_expire(invoice=inv, now=now)]
+
+
+def sweep_renewal_invoices(now: datetime, limit: int = BATCH) -> list[Transition]:
+    invoiced = Invoice.objects.filter(lease=OuterRef("pk"), kind=Invoice.Kind.RENEWAL, term_start=OuterRef("ends_at"))
+    due = (Lease.objects.filter(state__in=[LeaseState.ACTIVE, LeaseState.PROVISIONING], ends_at__lte=now + RENEWAL_LEAD)
+           .exclude(Exists(invoiced)).select_related("customer", "offer__gpu_model").order_by("ends_at")[:limit])
+    made = []
+    for lease in due:
+        if invoice := renewal_invoice_create(lease=lease, now=now):
+            paid = " (paid from balance)" if invoice.state == Invoice.State.PAID else ""
+            made.append(Transition(lease.pk, f"renewal invoice #{invoice.pk}{paid}"))
+    return made
+
+
+def sweep_void_dead_renewals(now: datetime, limit: int = BATCH) -> list[Transition]:
+    """Renewal invoices of leases that were released are void; a payment that still
+    arrives for them goes to the balance (the coin layer credits it as late)."""
+    dead = (Invoice.objects.filter(kind=Invoice.Kind.RENEWAL, state=Invoice.State.OPEN,
+                                   lease__state__in=[LeaseState.RELEASED, LeaseState.WIPED, LeaseState.CANCELLED])
+            .values_list("pk", "lease_id")[:limit])
+    done = []
+    for pk, lease_id in dead:
+        if Invoice.objects.filter(pk=pk, state=Invoice.State.OPEN).update(state=Invoice.State.VOID,
+                                                                          note="lease released unpaid"):
+            done.append(Transition(lease_id, f"renewal invoice #{pk} void"))
+    return done
+
+
+SWEEPS = [
+    ("expire_orders", sweep_expire_orders),
+    ("provisioning", rental_sweeps.sweep_provisioning),
+    ("reminders", rental_sweeps.sweep_reminders),
+    ("renewal_invoices", sweep_renewal_invoices),
+    ("suspend", rental_sweeps.sweep_suspend),
+    ("release", rental_sweeps.sweep_release),
+    ("void_dead_renewals", sweep_void_dead_renewals),
+    ("key_destruction", rental_sweeps.sweep_key_destruction),
+    ("wipe", rental_sweeps.sweep_wipe),
+]
+
+
+def run_lifecycle(now: datetime, *, dry_run: bool = False) -> list[tuple[str, Transition]]:
+    """Run every sweep once; each transition commits on its own, so a worker killed
+    mid-pass keeps what it did and the next pass finishes the rest. A dry run does the
+    same work inside one transaction that it rolls back, with hosts left alone."""
+    if not dry_run:
+        return _run_sweeps(now)
+    with agent_override(FakeAgent()), transaction.atomic():
+        results = _run_sweeps(now)
+        transaction.set_rollback(True)
+    return results
+
+
+def _run_sweeps(now: datetime) -> list[tuple[str, Transition]]:
+    results: list[tuple[str, Transition]] = []
+    for name, sweep in SWEEPS:
+        results.extend((name, t) for t in sweep(now))
+    return results

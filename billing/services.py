@@ -1,0 +1,251 @@
+"""Every write that moves money. Billing calls rental's services (never the reverse):
+checkout creates the pending lease and its invoice; a paid invoice tells rental to start
+or extend a term; a payment that can no longer buy anything goes to the balance."""
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from inventory.models import Offer, Site, StorageProduct
+from rental import services as rental
+from rental.models import Image, Lease, LeaseState, Term
+
+from .models import Account, Invoice, InvoiceLine, LedgerEntry
+
+REFUND_WINDOW = timedelta(hours=1)
+TERM_DAYS = {Term.WEEK: 7, Term.MONTH: 30}
+ADDON_PRODUCTS = {"extra_nvme_tb": "extra_nvme", "network_volume_tb": "network_volume", "snapshot_tb": "snapshot"}
+
+
+class BillingError(Exception):
+    """A refused money operation, with a message fit for the customer."""
+
+
+class InsufficientBalance(BillingError):
+    pass
+
+
+def payment_window() -> timedelta:
+    return timedelta(minutes=getattr(settings, "PAYMENT_WINDOW_MINUTES", 30))
+
+
+# --- prices -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Line:
+    description: str
+    quantity: int
+    unit_cents: int
+
+    @property
+    def amount_cents(self) -> int:
+        return self.quantity * self.unit_cents
+
+
+def price_lines(*, offer: Offer, term: str, addons: dict[str, int]) -> list[Line]:
+    """The offer for one term plus add-ons priced per TB-month, pro rata for a week
+    (rounded up to the cent)."""
+    term = Term(term)
+    base = offer.weekly_cents if term == Term.WEEK else offer.monthly_cents
+    lines = [Line(f"{offer.display_name}, {term.label}", 1, base)]
+    products = {p.kind: p for p in StorageProduct.objects.filter(kind__in=ADDON_PRODUCTS.values())}
+    for field, kind in ADDON_PRODUCTS.items():
+        tb = addons.get(field, 0)
+        if tb and kind in products:
+            unit = math.ceil(products[kind].cents_per_tb_month * TERM_DAYS[term] / 30)
+            lines.append(Line(f"{products[kind].get_kind_display()}, {term.label}, per TB", tb, unit))
+    return lines
+
+
+def _create_invoice(*, customer, kind, lines: list[Line], now, lease=None, term_start=None, expires_at=None) -> Invoice:
+    invoice = Invoice.objects.create(
+        customer=customer, lease=lease, kind=kind, term_start=term_start, created_at=now, expires_at=expires_at,
+        amount_cents=sum(line.amount_cents for line in lines),
+    )
+    InvoiceLine.objects.bulk_create([
+        InvoiceLine(invoice=invoice, description=line.description, quantity=line.quantity,
+                    unit_cents=line.unit_cents, amount_cents=line.amount_cents) for line in lines
+    ])
+    return invoice
+
+
+# --- balance ----------------------------------------------------------------------------
+
+def account_for(customer: User) -> Account:
+    return Account.objects.get_or_create(customer=customer)[0]
+
+
+@transaction.atomic
+def ledger_post(*, customer: User, kind: str, amount_cents: int, now: datetime, invoice=None, actor=None,
+                memo: str = "", idempotency_key: str | None = None) -> LedgerEntry | None:
+    """Append one entry under the account's row lock. With an idempotency key, a repeat is
+    a no-op (returns None). Raises InsufficientBalance rather than going below zero."""
+    account_for(customer)
+    account = Account.objects.select_for_update().get(customer=customer)
+    if idempotency_key and LedgerEntry.objects.filter(idempotency_key=idempotency_key).exists():
+        return None
+    new_balance = account.balance_cents + amount_cents
+    if new_balance < 0:
+        raise InsufficientBalance(
+            f"Balance ${account.balance_cents / 100:,.2f} does not cover ${-amount_cents / 100:,.2f}.")
+    Account.objects.filter(pk=account.pk).update(balance_cents=F("balance_cents") + amount_cents)
+    return LedgerEntry.objects.create(
+        account=account, at=now, kind=kind, amount_cents=amount_cents, balance_after_cents=new_balance,
+        invoice=invoice, actor=actor if getattr(actor, "pk", None) else None, memo=memo[:200],
+        idempotency_key=idempotency_key,
+    )
+
+
+def balance_top_up(*, customer: User, amount_cents: int, now: datetime, actor=None, memo="",
+                   idempotency_key=None) -> LedgerEntry | None:
+    if amount_cents <= 0:
+        raise BillingError("A top-up must be a positive amount.")
+    return ledger_post(customer=customer, kind=LedgerEntry.Kind.TOPUP, amount_cents=amount_cents, now=now,
+                       actor=actor, memo=memo, idempotency_key=idempotency_key)
+
+
+# --- ordering ---------------------------------------------------------------------------
+
+@transaction.atomic
+def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str, image: Image, ssh_public_key: str,
+                         addons: dict[str, int] | None = None, pay_from_balance: bool = False,
+                         now: datetime | None = None) -> tuple[Lease, Invoice]:
+    """A pending lease holding its slots + its invoice, atomically; optionally paid from the
+    balance at once. Raises inventory.services.SoldOut (nothing is created or charged)."""
+    now = now or timezone.now()
+    addons = addons or {}
+    lines = price_lines(offer=offer, term=term, addons=addons)
+    window = payment_window()
+    lease = rental.lease_create_pending(
+        customer=customer, offer=offer, site=site, term=term, image=image, ssh_public_key=ssh_public_key,
+        price_cents=sum(line.amount_cents for line in lines), pay_window=window, now=now, **addons,
+    )
+    invoice = _create_invoice(customer=customer, kind=Invoice.Kind.ORDER, lines=lines, now=now, lease=lease,
+                              expires_at=now + window)
+    if pay_from_balance:
+        invoice_pay_from_balance(invoice=invoice, now=now, actor=customer)
+    return lease, invoice
+
+
+@transaction.atomic
+def invoice_pay_from_balance(*, invoice: Invoice, now: datetime, actor=None) -> Invoice:
+    kind = LedgerEntry.Kind.RENEWAL if invoice.kind == Invoice.Kind.RENEWAL else LedgerEntry.Kind.ORDER
+    if invoice.kind == Invoice.Kind.TOPUP:
+        raise BillingError("A top-up cannot be paid from the balance.")
+    ledger_post(customer=invoice.customer, kind=kind, amount_cents=-invoice.amount_cents, now=now, invoice=invoice,
+                actor=actor, memo=f"invoice #{invoice.pk}")
+    if not invoice_mark_paid(invoice=invoice, via="balance", now=now, actor=actor):
+        raise BillingError(f"Invoice #{invoice.pk} is no longer open.")
+    invoice.refresh_from_db()
+    return invoice
+
+
+@transaction.atomic
+def invoice_mark_paid(*, invoice: Invoice, via: str, now: datetime, actor=None, note: str = "") -> bool:
+    """open → paid, once; then the lease gets its term. If the lease can no longer be
+    started or extended (expired order, released lease) the money goes to the balance."""
+    changed = Invoice.objects.filter(pk=invoice.pk, state=Invoice.State.OPEN).update(
+        state=Invoice.State.PAID, paid_at=now, paid_via=via[:20], note=note[:300],
+        settled_by=actor if (via == "manual" and getattr(actor, "pk", None)) else None)
+    if not changed:
+        return False
+    invoice.refresh_from_db()
+    delivered = _deliver(invoice, now=now, actor=actor)
+    if not delivered:
+        ledger_post(customer=invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=invoice.amount_cents,
+                    now=now, invoice=invoice, memo=f"invoice #{invoice.pk} paid after its lease ended",
+                    idempotency_key=f"late:{invoice.pk}")
+    return True
+
+
+def _deliver(invoice: Invoice, *, now: datetime, actor) -> bool:
+    if invoice.kind == Invoice.Kind.TOPUP:
+        ledger_post(customer=invoice.customer, kind=LedgerEntry.Kind.TOPUP, amount_cents=invoice.amount_cents, now=now,
+                    invoice=invoice, memo=f"invoice #{invoice.pk}", idempotency_key=f"topup:{invoice.pk}")
+        return True
+    if invoice.kind == Invoice.Kind.ORDER:
+        return rental.lease_start_term(lease_id=invoice.lease_id, now=now, actor=actor, reason=f"invoice #{invoice.pk}")
+    return rental.lease_extend(lease_id=invoice.lease_id, term_start=invoice.term_start, now=now, actor=actor,
+                               reason=f"renewal invoice #{invoice.pk} paid")
+
+
+@transaction.atomic
+def invoice_settle_manually(*, invoice: Invoice, actor: User, note: str, now: datetime | None = None) -> bool:
+    if not note.strip():
+        raise BillingError("A manual settlement needs a note saying why.")
+    return invoice_mark_paid(invoice=invoice, via="manual", now=now or timezone.now(), actor=actor, note=note)
+
+
+def topup_invoice_create(*, customer: User, amount_cents: int, now: datetime | None = None) -> Invoice:
+    if not 100 <= amount_cents <= 10_000_000_00:
+        raise BillingError("A top-up is between $1 and $10,000,000.")
+    now = now or timezone.now()
+    return _create_invoice(customer=customer, kind=Invoice.Kind.TOPUP, now=now, expires_at=now + payment_window(),
+                           lines=[Line("Balance top-up", 1, amount_cents)])
+
+
+# --- refunds ----------------------------------------------------------------------------
+
+@transaction.atomic
+def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> int:
+    """Within 1 hour of creation, no questions asked: cancelled, slots freed, key destroyed,
+    what was paid back to the balance. Returns the cents refunded."""
+    now = now or timezone.now()
+    lease = Lease.objects.select_for_update().get(pk=lease.pk)
+    if now - lease.created_at > REFUND_WINDOW:
+        raise BillingError("Refunds are possible within 1 hour of ordering; this lease is older.")
+    if lease.state not in (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE):
+        raise BillingError(f"A {lease.get_state_display()} lease cannot be refunded.")
+    paid = Invoice.objects.filter(lease=lease, state=Invoice.State.PAID).exclude(kind=Invoice.Kind.TOPUP)
+    amount = sum(paid.values_list("amount_cents", flat=True))
+    Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID, note="refunded")
+    rental.lease_cancel(lease_id=lease.pk, now=now, actor=actor, reason="refund within 1 hour",
+                        from_states=[LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE])
+    if amount:
+        ledger_post(customer=lease.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=amount, now=now,
+                    actor=actor, memo=f"refund of lease #{lease.pk}", idempotency_key=f"refund:{lease.pk}")
+    return amount
+
+
+# --- renewals and expiry (called by the lifecycle sweeps) --------------------------------
+
+@transaction.atomic
+def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
+    """The renewal for the term starting at the current end, at the locked price; once per
+    term (database constraint). Auto-paid from the balance when the customer allows it."""
+    lines = [Line(f"Renewal of lease #{lease.pk}: {lease.offer}, {Term(lease.term).label}", 1, lease.price_cents)]
+    try:
+        with transaction.atomic():
+            invoice = _create_invoice(customer=lease.customer, kind=Invoice.Kind.RENEWAL, lines=lines, now=now,
+                                      lease=lease, term_start=lease.ends_at)
+    except IntegrityError:
+        return None
+    rental.notify(lease=lease, kind="renewal_invoice", deadline=lease.ends_at,
+                  subject=f"Renewal invoice #{invoice.pk} for lease #{lease.pk}",
+                  body=f"Renewal of lease #{lease.pk}: ${invoice.amount_cents / 100:,.2f}, due before "
+                       f"{lease.ends_at:%Y-%m-%d %H:%M} UTC.")
+    if rental.customer_settings(lease.customer).auto_renew:
+        try:
+            with transaction.atomic():
+                invoice_pay_from_balance(invoice=invoice, now=now)
+        except InsufficientBalance:
+            pass
+    return invoice
+
+
+@transaction.atomic
+def order_invoice_expire(*, invoice: Invoice, now: datetime) -> bool:
+    """The payment window closed unpaid: invoice expired, pending lease cancelled, slots back."""
+    changed = Invoice.objects.filter(pk=invoice.pk, state=Invoice.State.OPEN, expires_at__lte=now).update(
+        state=Invoice.State.EXPIRED)
+    if not changed:
+        return False
+    if invoice.lease_id:
+        rental.lease_cancel(lease_id=invoice.lease_id, now=now, from_states=[LeaseState.PENDING],
+                            reason=f"invoice #{invoice.pk} not paid within the payment window")
+    return True

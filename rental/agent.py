@@ -1,0 +1,75 @@
+"""The host-agent interface: how the storefront asks a node to provision, stop, resume,
+destroy a disk key and wipe. Real agents speak HTTPS to the nodes; dev and tests use
+FakeAgent, which "provisions" in HOST_AGENT_FAKE_DELAY seconds and signs receipts with
+the server's secret so the destruction record can be shown and checked."""
+import hashlib
+import hmac
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+
+@dataclass(frozen=True)
+class Instance:
+    host: str
+    ssh_port: int
+
+
+class HostAgent(Protocol):
+    def start_provisioning(self, *, lease_id: int, node: str, ssh_public_key: str, key_ref: str) -> None: ...
+    def poll_ready(self, *, lease_id: int, started_at: datetime, now: datetime) -> Instance | None: ...
+    def stop(self, *, lease_id: int) -> None: ...
+    def resume(self, *, lease_id: int) -> None: ...
+    def destroy_key(self, *, lease_id: int, key_ref: str, at: datetime) -> str: ...
+    def wipe(self, *, lease_id: int, at: datetime) -> str: ...
+
+
+class FakeAgent:
+    def start_provisioning(self, *, lease_id, node, ssh_public_key, key_ref):
+        return None
+
+    def poll_ready(self, *, lease_id, started_at, now):
+        delay = timedelta(seconds=getattr(settings, "HOST_AGENT_FAKE_DELAY", 180))
+        if now - started_at < delay:
+            return None
+        return Instance(host=f"lease-{lease_id}.gpu.local", ssh_port=22000 + lease_id % 10000)
+
+    def stop(self, *, lease_id):
+        return None
+
+    def resume(self, *, lease_id):
+        return None
+
+    def _receipt(self, action: str, lease_id: int, ref: str, at: datetime) -> str:
+        message = f"{action}:{lease_id}:{ref}:{at.isoformat()}"
+        mac = hmac.new(settings.SECRET_KEY.encode(), message.encode(), hashlib.sha256).hexdigest()
+        return f"{message}:hmac-sha256={mac}"
+
+    def destroy_key(self, *, lease_id, key_ref, at):
+        return self._receipt("luks-key-destroyed", lease_id, key_ref, at)
+
+    def wipe(self, *, lease_id, at):
+        return self._receipt("nvme-wiped", lease_id, "blkdiscard", at)
+
+
+_override: list[HostAgent] = []
+
+
+def get_agent() -> HostAgent:
+    if _override:
+        return _override[-1]
+    return import_string(getattr(settings, "HOST_AGENT", "rental.agent.FakeAgent"))()
+
+
+@contextmanager
+def agent_override(agent: HostAgent):
+    """Use `agent` instead of the configured one (dry runs, tests)."""
+    _override.append(agent)
+    try:
+        yield agent
+    finally:
+        _override.pop()

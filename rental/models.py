@@ -1,0 +1,187 @@
+"""Leases and their audit trail. A lease moves through the state machine in DESIGN.md;
+every deadline is an indexed UTC column swept by Celery beat."""
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Term(models.TextChoices):
+    WEEK = "week", "1 week (7 days)"
+    MONTH = "month", "1 month (30 days)"
+
+
+TERM_LENGTH = {Term.WEEK: timedelta(days=7), Term.MONTH: timedelta(days=30)}
+
+
+class CustomerSettings(models.Model):
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="rental_settings")
+    auto_renew = models.BooleanField(default=True, help_text="Pay renewals from balance when it covers them")
+
+    def __str__(self) -> str:
+        return f"settings of {self.user}"
+
+
+class Image(models.Model):
+    """A machine image from the operator's list."""
+
+    slug = models.SlugField(max_length=40, unique=True)
+    name = models.CharField(max_length=80)
+    vendor = models.CharField(max_length=10, choices=[("nvidia", "CUDA"), ("amd", "ROCm")])
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["vendor", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class LeaseState(models.TextChoices):
+    PENDING = "pending", "pending payment"
+    PROVISIONING = "provisioning", "provisioning"
+    ACTIVE = "active", "active"
+    SUSPENDED = "suspended", "suspended (slot held)"
+    RELEASED = "released", "released"
+    WIPED = "wiped", "wiped"
+    CANCELLED = "cancelled", "cancelled"
+
+
+LIVE_STATES = (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.SUSPENDED)
+
+
+class Lease(models.Model):
+    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="leases")
+    offer = models.ForeignKey("inventory.Offer", on_delete=models.PROTECT, related_name="leases")
+    site = models.ForeignKey("inventory.Site", on_delete=models.PROTECT, related_name="leases")
+    image = models.ForeignKey(Image, on_delete=models.PROTECT)
+    term = models.CharField(max_length=5, choices=Term.choices)
+    state = models.CharField(max_length=12, choices=LeaseState.choices, default=LeaseState.PENDING, db_index=True)
+    price_cents = models.PositiveIntegerField(help_text="Locked for every term of this lease")
+    extra_nvme_tb = models.PositiveSmallIntegerField(default=0)
+    network_volume_tb = models.PositiveSmallIntegerField(default=0)
+    snapshot_tb = models.PositiveSmallIntegerField(default=0)
+    ssh_public_key = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Deadlines (UTC, indexed for the sweeps)
+    pay_by = models.DateTimeField(db_index=True, help_text="Pending: slots held until then")
+    provisioning_started_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ends_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    hold_until = models.DateTimeField(null=True, blank=True, db_index=True)
+    wipe_by = models.DateTimeField(null=True, blank=True, db_index=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    # Instance
+    host = models.CharField(max_length=120, blank=True)
+    ssh_port = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["state", "ends_at"]), models.Index(fields=["customer", "-created_at"])]
+        constraints = [
+            models.CheckConstraint(condition=Q(price_cents__gt=0), name="lease_price_positive"),
+            models.CheckConstraint(
+                condition=~Q(state__in=["active", "suspended"]) | Q(ends_at__isnull=False),
+                name="lease_running_has_end",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Lease #{self.pk} {self.offer} ({self.state})"
+
+    @property
+    def term_length(self) -> timedelta:
+        return TERM_LENGTH[Term(self.term)]
+
+    @property
+    def renewal_due_at(self):
+        return self.ends_at - timedelta(hours=24) if self.ends_at else None
+
+    @property
+    def ssh_command(self) -> str:
+        if self.state != LeaseState.ACTIVE or not self.host:
+            return ""
+        return f"ssh -p {self.ssh_port} root@{self.host}"
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in LIVE_STATES
+
+
+class LeaseEvent(models.Model):
+    """The audit row every transition writes: who, what, when, why."""
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    kind = models.CharField(max_length=40)
+    from_state = models.CharField(max_length=12, blank=True)
+    to_state = models.CharField(max_length=12, blank=True)
+    reason = models.CharField(max_length=300, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.kind} {self.from_state}->{self.to_state}"
+
+
+class DiskKey(models.Model):
+    """The instance's NVMe (LUKS2) key, by reference: the secret lives on the host agent.
+    Destruction is two-phase and cannot be undone; the agent's receipt is the proof."""
+
+    class State(models.TextChoices):
+        ACTIVE = "active", "active"
+        DESTROY_REQUESTED = "destroy_requested", "destroy requested"
+        DESTROYED = "destroyed", "destroyed"
+
+    lease = models.OneToOneField(Lease, on_delete=models.PROTECT, related_name="disk_key")
+    key_ref = models.CharField(max_length=64, unique=True, default=secrets.token_hex)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.ACTIVE, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    destroy_requested_at = models.DateTimeField(null=True, blank=True)
+    destroy_requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                             on_delete=models.SET_NULL, related_name="+")
+    destroy_reason = models.CharField(max_length=200, blank=True)
+    destroyed_at = models.DateTimeField(null=True, blank=True)
+    destruction_proof = models.TextField(blank=True, help_text="The host agent's receipt")
+
+    def __str__(self) -> str:
+        return f"key {self.key_ref[:8]}… ({self.state})"
+
+
+class Notification(models.Model):
+    """Outbox: one row per (lease, kind, deadline), so a reminder goes out once however
+    often the sweep runs. Always shown in-app; e-mailed when the customer gave an address."""
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="notifications")
+    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications")
+    kind = models.CharField(max_length=30)
+    deadline = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    subject = models.CharField(max_length=200)
+    body = models.TextField()
+    emailed_at = models.DateTimeField(null=True, blank=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["lease", "kind", "deadline"], name="one_notice_per_deadline")]
+
+
+class ApiToken(models.Model):
+    """Per-customer API token; only its SHA-256 is stored."""
+
+    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=60)
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
