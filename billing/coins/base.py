@@ -1,0 +1,115 @@
+"""The interface every chain adapter implements, and the values it returns.
+
+Identity of a payment: ``(coin, txid, output_index)`` — the billing models put a database
+unique constraint on it, so a payment reported twice (by two watchers, after a restart,
+or on every pass until it reaches its confirmations) is credited once.
+
+``output_index`` per chain:
+
+* BTC, LTC: the output's ``vout`` number;
+* ERC-20 (USDT, USDC): the log index of the ``Transfer`` event in its block;
+* ETH value transfers and SOL: 0 (one payment per transaction and recipient);
+* XMR: the subaddress minor index the transfer paid (monero-wallet-rpc reports one
+  transfer per transaction and subaddress, so it is unique within the transaction).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+class Coin(enum.StrEnum):
+    BTC = "BTC"
+    LTC = "LTC"
+    ETH = "ETH"
+    USDT = "USDT"
+    USDC = "USDC"
+    XMR = "XMR"
+    SOL = "SOL"
+
+    @property
+    def spec(self) -> CoinSpec:
+        return COIN_SPECS[self]
+
+    @property
+    def decimals(self) -> int:
+        return COIN_SPECS[self].decimals
+
+
+@dataclass(frozen=True)
+class CoinSpec:
+    coin: Coin
+    name: str
+    decimals: int
+    base_unit: str
+    #: default confirmations before a payment counts as settled (SOL: 1 == finalized)
+    required_confirmations: int
+    stablecoin: bool = False
+
+
+COIN_SPECS: dict[Coin, CoinSpec] = {
+    Coin.BTC: CoinSpec(Coin.BTC, "Bitcoin", 8, "satoshi", 2),
+    Coin.LTC: CoinSpec(Coin.LTC, "Litecoin", 8, "litoshi", 6),
+    Coin.ETH: CoinSpec(Coin.ETH, "Ether", 18, "wei", 12),
+    Coin.USDT: CoinSpec(Coin.USDT, "Tether USD", 6, "micro-USDT", 12, stablecoin=True),
+    Coin.USDC: CoinSpec(Coin.USDC, "USD Coin", 6, "micro-USDC", 12, stablecoin=True),
+    Coin.XMR: CoinSpec(Coin.XMR, "Monero", 12, "piconero", 10),
+    Coin.SOL: CoinSpec(Coin.SOL, "Solana", 9, "lamport", 1),
+}
+
+
+@dataclass(frozen=True)
+class DetectedPayment:
+    """One incoming payment to a watched address, as the chain shows it now.
+
+    ``amount`` is in base units (int). ``confirmations`` is 0 for mempool / pool /
+    not-yet-finalized transactions; ``block_hash``/``block_height`` are None then.
+    """
+
+    coin: Coin
+    txid: str
+    output_index: int
+    address: str
+    amount: int
+    confirmations: int
+    block_hash: str | None = None
+    block_height: int | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.txid, self.output_index)
+
+
+@dataclass
+class ScanResult:
+    """What one watcher pass found.
+
+    ``payments``: new payments and, on later passes, the same payments again with updated
+    confirmations until they reach the adapter's ``required_confirmations`` (callers upsert
+    on ``(coin, txid, output_index)``).
+    ``cursor``: JSON-serialisable state; persist it and pass it to the next ``scan``.
+    ``reorged``: ``(txid, output_index)`` of payments reported earlier that have left the
+    chain (orphaned block, vanished from the pool) and were not found again in this pass.
+    """
+
+    payments: list[DetectedPayment] = field(default_factory=list)
+    cursor: dict[str, Any] = field(default_factory=dict)
+    reorged: list[tuple[str, int]] = field(default_factory=list)
+
+
+@runtime_checkable
+class CoinAdapter(Protocol):
+    coin: Coin
+    decimals: int
+    required_confirmations: int
+
+    def address_for_index(self, i: int) -> str:
+        """Watch-only receive address number ``i`` (per-quote address / subaddress)."""
+
+    def payment_uri(self, address: str, amount_base_units: int, label: str | None = None) -> str:
+        """BIP21 / EIP-681 / monero: / Solana Pay URI for the QR code."""
+
+    def scan(self, watch: Any, cursor: dict[str, Any]) -> ScanResult:
+        """One watcher pass; ``watch`` is a set of addresses or a dict keyed by address."""

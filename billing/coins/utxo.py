@@ -1,0 +1,314 @@
+"""BTC and LTC: BIP84 watch-only addresses and a Core-RPC block-scanning watcher.
+
+Addresses: native SegWit P2WPKH from an *account-level* extended public key (BIP84
+``m/84'/coin'/account'``), receive chain ``0/i``. Derivation with bip-utils; encoding with
+python-bitcoinlib's ``segwit_addr.encode(hrp, 0, hash160)`` per coin, so python-bitcoinlib's
+process-global ``SelectParams`` is never touched.
+
+Accepted key prefixes (the version bytes only say which network; the derivation is the
+same): xpub/ypub/zpub/Ypub/Zpub (Bitcoin mainnet), tpub/upub/vpub/Upub/Vpub (testnets and
+regtest), Ltub/Mtub (Litecoin mainnet), ttub (Litecoin testnet). A mainnet key on a
+test network (or the reverse) is refused, and so are private keys (xprv ...): the server
+is watch-only.
+
+Detection: ``getblockhash``/``getblock <hash> 2`` from the cursor's height to the tip,
+matching each output's address (``scriptPubKey.address``, or the older ``addresses``
+list) with a set lookup; plus ``getrawmempool`` + ``getrawtransaction <txid> true`` for
+0-confirmation payments. No wallet is needed on the node.
+
+Gap limit: see ``gap_warning``.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import urllib.parse
+import urllib.request
+from decimal import Decimal
+from typing import Any
+
+from bip_utils import Base58Decoder, Bip32KeyNetVersions, Bip32Secp256k1
+from bitcoin.core import Hash160
+from bitcoin.segwit_addr import encode as segwit_encode
+
+from .amounts import format_amount
+from .base import COIN_SPECS, Coin, DetectedPayment, ScanResult
+from .walker import BlockInfo, Found, walk
+
+# version bytes of extended *public* keys -> is_mainnet
+_PUB_VERSIONS: dict[bytes, bool] = {
+    bytes.fromhex(h): main
+    for h, main in [
+        ("0488b21e", True),   # xpub
+        ("049d7cb2", True),   # ypub
+        ("04b24746", True),   # zpub
+        ("0295b43f", True),   # Ypub
+        ("02aa7ed3", True),   # Zpub
+        ("019da462", True),   # Ltub
+        ("01b26ef6", True),   # Mtub
+        ("043587cf", False),  # tpub
+        ("044a5262", False),  # upub
+        ("045f1cf6", False),  # vpub
+        ("024289ef", False),  # Upub
+        ("02575483", False),  # Vpub
+        ("0436f6e1", False),  # ttub
+    ]
+}
+_PRIV_PREFIXES = ("xprv", "yprv", "zprv", "Yprv", "Zprv", "tprv", "uprv", "vprv", "Ltpv", "Mtpv", "ttpv")
+
+# coin -> network -> (bech32 hrp, is_mainnet)
+HRPS: dict[Coin, dict[str, tuple[str, bool]]] = {
+    Coin.BTC: {"main": ("bc", True), "test": ("tb", False), "signet": ("tb", False), "regtest": ("bcrt", False)},
+    Coin.LTC: {"main": ("ltc", True), "test": ("tltc", False), "regtest": ("rltc", False)},
+}
+URI_SCHEMES = {Coin.BTC: "bitcoin", Coin.LTC: "litecoin"}
+
+
+def parse_account_xpub(xpub: str, mainnet: bool) -> Bip32Secp256k1:
+    """Parse an account-level extended public key whatever its SLIP-132 prefix."""
+    xpub = xpub.strip()
+    if xpub.startswith(_PRIV_PREFIXES):
+        raise ValueError("an extended PRIVATE key was given; configure the account xpub/zpub only")
+    try:
+        raw = Base58Decoder.CheckDecode(xpub)
+    except Exception as exc:
+        raise ValueError(f"not a valid extended public key: {exc}") from None
+    if len(raw) != 78:
+        raise ValueError("not a valid extended public key (length)")
+    version = raw[:4]
+    if version not in _PUB_VERSIONS:
+        raise ValueError(f"unknown or private extended key version {version.hex()}")
+    if _PUB_VERSIONS[version] != mainnet:
+        net = "mainnet" if _PUB_VERSIONS[version] else "testnet"
+        raise ValueError(f"{net} extended key given for a {'mainnet' if mainnet else 'test'} network")
+    key = Bip32Secp256k1.FromExtendedKey(
+        xpub, key_net_ver=Bip32KeyNetVersions(version, bytes.fromhex("04358394"))
+    )
+    if key.Depth() != 3:
+        raise ValueError(
+            f"expected an account-level key (depth 3, m/84'/coin'/account'), got depth {key.Depth()}"
+        )
+    return key
+
+
+def p2wpkh_address(hrp: str, pubkey33: bytes) -> str:
+    return segwit_encode(hrp, 0, Hash160(pubkey33))
+
+
+def gap_warning(highest_used_index: int | None, highest_issued_index: int | None, limit: int = 20) -> bool:
+    """True when the operator should be warned about the wallet gap limit.
+
+    Wallets that restore from the xpub (Electrum, Sparrow, BTCPay, Core descriptors) scan
+    ahead only ``limit`` (usually 20) addresses past the last one that received funds.
+    Every unpaid quote consumes an address, so after ``limit`` unpaid quotes in a row, a
+    payment to the next address is invisible in the operator's wallet (the funds are safe
+    but need a larger gap limit to show). Warn when the issued addresses run ``limit`` or
+    more past the highest used one (``None`` = none used / none issued): raise the wallet's
+    gap limit, or let the billing service reuse expired, never-paid quote indexes.
+    """
+    if highest_issued_index is None:
+        return False
+    used = -1 if highest_used_index is None else highest_used_index
+    return highest_issued_index - used >= limit
+
+
+class RpcError(RuntimeError):
+    def __init__(self, method: str, error: Any):
+        self.method = method
+        self.error = error
+        code = error.get("code") if isinstance(error, dict) else None
+        self.code = code
+        super().__init__(f"{method}: {error}")
+
+
+def _json_default(o):
+    if isinstance(o, Decimal):  # Core accepts amounts as JSON strings: no float round trip
+        return str(o)
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+class CoreRpc:
+    """Minimal Bitcoin/Litecoin Core JSON-RPC client (urllib, basic auth or cookie file).
+
+    ``url`` may carry ``user:password@``; otherwise ``cookie_file`` (``<datadir>/.cookie``)
+    is read on every call (Core rewrites it on restart). Numbers are parsed as ``Decimal``
+    so no amount ever passes through a float.
+    """
+
+    def __init__(self, url: str, *, cookie_file: str | None = None, timeout: float = 30.0):
+        parts = urllib.parse.urlsplit(url)
+        self._auth = None
+        if parts.username is not None:
+            self._auth = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or ""))
+        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+        self.url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+        self.cookie_file = cookie_file
+        self.timeout = timeout
+        self._ids = itertools.count(1)
+
+    def _auth_header(self) -> str | None:
+        if self._auth:
+            user, pw = self._auth
+        elif self.cookie_file and os.path.exists(self.cookie_file):
+            with open(self.cookie_file) as fh:
+                user, _, pw = fh.read().strip().partition(":")
+        else:
+            return None
+        return "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()
+
+    def call(self, method: str, *params: Any) -> Any:
+        body = json.dumps({"jsonrpc": "1.0", "id": next(self._ids), "method": method, "params": list(params)},
+                          default=_json_default)
+        req = urllib.request.Request(self.url, data=body.encode(), method="POST")
+        req.add_header("Content-Type", "application/json")
+        auth = self._auth_header()
+        if auth:
+            req.add_header("Authorization", auth)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                data = resp.read()
+        except urllib.error.HTTPError as exc:  # Core answers RPC errors with HTTP 404/500
+            data = exc.read()
+            if not data:
+                raise RpcError(method, {"code": exc.code, "message": str(exc)}) from None
+        reply = json.loads(data, parse_float=Decimal)
+        if reply.get("error"):
+            raise RpcError(method, reply["error"])
+        return reply["result"]
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *params: self.call(name, *params)
+
+
+def _coins_to_base(value: Any, decimals: int = 8) -> int:
+    if isinstance(value, float):  # only if a caller's RPC parsed floats; go via repr
+        value = repr(value)
+    d = Decimal(value).scaleb(decimals)
+    if d != d.to_integral_value():
+        raise ValueError(f"amount {value} has more than {decimals} decimals")
+    return int(d)
+
+
+def _output_address(vout: dict) -> str | None:
+    spk = vout.get("scriptPubKey") or {}
+    addr = spk.get("address")
+    if addr is None:
+        addrs = spk.get("addresses")
+        if addrs and len(addrs) == 1:
+            addr = addrs[0]
+    return addr
+
+
+def match_outputs(txs: list[dict], watch=None) -> list[Found]:
+    """Outputs paying a watched address (``watch`` supports ``in``: set or dict; one hash
+    lookup per output). ``watch=None`` returns every output that has an address."""
+    found = []
+    for tx in txs:
+        txid = tx["txid"]
+        for vout in tx["vout"]:
+            addr = _output_address(vout)
+            if addr is not None and (watch is None or addr in watch):
+                found.append(Found(txid, int(vout["n"]), addr, _coins_to_base(vout["value"])))
+    return found
+
+
+class UtxoAdapter:
+    """BTC / LTC adapter: BIP84 addresses, Core-RPC watcher.
+
+    ``network``: ``main``, ``test``, ``signet`` (BTC) or ``regtest``. ``rpc`` is a
+    ``CoreRpc`` (or anything with ``call(method, *params)``); None = derivation only.
+    ``start_height``: where a watcher with an empty cursor starts (default: the tip).
+    """
+
+    def __init__(
+        self,
+        coin: Coin,
+        xpub: str,
+        *,
+        network: str = "main",
+        rpc: Any = None,
+        required_confirmations: int | None = None,
+        start_height: int | None = None,
+        include_mempool: bool = True,
+        max_blocks_per_pass: int | None = None,
+    ):
+        self.coin = Coin(coin)
+        if self.coin not in HRPS:
+            raise ValueError(f"{coin} is not a UTXO coin")
+        spec = COIN_SPECS[self.coin]
+        self.decimals = spec.decimals
+        self.required_confirmations = (
+            spec.required_confirmations if required_confirmations is None else required_confirmations
+        )
+        self.network = network
+        self.hrp, mainnet = HRPS[self.coin][network]
+        self._receive = parse_account_xpub(xpub, mainnet).ChildKey(0)
+        self.rpc = rpc
+        self.start_height = start_height
+        self.include_mempool = include_mempool
+        self.max_blocks_per_pass = max_blocks_per_pass
+        self._mempool_cache: dict[str, list[Found]] = {}
+
+    # -- addresses and URIs ------------------------------------------------------------
+    def address_for_index(self, i: int) -> str:
+        if not 0 <= i < 2**31:
+            raise ValueError("index must be a non-hardened index 0 <= i < 2**31")
+        return p2wpkh_address(self.hrp, self._receive.ChildKey(i).PublicKey().RawCompressed().ToBytes())
+
+    def payment_uri(self, address: str, amount_base_units: int, label: str | None = None) -> str:
+        """BIP21: ``bitcoin:<addr>?amount=<coins>&label=<label>``."""
+        q = [("amount", format_amount(amount_base_units, self.decimals))]
+        if label:
+            q.append(("label", label))
+        return f"{URI_SCHEMES[self.coin]}:{address}?" + urllib.parse.urlencode(q, quote_via=urllib.parse.quote)
+
+    # -- watcher -----------------------------------------------------------------------
+    def _block(self, height: int) -> BlockInfo:
+        h = self.rpc.call("getblockhash", height)
+        blk = self.rpc.call("getblock", h, 2)
+        return BlockInfo(blk["hash"], blk.get("previousblockhash"), match_outputs(blk["tx"], self._watch))
+
+    def scan(self, watch, cursor: dict | None = None, *, max_blocks: int | None = None) -> ScanResult:
+        if self.rpc is None:
+            raise RuntimeError(f"{self.coin}: no node RPC configured")
+        self._watch = watch
+        result = walk(
+            self.coin,
+            cursor or {},
+            tip=lambda: self.rpc.call("getblockcount"),
+            hash_at=lambda h: self.rpc.call("getblockhash", h),
+            block=self._block,
+            required=self.required_confirmations,
+            start_height=self.start_height,
+            max_blocks=max_blocks if max_blocks is not None else self.max_blocks_per_pass,
+        )
+        if self.include_mempool:
+            in_blocks = {(t["txid"], t["n"]) for t in result.cursor["tracked"]}
+            pool = self._scan_mempool(watch)
+            for f in pool:
+                if (f.txid, f.output_index) not in in_blocks:
+                    result.payments.append(DetectedPayment(
+                        self.coin, f.txid, f.output_index, f.address, f.amount, 0, None, None))
+            pooled = {(f.txid, f.output_index) for f in pool}
+            result.reorged = [k for k in result.reorged if k not in pooled]
+        return result
+
+    def _scan_mempool(self, watch) -> list[Found]:
+        txids = self.rpc.call("getrawmempool")
+        current = set(txids)
+        cache = {t: v for t, v in self._mempool_cache.items() if t in current}
+        for txid in txids:
+            if txid in cache:
+                continue
+            try:
+                tx = self.rpc.call("getrawtransaction", txid, True)
+            except RpcError:  # left the pool between the two calls
+                continue
+            cache[txid] = match_outputs([tx])  # all outputs: the watch set may grow later
+        self._mempool_cache = cache
+        return [f for fs in cache.values() for f in fs if f.address in watch]

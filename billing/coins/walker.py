@@ -1,0 +1,117 @@
+"""Chain-walking with reorg detection, shared by the UTXO (Core RPC) and EVM adapters.
+
+Cursor (JSON): ``{"height": last scanned height, "hashes": {"<height>": hash, ...}
+(last ``keep`` heights), "tracked": [payment found in those blocks, ...]}``.
+
+Each pass: (1) check the remembered hash at the cursor height against the node; if it
+differs, walk back to the fork point, drop the orphaned blocks and their payments;
+(2) walk forward to the tip (or ``max_blocks``); (3) report new payments and, again, those
+tracked payments whose confirmations have not yet been reported as reaching
+``required``; orphaned payments not found again are ``reorged``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .base import Coin, DetectedPayment, ScanResult
+
+KEEP_HASHES = 100
+
+
+@dataclass(frozen=True)
+class Found:
+    txid: str
+    output_index: int
+    address: str
+    amount: int
+
+
+@dataclass
+class BlockInfo:
+    hash: str
+    prev_hash: str | None
+    found: Iterable[Found]
+
+
+def walk(
+    coin: Coin,
+    cursor: dict[str, Any],
+    *,
+    tip: Callable[[], int],
+    hash_at: Callable[[int], str],
+    block: Callable[[int], BlockInfo],
+    required: int,
+    start_height: int | None = None,
+    max_blocks: int | None = None,
+    keep: int = KEEP_HASHES,
+) -> ScanResult:
+    tip_h = tip()
+    hashes: dict[str, str] = dict(cursor.get("hashes") or {})
+    tracked: dict[tuple[str, int], dict] = {
+        (t["txid"], t["n"]): dict(t) for t in cursor.get("tracked") or []
+    }
+    height = cursor.get("height")
+    if height is None:
+        height = (tip_h if start_height is None else start_height - 1)
+    height = int(height)
+
+    # 1. reorg detection: walk back while our remembered hash is not the node's
+    orphaned: set[tuple[str, int]] = set()
+    rolled_back = False
+    while str(height) in hashes and (height > tip_h or hash_at(height) != hashes[str(height)]):
+        del hashes[str(height)]
+        height -= 1
+        rolled_back = True
+    # A fork below the remembered window (>``keep`` blocks) cannot be located exactly:
+    # we then rescan from just below the oldest remembered height.
+    if rolled_back:
+        for key, t in list(tracked.items()):
+            if t["height"] > height:
+                orphaned.add(key)
+                del tracked[key]
+
+    # 2. walk forward
+    new: set[tuple[str, int]] = set()
+    scanned = 0
+    h = height + 1
+    while h <= tip_h and (max_blocks is None or scanned < max_blocks):
+        info = block(h)
+        prev = hashes.get(str(h - 1))
+        if prev is not None and info.prev_hash is not None and info.prev_hash != prev:
+            break  # the chain changed under us mid-pass: the next pass rolls back
+        hashes[str(h)] = info.hash
+        for f in info.found:
+            key = (f.txid, f.output_index)
+            tracked[key] = {
+                "txid": f.txid, "n": f.output_index, "address": f.address,
+                "amount": str(f.amount), "height": h, "hash": info.hash, "reported": -1,
+            }
+            new.add(key)
+        height = h
+        h += 1
+        scanned += 1
+
+    # 3. report
+    payments: list[DetectedPayment] = []
+    for key, t in tracked.items():
+        conf = max(tip_h, height) - t["height"] + 1
+        if key in new or t["reported"] < required:
+            payments.append(DetectedPayment(
+                coin=coin, txid=t["txid"], output_index=t["n"], address=t["address"],
+                amount=int(t["amount"]), confirmations=conf,
+                block_hash=t["hash"], block_height=t["height"],
+            ))
+            t["reported"] = conf
+    low = height - keep
+    hashes = {k: v for k, v in hashes.items() if int(k) > low}
+    tracked = {k: t for k, t in tracked.items() if t["height"] > low}
+    new_cursor = {
+        "height": height,
+        "hashes": hashes,
+        "tracked": sorted(tracked.values(), key=lambda t: (t["height"], t["txid"], t["n"])),
+    }
+    reorged = sorted(k for k in orphaned if k not in tracked)
+    return ScanResult(payments=payments, cursor=new_cursor, reorged=reorged)

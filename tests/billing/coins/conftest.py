@@ -1,0 +1,130 @@
+"""Session fixtures for the chain tests: a real litecoind regtest node, a real anvil chain.
+
+Both are started once per session on free ports with temp datadirs, and skipped (with the
+reason) when the tool is not installed: run ``scripts/install-chain-tools.sh`` to get them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+CHAIN_TOOLS = REPO / ".chain-tools" / "node_modules" / ".bin"
+
+# "abandon abandon ... about": the BIP84 / BIP44 test mnemonic (never holds real funds)
+TEST_MNEMONIC = "abandon " * 11 + "about"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str, proc=None):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what}: process exited with {proc.returncode}")
+        try:
+            if predicate():
+                return
+        except Exception as exc:  # not up yet
+            last = exc
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not come up in {timeout}s: {last}")
+
+
+def stop(proc: subprocess.Popen):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class LitecoinNode:
+    def __init__(self, rpc, wallet_rpc, datadir):
+        self.rpc = rpc            # node-level CoreRpc (what the watcher uses: no wallet)
+        self.wallet = wallet_rpc  # the funding wallet, to pay quotes
+        self.datadir = datadir
+        self.mine_to = wallet_rpc.call("getnewaddress", "", "bech32")
+        self._next_index = 0
+
+    def mine(self, n: int = 1, *, fresh: bool = False) -> list[str]:
+        """Mine ``n`` blocks; ``fresh`` pays a new address so the blocks differ from any
+        invalidated ones (a re-mined identical block would be rejected as invalid)."""
+        to = self.wallet.call("getnewaddress", "", "bech32") if fresh else self.mine_to
+        return self.rpc.call("generatetoaddress", n, to)
+
+    def fresh_indexes(self, n: int) -> list[int]:
+        out = list(range(self._next_index, self._next_index + n))
+        self._next_index += n
+        return out
+
+
+@pytest.fixture(scope="session")
+def litecoind(tmp_path_factory):
+    exe = shutil.which("litecoind")
+    if exe is None:
+        pytest.skip("litecoind not installed (scripts/install-chain-tools.sh installs Debian's litecoind)")
+    from billing.coins.utxo import CoreRpc
+
+    datadir = tmp_path_factory.mktemp("litecoind")
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, "-regtest", f"-datadir={datadir}", "-server", f"-rpcport={port}", "-rpcbind=127.0.0.1",
+         "-rpcallowip=127.0.0.1", "-listen=0", "-fallbackfee=0.0001", "-printtoconsole=0",
+         "-disablewallet=0", "-dnsseed=0", "-upnp=0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        cookie = datadir / "regtest" / ".cookie"
+        rpc = CoreRpc(f"http://127.0.0.1:{port}/", cookie_file=str(cookie), timeout=60)
+        wait_for(lambda: rpc.call("getblockcount") >= 0, 60, "litecoind", proc)
+        rpc.call("createwallet", "funder")  # legacy (non-descriptor) wallet in 0.21
+        wallet = CoreRpc(f"http://127.0.0.1:{port}/wallet/funder", cookie_file=str(cookie), timeout=60)
+        node = LitecoinNode(rpc, wallet, datadir)
+        node.mine(101)  # mature one coinbase
+        yield node
+    finally:
+        stop(proc)
+
+
+def anvil_path() -> str | None:
+    local = CHAIN_TOOLS / "anvil"
+    if local.exists():
+        return str(local)
+    return shutil.which("anvil")
+
+
+@pytest.fixture(scope="session")
+def anvil():
+    exe = anvil_path()
+    if exe is None:
+        pytest.skip("anvil not installed (scripts/install-chain-tools.sh: npm @foundry-rs/anvil)")
+    from web3 import HTTPProvider, Web3
+
+    port = free_port()
+    env = dict(os.environ)
+    proc = subprocess.Popen(
+        [exe, "--host", "127.0.0.1", "--port", str(port), "--chain-id", "31337", "--no-mining",
+         "--silent"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+    )
+    try:
+        w3 = Web3(HTTPProvider(f"http://127.0.0.1:{port}", request_kwargs={"timeout": 30}))
+        wait_for(lambda: w3.eth.block_number >= 0, 60, "anvil", proc)
+        yield w3
+    finally:
+        stop(proc)
