@@ -67,8 +67,11 @@ HRPS: dict[Coin, dict[str, tuple[str, bool]]] = {
 URI_SCHEMES = {Coin.BTC: "bitcoin", Coin.LTC: "litecoin"}
 
 
-def parse_account_xpub(xpub: str, mainnet: bool) -> Bip32Secp256k1:
-    """Parse an account-level extended public key whatever its SLIP-132 prefix."""
+def parse_account_xpub(xpub: str, mainnet: bool | None) -> Bip32Secp256k1:
+    """Parse an account-level extended public key whatever its SLIP-132 prefix.
+
+    ``mainnet=None`` accepts either network (Ethereum keys carry no network).
+    """
     xpub = xpub.strip()
     if xpub.startswith(_PRIV_PREFIXES):
         raise ValueError("an extended PRIVATE key was given; configure the account xpub/zpub only")
@@ -81,7 +84,7 @@ def parse_account_xpub(xpub: str, mainnet: bool) -> Bip32Secp256k1:
     version = raw[:4]
     if version not in _PUB_VERSIONS:
         raise ValueError(f"unknown or private extended key version {version.hex()}")
-    if _PUB_VERSIONS[version] != mainnet:
+    if mainnet is not None and _PUB_VERSIONS[version] != mainnet:
         net = "mainnet" if _PUB_VERSIONS[version] else "testnet"
         raise ValueError(f"{net} extended key given for a {'mainnet' if mainnet else 'test'} network")
     key = Bip32Secp256k1.FromExtendedKey(

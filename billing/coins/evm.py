@@ -1,0 +1,156 @@
+"""ETH and the ERC-20 stablecoins (USDT, USDC) with web3.
+
+Addresses: from the account xpub at ``m/44'/60'/0'`` (what Ledger/Trezor/MetaMask-style
+wallets export), receive chain ``0/i``, EIP-55 checksummed.
+
+Detection (both remember the last ~100 block hashes in the cursor to detect reorgs):
+
+* ETH: every block's transactions (``get_block(n, full_transactions=True)``) whose ``to``
+  is watched, with a successful receipt; ``output_index`` 0. Value sent by a *contract*
+  (an internal transfer, e.g. from some exchange or smart-contract wallets) is not a
+  transaction ``to`` the address and is not seen this way: ``confirmed_balance(address)``
+  reads the balance at the confirmed block (tip − confirmations + 1) as the documented
+  fallback for such quotes (the caller compares it with the amount already credited).
+* ERC-20: ``Transfer(address,address,uint256)`` logs of the configured token contract
+  per block (``eth_getLogs`` by ``blockHash``), filtered on ``topics[2]`` = the watched
+  addresses (32-byte padded); ``output_index`` = the log index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bip_utils import EthAddrEncoder
+from web3 import Web3
+
+from .base import COIN_SPECS, Coin, ScanResult
+from .utxo import parse_account_xpub
+from .walker import BlockInfo, Found, walk
+
+TRANSFER_TOPIC = "0x" + Web3.keccak(text="Transfer(address,address,uint256)").hex().removeprefix("0x")
+EVM_COINS = (Coin.ETH, Coin.USDT, Coin.USDC)
+#: above this many watched addresses, logs are filtered here (set lookup) instead of by topic
+TOPIC_FILTER_MAX = 500
+
+
+def _hex(value: Any) -> str:
+    if isinstance(value, str):
+        return value.lower() if value.startswith("0x") else "0x" + value.lower()
+    return "0x" + bytes(value).hex()
+
+
+def address_topic(address: str) -> str:
+    return "0x" + "0" * 24 + address.lower().removeprefix("0x")
+
+
+class EvmAdapter:
+    """ETH (no ``token``) or an ERC-20 (``token`` = its contract address) on one chain."""
+
+    def __init__(
+        self,
+        coin: Coin,
+        xpub: str,
+        *,
+        w3: Web3 | None = None,
+        chain_id: int = 1,
+        token: str | None = None,
+        required_confirmations: int | None = None,
+        start_height: int | None = None,
+        max_blocks_per_pass: int | None = None,
+    ):
+        self.coin = Coin(coin)
+        if self.coin not in EVM_COINS:
+            raise ValueError(f"{coin} is not an EVM coin")
+        if self.coin is not Coin.ETH and not token:
+            raise ValueError(f"{coin} needs its token contract address")
+        spec = COIN_SPECS[self.coin]
+        self.decimals = spec.decimals
+        self.required_confirmations = (
+            spec.required_confirmations if required_confirmations is None else required_confirmations
+        )
+        self.w3 = w3
+        self.chain_id = int(chain_id)
+        self.token = Web3.to_checksum_address(token) if token else None
+        self.start_height = start_height
+        self.max_blocks_per_pass = max_blocks_per_pass
+        self._receive = parse_account_xpub(xpub, None).ChildKey(0)
+
+    def address_for_index(self, i: int) -> str:
+        if not 0 <= i < 2**31:
+            raise ValueError("index must be a non-hardened index 0 <= i < 2**31")
+        return EthAddrEncoder.EncodeKey(self._receive.ChildKey(i).PublicKey().KeyObject())
+
+    def payment_uri(self, address: str, amount_base_units: int, label: str | None = None) -> str:
+        """EIP-681. ETH: ``ethereum:<addr>@<chainId>?value=<wei>``; ERC-20:
+        ``ethereum:<token>@<chainId>/transfer?address=<to>&uint256=<amount>`` (EIP-681 has
+        no label parameter; ``label`` is ignored)."""
+        if self.token:
+            return (f"ethereum:{self.token}@{self.chain_id}/transfer"
+                    f"?address={Web3.to_checksum_address(address)}&uint256={int(amount_base_units)}")
+        return f"ethereum:{Web3.to_checksum_address(address)}@{self.chain_id}?value={int(amount_base_units)}"
+
+    # -- watcher -----------------------------------------------------------------------
+    def _eth_block(self, height: int, watch_lower: dict[str, str]) -> BlockInfo:
+        blk = self.w3.eth.get_block(height, full_transactions=True)
+        found = []
+        for tx in blk["transactions"]:
+            to = tx.get("to")
+            if to is None or tx["value"] == 0:
+                continue
+            addr = watch_lower.get(to.lower())
+            if addr is None:
+                continue
+            txid = _hex(tx["hash"])
+            if self.w3.eth.get_transaction_receipt(txid)["status"] != 1:
+                continue  # a reverted transaction moves no value
+            found.append(Found(txid, 0, addr, int(tx["value"])))
+        return BlockInfo(_hex(blk["hash"]), _hex(blk["parentHash"]), found)
+
+    def _token_block(self, height: int, watch_lower: dict[str, str]) -> BlockInfo:
+        blk = self.w3.eth.get_block(height)
+        bhash = _hex(blk["hash"])
+        topics: list[Any] = [TRANSFER_TOPIC, None]
+        if len(watch_lower) <= TOPIC_FILTER_MAX:
+            topics.append([address_topic(a) for a in watch_lower])
+        logs = self.w3.eth.get_logs({"blockHash": bhash, "address": self.token, "topics": topics})
+        found = []
+        for log in logs:
+            if len(log["topics"]) != 3 or _hex(log["topics"][0]) != TRANSFER_TOPIC or log.get("removed"):
+                continue
+            to = "0x" + _hex(log["topics"][2])[-40:]
+            addr = watch_lower.get(to)
+            if addr is None:
+                continue
+            found.append(Found(_hex(log["transactionHash"]), int(log["logIndex"]), addr,
+                               int.from_bytes(bytes(log["data"])[:32], "big") if not isinstance(log["data"], str)
+                               else int(log["data"], 16)))
+        return BlockInfo(bhash, _hex(blk["parentHash"]), found)
+
+    def scan(self, watch, cursor: dict | None = None, *, max_blocks: int | None = None) -> ScanResult:
+        if self.w3 is None:
+            raise RuntimeError(f"{self.coin}: no node configured")
+        # one dict per pass so that checksummed and lower-case addresses both match
+        watch_lower = {a.lower(): a for a in watch}
+        block = self._token_block if self.token else self._eth_block
+        return walk(
+            self.coin,
+            cursor or {},
+            tip=lambda: self.w3.eth.block_number,
+            hash_at=lambda h: _hex(self.w3.eth.get_block(h)["hash"]),
+            block=lambda h: block(h, watch_lower),
+            required=self.required_confirmations,
+            start_height=self.start_height,
+            max_blocks=max_blocks if max_blocks is not None else self.max_blocks_per_pass,
+        )
+
+    def confirmed_balance(self, address: str, confirmations: int | None = None) -> int:
+        """Balance (wei, or token units) at the block that has ``confirmations``
+        (default: required) — the fallback for ETH sent by contracts (internal transfers)."""
+        conf = self.required_confirmations if confirmations is None else confirmations
+        block = max(self.w3.eth.block_number - conf + 1, 0)
+        address = Web3.to_checksum_address(address)
+        if self.token:
+            data = "0x70a08231" + address_topic(address)[2:]
+            raw = self.w3.eth.call({"to": self.token, "data": data}, block_identifier=block)
+            return int.from_bytes(bytes(raw), "big")
+        return int(self.w3.eth.get_balance(address, block_identifier=block))
