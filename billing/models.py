@@ -108,3 +108,120 @@ class JobRun(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+# --- crypto payments -------------------------------------------------------------------
+# Coin amounts are integers in the coin's base unit. Wei amounts overflow 64-bit
+# integers, so they are stored as DecimalField(max_digits=40, decimal_places=0).
+
+def base_units_field(**kwargs):
+    return models.DecimalField(max_digits=40, decimal_places=0, **kwargs)
+
+
+COIN_CHOICES = [(c, c) for c in ("BTC", "LTC", "ETH", "USDT", "USDC", "XMR", "SOL")]
+
+
+class CoinRate(models.Model):
+    """Operator-set exchange rate (USD per whole coin), with when it was set."""
+
+    coin = models.CharField(max_length=5, choices=COIN_CHOICES, unique=True)
+    usd_per_coin = models.DecimalField(max_digits=20, decimal_places=8)
+    source = models.CharField(max_length=40, default="operator")
+    set_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.coin} ${self.usd_per_coin} ({self.source}, {self.set_at:%Y-%m-%d %H:%M})"
+
+
+class CoinWallet(models.Model):
+    """Watch-only receive side of a coin: the next derivation index to hand out, and the
+    highest index that has been paid (for the gap-limit warning)."""
+
+    coin = models.CharField(max_length=5, choices=COIN_CHOICES, unique=True)
+    next_index = models.PositiveIntegerField(default=0)
+    highest_paid_index = models.IntegerField(default=-1)
+
+    def __str__(self) -> str:
+        return f"{self.coin} wallet (next index {self.next_index})"
+
+
+class Quote(models.Model):
+    class State(models.TextChoices):
+        NEW = "new", "awaiting payment"
+        PROCESSING = "processing", "seen, confirming"
+        SETTLED = "settled", "settled"
+        EXPIRED = "expired", "expired"
+        INVALID = "invalid", "invalid (double-spent or reorged away)"
+
+    class Exception_(models.TextChoices):
+        NONE = "", "—"
+        PARTIAL = "paid_partial", "paid partially"
+        OVER = "paid_over", "paid over"
+        LATE = "paid_late", "paid late"
+
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="quotes")
+    coin = models.CharField(max_length=5, choices=COIN_CHOICES)
+    address = models.CharField(max_length=120)
+    derivation_index = models.IntegerField(null=True, blank=True)
+    reference = models.CharField(max_length=120, blank=True, help_text="Solana Pay reference")
+    amount = base_units_field(help_text="Base units due")
+    usd_cents = models.PositiveIntegerField()
+    rate_usd_per_coin = models.DecimalField(max_digits=20, decimal_places=8)
+    rate_source = models.CharField(max_length=40)
+    rate_at = models.DateTimeField()
+    uri = models.CharField(max_length=400)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+    state = models.CharField(max_length=12, choices=State.choices, default=State.NEW, db_index=True)
+    exception = models.CharField(max_length=14, choices=Exception_.choices, default="", blank=True)
+    received = base_units_field(default=0, help_text="Base units seen (any confirmations)")
+    confirmed = base_units_field(default=0, help_text="Base units with enough confirmations")
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["coin", "address"], condition=~Q(coin="SOL"), name="one_quote_per_address"),
+            models.UniqueConstraint(fields=["reference"], condition=Q(coin="SOL"), name="one_quote_per_sol_reference"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Quote #{self.pk} {self.coin} for invoice #{self.invoice_id} ({self.state})"
+
+
+class Payment(models.Model):
+    """A payment as the chain reports it; (coin, txid, output_index) is unique, so a
+    payment seen twice — two watchers, a restart — is recorded and credited once."""
+
+    class State(models.TextChoices):
+        SEEN = "seen", "seen"
+        CONFIRMED = "confirmed", "confirmed"
+        REORGED = "reorged", "left the chain"
+
+    quote = models.ForeignKey(Quote, on_delete=models.PROTECT, related_name="payments")
+    coin = models.CharField(max_length=5, choices=COIN_CHOICES)
+    txid = models.CharField(max_length=128)
+    output_index = models.IntegerField()
+    address = models.CharField(max_length=120)
+    amount = base_units_field()
+    confirmations = models.IntegerField(default=0)
+    block_hash = models.CharField(max_length=128, blank=True)
+    block_height = models.BigIntegerField(null=True, blank=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.SEEN)
+    first_seen_at = models.DateTimeField()
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-first_seen_at"]
+        constraints = [models.UniqueConstraint(fields=["coin", "txid", "output_index"], name="payment_credited_once")]
+
+    def __str__(self) -> str:
+        return f"{self.coin} {self.txid[:12]}…:{self.output_index}"
+
+
+class WatcherCursor(models.Model):
+    """Where a coin's watcher left off (last block, recent hashes for reorg detection)."""
+
+    coin = models.CharField(max_length=5, choices=COIN_CHOICES, unique=True)
+    cursor = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(auto_now=True)
