@@ -128,3 +128,73 @@ def anvil():
         yield w3
     finally:
         stop(proc)
+
+
+class MoneroRegtest:
+    def __init__(self, daemon_url, funder, merchant, funder_address):
+        self.daemon_url = daemon_url
+        self.funder = funder      # full wallet with mined coins
+        self.merchant = merchant  # view-only wallet (address + view key only)
+        self.funder_address = funder_address
+
+    def mine(self, n: int = 1):
+        import json
+        import urllib.request
+
+        body = json.dumps({"jsonrpc": "2.0", "id": "0", "method": "generateblocks",
+                           "params": {"amount_of_blocks": n, "wallet_address": self.funder_address}})
+        with urllib.request.urlopen(urllib.request.Request(self.daemon_url, body.encode()), timeout=120) as r:
+            reply = json.loads(r.read())
+        assert "error" not in reply, reply
+        return reply["result"]["blocks"]
+
+
+@pytest.fixture(scope="session")
+def monero_regtest(tmp_path_factory):
+    monerod, wallet_rpc = shutil.which("monerod"), shutil.which("monero-wallet-rpc")
+    if not monerod or not wallet_rpc:
+        pytest.skip("monerod / monero-wallet-rpc not installed (scripts/install-chain-tools.sh: Debian monero)")
+    from billing.coins.monero import MoneroRpcError, MoneroWalletRpc
+
+    root = tmp_path_factory.mktemp("monero")
+    dport, p2p, zmq, fport, mport = (free_port() for _ in range(5))
+    procs = []
+    try:
+        procs.append(subprocess.Popen(
+            [monerod, "--regtest", "--offline", "--fixed-difficulty", "1", f"--data-dir={root / 'd'}",
+             "--rpc-bind-ip=127.0.0.1", f"--rpc-bind-port={dport}", f"--p2p-bind-port={p2p}",
+             f"--zmq-rpc-bind-port={zmq}", "--no-igd", "--non-interactive", "--log-level=0"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wallets = []
+        for port, name in ((fport, "funder"), (mport, "merchant")):
+            (root / name).mkdir()
+            procs.append(subprocess.Popen(
+                [wallet_rpc, f"--daemon-address=127.0.0.1:{dport}", f"--wallet-dir={root / name}",
+                 "--rpc-bind-ip=127.0.0.1", f"--rpc-bind-port={port}", "--disable-rpc-login",
+                 "--trusted-daemon", "--non-interactive", "--log-level=0"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            wallets.append(MoneroWalletRpc(f"http://127.0.0.1:{port}/json_rpc", timeout=120))
+        funder, merchant = wallets
+        for w, proc in zip(wallets, procs[1:], strict=True):
+            wait_for(lambda w=w: w.call("get_version") is not None, 60, "monero-wallet-rpc", proc)
+        # the merchant's keys: made in the funder's process, then only address + view key leave it
+        funder.call("create_wallet", filename="merchant-full", language="English")
+        m_addr = funder.call("get_address", account_index=0)["address"]
+        m_view = funder.call("query_key", key_type="view_key")["key"]
+        funder.call("close_wallet")
+        funder.call("create_wallet", filename="funder", language="English")
+        f_addr = funder.call("get_address", account_index=0)["address"]
+        merchant.call("generate_from_keys", filename="merchant-view", address=m_addr, viewkey=m_view,
+                      password="", restore_height=0)
+        try:  # the merchant wallet must be view-only: it cannot give a spend key
+            merchant.call("query_key", key_type="spend_key")
+            raise AssertionError("merchant wallet is not view-only")
+        except MoneroRpcError as exc:
+            assert "watch-only" in str(exc)
+        net = MoneroRegtest(f"http://127.0.0.1:{dport}/json_rpc", funder, merchant, f_addr)
+        net.mine(75)  # 60-block coinbase lock + decoys for ring size 16
+        funder.call("refresh")
+        yield net
+    finally:
+        for p in reversed(procs):
+            stop(p)

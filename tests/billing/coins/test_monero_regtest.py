@@ -1,0 +1,43 @@
+"""XMR on a real monerod regtest chain: a funded wallet pays subaddresses of a VIEW-ONLY
+merchant wallet served by monero-wallet-rpc; the adapter sees them in the pool (0 conf),
+then mined, up to the 10 confirmations."""
+
+from __future__ import annotations
+
+import pytest
+
+from billing.coins.monero import MoneroAdapter
+
+
+@pytest.fixture(scope="module")
+def xmr(monero_regtest):
+    return MoneroAdapter(monero_regtest.merchant)
+
+
+def test_subaddress_payment_pool_then_confirmed(monero_regtest, xmr):
+    net = monero_regtest
+    a1, i1 = xmr.create_address(label="quote 1")
+    a2, i2 = xmr.create_address(label="quote 2")
+    assert i2 == i1 + 1 and xmr.address_for_index(i1) == a1
+    assert xmr.payment_uri(a1, 1_500_000_000_000).endswith("?tx_amount=1.5")
+
+    tx = net.funder.call("transfer", destinations=[
+        {"address": a1, "amount": 1_250_000_000_000}, {"address": a2, "amount": 20_000_000}])
+    watch = {a1: i1, a2: i2}
+    r = xmr.scan(watch, {})
+    got = {p.address: p for p in r.payments}
+    assert set(got) == {a1, a2}
+    assert (got[a1].txid, got[a1].amount, got[a1].confirmations, got[a1].output_index) == (
+        tx["tx_hash"], 1_250_000_000_000, 0, i1)
+    assert got[a2].amount == 20_000_000 and got[a2].output_index == i2
+
+    net.mine(1)
+    r = xmr.scan(watch, r.cursor)
+    assert sorted(p.confirmations for p in r.payments) == [1, 1]
+    assert all(p.block_height is not None for p in r.payments)
+    net.mine(9)
+    r = xmr.scan(set(watch), r.cursor)  # a plain set works too (index looked up)
+    assert sorted(p.confirmations for p in r.payments) == [10, 10]
+    net.mine(1)
+    r = xmr.scan(watch, r.cursor)
+    assert r.payments == [] and r.reorged == []  # settled: not reported again
