@@ -149,6 +149,8 @@ def lease_extend(*, lease_id: int, term_start: datetime, now: datetime, actor=No
 def lease_suspend(*, lease_id: int, now: datetime, actor=None, reason="term ended unpaid", force=False) -> bool:
     """active → suspended at term end: instance stopped, slot held 72 h, disk untouched."""
     lease = Lease.objects.get(pk=lease_id)
+    if lease.state != S.ACTIVE:  # only an active lease has an end to count the hold from
+        return False
     end = lease.ends_at if not force else min(lease.ends_at, now)
     left = _transition(lease_id, to=S.SUSPENDED, from_states=[S.ACTIVE], now=now, kind="suspended", actor=actor,
                        reason=reason, when=None if force else Q(ends_at__lte=now),
@@ -253,3 +255,36 @@ def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: s
             Notification.objects.filter(pk=note.pk).update(emailed_at=timezone.now())
         transaction.on_commit(send)
     return True
+
+
+# --- operator actions (admin, management commands) --------------------------------------
+
+@transaction.atomic
+def lease_extend_by_operator(*, lease_id: int, actor, reason: str, now: datetime) -> bool:
+    """One more term free of charge, from the current end. Guarded like `lease_extend`:
+    the update only applies while `ends_at` is still the end the operator extended, so a
+    renewal payment landing at the same moment is not swallowed (one of them wins, the
+    other returns False / goes to the balance). A suspended lease whose new end is in the
+    future is resumed. Returns False when the lease moved in between."""
+    if not reason.strip():
+        raise TransitionRefused("An operator extension needs a reason.")
+    lease = Lease.objects.get(pk=lease_id)
+    if lease.state not in (S.PROVISIONING, S.ACTIVE, S.SUSPENDED) or lease.ends_at is None:
+        raise TransitionRefused(f"lease #{lease_id} is {lease.get_state_display()}: it has no term to extend")
+    old_end = lease.ends_at
+    new_end = old_end + lease.term_length
+    data = {"term_start": old_end.isoformat(), "ends_at": new_end.isoformat(), "free_of_charge": True}
+    if lease.state == S.PROVISIONING:
+        changed = Lease.objects.filter(pk=lease_id, state=S.PROVISIONING, ends_at=old_end).update(ends_at=new_end)
+        if changed:
+            _event(lease_id, kind="extended_by_operator", now=now, actor=actor, from_state=S.PROVISIONING,
+                   to_state=S.PROVISIONING, reason=reason, data=data)
+        return bool(changed)
+    if new_end <= now:
+        raise TransitionRefused(f"lease #{lease_id}: one more term would still end in the past")
+    left = _transition(lease_id, to=S.ACTIVE, from_states=[lease.state], now=now, kind="extended_by_operator",
+                       actor=actor, reason=reason, when=Q(ends_at=old_end), ends_at=new_end, hold_until=None,
+                       wipe_by=None, data=data)
+    if left == S.SUSPENDED:
+        transaction.on_commit(lambda: get_agent().resume(lease_id=lease_id))
+    return bool(left)

@@ -1,0 +1,305 @@
+"""Operators' screens for leases. Status and deadlines are read-only: every change is an
+admin action that calls a service in rental.services, which writes the LeaseEvent with
+the operator as actor. Suspend and release ask for a reason on a confirmation page."""
+from datetime import timedelta
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db.models import Q
+from django.template import engines
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
+from . import services
+from .models import DiskKey, Image, Lease, LeaseEvent, LeaseState, Notification
+
+S = LeaseState
+
+# --- a reusable "confirm with a reason" page for admin actions ---------------------------
+
+CONFIRM_TEMPLATE = engines["django"].from_string("""{% extends "admin/base_site.html" %}{% load admin_urls %}
+{% block breadcrumbs %}<div class="breadcrumbs"><a href="{% url 'admin:index' %}">Home</a>
+&rsaquo; <a href="{% url opts|admin_urlname:'changelist' %}">{{ opts.verbose_name_plural|capfirst }}</a>
+&rsaquo; {{ title }}</div>{% endblock %}
+{% block content %}
+<p>{{ warning }}</p>
+<ul>{% for obj in objects %}<li>{{ obj }}</li>{% endfor %}</ul>
+<form method="post">{% csrf_token %}
+  {{ form.as_p }}
+  {% for obj in objects %}<input type="hidden" name="{{ checkbox_name }}" value="{{ obj.pk }}">{% endfor %}
+  <input type="hidden" name="action" value="{{ action }}">
+  <input type="hidden" name="post" value="yes">
+  <input type="submit" value="{{ confirm_label }}">
+  <a href="" class="button cancel-link">No, take me back</a>
+</form>
+{% endblock %}""")
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(max_length=300, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+                             help_text="Recorded in the audit trail with your name.")
+
+
+def confirm_with_form(modeladmin, request, queryset, *, action: str, title: str, warning: str,
+                      confirm_label: str, form_class=ReasonForm):
+    """The admin-action confirmation pattern: the first POST shows a page with a form; the
+    second (with `post`) returns the bound, valid form, or None while the page is shown."""
+    form = form_class(request.POST if request.POST.get("post") else None)
+    if request.POST.get("post") and form.is_valid():
+        return form, None
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "opts": modeladmin.model._meta, "title": title, "warning": warning, "objects": list(queryset),
+        "form": form, "action": action, "confirm_label": confirm_label,
+        "checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+    }
+    request.current_app = modeladmin.admin_site.name
+    return None, TemplateResponse(request, CONFIRM_TEMPLATE, context)
+
+
+def report(modeladmin, request, *, verb: str, done: list, refused: list) -> None:
+    if done:
+        modeladmin.message_user(request, f"{verb}: {', '.join(f'#{pk}' for pk in done)}.", messages.SUCCESS)
+    for pk, why in refused:
+        modeladmin.message_user(request, f"#{pk} not {verb.lower()}: {why}", messages.WARNING)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """An audit trail: viewable, never added to, changed or deleted from the admin."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+# --- leases -------------------------------------------------------------------------------
+
+class DeadlineFilter(admin.SimpleListFilter):
+    title = "deadline"
+    parameter_name = "deadline"
+
+    def lookups(self, request, model_admin):
+        return [("ends_24h", "ends within 24 h"), ("ends_72h", "ends within 72 h"),
+                ("hold_24h", "hold expires within 24 h"), ("wipe_due", "wipe due")]
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        running = Q(state__in=[S.PROVISIONING, S.ACTIVE])
+        match self.value():
+            case "ends_24h":
+                return queryset.filter(running, ends_at__lte=now + timedelta(hours=24))
+            case "ends_72h":
+                return queryset.filter(running, ends_at__lte=now + timedelta(hours=72))
+            case "hold_24h":
+                return queryset.filter(state=S.SUSPENDED, hold_until__lte=now + timedelta(hours=24))
+            case "wipe_due":
+                return queryset.filter(state__in=[S.RELEASED, S.CANCELLED], wipe_by__lte=now)
+        return queryset
+
+
+class LeaseEventInline(admin.TabularInline):
+    model = LeaseEvent
+    fields = ("at", "kind", "from_state", "to_state", "actor", "reason", "data")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class DiskKeyInline(admin.StackedInline):
+    model = DiskKey
+    fields = ("key_ref", "state", "created_at", "destroy_requested_at", "destroy_requested_by", "destroy_reason",
+              "destroyed_at", "destruction_proof")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+def lease_timeline(lease: Lease, now) -> list[tuple]:
+    """(when, what, source) rows: the deadlines (set or projected) and the events, in order."""
+    rows = [(lease.created_at, "ordered", "deadline")]
+    if lease.state == S.PENDING:
+        rows.append((lease.pay_by, "payment window closes (slots held until then)", "deadline"))
+    if lease.started_at:
+        rows.append((lease.started_at, "first term started", "deadline"))
+    if lease.ends_at and lease.state in (S.PROVISIONING, S.ACTIVE, S.SUSPENDED):
+        end = lease.ends_at
+        rows += [(end - timedelta(days=3), "reminder: 3 days left", "deadline"),
+                 (end - timedelta(days=1), "reminder: 1 day left", "deadline"),
+                 (end - timedelta(hours=24), "renewal invoice issued", "deadline"),
+                 (end, "term ends (unpaid: suspended, slots held)", "deadline"),
+                 (lease.hold_until or end + services.HOLD, "hold ends: released, NVMe key destroyed", "deadline"),
+                 (lease.wipe_by or end + services.WIPE_AFTER_END, "local NVMe wiped (by)", "deadline")]
+    elif lease.wipe_by and lease.state != S.WIPED:
+        rows.append((lease.wipe_by, "local NVMe wiped (by)", "deadline"))
+    for event in lease.events.select_related("actor"):
+        who = f" by {event.actor}" if event.actor else ""
+        arrow = f" ({event.from_state} → {event.to_state})" if event.to_state and event.from_state != event.to_state \
+            else ""
+        rows.append((event.at, f"{event.kind}{arrow}{who}{': ' + event.reason if event.reason else ''}", "event"))
+    return sorted(rows, key=lambda r: r[0])
+
+
+@admin.register(Lease)
+class LeaseAdmin(admin.ModelAdmin):
+    list_display = ("id", "customer", "offer", "site", "state", "term", "pay_by", "ends_at", "hold_until",
+                    "wipe_by", "created_at")
+    list_filter = ("state", "site", "offer", DeadlineFilter, "term")
+    list_select_related = ("customer", "offer__gpu_model", "site")
+    search_fields = ("customer__username",)
+    search_help_text = "Lease id (e.g. 42 or #42) or customer username"
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    inlines = [DiskKeyInline, LeaseEventInline]
+    actions = ["extend_free", "suspend_now", "resume", "release"]
+    fieldsets = [
+        (None, {"fields": ("customer", "offer", "site", "image", "term", "state", "price_cents",
+                           ("extra_nvme_tb", "network_volume_tb", "snapshot_tb"), "ssh_public_key",
+                           ("host", "ssh_port"))}),
+        ("Deadlines (UTC)", {"fields": ("created_at", "pay_by", "provisioning_started_at", "started_at", "ends_at",
+                                        "hold_until", "wipe_by", "ended_at")}),
+        ("Timeline", {"fields": ("timeline",)}),
+    ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in Lease._meta.fields] + ["timeline"]
+
+    def has_add_permission(self, request):
+        return False  # leases are ordered through checkout, never typed in
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip().lstrip("#")
+        if term.isdigit():
+            return queryset.filter(Q(pk=int(term)) | Q(customer__username=term)), False
+        return super().get_search_results(request, queryset, search_term)
+
+    @admin.display(description="timeline")
+    def timeline(self, obj):
+        now = timezone.now()
+        rows = lease_timeline(obj, now)
+        body = format_html_join(
+            "", '<tr class="{} {}"><td>{}</td><td>{}</td><td>{}</td></tr>',
+            ((src, "past" if at <= now else "upcoming", f"{at:%Y-%m-%d %H:%M}",
+              src if at <= now or src == "event" else "due", what) for at, what, src in rows))
+        return format_html('<table class="lease-timeline"><thead><tr><th>when (UTC)</th><th></th><th>what</th>'
+                           '</tr></thead><tbody>{}</tbody></table>', body)
+
+    # Each action calls a service; the service writes the LeaseEvent with the operator as actor.
+
+    @admin.action(description="Extend by one term, free of charge")
+    def extend_free(self, request, queryset):
+        done, refused, now = [], [], timezone.now()
+        for lease in queryset:
+            try:
+                ok = services.lease_extend_by_operator(lease_id=lease.pk, actor=request.user, now=now,
+                                                       reason=f"extended free of charge by {request.user} (admin)")
+            except services.TransitionRefused as exc:
+                refused.append((lease.pk, str(exc)))
+                continue
+            (done if ok else refused).append(lease.pk if ok else (lease.pk, "changed meanwhile, try again"))
+        report(self, request, verb="Extended", done=done, refused=refused)
+
+    @admin.action(description="Suspend now (stop the instance, hold slots 72 h)…")
+    def suspend_now(self, request, queryset):
+        form, page = confirm_with_form(
+            self, request, queryset, action="suspend_now", title="Suspend leases now",
+            warning="The instances are stopped at once and their slots held for 72 hours; unless resumed or "
+                    "paid, the leases are then released and their disk keys destroyed.",
+            confirm_label="Yes, suspend")
+        if page:
+            return page
+        done, refused, now = [], [], timezone.now()
+        for lease in queryset:
+            if services.lease_suspend(lease_id=lease.pk, now=now, actor=request.user, force=True,
+                                      reason=form.cleaned_data["reason"]):
+                done.append(lease.pk)
+            else:
+                refused.append((lease.pk, f"only an active lease can be suspended (it is {lease.state})"))
+        report(self, request, verb="Suspended", done=done, refused=refused)
+
+    @admin.action(description="Resume (suspended leases whose term is still running)")
+    def resume(self, request, queryset):
+        done, refused, now = [], [], timezone.now()
+        for lease in queryset:
+            if services.lease_resume(lease_id=lease.pk, now=now, actor=request.user,
+                                     reason=f"resumed by {request.user} (admin)"):
+                done.append(lease.pk)
+            else:
+                refused.append((lease.pk, "only a suspended lease whose term has not ended can be resumed"))
+        report(self, request, verb="Resumed", done=done, refused=refused)
+
+    @admin.action(description="Release now (free slots, destroy the disk key)…")
+    def release(self, request, queryset):
+        form, page = confirm_with_form(
+            self, request, queryset, action="release", title="Release leases now",
+            warning="Releasing returns the slots to stock and destroys each lease's NVMe encryption key. "
+                    "This cannot be undone. Only suspended leases can be released.",
+            confirm_label="Yes, release and destroy the keys")
+        if page:
+            return page
+        done, refused, now = [], [], timezone.now()
+        for lease in queryset:
+            try:
+                ok = services.lease_release(lease_id=lease.pk, now=now, actor=request.user, force=True,
+                                            reason=form.cleaned_data["reason"])
+            except services.TransitionRefused as exc:
+                ok, why = False, str(exc)
+            else:
+                why = f"only a suspended lease can be released (it is {lease.state})"
+            (done.append(lease.pk) if ok else refused.append((lease.pk, why)))
+        report(self, request, verb="Released", done=done, refused=refused)
+
+
+# --- audit trail, images ------------------------------------------------------------------
+
+@admin.register(LeaseEvent)
+class LeaseEventAdmin(ReadOnlyAdmin):
+    list_display = ("at", "lease_id", "kind", "from_state", "to_state", "actor", "reason")
+    list_filter = ("kind", "to_state")
+    search_fields = ("kind", "reason", "actor__username")
+    list_select_related = ("actor",)
+    date_hierarchy = "at"
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip().lstrip("#")
+        if term.isdigit():
+            return queryset.filter(lease_id=int(term)), False
+        return super().get_search_results(request, queryset, search_term)
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "lease_id", "customer", "kind", "deadline", "subject", "emailed_at", "read_at")
+    list_filter = ("kind", ("emailed_at", admin.EmptyFieldListFilter))
+    search_fields = ("customer__username", "subject")
+    list_select_related = ("customer",)
+
+
+@admin.register(Image)
+class ImageAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "vendor", "is_active")
+    list_filter = ("vendor", "is_active")
+    search_fields = ("name", "slug")
+    prepopulated_fields = {"slug": ("name",)}
