@@ -61,8 +61,12 @@ def _event(lease_id: int, *, kind: str, now: datetime, actor=None, from_state=""
 
 def _transition(lease_id: int, *, to: str, from_states, now: datetime, kind: str, actor=None, reason="",
                 when: Q | None = None, data=None, **fields) -> str | None:
-    """Guarded update; returns the state it left, or None when another run got there first."""
-    candidates = Lease.objects.filter(pk=lease_id, state__in=list(from_states))
+    """Guarded update; returns the state it left, or None when another run got there first.
+    The row is locked while read (a no-op on SQLite, which serialises writers): without the
+    lock, a payment that read `active` and then waited for the sweep's `suspended` found
+    its `state = 'active'` update matching nothing and credited the renewal to the balance
+    instead of resuming the lease."""
+    candidates = Lease.objects.select_for_update().filter(pk=lease_id, state__in=list(from_states))
     if when is not None:
         candidates = candidates.filter(when)
     row = candidates.values_list("state", flat=True).first()

@@ -1,0 +1,242 @@
+"""Races on PostgreSQL with real threads, each on its own connection: the last card, a
+renewal payment against the suspend sweep, two lifecycle passes at once, and a pass that
+dies half-way. Each must end like one clean run (DESIGN: "the database is the last line
+of defence"). The crash test also runs on SQLite."""
+import threading
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.db.models import Count, Sum
+from django.utils import timezone
+
+from billing.lifecycle import run_lifecycle
+from billing.models import Invoice, LedgerEntry
+from billing.services import balance_top_up, checkout_place_order, invoice_pay_from_balance
+from inventory.models import GpuSlot, Offer, Site, SlotAllocation
+from inventory.services import SoldOut
+from rental.models import CustomerSettings, DiskKey, Image, Lease, LeaseEvent, LeaseState
+from rental.services import account_create
+from tests.conftest import ON_POSTGRES
+
+S = LeaseState
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
+WEEK = timedelta(days=7)
+PRICE = 6500  # rtx-3090, one week
+
+postgres_only = pytest.mark.skipif(not ON_POSTGRES, reason="row-lock races need DATABASE_URL=postgres://…")
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def in_threads(*targets, timeout=60):
+    """Start every target at the same moment, each on its own connection; return results
+    (or the exception each raised), in order."""
+    barrier = threading.Barrier(len(targets))
+    results = [None] * len(targets)
+
+    def run(i, target):
+        try:
+            barrier.wait()
+            results[i] = target()
+        except BaseException as exc:  # noqa: B036 - reported to the test
+            results[i] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i, t)) for i, t in enumerate(targets)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+        assert not thread.is_alive(), "a racing thread hung (deadlock?)"
+    return results
+
+
+def new_customer(name, *, balance=0, auto_renew=True, now=None):
+    user = account_create(username=name, password="correct horse battery 9")
+    if balance:
+        balance_top_up(customer=user, amount_cents=balance, now=now or timezone.now())
+    if not auto_renew:
+        CustomerSettings.objects.filter(user=user).update(auto_renew=False)
+    return user
+
+
+def order(customer, now, *, site, pay=True):
+    return checkout_place_order(customer=customer, offer=Offer.objects.get(slug="rtx-3090"), site=site, term="week",
+                                image=Image.objects.get(slug="pytorch-2.5-cuda-12.4"), ssh_public_key=KEY,
+                                pay_from_balance=pay, now=now)
+
+
+# --- (a) the last card ------------------------------------------------------------------
+
+@postgres_only
+def test_twenty_customers_race_for_the_last_card(catalog):
+    offer, site = Offer.objects.get(slug="rtx-3090"), Site.objects.get(code="DFW-1")
+    slots = list(GpuSlot.objects.filter(node__site=site, node__gpu_model=offer.gpu_model, in_service=True))
+    SlotAllocation.objects.bulk_create([SlotAllocation(slot=s, lease_id=10**9 + i) for i, s in enumerate(slots[1:])])
+    customers = [new_customer(f"racer{i}") for i in range(20)]
+    now = timezone.now()
+
+    results = in_threads(*[lambda c=c: order(c, now, site=site, pay=False) for c in customers])
+
+    won = [r for r in results if isinstance(r, tuple)]
+    sold_out = [r for r in results if isinstance(r, SoldOut)]
+    assert len(won) == 1 and len(sold_out) == 19, results
+    assert Lease.objects.count() == 1 and Invoice.objects.count() == 1
+    assert not Invoice.objects.filter(lease__isnull=True).exists()
+    lease = won[0][0]
+    assert SlotAllocation.objects.get(released_at__isnull=True, slot=slots[0]).lease_id == lease.pk
+    doubled = (SlotAllocation.objects.filter(released_at__isnull=True).values("slot")
+               .annotate(n=Count("id")).filter(n__gt=1))
+    assert not doubled.exists()
+    assert not LedgerEntry.objects.exists()  # nobody charged
+
+
+# --- (b) a renewal payment racing the suspend sweep --------------------------------------
+
+@postgres_only
+def test_renewal_payment_racing_the_suspend_sweep(catalog, settings):
+    settings.HOST_AGENT_FAKE_DELAY = 0
+    t0 = timezone.now().replace(microsecond=0) - timedelta(days=30)
+    sites = list(Site.objects.all())
+    rounds = 20
+    leases = []
+    for i in range(rounds):  # lease i ends one minute after lease i-1, so each round races one lease
+        customer = new_customer(f"renter{i}", balance=2 * PRICE, auto_renew=False, now=t0)
+        lease, _ = order(customer, t0 + timedelta(minutes=i), site=sites[i % len(sites)])
+        leases.append(lease)
+    run_lifecycle(t0 + timedelta(minutes=rounds))  # all active
+    run_lifecycle(t0 + WEEK - timedelta(hours=23))  # all renewal invoices, open (auto-renew off)
+    assert Invoice.objects.filter(kind="renewal", state="open").count() == rounds
+
+    outcomes = Counter()
+    for i, lease in enumerate(leases):
+        end = t0 + timedelta(minutes=i) + WEEK
+        renewal = Invoice.objects.get(lease=lease, kind="renewal")
+        now = end + timedelta(seconds=30)
+        pay, sweep = in_threads(lambda: invoice_pay_from_balance(invoice=renewal, now=now),  # noqa: B023
+                                lambda: run_lifecycle(now))  # noqa: B023
+        assert not isinstance(pay, BaseException) and not isinstance(sweep, BaseException), (pay, sweep)
+        lease.refresh_from_db()
+        assert lease.state == S.ACTIVE, (i, list(lease.events.values_list("kind", flat=True)))
+        assert lease.ends_at == end + WEEK and lease.hold_until is None
+        assert LeaseEvent.objects.filter(lease=lease, kind="extended").count() == 1
+        ledger = LedgerEntry.objects.filter(account__customer=lease.customer)
+        assert ledger.filter(kind="renewal").count() == 1 and not ledger.filter(kind="late_payment").exists()
+        assert ledger.aggregate(s=Sum("amount_cents"))["s"] == 0
+        outcomes["sweep first" if lease.events.filter(kind="suspended").exists() else "payment first"] += 1
+    print("race outcomes:", dict(outcomes))
+
+
+# --- (c) two lifecycle passes at once --------------------------------------------------------
+
+def build_due_leases(n, t0, *, prefix):
+    """n paid leases (provisioning); every other customer can auto-renew from balance."""
+    sites = list(Site.objects.all())
+    leases = []
+    for i in range(n):
+        customer = new_customer(f"{prefix}{i}", balance=(2 if i % 2 else 1) * PRICE, now=t0)
+        leases.append(order(customer, t0, site=sites[i % len(sites)])[0])
+    return leases
+
+
+@postgres_only
+def test_two_lifecycle_passes_at_once_transition_each_lease_once(catalog, settings):
+    settings.HOST_AGENT_FAKE_DELAY = 0
+    t0 = timezone.now().replace(microsecond=0) - timedelta(days=30)
+    leases = build_due_leases(50, t0, prefix="due")
+    now = t0 + WEEK + timedelta(minutes=1)  # provisioning → active, renewal (half paid), other half suspended
+
+    first, second = in_threads(lambda: run_lifecycle(now), lambda: run_lifecycle(now))
+    assert not isinstance(first, BaseException) and not isinstance(second, BaseException), (first, second)
+    assert len(first) + len(second) == 50 + 50 + 25  # provisioned, renewal invoices, suspended
+
+    kinds = Counter(LeaseEvent.objects.values_list("kind", flat=True))
+    assert kinds == Counter({"created": 50, "paid": 50, "provisioned": 50, "extended": 25, "suspended": 25})
+    per_lease = Invoice.objects.filter(kind="renewal").values("lease").annotate(n=Count("id"))
+    assert len(per_lease) == 50 and all(row["n"] == 1 for row in per_lease)
+    assert LedgerEntry.objects.filter(kind="renewal").count() == 25
+    assert Counter(Lease.objects.values_list("state", flat=True)) == {S.ACTIVE: 25, S.SUSPENDED: 25}
+    assert run_lifecycle(now) == []  # and a third pass has nothing left to do
+
+
+# --- (d) a pass that dies half-way, then the next pass ---------------------------------------
+
+def scenario(t0, prefix):
+    """30 paid leases; a third auto-renew from balance. One pass at T+72h+1min provisions all,
+    renews ten, suspends and releases twenty (keys destroyed), voids their renewals."""
+    sites = list(Site.objects.all())
+    leases = []
+    for i in range(30):
+        customer = new_customer(f"{prefix}{i}", balance=(2 if i % 3 == 0 else 1) * PRICE, now=t0)
+        leases.append(order(customer, t0, site=sites[i % len(sites)])[0])
+    return leases, t0 + WEEK + timedelta(hours=72, minutes=1)
+
+
+def summary(leases, t0):
+    """Everything that matters about a scenario's result, relative to its start."""
+    rows = []
+    for lease in leases:
+        lease.refresh_from_db()
+        rel = (lambda at: at - t0 if at else None)
+        rows.append((
+            lease.state, rel(lease.ends_at), rel(lease.hold_until), rel(lease.wipe_by),
+            tuple(lease.events.order_by("id").values_list("kind", flat=True)),
+            DiskKey.objects.get(lease=lease).state,
+            tuple(Invoice.objects.filter(lease=lease).order_by("id").values_list("kind", "state")),
+            tuple(LedgerEntry.objects.filter(account__customer=lease.customer).order_by("id")
+                  .values_list("kind", "amount_cents")),
+            SlotAllocation.objects.filter(lease_id=lease.pk, released_at__isnull=True).count(),
+        ))
+    return rows
+
+
+CRASH_POINTS = [
+    ("rental.lifecycle.lease_provisioned", 7),  # while provisioning
+    ("billing.services.invoice_pay_from_balance", 4),  # inside a renewal's transaction: rolled back
+    ("rental.lifecycle.lease_suspend", 11),
+    ("rental.services.disk_key_request_destroy", 5),  # inside a release: the release rolls back
+    ("rental.services.disk_key_complete_destroy", 3),  # between the two phases of key destruction
+]
+
+
+@pytest.mark.parametrize("target,k", CRASH_POINTS)
+def test_pass_killed_mid_way_then_rerun_equals_one_clean_run(catalog, settings, monkeypatch, target, k):
+    settings.HOST_AGENT_FAKE_DELAY = 0
+    t_clean = timezone.now().replace(microsecond=0) - timedelta(days=60)
+    t_crash = t_clean + timedelta(days=400)  # far apart: a pass over one copy never touches the other
+
+    clean, clean_now = scenario(t_clean, "clean")
+    assert run_lifecycle(clean_now)
+    expected = summary(clean, t_clean)
+    assert Counter(row[0] for row in expected) == {S.ACTIVE: 10, S.RELEASED: 20}
+
+    crashed, crash_now = scenario(t_crash, "crash")
+    module_name, attr = target.rsplit(".", 1)
+    module = __import__(module_name, fromlist=[attr])
+    real, calls = getattr(module, attr), Counter()
+
+    def dies_on_kth_call(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == k:
+            raise SystemExit(f"worker killed in {attr}")  # not an Exception: nothing may swallow it
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, attr, dies_on_kth_call)
+    [died] = in_threads(lambda: run_lifecycle(crash_now)) if ON_POSTGRES else [_call(run_lifecycle, crash_now)]
+    assert isinstance(died, SystemExit), died
+    monkeypatch.setattr(module, attr, real)
+    partial = summary(crashed, t_crash)
+    assert partial != expected  # the crash really left work undone
+
+    run_lifecycle(crash_now)
+    assert summary(crashed, t_crash) == expected
+    assert run_lifecycle(crash_now) == []
+
+
+def _call(fn, *args):
+    try:
+        return fn(*args)
+    except BaseException as exc:  # noqa: B036
+        return exc
