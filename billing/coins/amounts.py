@@ -73,7 +73,9 @@ def format_amount(base_units: int, decimals: int) -> str:
 def parse_amount(text: str | Decimal, decimals: int) -> int:
     """Exact inverse of ``format_amount`` (raises if ``text`` has more than ``decimals`` places)."""
     d = _to_decimal(text, "amount")
-    units = d.scaleb(decimals)
-    if units != units.to_integral_value():
-        raise ValueError(f"{text} has more than {decimals} decimal places")
-    return int(units)
+    with localcontext() as ctx:
+        ctx.prec = 100
+        units = d.scaleb(decimals)
+        if units != units.to_integral_value():
+            raise ValueError(f"{text} has more than {decimals} decimal places")
+        return int(units)

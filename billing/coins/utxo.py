@@ -27,7 +27,7 @@ import json
 import os
 import urllib.parse
 import urllib.request
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 from bip_utils import Base58Decoder, Bip32KeyNetVersions, Bip32Secp256k1
@@ -191,10 +191,12 @@ class CoreRpc:
 def _coins_to_base(value: Any, decimals: int = 8) -> int:
     if isinstance(value, float):  # only if a caller's RPC parsed floats; go via repr
         value = repr(value)
-    d = Decimal(value).scaleb(decimals)
-    if d != d.to_integral_value():
-        raise ValueError(f"amount {value} has more than {decimals} decimals")
-    return int(d)
+    with localcontext() as ctx:
+        ctx.prec = 60
+        d = Decimal(value).scaleb(decimals)
+        if d != d.to_integral_value():
+            raise ValueError(f"amount {value} has more than {decimals} decimals")
+        return int(d)
 
 
 def _output_address(vout: dict) -> str | None:
