@@ -17,5 +17,6 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("accounts/", include(accounts)),
+    path("", include("sizing.urls")),
     path("", include("inventory.urls")),
 ]

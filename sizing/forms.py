@@ -1,0 +1,78 @@
+"""The calculator's form: field names are the API's query parameters, so a page URL and
+an API call carry the same inputs. Validation is the engine's (``parse_request``); the
+form only renders the fields and places the engine's error next to the right one."""
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from .engine import METHODS
+from .inputs import MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ
+from .presets import PRESETS
+
+#: the 13B LoRA example, shown when the page is opened without a query
+DEFAULTS = {"model": "llama-2-13b", "method": "lora", "seq": 2048, "batch": 1,
+            "checkpointing": "on", "flash_attention": "on", "lora_rank": 16,
+            "lora_targets": "all", "gpus": 1, "zero": "0", "offload": "none",
+            "epochs": 1, "vendor": "cuda"}
+
+METHOD_LABELS = {"full": _("Full fine-tune (AdamW, 16 B/param)"),
+                 "full-8bit": _("Full, 8-bit optimizer (10 B/param)"),
+                 "lora": _("LoRA (bf16 base)"), "qlora": _("QLoRA (4-bit base)")}
+ON_OFF = [("on", _("On")), ("off", _("Off"))]
+
+
+def _number(label, lo, hi, step="1", help_text=""):
+    """A text-validated number input: the engine gives the error message, not Django."""
+    attrs = {"min": lo, "max": hi, "step": step, "inputmode": "decimal"}
+    return forms.CharField(label=label, required=False, help_text=help_text,
+                           widget=forms.NumberInput(attrs=attrs))
+
+
+class SizingForm(forms.Form):
+    """Every field optional: a blank or missing value means the engine's default."""
+
+    model = forms.ChoiceField(label=_("Model preset"), required=False, choices=[
+        ("", _("— none: use params or config.json —"))] + [(k, k) for k in PRESETS])
+    params = _number(_("…or parameters (billions)"), 0, 2000, "any",
+                     _("Leave the preset empty to use this."))
+    config = forms.CharField(
+        label=_("…or paste a config.json"), required=False, max_length=64 * 1024,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        help_text=_("Hugging Face config.json; it overrides the preset and params."))
+    method = forms.ChoiceField(label=_("Method"), required=False, choices=[(m, METHOD_LABELS[m]) for m in METHODS])
+    seq = _number(_("Sequence length"), 1, MAX_SEQ)
+    batch = _number(_("Micro-batch"), 1, MAX_BATCH)
+    checkpointing = forms.ChoiceField(label=_("Gradient checkpointing"), required=False, choices=ON_OFF)
+    flash_attention = forms.ChoiceField(label=_("FlashAttention"), required=False, choices=ON_OFF)
+    lora_rank = _number(_("LoRA rank"), 1, MAX_RANK)
+    lora_targets = forms.CharField(label=_("LoRA targets"), required=False, max_length=200,
+                                   help_text=_("all, or e.g. q_proj,v_proj"))
+    gpus = _number(_("GPUs"), 1, MAX_GPUS)
+    zero = forms.ChoiceField(label=_("ZeRO stage"), required=False, choices=[
+        ("0", _("0 (none)")), ("1", "1"), ("2", "2"), ("3", _("3 / FSDP full shard"))])
+    offload = forms.ChoiceField(label=_("Offload to host"), required=False, choices=[
+        ("none", _("None")), ("optimizer", _("Optimizer states")), ("all", _("Everything"))])
+    tokens = _number(_("Training tokens"), 0, 10**15, "1",
+                     _("For the run-time estimate, e.g. 20000000."))
+    epochs = _number(_("Epochs"), 0.01, 1000, "any")
+    vendor = forms.ChoiceField(label=_("Vendor"), required=False, choices=[
+        ("cuda", _("CUDA only (NVIDIA)")), ("any", _("ROCm allowed (AMD too)"))])
+    site = forms.ChoiceField(label=_("Site"), required=False)
+    in_stock = forms.BooleanField(label=_("In stock only"), required=False)
+
+    def __init__(self, *args, sites=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["site"].choices = [("", _("Any site"))] + [(s, s) for s in sites]
+
+    def engine_params(self) -> dict:
+        """The validated values as the engine's parameters (blank = default)."""
+        data = dict(self.cleaned_data)
+        data["in_stock"] = "true" if data.get("in_stock") else "false"
+        return data
+
+    def add_engine_error(self, field: str, message: str) -> None:
+        """Put an engine error next to its field (``config.hidden_size`` → config)."""
+        name = field.split(".")[0]
+        if field.startswith("config."):
+            message = f"{field.removeprefix('config.')}: {message}"
+        self.add_error(name if name in self.fields else None, message)

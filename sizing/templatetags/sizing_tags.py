@@ -1,0 +1,93 @@
+"""Template helpers for the sizing pages: the server-rendered SVG memory bar."""
+
+from django import template
+
+from ..recommend import usable_gb
+from ..results import BREAKDOWN_LABELS
+
+register = template.Library()
+
+BAR_WIDTH = 640
+BAR_Y, BAR_H = 22, 34
+#: one colour per breakdown term (colour-blind-safe order: Okabe–Ito, then greys)
+COLOURS = {
+    "frozen_weights": "#0072b2", "trainable_weights": "#56b4e9", "gradients": "#009e73",
+    "fp32_master": "#e69f00", "optimizer_states": "#d55e00", "adapters": "#cc79a7",
+    "sharding_buffers": "#f0e442", "activations": "#6a3d9a", "logits": "#b15928",
+    "cuda_context": "#7f7f7f", "allocator_margin": "#bdbdbd",
+}
+#: a segment narrower than this (px) carries no text inside; its legend entry does
+MIN_TEXT_PX = 44
+
+
+def _segments(breakdown: dict, scale: float) -> list[dict]:
+    x, out = 0.0, []
+    for key, gb in breakdown.items():
+        if gb <= 0:
+            continue
+        w = gb * scale
+        out.append({"key": key, "label": BREAKDOWN_LABELS.get(key, key), "gb": gb,
+                    "x": round(x, 2), "w": round(w, 2), "mid": round(x + w / 2, 2),
+                    "colour": COLOURS.get(key, "#999"), "text": w >= MIN_TEXT_PX})
+        x += w
+    return out
+
+
+def bar_geometry(breakdown: dict, per_gpu_gb: float, card_gb: float | None) -> dict:
+    """Pixel positions for the stacked bar: segments, the card's edge and usable line."""
+    top = max(per_gpu_gb, card_gb or 0) * 1.04 or 1.0
+    scale = BAR_WIDTH / top
+    geo = {"width": BAR_WIDTH, "y": BAR_Y, "h": BAR_H, "bottom": BAR_Y + BAR_H,
+           "segments": _segments(breakdown, scale), "per_gpu_gb": per_gpu_gb,
+           "card_gb": card_gb, "fits": True}
+    if card_gb:
+        usable = usable_gb(card_gb)
+        geo.update(card_x=round(card_gb * scale, 2), usable_gb=usable,
+                   usable_x=round(usable * scale, 2), fits=per_gpu_gb <= usable)
+    return geo
+
+
+@register.inclusion_tag("sizing/_bar.html")
+def memory_bar(estimate, card=None, caption=""):
+    """``{% memory_bar option.estimate option.candidate %}``: per-GPU breakdown vs a card."""
+    card_gb = card.vram_gb if card is not None else None
+    geo = bar_geometry(estimate.breakdown_gb, estimate.per_gpu_gb, card_gb)
+    return {"g": geo, "card": card, "caption": caption}
+
+
+@register.filter
+def gb(value, digits=1):
+    """12.345 → '12.3'; None → '—'."""
+    if value is None:
+        return "—"
+    return f"{value:,.{int(digits)}f}"
+
+
+@register.filter
+def usd_float(value):
+    """Dollars as float (engine output) → '$1,234.56'."""
+    if value is None:
+        return "—"
+    return f"${value:,.2f}"
+
+
+@register.filter
+def sorted_items(mapping):
+    return sorted(mapping.items()) if mapping else []
+
+
+@register.filter
+def order_url(result, option):
+    """``{{ result|order_url:option }}`` → /order/<offer_slug>/?site=<site>."""
+    return result.order_url(option)
+
+
+@register.filter
+def breakdown_label(key):
+    return BREAKDOWN_LABELS.get(key, key)
+
+
+@register.filter
+def pct(fraction):
+    """0.3 → '30%'."""
+    return f"{fraction * 100:.0f}%"
