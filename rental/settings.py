@@ -212,6 +212,11 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
+    if _visibility := int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", "0")):
+        # Seconds before a message whose worker died unacknowledged is delivered again
+        # (Redis default: 1 hour). Keep it above the longest task; jobs are idempotent anyway.
+        CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _visibility, "unacked_restore_throttle": 1,
+                                           "unacked_restore_interval": max(1, min(10, _visibility // 2))}
 else:
     _broker_dir = VAR_DIR / "celery-broker"
     for sub in ("out", "processed"):

@@ -1,0 +1,12 @@
+"""A host agent that takes its time, so a test can kill a Celery worker mid-task
+(HOST_AGENT=tests.billing.slow_agent.SlowAgent, SLOW_AGENT_SECONDS per poll)."""
+import os
+import time
+
+from rental.agent import FakeAgent
+
+
+class SlowAgent(FakeAgent):
+    def poll_ready(self, *, lease_id, started_at, now):
+        time.sleep(float(os.environ.get("SLOW_AGENT_SECONDS", "0.3")))
+        return super().poll_ready(lease_id=lease_id, started_at=started_at, now=now)
