@@ -113,6 +113,8 @@ def anvil():
     exe = anvil_path()
     if exe is None:
         pytest.skip("anvil not installed (scripts/install-chain-tools.sh: npm @foundry-rs/anvil)")
+    if exe.startswith(str(CHAIN_TOOLS)) and shutil.which("node") is None:
+        pytest.skip("anvil's npm launcher needs node, which is not installed")
     from web3 import HTTPProvider, Web3
 
     port = free_port()
