@@ -15,3 +15,80 @@ class SignupForm(UserCreationForm):
     class Meta(UserCreationForm.Meta):
         model = User
         fields = ("username", "email")
+
+
+# --- ordering -----------------------------------------------------------------------------
+
+ADDON_LIMITS = {"extra_nvme_tb": 30, "network_volume_tb": 100, "snapshot_tb": 100}
+ADDON_FIELDS = tuple(ADDON_LIMITS)
+
+
+def default_image(images):
+    """The operator's PyTorch image for the vendor, else the first one listed."""
+    images = list(images)
+    return min(images, key=lambda i: ("pytorch" not in i.slug, i.name)) if images else None
+
+
+class OrderForm(forms.Form):
+    """Site, term, add-ons, image and SSH key for one offer. `stock` maps site code → free
+    units; only those sites are offered, but any active site validates so that a site sold
+    out since the page was drawn reaches checkout and gets the "just sold out" answer."""
+
+    site = forms.CharField(label=_("Site"), widget=forms.Select)
+    term = forms.ChoiceField(label=_("Term"), widget=forms.RadioSelect)
+    extra_nvme_tb = forms.IntegerField(label=_("Extra local NVMe (TB)"), min_value=0,
+                                       max_value=ADDON_LIMITS["extra_nvme_tb"], initial=0)
+    network_volume_tb = forms.IntegerField(label=_("Network volume (TB)"), min_value=0,
+                                           max_value=ADDON_LIMITS["network_volume_tb"], initial=0)
+    snapshot_tb = forms.IntegerField(label=_("Snapshots (TB)"), min_value=0,
+                                     max_value=ADDON_LIMITS["snapshot_tb"], initial=0)
+    image = forms.ModelChoiceField(label=_("Image"), queryset=None, to_field_name="slug", empty_label=None)
+    ssh_public_key = forms.CharField(
+        label=_("SSH public key"), widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        help_text=_("ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa with at least 2048 bits."))
+    pay_from_balance = forms.BooleanField(label=_("Pay from balance"), required=False)
+
+    def __init__(self, *args, offer, stock: dict[str, int], sites, images, **kwargs):
+        super().__init__(*args, **kwargs)
+        from .models import Term
+
+        self.active_sites = {s.code: s for s in sites}
+        self.fields["site"].widget.choices = [
+            (code, _("%(code)s %(city)s — %(n)d free") % {"code": code, "city": self.active_sites[code].name, "n": n})
+            for code, n in sorted(stock.items()) if code in self.active_sites]
+        self.fields["term"].choices = Term.choices
+        self.fields["image"].queryset = images
+        first = default_image(images)
+        self.fields["image"].initial = first.slug if first else None
+        self.fields["term"].initial = Term.MONTH
+        if stock:
+            self.fields["site"].initial = max(stock, key=stock.get)
+        self.offer = offer
+
+    def clean_site(self):
+        code = self.cleaned_data["site"]
+        if code not in self.active_sites:
+            raise forms.ValidationError(_("Choose one of the listed sites."), code="site")
+        return self.active_sites[code]
+
+    def clean_ssh_public_key(self):
+        from .validators import validate_ssh_public_key
+
+        return validate_ssh_public_key(self.cleaned_data["ssh_public_key"])
+
+    def addons(self) -> dict[str, int]:
+        return {name: self.cleaned_data.get(name) or 0 for name in ADDON_FIELDS}
+
+
+# --- account settings ---------------------------------------------------------------------
+
+class SettingsForm(forms.Form):
+    email = forms.EmailField(label=_("E-mail for reminders (optional)"), required=False,
+                             help_text=_("Reminders 3 days and 1 day before a lease ends, and renewal invoices. "
+                                         "Leave empty for in-app notices only."))
+    auto_renew = forms.BooleanField(label=_("Auto-renew from balance when it covers the renewal"), required=False)
+
+
+class ApiTokenForm(forms.Form):
+    name = forms.CharField(label=_("Token name"), max_length=60,
+                           widget=forms.TextInput(attrs={"placeholder": _("e.g. training-cluster")}))

@@ -1,9 +1,14 @@
 """Root URLconf: mounts every app's urls."""
+from importlib import import_module
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from . import views
+from billing import api as billing_api
+from billing import views as billing_views
+
+from . import api, views
 
 accounts = [
     path("signup/", views.signup, name="signup"),
@@ -13,10 +18,49 @@ accounts = [
     path("password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
 ]
 
+customer = [
+    path("leases/", views.lease_list, name="lease_list"),
+    path("leases/<int:lease_id>/", views.lease_detail, name="lease_detail"),
+    path("account/settings/", views.account_settings, name="account_settings"),
+    path("account/tokens/", views.token_create, name="token_create"),
+    path("account/tokens/<int:token_id>/revoke/", views.token_revoke, name="token_revoke"),
+    path("account/notifications/read/", views.notification_read, name="notifications_read_all"),
+    path("account/notifications/<int:notification_id>/read/", views.notification_read, name="notification_read"),
+    path("order/<slug:offer_slug>/", billing_views.order, name="order"),
+    path("billing/", include("billing.urls")),
+]
+
+api_v1 = [
+    path("offers", api.offers, name="api_offers"),
+    path("orders", billing_api.orders, name="api_orders"),
+    path("leases", api.leases, name="api_leases"),
+    path("leases/<int:lease_id>", api.lease_detail, name="api_lease"),
+    path("leases/<int:lease_id>/refund", billing_api.refund, name="api_lease_refund"),
+    path("invoices/<int:invoice_id>", billing_api.invoice_detail, name="api_invoice"),
+    path("schema", api.schema, name="api_schema"),
+    path("<path:rest>", api.not_found),
+]
+
+
+
+def optional_urls(module: str) -> list:
+    """An app's urls when that app ships them (sizing adds /size/ and /api/v1/estimate)."""
+    try:
+        import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        return []
+    return [path("", include(module))]
+
+
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("accounts/", include(accounts)),
     path("", include("sizing.urls")),
+    *optional_urls("sizing.urls"),  # before api/v1's catch-all 404
+    path("api/v1/", include(api_v1)),
+    path("", include(customer)),
     path("", include("inventory.urls")),
 ]

@@ -1,9 +1,22 @@
+"""Account and customer pages: signup, my leases with their timeline and status, account
+settings, API tokens and notifications. Invoices, refunds and ordering are billing's
+(billing/views.py); rental pages show invoices through billing's template tags, because
+rental never imports billing."""
+from django.contrib import messages
 from django.contrib.auth import login
-from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from .forms import SignupForm
-from .services import account_create
+from .forms import ApiTokenForm, SettingsForm, SignupForm
+from .models import ApiToken, Lease, LeaseState, Notification
+from .services import account_create, customer_settings, customer_settings_update
+from .services_customer import TokenLimit, api_token_create, api_token_revoke, notification_mark_read
+from .timeline import layout, lease_milestones
 
 
 @require_http_methods(["GET", "POST"])
@@ -33,3 +46,99 @@ def healthz(request):
     except Exception:  # noqa: BLE001 — any database failure means "not ready"
         return HttpResponse("database unavailable", status=503, content_type="text/plain")
     return HttpResponse("ok", content_type="text/plain")
+
+
+# --- customer pages -------------------------------------------------------------------------
+# Leases, their timeline and status, account settings, API tokens, notifications. Invoices
+# and refunds on these pages come from billing's template tags (rental never imports billing).
+
+POLLING_STATES = (LeaseState.PENDING, LeaseState.PROVISIONING)
+
+
+def _optional_url(name: str) -> str:
+    try:
+        return reverse(name)
+    except NoReverseMatch:
+        return ""
+
+
+def _customer_leases(user):
+    return Lease.objects.filter(customer=user).select_related("offer__gpu_model", "site", "image")
+
+
+@login_required
+@require_GET
+def lease_list(request):
+    now = timezone.now()
+    rows = [(lease, layout(lease_milestones(lease, now), now)["upcoming"][:3])
+            for lease in _customer_leases(request.user)]
+    context = {"rows": rows, "sizing_url": _optional_url("sizing"), "now": now}
+    return render(request, "rental/leases.html", context)
+
+
+@login_required
+@require_GET
+def lease_detail(request, lease_id: int):
+    lease = get_object_or_404(_customer_leases(request.user).select_related("disk_key"), pk=lease_id)
+    now = timezone.now()
+    context = {"lease": lease, "now": now, "polling": lease.state in POLLING_STATES}
+    if request.htmx:
+        return render(request, "rental/_lease_status.html", context)
+    context.update(timeline=layout(lease_milestones(lease, now), now), events=lease.events.select_related("actor"))
+    return render(request, "rental/lease_detail.html", context)
+
+
+def _settings_context(request, **extra) -> dict:
+    prefs = customer_settings(request.user)
+    return {
+        "form": SettingsForm(initial={"email": request.user.email, "auto_renew": prefs.auto_renew}),
+        "token_form": ApiTokenForm(),
+        "tokens": ApiToken.objects.filter(customer=request.user).order_by("revoked_at", "-created_at"),
+        "notifications": Notification.objects.filter(customer=request.user).select_related("lease")[:50],
+        **extra,
+    }
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def account_settings(request):
+    if request.method == "GET":
+        return render(request, "rental/settings.html", _settings_context(request))
+    form = SettingsForm(request.POST)
+    if not form.is_valid():
+        return render(request, "rental/settings.html", _settings_context(request, form=form), status=400)
+    customer_settings_update(user=request.user, email=form.cleaned_data["email"],
+                             auto_renew=form.cleaned_data["auto_renew"])
+    messages.success(request, _("Settings saved."))
+    return redirect("account_settings")
+
+
+@login_required
+@require_POST
+def token_create(request):
+    form = ApiTokenForm(request.POST)
+    if not form.is_valid():
+        return render(request, "rental/settings.html", _settings_context(request, token_form=form), status=400)
+    try:
+        token, raw = api_token_create(customer=request.user, name=form.cleaned_data["name"])
+    except TokenLimit:
+        form.add_error(None, _("You have too many tokens; revoke one first."))
+        return render(request, "rental/settings.html", _settings_context(request, token_form=form), status=400)
+    # Shown once, in this response only: never in a message, session or log.
+    return render(request, "rental/settings.html", _settings_context(request, new_token=raw, new_token_row=token))
+
+
+@login_required
+@require_POST
+def token_revoke(request, token_id: int):
+    if not api_token_revoke(customer=request.user, token_id=token_id):
+        raise Http404
+    messages.success(request, _("Token revoked."))
+    return redirect("account_settings")
+
+
+@login_required
+@require_POST
+def notification_read(request, notification_id: int | None = None):
+    notification_mark_read(customer=request.user, notification_id=notification_id)
+    return redirect(reverse("account_settings") + "#notifications")

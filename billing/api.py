@@ -1,0 +1,101 @@
+"""The API endpoints that move money: orders, invoices, refunds. Plumbing (auth, errors,
+lease representation) comes from rental.api."""
+from django.http import Http404, JsonResponse
+from django.urls import reverse
+from django.utils.translation import gettext as _
+
+from inventory.models import Offer, Site
+from inventory.selectors import sites_with_stock_for
+from inventory.services import SoldOut
+from rental.api import (ApiError, api_endpoint, customer_lease, field_errors, iso, json_body, lease_json, usd)
+from rental.forms import ADDON_FIELDS, OrderForm, default_image
+from rental.models import Image
+
+from .models import Invoice
+from .services import BillingError, InsufficientBalance, checkout_place_order, lease_refund
+
+FORM_TO_API = {"ssh_public_key": "ssh_key", **{name: f"addons.{name}" for name in ADDON_FIELDS}}
+
+
+def invoice_json(invoice: Invoice) -> dict:
+    return {
+        "id": invoice.pk, "kind": invoice.kind, "state": invoice.state, "lease": invoice.lease_id,
+        "amount_cents": invoice.amount_cents, "amount_usd": usd(invoice.amount_cents),
+        "created_at": iso(invoice.created_at), "expires_at": iso(invoice.expires_at),
+        "paid_at": iso(invoice.paid_at), "paid_via": invoice.paid_via or None,
+        "term_start": iso(invoice.term_start),
+        "lines": [{"description": line.description, "quantity": line.quantity, "unit_cents": line.unit_cents,
+                   "amount_cents": line.amount_cents} for line in invoice.lines.all()],
+        "url": reverse("api_invoice", args=[invoice.pk]),
+    }
+
+
+def _order_offer(data: dict) -> Offer:
+    slug = data.get("offer")
+    if not isinstance(slug, str) or not slug:
+        raise field_errors({"offer": [_("Give an offer slug, e.g. from GET /api/v1/offers.")]})
+    offer = Offer.objects.select_related("gpu_model").filter(slug=slug, is_active=True).first()
+    if offer is None:
+        raise field_errors({"offer": [_("No active offer “%(slug)s”.") % {"slug": slug[:60]}]})
+    return offer
+
+
+def _order_form(data: dict, offer: Offer) -> OrderForm:
+    addons = data.get("addons") or {}
+    if not isinstance(addons, dict):
+        raise field_errors({"addons": [_("Give add-ons as an object of TB counts.")]})
+    unknown = set(addons) - set(ADDON_FIELDS)
+    if unknown:
+        raise field_errors({"addons": [_("Unknown add-on: %(names)s") % {"names": ", ".join(sorted(unknown))}]})
+    images = Image.objects.filter(is_active=True, vendor=offer.gpu_model.vendor)
+    image = data.get("image") or getattr(default_image(images), "slug", "")
+    form_data = {"site": data.get("site") or "", "term": data.get("term") or "", "image": image,
+                 "ssh_public_key": data.get("ssh_key") or "", "pay_from_balance": data.get("pay_from_balance") is True,
+                 **{name: addons.get(name, 0) for name in ADDON_FIELDS}}
+    form = OrderForm(form_data, offer=offer, stock=sites_with_stock_for(offer), sites=Site.objects.filter(is_active=True),
+                     images=images)
+    if not form.is_valid():
+        raise field_errors({FORM_TO_API.get(name, name): [str(m) for m in messages]
+                            for name, messages in form.errors.items()})
+    return form
+
+
+@api_endpoint("POST")
+def orders(request):
+    data = json_body(request)
+    offer = _order_offer(data)
+    form = _order_form(data, offer)
+    site = form.cleaned_data["site"]
+    try:
+        lease, invoice = checkout_place_order(
+            customer=request.api_user, offer=offer, site=site, term=form.cleaned_data["term"],
+            image=form.cleaned_data["image"], ssh_public_key=form.cleaned_data["ssh_public_key"],
+            addons=form.addons(), pay_from_balance=form.cleaned_data["pay_from_balance"])
+    except SoldOut as exc:
+        raise ApiError(409, "sold_out", _("Just sold out: nothing was charged."), offer=offer.slug,
+                       site=site.code, free_by_site=sites_with_stock_for(offer)) from exc
+    except InsufficientBalance as exc:
+        raise ApiError(402, "insufficient_balance", str(exc)) from exc
+    lease.refresh_from_db()
+    invoice = Invoice.objects.prefetch_related("lines").get(pk=invoice.pk)
+    return JsonResponse({"lease": lease_json(lease), "invoice": invoice_json(invoice)}, status=201)
+
+
+@api_endpoint("GET")
+def invoice_detail(request, invoice_id: int):
+    invoice = (Invoice.objects.prefetch_related("lines")
+               .filter(pk=invoice_id, customer=request.api_user).first())
+    if invoice is None:
+        raise Http404
+    return JsonResponse(invoice_json(invoice))
+
+
+@api_endpoint("POST")
+def refund(request, lease_id: int):
+    lease = customer_lease(request, lease_id)
+    try:
+        cents = lease_refund(lease=lease, actor=request.api_user)
+    except BillingError as exc:
+        raise ApiError(409, "refund_refused", str(exc)) from exc
+    lease.refresh_from_db()
+    return JsonResponse({"refunded_cents": cents, "refunded_usd": usd(cents), "lease": lease_json(lease)})

@@ -1,0 +1,27 @@
+"""What rental's pages show from billing, without rental importing billing: a lease's
+invoices and whether its one-click refund is still open."""
+from django import template
+from django.utils import timezone
+
+from billing.models import Invoice
+from billing.services import REFUND_WINDOW
+from rental.models import LeaseState
+
+register = template.Library()
+
+REFUNDABLE_STATES = (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE)
+
+
+@register.simple_tag
+def lease_invoices(lease):
+    """`{% lease_invoices lease as invoices %}` — the lease's invoices, newest first."""
+    return list(Invoice.objects.filter(lease=lease, customer_id=lease.customer_id).order_by("-created_at", "-id"))
+
+
+@register.simple_tag
+def refund_deadline(lease):
+    """When the refund window closes, or None when this lease cannot be refunded now."""
+    if lease.state not in REFUNDABLE_STATES:
+        return None
+    deadline = lease.created_at + REFUND_WINDOW
+    return deadline if timezone.now() < deadline else None

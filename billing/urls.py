@@ -1,0 +1,14 @@
+"""Customer billing pages, mounted at /billing/ by the root URLconf."""
+from django.urls import path
+
+from . import views
+
+app_name = "billing"
+
+urlpatterns = [
+    path("invoices/", views.invoice_list, name="invoices"),
+    path("invoices/<int:invoice_id>/", views.invoice_detail, name="invoice"),
+    path("invoices/<int:invoice_id>/pay/", views.invoice_pay, name="invoice_pay"),
+    path("balance/", views.balance, name="balance"),
+    path("leases/<int:lease_id>/refund/", views.refund, name="lease_refund"),
+]

@@ -1,0 +1,176 @@
+"""Customer pages that touch money: the order page (checkout), invoices, the balance with
+its top-up, and the one-click refund. One view serves the full page and its htmx partial."""
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _lazy
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from inventory.models import Offer, Site
+from inventory.selectors import sites_with_stock_for
+from inventory.services import SoldOut
+from rental.forms import ADDON_FIELDS, ADDON_LIMITS, OrderForm
+from rental.models import TERM_LENGTH, Image, Lease, Term
+from rental.timeline import layout, order_milestones
+
+from .models import Invoice, LedgerEntry
+from .services import (BillingError, InsufficientBalance, account_for, checkout_place_order,
+                       invoice_pay_from_balance, lease_refund, payment_window, price_lines, topup_invoice_create)
+
+
+
+class TopUpForm(forms.Form):
+    amount = forms.DecimalField(label=_lazy("Amount (USD)"), min_value=1, max_value=10_000_000, decimal_places=2,
+                                widget=forms.NumberInput(attrs={"step": "0.01", "min": "1"}))
+
+    def clean(self):
+        data = super().clean()
+        if "amount" in data:
+            data["amount_cents"] = int(data["amount"] * 100)
+        return data
+
+
+# --- order page ---------------------------------------------------------------------------
+
+def _int_or_zero(value, limit: int) -> int:
+    try:
+        return min(max(int(value), 0), limit)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _choice(data) -> tuple[str, dict[str, int]]:
+    """Term and add-ons read leniently from the request, for the live total."""
+    term = data.get("term") if data.get("term") in Term.values else Term.MONTH
+    return term, {name: _int_or_zero(data.get(name), ADDON_LIMITS[name]) for name in ADDON_FIELDS}
+
+
+def _summary(offer: Offer, term: str, addons: dict[str, int]) -> dict:
+    lines = price_lines(offer=offer, term=term, addons=addons)
+    now = timezone.now()
+    milestones = order_milestones(now=now, term_length=TERM_LENGTH[Term(term)], pay_window=payment_window())
+    return {"lines": lines, "total_cents": sum(line.amount_cents for line in lines), "term": Term(term),
+            "timeline": layout(milestones, now), "per_gpu_hour_cents": offer.per_gpu_hour_cents}
+
+
+def _order_form(request, offer: Offer, stock: dict, data=None, initial=None) -> OrderForm:
+    images = Image.objects.filter(is_active=True, vendor=offer.gpu_model.vendor)
+    return OrderForm(data, initial=initial, offer=offer, stock=stock, sites=Site.objects.filter(is_active=True),
+                     images=images)
+
+
+def _render_order(request, offer, form, stock, *, status=200, sold_out=False):
+    source = request.POST if request.method == "POST" else request.GET
+    context = {"offer": offer, "form": form, "stock": stock, "sold_out": sold_out,
+               "balance_cents": account_for(request.user).balance_cents, **_summary(offer, *_choice(source))}
+    template = "billing/_order_summary.html" if request.htmx and request.method == "GET" else "billing/order.html"
+    return render(request, template, context, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def order(request, offer_slug: str):
+    offer = get_object_or_404(Offer.objects.select_related("gpu_model"), slug=offer_slug, is_active=True)
+    stock = sites_with_stock_for(offer)
+    if request.method == "GET":
+        if not stock:
+            return render(request, "billing/sold_out.html", {"offer": offer})
+        initial = {k: v for k, v in request.GET.items() if k in ("site", "term", "image", *ADDON_FIELDS)}
+        return _render_order(request, offer, _order_form(request, offer, stock, initial=initial), stock)
+    if "preview" in request.POST:
+        initial = request.POST.dict()
+        return _render_order(request, offer, _order_form(request, offer, stock, initial=initial), stock)
+    form = _order_form(request, offer, stock, data=request.POST)
+    if not form.is_valid():
+        return _render_order(request, offer, form, stock, status=400)
+    return _place_order(request, offer, form, stock)
+
+
+def _place_order(request, offer: Offer, form: OrderForm, stock: dict):
+    data = form.cleaned_data
+    try:
+        lease, _invoice = checkout_place_order(
+            customer=request.user, offer=offer, site=data["site"], term=data["term"], image=data["image"],
+            ssh_public_key=data["ssh_public_key"], addons=form.addons(), pay_from_balance=data["pay_from_balance"])
+    except SoldOut:
+        return _render_order(request, offer, form, sites_with_stock_for(offer), status=409, sold_out=True)
+    except InsufficientBalance as exc:
+        form.add_error("pay_from_balance", _("%(why)s Nothing was ordered: top up your balance or untick "
+                                             "“Pay from balance” to pay the invoice another way.") % {"why": exc})
+        return _render_order(request, offer, form, stock, status=400)
+    messages.success(request, _("Order placed: lease #%(id)d.") % {"id": lease.pk})
+    return redirect("lease_detail", lease_id=lease.pk)
+
+
+# --- invoices -------------------------------------------------------------------------------
+
+def _customer_invoices(user):
+    return Invoice.objects.filter(customer=user).select_related("lease__offer__gpu_model")
+
+
+@login_required
+@require_GET
+def invoice_list(request):
+    return render(request, "billing/invoices.html", {"invoices": _customer_invoices(request.user)[:200]})
+
+
+@login_required
+@require_GET
+def invoice_detail(request, invoice_id: int):
+    invoice = get_object_or_404(_customer_invoices(request.user).prefetch_related("lines"), pk=invoice_id)
+    balance = account_for(request.user).balance_cents
+    context = {"invoice": invoice, "balance_cents": balance,
+               "can_pay_from_balance": invoice.state == Invoice.State.OPEN and invoice.kind != Invoice.Kind.TOPUP
+               and balance >= invoice.amount_cents}
+    return render(request, "billing/invoice_detail.html", context)
+
+
+@login_required
+@require_POST
+def invoice_pay(request, invoice_id: int):
+    invoice = get_object_or_404(_customer_invoices(request.user), pk=invoice_id)
+    try:
+        invoice_pay_from_balance(invoice=invoice, now=timezone.now(), actor=request.user)
+    except BillingError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, _("Invoice #%(id)d paid from your balance.") % {"id": invoice.pk})
+    return redirect("billing:invoice", invoice_id=invoice.pk)
+
+
+# --- balance --------------------------------------------------------------------------------
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def balance(request):
+    form = TopUpForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            invoice = topup_invoice_create(customer=request.user, amount_cents=form.cleaned_data["amount_cents"])
+        except BillingError as exc:
+            form.add_error("amount", str(exc))
+        else:
+            return redirect("billing:invoice", invoice_id=invoice.pk)
+    account = account_for(request.user)
+    entries = LedgerEntry.objects.filter(account=account).select_related("invoice")[:200]
+    context = {"account": account, "entries": entries, "form": form}
+    return render(request, "billing/balance.html", context, status=400 if form.errors else 200)
+
+
+# --- refund ---------------------------------------------------------------------------------
+
+@login_required
+@require_POST
+def refund(request, lease_id: int):
+    lease = get_object_or_404(Lease.objects.filter(customer=request.user), pk=lease_id)
+    try:
+        cents = lease_refund(lease=lease, actor=request.user)
+    except BillingError as exc:
+        messages.error(request, _("Refund refused: %(why)s") % {"why": exc})
+    else:
+        messages.success(request, _("Lease #%(id)d cancelled; $%(amount)s returned to your balance.")
+                         % {"id": lease.pk, "amount": f"{cents // 100:,}.{cents % 100:02d}"})
+    return redirect("lease_detail", lease_id=lease.pk)

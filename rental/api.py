@@ -1,0 +1,179 @@
+"""The JSON API, version 1: plain Django views returning JSON. Customers authenticate
+with `Authorization: Bearer <token>` (tokens from the settings page); the session and its
+cookie are never used here, so these views are CSRF-exempt. Every error is JSON with a
+4xx status: 400 bad input naming the field, 401 no or bad token, 404 not found or not
+yours, 405 wrong method, 409 sold out or refused, 413 body over 64 KB.
+
+The views that touch money (orders, invoices, refunds) live in billing/api.py, which
+uses the plumbing here (rental never imports billing)."""
+import json
+from functools import wraps
+
+from django.http import Http404, JsonResponse
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.csrf import csrf_exempt
+
+from inventory.selectors import catalog_rows
+
+from .api_schema import build_schema
+from .models import Lease
+from .services_customer import api_token_authenticate
+
+MAX_BODY_BYTES = 64 * 1024
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, error: str, message: str, **extra):
+        super().__init__(message)
+        self.status, self.error, self.message, self.extra = status, error, message, extra
+
+    def response(self) -> JsonResponse:
+        return error_response(self.status, self.error, self.message, **self.extra)
+
+
+def error_response(status: int, error: str, message: str, **extra) -> JsonResponse:
+    return JsonResponse({"error": error, "message": str(message), **extra}, status=status)
+
+
+def usd(cents: int | None) -> str | None:
+    """Cents as a decimal string without floats: 47500 → '475.00'."""
+    if cents is None:
+        return None
+    sign = "-" if cents < 0 else ""
+    whole, rest = divmod(abs(int(cents)), 100)
+    return f"{sign}{whole}.{rest:02d}"
+
+
+def iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+# --- plumbing -----------------------------------------------------------------------------
+
+def _bearer_token(request) -> str:
+    scheme, _sep, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def _body_too_big(request) -> bool:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0) > MAX_BODY_BYTES
+    except ValueError:
+        return True
+
+
+def api_endpoint(*methods: str, auth: bool = True):
+    """Method check (405), body size (413), bearer auth (401) and JSON errors for a view;
+    the customer is `request.api_user`."""
+    def decorate(view):
+        @csrf_exempt
+        @wraps(view)
+        def wrapper(request, *args, **kwargs):
+            if request.method not in methods:
+                response = error_response(405, "method_not_allowed",
+                                          _("Use %(methods)s here.") % {"methods": ", ".join(methods)})
+                response["Allow"] = ", ".join(methods)
+                return response
+            if _body_too_big(request):
+                return error_response(413, "too_large", _("Request bodies are limited to 64 KB."))
+            request.api_user = api_token_authenticate(_bearer_token(request)) if _bearer_token(request) else None
+            if auth and request.api_user is None:
+                response = error_response(401, "unauthorized", _("Send a valid API token as 'Authorization: Bearer <token>'."))
+                response["WWW-Authenticate"] = 'Bearer realm="api"'
+                return response
+            try:
+                return view(request, *args, **kwargs)
+            except ApiError as exc:
+                return exc.response()
+            except Http404:
+                return error_response(404, "not_found", _("Not found."))
+        return wrapper
+    return decorate
+
+
+def json_body(request) -> dict:
+    """The request's JSON object, or a 400 (413 when it is larger than announced)."""
+    if len(request.body) > MAX_BODY_BYTES:
+        raise ApiError(413, "too_large", _("Request bodies are limited to 64 KB."))
+    try:
+        data = json.loads(request.body.decode("utf-8") or "null")
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ApiError(400, "bad_json", _("The body is not valid JSON.")) from exc
+    if not isinstance(data, dict):
+        raise ApiError(400, "bad_json", _("The body must be a JSON object."))
+    return data
+
+
+def field_errors(errors: dict[str, list[str]]) -> ApiError:
+    return ApiError(400, "invalid", _("Some fields are not valid."), fields=errors)
+
+
+def customer_lease(request, lease_id: int) -> Lease:
+    lease = (Lease.objects.select_related("offer__gpu_model", "site", "image")
+             .filter(pk=lease_id, customer=request.api_user).first())
+    if lease is None:
+        raise Http404
+    return lease
+
+
+# --- representations ------------------------------------------------------------------------
+
+def offer_json(row) -> dict:
+    offer = row.offer
+    return {
+        "slug": offer.slug, "name": offer.display_name, "gpu": row.gpu.name, "vendor": row.gpu.vendor,
+        "gpus": offer.gpu_count, "vram_gb": row.gpu.vram_gb, "link": row.gpu.link_description,
+        "weekly_cents": offer.weekly_cents, "weekly_usd": usd(offer.weekly_cents),
+        "monthly_cents": offer.monthly_cents, "monthly_usd": usd(offer.monthly_cents),
+        "per_gpu_hour_cents": offer.per_gpu_hour_cents, "per_gpu_hour_usd": usd(offer.per_gpu_hour_cents),
+        "free_by_site": row.free_by_site, "free_total": row.free_total,
+    }
+
+
+def lease_json(lease: Lease, *, events: bool = False) -> dict:
+    data = {
+        "id": lease.pk, "state": lease.state, "offer": lease.offer.slug, "site": lease.site.code,
+        "image": lease.image.slug, "term": lease.term, "price_cents": lease.price_cents,
+        "price_usd": usd(lease.price_cents),
+        "addons": {"extra_nvme_tb": lease.extra_nvme_tb, "network_volume_tb": lease.network_volume_tb,
+                   "snapshot_tb": lease.snapshot_tb},
+        "created_at": iso(lease.created_at), "pay_by": iso(lease.pay_by), "started_at": iso(lease.started_at),
+        "ends_at": iso(lease.ends_at), "renewal_invoice_at": iso(lease.renewal_due_at),
+        "hold_until": iso(lease.hold_until), "wipe_by": iso(lease.wipe_by), "ended_at": iso(lease.ended_at),
+        "ssh": {"host": lease.host, "port": lease.ssh_port, "command": lease.ssh_command} if lease.ssh_command else None,
+        "url": reverse("api_lease", args=[lease.pk]),
+    }
+    if events:
+        data["events"] = [{"at": iso(e.at), "kind": e.kind, "from": e.from_state, "to": e.to_state,
+                           "reason": e.reason} for e in lease.events.all()]
+    return data
+
+
+# --- views ------------------------------------------------------------------------------------
+
+@api_endpoint("GET", auth=False)
+def offers(request):
+    return JsonResponse({"offers": [offer_json(row) for row in catalog_rows()]})
+
+
+@api_endpoint("GET")
+def leases(request):
+    rows = (Lease.objects.filter(customer=request.api_user)
+            .select_related("offer__gpu_model", "site", "image").order_by("-created_at")[:200])
+    return JsonResponse({"leases": [lease_json(lease) for lease in rows]})
+
+
+@api_endpoint("GET")
+def lease_detail(request, lease_id: int):
+    return JsonResponse(lease_json(customer_lease(request, lease_id), events=True))
+
+
+@api_endpoint("GET", auth=False)
+def schema(request):
+    return JsonResponse(build_schema(), json_dumps_params={"indent": 1})
+
+
+@api_endpoint("GET", "POST", "PUT", "PATCH", "DELETE", auth=False)
+def not_found(request, rest: str = ""):
+    return error_response(404, "not_found", _("No such API endpoint."))

@@ -1,0 +1,133 @@
+"""The OpenAPI 3.1 description of /api/v1, written by hand. Other apps add their paths by
+exposing `PATHS` (and optionally `SCHEMAS`) in `<app>.api_schema`; sizing's estimate
+endpoint is merged in this way when that module exists."""
+import copy
+from importlib import import_module
+
+API_APPS_WITH_PATHS = ("sizing",)
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict, description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict:
+    text = {400: "Invalid JSON or fields (the `fields` object names them)", 401: "Missing or invalid token",
+            402: "Balance does not cover the order (nothing was created)", 404: "Not found, or not yours",
+            405: "Method not allowed", 409: "Sold out, or refund refused", 413: "Body over 64 KB"}
+    return {str(code): _json(_ref("Error"), text[code]) for code in codes}
+
+
+ID_PARAM = {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}
+SECURED = [{"bearer": []}]
+MONEY = {"type": "string", "pattern": r"^-?\d+\.\d{2}$", "description": "USD, two decimals"}
+STAMP = {"type": ["string", "null"], "format": "date-time"}
+
+SCHEMAS = {
+    "Error": {"type": "object", "required": ["error", "message"], "properties": {
+        "error": {"type": "string", "examples": ["sold_out", "invalid", "unauthorized"]},
+        "message": {"type": "string"},
+        "fields": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}}}},
+    "Offer": {"type": "object", "properties": {
+        "slug": {"type": "string"}, "name": {"type": "string"}, "gpu": {"type": "string"},
+        "vendor": {"enum": ["nvidia", "amd"]}, "gpus": {"type": "integer"}, "vram_gb": {"type": "integer"},
+        "link": {"type": "string"}, "weekly_cents": {"type": "integer"}, "weekly_usd": MONEY,
+        "monthly_cents": {"type": "integer"}, "monthly_usd": MONEY, "per_gpu_hour_cents": {"type": "integer"},
+        "per_gpu_hour_usd": MONEY, "free_total": {"type": "integer"},
+        "free_by_site": {"type": "object", "additionalProperties": {"type": "integer"}}}},
+    "Addons": {"type": "object", "additionalProperties": False, "properties": {
+        "extra_nvme_tb": {"type": "integer", "minimum": 0, "maximum": 30},
+        "network_volume_tb": {"type": "integer", "minimum": 0, "maximum": 100},
+        "snapshot_tb": {"type": "integer", "minimum": 0, "maximum": 100}}},
+    "OrderRequest": {"type": "object", "required": ["offer", "site", "term", "ssh_key"], "properties": {
+        "offer": {"type": "string"}, "site": {"type": "string", "examples": ["DFW-1"]},
+        "term": {"enum": ["week", "month"]}, "addons": _ref("Addons"),
+        "image": {"type": "string", "description": "Image slug; default: the vendor's PyTorch image"},
+        "ssh_key": {"type": "string", "description": "ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa ≥ 2048 bits"},
+        "pay_from_balance": {"type": "boolean", "default": False}}},
+    "Lease": {"type": "object", "properties": {
+        "id": {"type": "integer"},
+        "state": {"enum": ["pending", "provisioning", "active", "suspended", "released", "wiped", "cancelled"]},
+        "offer": {"type": "string"}, "site": {"type": "string"}, "image": {"type": "string"},
+        "term": {"enum": ["week", "month"]}, "price_cents": {"type": "integer"}, "price_usd": MONEY,
+        "addons": _ref("Addons"), "created_at": STAMP, "pay_by": STAMP, "started_at": STAMP, "ends_at": STAMP,
+        "renewal_invoice_at": STAMP, "hold_until": STAMP, "wipe_by": STAMP, "ended_at": STAMP,
+        "ssh": {"type": ["object", "null"], "properties": {
+            "host": {"type": "string"}, "port": {"type": "integer"}, "command": {"type": "string"}}},
+        "url": {"type": "string"},
+        "events": {"type": "array", "items": {"type": "object"}}}},
+    "Invoice": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "kind": {"enum": ["order", "renewal", "topup"]},
+        "state": {"enum": ["open", "paid", "expired", "void"]}, "lease": {"type": ["integer", "null"]},
+        "amount_cents": {"type": "integer"}, "amount_usd": MONEY, "created_at": STAMP, "expires_at": STAMP,
+        "paid_at": STAMP, "paid_via": {"type": ["string", "null"]}, "term_start": STAMP, "url": {"type": "string"},
+        "lines": {"type": "array", "items": {"type": "object", "properties": {
+            "description": {"type": "string"}, "quantity": {"type": "integer"},
+            "unit_cents": {"type": "integer"}, "amount_cents": {"type": "integer"}}}}}},
+}
+
+PATHS = {
+    "/api/v1/offers": {"get": {
+        "operationId": "listOffers", "summary": "Offers with prices and free units per site", "security": [],
+        "responses": {"200": _json({"type": "object", "properties": {
+            "offers": {"type": "array", "items": _ref("Offer")}}}, "The catalog")}}},
+    "/api/v1/orders": {"post": {
+        "operationId": "placeOrder", "summary": "Place an order: a pending lease holding its GPUs, and its invoice",
+        "security": SECURED,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("OrderRequest")}}},
+        "responses": {"201": _json({"type": "object", "properties": {
+            "lease": _ref("Lease"), "invoice": _ref("Invoice")}}, "Order placed"),
+            **_errors(400, 401, 402, 405, 409, 413)}}},
+    "/api/v1/leases": {"get": {
+        "operationId": "listLeases", "summary": "Your leases, newest first", "security": SECURED,
+        "responses": {"200": _json({"type": "object", "properties": {
+            "leases": {"type": "array", "items": _ref("Lease")}}}, "Your leases"), **_errors(401)}}},
+    "/api/v1/leases/{id}": {"get": {
+        "operationId": "getLease", "summary": "One lease with its events", "security": SECURED,
+        "parameters": [ID_PARAM],
+        "responses": {"200": _json(_ref("Lease"), "The lease"), **_errors(401, 404)}}},
+    "/api/v1/leases/{id}/refund": {"post": {
+        "operationId": "refundLease", "summary": "Refund within 1 hour of ordering: cancelled, money to balance",
+        "security": SECURED, "parameters": [ID_PARAM],
+        "responses": {"200": _json({"type": "object", "properties": {
+            "refunded_cents": {"type": "integer"}, "refunded_usd": MONEY, "lease": _ref("Lease")}}, "Refunded"),
+            **_errors(401, 404, 409)}}},
+    "/api/v1/invoices/{id}": {"get": {
+        "operationId": "getInvoice", "summary": "One invoice with its lines", "security": SECURED,
+        "parameters": [ID_PARAM],
+        "responses": {"200": _json(_ref("Invoice"), "The invoice"), **_errors(401, 404)}}},
+    "/api/v1/schema": {"get": {
+        "operationId": "getSchema", "summary": "This document", "security": [],
+        "responses": {"200": {"description": "OpenAPI 3.1 document"}}}},
+}
+
+
+def _contributions() -> list:
+    found = []
+    for app in API_APPS_WITH_PATHS:
+        try:
+            found.append(import_module(f"{app}.api_schema"))
+        except ImportError:
+            continue
+    return found
+
+
+def build_schema() -> dict:
+    paths, schemas = copy.deepcopy(PATHS), copy.deepcopy(SCHEMAS)
+    for module in _contributions():
+        paths.update(copy.deepcopy(getattr(module, "PATHS", {})))
+        schemas.update(copy.deepcopy(getattr(module, "SCHEMAS", {})))
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "GPU Rental API", "version": "1.0.0",
+                 "description": "Dedicated GPUs by the week or the month. Money in integer USD cents "
+                                "(and *_usd decimal strings). Errors: JSON {error, message[, fields]} with 4xx."},
+        "servers": [{"url": "/"}],
+        "paths": paths,
+        "components": {"schemas": schemas, "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "API token from account settings"}}},
+    }

@@ -1,0 +1,70 @@
+"""Writes a customer makes from their settings: API tokens and notification read marks.
+A token is shown once at creation; only its SHA-256 and an 8-character prefix are kept."""
+import hashlib
+import secrets
+from datetime import datetime
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from inventory.services import audit_record
+
+from .models import ApiToken, Notification
+
+TOKEN_PREFIX = "gpr_"
+MAX_TOKENS = 20
+
+
+class TokenLimit(Exception):
+    """Too many live tokens; revoke one first."""
+
+
+def token_hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+@transaction.atomic
+def api_token_create(*, customer: User, name: str) -> tuple[ApiToken, str]:
+    """Returns the row and the raw token, which is never stored and cannot be shown again."""
+    if ApiToken.objects.filter(customer=customer, revoked_at__isnull=True).count() >= MAX_TOKENS:
+        raise TokenLimit
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(customer=customer, name=name.strip()[:60], token_hash=token_hash(raw),
+                                    prefix=raw[len(TOKEN_PREFIX):len(TOKEN_PREFIX) + 8])
+    audit_record(actor=customer, action="api_token_create", obj=token, detail={"prefix": token.prefix})
+    return token, raw
+
+
+@transaction.atomic
+def api_token_revoke(*, customer: User, token_id: int, now: datetime | None = None) -> bool:
+    """Revokes one of the customer's own tokens; False when it is not theirs or already revoked."""
+    token = ApiToken.objects.filter(pk=token_id, customer=customer, revoked_at__isnull=True).first()
+    if token is None:
+        return False
+    ApiToken.objects.filter(pk=token.pk).update(revoked_at=now or timezone.now())
+    audit_record(actor=customer, action="api_token_revoke", obj=token, detail={"prefix": token.prefix})
+    return True
+
+
+def api_token_authenticate(raw: str, *, now: datetime | None = None) -> User | None:
+    """The live token's customer, or None. Marks the token used (at most once a minute)."""
+    if not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
+        return None
+    token = (ApiToken.objects.select_related("customer")
+             .filter(token_hash=token_hash(raw), revoked_at__isnull=True, customer__is_active=True).first())
+    if token is None:
+        return None
+    now = now or timezone.now()
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token.customer
+
+
+def notification_mark_read(*, customer: User, notification_id: int | None = None,
+                           now: datetime | None = None) -> int:
+    """Marks one (or, without an id, every) unread notice of the customer read."""
+    unread = Notification.objects.filter(customer=customer, read_at__isnull=True)
+    if notification_id is not None:
+        unread = unread.filter(pk=notification_id)
+    return unread.update(read_at=now or timezone.now())

@@ -1,0 +1,119 @@
+"""A lease's deadlines as a timeline: the order page shows the future one for a chosen
+term, the lease pages the real one (with projections for deadlines not yet set). Pure
+computation; the templates draw it as an inline SVG plus a list, no JavaScript."""
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from .models import Lease, LeaseState
+
+REMINDERS = (timedelta(days=3), timedelta(days=1))
+RENEWAL_LEAD = timedelta(hours=24)
+HOLD = timedelta(hours=72)
+WIPE_AFTER_END = timedelta(days=7)
+
+SVG_WIDTH, SVG_PAD, LEVEL_GAP, MIN_SPACING = 720, 24, 18, 22
+
+
+@dataclass(frozen=True)
+class Milestone:
+    key: str
+    label: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Point:
+    number: int
+    key: str
+    label: str
+    at: datetime
+    countdown: str
+    past: bool
+    x: int
+    y: int
+
+
+def countdown(at: datetime, now: datetime) -> str:
+    """'in 3 d 4 h', 'in 25 min', '2 d 1 h ago'."""
+    seconds = int((at - now).total_seconds())
+    days, rest = divmod(abs(seconds), 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    if days:
+        span = f"{days} d {hours} h"
+    elif hours:
+        span = f"{hours} h {minutes} min"
+    else:
+        span = ngettext("%(n)d min", "%(n)d min", minutes) % {"n": minutes}
+    return _("in %(span)s") % {"span": span} if seconds >= 0 else _("%(span)s ago") % {"span": span}
+
+
+def term_milestones(*, start: datetime, end: datetime) -> list[Milestone]:
+    """What happens from the start of a term to the wipe, for any lease."""
+    return [
+        Milestone("start", _("Term starts (at payment)"), start),
+        Milestone("reminder_3d", _("Reminder: 3 days left (e-mail and in-app)"), end - REMINDERS[0]),
+        Milestone("reminder_1d", _("Reminder: 1 day left"), end - REMINDERS[1]),
+        Milestone("renewal", _("Renewal invoice issued, same price (auto-paid from balance if enabled)"),
+                  end - RENEWAL_LEAD),
+        Milestone("end", _("Term ends (T): unpaid → instance stopped, slots held"), end),
+        Milestone("hold", _("Hold ends (T+72 h): slots released"), end + HOLD),
+        Milestone("key", _("NVMe encryption key destroyed (with receipt)"), end + HOLD),
+        Milestone("wipe", _("Local NVMe wiped (by T+7 d)"), end + WIPE_AFTER_END),
+    ]
+
+
+def order_milestones(*, now: datetime, term_length: timedelta, pay_window: timedelta) -> list[Milestone]:
+    """The future of an order placed now and paid at once."""
+    return [Milestone("pay_by", _("Payment window closes (slots held until then)"), now + pay_window),
+            *term_milestones(start=now, end=now + term_length)]
+
+
+def lease_milestones(lease: Lease, now: datetime) -> list[Milestone]:
+    """The real deadlines of a lease, projected where not yet set."""
+    ordered = Milestone("ordered", _("Ordered"), lease.created_at)
+    if lease.state in (LeaseState.CANCELLED, LeaseState.RELEASED, LeaseState.WIPED):
+        items = [ordered]
+        if lease.started_at:
+            items.append(Milestone("start", _("Term started"), lease.started_at))
+        if lease.ended_at:
+            items.append(Milestone("ended", _("Ended: %(state)s") % {"state": lease.get_state_display()},
+                                   lease.ended_at))
+        if lease.wipe_by:
+            items.append(Milestone("wipe", _("Local NVMe wiped (by)"), lease.wipe_by))
+        return items
+    if lease.state == LeaseState.PENDING or not lease.ends_at:
+        start = max(now, lease.created_at)
+        return [ordered, Milestone("pay_by", _("Payment window closes"), lease.pay_by),
+                *term_milestones(start=start, end=start + lease.term_length)]
+    items = [ordered, *term_milestones(start=lease.started_at or lease.created_at, end=lease.ends_at)]
+    if lease.hold_until:
+        items = [m if m.key not in ("hold", "key") else Milestone(m.key, m.label, lease.hold_until) for m in items]
+    if lease.wipe_by:
+        items = [m if m.key != "wipe" else Milestone(m.key, m.label, lease.wipe_by) for m in items]
+    return items
+
+
+def layout(milestones: list[Milestone], now: datetime) -> dict:
+    """Positions for the SVG: x by time; markers closer than MIN_SPACING stack upwards."""
+    items = sorted(milestones, key=lambda m: m.at)
+    first, last = items[0].at, items[-1].at
+    span = max((last - first).total_seconds(), 1)
+    usable = SVG_WIDTH - 2 * SVG_PAD
+
+    def x_of(at: datetime) -> int:
+        return SVG_PAD + round(usable * (at - first).total_seconds() / span)
+
+    points, prev_x, level = [], None, 0
+    for number, m in enumerate(items, start=1):
+        x = x_of(m.at)
+        level = level + 1 if prev_x is not None and x - prev_x < MIN_SPACING and level < 3 else 0
+        prev_x = x if level == 0 else prev_x
+        points.append(Point(number, m.key, str(m.label), m.at, countdown(m.at, now), m.at <= now, x,
+                            70 - level * LEVEL_GAP))
+    now_x = x_of(now) if first <= now <= last else None
+    return {"points": points, "now_x": now_x, "width": SVG_WIDTH, "axis_y": 80, "first": first, "last": last,
+            "upcoming": [p for p in points if not p.past]}
