@@ -102,7 +102,11 @@ def litecoind(tmp_path_factory):
 
 
 def anvil_path() -> str | None:
-    local = CHAIN_TOOLS / "anvil"
+    # the platform binary that the npm package ships, run directly (no node wrapper) ...
+    for native in sorted((CHAIN_TOOLS.parent / "@foundry-rs").glob("anvil-*/bin/anvil")):
+        if os.access(native, os.X_OK):
+            return str(native)
+    local = CHAIN_TOOLS / "anvil"  # ... else its node launcher
     if local.exists():
         return str(local)
     return shutil.which("anvil")
