@@ -1,6 +1,4 @@
 """Root URLconf: mounts every app's urls."""
-from importlib import import_module
-
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -41,25 +39,11 @@ api_v1 = [
     path("<path:rest>", api.not_found),
 ]
 
-
-
-def optional_urls(module: str) -> list:
-    """An app's urls when that app ships them (sizing adds /size/ and /api/v1/estimate)."""
-    try:
-        import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise
-        return []
-    return [path("", include(module))]
-
-
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("accounts/", include(accounts)),
-    path("", include("sizing.urls")),
-    *optional_urls("sizing.urls"),  # before api/v1's catch-all 404
+    path("", include("sizing.urls")),  # before api/v1's catch-all 404 (it has /api/v1/estimate)
     path("api/v1/", include(api_v1)),
     path("", include(customer)),
     path("", include("inventory.urls")),
