@@ -1,7 +1,17 @@
+import importlib
+
 from django.apps import AppConfig
+
+# Admin modules beside admin.py (Django only autodiscovers admin.py).
+EXTRA_ADMIN_MODULES = ("billing.admin_ops", "billing.admin_payments")
 
 
 class BillingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "billing"
     verbose_name = "Billing"
+
+    def ready(self):
+        for module in EXTRA_ADMIN_MODULES:
+            if importlib.util.find_spec(module):
+                importlib.import_module(module)
