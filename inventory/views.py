@@ -3,6 +3,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from sizing.figures import faq_vram_figures
+
 from .forms import CatalogFilterForm
 from .models import GpuModel, Interconnect, Offer, StorageProduct
 from .selectors import CatalogFilter, active_sites, catalog_rows, sites_with_stock_for
@@ -89,11 +91,6 @@ def faq(request):
     cheapest, dearest = _headline_range(rows)
     context = {
         "offers": offers, "cheapest": cheapest, "dearest": dearest,
-        "vram": faq_vram_figures(), "sizing_url": reverse("catalog"),
+        "vram": faq_vram_figures(), "sizing_url": reverse("sizing"),
     }
     return render(request, "inventory/faq.html", context)
-
-
-def faq_vram_figures() -> dict[str, int]:
-    """The FAQ's VRAM figures, computed by the sizing engine (never typed in)."""
-    return {}

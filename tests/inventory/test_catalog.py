@@ -135,3 +135,18 @@ def test_home_headline_range_comes_from_live_prices(client, catalog):
 
 def test_unknown_gpu_is_404(client, catalog):
     assert client.get(reverse("gpu_detail", args=["voodoo-5"])).status_code == 404
+
+
+def test_faq_figures_come_from_the_sizing_engine(client, catalog):
+    from sizing.figures import faq_vram_figures
+
+    figures = faq_vram_figures()
+    body = client.get(reverse("faq")).content.decode()
+    assert f"about {figures['q7']} GB" in body and f"about {figures['l70']} GB" in body
+    assert 8 <= figures["q7"] <= 12 and figures["l70"] > 150  # SPEC: ~10 GB, 156 GB
+    assert "$190/month" in body  # the A5000's live price
+
+
+def test_catalog_rows_link_to_the_order_page(client, catalog):
+    body = client.get(reverse("catalog")).content.decode()
+    assert reverse("order", args=["h100-sxm"]) in body
