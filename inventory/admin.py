@@ -1,7 +1,11 @@
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, Exists, OuterRef, Q
+from django.utils import timezone
 
-from .models import AuditEntry, GpuModel, GpuSlot, Interconnect, Node, Offer, Site, SlotAllocation, StorageProduct
+from .incidents import IncidentRefused, incident_close, incident_open
+from .models import (AuditEntry, Downtime, GpuModel, GpuSlot, Incident, Interconnect, Node, Offer, Site,
+                     SlotAllocation, StorageProduct)
 from .selectors import nodes_with_free_counts
 from .services import node_set_draining
 
@@ -104,6 +108,109 @@ class AuditEntryAdmin(admin.ModelAdmin):
     list_display = ("at", "actor", "action", "object_type", "object_id")
     list_filter = ("action", "object_type")
     search_fields = ("object_id", "action")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+# --- incidents ----------------------------------------------------------------------------
+
+class IncidentForm(forms.ModelForm):
+    class Meta:
+        model = Incident
+        fields = ("site", "node", "slot", "kind", "starts_at", "ends_at", "reason")
+
+    def clean(self):
+        data = super().clean()
+        if sum(bool(data.get(k)) for k in ("site", "node", "slot")) != 1:
+            raise forms.ValidationError("Pick exactly one of site, node or GPU slot.")
+        starts, ends = data.get("starts_at"), data.get("ends_at")
+        if starts and starts > timezone.now():
+            raise forms.ValidationError("An incident cannot start in the future.")
+        if starts and ends and ends < starts:
+            raise forms.ValidationError("An incident cannot end before it starts.")
+        return data
+
+
+class DowntimeInline(admin.TabularInline):
+    model = Downtime
+    fields = ("lease_id", "kind", "starts_at", "ends_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Incident)
+class IncidentAdmin(admin.ModelAdmin):
+    """Opening an incident takes its slots out of stock and records downtime for the leases
+    on them (inventory.incidents); closing returns the slots. Rows are never edited."""
+
+    form = IncidentForm
+    list_display = ("id", "scope", "kind", "source", "starts_at", "ends_at", "reason", "created_by")
+    list_filter = ("kind", "source", ("ends_at", admin.EmptyFieldListFilter), "site", "node__site")
+    search_fields = ("reason", "node__name", "slot__node__name", "site__code")
+    list_select_related = ("site", "node", "slot__node", "created_by")
+    raw_id_fields = ("node", "slot")
+    inlines = [DowntimeInline]
+    actions = ["close_now"]
+
+    @admin.display(description="scope")
+    def scope(self, obj):
+        return obj.scope_label
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ()
+        return ("site", "node", "slot", "kind", "source", "starts_at", "ends_at", "reason", "created_by",
+                "closed_by")
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return IncidentForm.Meta.fields
+        return self.get_readonly_fields(request, obj)
+
+    def get_changeform_initial_data(self, request):
+        return {"starts_at": timezone.now().replace(microsecond=0), **super().get_changeform_initial_data(request)}
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            return
+        data = form.cleaned_data
+        try:
+            incident = incident_open(site=data.get("site"), node=data.get("node"), slot=data.get("slot"),
+                                     kind=data["kind"], starts_at=data["starts_at"], ends_at=data.get("ends_at"),
+                                     reason=data["reason"], actor=request.user)
+        except IncidentRefused as exc:  # form validation catches these first
+            self.message_user(request, str(exc), messages.ERROR)
+            raise
+        obj.pk = incident.pk
+        obj._state.adding = False
+
+    @admin.action(description="Close now: end the downtime, return the slots to service")
+    def close_now(self, request, queryset):
+        closed = [i.pk for i in queryset if incident_close(incident=i, actor=request.user, reason="closed in admin")]
+        self.message_user(request, f"Closed incident(s): {', '.join(f'#{pk}' for pk in closed) or 'none'}"
+                                   " (already closed ones are left as they were).", messages.SUCCESS)
+
+
+@admin.register(Downtime)
+class DowntimeAdmin(admin.ModelAdmin):
+    list_display = ("lease_id", "incident", "kind", "starts_at", "ends_at")
+    list_filter = ("kind", ("ends_at", admin.EmptyFieldListFilter))
+    search_fields = ("lease_id",)
+    list_select_related = ("incident__site", "incident__node", "incident__slot__node")
 
     def has_add_permission(self, request):
         return False

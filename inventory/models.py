@@ -188,3 +188,94 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.action} {self.object_type}#{self.object_id}"
+
+
+# --- incidents and downtime (operations) ------------------------------------------------
+
+class Incident(models.Model):
+    """A site, node or GPU slot down (or degraded) from `starts_at` to `ends_at`. Opening
+    one takes the affected slots out of stock and records Downtime for each lease on them;
+    closing it ends the downtime and returns the slots it took out. Written only through
+    inventory.incidents (admin or the host agent's health check)."""
+
+    class Kind(models.TextChoices):
+        DOWN = "down", "down"
+        DEGRADED = "degraded", "degraded"
+
+    class Source(models.TextChoices):
+        OPERATOR = "operator", "operator"
+        HEALTH_CHECK = "health_check", "health check"
+
+    site = models.ForeignKey(Site, null=True, blank=True, on_delete=models.PROTECT, related_name="incidents")
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.PROTECT, related_name="incidents")
+    slot = models.ForeignKey(GpuSlot, null=True, blank=True, on_delete=models.PROTECT, related_name="incidents")
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.DOWN)
+    source = models.CharField(max_length=12, choices=Source.choices, default=Source.OPERATOR)
+    starts_at = models.DateTimeField(db_index=True)
+    ends_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    reason = models.CharField(max_length=300)
+    created_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    closed_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-starts_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(site__isnull=False, node__isnull=True, slot__isnull=True)
+                           | Q(site__isnull=True, node__isnull=False, slot__isnull=True)
+                           | Q(site__isnull=True, node__isnull=True, slot__isnull=False)),
+                name="incident_exactly_one_scope"),
+            models.CheckConstraint(condition=Q(ends_at__isnull=True) | Q(ends_at__gte=models.F("starts_at")),
+                                   name="incident_ends_after_start"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Incident #{self.pk} {self.scope_label} {self.kind}"
+
+    @property
+    def scope_label(self) -> str:
+        if self.slot_id:
+            return f"slot {self.slot}"
+        if self.node_id:
+            return f"node {self.node}"
+        return f"site {self.site.code if self.site_id else '?'}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.ends_at is None
+
+
+class IncidentSlot(models.Model):
+    """A slot an incident covers, and whether the incident took it out of service (so
+    closing returns exactly those, and only when no other open incident still covers them)."""
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="slot_links")
+    slot = models.ForeignKey(GpuSlot, on_delete=models.PROTECT, related_name="incident_links")
+    took_out_of_service = models.BooleanField(default=False)
+    restored_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["incident", "slot"], name="incident_slot_once")]
+
+
+class Downtime(models.Model):
+    """One lease's share of an incident (by lease id: inventory does not import rental).
+    Ends when the incident closes or the lease is migrated off the failed hardware."""
+
+    lease_id = models.BigIntegerField(db_index=True)
+    incident = models.ForeignKey(Incident, on_delete=models.PROTECT, related_name="downtimes")
+    kind = models.CharField(max_length=10, choices=Incident.Kind.choices, default=Incident.Kind.DOWN)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["starts_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["incident", "lease_id"], name="one_downtime_per_incident_lease"),
+            models.CheckConstraint(condition=Q(ends_at__isnull=True) | Q(ends_at__gte=models.F("starts_at")),
+                                   name="downtime_ends_after_start"),
+        ]
+
+    def __str__(self) -> str:
+        return f"lease #{self.lease_id} down {self.starts_at:%Y-%m-%d %H:%M}–{self.ends_at or '…'}"

@@ -12,11 +12,13 @@ class SoldOut(Exception):
 
 
 @transaction.atomic
-def slots_allocate(*, offer: Offer, site: Site, lease_id: int) -> list[GpuSlot]:
-    """Hold `offer.gpu_count` free slots on one node at `site` for a lease."""
+def slots_allocate(*, offer: Offer, site: Site, lease_id: int, exclude_node_ids=()) -> list[GpuSlot]:
+    """Hold `offer.gpu_count` free slots on one node at `site` for a lease (never on
+    `exclude_node_ids`: a migration off a failed node)."""
     nodes = list(
         Node.objects.select_for_update()
         .filter(site=site, gpu_model=offer.gpu_model_id, draining=False, gpu_count__gte=offer.gpu_count)
+        .exclude(pk__in=list(exclude_node_ids))
         .order_by("id")
     )
     taken = set(

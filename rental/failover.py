@@ -1,0 +1,124 @@
+"""Hardware failure: move a lease off a failed node to free slots of the same offer at the
+same site, within the promised 30 minutes (SPEC, "Hardware failure"). The local NVMe —
+its LUKS2 volume and the checkpoints on it — moves with the instance: the key reference
+stays the same and the host agent copies the encrypted volume to the target host.
+
+Each lease moves in its own transaction (release the old slots, allocate new ones on a
+different node); when nothing fits, that transaction rolls back, the lease keeps its old
+slots and the caller is told which lease could not move and why."""
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from inventory.incidents import downtime_end_for_lease
+from inventory.models import Downtime, Incident, Node, SlotAllocation
+from inventory.services import SoldOut, slots_allocate, slots_release
+
+from .agent import get_agent
+from .models import LIVE_STATES, Lease
+from .services import _event
+
+MIGRATION_TARGET = timedelta(minutes=30)
+
+
+class MigrationRefused(Exception):
+    """This lease cannot be moved; the message says why."""
+
+
+@dataclass
+class MigrationReport:
+    moved: list[dict] = field(default_factory=list)
+    refused: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        parts = []
+        if self.moved:
+            parts.append("Moved " + ", ".join(
+                f"lease #{m['lease_id']} {m['from_node']} → {m['to_node']} in {m['seconds'] // 60} min"
+                f"{'' if m['within_target'] else ' (over the 30-minute target)'}" for m in self.moved) + ".")
+        if self.refused:
+            parts.append("Could not move " + "; ".join(f"lease #{pk}: {why}" for pk, why in self.refused) + ".")
+        return " ".join(parts) or "No live lease on that hardware."
+
+
+@transaction.atomic
+def lease_migrate(*, lease_id: int, from_node: Node, now: datetime | None = None, actor=None,
+                  failed_since: datetime | None = None, reason: str = "hardware failure") -> dict:
+    """Move one lease's allocation off `from_node`. Raises MigrationRefused (nothing changed)."""
+    now = now or timezone.now()
+    lease = Lease.objects.select_for_update().select_related("offer", "site").get(pk=lease_id)
+    if lease.state not in LIVE_STATES:
+        raise MigrationRefused(f"it is {lease.get_state_display()}")
+    old = list(SlotAllocation.objects.filter(lease_id=lease_id, released_at__isnull=True)
+               .select_related("slot__node"))
+    if not any(a.slot.node_id == from_node.pk for a in old):
+        raise MigrationRefused(f"it holds no slot on {from_node.name}")
+    if failed_since is None:
+        first_down = (Downtime.objects.filter(lease_id=lease_id, ends_at__isnull=True)
+                      .order_by("starts_at").values_list("starts_at", flat=True).first())
+        failed_since = first_down or now
+    try:
+        with transaction.atomic():
+            slots_release(lease_id=lease_id)
+            new = slots_allocate(offer=lease.offer, site=lease.site, lease_id=lease_id,
+                                 exclude_node_ids=[from_node.pk])
+    except SoldOut:
+        raise MigrationRefused(
+            f"no other node at {lease.site.code} has {lease.offer.gpu_count} free "
+            f"{lease.offer.gpu_model.name} slot(s) in service") from None
+    to_node = new[0].node
+    seconds = max(0, int((now - failed_since).total_seconds()))
+    data = {
+        "from_node": from_node.name, "to_node": to_node.name,
+        "from_slots": [a.slot_id for a in old], "to_slots": [s.pk for s in new],
+        "failed_since": failed_since.isoformat(), "completed_at": now.isoformat(), "seconds": seconds,
+        "within_target": seconds <= MIGRATION_TARGET.total_seconds(),
+        "nvme": "local NVMe (LUKS2 volume, same key ref) moved with the instance",
+        "extra_nvme_tb": lease.extra_nvme_tb,
+    }
+    _event(lease_id, kind="migrated", now=now, actor=actor, from_state=lease.state, to_state=lease.state,
+           reason=reason, data=data)
+    downtime_end_for_lease(lease_id=lease_id, at=now)
+    agent = get_agent()
+    if hasattr(agent, "migrate"):
+        transaction.on_commit(lambda: agent.migrate(lease_id=lease_id, from_node=from_node.name,
+                                                    to_node=to_node.name))
+    return {"lease_id": lease_id, **data}
+
+
+def _migrate_all(pairs: list[tuple[int, Node]], *, now, actor, reason) -> MigrationReport:
+    report = MigrationReport()
+    # Multi-GPU leases first: whole free nodes are the scarce target.
+    sizes = dict(Lease.objects.filter(pk__in=[p for p, _ in pairs]).values_list("pk", "offer__gpu_count"))
+    for lease_id, node in sorted(pairs, key=lambda p: (-sizes.get(p[0], 1), p[0])):
+        try:
+            report.moved.append(lease_migrate(lease_id=lease_id, from_node=node, now=now, actor=actor,
+                                              reason=reason))
+        except MigrationRefused as exc:
+            report.refused.append((lease_id, str(exc)))
+    return report
+
+
+def node_evacuate(*, node: Node, actor=None, now: datetime | None = None,
+                  reason: str = "node failed: migrated by operator") -> MigrationReport:
+    """Every live lease on `node` to another node at the same site."""
+    lease_ids = sorted(set(SlotAllocation.objects.filter(slot__node=node, released_at__isnull=True)
+                           .values_list("lease_id", flat=True)))
+    return _migrate_all([(pk, node) for pk in lease_ids], now=now or timezone.now(), actor=actor, reason=reason)
+
+
+def incident_migrate(*, incident: Incident, actor=None, now: datetime | None = None) -> MigrationReport:
+    """Every lease still down in an open incident, off the node it sits on."""
+    if incident.ends_at is not None:
+        raise MigrationRefused(f"incident #{incident.pk} is closed")
+    if incident.site_id:
+        raise MigrationRefused(f"the whole site {incident.site.code} is down: no target at the same site")
+    down = set(Downtime.objects.filter(incident=incident, ends_at__isnull=True).values_list("lease_id", flat=True))
+    allocs = (SlotAllocation.objects.filter(lease_id__in=down, released_at__isnull=True)
+              .select_related("slot__node").order_by("lease_id"))
+    pairs = {a.lease_id: a.slot.node for a in allocs}
+    return _migrate_all(sorted(pairs.items()), now=now or timezone.now(), actor=actor,
+                        reason=f"incident #{incident.pk}: {incident.reason}"[:300])
