@@ -7,7 +7,16 @@ from django.utils.translation import gettext as _
 from inventory.models import Offer, Site
 from inventory.selectors import sites_with_stock_for
 from inventory.services import SoldOut
-from rental.api import (ApiError, api_endpoint, customer_lease, field_errors, iso, json_body, lease_json, usd)
+from rental.api import (
+    ApiError,
+    api_endpoint,
+    customer_lease,
+    field_errors,
+    iso,
+    json_body,
+    lease_json,
+    usd,
+)
 from rental.forms import ADDON_FIELDS, OrderForm, default_image
 from rental.models import Image
 
@@ -47,6 +56,8 @@ def _order_form(data: dict, offer: Offer) -> OrderForm:
     unknown = set(addons) - set(ADDON_FIELDS)
     if unknown:
         raise field_errors({"addons": [_("Unknown add-on: %(names)s") % {"names": ", ".join(sorted(unknown))}]})
+    if not isinstance(data.get("pay_from_balance", False), bool):
+        raise field_errors({"pay_from_balance": [_("Give true or false.")]})
     images = Image.objects.filter(is_active=True, vendor=offer.gpu_model.vendor)
     image = data.get("image") or getattr(default_image(images), "slug", "")
     form_data = {"site": data.get("site") or "", "term": data.get("term") or "", "image": image,

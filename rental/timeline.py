@@ -112,7 +112,7 @@ def layout(milestones: list[Milestone], now: datetime) -> dict:
         x = x_of(m.at)
         level = level + 1 if prev_x is not None and x - prev_x < MIN_SPACING and level < 3 else 0
         prev_x = x if level == 0 else prev_x
-        points.append(Point(number, m.key, str(m.label), m.at, countdown(m.at, now), m.at <= now, x,
+        points.append(Point(number, m.key, str(m.label), m.at, countdown(m.at, now), m.at < now, x,
                             70 - level * LEVEL_GAP))
     now_x = x_of(now) if first <= now <= last else None
     return {"points": points, "now_x": now_x, "width": SVG_WIDTH, "axis_y": 80, "first": first, "last": last,

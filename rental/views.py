@@ -15,7 +15,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from .forms import ApiTokenForm, SettingsForm, SignupForm
 from .models import ApiToken, Lease, LeaseState, Notification
 from .services import account_create, customer_settings, customer_settings_update
-from .services_customer import TokenLimit, api_token_create, api_token_revoke, notification_mark_read
+from .services_customer import (
+    TokenLimit,
+    api_token_create,
+    api_token_revoke,
+    notification_mark_read,
+)
 from .timeline import layout, lease_milestones
 
 

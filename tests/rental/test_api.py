@@ -109,7 +109,7 @@ def test_bad_json_is_400(client, catalog, token, raw, error):
     ({"term": "year"}, "term"), ({"ssh_key": RSA_1024}, "ssh_key"), ({"ssh_key": 42}, "ssh_key"),
     ({"image": "pytorch-2.5-rocm-6.4"}, "image"), ({"addons": {"extra_nvme_tb": 99}}, "addons.extra_nvme_tb"),
     ({"addons": {"gpu_tb": 1}}, "addons"), ({"addons": [1]}, "addons"),
-    ({"addons": {"snapshot_tb": -1}}, "addons.snapshot_tb"), ({"addons": {"snapshot_tb": "x"}}, "addons.snapshot_tb"),
+    ({"addons": {"snapshot_tb": -1}}, "addons.snapshot_tb"), ({"pay_from_balance": "yes"}, "pay_from_balance"), ({"addons": {"snapshot_tb": "x"}}, "addons.snapshot_tb"),
 ])
 def test_field_errors_name_the_field_and_create_nothing(client, catalog, token, overrides, field):
     response = call(client, "post", "/api/v1/orders", token, order_body(**overrides))
