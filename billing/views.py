@@ -17,9 +17,17 @@ from rental.models import TERM_LENGTH, Image, Lease, Term
 from rental.timeline import layout, order_milestones
 
 from .models import Invoice, LedgerEntry
-from .services import (BillingError, InsufficientBalance, account_for, checkout_place_order,
-                       invoice_pay_from_balance, lease_refund, payment_window, price_lines, topup_invoice_create)
-
+from .services import (
+    BillingError,
+    InsufficientBalance,
+    account_for,
+    checkout_place_order,
+    invoice_pay_from_balance,
+    lease_refund,
+    payment_window,
+    price_lines,
+    topup_invoice_create,
+)
 
 
 class TopUpForm(forms.Form):
