@@ -225,3 +225,55 @@ class WatcherCursor(models.Model):
     coin = models.CharField(max_length=5, choices=COIN_CHOICES, unique=True)
     cursor = models.JSONField(default=dict)
     updated_at = models.DateTimeField(auto_now=True)
+
+
+class LatePaymentClaim(models.Model):
+    """A customer's confirmation that a late-paid quote should still buy its order: once
+    per quote (the unique quote makes a double click or two tabs spend the balance once)."""
+
+    quote = models.OneToOneField(Quote, on_delete=models.PROTECT, related_name="late_claim")
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="+",
+                                help_text="The invoice paid from the balance (the original, or a new order's)")
+    at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"late payment of quote #{self.quote_id} used for invoice #{self.invoice_id}"
+
+
+# --- SLA claims (operations) -----------------------------------------------------------
+
+class SlaClaim(models.Model):
+    """A customer's claim for one lease and one calendar month (SPEC: 99.9% per instance per
+    month, claimed within 30 days). The credit is computed from the downtime records; the
+    ledger's idempotency key `sla:<lease>:<yyyy-mm>` makes sure a month is credited once."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        APPROVED = "approved", "approved"
+        DECLINED = "declined", "declined"
+
+    lease = models.ForeignKey("rental.Lease", on_delete=models.PROTECT, related_name="sla_claims")
+    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="sla_claims")
+    period = models.DateField(help_text="First day of the calendar month claimed (UTC)")
+    message = models.TextField(blank=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING, db_index=True)
+    created_at = models.DateTimeField()
+    paid_seconds = models.PositiveIntegerField(default=0, help_text="Paid time of the lease in the month")
+    downtime_seconds = models.PositiveIntegerField(default=0)
+    availability_pct = models.DecimalField(max_digits=7, decimal_places=4, default=100)
+    credit_cents = models.PositiveIntegerField(default=0, help_text="Computed; re-computed at approval")
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.CharField(max_length=300, blank=True)
+    ledger_entry = models.ForeignKey(LedgerEntry, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["lease", "period"], condition=Q(state="pending"),
+                                    name="one_pending_sla_claim_per_month"),
+        ]
+
+    def __str__(self) -> str:
+        return f"SLA claim #{self.pk} lease #{self.lease_id} {self.period:%Y-%m} ({self.state})"

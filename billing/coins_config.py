@@ -1,0 +1,113 @@
+"""Crypto payment settings: the adapter config from the environment (or Django settings of
+the same name), and the payment rules (confirmations, tolerance, rate age, windows).
+
+Every key of ``billing.coins.registry`` is read from ``settings.<KEY>`` first, then
+``os.environ[<KEY>]``; a coin is offered only when it can be watched
+(``require_backend=True``). Tests swap the adapters with ``use_adapters({...})``.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+
+from .coins.base import Coin, CoinAdapter
+from .coins.registry import build_adapters
+
+ADAPTER_KEYS = (
+    "BTC_XPUB", "BTC_RPC_URL", "BTC_RPC_COOKIE", "BTC_NETWORK", "BTC_START_HEIGHT",
+    "LTC_XPUB", "LTC_RPC_URL", "LTC_RPC_COOKIE", "LTC_NETWORK", "LTC_START_HEIGHT",
+    "ETH_XPUB", "ETH_RPC_URL", "ETH_CHAIN_ID", "ETH_START_HEIGHT", "USDT_CONTRACT", "USDC_CONTRACT",
+    "MONERO_WALLET_RPC_URL", "SOL_MERCHANT_ADDRESS", "SOL_RPC_URL",
+    *(f"{c}_CONFIRMATIONS" for c in Coin),
+)
+
+#: ERC-20s share the ETH account key, so they share its address counter (one address, one quote).
+WALLET_OF = {Coin.USDT: Coin.ETH, Coin.USDC: Coin.ETH}
+
+_override: dict[Coin, CoinAdapter] | None = None
+_cache: dict[tuple, dict[Coin, CoinAdapter]] = {}
+
+
+def setting(key: str, default: Any = None) -> Any:
+    value = getattr(settings, key, None)
+    if value in (None, ""):
+        value = os.environ.get(key)
+    return default if value in (None, "") else value
+
+
+def adapter_config() -> dict[str, Any]:
+    return {key: setting(key) for key in ADAPTER_KEYS if setting(key) is not None}
+
+
+def adapters(*, require_backend: bool = True) -> dict[Coin, CoinAdapter]:
+    """The configured coins' adapters (cached per config: the UTXO mempool cache and the
+    Monero subaddress cache survive between watcher passes)."""
+    if _override is not None:
+        return dict(_override)
+    config = adapter_config()
+    key = (require_backend, tuple(sorted(config.items())))
+    if key not in _cache:
+        _cache[key] = build_adapters(config, require_backend=require_backend)
+    return dict(_cache[key])
+
+
+def adapter(coin: str) -> CoinAdapter | None:
+    return adapters().get(Coin(coin))
+
+
+@contextmanager
+def use_adapters(mapping: Mapping[Coin | str, CoinAdapter]):
+    """Tests: offer exactly these adapters."""
+    global _override
+    saved, _override = _override, {Coin(c): a for c, a in mapping.items()}
+    try:
+        yield
+    finally:
+        _override = saved
+
+
+def wallet_coin(coin: str) -> str:
+    return str(WALLET_OF.get(Coin(coin), Coin(coin)))
+
+
+def tolerance_bps() -> int:
+    return int(setting("UNDERPAYMENT_TOLERANCE_BPS", 0))
+
+
+def quote_window() -> timedelta:
+    return timedelta(minutes=int(setting("PAYMENT_WINDOW_MINUTES", 30)))
+
+
+def rate_max_age() -> timedelta:
+    return timedelta(minutes=int(setting("RATE_MAX_AGE_MINUTES", 15)))
+
+
+def partial_max_extension() -> timedelta:
+    """How far past its first window a partly paid quote may be extended."""
+    return timedelta(minutes=int(setting("PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES", 120)))
+
+
+def confirmation_hold() -> timedelta:
+    """How long an order's slots stay held after the full amount was seen on time,
+    while its confirmations arrive."""
+    return timedelta(minutes=int(setting("PAYMENT_CONFIRMATION_HOLD_MINUTES", 360)))
+
+
+def late_watch() -> timedelta:
+    """How long expired quotes stay watched, so late payments are still credited."""
+    return timedelta(days=int(setting("LATE_PAYMENT_WATCH_DAYS", 7)))
+
+
+def gap_limit() -> int:
+    return int(setting("ADDRESS_GAP_LIMIT", 20))
+
+
+def stable_peg(coin: str):
+    from decimal import Decimal
+
+    return Decimal(str(setting(f"{coin}_PEG_USD", "1")))
