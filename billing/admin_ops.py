@@ -1,11 +1,42 @@
 """Operators' screens that span inventory, rental and billing, loaded from
 BillingConfig.ready(): the migration actions on nodes and incidents, SLA claims, storage
 products, and the operations dashboard and CSV exports (admin views under /admin/ops/)."""
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
+from django.utils import timezone
 
 from inventory.admin import IncidentAdmin, NodeAdmin
 from inventory.models import Incident, Node
 from rental.failover import MigrationRefused, incident_migrate, node_evacuate
+
+from .models import SlaClaim
+from .ops import ClaimRefused, sla_claim_approve, sla_claim_decline, sla_figures
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(max_length=300, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+                             help_text="Recorded with your name; the customer sees it.")
+
+
+class OptionalReasonForm(ReasonForm):
+    reason = forms.CharField(max_length=300, required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+                             help_text="Optional; the computed band is recorded anyway.")
+
+
+def confirm(modeladmin, request, queryset, *, action, title, warning, confirm_label, form_class, headers=(),
+            rows=()):
+    """First POST shows a confirmation page; the second (with `post`) returns the valid form."""
+    form = form_class(request.POST if request.POST.get("post") else None)
+    if request.POST.get("post") and form.is_valid():
+        return form, None
+    context = {**modeladmin.admin_site.each_context(request), "opts": modeladmin.model._meta, "title": title,
+               "warning": warning, "objects": list(queryset), "form": form, "action": action,
+               "confirm_label": confirm_label, "checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+               "headers": headers, "rows": rows}
+    request.current_app = modeladmin.admin_site.name
+    return None, TemplateResponse(request, "admin/ops/confirm.html", context)
 
 
 def _report(modeladmin, request, report):
@@ -38,3 +69,81 @@ for _model, _admin in ((Node, OpsNodeAdmin), (Incident, OpsIncidentAdmin)):
     if admin.site.is_registered(_model):
         admin.site.unregister(_model)
     admin.site.register(_model, _admin)
+
+
+# --- SLA claims -----------------------------------------------------------------------------
+
+@admin.register(SlaClaim)
+class SlaClaimAdmin(admin.ModelAdmin):
+    list_display = ("id", "lease", "customer", "period", "availability_pct", "credit", "state", "created_at",
+                    "decided_by")
+    list_filter = ("state", "period")
+    search_fields = ("lease__id", "customer__username", "message")
+    list_select_related = ("lease__offer__gpu_model", "customer", "decided_by")
+    readonly_fields = ("lease", "customer", "period", "message", "state", "created_at", "paid_seconds",
+                       "downtime_seconds", "availability_pct", "credit_cents", "figures_now", "decided_by",
+                       "decided_at", "decision_reason", "ledger_entry")
+    actions = ["approve", "decline"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="credit", ordering="credit_cents")
+    def credit(self, obj):
+        return f"${obj.credit_cents / 100:,.2f}"
+
+    @admin.display(description="computed from today's records")
+    def figures_now(self, obj):
+        f = sla_figures(lease=obj.lease, period=obj.period, now=timezone.now())
+        return (f"availability {f.availability_pct}% ({f.downtime_seconds // 60} min down of "
+                f"{f.paid_seconds // 3600} h paid); {f.band}; credit ${f.credit_cents / 100:,.2f}")
+
+    def _rows(self, queryset):
+        now = timezone.now()
+        rows = []
+        for claim in queryset.select_related("lease"):
+            f = sla_figures(lease=claim.lease, period=claim.period, now=now)
+            rows.append((f"#{claim.pk}", f"lease #{claim.lease_id}", f"{claim.period:%Y-%m}",
+                         f"{f.availability_pct}%", f.band, f"${f.credit_cents / 100:,.2f}"))
+        return ("claim", "lease", "month", "availability", "band", "credit"), rows
+
+    @admin.action(description="Approve: credit the computed amount to the customer's balance")
+    def approve(self, request, queryset):
+        headers, rows = self._rows(queryset)
+        form, page = confirm(self, request, queryset, action="approve", title="Approve SLA claims",
+                             warning="These credits go to the customers' balances (once per lease and month).",
+                             confirm_label="Approve and credit", form_class=OptionalReasonForm,
+                             headers=headers, rows=rows)
+        if page:
+            return page
+        for claim in queryset:
+            try:
+                claim = sla_claim_approve(claim=claim, actor=request.user, now=timezone.now(),
+                                          reason=form.cleaned_data["reason"])
+            except ClaimRefused as exc:
+                self.message_user(request, str(exc), messages.WARNING)
+                continue
+            if claim.state == SlaClaim.State.APPROVED:
+                self.message_user(request, f"Claim #{claim.pk}: ${claim.credit_cents / 100:,.2f} credited.",
+                                  messages.SUCCESS)
+            else:
+                self.message_user(request, f"Claim #{claim.pk} declined: {claim.decision_reason}", messages.WARNING)
+
+    @admin.action(description="Decline with a reason")
+    def decline(self, request, queryset):
+        headers, rows = self._rows(queryset)
+        form, page = confirm(self, request, queryset, action="decline", title="Decline SLA claims",
+                             warning="The customer sees your reason.", confirm_label="Decline",
+                             form_class=ReasonForm, headers=headers, rows=rows)
+        if page:
+            return page
+        for claim in queryset:
+            try:
+                sla_claim_decline(claim=claim, actor=request.user, reason=form.cleaned_data["reason"],
+                                  now=timezone.now())
+                self.message_user(request, f"Claim #{claim.pk} declined.", messages.SUCCESS)
+            except ClaimRefused as exc:
+                self.message_user(request, str(exc), messages.WARNING)

@@ -1,0 +1,225 @@
+"""Operations money: SLA credits from downtime records, and the claims that pay them.
+
+SLA (SPEC, second document): 99.9% availability per instance per calendar month. Below
+it a credit of 3× the downtime's value, below 99% 10×, below 95% the whole month free.
+
+- Availability = 1 − downtime / paid time, both clipped to the calendar month (UTC) and to
+  the lease's paid time (from the first payment to the end of the last paid term, or the
+  release). Overlapping downtime (a node and one of its GPUs) counts once.
+- The downtime's value is the lease's locked price per second of its term × the downtime
+  (a month-term lease: monthly price × downtime / 30 days), in cents, rounded up.
+- "The whole month" is the lease's price for its paid time in that month.
+- Only `down` incidents count; `degraded` ones are recorded but credited only when
+  settings.SLA_COUNT_DEGRADED is true.
+- Claims are filed after the month ends and within 30 days of its end; an operator approves
+  (the credit is computed again from the records at that moment and posted to the
+  balance under the idempotency key `sla:<lease>:<yyyy-mm>`, so a month is never credited
+  twice) or declines with a reason.
+"""
+import calendar
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from datetime import timezone as dt_timezone
+from decimal import ROUND_DOWN, Decimal
+from fractions import Fraction
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from inventory.models import Downtime, Incident
+from inventory.services import audit_record
+from rental.models import Lease
+
+from .models import LedgerEntry, SlaClaim
+from .services import BillingError, ledger_post
+
+SLA_TARGET = Fraction(999, 1000)
+CLAIM_WINDOW = timedelta(days=30)
+BANDS = [  # (availability below, multiplier of the downtime's value; None = whole month)
+    (Fraction(95, 100), None),
+    (Fraction(99, 100), 10),
+    (SLA_TARGET, 3),
+]
+
+
+class ClaimRefused(BillingError):
+    """The claim cannot be filed or decided as asked; the message says why."""
+
+
+def month_bounds(period: date) -> tuple[datetime, datetime]:
+    start = datetime(period.year, period.month, 1, tzinfo=dt_timezone.utc)
+    days = calendar.monthrange(period.year, period.month)[1]
+    return start, start + timedelta(days=days)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _union_seconds(spans: list[tuple[datetime, datetime]]) -> int:
+    total, cur_start, cur_end = 0, None, None
+    for start, end in sorted(spans):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += int((cur_end - cur_start).total_seconds())
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += int((cur_end - cur_start).total_seconds())
+    return total
+
+
+@dataclass(frozen=True)
+class SlaFigures:
+    lease_id: int
+    period: date
+    paid_seconds: int
+    downtime_seconds: int
+    downtime_value_cents: int
+    month_value_cents: int
+    multiplier: int | None  # None: whole month; 0: no credit
+    credit_cents: int
+
+    @property
+    def availability(self) -> Fraction:
+        if not self.paid_seconds:
+            return Fraction(1)
+        return 1 - Fraction(self.downtime_seconds, self.paid_seconds)
+
+    @property
+    def availability_pct(self) -> Decimal:
+        return (Decimal(self.availability.numerator) * 100 / Decimal(self.availability.denominator)).quantize(
+            Decimal("0.0001"), rounding=ROUND_DOWN)
+
+    @property
+    def band(self) -> str:
+        if self.multiplier is None:
+            return "below 95%: the whole month"
+        if self.multiplier:
+            return f"below {'99' if self.multiplier == 10 else '99.9'}%: {self.multiplier}× the downtime"
+        return "at or above 99.9%: no credit"
+
+
+def sla_figures(*, lease: Lease, period: date, now: datetime) -> SlaFigures:
+    """The month's availability and credit for one lease, from its downtime records."""
+    month_start, month_end = month_bounds(period)
+    paid_end = min(t for t in (lease.ends_at, lease.ended_at, now, month_end) if t is not None) \
+        if lease.started_at else None
+    window_start = max(month_start, lease.started_at) if lease.started_at else month_start
+    paid_seconds = max(0, int((paid_end - window_start).total_seconds())) if paid_end else 0
+    spans = []
+    if paid_seconds:
+        kinds = [Incident.Kind.DOWN] + ([Incident.Kind.DEGRADED] if getattr(settings, "SLA_COUNT_DEGRADED", False)
+                                        else [])
+        rows = Downtime.objects.filter(lease_id=lease.pk, kind__in=kinds, starts_at__lt=paid_end).filter(
+            Q(ends_at__isnull=True) | Q(ends_at__gt=window_start)).values_list("starts_at", "ends_at")
+        for start, end in rows:
+            start, end = max(start, window_start), min(end or paid_end, paid_end)
+            if end > start:
+                spans.append((start, end))
+    down = _union_seconds(spans)
+    term_seconds = int(lease.term_length.total_seconds())
+    value = _ceil_div(lease.price_cents * down, term_seconds)
+    month_value = _ceil_div(lease.price_cents * paid_seconds, term_seconds)
+    availability = 1 - Fraction(down, paid_seconds) if paid_seconds else Fraction(1)
+    multiplier, credit = 0, 0
+    for below, mult in BANDS:
+        if availability < below:
+            multiplier = mult
+            credit = month_value if mult is None else min(mult * value, month_value)
+            break
+    return SlaFigures(lease_id=lease.pk, period=date(period.year, period.month, 1), paid_seconds=paid_seconds,
+                      downtime_seconds=down, downtime_value_cents=value, month_value_cents=month_value,
+                      multiplier=multiplier, credit_cents=credit)
+
+
+def claimable_periods(*, now: datetime) -> list[date]:
+    """Months a claim can be filed for now: ended, and ended no more than 30 days ago."""
+    periods, cursor = [], date(now.year, now.month, 1)
+    for _ in range(3):
+        cursor = (cursor - timedelta(days=1)).replace(day=1)
+        if now <= month_bounds(cursor)[1] + CLAIM_WINDOW:
+            periods.append(cursor)
+    return periods
+
+
+def sla_key(lease_id: int, period: date) -> str:
+    return f"sla:{lease_id}:{period:%Y-%m}"
+
+
+@transaction.atomic
+def sla_claim_file(*, customer, lease: Lease, period: date, message: str, now: datetime) -> SlaClaim:
+    period = date(period.year, period.month, 1)
+    month_start, month_end = month_bounds(period)
+    if lease.customer_id != customer.pk:
+        raise ClaimRefused("That lease is not yours.")
+    if now < month_end:
+        raise ClaimRefused(f"{period:%B %Y} has not ended yet: claim once the month is over.")
+    if now > month_end + CLAIM_WINDOW:
+        raise ClaimRefused(f"Claims for {period:%B %Y} closed on {(month_end + CLAIM_WINDOW):%Y-%m-%d %H:%M} UTC, "
+                           "30 days after the month ended.")
+    if LedgerEntry.objects.filter(idempotency_key=sla_key(lease.pk, period)).exists():
+        raise ClaimRefused(f"Lease #{lease.pk} was already credited for {period:%B %Y}.")
+    figures = sla_figures(lease=lease, period=period, now=now)
+    if not figures.paid_seconds:
+        raise ClaimRefused(f"Lease #{lease.pk} had no paid time in {period:%B %Y}.")
+    try:
+        with transaction.atomic():
+            claim = SlaClaim.objects.create(
+                lease=lease, customer=customer, period=period, message=message[:4000], created_at=now,
+                paid_seconds=figures.paid_seconds, downtime_seconds=figures.downtime_seconds,
+                availability_pct=figures.availability_pct, credit_cents=figures.credit_cents)
+    except IntegrityError:
+        raise ClaimRefused(f"A claim for lease #{lease.pk} and {period:%B %Y} is already pending.") from None
+    audit_record(actor=customer, action="sla_claim_file", obj=claim,
+                 detail={"lease": lease.pk, "period": f"{period:%Y-%m}", "credit_cents": figures.credit_cents})
+    return claim
+
+
+def _decide(claim: SlaClaim, *, state: str, actor, reason: str, now: datetime, **fields) -> bool:
+    return bool(SlaClaim.objects.filter(pk=claim.pk, state=SlaClaim.State.PENDING).update(
+        state=state, decided_by=actor if getattr(actor, "pk", None) else None, decided_at=now,
+        decision_reason=reason[:300], **fields))
+
+
+@transaction.atomic
+def sla_claim_approve(*, claim: SlaClaim, actor, now: datetime, reason: str = "") -> SlaClaim:
+    """Credit the month to the balance, once. A claim for a month already credited (a second
+    claim, a second approval) is declined as a duplicate and credits nothing."""
+    claim = SlaClaim.objects.select_for_update().select_related("lease", "customer").get(pk=claim.pk)
+    if claim.state != SlaClaim.State.PENDING:
+        raise ClaimRefused(f"Claim #{claim.pk} was already {claim.state}.")
+    figures = sla_figures(lease=claim.lease, period=claim.period, now=now)
+    if not figures.credit_cents:
+        raise ClaimRefused(f"Claim #{claim.pk}: availability {figures.availability_pct}% is at or above 99.9%, "
+                           "no credit is due. Decline it with a reason.")
+    memo = (f"SLA credit lease #{claim.lease_id} {claim.period:%Y-%m}: availability {figures.availability_pct}%, "
+            f"{figures.band}")
+    entry = ledger_post(customer=claim.customer, kind=LedgerEntry.Kind.SLA_CREDIT, amount_cents=figures.credit_cents,
+                        now=now, actor=actor, memo=memo, idempotency_key=sla_key(claim.lease_id, claim.period))
+    figure_fields = {"paid_seconds": figures.paid_seconds, "downtime_seconds": figures.downtime_seconds,
+                     "availability_pct": figures.availability_pct}
+    if entry is None:
+        first = LedgerEntry.objects.get(idempotency_key=sla_key(claim.lease_id, claim.period))
+        _decide(claim, state=SlaClaim.State.DECLINED, actor=actor, now=now, credit_cents=0, **figure_fields,
+                reason=f"Already credited for this month (ledger entry #{first.pk}); never credited twice.")
+    else:
+        _decide(claim, state=SlaClaim.State.APPROVED, actor=actor, now=now, reason=reason or memo,
+                credit_cents=figures.credit_cents, ledger_entry=entry, **figure_fields)
+    claim.refresh_from_db()
+    audit_record(actor=actor, action=f"sla_claim_{claim.state}", obj=claim,
+                 detail={"credit_cents": claim.credit_cents, "reason": claim.decision_reason})
+    return claim
+
+
+@transaction.atomic
+def sla_claim_decline(*, claim: SlaClaim, actor, reason: str, now: datetime) -> SlaClaim:
+    if not reason.strip():
+        raise ClaimRefused("Declining a claim needs a reason the customer will see.")
+    if not _decide(claim, state=SlaClaim.State.DECLINED, actor=actor, reason=reason, now=now):
+        raise ClaimRefused(f"Claim #{claim.pk} was already decided.")
+    claim.refresh_from_db()
+    audit_record(actor=actor, action="sla_claim_declined", obj=claim, detail={"reason": reason[:300]})
+    return claim

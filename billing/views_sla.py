@@ -1,0 +1,49 @@
+"""The customer's SLA claim page: file a claim for a lease and a month (a simple ticket),
+see the computed credit and the operator's decision. Mounted by the root URLconf with
+`path("billing/sla/", include("billing.urls_sla"))`."""
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _lazy
+from django.views.decorators.http import require_http_methods
+
+from rental.models import Lease
+
+from .models import SlaClaim
+from .ops import ClaimRefused, claimable_periods, sla_claim_file
+
+
+class SlaClaimForm(forms.Form):
+    lease = forms.ModelChoiceField(queryset=Lease.objects.none(), label=_lazy("Lease"))
+    period = forms.ChoiceField(label=_lazy("Month (UTC)"))
+    message = forms.CharField(label=_lazy("What happened"), required=False, max_length=4000,
+                              widget=forms.Textarea(attrs={"rows": 4}))
+
+    def __init__(self, *args, customer, now, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["lease"].queryset = (Lease.objects.filter(customer=customer, started_at__isnull=False)
+                                         .select_related("offer__gpu_model", "site"))
+        self.fields["period"].choices = [(f"{p:%Y-%m}", f"{p:%B %Y}") for p in claimable_periods(now=now)]
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def sla_claims(request):
+    now = timezone.now()
+    form = SlaClaimForm(request.POST or None, customer=request.user, now=now)
+    if request.method == "POST" and form.is_valid():
+        year, month = (int(x) for x in form.cleaned_data["period"].split("-"))
+        try:
+            claim = sla_claim_file(customer=request.user, lease=form.cleaned_data["lease"],
+                                   period=timezone.datetime(year, month, 1).date(),
+                                   message=form.cleaned_data["message"], now=now)
+        except ClaimRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Claim #{claim.pk} filed: computed credit ${claim.credit_cents / 100:,.2f} "
+                                      f"(availability {claim.availability_pct}%). An operator will decide.")
+            return redirect("sla:claims")
+    claims = SlaClaim.objects.filter(customer=request.user).select_related("lease__offer__gpu_model")[:50]
+    return render(request, "billing/sla_claim.html", {"form": form, "claims": claims})

@@ -1,0 +1,6 @@
+"""The root URLconf plus the ops includes the lead adds to rental/urls.py."""
+from django.urls import include, path
+
+from rental.urls import urlpatterns as root
+
+urlpatterns = [path("billing/sla/", include("billing.urls_sla")), *root]
