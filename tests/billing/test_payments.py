@@ -10,10 +10,25 @@ from django.utils import timezone
 
 from billing import coins_config
 from billing.coins.base import Coin, ScanResult
-from billing.lifecycle import run_lifecycle, sweep_expire_orders
-from billing.models import CoinWallet, Invoice, LatePaymentClaim, LedgerEntry, Payment, Quote, WatcherCursor
-from billing.payments import (PaymentError, late_payment_confirm, quote_create, sweep_expire_quotes, watch_coin,
-                              watch_set, wallet_gap_exceeded)
+from billing.lifecycle import run_lifecycle
+from billing.models import (
+    CoinWallet,
+    Invoice,
+    LatePaymentClaim,
+    LedgerEntry,
+    Payment,
+    Quote,
+    WatcherCursor,
+)
+from billing.payments import (
+    PaymentError,
+    late_payment_confirm,
+    quote_create,
+    sweep_expire_quotes,
+    wallet_gap_exceeded,
+    watch_coin,
+    watch_set,
+)
 from billing.services import account_for, balance_top_up
 from inventory.models import Node
 from rental.models import Lease, LeaseEvent, LeaseState
