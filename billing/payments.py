@@ -467,3 +467,20 @@ def _reorder(invoice: Invoice, customer, now: datetime) -> Invoice:
     except SoldOut:
         raise PaymentError("That GPU is sold out now; your payment stays on your balance.") from None
     return new_invoice
+
+
+# --- operator rates -------------------------------------------------------------------------
+
+@transaction.atomic
+def coin_rate_set(*, coin: str, usd_per_coin: Decimal, actor, now: datetime, source: str = "operator") -> CoinRate:
+    """An operator sets a coin's rate (USD per whole coin); dated now, audited."""
+    from inventory.services import audit_record
+
+    coin = _coin(coin)
+    if isinstance(usd_per_coin, float) or Decimal(usd_per_coin) <= 0:
+        raise PaymentError("A rate is a positive decimal number of USD per coin.")
+    rate, _ = CoinRate.objects.update_or_create(coin=coin, defaults={
+        "usd_per_coin": Decimal(usd_per_coin), "source": source or "operator", "set_at": now})
+    audit_record(actor=actor, action="coin_rate_set", obj=rate,
+                 detail={"coin": str(coin), "usd_per_coin": str(usd_per_coin), "source": rate.source})
+    return rate

@@ -1,9 +1,13 @@
 """Thin Celery wrappers: re-read state, call a service, record the run."""
+import logging
+
 from celery import shared_task
 from django.utils import timezone
 
 from .lifecycle import run_lifecycle
 from .models import JobRun
+
+log = logging.getLogger("billing.tasks")
 
 
 @shared_task(name="billing.lifecycle_tick", acks_late=True)
@@ -14,3 +18,31 @@ def lifecycle_tick() -> int:
     JobRun.objects.filter(name="lifecycle").update(
         last_finished_at=timezone.now(), last_result={"transitions": len(results)})
     return len(results)
+
+
+@shared_task(name="billing.watch_coin", acks_late=True)
+def watch_coin(coin: str) -> int:
+    """One watcher pass for one coin; returns how many quotes it touched."""
+    from .payments import watch_coin as watch
+
+    return len(watch(coin=coin, now=timezone.now()).quotes)
+
+
+@shared_task(name="billing.watch_payments", acks_late=True)
+def watch_payments(coins: list[str] | None = None) -> dict[str, int | str]:
+    """One pass over every configured coin (or ``coins``); a coin whose node is down is
+    reported and skipped, the others still run. Records the run in JobRun."""
+    from .payments import coins_offered
+    from .payments import watch_coin as watch
+
+    started = timezone.now()
+    JobRun.objects.update_or_create(name="watch_payments", defaults={"last_started_at": started})
+    result: dict[str, int | str] = {}
+    for coin in coins or [str(c) for c in coins_offered()]:
+        try:
+            result[coin] = len(watch(coin=coin, now=timezone.now()).quotes)
+        except Exception as exc:  # one coin's node being down must not stop the others
+            log.exception("%s watcher pass failed", coin)
+            result[coin] = f"error: {exc.__class__.__name__}: {exc}"[:200]
+    JobRun.objects.filter(name="watch_payments").update(last_finished_at=timezone.now(), last_result=result)
+    return result

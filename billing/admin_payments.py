@@ -1,0 +1,133 @@
+"""Operators' screens for crypto payments: rates (editable, dated on save), wallets with the
+gap-limit warning, quotes with their payments and confirmations, payments, watcher cursors.
+Status is read-only here: money moves only through billing.payments."""
+from django.contrib import admin, messages
+from django.utils import timezone
+from django.utils.html import format_html
+
+from .coins.amounts import format_amount
+from .coins.base import Coin
+from .coins_config import gap_limit
+from .models import CoinRate, CoinWallet, LatePaymentClaim, Payment, Quote, WatcherCursor
+from .payments import PaymentError, coin_rate_set, wallet_gap_exceeded
+
+
+def _coins(obj, value) -> str:
+    return f"{format_amount(int(value), Coin(obj.coin).decimals)} {obj.coin}"
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(CoinRate)
+class CoinRateAdmin(admin.ModelAdmin):
+    list_display = ("coin", "usd_per_coin", "source", "set_at", "age")
+    fields = ("coin", "usd_per_coin", "source", "set_at")
+    readonly_fields = ("set_at",)
+
+    @admin.display(description="age")
+    def age(self, obj):
+        minutes = int((timezone.now() - obj.set_at).total_seconds() // 60)
+        return f"{minutes} min"
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        try:
+            saved = coin_rate_set(coin=obj.coin, usd_per_coin=obj.usd_per_coin, source=obj.source,
+                                  actor=request.user, now=timezone.now())
+        except PaymentError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return
+        obj.pk, obj.set_at = saved.pk, saved.set_at
+
+
+@admin.register(CoinWallet)
+class CoinWalletAdmin(ReadOnlyAdmin):
+    list_display = ("coin", "next_index", "highest_paid_index", "unpaid_gap", "gap_warning")
+
+    @admin.display(description="unpaid addresses past the last paid one")
+    def unpaid_gap(self, obj):
+        return max(obj.next_index - 1 - obj.highest_paid_index, 0)
+
+    @admin.display(description="gap limit")
+    def gap_warning(self, obj):
+        if wallet_gap_exceeded(obj):
+            return format_html('<strong style="color:#b00">past {}: raise your wallet\'s gap limit</strong>',
+                               gap_limit())
+        return "ok"
+
+
+class PaymentInline(admin.TabularInline):
+    model = Payment
+    extra = 0
+    can_delete = False
+    fields = ("txid", "output_index", "amount_coins", "confirmations", "state", "block_height", "first_seen_at",
+              "confirmed_at")
+    readonly_fields = fields
+
+    @admin.display(description="amount")
+    def amount_coins(self, obj):
+        return _coins(obj, obj.amount)
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Quote)
+class QuoteAdmin(ReadOnlyAdmin):
+    list_display = ("id", "invoice", "coin", "state", "exception", "amount_coins", "received_coins",
+                    "confirmed_coins", "usd_cents", "created_at", "expires_at")
+    list_filter = ("coin", "state", "exception")
+    search_fields = ("address", "reference", "payments__txid", "invoice__customer__username")
+    list_select_related = ("invoice",)
+    date_hierarchy = "created_at"
+    inlines = [PaymentInline]
+
+    @admin.display(description="amount")
+    def amount_coins(self, obj):
+        return _coins(obj, obj.amount)
+
+    @admin.display(description="received")
+    def received_coins(self, obj):
+        return _coins(obj, obj.received)
+
+    @admin.display(description="confirmed")
+    def confirmed_coins(self, obj):
+        return _coins(obj, obj.confirmed)
+
+
+@admin.register(Payment)
+class PaymentAdmin(ReadOnlyAdmin):
+    list_display = ("id", "coin", "txid", "output_index", "quote", "amount_coins", "confirmations", "state",
+                    "first_seen_at", "confirmed_at")
+    list_filter = ("coin", "state")
+    search_fields = ("txid", "address")
+    list_select_related = ("quote",)
+
+    @admin.display(description="amount")
+    def amount_coins(self, obj):
+        return _coins(obj, obj.amount)
+
+
+@admin.register(WatcherCursor)
+class WatcherCursorAdmin(ReadOnlyAdmin):
+    list_display = ("coin", "updated_at", "height")
+
+    @admin.display(description="height")
+    def height(self, obj):
+        return obj.cursor.get("height", "—")
+
+
+@admin.register(LatePaymentClaim)
+class LatePaymentClaimAdmin(ReadOnlyAdmin):
+    list_display = ("quote", "invoice", "at")

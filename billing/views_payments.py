@@ -1,0 +1,54 @@
+"""Customer payment pages (mounted at /pay/): pick a coin for an invoice, then the quote's
+page — amount, address, QR code, countdown and a status that htmx polls until final."""
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_http_methods, require_POST
+
+from .models import Invoice
+from .payment_selectors import coin_choices, customer_invoices, customer_quotes, quote_view
+from .payments import PaymentError, late_payment_confirm, quote_create
+
+POLL_SECONDS = 5
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def invoice_pay(request, invoice_id: int):
+    invoice = get_object_or_404(customer_invoices(request.user), pk=invoice_id)
+    if request.method == "POST" and invoice.state == Invoice.State.OPEN:
+        try:
+            quote = quote_create(invoice=invoice, coin=request.POST.get("coin", ""), now=timezone.now())
+        except PaymentError as exc:
+            messages.error(request, str(exc))
+        else:
+            return redirect("payments:quote", quote_id=quote.pk)
+    quotes = invoice.quotes.order_by("-created_at")[:10]
+    return render(request, "billing/payments/pay.html",
+                  {"invoice": invoice, "coins": coin_choices(), "quotes": quotes})
+
+
+@login_required
+def quote_detail(request, quote_id: int):
+    quote = get_object_or_404(customer_quotes(request.user), pk=quote_id)
+    context = {"v": quote_view(quote, timezone.now()), "poll_seconds": POLL_SECONDS}
+    if request.htmx:
+        return render(request, "billing/payments/_status.html", context)
+    return render(request, "billing/payments/quote.html", context)
+
+
+@login_required
+@require_POST
+def quote_confirm_late(request, quote_id: int):
+    quote = get_object_or_404(customer_quotes(request.user), pk=quote_id)
+    try:
+        invoice = late_payment_confirm(quote=quote, customer=request.user, now=timezone.now())
+    except PaymentError as exc:
+        messages.error(request, str(exc))
+        return redirect("payments:quote", quote_id=quote.pk)
+    messages.success(request, _("Paid from your balance: invoice #%(id)d.") % {"id": invoice.pk})
+    if invoice.lease_id:
+        return redirect("lease_detail", lease_id=invoice.lease_id)
+    return redirect("billing:invoice", invoice_id=invoice.pk)
