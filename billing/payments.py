@@ -214,7 +214,7 @@ def _reorged_by_quote(coin: Coin, keys) -> dict[int, list[int]]:
 @transaction.atomic
 def _apply_to_quote(quote_id: int, found: list[DetectedPayment], reorged_pks: list[int], required: int,
                     now: datetime) -> None:
-    quote = Quote.objects.select_for_update().select_related("invoice").get(pk=quote_id)
+    quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice").get(pk=quote_id)
     for p in found:
         _payment_upsert(quote, p, required, now)
     if reorged_pks:
@@ -391,7 +391,7 @@ def sweep_expire_quotes(now: datetime, limit: int = BATCH) -> list[Transition]:
 
 @transaction.atomic
 def _expire_one(quote_id: int, now: datetime) -> bool:
-    quote = Quote.objects.select_for_update().select_related("invoice").get(pk=quote_id)
+    quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice").get(pk=quote_id)
     if quote.state not in OPEN_QUOTE_STATES:
         return False
     return quote_refresh(quote, now).state == QS.EXPIRED
@@ -433,7 +433,7 @@ def late_payment_confirm(*, quote: Quote, customer, now: datetime | None = None)
     if still open, else the same order again if the slots are free. Sold out → PaymentError,
     the money stays on the balance. Once per quote."""
     now = now or timezone.now()
-    quote = Quote.objects.select_for_update().select_related("invoice__lease").get(pk=quote.pk)
+    quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice__lease").get(pk=quote.pk)
     invoice = quote.invoice
     if invoice.customer_id != customer.pk:
         raise PaymentError("This quote is not yours.")
