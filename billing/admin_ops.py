@@ -5,12 +5,14 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
+from django.urls import path
 from django.utils import timezone
 
 from inventory.admin import IncidentAdmin, NodeAdmin
 from inventory.models import Incident, Node
 from rental.failover import MigrationRefused, incident_migrate, node_evacuate
 
+from . import dashboard as dash
 from .models import SlaClaim
 from .ops import ClaimRefused, sla_claim_approve, sla_claim_decline, sla_figures
 
@@ -147,3 +149,34 @@ class SlaClaimAdmin(admin.ModelAdmin):
                 self.message_user(request, f"Claim #{claim.pk} declined.", messages.SUCCESS)
             except ClaimRefused as exc:
                 self.message_user(request, str(exc), messages.WARNING)
+
+
+# --- admin views under /admin/ops/ ------------------------------------------------------------
+
+def dashboard_view(request):
+    board = dash.dashboard(timezone.now())
+    context = {**admin.site.each_context(request), "title": "Operations dashboard", "board": board,
+               "totals": board.capacity_totals}
+    return TemplateResponse(request, "admin/ops/dashboard.html", context)
+
+
+def ops_urls():
+    from .exports import export_view  # noqa: PLC0415 (exports imports this module's neighbours)
+
+    return [
+        path("ops/dashboard/", admin.site.admin_view(dashboard_view), name="ops_dashboard"),
+        path("ops/exports/", admin.site.admin_view(export_view), name="ops_exports"),
+    ]
+
+
+def _install_ops_urls(site):
+    """Mount the ops views inside the admin site (staff only, admin namespace) without
+    touching the root URLconf: admin.site.urls is evaluated after app loading."""
+    if getattr(site, "_ops_urls_installed", False):
+        return
+    original = site.get_urls
+    site.get_urls = lambda: ops_urls() + original()
+    site._ops_urls_installed = True
+
+
+_install_ops_urls(admin.site)

@@ -4,8 +4,19 @@ from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from .incidents import IncidentRefused, incident_close, incident_open
-from .models import (AuditEntry, Downtime, GpuModel, GpuSlot, Incident, Interconnect, Node, Offer, Site,
-                     SlotAllocation, StorageProduct)
+from .models import (
+    AuditEntry,
+    Downtime,
+    GpuModel,
+    GpuSlot,
+    Incident,
+    Interconnect,
+    Node,
+    Offer,
+    Site,
+    SlotAllocation,
+    StorageProduct,
+)
 from .selectors import nodes_with_free_counts
 from .services import node_set_draining
 

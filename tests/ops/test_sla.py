@@ -6,9 +6,16 @@ import pytest
 from django.urls import reverse
 
 from billing.models import Account, LedgerEntry, SlaClaim
-from billing.ops import ClaimRefused, claimable_periods, sla_claim_approve, sla_claim_decline, sla_claim_file, sla_figures
+from billing.ops import (
+    ClaimRefused,
+    claimable_periods,
+    sla_claim_approve,
+    sla_claim_decline,
+    sla_claim_file,
+    sla_figures,
+)
 from inventory.incidents import incident_open
-from inventory.models import GpuSlot, SlotAllocation
+from inventory.models import SlotAllocation
 
 APRIL = date(2025, 4, 1)  # 30 days: a month-term lease paid on April 1st covers it exactly
 START = datetime(2025, 4, 1, tzinfo=UTC)

@@ -1,0 +1,201 @@
+"""Selectors for the operators' dashboard (/admin/ops/dashboard/): capacity and money at a
+glance. Each figure is one query whatever the number of rows (lists are bounded), so the
+page costs a constant number of queries."""
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    Exists,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+
+from inventory.models import GpuSlot, SlotAllocation
+from rental.models import DiskKey, Lease, LeaseState
+
+from .models import Invoice, JobRun, Quote
+
+S = LeaseState
+BEAT_LATE_AFTER = timedelta(minutes=3)
+QUOTE_STUCK_AFTER = timedelta(hours=1)
+LIST_LIMIT = 100
+BUCKETS = ("free", "leased", "held", "down", "draining")
+
+
+@dataclass
+class CapacityRow:
+    site: str
+    model: str
+    free: int = 0
+    leased: int = 0
+    held: int = 0
+    down: int = 0
+    draining: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.free + self.leased + self.held + self.down + self.draining
+
+
+def capacity(now: datetime | None = None) -> list[CapacityRow]:
+    """GPUs per site and model: free (sellable now), leased (pending, provisioning, active),
+    held (suspended, slot kept 72 h), down (out of service: an incident or repair), and
+    draining (idle on a node that takes no new leases, or at an inactive site). One query."""
+    lease_state = Lease.objects.filter(pk=OuterRef("lease_id")).values("state")[:1]
+    open_alloc_state = (SlotAllocation.objects.filter(slot=OuterRef("pk"), released_at__isnull=True)
+                        .annotate(lease_state=Subquery(lease_state)).values("lease_state")[:1])
+    bucket = Case(
+        When(in_service=False, then=Value("down")),
+        When(Q(lease_state=S.SUSPENDED), then=Value("held")),
+        When(Q(lease_state__isnull=False), then=Value("leased")),
+        When(Q(node__draining=True) | Q(node__site__is_active=False), then=Value("draining")),
+        default=Value("free"), output_field=CharField())
+    rows = (GpuSlot.objects.annotate(lease_state=Subquery(open_alloc_state)).annotate(bucket=bucket)
+            .values("node__site__code", "node__gpu_model__name", "node__gpu_model__sort", "bucket")
+            .annotate(n=Count("pk")).order_by())
+    table: dict[tuple, CapacityRow] = {}
+    for r in rows:
+        key = (r["node__site__code"], r["node__gpu_model__sort"], r["node__gpu_model__name"])
+        row = table.setdefault(key, CapacityRow(site=key[0], model=key[2]))
+        setattr(row, r["bucket"], getattr(row, r["bucket"]) + r["n"])
+    return [table[k] for k in sorted(table)]
+
+
+def month_start(now: datetime) -> datetime:
+    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def revenue_this_month(now: datetime) -> dict:
+    """Invoices paid this calendar month (UTC), top-ups excluded (they are not revenue)."""
+    agg = (Invoice.objects.filter(state=Invoice.State.PAID, paid_at__gte=month_start(now), paid_at__lte=now)
+           .exclude(kind=Invoice.Kind.TOPUP).aggregate(cents=Sum("amount_cents"), invoices=Count("pk")))
+    return {"cents": agg["cents"] or 0, "invoices": agg["invoices"], "since": month_start(now)}
+
+
+def renewals_due(now: datetime) -> dict:
+    """Running leases whose term ends within 24 h / 72 h, and whether their renewal is paid."""
+    paid_renewal = Invoice.objects.filter(lease=OuterRef("pk"), kind=Invoice.Kind.RENEWAL,
+                                          term_start=OuterRef("ends_at"), state=Invoice.State.PAID)
+    leases = list(Lease.objects.filter(state__in=[S.PROVISIONING, S.ACTIVE], ends_at__gt=now,
+                                       ends_at__lte=now + timedelta(hours=72))
+                  .annotate(renewed=Exists(paid_renewal))
+                  .select_related("customer", "offer__gpu_model", "site").order_by("ends_at")[:LIST_LIMIT])
+    in_24h = [lease for lease in leases if lease.ends_at <= now + timedelta(hours=24)]
+    return {"due_24h": len(in_24h), "due_72h": len(leases), "unpaid_24h": sum(not x.renewed for x in in_24h),
+            "unpaid_72h": sum(not x.renewed for x in leases), "leases": leases, "truncated": len(leases) == LIST_LIMIT}
+
+
+def suspended_leases(now: datetime) -> list[Lease]:
+    return list(Lease.objects.filter(state=S.SUSPENDED).select_related("customer", "offer__gpu_model", "site")
+                .order_by("hold_until")[:LIST_LIMIT])
+
+
+def keys_pending_destruction() -> list[DiskKey]:
+    return list(DiskKey.objects.filter(state=DiskKey.State.DESTROY_REQUESTED).select_related("lease")
+                .order_by("destroy_requested_at")[:LIST_LIMIT])
+
+
+def wipes_due(now: datetime) -> dict:
+    """Ended leases whose local NVMe must be wiped: overdue now, or due within 24 h."""
+    ran = Q(state=S.RELEASED) | Q(state=S.CANCELLED, provisioning_started_at__isnull=False)
+    leases = list(Lease.objects.filter(ran, wipe_by__lte=now + timedelta(hours=24))
+                  .select_related("disk_key", "site").order_by("wipe_by")[:LIST_LIMIT])
+    return {"overdue": [x for x in leases if x.wipe_by <= now], "next_24h": [x for x in leases if x.wipe_by > now]}
+
+
+@dataclass
+class JobStatus:
+    name: str
+    last_started_at: datetime | None
+    last_finished_at: datetime | None
+    last_result: dict = field(default_factory=dict)
+    alert: str = ""
+
+
+def _late_after(name: str) -> timedelta:
+    schedule = getattr(settings, "CELERY_BEAT_SCHEDULE", {}).get(name, {}).get("schedule")
+    seconds = getattr(schedule, "total_seconds", lambda: schedule)() if schedule is not None else None
+    if isinstance(seconds, (int, float)):
+        return max(BEAT_LATE_AFTER, timedelta(seconds=seconds) + timedelta(minutes=2))
+    return BEAT_LATE_AFTER
+
+
+def job_statuses(now: datetime) -> list[JobStatus]:
+    """The last run of every scheduled job; an alert when one is late (a stopped beat shows
+    within 3 minutes for the minutely jobs), never ran, or started and did not finish."""
+    runs = {r.name: r for r in JobRun.objects.all()}
+    names = sorted(set(runs) | set(getattr(settings, "CELERY_BEAT_SCHEDULE", {})))
+    out = []
+    for name in names:
+        run = runs.get(name)
+        status = JobStatus(name=name, last_started_at=run and run.last_started_at,
+                           last_finished_at=run and run.last_finished_at, last_result=(run and run.last_result) or {})
+        late_after = _late_after(name)
+        unfinished = status.last_finished_at is None or (
+            status.last_started_at is not None and status.last_finished_at < status.last_started_at)
+        if status.last_started_at is None:
+            status.alert = "never ran: is celery beat running?"
+        else:
+            minutes = int((now - status.last_started_at).total_seconds() // 60)
+            if unfinished and now - status.last_started_at > BEAT_LATE_AFTER:
+                status.alert = f"started {minutes} min ago and has not finished (worker stuck or killed?)"
+            elif now - status.last_started_at > late_after:
+                status.alert = (f"late: last started {minutes} min ago "
+                                f"(expected within {int(late_after.total_seconds() // 60)} min)")
+        out.append(status)
+    return out
+
+
+def quotes_stuck(now: datetime) -> list[Quote]:
+    """Quotes in 'processing' (payment seen, confirming) for more than an hour."""
+    return list(Quote.objects.filter(state=Quote.State.PROCESSING)
+                .annotate(first_seen=Min("payments__first_seen_at"))
+                .filter(Q(first_seen__lte=now - QUOTE_STUCK_AFTER)
+                        | Q(first_seen__isnull=True, created_at__lte=now - QUOTE_STUCK_AFTER))
+                .select_related("invoice").order_by("created_at")[:LIST_LIMIT])
+
+
+@dataclass
+class Dashboard:
+    now: datetime
+    capacity: list[CapacityRow]
+    revenue: dict
+    renewals: dict
+    suspended: list
+    keys_pending: list
+    wipes: dict
+    jobs: list[JobStatus]
+    quotes_stuck: list
+
+    @property
+    def capacity_totals(self) -> dict:
+        totals: dict[str, int] = defaultdict(int)
+        for row in self.capacity:
+            for b in BUCKETS:
+                totals[b] += getattr(row, b)
+        return dict(totals)
+
+    @property
+    def alerts(self) -> list[str]:
+        alerts = [f"Job {j.name}: {j.alert}" for j in self.jobs if j.alert]
+        if self.quotes_stuck:
+            alerts.append(f"{len(self.quotes_stuck)} quote(s) stuck in processing for over an hour")
+        if self.wipes["overdue"]:
+            alerts.append(f"{len(self.wipes['overdue'])} wipe(s) overdue")
+        return alerts
+
+
+def dashboard(now: datetime) -> Dashboard:
+    return Dashboard(now=now, capacity=capacity(now), revenue=revenue_this_month(now), renewals=renewals_due(now),
+                     suspended=suspended_leases(now), keys_pending=keys_pending_destruction(),
+                     wipes=wipes_due(now), jobs=job_statuses(now), quotes_stuck=quotes_stuck(now))

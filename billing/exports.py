@@ -1,0 +1,104 @@
+"""CSV exports for accounting: leases (running during the period), invoices (created in
+it) and payments (first seen in it). Streamed row by row with csv.writer, amounts in
+integer cents and in USD (exact, two decimals); coin amounts in base units and in coin.
+Served by the staff-only admin view /admin/ops/exports/."""
+import csv
+from datetime import UTC, datetime, time, timedelta
+
+from django import forms
+from django.contrib import admin
+from django.db.models import Q
+from django.http import StreamingHttpResponse
+from django.template.response import TemplateResponse
+
+from rental.models import Lease
+
+from .coins.amounts import format_amount
+from .coins.base import Coin
+from .models import Invoice, Payment
+from .payments import to_usd_cents
+
+
+def usd(cents: int | None) -> str:
+    if cents is None:
+        return ""
+    sign = "-" if cents < 0 else ""
+    return f"{sign}{abs(cents) // 100}.{abs(cents) % 100:02d}"
+
+
+def iso(dt: datetime | None) -> str:
+    return dt.astimezone(UTC).isoformat() if dt else ""
+
+
+def lease_rows(start: datetime, end: datetime):
+    yield ["lease_id", "customer", "offer", "gpus", "site", "term", "state", "price_cents", "price_usd",
+           "extra_nvme_tb", "created_at", "started_at", "ends_at", "ended_at"]
+    leases = (Lease.objects.filter(created_at__lt=end).filter(Q(ended_at__isnull=True) | Q(ended_at__gte=start))
+              .select_related("customer", "offer__gpu_model", "site").order_by("pk"))
+    for x in leases.iterator(chunk_size=500):
+        yield [x.pk, x.customer.username, x.offer.display_name, x.offer.gpu_count, x.site.code, x.term, x.state,
+               x.price_cents, usd(x.price_cents), x.extra_nvme_tb, iso(x.created_at), iso(x.started_at),
+               iso(x.ends_at), iso(x.ended_at)]
+
+
+def invoice_rows(start: datetime, end: datetime):
+    yield ["invoice_id", "customer", "lease_id", "kind", "state", "term_start", "amount_cents", "amount_usd",
+           "created_at", "paid_at", "paid_via", "note"]
+    invoices = (Invoice.objects.filter(created_at__gte=start, created_at__lt=end).select_related("customer")
+                .order_by("created_at", "pk"))
+    for x in invoices.iterator(chunk_size=500):
+        yield [x.pk, x.customer.username, x.lease_id or "", x.kind, x.state, iso(x.term_start), x.amount_cents,
+               usd(x.amount_cents), iso(x.created_at), iso(x.paid_at), x.paid_via, x.note]
+
+
+def payment_rows(start: datetime, end: datetime):
+    yield ["payment_id", "coin", "txid", "output_index", "quote_id", "invoice_id", "customer", "state",
+           "confirmations", "amount_base_units", "amount_coin", "rate_usd_per_coin", "usd_cents", "usd",
+           "first_seen_at", "confirmed_at"]
+    payments = (Payment.objects.filter(first_seen_at__gte=start, first_seen_at__lt=end)
+                .select_related("quote__invoice__customer").order_by("first_seen_at", "pk"))
+    for p in payments.iterator(chunk_size=500):
+        units = int(p.amount)
+        cents = to_usd_cents(units, p.quote)
+        yield [p.pk, p.coin, p.txid, p.output_index, p.quote_id, p.quote.invoice_id, p.quote.invoice.customer.username,
+               p.state, p.confirmations, units, format_amount(units, Coin(p.coin).decimals),
+               p.quote.rate_usd_per_coin, cents, usd(cents), iso(p.first_seen_at), iso(p.confirmed_at)]
+
+
+EXPORTS = {"leases": lease_rows, "invoices": invoice_rows, "payments": payment_rows}
+
+
+class ExportForm(forms.Form):
+    what = forms.ChoiceField(choices=[(k, k) for k in EXPORTS])
+    date_from = forms.DateField(label="From (UTC, inclusive)", widget=forms.DateInput(attrs={"type": "date"}))
+    date_to = forms.DateField(label="To (UTC, inclusive)", widget=forms.DateInput(attrs={"type": "date"}))
+
+    def clean(self):
+        data = super().clean()
+        if data.get("date_from") and data.get("date_to") and data["date_to"] < data["date_from"]:
+            raise forms.ValidationError("The period ends before it starts.")
+        return data
+
+
+class _Echo:
+    def write(self, value):
+        return value
+
+
+def stream_csv(rows, filename: str) -> StreamingHttpResponse:
+    writer = csv.writer(_Echo())
+    response = StreamingHttpResponse((writer.writerow(row) for row in rows), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def export_view(request):
+    form = ExportForm(request.GET or None)
+    if request.GET and form.is_valid():
+        d = form.cleaned_data
+        start = datetime.combine(d["date_from"], time.min, tzinfo=UTC)
+        end = datetime.combine(d["date_to"], time.min, tzinfo=UTC) + timedelta(days=1)
+        return stream_csv(EXPORTS[d["what"]](start, end),
+                          f"{d['what']}_{d['date_from']:%Y-%m-%d}_{d['date_to']:%Y-%m-%d}.csv")
+    context = {**admin.site.each_context(request), "title": "CSV exports", "form": form}
+    return TemplateResponse(request, "admin/ops/exports.html", context)
