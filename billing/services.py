@@ -12,6 +12,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from inventory.models import Offer, Site, StorageProduct
+from inventory.templatetags.money import format_usd
 from rental import services as rental
 from rental.models import Image, Lease, LeaseState, Term
 
@@ -92,7 +93,7 @@ def ledger_post(*, customer: User, kind: str, amount_cents: int, now: datetime, 
     new_balance = account.balance_cents + amount_cents
     if new_balance < 0:
         raise InsufficientBalance(
-            f"Balance ${account.balance_cents / 100:,.2f} does not cover ${-amount_cents / 100:,.2f}.")
+            f"Balance {format_usd(account.balance_cents)} does not cover {format_usd(-amount_cents)}.")
     Account.objects.filter(pk=account.pk).update(balance_cents=F("balance_cents") + amount_cents)
     return LedgerEntry.objects.create(
         account=account, at=now, kind=kind, amount_cents=amount_cents, balance_after_cents=new_balance,
@@ -111,6 +112,22 @@ def balance_top_up(*, customer: User, amount_cents: int, now: datetime, actor=No
 
 # --- ordering ---------------------------------------------------------------------------
 
+ADDON_LIMITS_TB = {"extra_nvme_tb": 30, "network_volume_tb": 100, "snapshot_tb": 100}
+
+
+def addons_validate(addons: dict) -> dict[str, int]:
+    """Known add-ons only, whole TB within limits (extra NVMe: the per-node 30 TB)."""
+    unknown = set(addons) - set(ADDON_LIMITS_TB)
+    if unknown:
+        raise BillingError(f"Unknown add-on: {', '.join(sorted(unknown))}.")
+    clean = {}
+    for name, value in addons.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= ADDON_LIMITS_TB[name]:
+            raise BillingError(f"{name} must be a whole number of TB from 0 to {ADDON_LIMITS_TB[name]}.")
+        clean[name] = value
+    return clean
+
+
 @transaction.atomic
 def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str, image: Image, ssh_public_key: str,
                          addons: dict[str, int] | None = None, pay_from_balance: bool = False,
@@ -118,7 +135,7 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
     """A pending lease holding its slots + its invoice, atomically; optionally paid from the
     balance at once. Raises inventory.services.SoldOut (nothing is created or charged)."""
     now = now or timezone.now()
-    addons = addons or {}
+    addons = addons_validate(addons or {})
     lines = price_lines(offer=offer, term=term, addons=addons)
     window = payment_window()
     lease = rental.lease_create_pending(
@@ -197,6 +214,8 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
     what was paid back to the balance. Returns the cents refunded."""
     now = now or timezone.now()
     lease = Lease.objects.select_for_update().get(pk=lease.pk)
+    if lease.customer_id != actor.pk and not actor.is_staff:
+        raise BillingError("Only the lease's customer or an operator can refund it.")
     if now - lease.created_at > REFUND_WINDOW:
         raise BillingError("Refunds are possible within 1 hour of ordering; this lease is older.")
     if lease.state not in (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE):

@@ -8,8 +8,14 @@ from django.db.models import Exists, OuterRef, Q
 
 from .agent import get_agent
 from .models import DiskKey, Lease, LeaseState, Notification
-from .services import (disk_key_complete_destroy, lease_provisioned, lease_release, lease_suspend, lease_wipe,
-                       notify)
+from .services import (
+    disk_key_complete_destroy,
+    lease_provisioned,
+    lease_release,
+    lease_suspend,
+    lease_wipe,
+    notify,
+)
 
 S = LeaseState
 BATCH = 500

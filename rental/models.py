@@ -6,6 +6,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class Term(models.TextChoices):
@@ -64,7 +65,7 @@ class Lease(models.Model):
     network_volume_tb = models.PositiveSmallIntegerField(default=0)
     snapshot_tb = models.PositiveSmallIntegerField(default=0)
     ssh_public_key = models.TextField()
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(default=timezone.now)
     # Deadlines (UTC, indexed for the sweeps)
     pay_by = models.DateTimeField(db_index=True, help_text="Pending: slots held until then")
     provisioning_started_at = models.DateTimeField(null=True, blank=True, db_index=True)

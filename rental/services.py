@@ -16,7 +16,16 @@ from inventory.models import Offer, Site
 from inventory.services import audit_record, slots_allocate, slots_release
 
 from .agent import Instance, get_agent
-from .models import TERM_LENGTH, CustomerSettings, DiskKey, Image, Lease, LeaseEvent, LeaseState, Notification, Term
+from .models import (
+    CustomerSettings,
+    DiskKey,
+    Image,
+    Lease,
+    LeaseEvent,
+    LeaseState,
+    Notification,
+    Term,
+)
 
 log = logging.getLogger(__name__)
 S = LeaseState
@@ -90,7 +99,7 @@ def lease_create_pending(*, customer: User, offer: Offer, site: Site, term: str,
         customer=customer, offer=offer, site=site, term=Term(term), image=image,
         ssh_public_key=ssh_public_key.strip(), extra_nvme_tb=extra_nvme_tb,
         network_volume_tb=network_volume_tb, snapshot_tb=snapshot_tb, price_cents=price_cents,
-        pay_by=now + pay_window,
+        pay_by=now + pay_window, created_at=now,
     )
     slots = slots_allocate(offer=offer, site=site, lease_id=lease.pk)
     DiskKey.objects.create(lease=lease)
@@ -155,7 +164,9 @@ def lease_suspend(*, lease_id: int, now: datetime, actor=None, reason="term ende
     lease = Lease.objects.get(pk=lease_id)
     if lease.state != S.ACTIVE:  # only an active lease has an end to count the hold from
         return False
-    end = lease.ends_at if not force else min(lease.ends_at, now)
+    # The hold counts from the term's end even for an operator's mid-term suspend: a paid
+    # term is never released (nor its key destroyed) before it ends.
+    end = lease.ends_at
     left = _transition(lease_id, to=S.SUSPENDED, from_states=[S.ACTIVE], now=now, kind="suspended", actor=actor,
                        reason=reason, when=None if force else Q(ends_at__lte=now),
                        hold_until=end + HOLD, wipe_by=end + WIPE_AFTER_END)
@@ -218,6 +229,8 @@ def disk_key_request_destroy(*, lease_id: int, now: datetime, actor=None, reason
     key = DiskKey.objects.select_for_update().select_related("lease").get(lease_id=lease_id)
     if key.lease.state not in (S.RELEASED, S.CANCELLED, S.WIPED):
         raise TransitionRefused(f"lease #{lease_id} is {key.lease.state}: its key cannot be destroyed")
+    if key.lease.state == S.RELEASED and key.lease.ends_at and key.lease.ends_at > now:
+        raise TransitionRefused(f"lease #{lease_id} has a paid term until {key.lease.ends_at:%Y-%m-%d %H:%M} UTC")
     if key.state == DiskKey.State.ACTIVE:
         DiskKey.objects.filter(pk=key.pk, state=DiskKey.State.ACTIVE).update(
             state=DiskKey.State.DESTROY_REQUESTED, destroy_requested_at=now,

@@ -6,7 +6,13 @@ from django.utils import timezone
 
 from billing.lifecycle import run_lifecycle
 from billing.models import Account, Invoice, LedgerEntry
-from billing.services import (BillingError, balance_top_up, checkout_place_order, invoice_mark_paid, lease_refund)
+from billing.services import (
+    BillingError,
+    balance_top_up,
+    checkout_place_order,
+    invoice_mark_paid,
+    lease_refund,
+)
 from inventory.models import Offer, Site, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState, Notification
 
@@ -183,3 +189,42 @@ def test_addons_priced_pro_rata_and_price_locked(catalog, customer, t0):
     # $475 + 2 TB × ceil(900 × 7/30) + 1 TB × ceil(1400 × 7/30)
     assert invoice.amount_cents == 47500 + 2 * 210 + 327 == lease.price_cents
     assert invoice.lines.count() == 3
+
+
+def test_checkout_refuses_unknown_or_out_of_range_addons(catalog, customer, t0):
+    for addons in ({"gold_plating_tb": 1}, {"extra_nvme_tb": 31}, {"snapshot_tb": -1}, {"network_volume_tb": "2"}):
+        with pytest.raises(BillingError):
+            order(customer, t0, pay=False, addons=addons)
+    assert not Lease.objects.exists()
+
+
+def test_refund_by_another_customer_is_refused(catalog, customer, other_customer, t0):
+    lease, _ = order(customer, t0, pay=False)
+    with pytest.raises(BillingError, match="Only the lease's customer"):
+        lease_refund(lease=lease, actor=other_customer, now=t0)
+    assert state(lease) == S.PENDING
+
+
+def test_refund_window_counts_from_the_order_time(catalog, customer, t0):
+    lease, _ = order(customer, t0 - timedelta(hours=2), pay=False)
+    assert lease.created_at == t0 - timedelta(hours=2)
+    with pytest.raises(BillingError, match="within 1 hour"):
+        lease_refund(lease=lease, actor=customer, now=t0)
+
+
+def test_key_destruction_is_refused_while_a_term_is_paid(catalog, customer, operator, t0, settings):
+    from rental.services import TransitionRefused, lease_release, lease_suspend
+
+    settings.HOST_AGENT_FAKE_DELAY = 0
+    balance_top_up(customer=customer, amount_cents=6500, now=t0)
+    lease, _ = order(customer, t0)
+    run_lifecycle(t0 + timedelta(minutes=1))
+    mid_term = t0 + timedelta(days=2)
+    assert lease_suspend(lease_id=lease.pk, now=mid_term, actor=operator, reason="abuse report", force=True)
+    lease.refresh_from_db()
+    assert lease.hold_until == t0 + timedelta(days=7, hours=72)  # counted from the paid term's end
+    with pytest.raises(TransitionRefused, match="paid term"):
+        lease_release(lease_id=lease.pk, now=mid_term, actor=operator, reason="try", force=True)
+    assert state(lease) == S.SUSPENDED and DiskKey.objects.get(lease=lease).state == DiskKey.State.ACTIVE
+    run_lifecycle(t0 + timedelta(days=5))
+    assert state(lease) == S.SUSPENDED  # the sweep does not release it mid-term either

@@ -137,6 +137,13 @@ def test_release_with_confirmation_frees_slots_and_destroys_key(op_client, opera
     active_lease.refresh_from_db()
     assert active_lease.state == S.ACTIVE
     post_action(op_client, "suspend_now", [active_lease.pk], post="yes", reason="customer asked to stop")
+    # Mid-term the paid term protects the disk key: release is refused with a message.
+    refused = post_action(op_client, "release", [active_lease.pk], post="yes", reason="too early")
+    assert any("paid term" in str(m) for m in refused.wsgi_request._messages)
+    active_lease.refresh_from_db()
+    assert active_lease.state == S.SUSPENDED
+    # Once the term is over, the operator can release before the hold ends.
+    Lease.objects.filter(pk=active_lease.pk).update(ends_at=timezone.now() - timedelta(hours=1))
     page = post_action(op_client, "release", [active_lease.pk])
     assert page.status_code == 200 and b"cannot be undone" in page.content
     with django_capture_on_commit_callbacks(execute=True):
