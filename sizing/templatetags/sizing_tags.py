@@ -91,3 +91,9 @@ def breakdown_label(key):
 def pct(fraction):
     """0.3 → '30%'."""
     return f"{fraction * 100:.0f}%"
+
+
+@register.filter
+def billions(count):
+    """6738415616 → '6.74'."""
+    return f"{count / 1e9:,.2f}"

@@ -1,11 +1,15 @@
 """The calculator page, its htmx fragment and the generated tables page."""
 
 import re
+from urllib.parse import urlencode
 
 import pytest
 from django.urls import reverse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sizing.figures import faq_vram_figures
+from sizing.forms import SizingForm
 from sizing.templatetags.sizing_tags import bar_geometry
 
 
@@ -183,3 +187,15 @@ def test_bar_geometry_scales_to_the_card():
     assert [s["key"] for s in g["segments"]] == ["a", "b"]
     assert g["card_x"] > g["usable_x"] > g["segments"][-1]["x"] + g["segments"][-1]["w"]
     assert g["fits"] and not bar_geometry({"a": 79.0}, 79.0, 80)["fits"]
+
+
+_junk = st.one_of(st.text(max_size=10), st.integers(-10**12, 10**12).map(str),
+                  st.sampled_from(["llama-2-7b", "lora", "3", "on", "off", "any", "DFW-1"]))
+
+
+@settings(max_examples=50, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(st.sampled_from(list(SizingForm.base_fields)), _junk, max_size=6))
+def test_random_page_queries_never_500(client, catalog, query):
+    r = client.get(reverse("sizing") + "?" + urlencode(query), HTTP_HX_REQUEST="true")
+    assert r.status_code in (200, 400)
