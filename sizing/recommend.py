@@ -106,9 +106,10 @@ def link_warning(candidate: Candidate, zero: int, gpus: int) -> str | None:
 def overbuy_warning(est: Estimate, candidate: Candidate) -> str | None:
     """The job needs less than 25% of the offer's memory (SPEC "Don't overbuy")."""
     if est.per_gpu_gb * est.gpus < OVERBUY_FRACTION * candidate.total_vram_gb:
-        return (f"Overbuy: this job needs {est.per_gpu_gb:.0f} GB, "
-                f"{candidate.offer_name} has {candidate.total_vram_gb} GB. An H100 for a 7B "
-                "QLoRA is wasted; a $190 A5000 does it, slower but not nine times slower.")
+        return (f"Overbuy: this job needs {est.per_gpu_gb * est.gpus:.0f} GB and "
+                f"{candidate.offer_name} has {candidate.total_vram_gb} GB, over four times as much. "
+                "Pick the card by what the job needs, not by the model you wish to train: the "
+                "cheapest card that fits is slower, but not by the price ratio.")
     return None
 
 
