@@ -9,6 +9,7 @@ from rental import lifecycle as rental_sweeps
 from rental.agent import FakeAgent, agent_override
 from rental.lifecycle import BATCH, Transition
 from rental.models import Lease, LeaseState
+from rental.notices import sweep_state_notices
 
 from .models import Invoice
 from .services import order_invoice_expire, renewal_invoice_create
@@ -57,6 +58,7 @@ SWEEPS = [
     ("suspend", rental_sweeps.sweep_suspend),
     ("release", rental_sweeps.sweep_release),
     ("void_dead_renewals", sweep_void_dead_renewals),
+    ("state_notices", sweep_state_notices),
     ("key_destruction", rental_sweeps.sweep_key_destruction),
     ("wipe", rental_sweeps.sweep_wipe),
 ]

@@ -1,0 +1,40 @@
+"""Every notice goes out once — in-app always, by e-mail when an address is given — even
+when the sweeps run again, and whether the lease was suspended by the sweep or by hand."""
+from datetime import timedelta
+
+from django.core import mail
+from django.utils import timezone
+
+from billing.lifecycle import run_lifecycle
+from rental.models import Notification
+from rental.services import lease_suspend
+
+
+def test_each_notice_once_by_mail_and_in_app(catalog, customer, place, django_capture_on_commit_callbacks):
+    t0 = timezone.now().replace(microsecond=0) - timedelta(days=30)
+    lease = place(customer, t0, term="week")
+    end = lease.ends_at
+    for at in (end - timedelta(days=3) + timedelta(minutes=1), end - timedelta(hours=23), end + timedelta(minutes=1),
+               end + timedelta(hours=72, minutes=1)):
+        for _ in range(3):  # a sweep repeated, a duplicated beat
+            with django_capture_on_commit_callbacks(execute=True):
+                run_lifecycle(at)
+    kinds = list(Notification.objects.filter(lease=lease).order_by("created_at", "id").values_list("kind", flat=True))
+    assert sorted(kinds) == sorted(["reminder_3d", "reminder_1d", "renewal_invoice", "suspended", "released"])
+    subjects = [m.subject for m in mail.outbox]
+    assert len(subjects) == 5 and all(m.to == ["alice@example.org"] for m in mail.outbox)
+    assert any("is suspended: pay by" in s for s in subjects) and any("was released" in s for s in subjects)
+    suspended = Notification.objects.get(lease=lease, kind="suspended")
+    assert suspended.deadline == end + timedelta(hours=72) and suspended.emailed_at is not None
+
+
+def test_in_app_only_without_an_address_and_manual_suspend(catalog, other_customer, place,
+                                                           django_capture_on_commit_callbacks):
+    now = timezone.now()
+    lease = place(other_customer, now - timedelta(days=1), term="week")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert lease_suspend(lease_id=lease.pk, now=now, force=True, reason="abuse report")
+        run_lifecycle(now + timedelta(minutes=1))
+        run_lifecycle(now + timedelta(minutes=2))
+    note = Notification.objects.get(lease=lease, kind="suspended")
+    assert note.emailed_at is None and mail.outbox == []
