@@ -377,3 +377,35 @@ def test_unknown_address_is_reported_not_credited(placed, t0):
     stray = replace(paid(quote, USD, 6), address="rltc1qunknown")
     result = apply("LTC", [stray], t0)
     assert result.unknown == [stray] and not Payment.objects.exists()
+
+
+class FakeMoneroRpc:
+    def __init__(self):
+        self.created = 0
+
+    def call(self, method, **params):
+        assert method == "create_address" and params["account_index"] == 0
+        self.created += 1
+        return {"address": f"8{self.created:094d}", "address_index": self.created}
+
+
+def test_xmr_subaddress_and_sol_reference_quotes(catalog, customer, t0):
+    from billing.coins.monero import MoneroAdapter
+    from billing.coins.solana import SolanaAdapter, is_public_key
+
+    merchant = "9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM"
+    set_rate("XMR", "150", t0)
+    set_rate("SOL", "130", t0)
+    adapters = {Coin.XMR: MoneroAdapter(FakeMoneroRpc()), Coin.SOL: SolanaAdapter(merchant)}
+    with coins_config.use_adapters(adapters):
+        _, invoice = order(customer, t0, pay=False)
+        xmr = quote_create(invoice=invoice, coin="XMR", now=t0)
+        sol = quote_create(invoice=invoice, coin="SOL", now=t0)
+        assert (xmr.derivation_index, xmr.address) == (1, "8" + "0" * 93 + "1")
+        assert xmr.uri.startswith(f"monero:{xmr.address}?tx_amount=0.433333333334")  # $65 / $150, rounded up
+        assert sol.address == merchant and is_public_key(sol.reference)
+        assert sol.uri.startswith(f"solana:{merchant}?amount=0.5&reference={sol.reference}")
+        assert watch_set(Coin.SOL, t0) == {sol.reference} and watch_set(Coin.XMR, t0) == {xmr.address: 1}
+        apply(sol, [paid(sol, 500_000_000, 1)], t0 + timedelta(minutes=1))  # found by its reference
+    assert fresh(sol).state == Q.SETTLED and fresh(invoice).state == Invoice.State.PAID
+    assert not CoinWallet.objects.exists()  # no derivation counter for XMR / SOL
