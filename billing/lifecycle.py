@@ -11,7 +11,9 @@ from rental.lifecycle import BATCH, Transition
 from rental.models import Lease, LeaseState
 from rental.notices import sweep_state_notices
 
+from . import payments
 from .models import Invoice
+from .ops import sweep_storage
 from .services import order_invoice_expire, renewal_invoice_create
 
 RENEWAL_LEAD = timedelta(hours=24)
@@ -51,6 +53,7 @@ def sweep_void_dead_renewals(now: datetime, limit: int = BATCH) -> list[Transiti
 
 
 SWEEPS = [
+    ("expire_quotes", payments.sweep_expire_quotes),
     ("expire_orders", sweep_expire_orders),
     ("provisioning", rental_sweeps.sweep_provisioning),
     ("reminders", rental_sweeps.sweep_reminders),
@@ -59,6 +62,7 @@ SWEEPS = [
     ("release", rental_sweeps.sweep_release),
     ("void_dead_renewals", sweep_void_dead_renewals),
     ("state_notices", sweep_state_notices),
+    ("storage", sweep_storage),
     ("key_destruction", rental_sweeps.sweep_key_destruction),
     ("wipe", rental_sweeps.sweep_wipe),
 ]

@@ -232,6 +232,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # One beat runs every periodic job; each job is idempotent, so a duplicate beat is harmless.
 CELERY_BEAT_SCHEDULE = {
     "lifecycle": {"task": "billing.lifecycle_tick", "schedule": 60.0, "options": {"expires": 55}},
+    "watch_payments": {"task": "billing.watch_payments", "schedule": 30.0, "options": {"expires": 25}},
 }
 PAYMENT_WINDOW_MINUTES = int(os.environ.get("PAYMENT_WINDOW_MINUTES", "30"))
 HOST_AGENT = os.environ.get("HOST_AGENT", "rental.agent.FakeAgent")
@@ -240,6 +241,13 @@ HOST_AGENT_FAKE_DELAY = int(os.environ.get("HOST_AGENT_FAKE_DELAY", "180"))
 # Sizing pages get the live catalog through this hook, keeping sizing free of imports
 # from inventory (imports flow sizing <- inventory <- rental <- billing).
 SIZING_CANDIDATES_PROVIDER = "inventory.selectors.sizing_candidates"
+
+# Seconds the catalog rows (stock per offer and site) are cached; every stock change bumps
+# a generation, so this only bounds staleness from writes that bypass the services. Off in tests.
+CATALOG_CACHE_SECONDS = int(os.environ.get("CATALOG_CACHE_SECONDS", "0" if TESTING else "10"))
+
+# bench/load.py's baseline: a bare Django view at /bench/bare (off unless asked for).
+BENCH_BASELINE_VIEW = env_bool("BENCH_BASELINE_VIEW")
 
 LOGGING = {
     "version": 1,

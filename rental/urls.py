@@ -1,4 +1,5 @@
 """Root URLconf: mounts every app's urls."""
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -45,6 +46,11 @@ urlpatterns = [
     path("accounts/", include(accounts)),
     path("", include("sizing.urls")),  # before api/v1's catch-all 404 (it has /api/v1/estimate)
     path("api/v1/", include(api_v1)),
+    path("pay/", include("billing.urls_payments")),
     path("", include(customer)),
     path("", include("inventory.urls")),
 ]
+if settings.BENCH_BASELINE_VIEW:  # bench/load.py's bare-Django baseline
+    from . import bench_views
+
+    urlpatterns.insert(0, path("bench/bare", bench_views.bare))
