@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
-echo "== tests on ${DATABASE_URL:+PostgreSQL ($DATABASE_URL)}${DATABASE_URL:-SQLite}${REDIS_URL:+ with Redis $REDIS_URL}"
+if [ -n "${DATABASE_URL:-}" ]; then db="PostgreSQL ($DATABASE_URL)"; else db="SQLite"; fi
+echo "== tests on $db${REDIS_URL:+ with Redis $REDIS_URL}"
 $BIN/python -m pytest "$@"
