@@ -277,3 +277,24 @@ class SlaClaim(models.Model):
 
     def __str__(self) -> str:
         return f"SLA claim #{self.pk} lease #{self.lease_id} {self.period:%Y-%m} ({self.state})"
+
+
+# --- egress metering (operations) -------------------------------------------------------
+
+class EgressUsage(models.Model):
+    """TB sent by one lease during one term, as the host agent reports it (a cumulative
+    counter, so it only grows). Overage beyond the included allowance is billed on the
+    next renewal invoice; `billed_overage_tb` is how much of it is already invoiced."""
+
+    lease = models.ForeignKey("rental.Lease", on_delete=models.PROTECT, related_name="egress")
+    term_start = models.DateTimeField()
+    tb_used = models.DecimalField(max_digits=10, decimal_places=3, default=0)
+    billed_overage_tb = models.DecimalField(max_digits=10, decimal_places=2, default=0)
+    reported_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-term_start"]
+        constraints = [models.UniqueConstraint(fields=["lease", "term_start"], name="one_egress_row_per_term")]
+
+    def __str__(self) -> str:
+        return f"egress lease #{self.lease_id} from {self.term_start:%Y-%m-%d}: {self.tb_used} TB"

@@ -18,8 +18,7 @@ it a credit of 3× the downtime's value, below 99% 10×, below 95% the whole mon
 """
 import calendar
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_DOWN, Decimal
 from fractions import Fraction
 
@@ -48,7 +47,7 @@ class ClaimRefused(BillingError):
 
 
 def month_bounds(period: date) -> tuple[datetime, datetime]:
-    start = datetime(period.year, period.month, 1, tzinfo=dt_timezone.utc)
+    start = datetime(period.year, period.month, 1, tzinfo=UTC)
     days = calendar.monthrange(period.year, period.month)[1]
     return start, start + timedelta(days=days)
 
@@ -223,3 +222,136 @@ def sla_claim_decline(*, claim: SlaClaim, actor, reason: str, now: datetime) -> 
     claim.refresh_from_db()
     audit_record(actor=actor, action="sla_claim_declined", obj=claim, detail={"reason": reason[:300]})
     return claim
+
+
+# --- storage products on their own term, and egress ------------------------------------------
+
+STORAGE_TERM = timedelta(days=30)
+STORAGE_GRACE = timedelta(days=7)
+
+
+def _storage_price(kind: str, size_tb: int) -> int:
+    from inventory.models import StorageProduct
+
+    return size_tb * StorageProduct.objects.get(kind=kind).cents_per_tb_month
+
+
+def _charge_term(obj, *, kind: str, term_start: datetime, now: datetime) -> bool:
+    """One 30-day term of a volume or snapshot from the balance, once per term start."""
+    cents = _storage_price(kind, obj.size_tb)
+    label = "network volume" if kind == "network_volume" else "snapshot"
+    entry = ledger_post(customer=obj.customer, kind=LedgerEntry.Kind.ORDER, amount_cents=-cents, now=now,
+                        memo=f"{label} #{obj.pk}, {obj.size_tb} TB × 30 days from {term_start:%Y-%m-%d}",
+                        idempotency_key=f"{kind}:{obj.pk}:{term_start:%Y%m%dT%H%M%S}")
+    return entry is not None
+
+
+@transaction.atomic
+def volume_order(*, customer, site, name: str, size_tb: int, now: datetime):
+    """Create a network volume and pay its first 30 days from the balance (or nothing)."""
+    from rental.storage import volume_create
+
+    volume = volume_create(customer=customer, site=site, name=name, size_tb=size_tb, paid_until=now + STORAGE_TERM,
+                           now=now)
+    _charge_term(volume, kind="network_volume", term_start=now, now=now)
+    return volume
+
+
+@transaction.atomic
+def snapshot_order(*, lease: Lease, size_tb: int, now: datetime, actor=None):
+    from rental.storage import snapshot_take
+
+    snap = snapshot_take(lease=lease, size_tb=size_tb, paid_until=now + STORAGE_TERM, now=now, actor=actor)
+    _charge_term(snap, kind="snapshot", term_start=now, now=now)
+    return snap
+
+
+def sweep_storage(now: datetime, limit: int = 500) -> list:
+    """Renew volumes and snapshots whose term ended (from the balance); lapse the unpaid
+    ones; delete those lapsed for 7 days; detach volumes from ended leases."""
+    from rental.lifecycle import Transition
+    from rental.storage import (
+        attachments_of_ended_leases_detach,
+        storage_delete,
+        storage_due,
+        storage_expired,
+        storage_extend,
+        storage_lapse,
+    )
+
+    from .services import InsufficientBalance
+
+    done = []
+    if detached := attachments_of_ended_leases_detach(now=now):
+        done.append(Transition(0, f"{detached} volume attachment(s) of ended leases detached"))
+    for obj in storage_due(now=now):
+        kind = "network_volume" if obj._meta.model_name == "networkvolume" else "snapshot"
+        try:
+            with transaction.atomic():
+                _charge_term(obj, kind=kind, term_start=obj.paid_until, now=now)
+                storage_extend(obj=obj, paid_until=obj.paid_until, new_until=obj.paid_until + STORAGE_TERM)
+            done.append(Transition(0, f"{obj} renewed"))
+        except InsufficientBalance:
+            if storage_lapse(obj=obj, now=now):
+                done.append(Transition(0, f"{obj} lapsed unpaid"))
+    for obj in storage_expired(before=now - STORAGE_GRACE):
+        if storage_delete(obj=obj, now=now, reason="unpaid for 7 days"):
+            done.append(Transition(0, f"{obj} deleted"))
+    return done[:limit]
+
+
+def _term_start_at(lease: Lease, at: datetime) -> datetime | None:
+    if not lease.ends_at or not lease.started_at or at < lease.started_at:
+        return None
+    length = lease.term_length
+    if at >= lease.ends_at:  # reported after the end (suspended): the last term
+        return lease.ends_at - length
+    terms_back = -(-(lease.ends_at - at) // length)
+    return lease.ends_at - terms_back * length
+
+
+@transaction.atomic
+def egress_record(*, lease_id: int, tb_used, at: datetime):
+    """The host agent's cumulative egress counter for the lease's current term."""
+    from .models import EgressUsage
+
+    lease = Lease.objects.get(pk=lease_id)
+    term_start = _term_start_at(lease, at)
+    if term_start is None:
+        raise BillingError(f"Lease #{lease_id} had no paid term at {at:%Y-%m-%d %H:%M}.")
+    tb = Decimal(str(tb_used)).quantize(Decimal("0.001"))
+    row, created = EgressUsage.objects.select_for_update().get_or_create(
+        lease=lease, term_start=term_start, defaults={"tb_used": tb, "reported_at": at})
+    if created:
+        audit_record(actor=None, action="egress_metering_start", obj=row, detail={"term_start": term_start.isoformat()})
+    elif tb > row.tb_used:
+        EgressUsage.objects.filter(pk=row.pk).update(tb_used=tb, reported_at=at)
+        row.refresh_from_db()
+    return row
+
+
+def egress_renewal_lines(*, lease: Lease) -> list:
+    """Overage not yet invoiced, as lines for the renewal invoice being created (and marked
+    as invoiced in the same transaction). Included: 20 TB per instance-month, pro rata for
+    a week; beyond it $4 per TB, billed per 0.01 TB (4 cents)."""
+    from inventory.models import StorageProduct
+
+    from .models import EgressUsage
+    from .services import TERM_DAYS, Line
+
+    product = StorageProduct.objects.filter(kind="egress").first()
+    if product is None:
+        return []
+    included = Decimal(product.included_tb) * TERM_DAYS[lease.term] / 30
+    unit = _ceil_div(product.cents_per_tb_month, 100)  # per 0.01 TB
+    lines = []
+    for row in EgressUsage.objects.select_for_update().filter(lease=lease).order_by("term_start"):
+        overage = max(Decimal(0), row.tb_used - included)
+        hundredths = int(((overage - row.billed_overage_tb) * 100).to_integral_value(rounding="ROUND_CEILING"))
+        if hundredths <= 0:
+            continue
+        EgressUsage.objects.filter(pk=row.pk).update(billed_overage_tb=row.billed_overage_tb + Decimal(hundredths) / 100)
+        lines.append(Line(f"Egress beyond {included.quantize(Decimal('0.01'))} TB included, term from "
+                          f"{row.term_start:%Y-%m-%d}: {Decimal(hundredths) / 100} TB at "
+                          f"${product.cents_per_tb_month / 100:.2f}/TB (per 0.01 TB)", hundredths, unit))
+    return lines

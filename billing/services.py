@@ -240,6 +240,9 @@ def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
     lines = [Line(f"Renewal of lease #{lease.pk}: {lease.offer}, {Term(lease.term).label}", 1, lease.price_cents)]
     try:
         with transaction.atomic():
+            # Egress overage so far, marked invoiced together with this invoice (ops hook).
+            from .ops import egress_renewal_lines
+            lines += egress_renewal_lines(lease=lease)
             invoice = _create_invoice(customer=lease.customer, kind=Invoice.Kind.RENEWAL, lines=lines, now=now,
                                       lease=lease, term_start=lease.ends_at)
     except IntegrityError:

@@ -186,3 +186,70 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+# --- storage products with their own term (operations) ---------------------------------
+
+class NetworkVolume(models.Model):
+    """A network volume at a site (three replicas in the region): attachable to several of
+    the customer's leases at that site, billed per TB-month on its own 30-day term from the
+    balance, and kept when a lease is released. Unpaid at term end it lapses (detached,
+    kept 7 days), then it is deleted."""
+
+    class State(models.TextChoices):
+        ACTIVE = "active", "active"
+        LAPSED = "lapsed", "lapsed (unpaid, detached, kept 7 days)"
+        DELETED = "deleted", "deleted"
+
+    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="network_volumes")
+    site = models.ForeignKey("inventory.Site", on_delete=models.PROTECT, related_name="network_volumes")
+    name = models.CharField(max_length=60)
+    size_tb = models.PositiveSmallIntegerField()
+    state = models.CharField(max_length=10, choices=State.choices, default=State.ACTIVE, db_index=True)
+    created_at = models.DateTimeField()
+    paid_until = models.DateTimeField(db_index=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.CheckConstraint(condition=Q(size_tb__gte=1), name="volume_at_least_1tb")]
+
+    def __str__(self) -> str:
+        return f"volume {self.name} ({self.size_tb} TB, {self.site_id})"
+
+
+class VolumeAttachment(models.Model):
+    volume = models.ForeignKey(NetworkVolume, on_delete=models.CASCADE, related_name="attachments")
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="volume_attachments")
+    attached_at = models.DateTimeField()
+    detached_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["volume", "lease"], condition=Q(detached_at__isnull=True),
+                                               name="volume_attached_once_per_lease")]
+
+
+class Snapshot(models.Model):
+    """A snapshot of a lease's disk, restorable to any of the customer's leases in the same
+    region (e.g. from an A100 to an H100); billed per TB-month on its own term."""
+
+    class State(models.TextChoices):
+        AVAILABLE = "available", "available"
+        LAPSED = "lapsed", "lapsed (unpaid, kept 7 days)"
+        DELETED = "deleted", "deleted"
+
+    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="snapshots")
+    source_lease = models.ForeignKey(Lease, on_delete=models.PROTECT, related_name="snapshots")
+    region = models.CharField(max_length=40)
+    size_tb = models.PositiveSmallIntegerField()
+    state = models.CharField(max_length=10, choices=State.choices, default=State.AVAILABLE, db_index=True)
+    created_at = models.DateTimeField()
+    paid_until = models.DateTimeField(db_index=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.CheckConstraint(condition=Q(size_tb__gte=1), name="snapshot_at_least_1tb")]
+
+    def __str__(self) -> str:
+        return f"snapshot #{self.pk} of lease #{self.source_lease_id} ({self.size_tb} TB, {self.region})"

@@ -1,0 +1,137 @@
+"""Network volumes and snapshots: every write here, audited (LeaseEvent for what touches a
+lease, AuditEntry otherwise). Money is billing's (billing.ops charges each term from the
+balance and calls these). Extra local NVMe is a lease add-on (Lease.extra_nvme_tb): it is
+renewed and released with the lease."""
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Q
+
+from inventory.models import Site
+from inventory.services import audit_record
+
+from .models import Lease, LeaseState, NetworkVolume, Snapshot, VolumeAttachment
+from .services import _event
+
+S = LeaseState
+RUNNING = (S.PROVISIONING, S.ACTIVE)
+
+
+class StorageRefused(Exception):
+    """Not allowed; the message says why."""
+
+
+@transaction.atomic
+def volume_create(*, customer, site: Site, name: str, size_tb: int, paid_until: datetime, now: datetime
+                  ) -> NetworkVolume:
+    if size_tb < 1:
+        raise StorageRefused("A network volume is at least 1 TB.")
+    volume = NetworkVolume.objects.create(customer=customer, site=site, name=name[:60] or "volume", size_tb=size_tb,
+                                          created_at=now, paid_until=paid_until)
+    audit_record(actor=customer, action="volume_create", obj=volume, detail={"site": site.code, "size_tb": size_tb})
+    return volume
+
+
+@transaction.atomic
+def volume_attach(*, volume: NetworkVolume, lease: Lease, now: datetime, actor=None) -> VolumeAttachment:
+    volume = NetworkVolume.objects.select_for_update().get(pk=volume.pk)
+    if volume.state != NetworkVolume.State.ACTIVE:
+        raise StorageRefused(f"Volume {volume.name} is {volume.get_state_display()}.")
+    if lease.customer_id != volume.customer_id:
+        raise StorageRefused("The volume and the lease belong to different customers.")
+    if lease.site_id != volume.site_id:
+        raise StorageRefused(f"Volume {volume.name} is at another site; it attaches only to leases at its site.")
+    if lease.state not in RUNNING:
+        raise StorageRefused(f"Lease #{lease.pk} is {lease.get_state_display()}.")
+    attachment, created = VolumeAttachment.objects.get_or_create(
+        volume=volume, lease=lease, detached_at=None, defaults={"attached_at": now})
+    if created:
+        _event(lease.pk, kind="volume_attached", now=now, actor=actor, from_state=lease.state, to_state=lease.state,
+               data={"volume": volume.pk, "size_tb": volume.size_tb})
+    return attachment
+
+
+@transaction.atomic
+def volume_detach(*, volume: NetworkVolume, lease_id: int, now: datetime, actor=None, reason="detached") -> int:
+    changed = VolumeAttachment.objects.filter(volume=volume, lease_id=lease_id, detached_at__isnull=True).update(
+        detached_at=now)
+    if changed:
+        _event(lease_id, kind="volume_detached", now=now, actor=actor, reason=reason, data={"volume": volume.pk})
+    return changed
+
+
+def attachments_of_ended_leases_detach(*, now: datetime) -> int:
+    """A released lease lets go of its volumes; the volumes themselves survive."""
+    dead = VolumeAttachment.objects.filter(detached_at__isnull=True).exclude(
+        lease__state__in=[S.PENDING, S.PROVISIONING, S.ACTIVE, S.SUSPENDED]).select_related("volume")
+    return sum(volume_detach(volume=a.volume, lease_id=a.lease_id, now=now, reason="lease ended") for a in dead)
+
+
+@transaction.atomic
+def storage_extend(*, obj, paid_until: datetime, new_until: datetime) -> bool:
+    """Guarded on the old end, so each term is extended once."""
+    return bool(type(obj).objects.filter(pk=obj.pk, paid_until=paid_until).update(paid_until=new_until))
+
+
+@transaction.atomic
+def storage_lapse(*, obj, now: datetime) -> bool:
+    live = NetworkVolume.State.ACTIVE if isinstance(obj, NetworkVolume) else Snapshot.State.AVAILABLE
+    if not type(obj).objects.filter(pk=obj.pk, state=live).update(state="lapsed"):
+        return False
+    if isinstance(obj, NetworkVolume):
+        for a in VolumeAttachment.objects.filter(volume=obj, detached_at__isnull=True):
+            volume_detach(volume=obj, lease_id=a.lease_id, now=now, reason="volume unpaid")
+    audit_record(actor=None, action="storage_lapse", obj=obj, detail={"paid_until": obj.paid_until.isoformat()})
+    return True
+
+
+@transaction.atomic
+def storage_delete(*, obj, now: datetime, actor=None, reason: str) -> bool:
+    if not type(obj).objects.filter(pk=obj.pk).exclude(state="deleted").update(state="deleted", deleted_at=now):
+        return False
+    if isinstance(obj, NetworkVolume):
+        for a in VolumeAttachment.objects.filter(volume=obj, detached_at__isnull=True):
+            volume_detach(volume=obj, lease_id=a.lease_id, now=now, reason="volume deleted")
+    audit_record(actor=actor, action="storage_delete", obj=obj, detail={"reason": reason})
+    return True
+
+
+@transaction.atomic
+def snapshot_take(*, lease: Lease, size_tb: int, paid_until: datetime, now: datetime, actor=None) -> Snapshot:
+    if lease.state not in (S.ACTIVE, S.SUSPENDED):
+        raise StorageRefused(f"Lease #{lease.pk} is {lease.get_state_display()}: its disk cannot be snapshotted.")
+    if size_tb < 1:
+        raise StorageRefused("A snapshot is at least 1 TB.")
+    snap = Snapshot.objects.create(customer_id=lease.customer_id, source_lease=lease, region=lease.site.region,
+                                   size_tb=size_tb, created_at=now, paid_until=paid_until)
+    _event(lease.pk, kind="snapshot_taken", now=now, actor=actor, from_state=lease.state, to_state=lease.state,
+           data={"snapshot": snap.pk, "size_tb": size_tb})
+    return snap
+
+
+@transaction.atomic
+def snapshot_restore(*, snapshot: Snapshot, target: Lease, now: datetime, actor=None) -> None:
+    """Restore onto another of the customer's leases in the same region."""
+    if snapshot.state != Snapshot.State.AVAILABLE:
+        raise StorageRefused(f"Snapshot #{snapshot.pk} is {snapshot.get_state_display()}.")
+    if target.customer_id != snapshot.customer_id:
+        raise StorageRefused("The snapshot and the lease belong to different customers.")
+    if target.site.region != snapshot.region:
+        raise StorageRefused(f"Snapshot #{snapshot.pk} is in region {snapshot.region}; lease #{target.pk} is in "
+                             f"{target.site.region}.")
+    if target.state not in RUNNING:
+        raise StorageRefused(f"Lease #{target.pk} is {target.get_state_display()}.")
+    _event(target.pk, kind="snapshot_restored", now=now, actor=actor, from_state=target.state, to_state=target.state,
+           data={"snapshot": snapshot.pk, "from_lease": snapshot.source_lease_id})
+
+
+def storage_due(*, now: datetime):
+    """Volumes and snapshots whose paid term has ended, and lapsed ones past their 7 days."""
+    due = (list(NetworkVolume.objects.filter(state=NetworkVolume.State.ACTIVE, paid_until__lte=now)[:500])
+           + list(Snapshot.objects.filter(state=Snapshot.State.AVAILABLE, paid_until__lte=now)[:500]))
+    return due
+
+
+def storage_expired(*, before: datetime):
+    q = Q(state="lapsed", paid_until__lte=before)
+    return list(NetworkVolume.objects.filter(q)[:500]) + list(Snapshot.objects.filter(q)[:500])

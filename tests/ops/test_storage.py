@@ -1,0 +1,117 @@
+"""Storage products: network volumes (several leases at a site, survive release, billed
+per TB-month on their own term), snapshots (restore within the region), and egress
+metering billed on the renewal invoice beyond the included 20 TB per instance-month."""
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.lifecycle import run_lifecycle
+from billing.models import Account, EgressUsage, Invoice, LedgerEntry
+from billing.ops import egress_record, snapshot_order, sweep_storage, volume_order
+from billing.services import InsufficientBalance, balance_top_up
+from inventory.models import AuditEntry, Site
+from rental.models import LeaseEvent, NetworkVolume, Snapshot, VolumeAttachment
+from rental.storage import StorageRefused, snapshot_restore, volume_attach
+
+
+@pytest.fixture
+def now():
+    return timezone.now().replace(microsecond=0) - timedelta(days=20)
+
+
+def balance(c):
+    return Account.objects.get(customer=c).balance_cents
+
+
+def test_network_volume_lifecycle(catalog, customer, other_customer, place, now):
+    a = place(customer, now, term="week")
+    b = place(customer, now, term="week", offer="a100-sxm")
+    with pytest.raises(InsufficientBalance):
+        volume_order(customer=customer, site=Site.objects.get(code="DFW-1"), name="data", size_tb=2, now=now)
+    assert not NetworkVolume.objects.exists()  # nothing created without the money
+    balance_top_up(customer=customer, amount_cents=2 * 1400 + 1000, now=now)
+    vol = volume_order(customer=customer, site=Site.objects.get(code="DFW-1"), name="data", size_tb=2, now=now)
+    assert balance(customer) == 1000 and vol.paid_until == now + timedelta(days=30)
+    assert AuditEntry.objects.filter(action="volume_create", object_id=str(vol.pk)).exists()
+    volume_attach(volume=vol, lease=a, now=now)
+    volume_attach(volume=vol, lease=b, now=now)  # several leases at the same site
+    assert VolumeAttachment.objects.filter(volume=vol, detached_at__isnull=True).count() == 2
+    other = place(other_customer, now, term="week")
+    with pytest.raises(StorageRefused, match="different customers"):
+        volume_attach(volume=vol, lease=other, now=now)
+    elsewhere = place(customer, now, term="week", site="IAD-1")
+    with pytest.raises(StorageRefused, match="another site"):
+        volume_attach(volume=vol, lease=elsewhere, now=now)
+
+    # Lease a is released (unpaid week + 72 h hold): the volume survives, detached from it.
+    run_lifecycle(now + timedelta(days=10, hours=1))
+    vol.refresh_from_db()
+    assert vol.state == "active"
+    assert not VolumeAttachment.objects.filter(volume=vol, detached_at__isnull=True).exists()
+    assert LeaseEvent.objects.filter(lease=a, kind="volume_detached").exists()
+
+    # Its own term: renewed from the balance at day 30 when it covers it, else lapsed, then deleted.
+    balance_top_up(customer=customer, amount_cents=1800, now=now)
+    sweep_storage(now + timedelta(days=30))
+    vol.refresh_from_db()
+    assert vol.paid_until == now + timedelta(days=60) and balance(customer) == 0
+    sweep_storage(now + timedelta(days=30))  # once per term
+    assert LedgerEntry.objects.filter(memo__startswith=f"network volume #{vol.pk}").count() == 2
+    sweep_storage(now + timedelta(days=60))
+    vol.refresh_from_db()
+    assert vol.state == "lapsed"
+    sweep_storage(now + timedelta(days=67, minutes=1))
+    vol.refresh_from_db()
+    assert vol.state == "deleted"
+
+
+def test_snapshot_restores_within_the_region(catalog, customer, place, now):
+    a100 = place(customer, now, term="week", offer="a100-sxm")
+    h100 = place(customer, now, term="week", offer="h100-sxm", site="PDX-1")
+    balance_top_up(customer=customer, amount_cents=600, now=now)
+    snap = snapshot_order(lease=a100, size_tb=1, now=now)
+    assert balance(customer) == 0 and snap.region == "us"
+    snapshot_restore(snapshot=snap, target=h100, now=now)
+    event = LeaseEvent.objects.get(lease=h100, kind="snapshot_restored")
+    assert event.data == {"snapshot": snap.pk, "from_lease": a100.pk}
+    Site.objects.filter(code="PDX-1").update(region="eu")
+    h100.refresh_from_db()
+    with pytest.raises(StorageRefused, match="region us"):
+        snapshot_restore(snapshot=snap, target=h100, now=now)
+    assert Snapshot.objects.get().state == "available"
+
+
+def test_egress_overage_billed_on_the_renewal_once(catalog, customer, place, settings):
+    t0 = timezone.now().replace(microsecond=0) - timedelta(days=40)
+    lease = place(customer, t0, term="month")  # RTX 3090, $230/month, 20 TB included
+    egress_record(lease_id=lease.pk, tb_used=Decimal("12.5"), at=t0 + timedelta(days=10))
+    egress_record(lease_id=lease.pk, tb_used=Decimal("23.456"), at=t0 + timedelta(days=28))
+    egress_record(lease_id=lease.pk, tb_used=Decimal("20"), at=t0 + timedelta(days=28, hours=1))  # never shrinks
+    row = EgressUsage.objects.get()
+    assert row.term_start == t0 and row.tb_used == Decimal("23.456")
+    run_lifecycle(t0 + timedelta(days=29, hours=1))  # renewal invoice 24 h before the end
+    renewal = Invoice.objects.get(lease=lease, kind="renewal")
+    egress = renewal.lines.get(description__startswith="Egress")
+    # 3.456 TB over → 3.46 TB (per 0.01 TB) × 4 cents
+    assert (egress.quantity, egress.unit_cents, egress.amount_cents) == (346, 4, 1384)
+    assert renewal.amount_cents == 23000 + 1384
+    # More traffic in the last day goes on the next renewal, not twice.
+    egress_record(lease_id=lease.pk, tb_used=Decimal("24"), at=t0 + timedelta(days=29, hours=20))
+    from billing.ops import egress_renewal_lines
+    lines = egress_renewal_lines(lease=lease)
+    assert [(x.quantity, x.unit_cents) for x in lines] == [(54, 4)]
+    assert egress_renewal_lines(lease=lease) == []
+
+
+def test_storage_admin_screens(catalog, customer, place, op_client, now):
+    from django.urls import reverse
+    lease = place(customer, now, term="week")
+    balance_top_up(customer=customer, amount_cents=1400, now=now)
+    vol = volume_order(customer=customer, site=Site.objects.get(code="DFW-1"), name="ckpt", size_tb=1, now=now)
+    volume_attach(volume=vol, lease=lease, now=now)
+    egress_record(lease_id=lease.pk, tb_used=1, at=now + timedelta(hours=1))
+    for name in ("rental_networkvolume", "rental_snapshot", "billing_egressusage"):
+        assert op_client.get(reverse(f"admin:{name}_changelist")).status_code == 200
+    assert op_client.get(reverse("admin:rental_networkvolume_change", args=[vol.pk])).status_code == 200
