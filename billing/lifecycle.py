@@ -11,6 +11,7 @@ from rental.lifecycle import BATCH, Transition
 from rental.models import Lease, LeaseState
 from rental.notices import sweep_state_notices
 
+from . import payments
 from .models import Invoice
 from .ops import sweep_storage
 from .services import order_invoice_expire, renewal_invoice_create
@@ -52,6 +53,7 @@ def sweep_void_dead_renewals(now: datetime, limit: int = BATCH) -> list[Transiti
 
 
 SWEEPS = [
+    ("expire_quotes", payments.sweep_expire_quotes),
     ("expire_orders", sweep_expire_orders),
     ("provisioning", rental_sweeps.sweep_provisioning),
     ("reminders", rental_sweeps.sweep_reminders),
