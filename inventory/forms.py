@@ -2,6 +2,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from .models import GpuModel, Interconnect, Site
+from .selectors import cached_by_generation
 
 
 class CatalogFilterForm(forms.Form):
@@ -17,9 +18,12 @@ class CatalogFilterForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["link"].choices = [("", _("Any"))] + [
-            (i.slug, f"{i.link} — {i.cards}") for i in Interconnect.objects.all()
-        ]
-        self.fields["site"].choices = [("", _("All sites"))] + [
-            (s.code, str(s)) for s in Site.objects.filter(is_active=True)
-        ]
+        links, sites = cached_by_generation("filter-choices", (), _filter_choices)
+        self.fields["link"].choices = [("", _("Any")), *links]
+        self.fields["site"].choices = [("", _("All sites")), *sites]
+
+
+def _filter_choices() -> tuple[list, list]:
+    """The link and site choices (cached with the catalog: saves of either bump it)."""
+    return ([(i.slug, f"{i.link} — {i.cards}") for i in Interconnect.objects.all()],
+            [(s.code, str(s)) for s in Site.objects.filter(is_active=True)])

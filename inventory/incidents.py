@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .models import Downtime, GpuSlot, Incident, IncidentSlot, Node, Site, SlotAllocation
+from .selectors import catalog_changed
 from .services import audit_record
 
 
@@ -58,6 +59,7 @@ def incident_open(*, kind: str = Incident.Kind.DOWN, starts_at: datetime, reason
         IncidentSlot(incident=incident, slot=s, took_out_of_service=s.pk in took_out) for s in slots])
     if took_out:
         GpuSlot.objects.filter(pk__in=took_out).update(in_service=False)
+        transaction.on_commit(catalog_changed)
     downtimes = _record_downtime(incident, [s.pk for s in slots])
     audit_record(actor=actor, action="incident_open", obj=incident,
                  detail={"scope": incident.scope_label, "kind": kind, "source": source, "reason": reason[:300],
@@ -116,7 +118,8 @@ def incident_close(*, incident: Incident, ends_at: datetime | None = None, actor
                                           incident__ends_at__isnull=False)
     restore = set(pending.values_list("slot_id", flat=True))
     pending.update(restored_at=now)
-    GpuSlot.objects.filter(pk__in=restore).update(in_service=True)
+    if GpuSlot.objects.filter(pk__in=restore).update(in_service=True):
+        transaction.on_commit(catalog_changed)
     audit_record(actor=actor, action="incident_close", obj=incident,
                  detail={"ends_at": ends_at.isoformat(), "slots_back_in_service": len(restore), "reason": reason})
     return True

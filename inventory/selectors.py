@@ -1,8 +1,20 @@
 """Reads shared by pages, the API and the sizing recommender. Query counts are constant:
-one query for the offers, one for the nodes with their free slots."""
-from collections import defaultdict
+one query for the offers, one for the nodes with their free slots.
+
+The catalog rows (and the pages built from them, inventory.pagecache) are cached briefly
+(settings.CATALOG_CACHE_SECONDS, off in tests) under a generation kept in the shared cache
+that every stock-changing write bumps after commit (`catalog_changed`, called by the
+inventory services and on saves of the catalog models); each process re-reads the
+generation at most once a second. Writes that bypass both are seen within the TTL;
+checkout re-checks stock under row locks anyway."""
+import threading
+import time
+import uuid
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
+from django.conf import settings
+from django.core.cache import cache
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 
@@ -67,9 +79,69 @@ class CatalogFilter:
     in_stock: bool = False
 
 
+CATALOG_GENERATION_KEY = "inventory:catalog:generation"
+_MEMO: "OrderedDict[tuple, tuple[str, float, object]]" = OrderedDict()
+_MEMO_MAX = 512  # entries per process; filters come from the query string, so bound them
+_MEMO_LOCK = threading.Lock()
+
+
+GENERATION_LOCAL_SECONDS = 1.0  # how long a process trusts the generation it last read
+_generation_seen: list = [None, 0.0]  # [generation, read until (monotonic)]
+
+
+def catalog_changed() -> None:
+    """Stock, prices or sites changed: values built at older generations are stale."""
+    generation = uuid.uuid4().hex
+    cache.set(CATALOG_GENERATION_KEY, generation, None)
+    _generation_seen[:] = [None, 0.0]  # this process re-reads at once; others within 1 s
+
+
+def catalog_generation() -> str | None:
+    """The current generation from the shared cache (re-read at most once a second per
+    process), None without a working cache."""
+    generation, until = _generation_seen
+    if generation is not None and until > time.monotonic():
+        return generation
+    generation = cache.get(CATALOG_GENERATION_KEY)
+    if generation is None:
+        cache.add(CATALOG_GENERATION_KEY, uuid.uuid4().hex, None)
+        generation = cache.get(CATALOG_GENERATION_KEY)
+    _generation_seen[:] = [generation, time.monotonic() + GENERATION_LOCAL_SECONDS]
+    return generation
+
+
+def cached_by_generation(name: str, parts, build, *, generation: str | None = None):
+    """build(), kept in this process for CATALOG_CACHE_SECONDS while the shared catalog
+    generation is unchanged: a hit costs one small cache read (the generation), no
+    unpickling. A cache that fails (Redis down, see rental.cache) means building again."""
+    seconds = getattr(settings, "CATALOG_CACHE_SECONDS", 0)
+    if seconds <= 0:
+        return build()
+    generation = generation or catalog_generation()
+    if generation is None:
+        return build()
+    key, now = (name, parts), time.monotonic()
+    with _MEMO_LOCK:
+        hit = _MEMO.get(key)
+        if hit is not None and hit[0] == generation and hit[1] > now:
+            _MEMO.move_to_end(key)
+            return hit[2]
+    value = build()
+    with _MEMO_LOCK:
+        _MEMO[key] = (generation, now + seconds, value)
+        _MEMO.move_to_end(key)
+        while len(_MEMO) > _MEMO_MAX:
+            _MEMO.popitem(last=False)
+    return value
+
+
 def catalog_rows(flt: CatalogFilter | None = None) -> list[OfferRow]:
     """Active offers with free units per site, filtered; cheapest monthly first within a model."""
     flt = flt or CatalogFilter()
+    return cached_by_generation("rows", flt, lambda: _catalog_rows(flt))
+
+
+def _catalog_rows(flt: CatalogFilter) -> list[OfferRow]:
     offers = Offer.objects.filter(is_active=True).select_related("gpu_model__interconnect")
     if flt.min_vram_gb:
         offers = offers.filter(gpu_model__vram_gb__gte=flt.min_vram_gb)
@@ -122,9 +194,13 @@ def sites_with_stock_for(offer: Offer) -> dict[str, int]:
 
 def sizing_candidates(site: str | None = None) -> list:
     """The live catalog as the sizing recommender's candidates (sizing never imports us)."""
+    return cached_by_generation("sizing-candidates", site, lambda: _sizing_candidates(site))
+
+
+def _sizing_candidates(site: str | None) -> list:
     from sizing.recommend import Candidate
 
-    rows = catalog_rows(CatalogFilter(site=site))
+    rows = _catalog_rows(CatalogFilter(site=site))
     return [
         Candidate(
             offer_slug=row.offer.slug,

@@ -5,6 +5,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from .models import AuditEntry, GpuSlot, Node, Offer, Site, SlotAllocation
+from .selectors import catalog_changed
+
+
+def _stock_changed() -> None:
+    transaction.on_commit(catalog_changed)
 
 
 class SoldOut(Exception):
@@ -42,15 +47,19 @@ def slots_allocate(*, offer: Offer, site: Site, lease_id: int, exclude_node_ids=
             )
     except IntegrityError as exc:  # a concurrent writer on a database without row locks
         raise SoldOut(offer.slug) from exc
+    _stock_changed()
     return chosen
 
 
 @transaction.atomic
 def slots_release(*, lease_id: int) -> int:
     """Return a lease's slots to stock; idempotent. Returns how many were released."""
-    return SlotAllocation.objects.filter(lease_id=lease_id, released_at__isnull=True).update(
+    released = SlotAllocation.objects.filter(lease_id=lease_id, released_at__isnull=True).update(
         released_at=timezone.now()
     )
+    if released:
+        _stock_changed()
+    return released
 
 
 def audit_record(*, actor, action: str, obj, detail: dict | None = None) -> AuditEntry:
@@ -67,6 +76,8 @@ def audit_record(*, actor, action: str, obj, detail: dict | None = None) -> Audi
 def node_set_draining(*, node: Node, draining: bool, actor=None, reason: str = "") -> Node:
     """Draining stops new leases on a node; running leases are untouched."""
     changed = Node.objects.filter(pk=node.pk).exclude(draining=draining).update(draining=draining)
+    if changed:
+        _stock_changed()
     node.refresh_from_db(fields=["draining"])
     if changed:
         audit_record(

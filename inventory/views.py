@@ -1,13 +1,22 @@
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.translation import get_language
 from django.views.decorators.http import require_GET
 
 from sizing.figures import faq_vram_figures
 
 from .forms import CatalogFilterForm
 from .models import GpuModel, Interconnect, Offer, StorageProduct
-from .selectors import CatalogFilter, active_sites, catalog_rows, sites_with_stock_for
+from .pagecache import anonymous_page_cache
+from .selectors import (
+    CatalogFilter,
+    active_sites,
+    cached_by_generation,
+    catalog_rows,
+    sites_with_stock_for,
+)
 
 
 def _headline_range(rows):
@@ -20,6 +29,7 @@ def _headline_range(rows):
 
 
 @require_GET
+@anonymous_page_cache
 def home(request):
     rows = catalog_rows()
     cheapest, dearest = _headline_range(rows)
@@ -45,20 +55,30 @@ def _filter_from_form(form: CatalogFilterForm) -> CatalogFilter:
     )
 
 
-@require_GET
-def catalog(request):
-    form = CatalogFilterForm(request.GET or None)
-    status = 200
-    if form.is_bound and not form.is_valid():
-        rows, status = [], 400
-    else:
-        rows = catalog_rows(_filter_from_form(form) if form.is_bound else None)
+def _catalog_table(form: CatalogFilterForm) -> str:
+    rows = catalog_rows(_filter_from_form(form) if form.is_bound else None)
     sites = list(active_sites())
-    if form.is_bound and form.is_valid() and form.cleaned_data.get("site"):
+    if form.is_bound and form.cleaned_data.get("site"):
         sites = [s for s in sites if s.code == form.cleaned_data["site"]]
-    context = {"form": form, "rows": rows, "sites": sites}
-    template = "inventory/_catalog_table.html" if request.htmx else "inventory/catalog.html"
-    return render(request, template, context, status=status)
+    return render_to_string("inventory/_catalog_table.html", {"form": form, "rows": rows, "sites": sites})
+
+
+@require_GET
+@anonymous_page_cache
+def catalog(request):
+    """The table is the costly part: rendered once per filter and language and cached with
+    the catalog rows (inventory.selectors.cached_by_generation; a stock change bumps it)."""
+    form = CatalogFilterForm(request.GET or None)
+    if form.is_bound and not form.is_valid():
+        status = 400
+        table = render_to_string("inventory/_catalog_table.html", {"form": form, "rows": [], "sites": []})
+    else:
+        status = 200
+        flt = _filter_from_form(form) if form.is_bound else CatalogFilter()
+        table = cached_by_generation("table", (flt, get_language()), lambda: _catalog_table(form))
+    if request.htmx:
+        return HttpResponse(table, status=status)
+    return render(request, "inventory/catalog.html", {"form": form, "table": table}, status=status)
 
 
 @require_GET

@@ -1,0 +1,206 @@
+"""Load test: gunicorn with production settings on loopback, driven by wrk.
+
+Creates a throwaway PostgreSQL database (bench_load_<pid>, dropped at the end), runs
+`migrate`, `load_demo` and `collectstatic` into a temporary VAR_DIR, starts gunicorn
+(DEBUG=0, SECRET_KEY set, ALLOWED_HOSTS=127.0.0.1, SECURE_SSL_REDIRECT=0, REDIS_URL as
+given, BENCH_BASELINE_VIEW=1), then runs wrk against each target in turn — the bare
+Django view first (the baseline of this same run), the home page, the filtered catalog,
+the calculator's htmx endpoint and GET /api/v1/estimate — and prints requests/s, p50,
+p99, non-2xx/3xx responses, socket errors and the ratio to the bare view.
+
+Installs nothing: wrk comes from Debian (`apt-get install -y wrk`).
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/14 \\
+        .venv/bin/python bench/load.py                        # 60 s × 32 connections per target
+    ... bench/load.py --duration 5 --connections 8            # a quick run
+
+Every wrk run is bounded by --duration; the script stops gunicorn and drops the database
+on exit, whatever happens.
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+BASE = Path(__file__).resolve().parent.parent
+PY = sys.executable
+GUNICORN = str(Path(PY).with_name("gunicorn"))
+
+TARGETS = [
+    # (label, path, extra wrk args, ratio target)
+    ("bare Django view", "/bench/bare", [], None),
+    ("home page", "/", [], None),
+    ("catalog, filtered", "/gpus/?vendor=nvidia&min_vram=40", [], 0.5),
+    ("calculator (htmx)", "/size/?model=llama-2-13b&method=lora", ["-H", "HX-Request: true"], None),
+    ("GET /api/v1/estimate", "/api/v1/estimate?model=llama-2-13b&method=lora", [], 0.5),
+]
+
+
+def with_db(url: str, name: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+def production_env(database_url: str, redis_url: str, var_dir: str, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in {"TESTING", "DEBUG", "DJANGO_SETTINGS_MODULE"}}
+    env.update(DJANGO_SETTINGS_MODULE="rental.settings", DEBUG="0", SECRET_KEY="bench-" + "k" * 50,
+               ALLOWED_HOSTS="127.0.0.1", SECURE_SSL_REDIRECT="0", DATABASE_URL=database_url,
+               REDIS_URL=redis_url, VAR_DIR=var_dir, BENCH_BASELINE_VIEW="1", LOG_LEVEL="WARNING",
+               PYTHONPATH=str(BASE), **extra)
+    return env
+
+
+def manage(env: dict, *args: str) -> None:
+    subprocess.run([PY, "manage.py", *args], cwd=BASE, env=env, check=True, timeout=600,
+                   stdout=subprocess.DEVNULL)
+
+
+def wait_http(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"{url} did not answer within {timeout} s")
+
+
+class Gunicorn:
+    def __init__(self, env: dict, port: int, workers: int, worker_class: str, threads: int, log: Path):
+        self.log = open(log, "w")  # noqa: SIM115 - closed in stop()
+        cmd = [GUNICORN, "rental.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+               "--worker-class", worker_class, "--access-logfile", "-" if os.environ.get("ACCESS_LOG") else "/dev/null",
+               "--graceful-timeout", "5", "--timeout", "30"]
+        if worker_class == "gthread":
+            cmd += ["--threads", str(threads)]
+        self.proc = subprocess.Popen(cmd, cwd=BASE, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.pid = self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self.log.close()
+
+
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+def _ms(text: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()
+    return float(number) * UNITS[unit]
+
+
+def parse_wrk(out: str) -> dict:
+    result = {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+              "requests": int(re.search(r"(\d+) requests in", out).group(1)),
+              "non2xx": int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", out)) else 0,
+              "socket_errors": 0}
+    if m := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out):
+        result["socket_errors"] = sum(int(g) for g in m.groups())
+    for pct in ("50", "99"):
+        result[f"p{pct}"] = _ms(re.search(rf"^\s+{pct}(?:\.000)?%\s+(\S+)", out, re.M).group(1))
+    return result
+
+
+def run_wrk(url: str, extra: list[str], duration: int, connections: int, threads: int) -> dict:
+    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--timeout", "10s", "--latency",
+           *extra, url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60, check=True).stdout
+    return parse_wrk(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=int, default=60, help="seconds per target (default 60)")
+    parser.add_argument("--connections", type=int, default=32, help="wrk connections (default 32)")
+    parser.add_argument("--wrk-threads", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn workers (default 4)")
+    parser.add_argument("--worker-class", default="sync", choices=["sync", "gthread"])
+    parser.add_argument("--threads", type=int, default=4, help="threads per gthread worker")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="extra environment for gunicorn, e.g. --set CATALOG_CACHE_SECONDS=0 (caches off)")
+    parser.add_argument("--only", help="comma-separated substrings of target labels to run (bare always runs)")
+    args = parser.parse_args()
+    if not 1 <= args.duration <= 600 or not 1 <= args.connections <= 256:
+        raise SystemExit("keep --duration in 1..600 s and --connections in 1..256")
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install -y wrk")
+    url = os.environ.get("DATABASE_URL", "")
+    redis_url = os.environ.get("REDIS_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")) or not redis_url:
+        raise SystemExit("Set DATABASE_URL (PostgreSQL server) and REDIS_URL, e.g.\n"
+                         "  DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/14")
+    import psycopg
+
+    name = f"bench_load_{os.getpid()}"
+    admin_url = with_db(url, "postgres")
+    var_dir = tempfile.mkdtemp(prefix="bench-load-")
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    server = None
+    try:
+        env = production_env(with_db(url, name), redis_url, var_dir,
+                             **dict(item.split("=", 1) for item in args.set))
+        t = time.perf_counter()
+        manage(env, "migrate", "--noinput")
+        manage(env, "load_demo")
+        manage(env, "collectstatic", "--noinput")
+        print(f"database {name} migrated, demo catalog loaded in {time.perf_counter() - t:.1f} s")
+        server = Gunicorn(env, args.port, args.workers, args.worker_class, args.threads, Path(var_dir) / "gunicorn.log")
+        base = f"http://127.0.0.1:{args.port}"
+        wait_http(base + "/healthz")
+        targets = [t for t in TARGETS if t[1] == "/bench/bare" or not args.only
+                   or any(s.strip() in t[0] for s in args.only.split(","))]
+        for _label, path, _extra, _target in targets:  # warm every worker's imports and caches
+            run_wrk(base + path, _extra, 2, min(args.connections, 8), 1)
+        results = []
+        for label, path, extra, target in targets:
+            r = run_wrk(base + path, extra, args.duration, args.connections, args.wrk_threads)
+            results.append((label, path, r, target))
+            print(f"  {label:22} {r['rps']:8.1f} req/s  p50 {r['p50']:7.2f} ms  p99 {r['p99']:7.2f} ms  "
+                  f"non-2xx {r['non2xx']}  socket errors {r['socket_errors']}", flush=True)
+        bare = results[0][2]["rps"]
+        print(f"\n{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores, gunicorn {args.workers} × "
+              f"{args.worker_class}{f' ({args.threads} threads)' if args.worker_class == 'gthread' else ''}, "
+              f"wrk -t{args.wrk_threads} -c{args.connections} -d{args.duration}s"
+              + (f", {' '.join(args.set)}" if args.set else ""))
+        print("| target | path | req/s | p50 ms | p99 ms | non-2xx | socket errors | ratio to bare |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        failed = False
+        for label, path, r, target in results:
+            ratio = r["rps"] / bare if bare else 0
+            mark = "" if target is None else (" ✓" if ratio >= target else f" ✗ (< {target})")
+            failed |= bool(r["non2xx"] or r["socket_errors"]) or (target is not None and ratio < target)
+            print(f"| {label} | `{path}` | {r['rps']:.1f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['non2xx']} | "
+                  f"{r['socket_errors']} | {ratio:.2f}{mark} |")
+        if failed:
+            print("\nsome target had errors or missed its ratio")
+            sys.exit(1)
+    finally:
+        if server:
+            server.stop()
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        shutil.rmtree(var_dir, ignore_errors=True)
+        print(f"dropped {name}")
+
+
+if __name__ == "__main__":
+    main()
