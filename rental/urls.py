@@ -26,6 +26,7 @@ customer = [
     path("account/notifications/read/", views.notification_read, name="notifications_read_all"),
     path("account/notifications/<int:notification_id>/read/", views.notification_read, name="notification_read"),
     path("order/<slug:offer_slug>/", billing_views.order, name="order"),
+    path("billing/sla/", include("billing.urls_sla")),
     path("billing/", include("billing.urls")),
 ]
 
