@@ -57,6 +57,8 @@ BACKWARD_WORKING_SET = 2.0
 #: log-softmax saved for backward 4 = 14 (matches Unsloth's HF+FA2 measurements).
 LOGITS_BYTES = {"standard": 2.0 + 4.0, "unfused": 2.0 + 4.0 + 4.0 + 4.0}
 LOSSES = tuple(LOGITS_BYTES)
+#: Warn about the unfused-loss path when it would add at least this much per GPU.
+UNFUSED_LOSS_WARN_GB = 1.0
 
 # --- runtime overhead (SPEC: "figures include runtime overhead") -------------------------
 #: CUDA context + cuBLAS/cuDNN/NCCL workspaces per GPU process (0.5–1 GB on Ampere/Hopper;
@@ -318,6 +320,11 @@ def job_warnings(job: Job) -> list[str]:
     if not job.checkpointing and job.seq >= 4096:
         w.append("Gradient checkpointing is off: activations grow linearly with layers; "
                  "it is a must for long context (cuts activations 60–80%).")
+    extra = logits_bytes(job.arch, job.seq, job.batch, "unfused") - logits_bytes(job.arch, job.seq, job.batch, job.loss)
+    if extra >= UNFUSED_LOSS_WARN_GB * GB:
+        w.append(f"This assumes a fused or chunked cross-entropy loss (recent transformers, Liger, "
+                 f"Unsloth). A training loop that materialises fp32 logits, softmax and their "
+                 f"gradient needs about {extra / GB:.1f} GB more per GPU (loss=unfused).")
     if job.method == "qlora" and job.zero == 3 and job.gpus > 1:
         w.append("Sharding a 4-bit base (FSDP-QLoRA) needs a recent bitsandbytes/PEFT stack.")
     return w

@@ -124,3 +124,14 @@ def test_flash_attention_and_checkpointing_save_memory():
     on = estimate(Job(a, "lora")).per_gpu_gb
     assert estimate(Job(a, "lora", flash_attention=False)).per_gpu_gb > on
     assert estimate(Job(a, "lora", checkpointing=False)).per_gpu_gb > on
+
+
+def test_big_vocabulary_warns_about_an_unfused_loss():
+    from sizing.engine import Job, estimate
+    from sizing.presets import PRESETS
+
+    big_vocab = estimate(Job(PRESETS["llama-3-8b"], "qlora", seq=8192))
+    assert any("loss=unfused" in w for w in big_vocab.warnings)
+    unfused = estimate(Job(PRESETS["llama-3-8b"], "qlora", seq=8192, loss="unfused"))
+    assert not any("loss=unfused" in w for w in unfused.warnings)
+    assert unfused.per_gpu_gb > big_vocab.per_gpu_gb
