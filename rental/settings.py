@@ -55,6 +55,8 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
     "sizing",
     "inventory",
     "rental",
@@ -64,11 +66,15 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # A database outage in a view is a 503 with Retry-After, not a 500 (rental/middleware.py).
+    "rental.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
+    "rental.middleware.AdminOTPRequiredMiddleware",  # staff with a TOTP device give a code
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -115,8 +121,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
+    # Fails open: with Redis down, cache reads miss and pages are built from the database.
     CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        "default": {"BACKEND": "rental.cache.FailOpenRedisCache", "LOCATION": REDIS_URL,
+                    "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 1.0}}
     }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -148,6 +156,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
+OTP_TOTP_ISSUER = os.environ.get("OTP_TOTP_ISSUER", "GPU Rental")
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]

@@ -7,7 +7,7 @@ from django.urls import include, path
 from billing import api as billing_api
 from billing import views as billing_views
 
-from . import api, views
+from . import api, otp_views, views
 
 accounts = [
     path("signup/", views.signup, name="signup"),
@@ -15,6 +15,8 @@ accounts = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path("password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
+    path("otp/setup/", otp_views.otp_setup, name="otp_setup"),
+    path("otp/verify/", otp_views.otp_verify, name="otp_verify"),
 ]
 
 customer = [
@@ -51,6 +53,8 @@ urlpatterns = [
     path("", include(customer)),
     path("", include("inventory.urls")),
 ]
+handler500 = "rental.middleware.server_error"  # a database outage is a 503 there too
+
 if settings.BENCH_BASELINE_VIEW:  # bench/load.py's bare-Django baseline
     from . import bench_views
 
