@@ -3,6 +3,7 @@ running total is cached on Account under a row lock (never below zero)."""
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 
 class Account(models.Model):
@@ -18,14 +19,14 @@ class Account(models.Model):
 
 class LedgerEntry(models.Model):
     class Kind(models.TextChoices):
-        TOPUP = "topup", "top-up"
-        ORDER = "order", "order paid from balance"
-        RENEWAL = "renewal", "renewal paid from balance"
-        REFUND = "refund", "refund"
-        SLA_CREDIT = "sla_credit", "SLA credit"
-        LATE_PAYMENT = "late_payment", "late payment credited"
-        EXCESS_PAYMENT = "excess_payment", "overpayment credited"
-        ADJUSTMENT = "adjustment", "operator adjustment"
+        TOPUP = "topup", _("top-up")
+        ORDER = "order", _("order paid from balance")
+        RENEWAL = "renewal", _("renewal paid from balance")
+        REFUND = "refund", _("refund")
+        SLA_CREDIT = "sla_credit", _("SLA credit")
+        LATE_PAYMENT = "late_payment", _("late payment credited")
+        EXCESS_PAYMENT = "excess_payment", _("overpayment credited")
+        ADJUSTMENT = "adjustment", _("operator adjustment")
 
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="entries")
     at = models.DateTimeField(db_index=True)
@@ -46,15 +47,15 @@ class LedgerEntry(models.Model):
 
 class Invoice(models.Model):
     class Kind(models.TextChoices):
-        ORDER = "order", "order"
-        RENEWAL = "renewal", "renewal"
-        TOPUP = "topup", "balance top-up"
+        ORDER = "order", _("order")
+        RENEWAL = "renewal", _("renewal")
+        TOPUP = "topup", _("balance top-up")
 
     class State(models.TextChoices):
-        OPEN = "open", "open"
-        PAID = "paid", "paid"
-        EXPIRED = "expired", "expired"
-        VOID = "void", "void"
+        OPEN = "open", _("open")
+        PAID = "paid", _("paid")
+        EXPIRED = "expired", _("expired")
+        VOID = "void", _("void")
 
     customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="invoices")
     lease = models.ForeignKey("rental.Lease", null=True, blank=True, on_delete=models.PROTECT, related_name="invoices")
@@ -147,17 +148,17 @@ class CoinWallet(models.Model):
 
 class Quote(models.Model):
     class State(models.TextChoices):
-        NEW = "new", "awaiting payment"
-        PROCESSING = "processing", "seen, confirming"
-        SETTLED = "settled", "settled"
-        EXPIRED = "expired", "expired"
-        INVALID = "invalid", "invalid (double-spent or reorged away)"
+        NEW = "new", _("awaiting payment")
+        PROCESSING = "processing", _("seen, confirming")
+        SETTLED = "settled", _("settled")
+        EXPIRED = "expired", _("expired")
+        INVALID = "invalid", _("invalid (double-spent or reorged away)")
 
     class Exception_(models.TextChoices):
         NONE = "", "—"
-        PARTIAL = "paid_partial", "paid partially"
-        OVER = "paid_over", "paid over"
-        LATE = "paid_late", "paid late"
+        PARTIAL = "paid_partial", _("paid partially")
+        OVER = "paid_over", _("paid over")
+        LATE = "paid_late", _("paid late")
 
     invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="quotes")
     coin = models.CharField(max_length=5, choices=COIN_CHOICES)
@@ -194,9 +195,9 @@ class Payment(models.Model):
     payment seen twice — two watchers, a restart — is recorded and credited once."""
 
     class State(models.TextChoices):
-        SEEN = "seen", "seen"
-        CONFIRMED = "confirmed", "confirmed"
-        REORGED = "reorged", "left the chain"
+        SEEN = "seen", _("seen")
+        CONFIRMED = "confirmed", _("confirmed")
+        REORGED = "reorged", _("left the chain")
 
     quote = models.ForeignKey(Quote, on_delete=models.PROTECT, related_name="payments")
     coin = models.CharField(max_length=5, choices=COIN_CHOICES)
@@ -248,9 +249,9 @@ class SlaClaim(models.Model):
     ledger's idempotency key `sla:<lease>:<yyyy-mm>` makes sure a month is credited once."""
 
     class State(models.TextChoices):
-        PENDING = "pending", "pending"
-        APPROVED = "approved", "approved"
-        DECLINED = "declined", "declined"
+        PENDING = "pending", _("pending")
+        APPROVED = "approved", _("approved")
+        DECLINED = "declined", _("declined")
 
     lease = models.ForeignKey("rental.Lease", on_delete=models.PROTECT, related_name="sla_claims")
     customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="sla_claims")

@@ -25,6 +25,8 @@ from fractions import Fraction
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
+from django.utils.formats import date_format
+from django.utils.translation import gettext as _
 
 from inventory.models import Downtime, Incident
 from inventory.services import audit_record
@@ -144,6 +146,11 @@ def claimable_periods(*, now: datetime) -> list[date]:
     return periods
 
 
+def _month(period: date) -> str:
+    """"November 2026" / "2026年11月": the month in the active language."""
+    return date_format(period, "YEAR_MONTH_FORMAT")
+
+
 def sla_key(lease_id: int, period: date) -> str:
     return f"sla:{lease_id}:{period:%Y-%m}"
 
@@ -153,17 +160,17 @@ def sla_claim_file(*, customer, lease: Lease, period: date, message: str, now: d
     period = date(period.year, period.month, 1)
     month_start, month_end = month_bounds(period)
     if lease.customer_id != customer.pk:
-        raise ClaimRefused("That lease is not yours.")
+        raise ClaimRefused(_("That lease is not yours."))
     if now < month_end:
-        raise ClaimRefused(f"{period:%B %Y} has not ended yet: claim once the month is over.")
+        raise ClaimRefused(_("%(month)s has not ended yet: claim once the month is over.") % {"month": _month(period)})
     if now > month_end + CLAIM_WINDOW:
-        raise ClaimRefused(f"Claims for {period:%B %Y} closed on {(month_end + CLAIM_WINDOW):%Y-%m-%d %H:%M} UTC, "
-                           "30 days after the month ended.")
+        raise ClaimRefused(_("Claims for %(month)s closed on %(at)s UTC, 30 days after the month ended.")
+                           % {"month": _month(period), "at": f"{(month_end + CLAIM_WINDOW):%Y-%m-%d %H:%M}"})
     if LedgerEntry.objects.filter(idempotency_key=sla_key(lease.pk, period)).exists():
-        raise ClaimRefused(f"Lease #{lease.pk} was already credited for {period:%B %Y}.")
+        raise ClaimRefused(_("Lease #%(id)s was already credited for %(month)s.") % {"id": lease.pk, "month": _month(period)})
     figures = sla_figures(lease=lease, period=period, now=now)
     if not figures.paid_seconds:
-        raise ClaimRefused(f"Lease #{lease.pk} had no paid time in {period:%B %Y}.")
+        raise ClaimRefused(_("Lease #%(id)s had no paid time in %(month)s.") % {"id": lease.pk, "month": _month(period)})
     try:
         with transaction.atomic():
             claim = SlaClaim.objects.create(
@@ -171,7 +178,8 @@ def sla_claim_file(*, customer, lease: Lease, period: date, message: str, now: d
                 paid_seconds=figures.paid_seconds, downtime_seconds=figures.downtime_seconds,
                 availability_pct=figures.availability_pct, credit_cents=figures.credit_cents)
     except IntegrityError:
-        raise ClaimRefused(f"A claim for lease #{lease.pk} and {period:%B %Y} is already pending.") from None
+        raise ClaimRefused(_("A claim for lease #%(id)s and %(month)s is already pending.")
+                           % {"id": lease.pk, "month": _month(period)}) from None
     audit_record(actor=customer, action="sla_claim_file", obj=claim,
                  detail={"lease": lease.pk, "period": f"{period:%Y-%m}", "credit_cents": figures.credit_cents})
     return claim
@@ -189,11 +197,11 @@ def sla_claim_approve(*, claim: SlaClaim, actor, now: datetime, reason: str = ""
     claim, a second approval) is declined as a duplicate and credits nothing."""
     claim = SlaClaim.objects.select_for_update().select_related("lease", "customer").get(pk=claim.pk)
     if claim.state != SlaClaim.State.PENDING:
-        raise ClaimRefused(f"Claim #{claim.pk} was already {claim.state}.")
+        raise ClaimRefused(_("Claim #%(id)s was already %(state)s.") % {"id": claim.pk, "state": claim.get_state_display()})
     figures = sla_figures(lease=claim.lease, period=claim.period, now=now)
     if not figures.credit_cents:
-        raise ClaimRefused(f"Claim #{claim.pk}: availability {figures.availability_pct}% is at or above 99.9%, "
-                           "no credit is due. Decline it with a reason.")
+        raise ClaimRefused(_("Claim #%(id)s: availability %(pct)s%% is at or above 99.9%%, no credit is due. "
+                             "Decline it with a reason.") % {"id": claim.pk, "pct": figures.availability_pct})
     memo = (f"SLA credit lease #{claim.lease_id} {claim.period:%Y-%m}: availability {figures.availability_pct}%, "
             f"{figures.band}")
     entry = ledger_post(customer=claim.customer, kind=LedgerEntry.Kind.SLA_CREDIT, amount_cents=figures.credit_cents,
@@ -216,9 +224,9 @@ def sla_claim_approve(*, claim: SlaClaim, actor, now: datetime, reason: str = ""
 @transaction.atomic
 def sla_claim_decline(*, claim: SlaClaim, actor, reason: str, now: datetime) -> SlaClaim:
     if not reason.strip():
-        raise ClaimRefused("Declining a claim needs a reason the customer will see.")
+        raise ClaimRefused(_("Declining a claim needs a reason the customer will see."))
     if not _decide(claim, state=SlaClaim.State.DECLINED, actor=actor, reason=reason, now=now):
-        raise ClaimRefused(f"Claim #{claim.pk} was already decided.")
+        raise ClaimRefused(_("Claim #%(id)s was already decided.") % {"id": claim.pk})
     claim.refresh_from_db()
     audit_record(actor=actor, action="sla_claim_declined", obj=claim, detail={"reason": reason[:300]})
     return claim

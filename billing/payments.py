@@ -26,6 +26,7 @@ from decimal import ROUND_FLOOR, Decimal, localcontext
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from inventory.services import SoldOut
 from rental.lifecycle import BATCH, Transition
@@ -80,10 +81,11 @@ def rate_for(coin: Coin, now: datetime) -> Rate:
     elif coin.spec.stablecoin:
         rate = Rate(coin, coins_config.stable_peg(coin), "peg", now)
     else:
-        raise PaymentError(f"No {coin} exchange rate is set yet; please pay with another coin.")
+        raise PaymentError(gettext("No %(coin)s exchange rate is set yet; please pay with another coin.") % {"coin": coin})
     if is_stale(rate, now, coins_config.rate_max_age()):
-        raise PaymentError(f"The {coin} exchange rate (set {rate.at:%Y-%m-%d %H:%M} UTC) is out of date, so we "
-                           f"cannot quote in {coin} right now; please pay with another coin or try again later.")
+        raise PaymentError(gettext("The %(coin)s exchange rate (set %(at)s UTC) is out of date, so we cannot quote "
+                                   "in %(coin)s right now; please pay with another coin or try again later.")
+                           % {"coin": coin, "at": f"{rate.at:%Y-%m-%d %H:%M}"})
     return rate
 
 
@@ -95,10 +97,10 @@ def quote_create(*, invoice: Invoice, coin: str, now: datetime) -> Quote:
     coin = _coin(coin)
     adapter = coins_config.adapter(coin)
     if adapter is None:
-        raise PaymentError(f"{coin} is not accepted here.")
+        raise PaymentError(gettext("%(coin)s is not accepted here.") % {"coin": coin})
     invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
     if invoice.state != Invoice.State.OPEN or (invoice.expires_at and invoice.expires_at <= now):
-        raise PaymentError(f"Invoice #{invoice.pk} is no longer open.")
+        raise PaymentError(gettext("Invoice #%(id)s is no longer open.") % {"id": invoice.pk})
     reusable = invoice.quotes.filter(coin=coin, state=QS.NEW, expires_at__gt=now).first()
     if reusable is not None:
         return reusable
@@ -119,7 +121,7 @@ def _coin(coin: str) -> Coin:
     try:
         return Coin(str(coin).upper())
     except ValueError:
-        raise PaymentError(f"Unknown coin {coin!r}.") from None
+        raise PaymentError(gettext("Unknown coin %(coin)r.") % {"coin": coin}) from None
 
 
 def _receive_address(adapter, coin: Coin) -> tuple[str, int | None, str]:
@@ -416,7 +418,7 @@ def watch_coin(*, coin: str, now: datetime | None = None) -> ApplyResult:
     coin = _coin(coin)
     adapter = coins_config.adapter(coin)
     if adapter is None:
-        raise PaymentError(f"{coin} is not configured.")
+        raise PaymentError(gettext("%(coin)s is not configured.") % {"coin": coin})
     now = now or timezone.now()
     cursor = WatcherCursor.objects.get_or_create(coin=coin)[0]
     result = adapter.scan(watch_set(coin, now), dict(cursor.cursor))
@@ -436,16 +438,16 @@ def late_payment_confirm(*, quote: Quote, customer, now: datetime | None = None)
     quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice__lease").get(pk=quote.pk)
     invoice = quote.invoice
     if invoice.customer_id != customer.pk:
-        raise PaymentError("This quote is not yours.")
+        raise PaymentError(gettext("This quote is not yours."))
     if not late_payment_claimable(quote):
-        raise PaymentError("This quote has no late payment to use.")
+        raise PaymentError(gettext("This quote has no late payment to use."))
     if invoice.state == Invoice.State.OPEN:
         target = invoice_pay_from_balance(invoice=invoice, now=now, actor=customer)
     elif invoice.kind == Invoice.Kind.ORDER and invoice.lease_id:
         target = _reorder(invoice, customer, now)
     else:
-        raise PaymentError(f"Invoice #{invoice.pk} is {invoice.get_state_display()}; the payment stays on your "
-                           f"balance.")
+        raise PaymentError(gettext("Invoice #%(id)s is %(state)s; the payment stays on your balance.")
+                           % {"id": invoice.pk, "state": invoice.get_state_display()})
     LatePaymentClaim.objects.create(quote=quote, invoice=target, at=now)
     return target
 
@@ -465,7 +467,7 @@ def _reorder(invoice: Invoice, customer, now: datetime) -> Invoice:
             ssh_public_key=lease.ssh_public_key, addons={k: v for k, v in addons.items() if v},
             pay_from_balance=True, now=now)
     except SoldOut:
-        raise PaymentError("That GPU is sold out now; your payment stays on your balance.") from None
+        raise PaymentError(gettext("That GPU is sold out now; your payment stays on your balance.")) from None
     return new_invoice
 
 
@@ -478,7 +480,7 @@ def coin_rate_set(*, coin: str, usd_per_coin: Decimal, actor, now: datetime, sou
 
     coin = _coin(coin)
     if isinstance(usd_per_coin, float) or Decimal(usd_per_coin) <= 0:
-        raise PaymentError("A rate is a positive decimal number of USD per coin.")
+        raise PaymentError(gettext("A rate is a positive decimal number of USD per coin."))
     rate, _ = CoinRate.objects.update_or_create(coin=coin, defaults={
         "usd_per_coin": Decimal(usd_per_coin), "source": source or "operator", "set_at": now})
     audit_record(actor=actor, action="coin_rate_set", obj=rate,

@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from inventory.models import Offer, Site, StorageProduct
 from inventory.templatetags.money import format_usd
@@ -59,7 +60,7 @@ def price_lines(*, offer: Offer, term: str, addons: dict[str, int]) -> list[Line
         tb = addons.get(field, 0)
         if tb and kind in products:
             unit = math.ceil(products[kind].cents_per_tb_month * TERM_DAYS[term] / 30)
-            lines.append(Line(f"{products[kind].get_kind_display()}, {term.label}, per TB", tb, unit))
+            lines.append(Line(_("%(product)s, %(term)s, per TB") % {"product": products[kind].get_kind_display(), "term": term.label}, tb, unit))
     return lines
 
 
@@ -93,7 +94,8 @@ def ledger_post(*, customer: User, kind: str, amount_cents: int, now: datetime, 
     new_balance = account.balance_cents + amount_cents
     if new_balance < 0:
         raise InsufficientBalance(
-            f"Balance {format_usd(account.balance_cents)} does not cover {format_usd(-amount_cents)}.")
+            _("Balance %(balance)s does not cover %(amount)s.")
+            % {"balance": format_usd(account.balance_cents), "amount": format_usd(-amount_cents)})
     Account.objects.filter(pk=account.pk).update(balance_cents=F("balance_cents") + amount_cents)
     return LedgerEntry.objects.create(
         account=account, at=now, kind=kind, amount_cents=amount_cents, balance_after_cents=new_balance,
@@ -105,7 +107,7 @@ def ledger_post(*, customer: User, kind: str, amount_cents: int, now: datetime, 
 def balance_top_up(*, customer: User, amount_cents: int, now: datetime, actor=None, memo="",
                    idempotency_key=None) -> LedgerEntry | None:
     if amount_cents <= 0:
-        raise BillingError("A top-up must be a positive amount.")
+        raise BillingError(_("A top-up must be a positive amount."))
     return ledger_post(customer=customer, kind=LedgerEntry.Kind.TOPUP, amount_cents=amount_cents, now=now,
                        actor=actor, memo=memo, idempotency_key=idempotency_key)
 
@@ -119,11 +121,12 @@ def addons_validate(addons: dict) -> dict[str, int]:
     """Known add-ons only, whole TB within limits (extra NVMe: the per-node 30 TB)."""
     unknown = set(addons) - set(ADDON_LIMITS_TB)
     if unknown:
-        raise BillingError(f"Unknown add-on: {', '.join(sorted(unknown))}.")
+        raise BillingError(_("Unknown add-on: %(names)s.") % {"names": ", ".join(sorted(unknown))})
     clean = {}
     for name, value in addons.items():
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= ADDON_LIMITS_TB[name]:
-            raise BillingError(f"{name} must be a whole number of TB from 0 to {ADDON_LIMITS_TB[name]}.")
+            raise BillingError(_("%(name)s must be a whole number of TB from 0 to %(max)d.")
+                               % {"name": name, "max": ADDON_LIMITS_TB[name]})
         clean[name] = value
     return clean
 
@@ -153,11 +156,11 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
 def invoice_pay_from_balance(*, invoice: Invoice, now: datetime, actor=None) -> Invoice:
     kind = LedgerEntry.Kind.RENEWAL if invoice.kind == Invoice.Kind.RENEWAL else LedgerEntry.Kind.ORDER
     if invoice.kind == Invoice.Kind.TOPUP:
-        raise BillingError("A top-up cannot be paid from the balance.")
+        raise BillingError(_("A top-up cannot be paid from the balance."))
     ledger_post(customer=invoice.customer, kind=kind, amount_cents=-invoice.amount_cents, now=now, invoice=invoice,
                 actor=actor, memo=f"invoice #{invoice.pk}")
     if not invoice_mark_paid(invoice=invoice, via="balance", now=now, actor=actor):
-        raise BillingError(f"Invoice #{invoice.pk} is no longer open.")
+        raise BillingError(_("Invoice #%(id)s is no longer open.") % {"id": invoice.pk})
     invoice.refresh_from_db()
     return invoice
 
@@ -194,16 +197,16 @@ def _deliver(invoice: Invoice, *, now: datetime, actor) -> bool:
 @transaction.atomic
 def invoice_settle_manually(*, invoice: Invoice, actor: User, note: str, now: datetime | None = None) -> bool:
     if not note.strip():
-        raise BillingError("A manual settlement needs a note saying why.")
+        raise BillingError(_("A manual settlement needs a note saying why."))
     return invoice_mark_paid(invoice=invoice, via="manual", now=now or timezone.now(), actor=actor, note=note)
 
 
 def topup_invoice_create(*, customer: User, amount_cents: int, now: datetime | None = None) -> Invoice:
     if not 100 <= amount_cents <= 10_000_000_00:
-        raise BillingError("A top-up is between $1 and $10,000,000.")
+        raise BillingError(_("A top-up is between $1 and $10,000,000."))
     now = now or timezone.now()
     return _create_invoice(customer=customer, kind=Invoice.Kind.TOPUP, now=now, expires_at=now + payment_window(),
-                           lines=[Line("Balance top-up", 1, amount_cents)])
+                           lines=[Line(_("Balance top-up"), 1, amount_cents)])
 
 
 # --- refunds ----------------------------------------------------------------------------
@@ -215,11 +218,11 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
     now = now or timezone.now()
     lease = Lease.objects.select_for_update().get(pk=lease.pk)
     if lease.customer_id != actor.pk and not actor.is_staff:
-        raise BillingError("Only the lease's customer or an operator can refund it.")
+        raise BillingError(_("Only the lease's customer or an operator can refund it."))
     if now - lease.created_at > REFUND_WINDOW:
-        raise BillingError("Refunds are possible within 1 hour of ordering; this lease is older.")
+        raise BillingError(_("Refunds are possible within 1 hour of ordering; this lease is older."))
     if lease.state not in (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE):
-        raise BillingError(f"A {lease.get_state_display()} lease cannot be refunded.")
+        raise BillingError(_("A lease that is %(state)s cannot be refunded.") % {"state": lease.get_state_display()})
     paid = Invoice.objects.filter(lease=lease, state=Invoice.State.PAID).exclude(kind=Invoice.Kind.TOPUP)
     amount = sum(paid.values_list("amount_cents", flat=True))
     Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID, note="refunded")
@@ -237,7 +240,9 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
 def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
     """The renewal for the term starting at the current end, at the locked price; once per
     term (database constraint). Auto-paid from the balance when the customer allows it."""
-    lines = [Line(f"Renewal of lease #{lease.pk}: {lease.offer}, {Term(lease.term).label}", 1, lease.price_cents)]
+    with rental.customer_language(lease.customer):
+        lines = [Line(_("Renewal of lease #%(id)s: %(offer)s, %(term)s")
+                      % {"id": lease.pk, "offer": lease.offer, "term": Term(lease.term).label}, 1, lease.price_cents)]
     try:
         with transaction.atomic():
             # Egress overage so far, marked invoiced together with this invoice (ops hook).
@@ -247,10 +252,13 @@ def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
                                       lease=lease, term_start=lease.ends_at)
     except IntegrityError:
         return None
-    rental.notify(lease=lease, kind="renewal_invoice", deadline=lease.ends_at,
-                  subject=f"Renewal invoice #{invoice.pk} for lease #{lease.pk}",
-                  body=f"Renewal of lease #{lease.pk}: ${invoice.amount_cents / 100:,.2f}, due before "
-                       f"{lease.ends_at:%Y-%m-%d %H:%M} UTC.")
+    with rental.customer_language(lease.customer):
+        rental.notify(lease=lease, kind="renewal_invoice", deadline=lease.ends_at,
+                      subject=_("Renewal invoice #%(invoice)s for lease #%(lease)s")
+                      % {"invoice": invoice.pk, "lease": lease.pk},
+                      body=_("Renewal of lease #%(lease)s: %(amount)s, due before %(due)s UTC.")
+                      % {"lease": lease.pk, "amount": format_usd(invoice.amount_cents),
+                         "due": f"{lease.ends_at:%Y-%m-%d %H:%M}"})
     if rental.customer_settings(lease.customer).auto_renew:
         try:
             with transaction.atomic():

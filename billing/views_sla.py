@@ -6,9 +6,12 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy as _lazy
 from django.views.decorators.http import require_http_methods
 
+from inventory.templatetags.money import format_usd
 from rental.models import Lease
 
 from .models import SlaClaim
@@ -25,7 +28,8 @@ class SlaClaimForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["lease"].queryset = (Lease.objects.filter(customer=customer, started_at__isnull=False)
                                          .select_related("offer__gpu_model", "site"))
-        self.fields["period"].choices = [(f"{p:%Y-%m}", f"{p:%B %Y}") for p in claimable_periods(now=now)]
+        self.fields["period"].choices = [(f"{p:%Y-%m}", date_format(p, "YEAR_MONTH_FORMAT"))
+                                         for p in claimable_periods(now=now)]
 
 
 @login_required
@@ -42,8 +46,10 @@ def sla_claims(request):
         except ClaimRefused as exc:
             form.add_error(None, str(exc))
         else:
-            messages.success(request, f"Claim #{claim.pk} filed: computed credit ${claim.credit_cents / 100:,.2f} "
-                                      f"(availability {claim.availability_pct}%). An operator will decide.")
+            messages.success(request, _("Claim #%(id)s filed: computed credit %(credit)s (availability "
+                                        "%(pct)s%%). An operator will decide.")
+                             % {"id": claim.pk, "credit": format_usd(claim.credit_cents, always_cents=True),
+                                "pct": claim.availability_pct})
             return redirect("sla:claims")
     claims = SlaClaim.objects.filter(customer=request.user).select_related("lease__offer__gpu_model")[:50]
     return render(request, "billing/sla_claim.html", {"form": form, "claims": claims})

@@ -6,6 +6,7 @@ in service, and no open `SlotAllocation` holds it. The partial unique constraint
 """
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 
 class Site(models.Model):
@@ -26,11 +27,11 @@ class Interconnect(models.Model):
     """One row of the card-to-card link table and the sharding it allows."""
 
     class Sharding(models.TextChoices):
-        NVSWITCH = "nvswitch", "sharded, up to 8 cards"
+        NVSWITCH = "nvswitch", _("sharded, up to 8 cards")
         FABRIC_8 = "infinity_fabric", "sharded, 8-way only"
-        NVLINK_PAIRS = "nvlink_bridge", "sharded in pairs"
+        NVLINK_PAIRS = "nvlink_bridge", _("sharded in pairs")
         PCIE_P2P = "pcie_p2p", "data-parallel only"
-        PCIE = "pcie", "single card"
+        PCIE = "pcie", _("single card")
 
     slug = models.SlugField(max_length=40, unique=True)
     cards = models.CharField(max_length=120, help_text="Cards this row applies to")
@@ -48,8 +49,8 @@ class Interconnect(models.Model):
 
 class GpuModel(models.Model):
     class Vendor(models.TextChoices):
-        NVIDIA = "nvidia", "NVIDIA (CUDA)"
-        AMD = "amd", "AMD (ROCm)"
+        NVIDIA = "nvidia", _("NVIDIA (CUDA)")
+        AMD = "amd", _("AMD (ROCm)")
 
     slug = models.SlugField(max_length=40, unique=True)
     name = models.CharField(max_length=60)
@@ -157,10 +158,10 @@ class SlotAllocation(models.Model):
 
 class StorageProduct(models.Model):
     class Kind(models.TextChoices):
-        EXTRA_NVME = "extra_nvme", "Extra local NVMe"
-        NETWORK_VOLUME = "network_volume", "Network volume"
-        SNAPSHOT = "snapshot", "Snapshot"
-        EGRESS = "egress", "Egress beyond the included allowance"
+        EXTRA_NVME = "extra_nvme", _("Extra local NVMe")
+        NETWORK_VOLUME = "network_volume", _("Network volume")
+        SNAPSHOT = "snapshot", _("Snapshot")
+        EGRESS = "egress", _("Egress beyond the included allowance")
 
     kind = models.CharField(max_length=20, choices=Kind.choices, unique=True)
     cents_per_tb_month = models.PositiveIntegerField()
@@ -199,12 +200,12 @@ class Incident(models.Model):
     inventory.incidents (admin or the host agent's health check)."""
 
     class Kind(models.TextChoices):
-        DOWN = "down", "down"
-        DEGRADED = "degraded", "degraded"
+        DOWN = "down", _("down")
+        DEGRADED = "degraded", _("degraded")
 
     class Source(models.TextChoices):
-        OPERATOR = "operator", "operator"
-        HEALTH_CHECK = "health_check", "health check"
+        OPERATOR = "operator", _("operator")
+        HEALTH_CHECK = "health_check", _("health check")
 
     site = models.ForeignKey(Site, null=True, blank=True, on_delete=models.PROTECT, related_name="incidents")
     node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.PROTECT, related_name="incidents")

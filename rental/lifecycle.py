@@ -5,10 +5,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db.models import Exists, OuterRef, Q
+from django.utils.translation import gettext as _
 
 from .agent import get_agent
 from .models import DiskKey, Lease, LeaseState, Notification
 from .services import (
+    customer_language,
     disk_key_complete_destroy,
     lease_provisioned,
     lease_release,
@@ -50,10 +52,12 @@ def sweep_reminders(now: datetime, limit: int = BATCH) -> list[Transition]:
         due = (Lease.objects.filter(state=S.ACTIVE, ends_at__gt=now, ends_at__lte=now + before)
                .exclude(Exists(already)).select_related("customer", "offer__gpu_model").order_by("ends_at")[:limit])
         for lease in due:
-            subject = f"Lease #{lease.pk} ({lease.offer}) ends {lease.ends_at:%Y-%m-%d %H:%M} UTC"
-            body = (f"Your lease #{lease.pk} ends at {lease.ends_at:%Y-%m-%d %H:%M} UTC. A renewal invoice is issued "
-                    "24 hours before the end. Unpaid, the instance is stopped and held 72 hours, then its disk key "
-                    "is destroyed.")
+            args = {"id": lease.pk, "offer": lease.offer, "end": f"{lease.ends_at:%Y-%m-%d %H:%M}"}
+            with customer_language(lease.customer):
+                subject = _("Lease #%(id)s (%(offer)s) ends %(end)s UTC") % args
+                body = _("Your lease #%(id)s ends at %(end)s UTC. A renewal invoice is issued 24 hours before the "
+                         "end. Unpaid, the instance is stopped and held 72 hours, then its disk key is "
+                         "destroyed.") % args
             if notify(lease=lease, kind=kind, deadline=lease.ends_at, subject=subject, body=body):
                 done.append(Transition(lease.pk, kind))
     return done

@@ -7,11 +7,12 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 
 class Term(models.TextChoices):
-    WEEK = "week", "1 week (7 days)"
-    MONTH = "month", "1 month (30 days)"
+    WEEK = "week", _("1 week (7 days)")
+    MONTH = "month", _("1 month (30 days)")
 
 
 TERM_LENGTH = {Term.WEEK: timedelta(days=7), Term.MONTH: timedelta(days=30)}
@@ -20,6 +21,8 @@ TERM_LENGTH = {Term.WEEK: timedelta(days=7), Term.MONTH: timedelta(days=30)}
 class CustomerSettings(models.Model):
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="rental_settings")
     auto_renew = models.BooleanField(default=True, help_text="Pay renewals from balance when it covers them")
+    #: The language last chosen with the site's switcher; notices and e-mails are written in it.
+    language = models.CharField(max_length=10, blank=True, default="")
 
     def __str__(self) -> str:
         return f"settings of {self.user}"
@@ -41,13 +44,13 @@ class Image(models.Model):
 
 
 class LeaseState(models.TextChoices):
-    PENDING = "pending", "pending payment"
-    PROVISIONING = "provisioning", "provisioning"
-    ACTIVE = "active", "active"
-    SUSPENDED = "suspended", "suspended (slot held)"
-    RELEASED = "released", "released"
-    WIPED = "wiped", "wiped"
-    CANCELLED = "cancelled", "cancelled"
+    PENDING = "pending", _("pending payment")
+    PROVISIONING = "provisioning", _("provisioning")
+    ACTIVE = "active", _("active")
+    SUSPENDED = "suspended", _("suspended (slot held)")
+    RELEASED = "released", _("released")
+    WIPED = "wiped", _("wiped")
+    CANCELLED = "cancelled", _("cancelled")
 
 
 LIVE_STATES = (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.SUSPENDED)
@@ -135,9 +138,9 @@ class DiskKey(models.Model):
     Destruction is two-phase and cannot be undone; the agent's receipt is the proof."""
 
     class State(models.TextChoices):
-        ACTIVE = "active", "active"
-        DESTROY_REQUESTED = "destroy_requested", "destroy requested"
-        DESTROYED = "destroyed", "destroyed"
+        ACTIVE = "active", _("active")
+        DESTROY_REQUESTED = "destroy_requested", _("destroy requested")
+        DESTROYED = "destroyed", _("destroyed")
 
     lease = models.OneToOneField(Lease, on_delete=models.PROTECT, related_name="disk_key")
     key_ref = models.CharField(max_length=64, unique=True, default=secrets.token_hex)
@@ -197,9 +200,9 @@ class NetworkVolume(models.Model):
     kept 7 days), then it is deleted."""
 
     class State(models.TextChoices):
-        ACTIVE = "active", "active"
-        LAPSED = "lapsed", "lapsed (unpaid, detached, kept 7 days)"
-        DELETED = "deleted", "deleted"
+        ACTIVE = "active", _("active")
+        LAPSED = "lapsed", _("lapsed (unpaid, detached, kept 7 days)")
+        DELETED = "deleted", _("deleted")
 
     customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="network_volumes")
     site = models.ForeignKey("inventory.Site", on_delete=models.PROTECT, related_name="network_volumes")
@@ -234,9 +237,9 @@ class Snapshot(models.Model):
     region (e.g. from an A100 to an H100); billed per TB-month on its own term."""
 
     class State(models.TextChoices):
-        AVAILABLE = "available", "available"
-        LAPSED = "lapsed", "lapsed (unpaid, kept 7 days)"
-        DELETED = "deleted", "deleted"
+        AVAILABLE = "available", _("available")
+        LAPSED = "lapsed", _("lapsed (unpaid, kept 7 days)")
+        DELETED = "deleted", _("deleted")
 
     customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="snapshots")
     source_lease = models.ForeignKey(Lease, on_delete=models.PROTECT, related_name="snapshots")

@@ -6,10 +6,11 @@ customer gave an address (rental.services.notify)."""
 from datetime import datetime
 
 from django.db.models import Exists, OuterRef
+from django.utils.translation import gettext as _
 
 from .lifecycle import BATCH, Transition
 from .models import Lease, LeaseState, Notification
-from .services import notify
+from .services import customer_language, notify
 
 S = LeaseState
 
@@ -24,11 +25,14 @@ def sweep_state_notices(now: datetime, limit: int = BATCH) -> list[Transition]:
                  .exclude(Exists(_missing("suspended", "hold_until")))
                  .select_related("customer", "offer__gpu_model").order_by("hold_until")[:limit])
     for lease in suspended:
-        subject = f"Lease #{lease.pk} ({lease.offer}) is suspended: pay by {lease.hold_until:%Y-%m-%d %H:%M} UTC"
-        body = (f"The term of lease #{lease.pk} ended unpaid at {lease.ends_at:%Y-%m-%d %H:%M} UTC. The instance is "
-                f"stopped; its GPU slot and disk are held until {lease.hold_until:%Y-%m-%d %H:%M} UTC. Paying the "
-                "renewal invoice before then resumes it. After that the slot is released and the disk key is "
-                "destroyed: data on the local NVMe cannot be recovered.")
+        args = {"id": lease.pk, "offer": lease.offer, "end": f"{lease.ends_at:%Y-%m-%d %H:%M}",
+                "hold": f"{lease.hold_until:%Y-%m-%d %H:%M}"}
+        with customer_language(lease.customer):
+            subject = _("Lease #%(id)s (%(offer)s) is suspended: pay by %(hold)s UTC") % args
+            body = _("The term of lease #%(id)s ended unpaid at %(end)s UTC. The instance is stopped; its GPU slot "
+                     "and disk are held until %(hold)s UTC. Paying the renewal invoice before then resumes it. "
+                     "After that the slot is released and the disk key is destroyed: data on the local NVMe "
+                     "cannot be recovered.") % args
         if notify(lease=lease, kind="suspended", deadline=lease.hold_until, subject=subject, body=body):
             done.append(Transition(lease.pk, "suspension notice"))
     # Released within the last days (the wipe deadline is still ahead): older ones are history.
@@ -36,10 +40,13 @@ def sweep_state_notices(now: datetime, limit: int = BATCH) -> list[Transition]:
                 .exclude(Exists(_missing("released", "ended_at")))
                 .select_related("customer", "offer__gpu_model").order_by("wipe_by")[:limit])
     for lease in released:
-        subject = f"Lease #{lease.pk} ({lease.offer}) was released"
-        body = (f"Lease #{lease.pk} was released at {lease.ended_at:%Y-%m-%d %H:%M} UTC after its 72-hour hold "
-                "ended unpaid. Its GPU slot is back in stock and the disk encryption key is destroyed; the local "
-                f"NVMe is wiped by {lease.wipe_by:%Y-%m-%d %H:%M} UTC. Network volumes and snapshots are kept.")
+        args = {"id": lease.pk, "offer": lease.offer, "ended": f"{lease.ended_at:%Y-%m-%d %H:%M}",
+                "wipe": f"{lease.wipe_by:%Y-%m-%d %H:%M}"}
+        with customer_language(lease.customer):
+            subject = _("Lease #%(id)s (%(offer)s) was released") % args
+            body = _("Lease #%(id)s was released at %(ended)s UTC after its 72-hour hold ended unpaid. Its GPU "
+                     "slot is back in stock and the disk encryption key is destroyed; the local NVMe is wiped by "
+                     "%(wipe)s UTC. Network volumes and snapshots are kept.") % args
         if notify(lease=lease, kind="released", deadline=lease.ended_at, subject=subject, body=body):
             done.append(Transition(lease.pk, "release notice"))
     return done

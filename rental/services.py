@@ -10,7 +10,8 @@ from django.contrib.auth.models import User
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.db.models import Q
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
 
 from inventory.models import Offer, Site
 from inventory.services import audit_record, slots_allocate, slots_release
@@ -228,9 +229,11 @@ def lease_wipe(*, lease_id: int, now: datetime) -> bool:
 def disk_key_request_destroy(*, lease_id: int, now: datetime, actor=None, reason: str) -> DiskKey:
     key = DiskKey.objects.select_for_update().select_related("lease").get(lease_id=lease_id)
     if key.lease.state not in (S.RELEASED, S.CANCELLED, S.WIPED):
-        raise TransitionRefused(f"lease #{lease_id} is {key.lease.state}: its key cannot be destroyed")
+        raise TransitionRefused(_("Lease #%(id)s is %(state)s: its key cannot be destroyed.")
+                               % {"id": lease_id, "state": key.lease.get_state_display()})
     if key.lease.state == S.RELEASED and key.lease.ends_at and key.lease.ends_at > now:
-        raise TransitionRefused(f"lease #{lease_id} has a paid term until {key.lease.ends_at:%Y-%m-%d %H:%M} UTC")
+        raise TransitionRefused(_("Lease #%(id)s has a paid term until %(end)s UTC.")
+                               % {"id": lease_id, "end": f"{key.lease.ends_at:%Y-%m-%d %H:%M}"})
     if key.state == DiskKey.State.ACTIVE:
         DiskKey.objects.filter(pk=key.pk, state=DiskKey.State.ACTIVE).update(
             state=DiskKey.State.DESTROY_REQUESTED, destroy_requested_at=now,
@@ -256,6 +259,14 @@ def disk_key_complete_destroy(*, lease_id: int, now: datetime) -> bool:
 
 
 # --- notifications ----------------------------------------------------------------------
+
+def customer_language(user) -> "translation.override":
+    """Notices are written in the language the customer last chose on the site (stored by
+    the language switcher), else the site default; use as ``with customer_language(user):``."""
+    lang = CustomerSettings.objects.filter(user_id=getattr(user, "pk", None)).values_list(
+        "language", flat=True).first()
+    return translation.override(lang or settings.LANGUAGE_CODE)
+
 
 def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: str) -> bool:
     """Once per (lease, kind, deadline); e-mailed when the customer gave an address."""
@@ -284,10 +295,11 @@ def lease_extend_by_operator(*, lease_id: int, actor, reason: str, now: datetime
     other returns False / goes to the balance). A suspended lease whose new end is in the
     future is resumed. Returns False when the lease moved in between."""
     if not reason.strip():
-        raise TransitionRefused("An operator extension needs a reason.")
+        raise TransitionRefused(_("An operator extension needs a reason."))
     lease = Lease.objects.get(pk=lease_id)
     if lease.state not in (S.PROVISIONING, S.ACTIVE, S.SUSPENDED) or lease.ends_at is None:
-        raise TransitionRefused(f"lease #{lease_id} is {lease.get_state_display()}: it has no term to extend")
+        raise TransitionRefused(_("Lease #%(id)s is %(state)s: it has no term to extend.")
+                               % {"id": lease_id, "state": lease.get_state_display()})
     old_end = lease.ends_at
     new_end = old_end + lease.term_length
     data = {"term_start": old_end.isoformat(), "ends_at": new_end.isoformat(), "free_of_charge": True}
@@ -298,7 +310,7 @@ def lease_extend_by_operator(*, lease_id: int, actor, reason: str, now: datetime
                    to_state=S.PROVISIONING, reason=reason, data=data)
         return bool(changed)
     if new_end <= now:
-        raise TransitionRefused(f"lease #{lease_id}: one more term would still end in the past")
+        raise TransitionRefused(_("Lease #%(id)s: one more term would still end in the past.") % {"id": lease_id})
     left = _transition(lease_id, to=S.ACTIVE, from_states=[lease.state], now=now, kind="extended_by_operator",
                        actor=actor, reason=reason, when=Q(ends_at=old_end), ends_at=new_end, hold_until=None,
                        wipe_by=None, data=data)

@@ -161,6 +161,10 @@ OTP_TOTP_ISSUER = os.environ.get("OTP_TOTP_ISSUER", "GPU Rental")
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
+# The switcher's choice (django_language cookie) is kept for a year; no script reads it.
+LANGUAGE_COOKIE_AGE = 365 * 24 * 3600
+LANGUAGE_COOKIE_HTTPONLY = True
+LANGUAGE_COOKIE_SAMESITE = "Lax"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

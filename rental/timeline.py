@@ -43,9 +43,9 @@ def countdown(at: datetime, now: datetime) -> str:
     hours, rest = divmod(rest, 3600)
     minutes = rest // 60
     if days:
-        span = f"{days} d {hours} h"
+        span = _("%(d)d d %(h)d h") % {"d": days, "h": hours}
     elif hours:
-        span = f"{hours} h {minutes} min"
+        span = _("%(h)d h %(m)d min") % {"h": hours, "m": minutes}
     else:
         span = ngettext("%(n)d min", "%(n)d min", minutes) % {"n": minutes}
     return _("in %(span)s") % {"span": span} if seconds >= 0 else _("%(span)s ago") % {"span": span}

@@ -7,7 +7,7 @@ from django.urls import include, path
 from billing import api as billing_api
 from billing import views as billing_views
 
-from . import api, otp_views, views
+from . import api, i18n, otp_views, views
 
 accounts = [
     path("signup/", views.signup, name="signup"),
@@ -46,6 +46,9 @@ api_v1 = [
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    # Language switcher: Django's set_language (cookie + next), also remembered for notices.
+    path("i18n/setlang/", i18n.set_language, name="set_language"),
+    path("i18n/", include("django.conf.urls.i18n")),
     path("accounts/", include(accounts)),
     path("", include("sizing.urls")),  # before api/v1's catch-all 404 (it has /api/v1/estimate)
     path("api/v1/", include(api_v1)),

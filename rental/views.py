@@ -13,6 +13,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from .forms import ApiTokenForm, SettingsForm, SignupForm
+from .i18n import remember_language
 from .models import ApiToken, Lease, LeaseState, Notification
 from .services import account_create, customer_settings, customer_settings_update
 from .services_customer import (
@@ -36,6 +37,7 @@ def signup(request):
             email=form.cleaned_data.get("email", ""),
         )
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        remember_language(user, request.LANGUAGE_CODE)  # notices in the language they signed up in
         return redirect("home")
     return render(request, "registration/signup.html", {"form": form}, status=400 if form.errors else 200)
 

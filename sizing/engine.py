@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from django.utils.translation import gettext as _
+
 from .presets import Architecture
 
 GB = 1e9
@@ -310,23 +312,24 @@ def job_warnings(job: Job) -> list[str]:
     """Card-independent warnings (card-dependent ones come from ``sizing.recommend``)."""
     w = []
     if job.seq > job.arch.max_context:
-        w.append(f"Sequence {job.seq} is beyond {job.arch.name}'s context of "
-                 f"{job.arch.max_context} tokens; quality degrades without RoPE scaling.")
+        w.append(_("Sequence %(seq)s is beyond %(model)s's context of %(context)s tokens; quality "
+                   "degrades without RoPE scaling.")
+                 % {"seq": job.seq, "model": job.arch.name, "context": job.arch.max_context})
     if job.gpus > MAX_NODE_GPUS:
-        w.append(f"{job.gpus} GPUs is more than one 8-GPU node: nodes here have at most 8 "
-                 "GPUs, an on-demand cluster provider fits better.")
+        w.append(_("%(gpus)s GPUs is more than one 8-GPU node: nodes here have at most 8 GPUs, an "
+                   "on-demand cluster provider fits better.") % {"gpus": job.gpus})
     if job.offload != "none":
-        w.append("Offload to host memory costs 20–50% throughput (extra PCIe and CPU time).")
+        w.append(_("Offload to host memory costs 20–50% throughput (extra PCIe and CPU time)."))
     if not job.checkpointing and job.seq >= 4096:
-        w.append("Gradient checkpointing is off: activations grow linearly with layers; "
-                 "it is a must for long context (cuts activations 60–80%).")
+        w.append(_("Gradient checkpointing is off: activations grow linearly with layers; "
+                   "it is a must for long context (cuts activations 60–80%)."))
     extra = logits_bytes(job.arch, job.seq, job.batch, "unfused") - logits_bytes(job.arch, job.seq, job.batch, job.loss)
     if extra >= UNFUSED_LOSS_WARN_GB * GB:
-        w.append(f"This assumes a fused or chunked cross-entropy loss (recent transformers, Liger, "
-                 f"Unsloth). A training loop that materialises fp32 logits, softmax and their "
-                 f"gradient needs about {extra / GB:.1f} GB more per GPU (loss=unfused).")
+        w.append(_("This assumes a fused or chunked cross-entropy loss (recent transformers, Liger, "
+                   "Unsloth). A training loop that materialises fp32 logits, softmax and their gradient "
+                   "needs about %(gb)s GB more per GPU (loss=unfused).") % {"gb": f"{extra / GB:.1f}"})
     if job.method == "qlora" and job.zero == 3 and job.gpus > 1:
-        w.append("Sharding a 4-bit base (FSDP-QLoRA) needs a recent bitsandbytes/PEFT stack.")
+        w.append(_("Sharding a 4-bit base (FSDP-QLoRA) needs a recent bitsandbytes/PEFT stack."))
     return w
 
 

@@ -11,6 +11,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from django.utils.translation import gettext
+
 from .engine import DEFAULT_UTILISATION, LOSSES, METHODS, OFFLOADS, Job
 from .presets import LINEAR_MODULES, PRESETS, Architecture, infer_llama_shape
 
@@ -59,17 +61,17 @@ def _first(value):
 def _number(field: str, value, lo: float, hi: float, integer: bool) -> float | int:
     value = _first(value)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise SizingInputError(field, "must be a number")
+        raise SizingInputError(field, gettext("must be a number"))
     try:
         x = float(value.strip()) if isinstance(value, str) else float(value)
     except (ValueError, OverflowError):
-        raise SizingInputError(field, "must be a number") from None
+        raise SizingInputError(field, gettext("must be a number")) from None
     if not math.isfinite(x):
-        raise SizingInputError(field, "must be a finite number")
+        raise SizingInputError(field, gettext("must be a finite number"))
     if integer and x != int(x):
-        raise SizingInputError(field, "must be a whole number")
+        raise SizingInputError(field, gettext("must be a whole number"))
     if not lo <= x <= hi:
-        raise SizingInputError(field, f"must be between {lo:g} and {hi:g}")
+        raise SizingInputError(field, gettext("must be between %(lo)s and %(hi)s") % {"lo": f"{lo:g}", "hi": f"{hi:g}"})
     return int(x) if integer else x
 
 
@@ -85,13 +87,13 @@ def _bool(field: str, value) -> bool:
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
-    raise SizingInputError(field, "must be true or false")
+    raise SizingInputError(field, gettext("must be true or false"))
 
 
 def _choice(field: str, value, options) -> str:
     value = _first(value)
     if not isinstance(value, str) or value.strip().lower() not in options:
-        raise SizingInputError(field, f"must be one of {', '.join(options)}")
+        raise SizingInputError(field, gettext("must be one of %(options)s") % {"options": ", ".join(options)})
     return value.strip().lower()
 
 
@@ -103,17 +105,17 @@ def parse_targets(value) -> tuple[str, ...]:
     elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         items = [v.strip().lower() for v in value if v.strip()]
     else:
-        raise SizingInputError("lora_targets", "must be a comma-separated list of modules")
+        raise SizingInputError("lora_targets", gettext("must be a comma-separated list of modules"))
     if not items:
-        raise SizingInputError("lora_targets", "must name at least one module")
+        raise SizingInputError("lora_targets", gettext("must name at least one module"))
     if items in (["all"], ["all-linear"], ["all_linear"]):
         return LINEAR_MODULES
     out = []
     for item in items:
         name = _SHORT_TARGETS.get(item, item)
         if name not in LINEAR_MODULES:
-            raise SizingInputError("lora_targets", f"unknown module {item!r}; "
-                                   f"use {', '.join(LINEAR_MODULES)}")
+            raise SizingInputError("lora_targets", gettext("unknown module %(item)r; use %(modules)s")
+                                   % {"item": item, "modules": ", ".join(LINEAR_MODULES)})
         if name not in out:
             out.append(name)
     return tuple(m for m in LINEAR_MODULES if m in out)
@@ -122,7 +124,7 @@ def parse_targets(value) -> tuple[str, ...]:
 def _config_int(cfg: Mapping, key: str, hi: int, default=None) -> int:
     if key not in cfg or cfg[key] is None:
         if default is None:
-            raise SizingInputError(f"config.{key}", "is missing")
+            raise SizingInputError(f"config.{key}", gettext("is missing"))
         return default
     return _int(f"config.{key}", cfg[key], 1, hi)
 
@@ -133,21 +135,21 @@ def parse_hf_config(raw) -> Architecture:
         try:
             raw = json.loads(raw)
         except (ValueError, RecursionError):
-            raise SizingInputError("config", "is not valid JSON") from None
+            raise SizingInputError("config", gettext("is not valid JSON")) from None
     if not isinstance(raw, Mapping):
-        raise SizingInputError("config", "must be a JSON object")
+        raise SizingInputError("config", gettext("must be a JSON object"))
     cfg = raw.get("text_config", raw) if isinstance(raw.get("text_config"), Mapping) else raw
     h = _config_int(cfg, "hidden_size", MAX_HIDDEN)
     heads = _config_int(cfg, "num_attention_heads", MAX_HIDDEN)
     kv = _config_int(cfg, "num_key_value_heads", MAX_HIDDEN, default=heads)
     if h % heads:
-        raise SizingInputError("config.num_attention_heads", "must divide hidden_size")
+        raise SizingInputError("config.num_attention_heads", gettext("must divide hidden_size"))
     if heads % kv:
-        raise SizingInputError("config.num_key_value_heads", "must divide num_attention_heads")
+        raise SizingInputError("config.num_key_value_heads", gettext("must divide num_attention_heads"))
     inter = _config_int(cfg, "intermediate_size", 16 * MAX_HIDDEN, default=4 * h)
     tie = cfg.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
-        raise SizingInputError("config.tie_word_embeddings", "must be true or false")
+        raise SizingInputError("config.tie_word_embeddings", gettext("must be true or false"))
     name = cfg.get("_name_or_path") or cfg.get("model_type") or "custom"
     arch = Architecture(
         name=str(name)[:80], hidden=h, intermediate=inter,
@@ -157,7 +159,8 @@ def parse_hf_config(raw) -> Architecture:
         qkv_bias=cfg.get("attention_bias") is True or cfg.get("model_type") == "qwen2",
     )
     if arch.params > MAX_PARAMS_B * 1e9:
-        raise SizingInputError("config", f"describes more than {MAX_PARAMS_B:g}B parameters")
+        raise SizingInputError("config", gettext("describes more than %(n)sB parameters")
+                               % {"n": f"{MAX_PARAMS_B:g}"})
     return arch
 
 
@@ -167,17 +170,17 @@ def _architecture(params: Mapping) -> Architecture:
         return parse_hf_config(_first(params["config"]) if not isinstance(
             params["config"], Mapping) else params["config"])
     if has["model"] and has["params"]:
-        raise SizingInputError("params", "give either a model preset or params, not both")
+        raise SizingInputError("params", gettext("give either a model preset or params, not both"))
     if has["model"]:
         name = _first(params["model"])
         if not isinstance(name, str) or name.strip().lower() not in PRESETS:
-            raise SizingInputError("model", f"unknown preset; choose one of "
-                                   f"{', '.join(PRESETS)}")
+            raise SizingInputError("model", gettext("unknown preset; choose one of %(presets)s")
+                                   % {"presets": ", ".join(PRESETS)})
         return PRESETS[name.strip().lower()]
     if has["params"]:
         b = _number("params", params["params"], 0.001, MAX_PARAMS_B, False)
         return infer_llama_shape(round(b * 1e9))
-    raise SizingInputError("model", "give a model preset, params (billions) or a config.json")
+    raise SizingInputError("model", gettext("give a model preset, params (billions) or a config.json"))
 
 
 def parse_request(params: Mapping) -> SizingRequest:
@@ -186,7 +189,7 @@ def parse_request(params: Mapping) -> SizingRequest:
     Raises only :class:`SizingInputError` (with the field name).
     """
     if not isinstance(params, Mapping):
-        raise SizingInputError("request", "must be an object of parameters")
+        raise SizingInputError("request", gettext("must be an object of parameters"))
     g = params.get
     arch = _architecture(params)
     method = _choice("method", g("method", "qlora"), METHODS)
@@ -196,12 +199,12 @@ def parse_request(params: Mapping) -> SizingRequest:
         zero_raw = 3
     zero = _int("zero", zero_raw, 0, 3)
     if zero and gpus == 1:
-        raise SizingInputError("zero", "ZeRO/FSDP sharding needs more than one GPU")
+        raise SizingInputError("zero", gettext("ZeRO/FSDP sharding needs more than one GPU"))
     offload = _choice("offload", g("offload", "none"), OFFLOADS)
     if offload != "none" and zero == 0:
-        raise SizingInputError("offload", "offload needs a ZeRO stage (zero ≥ 1)")
+        raise SizingInputError("offload", gettext("offload needs a ZeRO stage (zero ≥ 1)"))
     if offload == "all" and zero < 3:
-        raise SizingInputError("offload", "offloading parameters needs zero=3")
+        raise SizingInputError("offload", gettext("offloading parameters needs zero=3"))
     rank = _int("lora_rank", g("lora_rank", 16), 1, min(MAX_RANK, arch.hidden))
     job = Job(
         arch=arch, method=method, seq=_int("seq", g("seq", 2048), 1, MAX_SEQ),
@@ -218,7 +221,7 @@ def parse_request(params: Mapping) -> SizingRequest:
     )
     site = _first(g("site"))
     if site is not None and (not isinstance(site, str) or len(site) > 32):
-        raise SizingInputError("site", "must be a site code")
+        raise SizingInputError("site", gettext("must be a site code"))
     return SizingRequest(job=job, vendor=_choice("vendor", g("vendor", "cuda"), VENDORS),
                          site=site.strip().upper() or None if site else None,
                          in_stock=_bool("in_stock", g("in_stock", False)))

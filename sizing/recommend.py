@@ -23,6 +23,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from django.utils.translation import gettext
+
 from .engine import MAX_NODE_GPUS, Estimate, Job, estimate, train_hours
 
 LINKS = ("nvswitch", "infinity_fabric", "nvlink_bridge", "pcie_p2p", "pcie")
@@ -97,19 +99,20 @@ def link_warning(candidate: Candidate, zero: int, gpus: int) -> str | None:
     """Warn when a requested sharded configuration does not suit the offer's link."""
     n = min(gpus, candidate.gpus)
     if zero >= 2 and n > 1 and not can_shard(candidate.link, n):
-        return (f"ZeRO-{zero} shards the model, which needs NVLink/NVSwitch; "
-                f"{candidate.gpu_name} ({candidate.link}) only supports data-parallel or "
-                "single-card training.")
+        return (gettext("ZeRO-%(zero)s shards the model, which needs NVLink/NVSwitch; %(gpu)s (%(link)s) "
+                        "only supports data-parallel or single-card training.")
+                % {"zero": zero, "gpu": candidate.gpu_name, "link": candidate.link})
     return None
 
 
 def overbuy_warning(est: Estimate, candidate: Candidate) -> str | None:
     """The job needs less than 25% of the offer's memory (SPEC "Don't overbuy")."""
     if est.per_gpu_gb * est.gpus < OVERBUY_FRACTION * candidate.total_vram_gb:
-        return (f"Overbuy: this job needs {est.per_gpu_gb * est.gpus:.0f} GB and "
-                f"{candidate.offer_name} has {candidate.total_vram_gb} GB, over four times as much. "
-                "Pick the card by what the job needs, not by the model you wish to train: the "
-                "cheapest card that fits is slower, but not by the price ratio.")
+        return (gettext("Overbuy: this job needs %(need)s GB and %(offer)s has %(vram)s GB, over four times "
+                        "as much. Pick the card by what the job needs, not by the model you wish to train: "
+                        "the cheapest card that fits is slower, but not by the price ratio.")
+                % {"need": f"{est.per_gpu_gb * est.gpus:.0f}", "offer": candidate.offer_name,
+                   "vram": candidate.total_vram_gb})
     return None
 
 
@@ -209,8 +212,9 @@ def _card_warnings(opt: Option, est: _Estimator, own: Estimate) -> tuple[str, ..
     if job.method == "qlora":
         bf16 = est(opt.estimate.gpus, opt.estimate.zero, opt.estimate.offload, "lora")
         if bf16.per_gpu_gb <= usable_gb(c.vram_gb):
-            w.append(f"bf16 LoRA ({bf16.per_gpu_gb:.0f} GB) fits this card: 4-bit costs 20–40% "
-                     "throughput (dequantisation); don't use QLoRA when the memory is there.")
+            w.append(gettext("bf16 LoRA (%(gb)s GB) fits this card: 4-bit costs 20–40%% throughput "
+                             "(dequantisation); don't use QLoRA when the memory is there.")
+                     % {"gb": f"{bf16.per_gpu_gb:.0f}"})
     lw = link_warning(c, job.zero, job.gpus)
     if lw:
         w.append(lw)
@@ -243,7 +247,7 @@ def _eligible(c: Candidate, vendor: str, site: str | None, in_stock: bool) -> bo
 def _pick_alternatives(fitting: list[Option], limit: int) -> list[tuple[Option, str]]:
     """Next cheapest, then each pricier option faster or roomier than all cheaper ones."""
     best, rest = fitting[0], fitting[1:]
-    picked = [(rest[0], "next cheapest")] if rest else []
+    picked = [(rest[0], gettext("next cheapest"))] if rest else []
     top_tflops = max([best.candidate.total_tflops] + [o.candidate.total_tflops for o, _ in picked])
     top_mem = max([best.candidate.total_vram_gb] + [o.candidate.total_vram_gb for o, _ in picked])
     for o in rest[1:]:
@@ -251,9 +255,9 @@ def _pick_alternatives(fitting: list[Option], limit: int) -> list[tuple[Option, 
             break
         c = o.candidate
         if c.total_tflops > top_tflops:
-            picked.append((o, "faster"))
+            picked.append((o, gettext("faster")))
         elif c.total_vram_gb > top_mem:
-            picked.append((o, "more headroom"))
+            picked.append((o, gettext("more headroom")))
         top_tflops, top_mem = max(top_tflops, c.total_tflops), max(top_mem, c.total_vram_gb)
     return picked
 
@@ -261,7 +265,7 @@ def _pick_alternatives(fitting: list[Option], limit: int) -> list[tuple[Option, 
 def _cluster_advice(est: _Estimator, pool: list[Candidate]) -> str:
     """No offer fits: how many of the largest card would, with ZeRO-3?"""
     if not pool:
-        return "No offer matches the filters."
+        return gettext("No offer matches the filters.")
     big = max(pool, key=lambda c: (c.vram_gb, c.bf16_tflops))
     usable = usable_gb(big.vram_gb)
     for n in (2, 4, 8, 16, 32, 64):
@@ -270,11 +274,11 @@ def _cluster_advice(est: _Estimator, pool: list[Candidate]) -> str:
     else:
         n = 0
     if n and n <= MAX_NODE_GPUS:
-        return (f"Nothing listed fits; {n}× {big.gpu_name} with ZeRO-3 would. "
-                "Ask for a multi-GPU node of that card.")
-    need = f"{n}× {big.gpu_name}" if n else f"more than 64× {big.gpu_name}"
-    return (f"This job needs {need} with ZeRO-3: more than one 8-GPU node. Nodes here have at "
-            "most 8 GPUs; an on-demand cluster provider fits better.")
+        return (gettext("Nothing listed fits; %(n)s× %(gpu)s with ZeRO-3 would. Ask for a multi-GPU node "
+                        "of that card.") % {"n": n, "gpu": big.gpu_name})
+    need = f"{n}× {big.gpu_name}" if n else gettext("more than 64× %(gpu)s") % {"gpu": big.gpu_name}
+    return (gettext("This job needs %(need)s with ZeRO-3: more than one 8-GPU node. Nodes here have at "
+                    "most 8 GPUs; an on-demand cluster provider fits better.") % {"need": need})
 
 
 def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
@@ -291,7 +295,7 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
     if not fitting:
         advice.append(_cluster_advice(est, pool))
         return Recommendation(own, None, (), tuple(advice), site)
-    best = _with_costs(fitting[0], job, "cheapest that fits", est, own)
+    best = _with_costs(fitting[0], job, gettext("cheapest that fits"), est, own)
     alts = tuple(_with_costs(o, job, why, est, own)
                  for o, why in _pick_alternatives(fitting, max_alternatives))
     return Recommendation(own, best, alts, tuple(advice), site)
