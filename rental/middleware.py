@@ -35,8 +35,8 @@ half a minute.</p></main></body></html>
 
 
 def database_unavailable(request, exc: BaseException | None = None) -> HttpResponse:
-    logger.warning("database unavailable: %s %s: %s", request.method, request.path,
-                   type(exc).__name__ if exc else "?")
+    logger.warning("database unavailable: %s %s: %s: %s", request.method, request.path,
+                   type(exc).__name__ if exc else "?", str(exc).splitlines()[0][:200] if exc else "")
     if request.path.startswith("/api/"):
         response = JsonResponse({"error": "unavailable",
                                  "message": "The database is unavailable; retry shortly."}, status=503)
