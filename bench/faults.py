@@ -1,0 +1,424 @@
+"""Fault drills against the production stack on this machine: disruptive, so a script and
+not a test. Prints figures; exits non-zero when an expectation fails.
+
+  pg     PostgreSQL restarted under load (`pg_ctlcluster <ver> main restart`): gunicorn keeps
+         running; while the database is away answers are clean 503s with Retry-After (never
+         500s), and every endpoint answers 200 again within seconds, with no gunicorn restart
+         (same master, same workers; CONN_HEALTH_CHECKS drops the dead connections).
+  redis  Redis stopped for --redis-seconds (default 60) while pages are under load and a
+         real Celery worker + beat run the lifecycle every 5 s: pages keep answering 200 (the
+         cache fails open, rental/cache.py); beat and worker reconnect by themselves; leases
+         whose term ended during the outage are suspended after it — each exactly once — and
+         the leases that renewed from their balance are extended once, never twice.
+
+Like bench/load.py it makes a throwaway database (bench_faults_<pid>, dropped at the end)
+with the demo catalog, and serves it with gunicorn (4 sync workers) on 127.0.0.1. Redis
+and PostgreSQL are always left running when the script ends, whatever happens.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/13 \\
+        .venv/bin/python bench/faults.py pg redis [--redis-seconds 60]
+"""
+import argparse
+import http.client
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load import BASE, PY, Gunicorn, manage, production_env, wait_http, with_db  # noqa: E402
+
+CELERY = str(Path(PY).with_name("celery"))
+PORT = 8766
+PG_VERSION = sorted(os.listdir("/etc/postgresql"))[0] if os.path.isdir("/etc/postgresql") else "15"
+REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", "6379", "--save", "",
+               "--appendonly", "no", "--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log"]
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P faults@host"
+FAILED: list[str] = []
+
+
+def expect(ok: bool, what: str) -> None:
+    print(("  ok   " if ok else "  FAIL ") + what, flush=True)
+    if not ok:
+        FAILED.append(what)
+
+
+# --- load ---------------------------------------------------------------------------------------
+
+class Load:
+    """Threads requesting the URLs round-robin until stopped or the deadline (bounded in time
+    and count); every answer is recorded as (t, url, status) — status 0 = no HTTP answer."""
+
+    def __init__(self, urls: list[tuple[str, dict]], threads: int = 8, max_seconds: float = 300,
+                 max_requests: int = 500_000):
+        self.urls, self.records, self.stop = urls, [], threading.Event()
+        self.deadline, self.max_requests = time.monotonic() + max_seconds, max_requests
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(threads)]
+        self.t0 = time.monotonic()
+        for thread in self.threads:
+            thread.start()
+
+    def run(self, i: int) -> None:
+        n = i
+        while not self.stop.is_set() and time.monotonic() < self.deadline and len(self.records) < self.max_requests:
+            path, headers = self.urls[n % len(self.urls)]
+            n += 1
+            started = time.monotonic()
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
+                conn.request("GET", path, headers=headers)
+                response = conn.getresponse()
+                response.read()
+                status, retry_after = response.status, response.getheader("Retry-After")
+                conn.close()
+            except OSError:
+                status, retry_after = 0, None
+                time.sleep(0.05)
+            with self.lock:
+                self.records.append((started - self.t0, path, status, retry_after, time.monotonic() - started))
+
+    def finish(self) -> list:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(15)
+        return self.records
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+
+def summary(records, label: str) -> Counter:
+    statuses = Counter(r[2] for r in records)
+    print(f"  {label}: {len(records)} requests, statuses {dict(sorted(statuses.items()))}", flush=True)
+    return statuses
+
+
+# --- environment --------------------------------------------------------------------------------
+
+def pg_ready() -> bool:
+    return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"]).returncode == 0
+
+
+def redis_ready() -> bool:
+    return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", "6379", "ping"], capture_output=True,
+                          text=True).stdout.strip() == "PONG"
+
+
+def ensure_services() -> None:
+    if not pg_ready():
+        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", "start"], check=False)
+    if not redis_ready():
+        os.makedirs("/var/lib/redis", exist_ok=True)
+        os.makedirs("/var/log/redis", exist_ok=True)
+        subprocess.run(REDIS_START, check=False)
+    for _ in range(60):
+        if pg_ready() and redis_ready():
+            return
+        time.sleep(0.5)
+    print("!! PostgreSQL or Redis did not come back: start them by hand", flush=True)
+
+
+def worker_pids(gunicorn: Gunicorn) -> set[int]:
+    out = subprocess.run(["pgrep", "-P", str(gunicorn.pid)], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+class Proc:
+    def __init__(self, name: str, cmd: list[str], env: dict, log: Path):
+        self.name, self.log_path, self.log = name, log, open(log, "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, cwd=BASE, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self.log.close()
+
+
+def django_setup(env: dict) -> None:
+    for key in ("DATABASE_URL", "REDIS_URL", "VAR_DIR", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS"):
+        os.environ[key] = env[key]
+    os.environ["DJANGO_SETTINGS_MODULE"] = "rental.settings"
+    os.environ["LOG_LEVEL"] = "WARNING"
+    os.environ["DB_CONN_MAX_AGE"] = "0"
+    sys.path.insert(0, str(BASE))
+    import django
+
+    django.setup()
+
+
+# --- drills -------------------------------------------------------------------------------------
+
+def drill_postgres(gunicorn: Gunicorn, token: str, load_seconds: float) -> None:
+    print(f"\n== PostgreSQL {PG_VERSION} restarted under load (gunicorn pid {gunicorn.pid})", flush=True)
+    from django.db import connections
+
+    connections.close_all()
+    db_urls = [("/healthz", {}), ("/gpus/rtx-3090/", {}), ("/api/v1/leases", {"Authorization": f"Bearer {token}"}),
+               ("/gpus/?vendor=nvidia&min_vram=40", {}), ("/api/v1/offers", {}), ("/faq/", {})]
+    workers_before = worker_pids(gunicorn)
+    load = Load(db_urls, threads=8, max_seconds=load_seconds + 60)
+    time.sleep(5)
+    t_restart = load.now()
+    started = time.monotonic()
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", "restart"], check=True,
+                   timeout=120)
+    restart_took = time.monotonic() - started
+    t_back = load.now()
+    time.sleep(max(0.0, load_seconds - load.now()))
+    records = load.finish()
+    print(f"  pg_ctlcluster restart took {restart_took:.1f} s (t = {t_restart:.1f} → {t_back:.1f} s of "
+          f"{load.now():.0f} s of load)")
+    before = [r for r in records if r[0] < t_restart]
+    during = [r for r in records if t_restart <= r[0] < t_back]
+    after = [r for r in records if r[0] >= t_back]
+    summary(before, "before the restart")
+    s_during = summary(during, "during the restart")
+    for path, _headers in db_urls:
+        print(f"    {path:36} {dict(sorted(Counter(r[2] for r in during if r[1] == path).items()))}")
+    s_after = summary(after, "after the restart")
+    all_statuses = Counter(r[2] for r in records)
+    errors = [r for r in records if r[2] >= 500]
+    expect(all_statuses[500] == 0, f"no 500 at all (got {all_statuses[500]})")
+    expect(all(r[2] == 503 for r in errors), f"every error is a 503 ({Counter(r[2] for r in errors)})")
+    expect(all(r[3] for r in errors if r[2] == 503 and r[1] != "/healthz"),
+           "every 503 (but /healthz's own) carries Retry-After")
+    expect(s_during[0] == 0 and s_after[0] == 0, "gunicorn never stopped answering (no connection errors)")
+    first_ok = {path: min((r[0] for r in after if r[1] == path and r[2] == 200), default=None) for path, _ in db_urls}
+    recovered = max((t for t in first_ok.values() if t is not None), default=None)
+    expect(all(t is not None for t in first_ok.values()), "every endpoint answered 200 again")
+    if recovered is not None:
+        print(f"  every endpoint answering 200 again {recovered - t_back:.2f} s after the restart returned")
+    late = [r for r in after if r[0] > (recovered or t_back) + 1 and r[2] != 200]
+    expect(not late, f"no error more than 1 s after recovery ({len(late)})")
+    expect(gunicorn.proc.poll() is None and worker_pids(gunicorn) == workers_before,
+           "same gunicorn master and workers: no restart needed")
+    tracebacks = gunicorn_log(gunicorn).count("Traceback")
+    expect(tracebacks == 0, f"no traceback in gunicorn's log ({tracebacks})")
+    print(f"  503s: {s_during[503] + s_after[503] + Counter(r[2] for r in before)[503]}; "
+          f"p50/max latency during the restart: {median([r[4] for r in during]) * 1000:.0f} / "
+          f"{max([r[4] for r in during], default=0) * 1000:.0f} ms")
+
+
+def gunicorn_log(gunicorn: Gunicorn) -> str:
+    gunicorn.log.flush()
+    return Path(gunicorn.log.name).read_text(errors="replace")
+
+
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2] if values else 0.0
+
+
+def seed_leases(n: int, first_end_in: float, spread: float):
+    """n paid 1-week leases on demo stock whose terms end between first_end_in and
+    first_end_in + spread seconds from now; even ones can auto-renew from their balance."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing.services import balance_top_up, checkout_place_order
+    from inventory.models import Offer, Site
+    from rental.models import Image
+    from rental.services import account_create
+
+    offer, image = Offer.objects.get(slug="rtx-3090"), Image.objects.get(slug="pytorch-2.5-cuda-12.4")
+    sites = list(Site.objects.all())
+    now, leases = timezone.now(), []
+    for i in range(n):
+        end = now + timedelta(seconds=first_end_in + spread * i / max(1, n - 1))
+        start = end - timedelta(days=7)
+        customer = account_create(username=f"fault{i}", password="faults password 123")
+        balance_top_up(customer=customer, amount_cents=(2 if i % 2 == 0 else 1) * offer.weekly_cents, now=start)
+        lease, _invoice = checkout_place_order(customer=customer, offer=offer, site=sites[i % len(sites)],
+                                               term="week", image=image, ssh_public_key=KEY, pay_from_balance=True,
+                                               now=start)
+        leases.append(lease.pk)
+    return leases
+
+
+def lease_report(ids):
+    from django.db.models import Count
+
+    from billing.models import Invoice, LedgerEntry
+    from rental.models import Lease, LeaseEvent
+
+    events = Counter(LeaseEvent.objects.filter(lease_id__in=ids).values_list("lease_id", "kind"))
+    renewals = dict(Invoice.objects.filter(lease_id__in=ids, kind="renewal").values_list("lease_id")
+                    .annotate(n=Count("id")).values_list("lease_id", "n"))
+    customers = dict(Lease.objects.filter(pk__in=ids).values_list("pk", "customer_id"))
+    charged = Counter({i: LedgerEntry.objects.filter(kind="renewal", account__customer_id=customers[i]).count()
+                       for i in ids})
+    states = dict(Lease.objects.filter(pk__in=ids).values_list("pk", "state"))
+    return events, renewals, charged, states
+
+
+def drill_redis(env: dict, gunicorn: Gunicorn, var_dir: Path, outage: int, tick: float) -> None:
+    print(f"\n== Redis stopped for {outage} s under load, with a Celery worker and beat (tick {tick:g} s)", flush=True)
+    from django.db import connections
+    from django.utils import timezone
+
+    from billing.models import JobRun
+    from rental.models import Lease, LeaseEvent
+
+    celery_env = {**env, "DJANGO_SETTINGS_MODULE": "faults_settings", "FAULTS_TICK": str(tick),
+                  "PYTHONPATH": f"{BASE / 'bench'}:{BASE}", "HOST_AGENT_FAKE_DELAY": "0", "DB_CONN_MAX_AGE": "0"}
+    n = 10
+    # Terms end during the outage (which starts ~20 s from now): their suspension/extension
+    # is due while beat cannot reach the broker.
+    ids = seed_leases(n, first_end_in=30, spread=max(5, outage - 20))
+    connections.close_all()
+    worker = Proc("worker", [CELERY, "-A", "rental", "worker", "--pool=solo", "-n", "faults@%h", "--without-gossip",
+                             "--without-mingle", "-l", "info"], celery_env, var_dir / "worker.log")
+    beat = Proc("beat", [CELERY, "-A", "rental", "beat", "-l", "info", "-s", str(var_dir / "beat-schedule")],
+                celery_env, var_dir / "beat.log")
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and Lease.objects.filter(pk__in=ids, state="active").count() < n:
+            time.sleep(1)
+        connections.close_all()
+        expect(Lease.objects.filter(pk__in=ids, state="active").count() == n,
+               f"before the outage: the worker provisioned all {n} leases")
+        runs_before = JobRun.objects.get(name="lifecycle").last_finished_at
+        pages = [("/", {}), ("/gpus/?vendor=nvidia&min_vram=40", {}), ("/gpus/rtx-3090/", {}), ("/faq/", {}),
+                 ("/api/v1/estimate?model=llama-2-13b&method=lora", {}), ("/api/v1/offers", {}),
+                 ("/size/?model=llama-2-13b&method=lora", {"HX-Request": "true"}), ("/healthz", {})]
+        load = Load(pages, threads=6, max_seconds=outage + 90)
+        time.sleep(max(0.0, 20 - (time.monotonic() - (deadline - 60))))
+        connections.close_all()
+        t_stop = load.now()
+        subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", "6379", "shutdown", "nosave"], capture_output=True)
+        stopped_at = timezone.now()
+        time.sleep(1)
+        expect(not redis_ready(), "Redis is down")
+        time.sleep(max(0, outage - 1))
+        subprocess.run(REDIS_START, check=True)
+        for _ in range(40):
+            if redis_ready():
+                break
+            time.sleep(0.25)
+        t_start, started_at = load.now(), timezone.now()
+        print(f"  Redis down from t = {t_stop:.1f} to {t_start:.1f} s", flush=True)
+        time.sleep(15)
+        records = load.finish()
+        during = [r for r in records if t_stop <= r[0] < t_start]
+        s_during = summary(during, "pages while Redis was down")
+        summary([r for r in records if r[0] >= t_start], "pages after Redis returned")
+        expect(set(s_during) == {200} and len(during) > 0, "every page answered 200 while Redis was down")
+        before = [r[4] for r in records if r[0] < t_stop]
+        print(f"  page latency before: p50 {median(before) * 1000:.1f} ms; "
+              f"while down: p50 {median([r[4] for r in during]) * 1000:.1f} ms, "
+              f"max {max([r[4] for r in during], default=0) * 1000:.0f} ms")
+        # Catch-up: every lease whose term ended is suspended or extended, once.
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            due = Lease.objects.filter(pk__in=ids, ends_at__lte=timezone.now(), state="active").count()
+            if not due and JobRun.objects.get(name="lifecycle").last_finished_at > started_at:
+                break
+            time.sleep(1)
+        time.sleep(2 * tick)  # and two more ticks, which must change nothing
+        connections.close_all()
+        events, renewals, charged, states = lease_report(ids)
+        run = JobRun.objects.get(name="lifecycle")
+        expect(worker.alive() and beat.alive(), "worker and beat are still the same processes (reconnected)")
+        expect(run.last_finished_at > started_at and run.last_finished_at > runs_before,
+               f"the lifecycle ran again after Redis returned (last at {run.last_finished_at:%H:%M:%S})")
+        suspended = [i for i in ids if states[i] == "suspended"]
+        extended = [i for i in ids if events[(i, "extended")]]
+        expect(sorted(suspended) == sorted(ids[1::2]), f"the {n // 2} leases without balance are suspended "
+                                                       f"({len(suspended)})")
+        expect(sorted(extended) == sorted(ids[0::2]), f"the {n // 2} leases with balance renewed ({len(extended)})")
+        expect(all(events[(i, "suspended")] <= 1 and events[(i, "extended")] <= 1 for i in ids),
+               "no transition twice (none doubled)")
+        expect(all(renewals.get(i) == 1 for i in ids), "one renewal invoice per lease")
+        expect(all(charged[i] == (1 if i in extended else 0) for i in ids), "each renewal charged once")
+        suspended_in_outage = [
+            le for le in LeaseEvent.objects.filter(lease_id__in=suspended, kind="suspended")
+            if stopped_at < le.at < started_at]
+        expect(not suspended_in_outage, "nothing was suspended while the broker was away (beat could not send)")
+        waited = [(le.at - started_at).total_seconds() for le in
+                  LeaseEvent.objects.filter(lease_id__in=suspended, kind="suspended", at__gte=started_at)]
+        if waited:
+            print(f"  {len(waited)} suspensions that fell due during the outage ran "
+                  f"{min(waited):.1f}–{max(waited):.1f} s after Redis returned")
+        beat_log = Path(beat.log_path).read_text(errors="replace")
+        print(f"  beat log: {beat_log.count('Sending due task')} ticks sent, "
+              f"{beat_log.lower().count('error')} error lines (broker unreachable)")
+    finally:
+        worker.stop()
+        beat.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("drills", nargs="+", choices=["pg", "redis"])
+    parser.add_argument("--load-seconds", type=float, default=30, help="load around the PostgreSQL restart")
+    parser.add_argument("--redis-seconds", type=int, default=60, help="how long Redis stays down (10..300)")
+    parser.add_argument("--tick", type=float, default=5, help="lifecycle tick for the redis drill (s)")
+    args = parser.parse_args()
+    if not 10 <= args.redis_seconds <= 300 or not 10 <= args.load_seconds <= 300:
+        raise SystemExit("keep --redis-seconds and --load-seconds within 10..300")
+    url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")) or not redis_url:
+        raise SystemExit("Set DATABASE_URL (PostgreSQL server) and REDIS_URL, e.g.\n"
+                         "  DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/13")
+    if shutil.which("pg_ctlcluster") is None:
+        raise SystemExit("pg_ctlcluster not found: this drill restarts the local Debian PostgreSQL cluster")
+    import psycopg
+
+    name, admin_url = f"bench_faults_{os.getpid()}", with_db(url, "postgres")
+    var_dir = Path(tempfile.mkdtemp(prefix="bench-faults-"))
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    gunicorn = None
+    try:
+        env = production_env(with_db(url, name), redis_url, str(var_dir))
+        manage(env, "migrate", "--noinput")
+        manage(env, "load_demo")
+        manage(env, "collectstatic", "--noinput")
+        django_setup(env)
+        from rental.services import account_create
+        from rental.services_customer import api_token_create
+
+        token = api_token_create(customer=account_create(username="apiuser", password="faults password 123"),
+                                 name="faults")[1]
+        gunicorn = Gunicorn(env, PORT, 4, "sync", 1, var_dir / "gunicorn.log")
+        wait_http(f"http://127.0.0.1:{PORT}/healthz")
+        print(f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores; database {name}; "
+              f"gunicorn 4 sync workers on 127.0.0.1:{PORT}", flush=True)
+        if "pg" in args.drills:
+            drill_postgres(gunicorn, token, args.load_seconds)
+        if "redis" in args.drills:
+            drill_redis(env, gunicorn, var_dir, args.redis_seconds, args.tick)
+    finally:
+        if gunicorn:
+            gunicorn.stop()
+        ensure_services()
+        from django.db import connections
+
+        connections.close_all()
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        shutil.rmtree(var_dir, ignore_errors=True)
+        print(f"dropped {name}; PostgreSQL {'up' if pg_ready() else 'DOWN'}, Redis {'up' if redis_ready() else 'DOWN'}")
+    print("\nall expectations met" if not FAILED else f"\n{len(FAILED)} expectation(s) failed: {FAILED}")
+    sys.exit(1 if FAILED else 0)
+
+
+if __name__ == "__main__":
+    main()
