@@ -139,7 +139,7 @@ def sla_figures(*, lease: Lease, period: date, now: datetime) -> SlaFigures:
 def claimable_periods(*, now: datetime) -> list[date]:
     """Months a claim can be filed for now: ended, and ended no more than 30 days ago."""
     periods, cursor = [], date(now.year, now.month, 1)
-    for _ in range(3):
+    for _step in range(3):
         cursor = (cursor - timedelta(days=1)).replace(day=1)
         if now <= month_bounds(cursor)[1] + CLAIM_WINDOW:
             periods.append(cursor)

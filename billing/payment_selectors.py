@@ -8,6 +8,7 @@ from datetime import datetime
 import segno
 from django.db.models import QuerySet
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext, ngettext
 
 from .coins.amounts import format_amount
 from .coins.base import COIN_SPECS, Coin
@@ -74,8 +75,13 @@ def time_left(deadline: datetime, now: datetime) -> str:
     seconds = int((deadline - now).total_seconds())
     s = abs(seconds)
     d, h, m = s // 86400, s % 86400 // 3600, s % 3600 // 60
-    span = f"{d} d {h} h" if d else (f"{h} h {m} min" if h else f"{m} min")
-    return f"in {span}" if seconds >= 0 else f"{span} ago"
+    if d:
+        span = gettext("%(d)d d %(h)d h") % {"d": d, "h": h}
+    elif h:
+        span = gettext("%(h)d h %(m)d min") % {"h": h, "m": m}
+    else:
+        span = ngettext("%(n)d min", "%(n)d min", m) % {"n": m}
+    return gettext("in %(span)s") % {"span": span} if seconds >= 0 else gettext("%(span)s ago") % {"span": span}
 
 
 def qr_svg(uri: str) -> SafeString:

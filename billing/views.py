@@ -6,7 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from inventory.models import Offer, Site
@@ -31,7 +31,7 @@ from .services import (
 
 
 class TopUpForm(forms.Form):
-    amount = forms.DecimalField(label=_lazy("Amount (USD)"), min_value=1, max_value=10_000_000, decimal_places=2,
+    amount = forms.DecimalField(label=gettext_lazy("Amount (USD)"), min_value=1, max_value=10_000_000, decimal_places=2,
                                 widget=forms.NumberInput(attrs={"step": "0.01", "min": "1"}))
 
     def clean(self):

@@ -8,7 +8,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods
 
 from inventory.templatetags.money import format_usd
@@ -19,9 +19,9 @@ from .ops import ClaimRefused, claimable_periods, sla_claim_file
 
 
 class SlaClaimForm(forms.Form):
-    lease = forms.ModelChoiceField(queryset=Lease.objects.none(), label=_lazy("Lease"))
-    period = forms.ChoiceField(label=_lazy("Month (UTC)"))
-    message = forms.CharField(label=_lazy("What happened"), required=False, max_length=4000,
+    lease = forms.ModelChoiceField(queryset=Lease.objects.none(), label=gettext_lazy("Lease"))
+    period = forms.ChoiceField(label=gettext_lazy("Month (UTC)"))
+    message = forms.CharField(label=gettext_lazy("What happened"), required=False, max_length=4000,
                               widget=forms.Textarea(attrs={"rows": 4}))
 
     def __init__(self, *args, customer, now, **kwargs):

@@ -9,6 +9,7 @@ multi-GPU offers share (week ≈ 1.21 × month × 7/30).
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.utils.translation import gettext_noop  # demo texts: the pages translate them when known
 
 from .models import GpuModel, GpuSlot, Interconnect, Node, Offer, Site, StorageProduct
 
@@ -16,14 +17,14 @@ SITES = [("DFW-1", "Dallas"), ("IAD-1", "Ashburn"), ("PDX-1", "Hillsboro")]
 
 # slug, cards, link, bandwidth, sharding
 INTERCONNECTS = [
-    ("nvlink5-nvswitch", "B200 (2, 4 or 8-way)", "NVLink 5 + NVSwitch", "1.8 TB/s", "nvswitch"),
+    ("nvlink5-nvswitch", gettext_noop("B200 (2, 4 or 8-way)"), "NVLink 5 + NVSwitch", "1.8 TB/s", "nvswitch"),
     ("nvlink-nvswitch-900", "H100 SXM, H200 SXM", "NVLink + NVSwitch", "900 GB/s", "nvswitch"),
     ("nvlink-nvswitch-600", "A100 SXM", "NVLink + NVSwitch", "600 GB/s", "nvswitch"),
     ("infinity-fabric", "MI300X", "Infinity Fabric", "896 GB/s", "infinity_fabric"),
-    ("nvlink-bridge-600", "H100 PCIe", "optional NVLink bridge", "600 GB/s", "nvlink_bridge"),
+    ("nvlink-bridge-600", "H100 PCIe", gettext_noop("optional NVLink bridge"), "600 GB/s", "nvlink_bridge"),
     ("nvlink-bridge-112", "A6000, A40, 3090, A5000", "NVLink bridge", "112 GB/s", "nvlink_bridge"),
-    ("pcie-p2p", "L40S, RTX 6000 Ada, L4", "PCIe Gen4 peer-to-peer", "~32 GB/s", "pcie_p2p"),
-    ("pcie", "RTX 4090, RTX 5090", "PCIe, no NVLink", "~32 / ~63 GB/s (Gen4 / Gen5 x16)", "pcie"),
+    ("pcie-p2p", "L40S, RTX 6000 Ada, L4", gettext_noop("PCIe Gen4 peer-to-peer"), "~32 GB/s", "pcie_p2p"),
+    ("pcie", "RTX 4090, RTX 5090", gettext_noop("PCIe, no NVLink"), "~32 / ~63 GB/s (Gen4 / Gen5 x16)", "pcie"),
 ]
 
 
@@ -59,33 +60,33 @@ GPUS = [
     DemoGpu("mi300x", "MI300X", "amd", 192, "HBM3", 5300, "infinity-fabric",
             "Infinity Fabric 896 GB/s", True, 1307, 2000, 45000, 159000, 8, 8, 24, 256, "ROCm 6.4"),
     DemoGpu("l40s", "L40S", "nvidia", 48, "GDDR6 ECC", 864, "pcie-p2p",
-            "PCIe Gen4 peer-to-peer", True, 362, 500, 14800, 52000, 74, 8, 12, 96),
+            gettext_noop("PCIe Gen4 peer-to-peer"), True, 362, 500, 14800, 52000, 74, 8, 12, 96),
     DemoGpu("rtx-a6000", "RTX A6000", "nvidia", 48, "GDDR6 ECC", 768, "nvlink-bridge-112",
-            "NVLink bridge 112 GB/s, pairs", False, 155, 500, 8200, 29000, 65, 4, 12, 96),
+            gettext_noop("NVLink bridge 112 GB/s, pairs"), False, 155, 500, 8200, 29000, 65, 4, 12, 96),
     DemoGpu("rtx-3090", "RTX 3090", "nvidia", 24, "GDDR6X", 936, "nvlink-bridge-112",
-            "NVLink bridge 112 GB/s, pairs", False, 71, 500, 6500, 23000, 186, 8, 8, 64),
+            gettext_noop("NVLink bridge 112 GB/s, pairs"), False, 71, 500, 6500, 23000, 186, 8, 8, 64),
     DemoGpu("rtx-a5000", "RTX A5000", "nvidia", 24, "GDDR6 ECC", 768, "nvlink-bridge-112",
-            "NVLink bridge 112 GB/s, pairs", False, 111, 500, 5500, 19000, 51, 4, 8, 64, "230 W"),
+            gettext_noop("NVLink bridge 112 GB/s, pairs"), False, 111, 500, 5500, 19000, 51, 4, 8, 64, "230 W"),
     DemoGpu("rtx-4090", "RTX 4090", "nvidia", 24, "GDDR6X", 1008, "pcie",
-            "PCIe, no NVLink", True, 165, 500, 11000, 39000, 40, 8, 8, 64),
+            gettext_noop("PCIe, no NVLink"), True, 165, 500, 11000, 39000, 40, 8, 8, 64),
     DemoGpu("a40", "A40", "nvidia", 48, "GDDR6 ECC", 696, "nvlink-bridge-112",
-            "NVLink bridge 112 GB/s, pairs", False, 150, 500, 6800, 24000, 32, 4, 12, 96),
+            gettext_noop("NVLink bridge 112 GB/s, pairs"), False, 150, 500, 6800, 24000, 32, 4, 12, 96),
 ]
 
 # gpu slug, count, weekly cents, monthly cents, note
 MULTI_GPU_OFFERS = [
     ("a100-sxm", 2, 53200, 188100, "NVLink 600 GB/s"),
     ("mi300x", 8, 324000, 1145000, "Infinity Fabric"),
-    ("h100-sxm", 8, 344000, 1217000, "HGX node with NVSwitch"),
+    ("h100-sxm", 8, 344000, 1217000, gettext_noop("HGX node with NVSwitch")),
 ]
 
 STORAGE = [
-    ("extra_nvme", 900, 0, 30, "Extra local NVMe on the same host, encrypted, up to 30 TB per node"),
+    ("extra_nvme", 900, 0, 30, gettext_noop("Extra local NVMe on the same host, encrypted, up to 30 TB per node")),
     ("network_volume", 1400, 0, None,
-     "Three replicas in the region, attachable to several instances, survives release"),
+     gettext_noop("Three replicas in the region, attachable to several instances, survives release")),
     ("snapshot", 600, 0, None,
-     "Restorable to any instance in the region — move a run from A100 to H100 without re-uploading"),
-    ("egress", 400, 20, None, "20 TB per instance-month included, then $4 per TB"),
+     gettext_noop("Restorable to any instance in the region — move a run from A100 to H100 without re-uploading")),
+    ("egress", 400, 20, None, gettext_noop("20 TB per instance-month included, then $4 per TB")),
 ]
 
 

@@ -1,4 +1,5 @@
 from django import forms
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .models import GpuModel, Interconnect, Site
@@ -19,11 +20,13 @@ class CatalogFilterForm(forms.Form):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         links, sites = cached_by_generation("filter-choices", (), _filter_choices)
-        self.fields["link"].choices = [("", _("Any")), *links]
+        # Cached untranslated (one copy for every language); the demo texts are in the catalog.
+        self.fields["link"].choices = [("", _("Any")), *((slug, f"{gettext(link)} — {gettext(cards)}")
+                                                         for slug, link, cards in links)]
         self.fields["site"].choices = [("", _("All sites")), *sites]
 
 
 def _filter_choices() -> tuple[list, list]:
     """The link and site choices (cached with the catalog: saves of either bump it)."""
-    return ([(i.slug, f"{i.link} — {i.cards}") for i in Interconnect.objects.all()],
+    return ([(i.slug, i.link, i.cards) for i in Interconnect.objects.all()],
             [(s.code, str(s)) for s in Site.objects.filter(is_active=True)])

@@ -165,6 +165,8 @@ LOCALE_PATHS = [BASE_DIR / "locale"]
 LANGUAGE_COOKIE_AGE = 365 * 24 * 3600
 LANGUAGE_COOKIE_HTTPONLY = True
 LANGUAGE_COOKIE_SAMESITE = "Lax"
+# zh_Hans groups prices by three with commas ($12,170), as the Chinese source documents do.
+FORMAT_MODULE_PATH = ["rental.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

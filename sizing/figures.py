@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import gettext_lazy
 
 from .engine import Estimate, Job, activation_bytes, estimate, zero_bytes_per_param
 from .presets import PRESETS
@@ -44,9 +44,9 @@ FIRST_DOC_ROWS = (
     RowSpec("13B LoRA", "llama-2-13b", "lora"),
     RowSpec("70B QLoRA", "llama-2-70b", "qlora"),
     RowSpec("34B LoRA", "codellama-34b", "lora"),
-    RowSpec(_lazy("7B full (CUDA only)"), "llama-2-7b", "full", vendor="cuda"),
-    RowSpec(_lazy("70B LoRA, one card"), "llama-2-70b", "lora"),
-    RowSpec(_lazy("70B full, ZeRO-3 across a node"), "llama-2-70b", "full", gpus=8, zero=3),
+    RowSpec(gettext_lazy("7B full (CUDA only)"), "llama-2-7b", "full", vendor="cuda"),
+    RowSpec(gettext_lazy("70B LoRA, one card"), "llama-2-70b", "lora"),
+    RowSpec(gettext_lazy("70B full, ZeRO-3 across a node"), "llama-2-70b", "full", gpus=8, zero=3),
 )
 
 #: the second document's scales (Qwen2.5 family; 7B stands for "7B / 8B")
