@@ -11,6 +11,8 @@ from django.urls import reverse
 from inventory.models import GpuSlot, Node, Site
 
 ROOT = Path(__file__).resolve().parents[2]
+# The test process's own variables, never production's (tests/e2e/conftest.py sets the last).
+TEST_ONLY_ENV = {"TESTING", "DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE"}
 
 
 def test_security_headers_on_pages(client, catalog):
@@ -24,7 +26,7 @@ def test_security_headers_on_pages(client, catalog):
 
 
 def test_production_settings_pass_check_deploy():
-    env = {k: v for k, v in os.environ.items() if k not in {"TESTING", "DEBUG", "DJANGO_SETTINGS_MODULE"}}
+    env = {k: v for k, v in os.environ.items() if k not in TEST_ONLY_ENV}
     env.update(DEBUG="0", SECRET_KEY="x" * 20 + "prod-like-secret-key-with-enough-entropy-Q7#kP",
                ALLOWED_HOSTS="gpus.example.com", DJANGO_SETTINGS_MODULE="rental.settings")
     result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
@@ -34,7 +36,7 @@ def test_production_settings_pass_check_deploy():
 
 
 def test_production_sends_hsts_and_secure_cookies():
-    env = {k: v for k, v in os.environ.items() if k not in {"TESTING", "DEBUG", "DJANGO_SETTINGS_MODULE"}}
+    env = {k: v for k, v in os.environ.items() if k not in TEST_ONLY_ENV}
     env.update(DEBUG="0", SECRET_KEY="s" * 60, DJANGO_SETTINGS_MODULE="rental.settings")
     code = ("from django.conf import settings as s; import django; django.setup(); "
             "print(s.SECURE_HSTS_SECONDS, s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_SSL_REDIRECT)")
