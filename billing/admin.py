@@ -4,7 +4,8 @@ runs are read-only audit views."""
 from django import forms
 from django.contrib import admin
 
-from rental.admin import ReadOnlyAdmin, confirm_with_form, report
+from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
+from rental.admin import confirm_with_form, report
 
 from .models import Account, Invoice, InvoiceLine, JobRun, LedgerEntry
 from .services import BillingError, invoice_settle_manually
@@ -14,18 +15,9 @@ def dollars(cents) -> str:
     return "" if cents is None else f"${cents / 100:,.2f}"
 
 
-class InvoiceLineInline(admin.TabularInline):
+class InvoiceLineInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = InvoiceLine
     fields = ("description", "quantity", "unit_cents", "amount_cents")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 class SettlementForm(forms.Form):

@@ -9,6 +9,7 @@ from django.urls import path
 from django.utils import timezone
 
 from inventory.admin import IncidentAdmin, NodeAdmin
+from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from inventory.models import Incident, Node
 from rental.failover import MigrationRefused, incident_migrate, node_evacuate
 from rental.models import NetworkVolume, Snapshot, VolumeAttachment
@@ -185,30 +186,13 @@ _install_ops_urls(admin.site)
 
 # --- storage products and egress (read-only: writes go through billing.ops / rental.storage) ---
 
-class _ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class VolumeAttachmentInline(admin.TabularInline):
+class VolumeAttachmentInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = VolumeAttachment
     fields = ("lease", "attached_at", "detached_at")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(NetworkVolume)
-class NetworkVolumeAdmin(_ReadOnly):
+class NetworkVolumeAdmin(ReadOnlyAdmin):
     list_display = ("id", "name", "customer", "site", "size_tb", "state", "paid_until", "created_at")
     list_filter = ("state", "site")
     search_fields = ("name", "customer__username")
@@ -217,7 +201,7 @@ class NetworkVolumeAdmin(_ReadOnly):
 
 
 @admin.register(Snapshot)
-class SnapshotAdmin(_ReadOnly):
+class SnapshotAdmin(ReadOnlyAdmin):
     list_display = ("id", "customer", "source_lease", "region", "size_tb", "state", "paid_until", "created_at")
     list_filter = ("state", "region")
     search_fields = ("customer__username", "source_lease__id")
@@ -225,7 +209,7 @@ class SnapshotAdmin(_ReadOnly):
 
 
 @admin.register(EgressUsage)
-class EgressUsageAdmin(_ReadOnly):
+class EgressUsageAdmin(ReadOnlyAdmin):
     list_display = ("lease", "term_start", "tb_used", "billed_overage_tb", "reported_at")
     search_fields = ("lease__id",)
     list_select_related = ("lease__offer__gpu_model",)

@@ -5,6 +5,8 @@ from django.contrib import admin, messages
 from django.utils import timezone
 from django.utils.html import format_html
 
+from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
+
 from .coins.amounts import format_amount
 from .coins.base import Coin
 from .coins_config import gap_limit
@@ -14,17 +16,6 @@ from .payments import PaymentError, coin_rate_set, wallet_gap_exceeded
 
 def _coins(obj, value) -> str:
     return f"{format_amount(int(value), Coin(obj.coin).decimals)} {obj.coin}"
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(CoinRate)
@@ -67,20 +58,14 @@ class CoinWalletAdmin(ReadOnlyAdmin):
         return "ok"
 
 
-class PaymentInline(admin.TabularInline):
+class PaymentInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = Payment
-    extra = 0
-    can_delete = False
     fields = ("txid", "output_index", "amount_coins", "confirmations", "state", "block_height", "first_seen_at",
               "confirmed_at")
-    readonly_fields = fields
 
     @admin.display(description="amount")
     def amount_coins(self, obj):
         return _coins(obj, obj.amount)
-
-    def has_add_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Quote)

@@ -3,6 +3,7 @@ from django.contrib import admin, messages
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
+from .admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from .incidents import IncidentRefused, incident_close, incident_open
 from .models import (
     AuditEntry,
@@ -96,17 +97,11 @@ class NodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(SlotAllocation)
-class SlotAllocationAdmin(admin.ModelAdmin):
+class SlotAllocationAdmin(ReadOnlyAdmin):
     list_display = ("slot", "lease_id", "allocated_at", "released_at")
     list_filter = (("released_at", admin.EmptyFieldListFilter),)
     search_fields = ("lease_id", "slot__node__name")
     list_select_related = ("slot__node",)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(StorageProduct)
@@ -115,19 +110,10 @@ class StorageProductAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdmin):
     list_display = ("at", "actor", "action", "object_type", "object_id")
     list_filter = ("action", "object_type")
     search_fields = ("object_id", "action")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 # --- incidents ----------------------------------------------------------------------------
@@ -149,15 +135,9 @@ class IncidentForm(forms.ModelForm):
         return data
 
 
-class DowntimeInline(admin.TabularInline):
+class DowntimeInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = Downtime
     fields = ("lease_id", "kind", "starts_at", "ends_at")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Incident)
@@ -217,17 +197,8 @@ class IncidentAdmin(admin.ModelAdmin):
 
 
 @admin.register(Downtime)
-class DowntimeAdmin(admin.ModelAdmin):
+class DowntimeAdmin(ReadOnlyAdmin):
     list_display = ("lease_id", "incident", "kind", "starts_at", "ends_at")
     list_filter = ("kind", ("ends_at", admin.EmptyFieldListFilter))
     search_fields = ("lease_id",)
     list_select_related = ("incident__site", "incident__node", "incident__slot__node")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

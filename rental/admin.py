@@ -12,6 +12,8 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
+
 from . import services
 from .models import DiskKey, Image, Lease, LeaseEvent, LeaseState, Notification
 
@@ -66,19 +68,6 @@ def report(modeladmin, request, *, verb: str, done: list, refused: list) -> None
         modeladmin.message_user(request, f"#{pk} not {verb.lower()}: {why}", messages.WARNING)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """An audit trail: viewable, never added to, changed or deleted from the admin."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
 # --- leases -------------------------------------------------------------------------------
 
 class DeadlineFilter(admin.SimpleListFilter):
@@ -104,34 +93,16 @@ class DeadlineFilter(admin.SimpleListFilter):
         return queryset
 
 
-class LeaseEventInline(admin.TabularInline):
+class LeaseEventInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = LeaseEvent
     fields = ("at", "kind", "from_state", "to_state", "actor", "reason", "data")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
     show_change_link = False
 
-    def has_add_permission(self, request, obj=None):
-        return False
 
-    def has_change_permission(self, request, obj=None):
-        return False
-
-
-class DiskKeyInline(admin.StackedInline):
+class DiskKeyInline(ReadOnlyInlineMixin, admin.StackedInline):
     model = DiskKey
     fields = ("key_ref", "state", "created_at", "destroy_requested_at", "destroy_requested_by", "destroy_reason",
               "destroyed_at", "destruction_proof")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 def lease_timeline(lease: Lease, now) -> list[tuple]:
