@@ -5,8 +5,9 @@ Creates a throwaway PostgreSQL database (bench_load_<pid>, dropped at the end), 
 (DEBUG=0, SECRET_KEY set, ALLOWED_HOSTS=127.0.0.1, SECURE_SSL_REDIRECT=0, REDIS_URL as
 given, BENCH_BASELINE_VIEW=1), then runs wrk against each target in turn — the bare
 Django view first (the baseline of this same run), the home page, the filtered catalog,
-the calculator's htmx endpoint and GET /api/v1/estimate — and prints requests/s, p50,
-p99, non-2xx/3xx responses, socket errors and the ratio to the bare view.
+the calculator's htmx endpoint and GET /api/v1/estimate, then the bare view again — and
+prints requests/s, p50, p99, non-2xx/3xx responses, socket errors and the ratio to the
+bare view (the mean of its two runs).
 
 Installs nothing: wrk comes from Debian (`apt-get install -y wrk`).
 
@@ -171,12 +172,15 @@ def main() -> None:
         for _label, path, _extra, _target in targets:  # warm every worker's imports and caches
             run_wrk(base + path, _extra, 2, min(args.connections, 8), 1)
         results = []
-        for label, path, extra, target in targets:
+        # The bare view runs first and again last: the baseline is their mean, so a machine
+        # that gets busier or quieter during the run skews the ratios less.
+        for label, path, extra, target in [*targets, (TARGETS[0][0] + " (again)", *TARGETS[0][1:])]:
             r = run_wrk(base + path, extra, args.duration, args.connections, args.wrk_threads)
             results.append((label, path, r, target))
             print(f"  {label:22} {r['rps']:8.1f} req/s  p50 {r['p50']:7.2f} ms  p99 {r['p99']:7.2f} ms  "
                   f"non-2xx {r['non2xx']}  socket errors {r['socket_errors']}", flush=True)
-        bare = results[0][2]["rps"]
+        bare = (results[0][2]["rps"] + results[-1][2]["rps"]) / 2
+        print(f"baseline: mean of the two bare-view runs, {bare:.1f} req/s")
         print(f"\n{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores, gunicorn {args.workers} × "
               f"{args.worker_class}{f' ({args.threads} threads)' if args.worker_class == 'gthread' else ''}, "
               f"wrk -t{args.wrk_threads} -c{args.connections} -d{args.duration}s"
