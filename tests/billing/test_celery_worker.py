@@ -165,6 +165,7 @@ def test_worker_killed_mid_task_is_redelivered_and_ends_like_a_clean_run(catalog
     settings.HOST_AGENT_FAKE_DELAY = 0
     t1 = timezone.now().replace(microsecond=0) - timedelta(days=8)
     clean = due_leases(24, t1, "c")
-    assert len(run_lifecycle(timezone.now())) == 24 + 24 + 16  # touches only the fresh copy
+    # touches only the fresh copy (the last 16 are the suspension notices)
+    assert len(run_lifecycle(timezone.now())) == 24 + 24 + 16 + 16
     assert result == summary(clean, t1)
     assert Counter(row[0] for row in result) == {S.ACTIVE: 8, S.SUSPENDED: 16}

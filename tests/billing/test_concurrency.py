@@ -150,7 +150,8 @@ def test_two_lifecycle_passes_at_once_transition_each_lease_once(catalog, settin
 
     first, second = in_threads(lambda: run_lifecycle(now), lambda: run_lifecycle(now))
     assert not isinstance(first, BaseException) and not isinstance(second, BaseException), (first, second)
-    assert len(first) + len(second) == 50 + 50 + 25  # provisioned, renewal invoices, suspended
+    # provisioned, renewal invoices, suspended, and one suspension notice per suspended lease
+    assert len(first) + len(second) == 50 + 50 + 25 + 25
 
     kinds = Counter(LeaseEvent.objects.values_list("kind", flat=True))
     assert kinds == Counter({"created": 50, "paid": 50, "provisioned": 50, "extended": 25, "suspended": 25})
