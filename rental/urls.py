@@ -30,6 +30,7 @@ customer = [
     path("order/<slug:offer_slug>/", billing_views.order, name="order"),
     path("billing/sla/", include("billing.urls_sla")),
     path("billing/", include("billing.urls")),
+    path("storage/mine/", include("billing.urls_storage")),
 ]
 
 api_v1 = [

@@ -1,0 +1,17 @@
+"""The customer's storage page, mounted with `path("storage/mine/", include("billing.urls_storage"))`."""
+from django.urls import path
+
+from . import views_storage as v
+
+app_name = "storage_mine"
+
+urlpatterns = [
+    path("", v.index, name="index"),
+    path("volumes/", v.volume_create, name="volume_create"),
+    path("volumes/<int:volume_id>/attach/", v.volume_attach_view, name="volume_attach"),
+    path("volumes/<int:volume_id>/detach/<int:lease_id>/", v.volume_detach_view, name="volume_detach"),
+    path("volumes/<int:volume_id>/delete/", v.volume_delete, name="volume_delete"),
+    path("snapshots/", v.snapshot_create, name="snapshot_create"),
+    path("snapshots/<int:snapshot_id>/restore/", v.snapshot_restore, name="snapshot_restore"),
+    path("snapshots/<int:snapshot_id>/delete/", v.snapshot_delete, name="snapshot_delete"),
+]

@@ -1,0 +1,254 @@
+"""The customer's storage page (/storage/mine/): network volumes and snapshots, ordering
+them from the balance, attaching/detaching volumes, taking/restoring snapshots, deleting.
+Here (billing) because ordering charges money; rental.storage does the writes. Refusals
+are checked first with a translated message, so rental's English text is only a fallback."""
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from inventory.models import Site, StorageProduct
+from rental.models import Lease, LeaseState, NetworkVolume, Snapshot, VolumeAttachment
+from rental.storage import StorageRefused, storage_delete, volume_attach, volume_detach
+from rental.storage import snapshot_restore as _snapshot_restore
+
+from .ops import snapshot_order, volume_order
+from .services import InsufficientBalance, account_for
+
+S = LeaseState
+ATTACHABLE = (S.PROVISIONING, S.ACTIVE)  # rental.storage: volumes attach to and restore onto running leases
+SNAPSHOTTABLE = (S.ACTIVE, S.SUSPENDED)
+MAX_TB = 100
+
+
+class VolumeForm(forms.Form):
+    site = forms.ModelChoiceField(label=gettext_lazy("Site"), queryset=Site.objects.filter(is_active=True),
+                                  to_field_name="code", empty_label=None)
+    size_tb = forms.IntegerField(label=gettext_lazy("Size (TB)"), min_value=1, max_value=MAX_TB, initial=1)
+    name = forms.CharField(label=gettext_lazy("Name"), max_length=60, initial="data")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["site"].label_from_instance = lambda site: f"{site.code} ({site.name}, {site.region})"
+
+
+class SnapshotForm(forms.Form):
+    lease = forms.ModelChoiceField(label=gettext_lazy("Lease"), queryset=Lease.objects.none(), empty_label=None)
+    size_tb = forms.IntegerField(label=gettext_lazy("Size (TB)"), min_value=1, max_value=MAX_TB, initial=1)
+
+    def __init__(self, *args, customer, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["lease"].queryset = _leases(customer).filter(state__in=SNAPSHOTTABLE)
+        self.fields["lease"].label_from_instance = _lease_label
+
+
+def _lease_label(lease: Lease) -> str:
+    return f"#{lease.pk} {lease.offer.display_name} ({lease.site.code})"
+
+
+def _leases(customer):
+    return Lease.objects.filter(customer=customer).select_related("offer__gpu_model", "site")
+
+
+def _volumes(customer):
+    return NetworkVolume.objects.filter(customer=customer).exclude(state=NetworkVolume.State.DELETED)
+
+
+def _snapshots(customer):
+    return Snapshot.objects.filter(customer=customer).exclude(state=Snapshot.State.DELETED)
+
+
+def _price(kind: str) -> int | None:
+    product = StorageProduct.objects.filter(kind=kind).first()
+    return product.cents_per_tb_month if product else None
+
+
+def _page(request, *, volume_form=None, snapshot_form=None, status=200):
+    user = request.user
+    running = list(_leases(user).filter(state__in=ATTACHABLE))
+    volumes = list(_volumes(user).select_related("site"))
+    attached = {}
+    for a in VolumeAttachment.objects.filter(volume__in=volumes, detached_at__isnull=True).select_related(
+            "lease__offer__gpu_model", "lease__site"):
+        attached.setdefault(a.volume_id, []).append(a.lease)
+    volume_rows = []
+    for v in volumes:
+        on = attached.get(v.pk, [])
+        ids = {lease.pk for lease in on}
+        targets = [lease for lease in running if lease.site_id == v.site_id and lease.pk not in ids]
+        volume_rows.append({"volume": v, "leases": on, "targets": targets})
+    snapshot_rows = [
+        {"snapshot": s, "targets": [lease for lease in running
+                                    if lease.site.region == s.region and lease.pk != s.source_lease_id]}
+        for s in _snapshots(user).select_related("source_lease__offer__gpu_model", "source_lease__site")]
+    context = {
+        "volume_rows": volume_rows, "snapshot_rows": snapshot_rows,
+        "volume_form": volume_form or VolumeForm(),
+        "snapshot_form": snapshot_form or SnapshotForm(customer=user),
+        "balance_cents": account_for(user).balance_cents,
+        "volume_price": _price(StorageProduct.Kind.NETWORK_VOLUME), "snapshot_price": _price(StorageProduct.Kind.SNAPSHOT),
+    }
+    return render(request, "billing/storage/mine.html", context, status=status)
+
+
+def _short_balance(request, exc: InsufficientBalance):
+    messages.error(request, format_html(
+        '{} {} <a href="{}">{}</a>', exc, _("Nothing was ordered."), reverse("billing:balance"),
+        _("Top up your balance")))
+
+
+def _back():
+    return redirect("storage_mine:index")
+
+
+@login_required
+@require_GET
+def index(request):
+    return _page(request)
+
+
+@login_required
+@require_POST
+def volume_create(request):
+    form = VolumeForm(request.POST)
+    if not form.is_valid():
+        return _page(request, volume_form=form, status=400)
+    data = form.cleaned_data
+    try:
+        volume = volume_order(customer=request.user, site=data["site"], name=data["name"], size_tb=data["size_tb"],
+                              now=timezone.now())
+    except InsufficientBalance as exc:
+        _short_balance(request, exc)
+        return _page(request, volume_form=form, status=400)
+    except StorageRefused as exc:
+        messages.error(request, _("Refused: %(why)s") % {"why": exc})
+        return _page(request, volume_form=form, status=400)
+    messages.success(request, _("Network volume “%(name)s” ordered: %(size)d TB at %(site)s, paid for 30 days.")
+                     % {"name": volume.name, "size": volume.size_tb, "site": volume.site.code})
+    return _back()
+
+
+@login_required
+@require_POST
+def volume_attach_view(request, volume_id: int):
+    volume = get_object_or_404(_volumes(request.user).select_related("site"), pk=volume_id)
+    lease = get_object_or_404(_leases(request.user), pk=_int(request.POST.get("lease")))
+    if volume.state != NetworkVolume.State.ACTIVE:
+        messages.error(request, _("Volume “%(name)s” is %(state)s; it cannot be attached.")
+                       % {"name": volume.name, "state": volume.get_state_display()})
+    elif lease.site_id != volume.site_id:
+        messages.error(request, _("Volume “%(name)s” is at %(vsite)s and lease #%(id)d at %(lsite)s: a volume "
+                                  "attaches only to leases at its own site.")
+                       % {"name": volume.name, "vsite": volume.site.code, "id": lease.pk, "lsite": lease.site.code})
+    elif lease.state not in ATTACHABLE:
+        messages.error(request, _("Lease #%(id)d is %(state)s; volumes attach only to running leases.")
+                       % {"id": lease.pk, "state": lease.get_state_display()})
+    else:
+        try:
+            volume_attach(volume=volume, lease=lease, now=timezone.now(), actor=request.user)
+        except StorageRefused as exc:
+            messages.error(request, _("Refused: %(why)s") % {"why": exc})
+        else:
+            messages.success(request, _("Volume “%(name)s” attached to lease #%(id)d.")
+                             % {"name": volume.name, "id": lease.pk})
+    return _back()
+
+
+@login_required
+@require_POST
+def volume_detach_view(request, volume_id: int, lease_id: int):
+    volume = get_object_or_404(_volumes(request.user), pk=volume_id)
+    lease = get_object_or_404(_leases(request.user), pk=lease_id)
+    if volume_detach(volume=volume, lease_id=lease.pk, now=timezone.now(), actor=request.user):
+        messages.success(request, _("Volume “%(name)s” detached from lease #%(id)d.")
+                         % {"name": volume.name, "id": lease.pk})
+    else:
+        messages.error(request, _("Volume “%(name)s” is not attached to lease #%(id)d.")
+                       % {"name": volume.name, "id": lease.pk})
+    return _back()
+
+
+@login_required
+@require_POST
+def snapshot_create(request):
+    form = SnapshotForm(request.POST, customer=request.user)
+    lease_id = _int(request.POST.get("lease"))
+    if lease_id is not None:  # someone else's lease is a 404, not a form error
+        get_object_or_404(_leases(request.user), pk=lease_id)
+    if not form.is_valid():
+        return _page(request, snapshot_form=form, status=400)
+    lease = form.cleaned_data["lease"]
+    try:
+        snap = snapshot_order(lease=lease, size_tb=form.cleaned_data["size_tb"], now=timezone.now(),
+                              actor=request.user)
+    except InsufficientBalance as exc:
+        _short_balance(request, exc)
+        return _page(request, snapshot_form=form, status=400)
+    except StorageRefused as exc:
+        messages.error(request, _("Refused: %(why)s") % {"why": exc})
+        return _page(request, snapshot_form=form, status=400)
+    messages.success(request, _("Snapshot #%(id)d of lease #%(lease)d taken: %(size)d TB, paid for 30 days.")
+                     % {"id": snap.pk, "lease": lease.pk, "size": snap.size_tb})
+    return _back()
+
+
+@login_required
+@require_POST
+def snapshot_restore(request, snapshot_id: int):
+    snap = get_object_or_404(_snapshots(request.user), pk=snapshot_id)
+    lease = get_object_or_404(_leases(request.user), pk=_int(request.POST.get("lease")))
+    if snap.state != Snapshot.State.AVAILABLE:
+        messages.error(request, _("Snapshot #%(id)d is %(state)s; it cannot be restored.")
+                       % {"id": snap.pk, "state": snap.get_state_display()})
+    elif lease.site.region != snap.region:
+        messages.error(request, _("Snapshot #%(id)d is in region %(sregion)s and lease #%(lease)d in %(lregion)s: "
+                                  "a snapshot restores only within its region.")
+                       % {"id": snap.pk, "sregion": snap.region, "lease": lease.pk, "lregion": lease.site.region})
+    elif lease.state not in ATTACHABLE:
+        messages.error(request, _("Lease #%(id)d is %(state)s; snapshots restore only onto running leases.")
+                       % {"id": lease.pk, "state": lease.get_state_display()})
+    else:
+        try:
+            _snapshot_restore(snapshot=snap, target=lease, now=timezone.now(), actor=request.user)
+        except StorageRefused as exc:
+            messages.error(request, _("Refused: %(why)s") % {"why": exc})
+        else:
+            messages.success(request, _("Snapshot #%(id)d restored onto lease #%(lease)d.")
+                             % {"id": snap.pk, "lease": lease.pk})
+    return _back()
+
+
+def _delete(request, obj, *, done: str):
+    if request.method == "GET":
+        return render(request, "billing/storage/confirm_delete.html",
+                      {"obj": obj, "is_volume": isinstance(obj, NetworkVolume)})
+    if storage_delete(obj=obj, now=timezone.now(), actor=request.user, reason="deleted by the customer"):
+        messages.success(request, done)
+    return _back()
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def volume_delete(request, volume_id: int):
+    volume = get_object_or_404(_volumes(request.user).select_related("site"), pk=volume_id)
+    return _delete(request, volume, done=_("Volume “%(name)s” deleted.") % {"name": volume.name})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def snapshot_delete(request, snapshot_id: int):
+    snap = get_object_or_404(_snapshots(request.user), pk=snapshot_id)
+    return _delete(request, snap, done=_("Snapshot #%(id)d deleted.") % {"id": snap.pk})
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
