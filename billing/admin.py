@@ -3,6 +3,8 @@ action (a note is required and recorded with the operator); the ledger, accounts
 runs are read-only audit views."""
 from django import forms
 from django.contrib import admin
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from rental.admin import confirm_with_form, report
@@ -22,7 +24,8 @@ class InvoiceLineInline(ReadOnlyInlineMixin, admin.TabularInline):
 
 class SettlementForm(forms.Form):
     note = forms.CharField(max_length=300, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-                           help_text="Why and how it was paid (e.g. bank transfer reference). Kept on the invoice.")
+                           label=_("Note"),
+                           help_text=_("Why and how it was paid (e.g. bank transfer reference). Kept on the invoice."))
 
 
 @admin.register(Invoice)
@@ -32,7 +35,7 @@ class InvoiceAdmin(admin.ModelAdmin):
     list_filter = ("state", "kind", "paid_via")
     list_select_related = ("customer", "settled_by")
     search_fields = ("customer__username", "note")
-    search_help_text = "Invoice id (e.g. 42 or #42), customer username or note"
+    search_help_text = _("Invoice id (e.g. 42 or #42), customer username or note")
     ordering = ("-created_at", "-id")
     inlines = [InvoiceLineInline]
     actions = ["settle_manually"]
@@ -52,17 +55,17 @@ class InvoiceAdmin(admin.ModelAdmin):
             return queryset.filter(pk=int(term)), False
         return super().get_search_results(request, queryset, search_term)
 
-    @admin.display(description="amount", ordering="amount_cents")
+    @admin.display(description=_("amount"), ordering="amount_cents")
     def amount(self, obj):
         return dollars(obj.amount_cents)
 
-    @admin.action(description="Settle manually (paid outside the platform)…")
+    @admin.action(description=_("Settle manually (paid outside the platform)…"))
     def settle_manually(self, request, queryset):
         form, page = confirm_with_form(
-            self, request, queryset, action="settle_manually", title="Settle invoices manually",
-            warning="Each open invoice is marked paid (via 'manual') with your note, and its lease gets its term; "
-                    "a payment for a lease that has ended goes to the customer's balance.",
-            confirm_label="Yes, mark paid", form_class=SettlementForm)
+            self, request, queryset, action="settle_manually", title=gettext("Settle invoices manually"),
+            warning=gettext("Each open invoice is marked paid (via 'manual') with your note, and its lease gets its "
+                            "term; a payment for a lease that has ended goes to the customer's balance."),
+            confirm_label=gettext("Yes, mark paid"), form_class=SettlementForm)
         if page:
             return page
         done, refused = [], []
@@ -72,9 +75,10 @@ class InvoiceAdmin(admin.ModelAdmin):
             except BillingError as exc:
                 ok, why = False, str(exc)
             else:
-                why = f"it is {invoice.get_state_display()}, not open"
+                why = gettext("it is %(state)s, not open") % {"state": invoice.get_state_display()}
             (done.append(invoice.pk) if ok else refused.append((invoice.pk, why)))
-        report(self, request, verb="Settled", done=done, refused=refused)
+        report(self, request, done_message=gettext("Settled: %(ids)s."),
+               refused_message=gettext("#%(id)s not settled: %(why)s"), done=done, refused=refused)
 
 
 @admin.register(Account)
@@ -83,7 +87,7 @@ class AccountAdmin(ReadOnlyAdmin):
     search_fields = ("customer__username",)
     list_select_related = ("customer",)
 
-    @admin.display(description="balance", ordering="balance_cents")
+    @admin.display(description=_("balance"), ordering="balance_cents")
     def balance(self, obj):
         return dollars(obj.balance_cents)
 
@@ -96,11 +100,11 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
     list_select_related = ("account__customer", "actor")
     date_hierarchy = "at"
 
-    @admin.display(description="amount", ordering="amount_cents")
+    @admin.display(description=_("amount"), ordering="amount_cents")
     def amount(self, obj):
         return dollars(obj.amount_cents)
 
-    @admin.display(description="balance after")
+    @admin.display(description=_("balance after"))
     def balance_after(self, obj):
         return dollars(obj.balance_after_cents)
 

@@ -7,6 +7,8 @@ from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from inventory.admin import IncidentAdmin, NodeAdmin
 from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
@@ -21,12 +23,12 @@ from .ops import ClaimRefused, sla_claim_approve, sla_claim_decline, sla_figures
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(max_length=300, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-                             help_text="Recorded with your name; the customer sees it.")
+                             label=_("Reason"), help_text=_("Recorded with your name; the customer sees it."))
 
 
 class OptionalReasonForm(ReasonForm):
     reason = forms.CharField(max_length=300, required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-                             help_text="Optional; the computed band is recorded anyway.")
+                             label=_("Reason"), help_text=_("Optional; the computed band is recorded anyway."))
 
 
 def confirm(modeladmin, request, queryset, *, action, title, warning, confirm_label, form_class, headers=(),
@@ -51,7 +53,7 @@ def _report(modeladmin, request, report):
 class OpsNodeAdmin(NodeAdmin):
     actions = [*NodeAdmin.actions, "migrate_leases"]
 
-    @admin.action(description="Migrate live leases to other nodes at the same site (hardware failure)")
+    @admin.action(description=_("Migrate live leases to other nodes at the same site (hardware failure)"))
     def migrate_leases(self, request, queryset):
         for node in queryset:
             _report(self, request, node_evacuate(node=node, actor=request.user))
@@ -60,13 +62,14 @@ class OpsNodeAdmin(NodeAdmin):
 class OpsIncidentAdmin(IncidentAdmin):
     actions = [*IncidentAdmin.actions, "migrate_leases"]
 
-    @admin.action(description="Migrate the affected leases off the failed node(s)")
+    @admin.action(description=_("Migrate the affected leases off the failed node(s)"))
     def migrate_leases(self, request, queryset):
         for incident in queryset:
             try:
                 _report(self, request, incident_migrate(incident=incident, actor=request.user))
             except MigrationRefused as exc:
-                self.message_user(request, f"Incident #{incident.pk}: {exc}.", messages.ERROR)
+                self.message_user(request, gettext("Incident #%(id)s: %(error)s.") % {"id": incident.pk, "error": exc},
+                                  messages.ERROR)
 
 
 for _model, _admin in ((Node, OpsNodeAdmin), (Incident, OpsIncidentAdmin)):
@@ -95,31 +98,35 @@ class SlaClaimAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
-    @admin.display(description="credit", ordering="credit_cents")
+    @admin.display(description=_("credit"), ordering="credit_cents")
     def credit(self, obj):
         return f"${obj.credit_cents / 100:,.2f}"
 
-    @admin.display(description="computed from today's records")
+    @admin.display(description=_("computed from today's records"))
     def figures_now(self, obj):
         f = sla_figures(lease=obj.lease, period=obj.period, now=timezone.now())
-        return (f"availability {f.availability_pct}% ({f.downtime_seconds // 60} min down of "
-                f"{f.paid_seconds // 3600} h paid); {f.band}; credit ${f.credit_cents / 100:,.2f}")
+        return gettext("availability %(pct)s%% (%(down)s min down of %(paid)s h paid); %(band)s; "
+                       "credit %(credit)s") % {"pct": f.availability_pct, "down": f.downtime_seconds // 60,
+                                               "paid": f.paid_seconds // 3600, "band": f.band,
+                                               "credit": f"${f.credit_cents / 100:,.2f}"}
 
     def _rows(self, queryset):
         now = timezone.now()
         rows = []
         for claim in queryset.select_related("lease"):
             f = sla_figures(lease=claim.lease, period=claim.period, now=now)
-            rows.append((f"#{claim.pk}", f"lease #{claim.lease_id}", f"{claim.period:%Y-%m}",
+            rows.append((f"#{claim.pk}", gettext("lease #%(id)s") % {"id": claim.lease_id}, f"{claim.period:%Y-%m}",
                          f"{f.availability_pct}%", f.band, f"${f.credit_cents / 100:,.2f}"))
-        return ("claim", "lease", "month", "availability", "band", "credit"), rows
+        return (gettext("claim"), gettext("lease"), gettext("month"), gettext("availability"), gettext("band"),
+                gettext("credit")), rows
 
-    @admin.action(description="Approve: credit the computed amount to the customer's balance")
+    @admin.action(description=_("Approve: credit the computed amount to the customer's balance"))
     def approve(self, request, queryset):
         headers, rows = self._rows(queryset)
-        form, page = confirm(self, request, queryset, action="approve", title="Approve SLA claims",
-                             warning="These credits go to the customers' balances (once per lease and month).",
-                             confirm_label="Approve and credit", form_class=OptionalReasonForm,
+        form, page = confirm(self, request, queryset, action="approve", title=gettext("Approve SLA claims"),
+                             warning=gettext("These credits go to the customers' balances (once per lease and "
+                                             "month)."),
+                             confirm_label=gettext("Approve and credit"), form_class=OptionalReasonForm,
                              headers=headers, rows=rows)
         if page:
             return page
@@ -131,16 +138,17 @@ class SlaClaimAdmin(admin.ModelAdmin):
                 self.message_user(request, str(exc), messages.WARNING)
                 continue
             if claim.state == SlaClaim.State.APPROVED:
-                self.message_user(request, f"Claim #{claim.pk}: ${claim.credit_cents / 100:,.2f} credited.",
-                                  messages.SUCCESS)
+                self.message_user(request, gettext("Claim #%(id)s: %(credit)s credited.")
+                                  % {"id": claim.pk, "credit": f"${claim.credit_cents / 100:,.2f}"}, messages.SUCCESS)
             else:
-                self.message_user(request, f"Claim #{claim.pk} declined: {claim.decision_reason}", messages.WARNING)
+                self.message_user(request, gettext("Claim #%(id)s declined: %(reason)s")
+                                  % {"id": claim.pk, "reason": claim.decision_reason}, messages.WARNING)
 
-    @admin.action(description="Decline with a reason")
+    @admin.action(description=_("Decline with a reason"))
     def decline(self, request, queryset):
         headers, rows = self._rows(queryset)
-        form, page = confirm(self, request, queryset, action="decline", title="Decline SLA claims",
-                             warning="The customer sees your reason.", confirm_label="Decline",
+        form, page = confirm(self, request, queryset, action="decline", title=gettext("Decline SLA claims"),
+                             warning=gettext("The customer sees your reason."), confirm_label=gettext("Decline"),
                              form_class=ReasonForm, headers=headers, rows=rows)
         if page:
             return page
@@ -148,7 +156,7 @@ class SlaClaimAdmin(admin.ModelAdmin):
             try:
                 sla_claim_decline(claim=claim, actor=request.user, reason=form.cleaned_data["reason"],
                                   now=timezone.now())
-                self.message_user(request, f"Claim #{claim.pk} declined.", messages.SUCCESS)
+                self.message_user(request, gettext("Claim #%(id)s declined.") % {"id": claim.pk}, messages.SUCCESS)
             except ClaimRefused as exc:
                 self.message_user(request, str(exc), messages.WARNING)
 
@@ -157,7 +165,7 @@ class SlaClaimAdmin(admin.ModelAdmin):
 
 def dashboard_view(request):
     board = dash.dashboard(timezone.now())
-    context = {**admin.site.each_context(request), "title": "Operations dashboard", "board": board,
+    context = {**admin.site.each_context(request), "title": gettext("Operations dashboard"), "board": board,
                "totals": board.capacity_totals}
     return TemplateResponse(request, "admin/ops/dashboard.html", context)
 

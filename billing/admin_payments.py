@@ -4,6 +4,8 @@ Status is read-only here: money moves only through billing.payments."""
 from django.contrib import admin, messages
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 
@@ -24,10 +26,10 @@ class CoinRateAdmin(admin.ModelAdmin):
     fields = ("coin", "usd_per_coin", "source", "set_at")
     readonly_fields = ("set_at",)
 
-    @admin.display(description="age")
+    @admin.display(description=_("age"))
     def age(self, obj):
         minutes = int((timezone.now() - obj.set_at).total_seconds() // 60)
-        return f"{minutes} min"
+        return gettext("%(minutes)s min") % {"minutes": minutes}
 
     def has_delete_permission(self, request, obj=None):
         return False
@@ -46,16 +48,16 @@ class CoinRateAdmin(admin.ModelAdmin):
 class CoinWalletAdmin(ReadOnlyAdmin):
     list_display = ("coin", "next_index", "highest_paid_index", "unpaid_gap", "gap_warning")
 
-    @admin.display(description="unpaid addresses past the last paid one")
+    @admin.display(description=_("unpaid addresses past the last paid one"))
     def unpaid_gap(self, obj):
         return max(obj.next_index - 1 - obj.highest_paid_index, 0)
 
-    @admin.display(description="gap limit")
+    @admin.display(description=_("gap limit"))
     def gap_warning(self, obj):
         if wallet_gap_exceeded(obj):
-            return format_html('<strong style="color:#b00">past {}: raise your wallet\'s gap limit</strong>',
-                               gap_limit())
-        return "ok"
+            return format_html('<strong style="color:#b00">{}</strong>',
+                               gettext("past %(limit)s: raise your wallet's gap limit") % {"limit": gap_limit()})
+        return gettext("ok")
 
 
 class PaymentInline(ReadOnlyInlineMixin, admin.TabularInline):
@@ -63,7 +65,7 @@ class PaymentInline(ReadOnlyInlineMixin, admin.TabularInline):
     fields = ("txid", "output_index", "amount_coins", "confirmations", "state", "block_height", "first_seen_at",
               "confirmed_at")
 
-    @admin.display(description="amount")
+    @admin.display(description=_("amount"))
     def amount_coins(self, obj):
         return _coins(obj, obj.amount)
 
@@ -78,15 +80,15 @@ class QuoteAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     inlines = [PaymentInline]
 
-    @admin.display(description="amount")
+    @admin.display(description=_("amount"))
     def amount_coins(self, obj):
         return _coins(obj, obj.amount)
 
-    @admin.display(description="received")
+    @admin.display(description=_("received"))
     def received_coins(self, obj):
         return _coins(obj, obj.received)
 
-    @admin.display(description="confirmed")
+    @admin.display(description=_("confirmed"))
     def confirmed_coins(self, obj):
         return _coins(obj, obj.confirmed)
 
@@ -99,7 +101,7 @@ class PaymentAdmin(ReadOnlyAdmin):
     search_fields = ("txid", "address")
     list_select_related = ("quote",)
 
-    @admin.display(description="amount")
+    @admin.display(description=_("amount"))
     def amount_coins(self, obj):
         return _coins(obj, obj.amount)
 
@@ -108,7 +110,7 @@ class PaymentAdmin(ReadOnlyAdmin):
 class WatcherCursorAdmin(ReadOnlyAdmin):
     list_display = ("coin", "updated_at", "height")
 
-    @admin.display(description="height")
+    @admin.display(description=_("height"))
     def height(self, obj):
         return obj.cursor.get("height", "—")
 

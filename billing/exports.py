@@ -10,6 +10,8 @@ from django.contrib import admin
 from django.db.models import Q
 from django.http import StreamingHttpResponse
 from django.template.response import TemplateResponse
+from django.utils.translation import gettext, pgettext_lazy
+from django.utils.translation import gettext_lazy as _
 
 from rental.models import Lease
 
@@ -69,14 +71,14 @@ EXPORTS = {"leases": lease_rows, "invoices": invoice_rows, "payments": payment_r
 
 
 class ExportForm(forms.Form):
-    what = forms.ChoiceField(choices=[(k, k) for k in EXPORTS])
-    date_from = forms.DateField(label="From (UTC, inclusive)", widget=forms.DateInput(attrs={"type": "date"}))
-    date_to = forms.DateField(label="To (UTC, inclusive)", widget=forms.DateInput(attrs={"type": "date"}))
+    what = forms.ChoiceField(label=pgettext_lazy("CSV export", "What"), choices=[(k, k) for k in EXPORTS])
+    date_from = forms.DateField(label=_("From (UTC, inclusive)"), widget=forms.DateInput(attrs={"type": "date"}))
+    date_to = forms.DateField(label=_("To (UTC, inclusive)"), widget=forms.DateInput(attrs={"type": "date"}))
 
     def clean(self):
         data = super().clean()
         if data.get("date_from") and data.get("date_to") and data["date_to"] < data["date_from"]:
-            raise forms.ValidationError("The period ends before it starts.")
+            raise forms.ValidationError(gettext("The period ends before it starts."))
         return data
 
 
@@ -100,5 +102,5 @@ def export_view(request):
         end = datetime.combine(d["date_to"], time.min, tzinfo=UTC) + timedelta(days=1)
         return stream_csv(EXPORTS[d["what"]](start, end),
                           f"{d['what']}_{d['date_from']:%Y-%m-%d}_{d['date_to']:%Y-%m-%d}.csv")
-    context = {**admin.site.each_context(request), "title": "CSV exports", "form": form}
+    context = {**admin.site.each_context(request), "title": gettext("CSV exports"), "form": form}
     return TemplateResponse(request, "admin/ops/exports.html", context)

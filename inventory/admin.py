@@ -2,6 +2,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from .admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from .incidents import IncidentRefused, incident_close, incident_open
@@ -49,7 +51,7 @@ class GpuModelAdmin(admin.ModelAdmin):
             _free=Count("nodes__slots", filter=Q(nodes__slots__in=free), distinct=True)
         )
 
-    @admin.display(description="free now", ordering="_free")
+    @admin.display(description=_("free now"), ordering="_free")
     def free_now(self, obj):
         return obj._free
 
@@ -79,21 +81,23 @@ class NodeAdmin(admin.ModelAdmin):
     def get_queryset(self, request):
         return nodes_with_free_counts()
 
-    @admin.display(description="free", ordering="free")
+    @admin.display(description=_("free"), ordering="free")
     def free_slots(self, obj):
         return obj.free
 
-    @admin.action(description="Drain: take no new leases on the selected nodes")
+    @admin.action(description=_("Drain: take no new leases on the selected nodes"))
     def drain(self, request, queryset):
         for node in queryset:
             node_set_draining(node=node, draining=True, actor=request.user, reason="admin action")
-        self.message_user(request, f"{queryset.count()} node(s) draining.", messages.SUCCESS)
+        self.message_user(request, gettext("%(count)s node(s) draining.") % {"count": queryset.count()},
+                          messages.SUCCESS)
 
-    @admin.action(description="Undrain: take new leases again")
+    @admin.action(description=_("Undrain: take new leases again"))
     def undrain(self, request, queryset):
         for node in queryset:
             node_set_draining(node=node, draining=False, actor=request.user, reason="admin action")
-        self.message_user(request, f"{queryset.count()} node(s) back in service.", messages.SUCCESS)
+        self.message_user(request, gettext("%(count)s node(s) back in service.") % {"count": queryset.count()},
+                          messages.SUCCESS)
 
 
 @admin.register(SlotAllocation)
@@ -126,12 +130,12 @@ class IncidentForm(forms.ModelForm):
     def clean(self):
         data = super().clean()
         if sum(bool(data.get(k)) for k in ("site", "node", "slot")) != 1:
-            raise forms.ValidationError("Pick exactly one of site, node or GPU slot.")
+            raise forms.ValidationError(gettext("Pick exactly one of site, node or GPU slot."))
         starts, ends = data.get("starts_at"), data.get("ends_at")
         if starts and starts > timezone.now():
-            raise forms.ValidationError("An incident cannot start in the future.")
+            raise forms.ValidationError(gettext("An incident cannot start in the future."))
         if starts and ends and ends < starts:
-            raise forms.ValidationError("An incident cannot end before it starts.")
+            raise forms.ValidationError(gettext("An incident cannot end before it starts."))
         return data
 
 
@@ -154,7 +158,7 @@ class IncidentAdmin(admin.ModelAdmin):
     inlines = [DowntimeInline]
     actions = ["close_now"]
 
-    @admin.display(description="scope")
+    @admin.display(description=_("scope"))
     def scope(self, obj):
         return obj.scope_label
 
@@ -189,11 +193,12 @@ class IncidentAdmin(admin.ModelAdmin):
         obj.pk = incident.pk
         obj._state.adding = False
 
-    @admin.action(description="Close now: end the downtime, return the slots to service")
+    @admin.action(description=_("Close now: end the downtime, return the slots to service"))
     def close_now(self, request, queryset):
         closed = [i.pk for i in queryset if incident_close(incident=i, actor=request.user, reason="closed in admin")]
-        self.message_user(request, f"Closed incident(s): {', '.join(f'#{pk}' for pk in closed) or 'none'}"
-                                   " (already closed ones are left as they were).", messages.SUCCESS)
+        ids = ", ".join(f"#{pk}" for pk in closed) or gettext("none")
+        self.message_user(request, gettext("Closed incident(s): %(ids)s (already closed ones are left as they "
+                                           "were).") % {"ids": ids}, messages.SUCCESS)
 
 
 @admin.register(Downtime)

@@ -11,6 +11,8 @@ from django.template import engines
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 
@@ -21,8 +23,8 @@ S = LeaseState
 
 # --- a reusable "confirm with a reason" page for admin actions ---------------------------
 
-CONFIRM_TEMPLATE = engines["django"].from_string("""{% extends "admin/base_site.html" %}{% load admin_urls %}
-{% block breadcrumbs %}<div class="breadcrumbs"><a href="{% url 'admin:index' %}">Home</a>
+CONFIRM_TEMPLATE = engines["django"].from_string("""{% extends "admin/base_site.html" %}{% load i18n admin_urls %}
+{% block breadcrumbs %}<div class="breadcrumbs"><a href="{% url 'admin:index' %}">{% translate "Home" %}</a>
 &rsaquo; <a href="{% url opts|admin_urlname:'changelist' %}">{{ opts.verbose_name_plural|capfirst }}</a>
 &rsaquo; {{ title }}</div>{% endblock %}
 {% block content %}
@@ -34,14 +36,14 @@ CONFIRM_TEMPLATE = engines["django"].from_string("""{% extends "admin/base_site.
   <input type="hidden" name="action" value="{{ action }}">
   <input type="hidden" name="post" value="yes">
   <input type="submit" value="{{ confirm_label }}">
-  <a href="" class="button cancel-link">No, take me back</a>
+  <a href="" class="button cancel-link">{% translate "No, take me back" %}</a>
 </form>
 {% endblock %}""")
 
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(max_length=300, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-                             help_text="Recorded in the audit trail with your name.")
+                             label=_("Reason"), help_text=_("Recorded in the audit trail with your name."))
 
 
 def confirm_with_form(modeladmin, request, queryset, *, action: str, title: str, warning: str,
@@ -61,22 +63,24 @@ def confirm_with_form(modeladmin, request, queryset, *, action: str, title: str,
     return None, TemplateResponse(request, CONFIRM_TEMPLATE, context)
 
 
-def report(modeladmin, request, *, verb: str, done: list, refused: list) -> None:
+def report(modeladmin, request, *, done_message: str, refused_message: str, done: list, refused: list) -> None:
+    """done_message has %(ids)s ("Extended: %(ids)s."); refused_message has %(id)s and %(why)s."""
     if done:
-        modeladmin.message_user(request, f"{verb}: {', '.join(f'#{pk}' for pk in done)}.", messages.SUCCESS)
+        modeladmin.message_user(request, done_message % {"ids": ", ".join(f"#{pk}" for pk in done)},
+                                messages.SUCCESS)
     for pk, why in refused:
-        modeladmin.message_user(request, f"#{pk} not {verb.lower()}: {why}", messages.WARNING)
+        modeladmin.message_user(request, refused_message % {"id": pk, "why": why}, messages.WARNING)
 
 
 # --- leases -------------------------------------------------------------------------------
 
 class DeadlineFilter(admin.SimpleListFilter):
-    title = "deadline"
+    title = _("deadline")
     parameter_name = "deadline"
 
     def lookups(self, request, model_admin):
-        return [("ends_24h", "ends within 24 h"), ("ends_72h", "ends within 72 h"),
-                ("hold_24h", "hold expires within 24 h"), ("wipe_due", "wipe due")]
+        return [("ends_24h", _("ends within 24 h")), ("ends_72h", _("ends within 72 h")),
+                ("hold_24h", _("hold expires within 24 h")), ("wipe_due", _("wipe due"))]
 
     def queryset(self, request, queryset):
         now = timezone.now()
@@ -107,23 +111,24 @@ class DiskKeyInline(ReadOnlyInlineMixin, admin.StackedInline):
 
 def lease_timeline(lease: Lease, now) -> list[tuple]:
     """(when, what, source) rows: the deadlines (set or projected) and the events, in order."""
-    rows = [(lease.created_at, "ordered", "deadline")]
+    rows = [(lease.created_at, gettext("ordered"), "deadline")]
     if lease.state == S.PENDING:
-        rows.append((lease.pay_by, "payment window closes (slots held until then)", "deadline"))
+        rows.append((lease.pay_by, gettext("payment window closes (slots held until then)"), "deadline"))
     if lease.started_at:
-        rows.append((lease.started_at, "first term started", "deadline"))
+        rows.append((lease.started_at, gettext("first term started"), "deadline"))
     if lease.ends_at and lease.state in (S.PROVISIONING, S.ACTIVE, S.SUSPENDED):
         end = lease.ends_at
-        rows += [(end - timedelta(days=3), "reminder: 3 days left", "deadline"),
-                 (end - timedelta(days=1), "reminder: 1 day left", "deadline"),
-                 (end - timedelta(hours=24), "renewal invoice issued", "deadline"),
-                 (end, "term ends (unpaid: suspended, slots held)", "deadline"),
-                 (lease.hold_until or end + services.HOLD, "hold ends: released, NVMe key destroyed", "deadline"),
-                 (lease.wipe_by or end + services.WIPE_AFTER_END, "local NVMe wiped (by)", "deadline")]
+        rows += [(end - timedelta(days=3), gettext("reminder: 3 days left"), "deadline"),
+                 (end - timedelta(days=1), gettext("reminder: 1 day left"), "deadline"),
+                 (end - timedelta(hours=24), gettext("renewal invoice issued"), "deadline"),
+                 (end, gettext("term ends (unpaid: suspended, slots held)"), "deadline"),
+                 (lease.hold_until or end + services.HOLD, gettext("hold ends: released, NVMe key destroyed"),
+                  "deadline"),
+                 (lease.wipe_by or end + services.WIPE_AFTER_END, gettext("local NVMe wiped (by)"), "deadline")]
     elif lease.wipe_by and lease.state != S.WIPED:
-        rows.append((lease.wipe_by, "local NVMe wiped (by)", "deadline"))
+        rows.append((lease.wipe_by, gettext("local NVMe wiped (by)"), "deadline"))
     for event in lease.events.select_related("actor"):
-        who = f" by {event.actor}" if event.actor else ""
+        who = gettext(" by %(actor)s") % {"actor": event.actor} if event.actor else ""
         arrow = f" ({event.from_state} → {event.to_state})" if event.to_state and event.from_state != event.to_state \
             else ""
         rows.append((event.at, f"{event.kind}{arrow}{who}{': ' + event.reason if event.reason else ''}", "event"))
@@ -137,7 +142,7 @@ class LeaseAdmin(admin.ModelAdmin):
     list_filter = ("state", "site", "offer", DeadlineFilter, "term")
     list_select_related = ("customer", "offer__gpu_model", "site")
     search_fields = ("customer__username",)
-    search_help_text = "Lease id (e.g. 42 or #42) or customer username"
+    search_help_text = _("Lease id (e.g. 42 or #42) or customer username")
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
     inlines = [DiskKeyInline, LeaseEventInline]
@@ -146,9 +151,9 @@ class LeaseAdmin(admin.ModelAdmin):
         (None, {"fields": ("customer", "offer", "site", "image", "term", "state", "price_cents",
                            ("extra_nvme_tb", "network_volume_tb", "snapshot_tb"), "ssh_public_key",
                            ("host", "ssh_port"))}),
-        ("Deadlines (UTC)", {"fields": ("created_at", "pay_by", "provisioning_started_at", "started_at", "ends_at",
+        (_("Deadlines (UTC)"), {"fields": ("created_at", "pay_by", "provisioning_started_at", "started_at", "ends_at",
                                         "hold_until", "wipe_by", "ended_at")}),
-        ("Timeline", {"fields": ("timeline",)}),
+        (_("Timeline"), {"fields": ("timeline",)}),
     ]
 
     def get_readonly_fields(self, request, obj=None):
@@ -166,20 +171,21 @@ class LeaseAdmin(admin.ModelAdmin):
             return queryset.filter(Q(pk=int(term)) | Q(customer__username=term)), False
         return super().get_search_results(request, queryset, search_term)
 
-    @admin.display(description="timeline")
+    @admin.display(description=_("timeline"))
     def timeline(self, obj):
         now = timezone.now()
         rows = lease_timeline(obj, now)
+        labels = {"deadline": gettext("deadline"), "event": gettext("event"), "due": gettext("due")}
         body = format_html_join(
             "", '<tr class="{} {}"><td>{}</td><td>{}</td><td>{}</td></tr>',
             ((src, "past" if at <= now else "upcoming", f"{at:%Y-%m-%d %H:%M}",
-              src if at <= now or src == "event" else "due", what) for at, what, src in rows))
-        return format_html('<table class="lease-timeline"><thead><tr><th>when (UTC)</th><th></th><th>what</th>'
-                           '</tr></thead><tbody>{}</tbody></table>', body)
+              labels[src if at <= now or src == "event" else "due"], what) for at, what, src in rows))
+        return format_html('<table class="lease-timeline"><thead><tr><th>{}</th><th></th><th>{}</th>'
+                           '</tr></thead><tbody>{}</tbody></table>', gettext("when (UTC)"), gettext("what"), body)
 
     # Each action calls a service; the service writes the LeaseEvent with the operator as actor.
 
-    @admin.action(description="Extend by one term, free of charge")
+    @admin.action(description=_("Extend by one term, free of charge"))
     def extend_free(self, request, queryset):
         done, refused, now = [], [], timezone.now()
         for lease in queryset:
@@ -189,16 +195,17 @@ class LeaseAdmin(admin.ModelAdmin):
             except services.TransitionRefused as exc:
                 refused.append((lease.pk, str(exc)))
                 continue
-            (done if ok else refused).append(lease.pk if ok else (lease.pk, "changed meanwhile, try again"))
-        report(self, request, verb="Extended", done=done, refused=refused)
+            (done if ok else refused).append(lease.pk if ok else (lease.pk, gettext("changed meanwhile, try again")))
+        report(self, request, done_message=gettext("Extended: %(ids)s."),
+               refused_message=gettext("#%(id)s not extended: %(why)s"), done=done, refused=refused)
 
-    @admin.action(description="Suspend now (stop the instance, hold slots 72 h)…")
+    @admin.action(description=_("Suspend now (stop the instance, hold slots 72 h)…"))
     def suspend_now(self, request, queryset):
         form, page = confirm_with_form(
-            self, request, queryset, action="suspend_now", title="Suspend leases now",
-            warning="The instances are stopped at once and their slots held for 72 hours; unless resumed or "
-                    "paid, the leases are then released and their disk keys destroyed.",
-            confirm_label="Yes, suspend")
+            self, request, queryset, action="suspend_now", title=gettext("Suspend leases now"),
+            warning=gettext("The instances are stopped at once and their slots held for 72 hours; unless resumed "
+                            "or paid, the leases are then released and their disk keys destroyed."),
+            confirm_label=gettext("Yes, suspend"))
         if page:
             return page
         done, refused, now = [], [], timezone.now()
@@ -207,10 +214,12 @@ class LeaseAdmin(admin.ModelAdmin):
                                       reason=form.cleaned_data["reason"]):
                 done.append(lease.pk)
             else:
-                refused.append((lease.pk, f"only an active lease can be suspended (it is {lease.state})"))
-        report(self, request, verb="Suspended", done=done, refused=refused)
+                refused.append((lease.pk, gettext("only an active lease can be suspended (it is %(state)s)")
+                                % {"state": lease.state}))
+        report(self, request, done_message=gettext("Suspended: %(ids)s."),
+               refused_message=gettext("#%(id)s not suspended: %(why)s"), done=done, refused=refused)
 
-    @admin.action(description="Resume (suspended leases whose term is still running)")
+    @admin.action(description=_("Resume (suspended leases whose term is still running)"))
     def resume(self, request, queryset):
         done, refused, now = [], [], timezone.now()
         for lease in queryset:
@@ -218,16 +227,17 @@ class LeaseAdmin(admin.ModelAdmin):
                                      reason=f"resumed by {request.user} (admin)"):
                 done.append(lease.pk)
             else:
-                refused.append((lease.pk, "only a suspended lease whose term has not ended can be resumed"))
-        report(self, request, verb="Resumed", done=done, refused=refused)
+                refused.append((lease.pk, gettext("only a suspended lease whose term has not ended can be resumed")))
+        report(self, request, done_message=gettext("Resumed: %(ids)s."),
+               refused_message=gettext("#%(id)s not resumed: %(why)s"), done=done, refused=refused)
 
-    @admin.action(description="Release now (free slots, destroy the disk key)…")
+    @admin.action(description=_("Release now (free slots, destroy the disk key)…"))
     def release(self, request, queryset):
         form, page = confirm_with_form(
-            self, request, queryset, action="release", title="Release leases now",
-            warning="Releasing returns the slots to stock and destroys each lease's NVMe encryption key. "
-                    "This cannot be undone. Only suspended leases can be released.",
-            confirm_label="Yes, release and destroy the keys")
+            self, request, queryset, action="release", title=gettext("Release leases now"),
+            warning=gettext("Releasing returns the slots to stock and destroys each lease's NVMe encryption key. "
+                            "This cannot be undone. Only suspended leases can be released."),
+            confirm_label=gettext("Yes, release and destroy the keys"))
         if page:
             return page
         done, refused, now = [], [], timezone.now()
@@ -238,9 +248,10 @@ class LeaseAdmin(admin.ModelAdmin):
             except services.TransitionRefused as exc:
                 ok, why = False, str(exc)
             else:
-                why = f"only a suspended lease can be released (it is {lease.state})"
+                why = gettext("only a suspended lease can be released (it is %(state)s)") % {"state": lease.state}
             (done.append(lease.pk) if ok else refused.append((lease.pk, why)))
-        report(self, request, verb="Released", done=done, refused=refused)
+        report(self, request, done_message=gettext("Released: %(ids)s."),
+               refused_message=gettext("#%(id)s not released: %(why)s"), done=done, refused=refused)
 
 
 # --- audit trail, images ------------------------------------------------------------------
