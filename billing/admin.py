@@ -33,7 +33,7 @@ class InvoiceAdmin(admin.ModelAdmin):
     list_display = ("id", "customer", "kind", "state", "amount", "lease", "term_start", "created_at", "expires_at",
                     "paid_at", "paid_via", "settled_by")
     list_filter = ("state", "kind", "paid_via")
-    list_select_related = ("customer", "settled_by")
+    list_select_related = ("customer", "settled_by", "lease__offer__gpu_model")
     search_fields = ("customer__username", "note")
     search_help_text = _("Invoice id (e.g. 42 or #42), customer username or note")
     ordering = ("-created_at", "-id")

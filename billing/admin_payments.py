@@ -118,3 +118,4 @@ class WatcherCursorAdmin(ReadOnlyAdmin):
 @admin.register(LatePaymentClaim)
 class LatePaymentClaimAdmin(ReadOnlyAdmin):
     list_display = ("quote", "invoice", "at")
+    list_select_related = ("quote", "invoice")

@@ -116,6 +116,7 @@ class StorageProductAdmin(admin.ModelAdmin):
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
     list_display = ("at", "actor", "action", "object_type", "object_id")
+    list_select_related = ("actor",)
     list_filter = ("action", "object_type")
     search_fields = ("object_id", "action")
 
