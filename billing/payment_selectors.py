@@ -19,7 +19,7 @@ FINAL_STATES = (Quote.State.SETTLED, Quote.State.EXPIRED, Quote.State.INVALID)
 
 
 def customer_invoices(user) -> QuerySet[Invoice]:
-    return Invoice.objects.filter(customer=user).select_related("lease__offer")
+    return Invoice.objects.filter(customer=user).select_related("lease__offer__gpu_model")
 
 
 def customer_quotes(user) -> QuerySet[Quote]:

@@ -17,6 +17,7 @@ from rental.models import TERM_LENGTH, Image, Lease, Term
 from rental.timeline import layout, order_milestones
 
 from .models import Invoice, LedgerEntry
+from .payment_selectors import customer_invoices
 from .services import (
     BillingError,
     InsufficientBalance,
@@ -115,20 +116,16 @@ def _place_order(request, offer: Offer, form: OrderForm, stock: dict):
 
 # --- invoices -------------------------------------------------------------------------------
 
-def _customer_invoices(user):
-    return Invoice.objects.filter(customer=user).select_related("lease__offer__gpu_model")
-
-
 @login_required
 @require_GET
 def invoice_list(request):
-    return render(request, "billing/invoices.html", {"invoices": _customer_invoices(request.user)[:200]})
+    return render(request, "billing/invoices.html", {"invoices": customer_invoices(request.user)[:200]})
 
 
 @login_required
 @require_GET
 def invoice_detail(request, invoice_id: int):
-    invoice = get_object_or_404(_customer_invoices(request.user).prefetch_related("lines"), pk=invoice_id)
+    invoice = get_object_or_404(customer_invoices(request.user).prefetch_related("lines"), pk=invoice_id)
     balance = account_for(request.user).balance_cents
     context = {"invoice": invoice, "balance_cents": balance,
                "can_pay_from_balance": invoice.state == Invoice.State.OPEN and invoice.kind != Invoice.Kind.TOPUP
@@ -139,7 +136,7 @@ def invoice_detail(request, invoice_id: int):
 @login_required
 @require_POST
 def invoice_pay(request, invoice_id: int):
-    invoice = get_object_or_404(_customer_invoices(request.user), pk=invoice_id)
+    invoice = get_object_or_404(customer_invoices(request.user), pk=invoice_id)
     try:
         invoice_pay_from_balance(invoice=invoice, now=timezone.now(), actor=request.user)
     except BillingError as exc:
