@@ -17,6 +17,7 @@ from rental.failover import MigrationRefused, incident_migrate, node_evacuate
 from rental.models import NetworkVolume, Snapshot, VolumeAttachment
 
 from . import dashboard as dash
+from .admin import dollars
 from .models import EgressUsage, SlaClaim
 from .ops import ClaimRefused, sla_claim_approve, sla_claim_decline, sla_figures
 
@@ -100,7 +101,7 @@ class SlaClaimAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("credit"), ordering="credit_cents")
     def credit(self, obj):
-        return f"${obj.credit_cents / 100:,.2f}"
+        return dollars(obj.credit_cents)
 
     @admin.display(description=_("computed from today's records"))
     def figures_now(self, obj):
@@ -108,7 +109,7 @@ class SlaClaimAdmin(admin.ModelAdmin):
         return gettext("availability %(pct)s%% (%(down)s min down of %(paid)s h paid); %(band)s; "
                        "credit %(credit)s") % {"pct": f.availability_pct, "down": f.downtime_seconds // 60,
                                                "paid": f.paid_seconds // 3600, "band": f.band,
-                                               "credit": f"${f.credit_cents / 100:,.2f}"}
+                                               "credit": dollars(f.credit_cents)}
 
     def _rows(self, queryset):
         now = timezone.now()
@@ -116,7 +117,7 @@ class SlaClaimAdmin(admin.ModelAdmin):
         for claim in queryset.select_related("lease"):
             f = sla_figures(lease=claim.lease, period=claim.period, now=now)
             rows.append((f"#{claim.pk}", gettext("lease #%(id)s") % {"id": claim.lease_id}, f"{claim.period:%Y-%m}",
-                         f"{f.availability_pct}%", f.band, f"${f.credit_cents / 100:,.2f}"))
+                         f"{f.availability_pct}%", f.band, dollars(f.credit_cents)))
         return (gettext("claim"), gettext("lease"), gettext("month"), gettext("availability"), gettext("band"),
                 gettext("credit")), rows
 
@@ -139,7 +140,7 @@ class SlaClaimAdmin(admin.ModelAdmin):
                 continue
             if claim.state == SlaClaim.State.APPROVED:
                 self.message_user(request, gettext("Claim #%(id)s: %(credit)s credited.")
-                                  % {"id": claim.pk, "credit": f"${claim.credit_cents / 100:,.2f}"}, messages.SUCCESS)
+                                  % {"id": claim.pk, "credit": dollars(claim.credit_cents)}, messages.SUCCESS)
             else:
                 self.message_user(request, gettext("Claim #%(id)s declined: %(reason)s")
                                   % {"id": claim.pk, "reason": claim.decision_reason}, messages.WARNING)
