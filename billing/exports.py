@@ -13,6 +13,7 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
+from rental.api import usd as decimal_usd
 from rental.models import Lease
 
 from .coins.amounts import format_amount
@@ -22,10 +23,7 @@ from .payments import to_usd_cents
 
 
 def usd(cents: int | None) -> str:
-    if cents is None:
-        return ""
-    sign = "-" if cents < 0 else ""
-    return f"{sign}{abs(cents) // 100}.{abs(cents) % 100:02d}"
+    return "" if cents is None else decimal_usd(cents)
 
 
 def iso(dt: datetime | None) -> str:
