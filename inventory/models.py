@@ -242,10 +242,6 @@ class Incident(models.Model):
             return f"node {self.node}"
         return f"site {self.site.code if self.site_id else '?'}"
 
-    @property
-    def is_open(self) -> bool:
-        return self.ends_at is None
-
 
 class IncidentSlot(models.Model):
     """A slot an incident covers, and whether the incident took it out of service (so

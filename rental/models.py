@@ -109,10 +109,6 @@ class Lease(models.Model):
             return ""
         return f"ssh -p {self.ssh_port} root@{self.host}"
 
-    @property
-    def is_live(self) -> bool:
-        return self.state in LIVE_STATES
-
 
 class LeaseEvent(models.Model):
     """The audit row every transition writes: who, what, when, why."""

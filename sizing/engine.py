@@ -182,12 +182,6 @@ def zero_bytes_per_param(method: str, stage: int, gpus: int, offload: str = "non
     return total
 
 
-def host_bytes_per_param(method: str, offload: str) -> float:
-    """Bytes per parameter held in host RAM by offload (SPEC: master + moments = 12 B)."""
-    states = full_state_bytes_per_param(method)
-    return sum(b for k, b in states.items() if offload in _OFFLOADED_BY[k])
-
-
 def adapter_params(arch: Architecture, rank: int, targets: tuple[str, ...]) -> int:
     """LoRA (Hu et al. 2021): A (r×in) + B (out×r) per targeted projection and layer."""
     per_layer = sum(rank * sum(arch.module_shape(t)) for t in targets)

@@ -64,14 +64,6 @@ def gb(value, digits=1):
 
 
 @register.filter
-def usd_float(value):
-    """Dollars as float (engine output) → '$1,234.56'."""
-    if value is None:
-        return "—"
-    return f"${value:,.2f}"
-
-
-@register.filter
 def sorted_items(mapping):
     return sorted(mapping.items()) if mapping else []
 
