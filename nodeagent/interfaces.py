@@ -1,0 +1,83 @@
+"""The seams of the agent: a runtime runs instances, a disk backend owns each lease's
+encrypted disk, a GPU probe lists cards and their health. The agent loop only talks to
+these, so a VM runtime (QEMU/KVM + VFIO) or another disk layout can be added beside the
+existing ones."""
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class OperationFailed(Exception):
+    """A named failure (`code`, e.g. 'disk_error') with detail, reported to the storefront."""
+
+    def __init__(self, code: str, detail: str):
+        super().__init__(f"{code}: {detail}")
+        self.code, self.detail = code, detail
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    lease_id: int
+    image: str                       # local image reference (mapped from the image slug)
+    gpu_uuids: tuple[str, ...]
+    ssh_authorized_keys: tuple[str, ...]
+    cpus: int
+    memory_gb: int
+    shm_gb: int
+    disk_path: str                   # host path of the lease's mounted disk
+
+
+@dataclass(frozen=True)
+class InstanceStatus:
+    lease_id: int
+    state: str                       # running | stopped | absent
+    ssh_port: int | None = None
+    egress_bytes: int = 0
+
+
+class Runtime(Protocol):
+    def ensure_running(self, spec: InstanceSpec) -> InstanceStatus: ...
+    def ensure_stopped(self, lease_id: int) -> InstanceStatus: ...
+    def ensure_absent(self, lease_id: int) -> InstanceStatus: ...
+    def status(self, lease_id: int) -> InstanceStatus: ...
+    def lease_ids(self) -> list[int]: ...
+
+
+@dataclass
+class CommandRecord:
+    argv: list[str]
+    exit: int
+    output: str = ""
+
+
+@dataclass
+class DiskEvidence:
+    """The details of a key destruction or a wipe, signed by the agent as evidence."""
+    details: dict = field(default_factory=dict)
+    commands: list[CommandRecord] = field(default_factory=list)
+
+
+class Disks(Protocol):
+    def ensure_ready(self, lease_id: int, size_gb: int) -> str: ...      # returns mount path
+    def detach(self, lease_id: int) -> None: ...                          # unmount + close, key kept
+    def destroy_key(self, lease_id: int) -> DiskEvidence: ...             # idempotent, proven
+    def wipe(self, lease_id: int) -> DiskEvidence: ...                    # after destroy_key
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    uuid: str
+    name: str
+    memory_mb: int
+    driver: str
+    cuda: str
+    temperature_c: int | None
+    ecc_uncorrected: int
+    xid_errors: tuple[int, ...]
+    healthy: bool
+    problem: str = ""
+
+
+class GpuProbe(Protocol):
+    library: str                     # "nvml" or "none"
+    def inventory(self) -> list[GpuInfo]: ...
