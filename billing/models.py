@@ -68,6 +68,7 @@ class Invoice(models.Model):
                                       help_text="Orders: the payment window that holds the slots")
     paid_at = models.DateTimeField(null=True, blank=True)
     paid_via = models.CharField(max_length=20, blank=True, help_text="balance, manual, or a coin")
+    refunded_at = models.DateTimeField(null=True, blank=True, help_text="Paid, then refunded to the balance")
     settled_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     note = models.CharField(max_length=300, blank=True)

@@ -225,6 +225,7 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
         raise BillingError(_("A lease that is %(state)s cannot be refunded.") % {"state": lease.get_state_display()})
     paid = Invoice.objects.filter(lease=lease, state=Invoice.State.PAID).exclude(kind=Invoice.Kind.TOPUP)
     amount = sum(paid.values_list("amount_cents", flat=True))
+    paid.update(refunded_at=now)
     Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID, note="refunded")
     rental.lease_cancel(lease_id=lease.pk, now=now, actor=actor, reason="refund within 1 hour",
                         from_states=[LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE])

@@ -1,11 +1,13 @@
 """Customer billing pages, mounted at /billing/ by the root URLconf."""
 from django.urls import path
+from django.views.generic import RedirectView
 
 from . import views
 
 app_name = "billing"
 
 urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="billing:invoices"), name="index"),
     path("invoices/", views.invoice_list, name="invoices"),
     path("invoices/<int:invoice_id>/", views.invoice_detail, name="invoice"),
     path("invoices/<int:invoice_id>/pay/", views.invoice_pay, name="invoice_pay"),

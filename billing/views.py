@@ -71,6 +71,11 @@ def _order_form(request, offer: Offer, stock: dict, data=None, initial=None) -> 
                      images=images)
 
 
+def _balance_covers(user, offer: Offer, data) -> bool:
+    """Preselect “Pay from balance” when the balance pays the order as first shown."""
+    return account_for(user).balance_cents >= _summary(offer, *_choice(data))["total_cents"]
+
+
 def _render_order(request, offer, form, stock, *, status=200, sold_out=False):
     source = request.POST if request.method == "POST" else request.GET
     context = {"offer": offer, "form": form, "stock": stock, "sold_out": sold_out,
@@ -88,6 +93,7 @@ def order(request, offer_slug: str):
         if not stock:
             return render(request, "billing/sold_out.html", {"offer": offer})
         initial = {k: v for k, v in request.GET.items() if k in ("site", "term", "image", *ADDON_FIELDS)}
+        initial["pay_from_balance"] = _balance_covers(request.user, offer, request.GET)
         return _render_order(request, offer, _order_form(request, offer, stock, initial=initial), stock)
     if "preview" in request.POST:
         initial = request.POST.dict()
@@ -168,9 +174,13 @@ def balance(request):
 # --- refund ---------------------------------------------------------------------------------
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def refund(request, lease_id: int):
-    lease = get_object_or_404(Lease.objects.filter(customer=request.user), pk=lease_id)
+    """GET asks for confirmation (works without JavaScript); POST refunds."""
+    lease = get_object_or_404(Lease.objects.filter(customer=request.user).select_related("offer__gpu_model"),
+                              pk=lease_id)
+    if request.method == "GET":
+        return render(request, "billing/refund_confirm.html", {"lease": lease})
     try:
         cents = lease_refund(lease=lease, actor=request.user)
     except BillingError as exc:

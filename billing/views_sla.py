@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods
 
 from inventory.templatetags.money import format_usd
 from rental.models import Lease
@@ -53,3 +53,18 @@ def sla_claims(request):
             return redirect("sla:claims")
     claims = SlaClaim.objects.filter(customer=request.user).select_related("lease__offer__gpu_model")[:50]
     return render(request, "billing/sla_claim.html", {"form": form, "claims": claims})
+
+
+def _pct(fraction) -> str:
+    """99.9 for 999/1000, 95 for 95/100: the figure as people write it."""
+    return f"{float(fraction * 100):g}"
+
+
+@require_GET
+def sla_terms(request):
+    """The public SLA, from the same target, bands and claim window that compute credits."""
+    from .ops import BANDS, CLAIM_WINDOW, SLA_TARGET
+
+    bands = [{"below_pct": _pct(below), "multiplier": mult} for below, mult in reversed(BANDS)]
+    context = {"target_pct": _pct(SLA_TARGET), "bands": bands, "claim_days": CLAIM_WINDOW.days}
+    return render(request, "billing/sla_terms.html", context)

@@ -9,4 +9,7 @@ urlpatterns = [
     path("links/", views.links, name="links"),
     path("storage/", views.storage, name="storage"),
     path("faq/", views.faq, name="faq"),
+    path("status/", views.status, name="status"),
+    path("terms/", views.terms, name="terms"),
+    path("privacy/", views.privacy, name="privacy"),
 ]

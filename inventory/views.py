@@ -114,3 +114,27 @@ def faq(request):
         "vram": faq_vram_figures(), "sizing_url": reverse("sizing"),
     }
     return render(request, "inventory/faq.html", context)
+
+
+# --- trust pages: status, terms, privacy -----------------------------------------------------
+
+@require_GET
+def status(request):
+    from django.conf import settings
+    from django.utils import timezone
+
+    from .status import site_statuses
+
+    sites, incidents = site_statuses(now=timezone.now(), days=settings.STATUS_PAGE_DAYS)
+    context = {"sites": sites, "incidents": incidents, "days": settings.STATUS_PAGE_DAYS}
+    return render(request, "inventory/status.html", context)
+
+
+@require_GET
+def terms(request):
+    return render(request, "inventory/terms.html")
+
+
+@require_GET
+def privacy(request):
+    return render(request, "inventory/privacy.html")

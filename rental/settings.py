@@ -97,6 +97,7 @@ TEMPLATES = [
                 "django.template.context_processors.i18n",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "inventory.context_processors.operator",
             ],
         },
     },
@@ -271,3 +272,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"axes": {"level": "WARNING"}},
 }
+
+# --- issue 18: who runs this store (footer, terms, privacy, invoices) -----------------------
+OPERATOR_NAME = os.environ.get("OPERATOR_NAME", "GPU Rental")
+OPERATOR_CONTACT = os.environ.get("OPERATOR_CONTACT", "support@localhost")
+STATUS_PAGE_DAYS = int(os.environ.get("STATUS_PAGE_DAYS", "30"))

@@ -6,6 +6,7 @@ from django.urls import include, path
 
 from billing import api as billing_api
 from billing import views as billing_views
+from billing import views_sla
 
 from . import api, i18n, otp_views, views
 
@@ -29,6 +30,7 @@ customer = [
     path("account/notifications/<int:notification_id>/read/", views.notification_read, name="notification_read"),
     path("order/<slug:offer_slug>/", billing_views.order, name="order"),
     path("billing/sla/", include("billing.urls_sla")),
+    path("sla/", views_sla.sla_terms, name="sla_terms"),
     path("billing/", include("billing.urls")),
     path("storage/mine/", include("billing.urls_storage")),
 ]

@@ -9,6 +9,7 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -25,10 +26,19 @@ from .services_customer import (
 from .timeline import layout, lease_milestones
 
 
+def _safe_next(request) -> str:
+    """Where to go after signing up: the page that asked for an account, if it is ours."""
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                       require_https=request.is_secure()):
+        return target
+    return reverse("home")
+
+
 @require_http_methods(["GET", "POST"])
 def signup(request):
     if request.user.is_authenticated:
-        return redirect("home")
+        return redirect(_safe_next(request))
     form = SignupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         user = account_create(
@@ -38,8 +48,9 @@ def signup(request):
         )
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         remember_language(user, request.LANGUAGE_CODE)  # notices in the language they signed up in
-        return redirect("home")
-    return render(request, "registration/signup.html", {"form": form}, status=400 if form.errors else 200)
+        return redirect(_safe_next(request))
+    context = {"form": form, "next": _safe_next(request)}
+    return render(request, "registration/signup.html", context, status=400 if form.errors else 200)
 
 
 def healthz(request):

@@ -1,0 +1,63 @@
+"""The lease's event log in plain words: event codes and stored reasons (kept in English
+in the database, as the audit trail) are shown to customers as sentences in their
+language; an unknown code falls back to its words, never to a blank."""
+from django import template
+from django.utils.translation import gettext, gettext_noop
+from django.utils.translation import gettext_lazy as _
+
+from rental.models import LeaseState
+
+register = template.Library()
+
+EVENT_TEXT = {
+    "created": _("Order placed"),
+    "paid": _("Payment received"),
+    "provisioned": _("Instance ready for SSH"),
+    "extended": _("Term extended"),
+    "extended_by_operator": _("Term extended by the operator"),
+    "renewal": _("Renewal paid"),
+    "renewal_invoice": _("Renewal invoice issued"),
+    "suspended": _("Instance stopped, GPUs held"),
+    "resumed": _("Instance started again"),
+    "released": _("GPUs released"),
+    "cancelled": _("Lease cancelled"),
+    "failed": _("Provisioning failed"),
+    "key_destroy_requested": _("Disk key destruction started"),
+    "key_destroyed": _("Disk encryption key destroyed"),
+    "wiped": _("Local disk wiped"),
+    "migrated": _("Moved to another server"),
+    "egress": _("Traffic recorded"),
+    "volume_attached": _("Network volume attached"),
+    "volume_detached": _("Network volume detached"),
+    "snapshot_taken": _("Snapshot taken"),
+    "snapshot_restored": _("Snapshot restored"),
+}
+
+# Reasons the services store; listed so that makemessages finds them and the page can
+# translate the stored English text.
+KNOWN_REASONS = [
+    gettext_noop("order placed"), gettext_noop("paid"), gettext_noop("renewal paid"),
+    gettext_noop("term ended unpaid"), gettext_noop("hold expired unpaid"),
+    gettext_noop("refund within 1 hour"), gettext_noop("host agent reports SSH ready"),
+    gettext_noop("local NVMe wiped"), gettext_noop("LUKS2 key destroyed by host agent"),
+    gettext_noop("hardware failure"), gettext_noop("node failed: migrated by operator"),
+    gettext_noop("detached"), gettext_noop("lease ended"), gettext_noop("volume unpaid"),
+    gettext_noop("volume deleted"), gettext_noop("deleted by the customer"),
+    gettext_noop("quote expired unpaid"), gettext_noop("order expired unpaid"),
+]
+
+
+@register.filter
+def event_text(kind: str) -> str:
+    return EVENT_TEXT.get(kind) or kind.replace("_", " ").capitalize()
+
+
+@register.filter
+def state_label(state: str) -> str:
+    """The state's label in the reader's language ('' stays '')."""
+    return LeaseState(state).label if state in LeaseState.values else state
+
+
+@register.filter
+def event_reason(reason: str) -> str:
+    return gettext(reason) if reason else ""
