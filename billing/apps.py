@@ -12,6 +12,8 @@ class BillingConfig(AppConfig):
     verbose_name = "Billing"
 
     def ready(self):
+        from . import checks  # noqa: F401  (registers the deploy checks)
+
         for module in EXTRA_ADMIN_MODULES:
             if importlib.util.find_spec(module):
                 importlib.import_module(module)

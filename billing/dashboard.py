@@ -24,6 +24,7 @@ from inventory.models import GpuSlot, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
 from .models import Invoice, JobRun, Quote
+from .payments import coins_offered
 
 S = LeaseState
 BEAT_LATE_AFTER = timedelta(minutes=3)
@@ -176,6 +177,7 @@ class Dashboard:
     wipes: dict
     jobs: list[JobStatus]
     quotes_stuck: list
+    coins_offered: list[str] = field(default_factory=list)
 
     @property
     def capacity_totals(self) -> dict:
@@ -192,10 +194,15 @@ class Dashboard:
             alerts.append(f"{len(self.quotes_stuck)} quote(s) stuck in processing for over an hour")
         if self.wipes["overdue"]:
             alerts.append(f"{len(self.wipes['overdue'])} wipe(s) overdue")
+        if not self.coins_offered:
+            alerts.append("No coin is configured: customers can pay only from their balance "
+                          "(set BTC_XPUB, LTC_XPUB, … — see README)"
+                          + (" · DEMO_PAYMENTS is on" if settings.DEMO_PAYMENTS else ""))
         return alerts
 
 
 def dashboard(now: datetime) -> Dashboard:
     return Dashboard(now=now, capacity=capacity(now), revenue=revenue_this_month(now), renewals=renewals_due(now),
                      suspended=suspended_leases(now), keys_pending=keys_pending_destruction(),
-                     wipes=wipes_due(now), jobs=job_statuses(now), quotes_stuck=quotes_stuck(now))
+                     wipes=wipes_due(now), jobs=job_statuses(now), quotes_stuck=quotes_stuck(now),
+                     coins_offered=[str(c) for c in coins_offered()])

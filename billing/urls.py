@@ -11,6 +11,7 @@ urlpatterns = [
     path("invoices/", views.invoice_list, name="invoices"),
     path("invoices/<int:invoice_id>/", views.invoice_detail, name="invoice"),
     path("invoices/<int:invoice_id>/pay/", views.invoice_pay, name="invoice_pay"),
+    path("invoices/<int:invoice_id>/demo-pay/", views.invoice_pay_demo_view, name="invoice_pay_demo"),
     path("balance/", views.balance, name="balance"),
     path("leases/<int:lease_id>/refund/", views.refund, name="lease_refund"),
 ]

@@ -16,8 +16,9 @@ from rental.forms import ADDON_FIELDS, ADDON_LIMITS, OrderForm
 from rental.models import TERM_LENGTH, Image, Lease, Term
 from rental.timeline import layout, order_milestones
 
+from .demo import invoice_pay_demo
 from .models import Invoice, LedgerEntry
-from .payment_selectors import customer_invoices
+from .payment_selectors import coin_choices, customer_invoices
 from .services import (
     BillingError,
     InsufficientBalance,
@@ -133,7 +134,9 @@ def invoice_list(request):
 def invoice_detail(request, invoice_id: int):
     invoice = get_object_or_404(customer_invoices(request.user).prefetch_related("lines"), pk=invoice_id)
     balance = account_for(request.user).balance_cents
-    context = {"invoice": invoice, "balance_cents": balance,
+    coins = coin_choices()
+    context = {"invoice": invoice, "balance_cents": balance, "coins": coins,
+               "coin_codes": ", ".join(c.code for c in coins),
                "can_pay_from_balance": invoice.state == Invoice.State.OPEN and invoice.kind != Invoice.Kind.TOPUP
                and balance >= invoice.amount_cents}
     return render(request, "billing/invoice_detail.html", context)
@@ -149,6 +152,19 @@ def invoice_pay(request, invoice_id: int):
         messages.error(request, str(exc))
     else:
         messages.success(request, _("Invoice #%(id)d paid from your balance.") % {"id": invoice.pk})
+    return redirect("billing:invoice", invoice_id=invoice.pk)
+
+
+@login_required
+@require_POST
+def invoice_pay_demo_view(request, invoice_id: int):
+    invoice = get_object_or_404(customer_invoices(request.user), pk=invoice_id)
+    try:
+        invoice_pay_demo(invoice=invoice, actor=request.user, now=timezone.now())
+    except BillingError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, _("Demo: invoice #%(id)d marked paid without money.") % {"id": invoice.pk})
     return redirect("billing:invoice", invoice_id=invoice.pk)
 
 

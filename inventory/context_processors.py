@@ -3,4 +3,5 @@ from django.conf import settings
 
 
 def operator(request) -> dict:
-    return {"OPERATOR_NAME": settings.OPERATOR_NAME, "OPERATOR_CONTACT": settings.OPERATOR_CONTACT}
+    return {"OPERATOR_NAME": settings.OPERATOR_NAME, "OPERATOR_CONTACT": settings.OPERATOR_CONTACT,
+            "DEMO_PAYMENTS": settings.DEMO_PAYMENTS}

@@ -277,3 +277,6 @@ LOGGING = {
 OPERATOR_NAME = os.environ.get("OPERATOR_NAME", "GPU Rental")
 OPERATOR_CONTACT = os.environ.get("OPERATOR_CONTACT", "support@localhost")
 STATUS_PAGE_DAYS = int(os.environ.get("STATUS_PAGE_DAYS", "30"))
+# Demo payment mode (`make run` turns it on): a "simulate payment" button settles invoices
+# without money. Never in production: `check --deploy` refuses it (billing/checks.py).
+DEMO_PAYMENTS = env_bool("DEMO_PAYMENTS")

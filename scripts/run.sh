@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBUG="${DEBUG:-1}"
+# The demo store settles invoices with a "simulate payment" button when no coin is set up.
+export DEMO_PAYMENTS="${DEMO_PAYMENTS:-1}"
 BIN=.venv/bin
 PORT="${PORT:-8000}"
 
