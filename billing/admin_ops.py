@@ -172,9 +172,12 @@ def dashboard_view(request):
 
 
 def ops_urls():
+    from .backoffice.views import customer_detail, customer_list
     from .exports import export_view  # noqa: PLC0415 (exports imports this module's neighbours)
 
     return [
+        path("ops/customers/", admin.site.admin_view(customer_list), name="ops_customers"),
+        path("ops/customers/<int:user_id>/", admin.site.admin_view(customer_detail), name="ops_customer"),
         path("ops/dashboard/", admin.site.admin_view(dashboard_view), name="ops_dashboard"),
         path("ops/exports/", admin.site.admin_view(export_view), name="ops_exports"),
     ]

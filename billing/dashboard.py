@@ -23,7 +23,7 @@ from django.db.models import (
 from inventory.models import GpuSlot, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
-from .models import Invoice, JobRun, Quote
+from .models import Invoice, JobRun, LedgerEntry, Quote
 from .payments import coins_offered
 
 S = LeaseState
@@ -77,10 +77,17 @@ def month_start(now: datetime) -> datetime:
 
 
 def revenue_this_month(now: datetime) -> dict:
-    """Invoices paid this calendar month (UTC), top-ups excluded (they are not revenue)."""
-    agg = (Invoice.objects.filter(state=Invoice.State.PAID, paid_at__gte=month_start(now), paid_at__lte=now)
+    """Invoices paid this calendar month (UTC), top-ups excluded (they are not revenue), and
+    the same month's refunds and SLA credits to balances: net is what the month really earned."""
+    since = month_start(now)
+    agg = (Invoice.objects.filter(state=Invoice.State.PAID, paid_at__gte=since, paid_at__lte=now)
            .exclude(kind=Invoice.Kind.TOPUP).aggregate(cents=Sum("amount_cents"), invoices=Count("pk")))
-    return {"cents": agg["cents"] or 0, "invoices": agg["invoices"], "since": month_start(now)}
+    K = LedgerEntry.Kind
+    given_back = LedgerEntry.objects.filter(at__gte=since, at__lte=now).aggregate(
+        refunds=Sum("amount_cents", filter=Q(kind=K.REFUND)), credits=Sum("amount_cents", filter=Q(kind=K.SLA_CREDIT)))
+    gross, refunds, credits = agg["cents"] or 0, given_back["refunds"] or 0, given_back["credits"] or 0
+    return {"cents": gross, "invoices": agg["invoices"], "since": since, "refunds_cents": refunds,
+            "sla_credits_cents": credits, "net_cents": gross - refunds - credits}
 
 
 def renewals_due(now: datetime) -> dict:

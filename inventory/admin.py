@@ -21,7 +21,7 @@ from .models import (
     StorageProduct,
 )
 from .selectors import nodes_with_free_counts
-from .services import node_set_draining
+from .services import NodeRefused, node_save, node_set_draining
 
 
 @admin.register(Site)
@@ -65,12 +65,34 @@ class OfferAdmin(admin.ModelAdmin):
 
 
 class GpuSlotInline(admin.TabularInline):
+    """Slots are made from the node's GPU count (inventory.services.node_save); here the
+    operator only takes a card in or out of service."""
     model = GpuSlot
     extra = 0
+    max_num = 0
+    can_delete = False
+    fields = ("index", "in_service")
+    readonly_fields = ("index",)
+
+
+class NodeForm(forms.ModelForm):
+    class Meta:
+        model = Node
+        fields = "__all__"
+
+    def clean_gpu_count(self):
+        count = self.cleaned_data["gpu_count"]
+        if not 1 <= count <= 8:
+            raise forms.ValidationError(_("A node has 1 to 8 GPUs."))
+        if self.instance.pk and SlotAllocation.objects.filter(slot__node=self.instance, slot__index__gte=count).exists():
+            raise forms.ValidationError(_("Slots beyond %(n)s have had leases: drain the node instead of "
+                                          "removing them.") % {"n": count})
+        return count
 
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
+    form = NodeForm
     list_display = ("name", "site", "gpu_model", "gpu_count", "free_slots", "vcpus", "host_ram_gb", "draining")
     list_filter = ("site", "gpu_model", "draining")
     search_fields = ("name",)
@@ -80,6 +102,14 @@ class NodeAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return nodes_with_free_counts()
+
+    def save_model(self, request, obj, form, change):
+        """Through node_save: slots follow the GPU count, and the change is audited."""
+        changed = {f: (form.initial.get(f), form.cleaned_data.get(f)) for f in form.changed_data}
+        try:
+            node_save(node=obj, actor=request.user, changed=changed)
+        except NodeRefused as exc:
+            self.message_user(request, str(exc), messages.ERROR)
 
     @admin.display(description=_("free"), ordering="free")
     def free_slots(self, obj):

@@ -2,6 +2,7 @@
 concurrent orders for the last card serialise instead of overselling; the partial
 unique index on SlotAllocation backs that up at the database."""
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from .models import AuditEntry, GpuSlot, Node, Offer, Site, SlotAllocation
@@ -86,4 +87,28 @@ def node_set_draining(*, node: Node, draining: bool, actor=None, reason: str = "
             obj=node,
             detail={"reason": reason},
         )
+    return node
+
+
+class NodeRefused(Exception):
+    """The node change cannot be saved as asked; the message says why."""
+
+
+@transaction.atomic
+def node_save(*, node: Node, actor, changed: dict[str, tuple]) -> Node:
+    """Create or change a node: its GPU slots follow its GPU count (slots 0…n-1 are created;
+    slots beyond a lowered count are removed only while no lease ever used them), and every
+    change is audited with the old and new values."""
+    is_new = node.pk is None
+    node.save()
+    existing = set(node.slots.values_list("index", flat=True))
+    GpuSlot.objects.bulk_create([GpuSlot(node=node, index=i) for i in range(node.gpu_count) if i not in existing])
+    surplus = node.slots.filter(index__gte=node.gpu_count)
+    if surplus.filter(Exists(SlotAllocation.objects.filter(slot=OuterRef("pk")))).exists():
+        raise NodeRefused(f"{node.name}: slots at index {node.gpu_count} and above have leases; "
+                          "drain the node and let them end first")
+    surplus.delete()
+    _stock_changed()
+    detail = {field: [str(old), str(new)] for field, (old, new) in changed.items()}
+    audit_record(actor=actor, action="node_created" if is_new else "node_changed", obj=node, detail=detail)
     return node

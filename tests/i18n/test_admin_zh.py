@@ -22,7 +22,7 @@ def test_admin_additions_in_chinese_by_the_operators_cookie(client, operator, ca
     client.cookies[settings.LANGUAGE_COOKIE_NAME] = "zh-hans"
 
     dashboard = visible(client.get("/admin/ops/dashboard/"))
-    for text in ("运营仪表盘", "本月已入账收入", "按机房和型号统计 GPU", "定时任务", "待销毁密钥", "72 小时内到期的续费",
+    for text in ("运营仪表盘", "本月净收入", "按机房和型号统计 GPU", "定时任务", "待销毁密钥", "72 小时内到期的续费",
                  "卡在处理中的报价单（超过 1 小时）", "型号", "排空中"):
         assert text in dashboard, text
     for english in ("Operations dashboard", "Revenue booked this month", "Keys pending destruction", "Scheduled jobs"):

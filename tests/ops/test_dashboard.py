@@ -62,7 +62,7 @@ def world(catalog, customer, other_customer, place):
 
 
 def test_figures_match_the_fixture(world, django_assert_max_num_queries):
-    with django_assert_max_num_queries(8):
+    with django_assert_max_num_queries(9):  # one more since refunds and SLA credits are netted
         board = dashboard(NOW)
         board.alerts  # noqa: B018 — everything evaluated inside the block
 
@@ -76,7 +76,8 @@ def test_figures_match_the_fixture(world, django_assert_max_num_queries):
     assert rows[("IAD-1", "RTX 3090")].leased == 0
 
     # June's paid orders: active, due24, due72, suspended, released (June 3) = 5 × $65; May's is not counted.
-    assert board.revenue == {"cents": 5 * 6500, "invoices": 5, "since": datetime(2025, 6, 1, tzinfo=UTC)}
+    assert board.revenue == {"cents": 5 * 6500, "invoices": 5, "since": datetime(2025, 6, 1, tzinfo=UTC),
+                             "refunds_cents": 0, "sla_credits_cents": 0, "net_cents": 5 * 6500}
     assert (board.renewals["due_24h"], board.renewals["due_72h"]) == (1, 2)
     assert [x.pk for x in board.renewals["leases"]] == [world["due24"].pk, world["due72"].pk]
     assert board.renewals["unpaid_24h"] == 1
@@ -97,8 +98,20 @@ def test_figures_match_the_fixture(world, django_assert_max_num_queries):
 def test_query_count_does_not_grow_with_rows(world, customer, place, django_assert_max_num_queries):
     for _ in range(5):
         place(customer, NOW - timedelta(hours=2), term="week")
-    with django_assert_max_num_queries(8):
+    with django_assert_max_num_queries(9):
         dashboard(NOW).alerts  # noqa: B018
+
+
+def test_revenue_is_net_of_refunds_and_sla_credits(world, customer):
+    from billing.models import LedgerEntry
+    from billing.services import ledger_post
+
+    ledger_post(customer=customer, kind=LedgerEntry.Kind.REFUND, amount_cents=6500, now=NOW - timedelta(hours=1))
+    ledger_post(customer=customer, kind=LedgerEntry.Kind.SLA_CREDIT, amount_cents=123, now=NOW - timedelta(hours=1))
+    ledger_post(customer=customer, kind=LedgerEntry.Kind.REFUND, amount_cents=999, now=datetime(2025, 5, 20, tzinfo=UTC))
+    revenue = dashboard(NOW).revenue
+    assert (revenue["refunds_cents"], revenue["sla_credits_cents"]) == (6500, 123)  # May's refund is not June's
+    assert revenue["net_cents"] == 5 * 6500 - 6500 - 123
 
 
 def test_a_beat_that_stopped_shows_within_minutes(db, settings):
