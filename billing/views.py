@@ -69,7 +69,7 @@ def _summary(offer: Offer, term: str, addons: dict[str, int]) -> dict:
 def _order_form(request, offer: Offer, stock: dict, data=None, initial=None) -> OrderForm:
     images = Image.objects.filter(is_active=True, vendor=offer.gpu_model.vendor)
     return OrderForm(data, initial=initial, offer=offer, stock=stock, sites=Site.objects.filter(is_active=True),
-                     images=images)
+                     images=images, customer=request.user)
 
 
 def _balance_covers(user, offer: Offer, data) -> bool:

@@ -43,14 +43,24 @@ class OrderForm(forms.Form):
     snapshot_tb = forms.IntegerField(label=_("Snapshots (TB)"), min_value=0,
                                      max_value=ADDON_LIMITS["snapshot_tb"], initial=0)
     image = forms.ModelChoiceField(label=_("Image"), queryset=None, to_field_name="slug", empty_label=None)
+    saved_key = forms.ModelChoiceField(label=_("Saved SSH key"), queryset=None, required=False,
+                                       empty_label=_("— paste a key below —"))
     ssh_public_key = forms.CharField(
-        label=_("SSH public key"), widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        label=_("SSH public key"), widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}), required=False,
         help_text=_("ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa with at least 2048 bits."))
     pay_from_balance = forms.BooleanField(label=_("Pay from balance"), required=False)
 
-    def __init__(self, *args, offer, stock: dict[str, int], sites, images, **kwargs):
+    def __init__(self, *args, offer, stock: dict[str, int], sites, images, customer=None, **kwargs):
         super().__init__(*args, **kwargs)
-        from .models import Term
+        from .models import SshKey, Term
+
+        saved = SshKey.objects.filter(customer=customer) if customer is not None else SshKey.objects.none()
+        self.fields["saved_key"].queryset = saved
+        latest = saved.first()
+        if latest is not None:
+            self.fields["saved_key"].initial = latest.pk  # the newest saved key, unless another is chosen
+        else:
+            del self.fields["saved_key"]
 
         self.active_sites = {s.code: s for s in sites}
         self.fields["site"].widget.choices = [
@@ -71,10 +81,20 @@ class OrderForm(forms.Form):
             raise forms.ValidationError(_("Choose one of the listed sites."), code="site")
         return self.active_sites[code]
 
-    def clean_ssh_public_key(self):
+    def clean(self):
+        """The lease gets a copy of the chosen saved key, or of the pasted one (pasted wins)."""
         from .validators import validate_ssh_public_key
 
-        return validate_ssh_public_key(self.cleaned_data["ssh_public_key"])
+        data = super().clean()
+        pasted, saved = data.get("ssh_public_key", ""), data.get("saved_key")
+        if pasted.strip() or saved is None:
+            try:
+                data["ssh_public_key"] = validate_ssh_public_key(pasted)
+            except forms.ValidationError as exc:
+                self.add_error("ssh_public_key", exc)
+        else:
+            data["ssh_public_key"] = saved.public_key
+        return data
 
     def addons(self) -> dict[str, int]:
         return {name: self.cleaned_data.get(name) or 0 for name in ADDON_FIELDS}
@@ -87,6 +107,14 @@ class SettingsForm(forms.Form):
                              help_text=_("Reminders 3 days and 1 day before a lease ends, and renewal invoices. "
                                          "Leave empty for in-app notices only."))
     auto_renew = forms.BooleanField(label=_("Auto-renew from balance when it covers the renewal"), required=False)
+
+
+class SshKeyForm(forms.Form):
+    name = forms.CharField(label=_("Name"), max_length=60, required=False,
+                           widget=forms.TextInput(attrs={"placeholder": _("e.g. laptop")}),
+                           help_text=_("Empty: the key's own comment."))
+    public_key = forms.CharField(label=_("SSH public key"), max_length=16384,
+                                 widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}))
 
 
 class ApiTokenForm(forms.Form):

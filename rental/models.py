@@ -252,3 +252,24 @@ class Snapshot(models.Model):
 
     def __str__(self) -> str:
         return f"snapshot #{self.pk} of lease #{self.source_lease_id} ({self.size_tb} TB, {self.region})"
+
+
+class SshKey(models.Model):
+    """A customer's saved SSH public key, chosen by name when ordering (the lease keeps its
+    own copy, so deleting a saved key never locks anyone out of a running instance)."""
+
+    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=60)
+    public_key = models.TextField()
+    fingerprint = models.CharField(max_length=80, help_text="SHA256, as `ssh-keygen -lf` prints it")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["customer", "name"], name="ssh_key_name_once"),
+            models.UniqueConstraint(fields=["customer", "fingerprint"], name="ssh_key_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint})"

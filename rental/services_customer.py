@@ -1,4 +1,4 @@
-"""Writes a customer makes from their settings: API tokens and notification read marks.
+"""Writes a customer makes from their settings: API tokens, saved SSH keys and notification read marks.
 A token is shown once at creation; only its SHA-256 and an 8-character prefix are kept."""
 import hashlib
 import secrets
@@ -7,10 +7,11 @@ from datetime import datetime
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from inventory.services import audit_record
 
-from .models import ApiToken, Notification
+from .models import ApiToken, Notification, SshKey
 
 TOKEN_PREFIX = "gpr_"
 MAX_TOKENS = 20
@@ -68,3 +69,48 @@ def notification_mark_read(*, customer: User, notification_id: int | None = None
     if notification_id is not None:
         unread = unread.filter(pk=notification_id)
     return unread.update(read_at=now or timezone.now())
+
+
+MAX_SSH_KEYS = 20
+
+
+class SshKeyRefused(Exception):
+    """The key cannot be saved as asked; the message says why."""
+
+
+@transaction.atomic
+def ssh_key_add(*, customer: User, name: str, public_key: str) -> SshKey:
+    """Save a validated public key under a name (both unique per customer)."""
+    from django.core.exceptions import ValidationError
+
+    from .validators import ssh_key_fingerprint, validate_ssh_public_key
+
+    try:
+        line = validate_ssh_public_key(public_key)
+    except ValidationError as exc:
+        raise SshKeyRefused(exc.messages[0]) from exc
+    comment = line.split(" ", 2)[2] if line.count(" ") >= 2 else ""
+    name = (" ".join(name.split()) or comment)[:60]  # unnamed: the key's own comment
+    if not name:
+        raise SshKeyRefused(_("Give the key a name."))
+    keys = SshKey.objects.select_for_update().filter(customer=customer)
+    fingerprint = ssh_key_fingerprint(line)
+    if keys.count() >= MAX_SSH_KEYS:
+        raise SshKeyRefused(_("You have %(n)d saved keys; delete one first.") % {"n": MAX_SSH_KEYS})
+    if keys.filter(fingerprint=fingerprint).exists():
+        raise SshKeyRefused(_("This key is saved already."))
+    if keys.filter(name=name).exists():
+        raise SshKeyRefused(_("A key named “%(name)s” exists; choose another name.") % {"name": name})
+    key = SshKey.objects.create(customer=customer, name=name, public_key=line, fingerprint=fingerprint)
+    audit_record(actor=customer, action="ssh_key_add", obj=key, detail={"fingerprint": fingerprint})
+    return key
+
+
+@transaction.atomic
+def ssh_key_delete(*, customer: User, key_id: int) -> bool:
+    key = SshKey.objects.filter(pk=key_id, customer=customer).first()
+    if key is None:
+        return False
+    audit_record(actor=customer, action="ssh_key_delete", obj=key, detail={"fingerprint": key.fingerprint})
+    key.delete()
+    return True

@@ -97,3 +97,12 @@ def validate_ssh_public_key(value: str) -> str:
         raise ValidationError(_("The key is missing its base64 part."), code="ssh_base64")
     _check_blob(parts[0], _decode(parts[1]))
     return line
+
+
+def ssh_key_fingerprint(line: str) -> str:
+    """`SHA256:…` of the key blob, exactly as `ssh-keygen -lf` prints it."""
+    import base64
+    import hashlib
+
+    digest = hashlib.sha256(base64.b64decode(line.split(" ")[1])).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")

@@ -13,15 +13,18 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from .forms import ApiTokenForm, SettingsForm, SignupForm
+from .forms import ApiTokenForm, SettingsForm, SignupForm, SshKeyForm
 from .i18n import remember_language
-from .models import ApiToken, Lease, LeaseState, Notification
+from .models import ApiToken, Lease, LeaseState, Notification, SshKey
 from .services import account_create, customer_settings, customer_settings_update
 from .services_customer import (
+    SshKeyRefused,
     TokenLimit,
     api_token_create,
     api_token_revoke,
     notification_mark_read,
+    ssh_key_add,
+    ssh_key_delete,
 )
 from .timeline import layout, lease_milestones
 
@@ -111,6 +114,8 @@ def _settings_context(request, **extra) -> dict:
     return {
         "form": SettingsForm(initial={"email": request.user.email, "auto_renew": prefs.auto_renew}),
         "token_form": ApiTokenForm(),
+        "ssh_key_form": SshKeyForm(),
+        "ssh_keys": SshKey.objects.filter(customer=request.user),
         "tokens": ApiToken.objects.filter(customer=request.user).order_by("revoked_at", "-created_at"),
         "notifications": Notification.objects.filter(customer=request.user).select_related("lease")[:50],
         **extra,
@@ -144,6 +149,31 @@ def token_create(request):
         return render(request, "rental/settings.html", _settings_context(request, token_form=form), status=400)
     # Shown once, in this response only: never in a message, session or log.
     return render(request, "rental/settings.html", _settings_context(request, new_token=raw, new_token_row=token))
+
+
+@login_required
+@require_POST
+def ssh_key_create(request):
+    form = SshKeyForm(request.POST)
+    if form.is_valid():
+        try:
+            key = ssh_key_add(customer=request.user, name=form.cleaned_data["name"],
+                              public_key=form.cleaned_data["public_key"])
+        except SshKeyRefused as exc:
+            form.add_error("public_key", str(exc))
+        else:
+            messages.success(request, _("SSH key “%(name)s” saved.") % {"name": key.name})
+            return redirect(reverse("account_settings") + "#ssh-keys")
+    return render(request, "rental/settings.html", _settings_context(request, ssh_key_form=form), status=400)
+
+
+@login_required
+@require_POST
+def ssh_key_remove(request, key_id: int):
+    if not ssh_key_delete(customer=request.user, key_id=key_id):
+        raise Http404
+    messages.success(request, _("SSH key deleted. Running leases keep the key they were ordered with."))
+    return redirect(reverse("account_settings") + "#ssh-keys")
 
 
 @login_required
