@@ -1,9 +1,11 @@
+from urllib.parse import urlencode
+
 from django import forms
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .models import GpuModel, Interconnect, Site
-from .selectors import cached_by_generation
+from .selectors import SORT_KEYS, cached_by_generation
 
 
 class CatalogFilterForm(forms.Form):
@@ -16,6 +18,15 @@ class CatalogFilterForm(forms.Form):
     site = forms.ChoiceField(label=_("Site"), required=False)
     max_price = forms.IntegerField(label=_("Max $/month"), required=False, min_value=1, max_value=10_000_000)
     in_stock = forms.BooleanField(label=_("In stock only"), required=False)
+    sort = forms.ChoiceField(required=False, widget=forms.HiddenInput,
+                             choices=[("", "")] + [(f"{d}{k}", f"{d}{k}") for k in SORT_KEYS for d in ("", "-")])
+
+    def query_without_sort(self) -> str:
+        """This filter as a query string, for the table's sort links."""
+        if not self.is_bound or not self.is_valid():
+            return ""
+        data = {k: v for k, v in self.cleaned_data.items() if k != "sort" and v not in (None, "", False)}
+        return urlencode({k: ("on" if v is True else v) for k, v in data.items()})
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -27,6 +38,8 @@ class CatalogFilterForm(forms.Form):
 
 
 def _filter_choices() -> tuple[list, list]:
-    """The link and site choices (cached with the catalog: saves of either bump it)."""
-    return ([(i.slug, i.link, i.cards) for i in Interconnect.objects.all()],
+    """The link types actually sold (an active offer's card uses them) and the sites, cached
+    with the catalog: saves of either bump it."""
+    sold = Interconnect.objects.filter(gpu_models__offers__is_active=True).distinct()
+    return ([(i.slug, i.link, i.cards) for i in sold],
             [(s.code, str(s)) for s in Site.objects.filter(is_active=True)])

@@ -84,6 +84,9 @@ class Offer(models.Model):
     link_note = models.CharField(max_length=80, blank=True, help_text="e.g. 'NVSwitch HGX node'")
     weekly_cents = models.PositiveIntegerField()
     monthly_cents = models.PositiveIntegerField()
+    vcpus = models.PositiveIntegerField(null=True, blank=True, help_text="Blank: the node's share per GPU")
+    ram_gb = models.PositiveIntegerField(null=True, blank=True, help_text="Blank: the node's share per GPU")
+    network_gbps = models.PositiveIntegerField(null=True, blank=True, help_text="Public network per instance")
     is_active = models.BooleanField(default=True)
 
     class Meta:
@@ -101,6 +104,11 @@ class Offer(models.Model):
         return self.name or (
             self.gpu_model.name if self.gpu_count == 1 else f"{self.gpu_count}× {self.gpu_model.name}"
         )
+
+    @property
+    def per_vram_gb_month_cents(self) -> int:
+        """Monthly price per GB of VRAM, the fair comparison across card sizes."""
+        return round(self.monthly_cents / (self.gpu_model.vram_gb * self.gpu_count))
 
     @property
     def per_gpu_hour_cents(self) -> int:

@@ -59,6 +59,16 @@ def offer_units_free(offer: Offer, node: Node) -> int:
 class OfferRow:
     offer: Offer
     free_by_site: dict[str, int] = field(default_factory=dict)
+    vcpus: int | None = None
+    ram_gb: int | None = None
+
+    @property
+    def disk_gb(self) -> int:
+        return self.gpu.included_nvme_gb
+
+    @property
+    def total_vram_gb(self) -> int:
+        return self.gpu.vram_gb * self.offer.gpu_count
 
     @property
     def free_total(self) -> int:
@@ -77,6 +87,24 @@ class CatalogFilter:
     site: str | None = None
     max_monthly_cents: int | None = None
     in_stock: bool = False
+    sort: str = ""
+
+
+# Sort keys of the catalog table (a "-" prefix in the query string reverses).
+SORT_KEYS = {
+    "price": lambda row: row.offer.monthly_cents,
+    "vram": lambda row: row.total_vram_gb,
+    "per_gb": lambda row: row.offer.per_vram_gb_month_cents,
+    "free": lambda row: row.free_total,
+}
+
+
+def _node_share(offer: Offer, nodes, attr: str) -> int | None:
+    """The smallest share of `attr` (vcpus, host_ram_gb) an instance of the offer gets on
+    any node of its model: what the customer can count on."""
+    shares = [getattr(n, attr) * offer.gpu_count // n.gpu_count for n in nodes
+              if n.gpu_model_id == offer.gpu_model_id and n.gpu_count >= offer.gpu_count]
+    return min(shares) if shares else None
 
 
 CATALOG_GENERATION_KEY = "inventory:catalog:generation"
@@ -162,10 +190,17 @@ def _catalog_rows(flt: CatalogFilter) -> list[OfferRow]:
         for node in nodes:
             if units := offer_units_free(offer, node):
                 free[node.site.code] += units
-        row = OfferRow(offer=offer, free_by_site=dict(free))
+        row = OfferRow(offer=offer, free_by_site=dict(free),
+                       vcpus=offer.vcpus or _node_share(offer, nodes, "vcpus"),
+                       ram_gb=offer.ram_gb or _node_share(offer, nodes, "host_ram_gb"))
         if not flt.in_stock or row.free_total:
             rows.append(row)
-    return rows
+    return _sorted(rows, flt.sort)
+
+
+def _sorted(rows: list[OfferRow], sort: str) -> list[OfferRow]:
+    key = SORT_KEYS.get(sort.lstrip("-"))
+    return sorted(rows, key=key, reverse=sort.startswith("-")) if key else rows
 
 
 def free_gpus_by_model_and_site() -> dict[tuple[int, str], int]:

@@ -3,6 +3,7 @@ from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.translation import get_language
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from sizing.figures import faq_vram_figures
@@ -52,6 +53,7 @@ def _filter_from_form(form: CatalogFilterForm) -> CatalogFilter:
         site=data.get("site") or None,
         max_monthly_cents=data["max_price"] * 100 if data.get("max_price") else None,
         in_stock=bool(data.get("in_stock")),
+        sort=data.get("sort") or "",
     )
 
 
@@ -60,7 +62,12 @@ def _catalog_table(form: CatalogFilterForm) -> str:
     sites = list(active_sites())
     if form.is_bound and form.cleaned_data.get("site"):
         sites = [s for s in sites if s.code == form.cleaned_data["site"]]
-    return render_to_string("inventory/_catalog_table.html", {"form": form, "rows": rows, "sites": sites})
+    groups = [(_("Single cards"), [r for r in rows if r.offer.gpu_count == 1]),
+              (_("Whole multi-GPU nodes"), [r for r in rows if r.offer.gpu_count > 1])]
+    sort = form.cleaned_data.get("sort", "") if form.is_bound else ""
+    context = {"form": form, "rows": rows, "groups": [g for g in groups if g[1]], "sites": sites,
+               "sort": sort, "query": form.query_without_sort()}
+    return render_to_string("inventory/_catalog_table.html", context)
 
 
 @require_GET
