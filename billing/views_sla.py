@@ -18,8 +18,14 @@ from .models import SlaClaim
 from .ops import ClaimRefused, claimable_periods, sla_claim_file
 
 
+class LeaseChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, lease):
+        return _("Lease #%(id)s: %(offer)s (%(state)s)") % {"id": lease.pk, "offer": lease.offer.display_name,
+                                                             "state": lease.get_state_display()}
+
+
 class SlaClaimForm(forms.Form):
-    lease = forms.ModelChoiceField(queryset=Lease.objects.none(), label=gettext_lazy("Lease"))
+    lease = LeaseChoiceField(queryset=Lease.objects.none(), label=gettext_lazy("Lease"))
     period = forms.ChoiceField(label=gettext_lazy("Month (UTC)"))
     message = forms.CharField(label=gettext_lazy("What happened"), required=False, max_length=4000,
                               widget=forms.Textarea(attrs={"rows": 4}))

@@ -22,7 +22,7 @@ INTERCONNECTS = [
     ("nvlink-nvswitch-600", "A100 SXM", "NVLink + NVSwitch", "600 GB/s", "nvswitch"),
     ("infinity-fabric", "MI300X", "Infinity Fabric", "896 GB/s", "infinity_fabric"),
     ("nvlink-bridge-600", "H100 PCIe", gettext_noop("optional NVLink bridge"), "600 GB/s", "nvlink_bridge"),
-    ("nvlink-bridge-112", "A6000, A40, 3090, A5000", "NVLink bridge", "112 GB/s", "nvlink_bridge"),
+    ("nvlink-bridge-112", "A6000, A40, 3090, A5000", gettext_noop("NVLink bridge"), "112 GB/s", "nvlink_bridge"),
     ("pcie-p2p", "L40S, RTX 6000 Ada, L4", gettext_noop("PCIe Gen4 peer-to-peer"), "~32 GB/s", "pcie_p2p"),
     ("pcie", "RTX 4090, RTX 5090", gettext_noop("PCIe, no NVLink"), "~32 / ~63 GB/s (Gen4 / Gen5 x16)", "pcie"),
 ]

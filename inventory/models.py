@@ -28,9 +28,9 @@ class Interconnect(models.Model):
 
     class Sharding(models.TextChoices):
         NVSWITCH = "nvswitch", _("sharded, up to 8 cards")
-        FABRIC_8 = "infinity_fabric", "sharded, 8-way only"
+        FABRIC_8 = "infinity_fabric", _("sharded, 8-way only")
         NVLINK_PAIRS = "nvlink_bridge", _("sharded in pairs")
-        PCIE_P2P = "pcie_p2p", "data-parallel only"
+        PCIE_P2P = "pcie_p2p", _("data-parallel only")
         PCIE = "pcie", _("single card")
 
     slug = models.SlugField(max_length=40, unique=True)

@@ -60,4 +60,6 @@ def state_label(state: str) -> str:
 
 @register.filter
 def event_reason(reason: str) -> str:
-    return gettext(reason) if reason else ""
+    from inventory.templatetags.stored_text import stored_text
+
+    return stored_text(reason)

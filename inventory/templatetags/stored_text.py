@@ -1,0 +1,28 @@
+"""Text that services store in English for the audit trail (event reasons, ledger memos)
+shown in the reader's language: known phrases through the catalog, known patterns with
+their numbers kept ("invoice #12" → "账单 #12"); anything else as stored."""
+import re
+
+from django import template
+from django.utils.translation import gettext, gettext_lazy as _
+
+register = template.Library()
+
+PATTERNS = [  # (stored form, translatable form with the same named numbers)
+    (re.compile(r"^renewal invoice #(?P<id>\d+) paid$"), _("renewal invoice #%(id)s paid")),
+    (re.compile(r"^invoice #(?P<id>\d+) paid after its lease ended$"), _("invoice #%(id)s paid after its lease ended")),
+    (re.compile(r"^invoice #(?P<id>\d+) not paid within the payment window$"),
+     _("invoice #%(id)s not paid within the payment window")),
+    (re.compile(r"^invoice #(?P<id>\d+)$"), _("invoice #%(id)s")),
+    (re.compile(r"^refund of lease #(?P<id>\d+)$"), _("refund of lease #%(id)s")),
+]
+
+
+@register.filter
+def stored_text(text: str) -> str:
+    if not text:
+        return ""
+    for pattern, translated in PATTERNS:
+        if match := pattern.match(text):
+            return str(translated) % match.groupdict()
+    return gettext(text)

@@ -1,0 +1,55 @@
+"""Every page in Chinese, read as a Chinese reader sees it: no Latin word outside an
+allow-list of product names, units and technical terms that Chinese texts keep in Latin
+letters. This catches stored English (event reasons, link descriptions, GPU notes, invoice
+lines, sizing modes), not only untranslated template strings."""
+import html
+import re
+
+import pytest
+from django.conf import settings
+from django.urls import reverse
+
+from tests.i18n.conftest import ZH
+from tests.i18n.test_pages import PUBLIC, customer_urls, shop  # noqa: F401 (fixture)
+
+# Names and units that stay Latin in Chinese product pages (as the Chinese source documents write them).
+ALLOWED = set("""
+GPU GPUs CPU vCPU RAM VRAM NVMe SSD SSH API URL UTC GB TB MB GiB TiB Gbit s h TFLOPS FLOPs FLOPS PFLOPS
+NVIDIA AMD CUDA ROCm NVLink NVSwitch Infinity Fabric PCIe Gen Gen4 Gen5 HGX SXM HBM HBM2e HBM3 HBM3e GDDR6 GDDR6X ECC
+H100 H200 A100 MI300X L40S RTX A6000 A5000 A40 B200 L4 Ada PCIe
+BTC ETH USDT USDC XMR SOL LTC Bitcoin Ethereum Monero Solana Litecoin
+LoRA QLoRA ZeRO ZeRO-2 ZeRO-3 Adam AdamW FP8 FP16 BF16 bf16 fp16 fp32 int8 bit bits bitsandbytes DeepSpeed FSDP
+Llama Mistral Mixtral Qwen Gemma Phi DeepSeek Falcon Yi PyTorch Hugging Face Transformers PEFT TRL Unsloth
+Ubuntu Docker JSON CSV PDF QR SLA LUKS LUKS2 OpenAPI Bearer Authorization IP TOTP htmx
+DFW IAD PDX LAS ORD Dallas Ashburn Hillsboro InfiniBand English B rank checkpoint CSRF Cookie ID
+Tether USD base ssh-ed25519 ssh-rsa ecdsa-sha2-nistp256 ecdsa-sha2-nistp384 ecdsa-sha2-nistp521 T
+""".split()) | set(settings.OPERATOR_NAME.split())
+LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-'][A-Za-z0-9]+)*")
+
+
+def latin_words(page: str) -> set[str]:
+    body = page.split("<body", 1)[-1].split(">", 1)[-1]
+    body = re.sub(r"<(script|style|code|pre|textarea)\b.*?</\1>", " ", body, flags=re.S)
+    text = html.unescape(re.sub(r"<[^>]+>", " ", body))
+    text = re.sub(r"\S+@\S+|\S*/\S*", " ", text)  # e-mail addresses, URLs and paths are not prose
+    return {w for w in LATIN_WORD.findall(text) if w not in ALLOWED and not _is_name_or_unit(w)}
+
+
+def _is_name_or_unit(word: str) -> bool:
+    """Model names with digits (7B, 8x7B, gpu0, v2), hex ids, and the test's own user names."""
+    return bool(re.fullmatch(r"[A-Za-z]?\d[\w.-]*|[A-Za-z]+\d+[\w.-]*|[A-Z]{3}-\d+|alice|bob|op|root", word))
+
+
+@pytest.fixture
+def zh_pages(client, shop):  # noqa: F811
+    urls = [reverse(name, args=args) for name, args in PUBLIC if not name.startswith("sizing")]
+    urls += list(customer_urls(shop).values())
+    urls += [reverse(n) for n in ("status", "sla_terms", "terms", "privacy")]
+    return {url: client.get(url, **ZH) for url in urls}
+
+
+def test_no_latin_words_outside_the_allow_list_on_chinese_pages(zh_pages):
+    offenders = {url: sorted(latin_words(r.content.decode())) for url, r in zh_pages.items()
+                 if r.status_code == 200}
+    offenders = {url: words for url, words in offenders.items() if words}
+    assert not offenders, offenders
