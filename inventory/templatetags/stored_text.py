@@ -4,7 +4,8 @@ their numbers kept ("invoice #12" → "账单 #12"); anything else as stored."""
 import re
 
 from django import template
-from django.utils.translation import gettext, gettext_lazy as _
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 register = template.Library()
 

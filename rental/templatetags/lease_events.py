@@ -2,8 +2,8 @@
 in the database, as the audit trail) are shown to customers as sentences in their
 language; an unknown code falls back to its words, never to a blank."""
 from django import template
-from django.utils.translation import gettext, gettext_noop
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_noop
 
 from rental.models import LeaseState
 
