@@ -5,7 +5,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .models import GpuModel, Interconnect, Site
-from .selectors import SORT_KEYS, cached_by_generation
+from .selectors import cached_by_generation
 
 
 class CatalogFilterForm(forms.Form):
@@ -18,8 +18,11 @@ class CatalogFilterForm(forms.Form):
     site = forms.ChoiceField(label=_("Site"), required=False)
     max_price = forms.IntegerField(label=_("Max $/month"), required=False, min_value=1, max_value=10_000_000)
     in_stock = forms.BooleanField(label=_("In stock only"), required=False)
-    sort = forms.ChoiceField(required=False, widget=forms.HiddenInput,
-                             choices=[("", "")] + [(f"{d}{k}", f"{d}{k}") for k in SORT_KEYS for d in ("", "-")])
+    sort = forms.ChoiceField(label=_("Sort by"), required=False, choices=[
+        ("", _("Model")), ("price", _("Price, lowest first")), ("-price", _("Price, highest first")),
+        ("per_gb", _("Price per GB of VRAM")), ("-per_gb", _("Price per GB of VRAM, highest first")),
+        ("-vram", _("Most VRAM first")), ("vram", _("Least VRAM first")), ("-free", _("Most free first")),
+        ("free", _("Fewest free first"))])
 
     def query_without_sort(self) -> str:
         """This filter as a query string, for the table's sort links."""
