@@ -52,9 +52,9 @@ class DemoGpu:
 
 GPUS = [
     DemoGpu("h100-sxm", "H100 SXM", "nvidia", 80, "HBM3", 3350, "nvlink-nvswitch-900",
-            "NVLink 900 GB/s", True, 989, 2000, 47500, 169000, 63, 8, 20, 200, "preferred; FP8"),
+            "NVLink 900 GB/s", True, 989, 2000, 47500, 169000, 63, 8, 20, 200, gettext_noop("preferred; FP8")),
     DemoGpu("a100-sxm", "A100 SXM", "nvidia", 80, "HBM2e", 2040, "nvlink-nvswitch-600",
-            "NVLink 600 GB/s", False, 312, 1000, 28000, 99000, 78, 8, 16, 128, "no FP8"),
+            "NVLink 600 GB/s", False, 312, 1000, 28000, 99000, 78, 8, 16, 128, gettext_noop("no FP8")),
     DemoGpu("h200-sxm", "H200 SXM", "nvidia", 141, "HBM3e", 4800, "nvlink-nvswitch-900",
             "NVLink 900 GB/s", True, 989, 2000, 64000, 229000, 19, 8, 20, 240),
     DemoGpu("mi300x", "MI300X", "amd", 192, "HBM3", 5300, "infinity-fabric",

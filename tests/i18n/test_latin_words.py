@@ -9,6 +9,8 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
+from inventory.models import GpuModel
+
 from tests.i18n.conftest import ZH
 from tests.i18n.test_pages import PUBLIC, customer_urls, shop  # noqa: F401 (fixture)
 
@@ -22,7 +24,7 @@ LoRA QLoRA ZeRO ZeRO-2 ZeRO-3 Adam AdamW FP8 FP16 BF16 bf16 fp16 fp32 int8 bit b
 Llama Mistral Mixtral Qwen Gemma Phi DeepSeek Falcon Yi PyTorch Hugging Face Transformers PEFT TRL Unsloth
 Ubuntu Docker JSON CSV PDF QR SLA LUKS LUKS2 OpenAPI Bearer Authorization IP TOTP htmx
 DFW IAD PDX LAS ORD Dallas Ashburn Hillsboro InfiniBand English B rank checkpoint CSRF Cookie ID
-Tether USD base ssh-ed25519 ssh-rsa ecdsa-sha2-nistp256 ecdsa-sha2-nistp384 ecdsa-sha2-nistp521 T
+Tether USD base W ssh-ed25519 ssh-rsa ecdsa-sha2-nistp256 ecdsa-sha2-nistp384 ecdsa-sha2-nistp521 T
 """.split()) | set(settings.OPERATOR_NAME.split())
 LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-'][A-Za-z0-9]+)*")
 
@@ -45,6 +47,7 @@ def zh_pages(client, shop):  # noqa: F811
     urls = [reverse(name, args=args) for name, args in PUBLIC if not name.startswith("sizing")]
     urls += list(customer_urls(shop).values())
     urls += [reverse(n) for n in ("status", "sla_terms", "terms", "privacy")]
+    urls += [reverse("gpu_detail", args=[slug]) for slug in GpuModel.objects.values_list("slug", flat=True)]
     return {url: client.get(url, **ZH) for url in urls}
 
 
