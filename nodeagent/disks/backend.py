@@ -40,13 +40,9 @@ class LuksDisks:
     # -- while the lease lives -------------------------------------------------------
 
     def ensure_ready(self, lease_id: int, size_gb: int) -> str:
-        disk = self.state.load(lease_id) or LeaseDisk(lease_id)
-        if disk.key_destroyed:
-            raise OperationFailed("disk_error", f"the key of lease {lease_id}'s disk was destroyed")
-        carve = self.carver.ensure(self.runner, lease_id, size_gb)
-        disk.device, disk.scope = carve.device, carve.scope
-        self.state.save(disk)
-        key = self._format_or_load_key(disk)
+        """Carve, LUKS-format (once), open, mkfs (once), mount; returns the mount path."""
+        disk = self.provision(lease_id, size_gb)
+        key = self.keys.load(lease_id)
         try:
             mapped = luks.luks_open(self.runner, disk.device, mapping_name(lease_id), key)
         finally:
@@ -54,22 +50,49 @@ class LuksDisks:
         self._ensure_filesystem(disk, mapped)
         return self._ensure_mounted(lease_id, mapped)
 
+    def provision(self, lease_id: int, size_gb: int) -> LeaseDisk:
+        """Carve the lease's device and give it a LUKS2 header with a fresh key (once)."""
+        disk = self.state.load(lease_id) or LeaseDisk(lease_id)
+        if disk.key_destroyed:
+            raise OperationFailed("disk_error", f"the key of lease {lease_id}'s disk was destroyed")
+        carve = self.carver.ensure(self.runner, lease_id, size_gb)
+        disk.device, disk.scope = carve.device, carve.scope
+        self.state.save(disk)
+        self._ensure_formatted(disk)
+        return disk
+
     def detach(self, lease_id: int) -> None:
-        self._unmount(lease_id)
+        self._unmount(self.runner, lease_id)
         luks.luks_close(self.runner, mapping_name(lease_id))
 
-    def _format_or_load_key(self, disk: LeaseDisk) -> bytearray:
+    def _ensure_formatted(self, disk: LeaseDisk) -> None:
         if disk.luks_uuid:
             if not luks.is_luks(self.runner, disk.device):
                 raise OperationFailed("disk_error", f"{disk.device} lost its LUKS header "
                                       f"(expected {disk.luks_uuid}); not reformatting customer data")
-            return self.keys.load(disk.lease_id)
-        if luks.is_luks(self.runner, disk.device) and not self.keys.has_key(disk.lease_id):
-            raise OperationFailed("disk_error", f"{disk.device} holds a LUKS volume this agent has no key for")
+            return
+        if luks.is_luks(self.runner, disk.device):
+            if self._stored_key_opens(disk):          # a crash right after luksFormat
+                disk.luks_uuid = luks.luks_uuid(self.runner, disk.device)
+                self.state.save(disk)
+                return
+            raise OperationFailed("disk_error", f"{disk.device} already holds a LUKS volume this "
+                                  "lease never made; refusing to format over it")
         key = self.keys.new_key(disk.lease_id)        # stored wrapped before first use
-        disk.luks_uuid = luks.luks_format(self.runner, disk.device, key, mapping_name(disk.lease_id))
+        try:
+            disk.luks_uuid = luks.luks_format(self.runner, disk.device, key, mapping_name(disk.lease_id))
+        finally:
+            forget(key)
         self.state.save(disk)
-        return key
+
+    def _stored_key_opens(self, disk: LeaseDisk) -> bool:
+        if not self.keys.has_key(disk.lease_id):
+            return False
+        key = self.keys.load(disk.lease_id)
+        try:
+            return luks.test_passphrase_exit(self.runner, disk.device, key) == 0
+        finally:
+            forget(key)
 
     def _ensure_filesystem(self, disk: LeaseDisk, mapped: str) -> None:
         probe = self.runner.run(["blkid", "-p", "-o", "value", "-s", "TYPE", mapped], check=False)
@@ -88,10 +111,10 @@ class LuksDisks:
             self.runner.run(["mount", "-t", "ext4", "-o", "nodev,nosuid", mapped, str(mountpoint)])
         return str(mountpoint)
 
-    def _unmount(self, lease_id: int) -> None:
+    def _unmount(self, runner: Runner, lease_id: int) -> None:
         mountpoint = self.mount_root / mapping_name(lease_id)
         if _is_mountpoint(mountpoint):
-            self.runner.run(["umount", str(mountpoint)])
+            runner.run(["umount", str(mountpoint)])
 
     # -- key destruction ----------------------------------------------------------------
 
@@ -104,7 +127,7 @@ class LuksDisks:
         if disk.key_destroyed:
             return evidence_from_dict(disk.key_destroyed)
         rec = self.runner.recording()
-        self._unmount(lease_id)
+        self._unmount(rec, lease_id)
         luks.luks_close(rec, mapping_name(lease_id))
         key = self.keys.load(lease_id)
         try:
@@ -136,6 +159,7 @@ class LuksDisks:
         if disk.wiped:
             return evidence_from_dict(disk.wiped)
         key_proof = self.destroy_key(lease_id)
+        disk = self._known(lease_id)                # now carrying the key proof
         rec = self.runner.recording()
         started = utc_now()
         ident = wipe.identify(rec, disk.device)
