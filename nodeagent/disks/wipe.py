@@ -1,11 +1,11 @@
 """Wipe methods, the device identity for the sanitization record, and the sampled
 read-back verification."""
-import json
 import mmap
 import os
 import secrets
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from nodeagent.interfaces import OperationFailed
 
@@ -29,47 +29,61 @@ class Identity:
     model: str
     serial: str
     firmware: str
-    source: str                          # nvme id-ctrl | lsblk
+    source: str                          # nvme id-ctrl | sysfs
     caps: NvmeCapabilities | None        # only for a device that is an NVMe namespace
 
 
 def identify(runner: Runner, device: str) -> Identity:
     """Model/serial/firmware of the physical drive under `device` (an LV, a partition,
-    a namespace, a loop device) and, when `device` is a namespace, its NVMe capabilities."""
+    a namespace, a loop device) and, when `device` is itself a namespace, its NVMe
+    capabilities (an LV or a partition never gets drive-wide commands)."""
     own_controller = nvme_controller(os.path.realpath(device))
-    disk = _backing_disk(runner, device)
-    controller = own_controller or nvme_controller(disk.get("path") or "")
+    disk = backing_disk(device)
+    controller = own_controller or nvme_controller(f"/dev/{disk}")
     if controller:
         ctrl = runner.run(["nvme", "id-ctrl", controller, "-o", "json"], check=False)
         if ctrl.exit == 0:
             caps = NvmeCapabilities.from_id_ctrl(ctrl.stdout)
             return Identity(caps.model, caps.serial, caps.firmware, "nvme id-ctrl",
                             caps if own_controller else None)
-    model = (disk.get("model") or "").strip() or _kind_name(disk.get("type"))
-    return Identity(model, (disk.get("serial") or "").strip(), (disk.get("rev") or "").strip(),
-                    "lsblk", None)
+    attrs = Path("/sys/class/block", disk, "device")
+    model = _read(attrs / "model") or ("Linux loop device" if disk.startswith("loop") else "unknown")
+    return Identity(model, _read(attrs / "serial"), _read(attrs / "firmware_rev") or _read(attrs / "rev"),
+                    "sysfs", None)
 
 
-def _backing_disk(runner: Runner, device: str) -> dict:
-    """The bottom of `lsblk --inverse` for `device`: the disk (or loop) it lives on."""
-    listed = runner.run(["lsblk", "--json", "--inverse", "--output", "PATH,TYPE,MODEL,SERIAL,REV",
-                         device], check=False)
-    if listed.exit != 0:
-        return {}
-    node = json.loads(listed.stdout)["blockdevices"][0]
-    while node.get("children"):
-        node = node["children"][0]
-    return node
+def backing_disk(device: str) -> str:
+    """Kernel name of the disk under `device`, following device-mapper slaves (LV, dm-crypt)
+    and partition parents in sysfs, which needs no udev."""
+    name = sysfs_name(device)
+    while True:
+        node = Path("/sys/class/block", name)
+        slaves = sorted(os.listdir(node / "slaves")) if (node / "slaves").is_dir() else []
+        if slaves:
+            name = slaves[0]
+        elif (node / "partition").exists():
+            name = Path(os.path.realpath(node)).parent.name
+        else:
+            return name
 
 
-def _kind_name(kind: str | None) -> str:
-    return "Linux loop device" if kind == "loop" else (kind or "unknown")
+def sysfs_name(device: str) -> str:
+    """Kernel name of a block device, by device number (without udev, /dev/mapper and LV
+    paths are plain nodes, not symlinks to /dev/dm-N)."""
+    rdev = os.stat(device).st_rdev
+    return Path(os.path.realpath(f"/sys/dev/block/{os.major(rdev)}:{os.minor(rdev)}")).name
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def discard_supported(device: str) -> bool:
-    name = os.path.basename(os.path.realpath(device))
     try:
-        with open(f"/sys/class/block/{name}/queue/discard_max_bytes") as f:
+        with open(f"/sys/class/block/{sysfs_name(device)}/queue/discard_max_bytes") as f:
             return int(f.read()) > 0
     except (OSError, ValueError):
         return False

@@ -1,5 +1,6 @@
-"""Runs INSIDE the QEMU guest (see qemu_guest.py): the real disk backend against the
-emulated NVMe drive /dev/nvme0n1, owned whole by one lease (scope "drive"). Prints one
+"""Runs INSIDE the QEMU guest (see qemu_guest.py): the real disk backend against two
+emulated NVMe drives: /dev/nvme0n1 owned whole by one lease (device pool, scope "drive"),
+/dev/nvme1n1 a volume group shared by two leases' LVs (scope "shared"). Prints one
 `GUEST-RESULT <json>` line per step on the serial console for the test to parse."""
 import json
 import os
@@ -7,10 +8,11 @@ import subprocess
 import traceback
 from pathlib import Path
 
-from nodeagent.disks import DevicePoolCarver, KeyStore, LuksDisks, Runner, StateDir
+from nodeagent.disks import DevicePoolCarver, KeyStore, LuksDisks, LvmCarver, Runner, StateDir
 from nodeagent.interfaces import OperationFailed
 
 DEVICE, LEASE = "/dev/nvme0n1", 7
+VG, LVM_DRIVE, LV_LEASE, NEIGHBOUR = "gpu-leases", "/dev/nvme1n1", 8, 9
 SECRET = "customer fine-tuning checkpoint\n"
 
 
@@ -24,6 +26,11 @@ def backend() -> LuksDisks:
                      keys=KeyStore(Path("/state/disk-keys"), Path("/run/kek/node-disk.kek")),
                      state=StateDir(Path("/state/disks")), mount_root=Path("/srv/leases"),
                      runner=Runner())
+
+
+def lvm_backend() -> LuksDisks:
+    return LuksDisks(carver=LvmCarver(VG), keys=KeyStore(Path("/state/lvm-keys"), Path("/run/kek/node-disk.kek")),
+                     state=StateDir(Path("/state/lvm-disks")), mount_root=Path("/srv/leases"), runner=Runner())
 
 
 def mounted(path: str) -> str:
@@ -69,8 +76,27 @@ def main() -> None:
          head_zero=head == bytes(len(head)), again=backend().wipe(LEASE).details == record.details)
 
 
+
+def lvm_main() -> None:
+    for argv in (["pvcreate", "-y", LVM_DRIVE], ["vgcreate", VG, LVM_DRIVE]):    # operator setup
+        subprocess.run(argv, check=True, capture_output=True)
+    disks = lvm_backend()
+    mine, theirs = disks.ensure_ready(LV_LEASE, size_gb=1), disks.ensure_ready(NEIGHBOUR, size_gb=1)
+    Path(mine, "checkpoint.txt").write_text(SECRET)
+    Path(theirs, "neighbour.txt").write_text("the other tenant\n")
+    os.sync()
+    emit("lvm_ready", mine=mounted(mine), theirs=mounted(theirs))
+    record = disks.wipe(LV_LEASE)
+    emit("lvm_wiped", details=record.details,
+         commands=[{"argv": c.argv, "exit": c.exit} for c in record.commands],
+         lv_removed=not os.path.exists(f"/dev/{VG}/gpu-lease-{LV_LEASE}"),
+         neighbour_mounted=bool(mounted(theirs)),
+         neighbour_data=Path(theirs, "neighbour.txt").read_text() == "the other tenant\n")
+
+
 if __name__ == "__main__":
     try:
         main()
+        lvm_main()
     except (OperationFailed, Exception) as exc:                 # report, then power off
         emit("error", error=repr(exc), trace=traceback.format_exc())

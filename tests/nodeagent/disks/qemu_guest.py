@@ -23,13 +23,19 @@ CACHE = Path(os.environ.get("GPU_STOREFRONT_TEST_CACHE", "/var/cache/gpu-storefr
 REPO = Path(__file__).resolve().parents[3]
 GUEST_SCRIPT = Path(__file__).with_name("guest_steps.py")
 MODULES = ["nvme", "dm-crypt", "ext4", "ecb", "xts", "algif_skcipher", "crc32c_generic", "dm-mod"]
-TOOLS = ["cryptsetup", "nvme", "mke2fs", "blkid", "blkdiscard", "lsblk", "blockdev", "dmsetup"]
+TOOLS = ["cryptsetup", "nvme", "mke2fs", "blkid", "blkdiscard", "lsblk", "blockdev", "dmsetup", "lvm"]
+LVM_COMMANDS = ["lvcreate", "lvs", "lvremove", "pvcreate", "vgcreate"]
+# No udev in the guest: LVM and libdevmapper create the device nodes themselves.
+LVM_CONF = """devices { obtain_device_list_from_udev = 0 }
+activation { udev_sync = 0 udev_rules = 0 monitoring = 0 }
+"""
 INIT = """#!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
-mkdir -p /run /tmp /srv /state; mount -t tmpfs run /run
+mkdir -p /run /tmp /srv /state; mount -t tmpfs run /run; mkdir -p /run/lock/lvm
+export DM_DISABLE_UDEV=1
 for m in $(cat /modules.order); do insmod "/lib/modules/$m" || echo "GUEST-INSMOD-FAILED $m"; done
-for i in $(seq 100); do [ -b /dev/nvme0n1 ] && break; sleep 0.1; done
+for i in $(seq 100); do [ -b /dev/nvme0n1 ] && [ -b /dev/nvme1n1 ] && break; sleep 0.1; done
 echo GUEST-BOOTED
 PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONHOME=/py PYTHONPATH=/app:/py/site \\
   PYTHONDONTWRITEBYTECODE=1 /py/bin/python3 -S /app/guest_steps.py
@@ -153,7 +159,7 @@ def base_layer() -> Path:
     if missing:
         raise RuntimeError(f"tools missing for the guest: {missing}")
     python = os.path.realpath(sys.executable)
-    key = hashlib.sha256(repr((deb.name, sorted(tools.items()), python, INIT, MODULES)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(repr((deb.name, sorted(tools.items()), python, INIT, MODULES, LVM_CONF)).encode()).hexdigest()[:16]
     out = CACHE / f"guest-base-{key}.cpio"
     if out.exists():
         return out
@@ -171,6 +177,9 @@ def base_layer() -> Path:
     for name, path in tools.items():
         add_binary(cpio, path, f"usr/sbin/{name}")
     cpio.symlink("usr/sbin/mkfs.ext4", "mke2fs")
+    for command in LVM_COMMANDS:
+        cpio.symlink(f"usr/sbin/{command}", "lvm")
+    cpio.file("etc/lvm/lvm.conf", LVM_CONF.encode())
     add_binary(cpio, python, "py/bin/python3")
     tmp = out.with_suffix(".tmp")
     tmp.write_bytes(cpio.bytes())
@@ -225,18 +234,19 @@ def python_layer() -> bytes:
 
 # -- boot -----------------------------------------------------------------------------
 
-def boot(workdir: Path, drive: Path, timeout_s: int = 600) -> tuple[str, float]:
-    """Boot the guest with `drive` as an emulated NVMe namespace; returns (serial output,
-    seconds)."""
+def boot(workdir: Path, drives: list[Path], timeout_s: int = 600) -> tuple[str, float]:
+    """Boot the guest with each of `drives` as an emulated NVMe controller with one
+    namespace (/dev/nvme0n1, /dev/nvme1n1, ...); returns (serial output, seconds)."""
     import time
     initrd = workdir / "initrd.cpio"
     initrd.write_bytes(base_layer().read_bytes() + python_layer())
     argv = ["qemu-system-x86_64", "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-m", "1024",
             "-smp", "1", "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
             "-kernel", str(kernel_image()), "-initrd", str(initrd),
-            "-append", "console=ttyS0 rdinit=/init panic=-1 loglevel=3",
-            "-drive", f"file={drive},if=none,id=nvm,format=raw",
-            "-device", "nvme,serial=GPUSTORE0001,drive=nvm"]
+            "-append", "console=ttyS0 rdinit=/init panic=-1 loglevel=3"]
+    for i, drive in enumerate(drives):
+        argv += ["-drive", f"file={drive},if=none,id=nvm{i},format=raw",
+                 "-device", f"nvme,serial=GPUSTORE000{i + 1},drive=nvm{i}"]
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, timeout=timeout_s)
     return proc.stdout.decode("utf-8", "replace") + proc.stderr.decode("utf-8", "replace"), \

@@ -11,7 +11,7 @@ from tests.tools import require, require_tool
 
 from . import qemu_guest
 
-DRIVE_MB = 256
+DRIVE_MB, LVM_DRIVE_MB = 256, 2600
 
 
 def results(serial: str) -> dict[str, dict]:
@@ -30,10 +30,11 @@ def guest(tmp_path_factory):
     for tool in ("cryptsetup", "nvme", "mke2fs", "dpkg-deb", "apt-cache", "ldd"):
         require_tool(tool, "scripts/install-disk-tools.sh")
     work = tmp_path_factory.mktemp("guest")
-    drive = work / "nvme.img"
-    with open(drive, "wb") as f:
-        f.truncate(DRIVE_MB * 1024 * 1024)
-    serial, seconds = qemu_guest.boot(work, drive)
+    drives = [work / "nvme-whole.img", work / "nvme-lvm.img"]
+    for drive, size_mb in zip(drives, (DRIVE_MB, LVM_DRIVE_MB), strict=True):
+        with open(drive, "wb") as f:
+            f.truncate(size_mb * 1024 * 1024)
+    serial, seconds = qemu_guest.boot(work, drives)
     steps = results(serial)
     require("GUEST-BOOTED" in serial, f"the guest did not boot:\n{serial[-3000:]}")
     assert "error" not in steps, steps.get("error", {}).get("trace")
@@ -70,3 +71,20 @@ def test_nvme_format_ses1_wipe_verified_in_the_guest(guest):
     assert not any("--ses=0" in c["argv"] for c in wiped["commands"])
     assert record["verification"]["samples"] == 64 and record["verification"]["nonzero"] == 0
     assert wiped["head_zero"] is True and wiped["again"] is True
+
+
+def test_lvm_carved_lease_is_wiped_without_touching_its_neighbour(guest):
+    assert guest["lvm_ready"]["mine"].startswith("/dev/mapper/gpu-lease-8 ext4")
+    wiped = guest["lvm_wiped"]
+    record = wiped["details"]
+    lv = "/dev/gpu-leases/gpu-lease-8"
+    assert record["scope"] == "shared" and record["method"] == "discard+overwrite"
+    assert record["result"] == "ok" and record["nist_category"] == "purge"
+    assert (record["device_model"], record["device_serial"]) == ("QEMU NVMe Ctrl", "GPUSTORE0002")
+    assert "capabilities" not in record            # an LV never gets drive-wide commands
+    argv = [c["argv"] for c in wiped["commands"]]
+    assert record["discard_supported"] is True           # QEMU's NVMe deallocates (DSM)
+    assert ["blkdiscard", "--force", lv] in argv and ["blkdiscard", "--zeroout", "--force", lv] in argv
+    assert not any(a[0] == "nvme" and a[1] in ("format", "sanitize") for a in argv)
+    assert record["verification"]["nonzero"] == 0 and record["verification"]["samples"] == 64
+    assert wiped["lv_removed"] and wiped["neighbour_mounted"] and wiped["neighbour_data"]

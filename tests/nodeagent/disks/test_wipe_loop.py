@@ -38,7 +38,7 @@ def test_wipe_discards_overwrites_and_verifies(disks, loop_device):
     assert record["method"] == "discard+overwrite" and record["nist_category"] == "purge"
     assert record["luks_uuid"]
     assert record["discard_supported"] == discard_supported(loop_device)
-    assert record["device_model"] == "Linux loop device" and record["identity_source"] == "lsblk"
+    assert record["device_model"] == "Linux loop device" and record["identity_source"] == "sysfs"
     verification = record["verification"]
     assert verification["samples"] == 64 and verification["nonzero"] == 0
     assert 0 in verification["offsets"] and (DEVICE_MB * 1024 * 1024 - BLOCK) in verification["offsets"]
