@@ -3,8 +3,10 @@ destruction with proof, and NIST SP 800-88 sanitization with read-back verificat
 See docs/DISKS.md."""
 from .backend import LuksDisks
 from .carvers import DevicePoolCarver, LvmCarver
+from .config import disks_from_config
 from .keystore import KeyStore
 from .runner import Runner
 from .state import StateDir
 
-__all__ = ["LuksDisks", "LvmCarver", "DevicePoolCarver", "KeyStore", "Runner", "StateDir"]
+__all__ = ["LuksDisks", "LvmCarver", "DevicePoolCarver", "KeyStore", "Runner", "StateDir",
+           "disks_from_config"]

@@ -17,7 +17,8 @@ SECRET = "customer fine-tuning checkpoint\n"
 
 
 def emit(step: str, **result) -> None:
-    print("GUEST-RESULT " + json.dumps({"step": step, **result}, sort_keys=True), flush=True)
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    print("GUEST-RESULT " + json.dumps({"step": step, "uptime_s": uptime, **result}, sort_keys=True), flush=True)
 
 
 def backend() -> LuksDisks:

@@ -10,6 +10,7 @@ the CI host kernel cannot do (no device-mapper, no NVMe driver).
 The kernel/tools layer is cached under /var/cache/gpu-storefront-tests/; the Python layer
 is rebuilt per run (it carries the code under test) and appended as a second cpio."""
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -34,9 +35,10 @@ INIT = """#!/bin/busybox sh
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mkdir -p /run /tmp /srv /state; mount -t tmpfs run /run; mkdir -p /run/lock/lvm
 export DM_DISABLE_UDEV=1
+echo "GUEST-INIT $(cat /proc/uptime)"
 for m in $(cat /modules.order); do insmod "/lib/modules/$m" || echo "GUEST-INSMOD-FAILED $m"; done
 for i in $(seq 100); do [ -b /dev/nvme0n1 ] && [ -b /dev/nvme1n1 ] && break; sleep 0.1; done
-echo GUEST-BOOTED
+echo "GUEST-BOOTED $(cat /proc/uptime)"
 PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONHOME=/py PYTHONPATH=/app:/py/site \\
   PYTHONDONTWRITEBYTECODE=1 /py/bin/python3 -S /app/guest_steps.py
 echo "GUEST-EXIT $?"
@@ -53,13 +55,13 @@ class Cpio:
     def __init__(self):
         self.chunks, self.ino, self.seen = [], 1000, set()
 
-    def _entry(self, name: str, mode: int, data: bytes = b"") -> None:
+    def _entry(self, name: str, mode: int, data: bytes = b"", mtime: int = 0) -> None:
         name = name.lstrip("/")
         if name in self.seen:
             return
         self.seen.add(name)
         self.ino += 1
-        fields = [self.ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name) + 1, 0]
+        fields = [self.ino, mode, 0, 0, 1, mtime, len(data), 0, 0, 0, 0, len(name) + 1, 0]
         header = b"070701" + b"".join(b"%08X" % f for f in fields)
         self.chunks += [header, name.encode() + b"\0", _pad(len(header) + len(name) + 1), data, _pad(len(data))]
 
@@ -68,9 +70,9 @@ class Cpio:
         for i in range(1, len(parts) + 1):
             self._entry("/".join(parts[:i]), stat.S_IFDIR | 0o755)
 
-    def file(self, name: str, data: bytes, mode: int = 0o644) -> None:
+    def file(self, name: str, data: bytes, mode: int = 0o644, mtime: int = 0) -> None:
         self.dir(os.path.dirname(name.strip("/")) or ".")
-        self._entry(name, stat.S_IFREG | mode, data)
+        self._entry(name, stat.S_IFREG | mode, data, mtime)
 
     def symlink(self, name: str, target: str) -> None:
         self.dir(os.path.dirname(name.strip("/")))
@@ -78,7 +80,8 @@ class Cpio:
 
     def copy(self, host: Path | str, guest: str) -> None:
         host = Path(host)
-        self.file(guest, host.read_bytes(), 0o755 if os.access(host, os.X_OK) else 0o644)
+        self.file(guest, host.read_bytes(), 0o755 if os.access(host, os.X_OK) else 0o644,
+                  int(host.stat().st_mtime))      # keeps the host's .pyc files valid
 
     def bytes(self) -> bytes:
         self._entry("TRAILER!!!", 0)
@@ -226,6 +229,9 @@ def python_layer() -> bytes:
         if target is None:
             continue
         cpio.copy(host, target)
+        compiled = importlib.util.cache_from_source(host) if host.endswith(".py") else ""
+        if compiled and os.path.exists(compiled):      # compiling under TCG costs seconds
+            cpio.copy(compiled, guest_path(compiled))
         if host.endswith(".so"):
             for lib in shared_libs(host):
                 cpio.copy(os.path.realpath(lib), lib)

@@ -47,7 +47,7 @@ def test_luks2_open_mkfs_mount_and_reopen_after_close(guest):
     ready = guest["ready"]
     assert ready["luks_type"] == "crypto_LUKS" and ready["mapper"]
     assert ready["mount"].startswith("/dev/mapper/gpu-lease-7 ext4 ") and "nosuid,nodev" in ready["mount"]
-    assert guest["detached"] == {"mapper": False, "mount": ""}
+    assert (guest["detached"]["mapper"], guest["detached"]["mount"]) == (False, "")
     assert guest["reopened"]["data"] is True                   # the data survived the close
 
 
