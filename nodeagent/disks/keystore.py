@@ -57,8 +57,9 @@ class KeyStore:
             blob = self._path(lease_id).read_bytes()
         except FileNotFoundError:
             raise OperationFailed("disk_key_missing", f"no stored key for lease {lease_id}") from None
+        kek = self._kek()
         try:
-            raw = AESGCM(self._kek()).decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], self._aad(lease_id))
+            raw = AESGCM(kek).decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], self._aad(lease_id))
         except Exception:
             raise OperationFailed("disk_key_unreadable",
                                   f"the stored key of lease {lease_id} does not unwrap with this node's KEK") from None
@@ -87,6 +88,9 @@ class KeyStore:
         try:
             kek = self.kek_path.read_bytes()
         except FileNotFoundError:
+            if any(self.wrapped_dir.glob("*.wrapped")):   # a KEK that failed to load: never replace it
+                raise OperationFailed("disk_kek_missing", f"{self.kek_path} is missing but leases' "
+                                      "keys are wrapped with it") from None
             kek = os.urandom(KEK_BYTES)
             _write_private(self.kek_path, kek)
         if len(kek) != KEK_BYTES:

@@ -52,6 +52,17 @@ def test_key_survives_an_agent_restart_but_not_another_nodes_kek(tmp_path, disks
     assert refused.value.code == "disk_key_unreadable"
 
 
+def test_a_missing_kek_is_never_silently_replaced(tmp_path, disks, loop_device):
+    disks.provision(LEASE, size_gb=0)
+    kek = tmp_path / "kek" / "node-disk.kek"
+    kek.rename(tmp_path / "kek" / "elsewhere")                 # e.g. the credential did not load
+
+    with pytest.raises(OperationFailed) as missing:
+        make_disks(tmp_path, loop_device).keys.load(LEASE)
+
+    assert missing.value.code == "disk_kek_missing" and not kek.exists()
+
+
 def test_destroy_key_erases_every_keyslot_and_proves_the_old_key_fails(disks, loop_device):
     disks.provision(LEASE, size_gb=0)
     old_key = bytes(disks.keys.load(LEASE))
