@@ -94,17 +94,22 @@ def _pad(n: int) -> bytes:
 
 # -- kernel ---------------------------------------------------------------------------
 
+class GuestUnavailable(RuntimeError):
+    """The guest cannot be built here (no kernel package, a tool missing)."""
+
+
 def kernel_deb() -> Path:
     """Debian's current linux-image-<abi>-amd64 package in the cache (downloaded once)."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    depends = subprocess.run(["apt-cache", "depends", "linux-image-amd64"], capture_output=True,
-                             text=True, check=True).stdout
-    package = re.search(r"Depends: (linux-image-\S+)", depends).group(1)
-    found = sorted(CACHE.glob(f"{package}_*.deb"))
-    if not found:
-        subprocess.run(["apt-get", "download", package], cwd=CACHE, check=True, capture_output=True)
-        found = sorted(CACHE.glob(f"{package}_*.deb"))
-    return found[-1]
+    depends = subprocess.run(["apt-cache", "depends", "linux-image-amd64"], capture_output=True, text=True).stdout
+    match = re.search(r"Depends: (linux-image-\S+)", depends)
+    cached = sorted(CACHE.glob(f"{match.group(1) if match else 'linux-image-*-amd64'}_*.deb"))
+    if not cached and match:
+        subprocess.run(["apt-get", "download", match.group(1)], cwd=CACHE, capture_output=True)
+        cached = sorted(CACHE.glob(f"{match.group(1)}_*.deb"))
+    if not cached:
+        raise GuestUnavailable("no linux-image-amd64 package: run scripts/install-disk-tools.sh")
+    return cached[-1]
 
 
 def extract_kernel(deb: Path) -> Path:
@@ -160,7 +165,7 @@ def base_layer() -> Path:
     tools = {t: shutil.which(t) for t in TOOLS}
     missing = [t for t, p in tools.items() if p is None]
     if missing:
-        raise RuntimeError(f"tools missing for the guest: {missing}")
+        raise GuestUnavailable(f"tools missing for the guest: {missing}")
     python = os.path.realpath(sys.executable)
     key = hashlib.sha256(repr((deb.name, sorted(tools.items()), python, INIT, MODULES, LVM_CONF)).encode()).hexdigest()[:16]
     out = CACHE / f"guest-base-{key}.cpio"

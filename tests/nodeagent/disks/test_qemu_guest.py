@@ -34,7 +34,10 @@ def guest(tmp_path_factory):
     for drive, size_mb in zip(drives, (DRIVE_MB, LVM_DRIVE_MB), strict=True):
         with open(drive, "wb") as f:
             f.truncate(size_mb * 1024 * 1024)
-    serial, seconds = qemu_guest.boot(work, drives)
+    try:
+        serial, seconds = qemu_guest.boot(work, drives)
+    except qemu_guest.GuestUnavailable as missing:
+        require(False, str(missing))
     steps = results(serial)
     require("GUEST-BOOTED" in serial, f"the guest did not boot:\n{serial[-3000:]}")
     assert "error" not in steps, steps.get("error", {}).get("trace")

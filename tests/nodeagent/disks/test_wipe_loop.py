@@ -52,6 +52,22 @@ def test_wipe_discards_overwrites_and_verifies(disks, loop_device):
     assert disks.carver.find(disks.runner, LEASE) is None        # the device is free again
 
 
+def test_without_discard_support_the_wipe_overwrites_only_and_says_so(disks, loop_device):
+    limit = f"/sys/block/{os.path.basename(loop_device)}/queue/discard_max_bytes"
+    with open(limit, "w") as f:
+        f.write("0")                          # the kernel now refuses BLKDISCARD on it
+    disks.provision(LEASE, size_gb=0)
+    fill_with_data(loop_device)
+
+    evidence = disks.wipe(LEASE)
+
+    assert evidence.details["discard_supported"] is False and evidence.details["result"] == "ok"
+    ran = [c.argv for c in evidence.commands]
+    assert ["blkdiscard", "--force", loop_device] not in ran
+    assert ["blkdiscard", "--zeroout", "--force", loop_device] in ran
+    assert device_is_all_zero(loop_device)
+
+
 def test_wipe_destroys_the_key_first_and_a_second_call_reports_the_same_record(disks):
     disks.provision(LEASE, size_gb=0)
 
