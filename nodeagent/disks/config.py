@@ -5,8 +5,8 @@
     volume_group = "gpu-leases"           # carver = "lvm": one LV per lease
     # carver = "devices": whole devices per lease and how much of their drive each is
     # devices = { "/dev/nvme1n1" = "drive", "/dev/nvme2n1" = "namespace", "/dev/nvme0n1p4" = "shared" }
-    mount_root = "/srv/gpu-leases"
-    kek_path = "/run/credentials/gpu-node-agent.service/disk-kek"   # see docs/DISKS.md
+    mount_root = "/srv/gpu-leases"        # default <state_dir>/mnt
+    kek_path = "/run/credentials/gpu-node-agent.service/disk-kek"   # default <state_dir>/disk.kek; see docs/DISKS.md
     verify_samples = 64
 """
 from collections.abc import Mapping
@@ -18,15 +18,13 @@ from .keystore import KeyStore
 from .runner import Runner
 from .state import StateDir
 
-DEFAULT_MOUNT_ROOT = "/srv/gpu-leases"
-
 
 def disks_from_config(section: Mapping, *, state_dir: Path) -> LuksDisks:
     state_dir = Path(state_dir)
     return LuksDisks(carver=_carver(section, state_dir),
-                     keys=KeyStore(state_dir / "disk-keys", Path(section.get("kek_path", state_dir / "disk-kek"))),
+                     keys=KeyStore(state_dir / "disk-keys", Path(section.get("kek_path") or state_dir / "disk.kek")),
                      state=StateDir(state_dir / "disks"),
-                     mount_root=Path(section.get("mount_root", DEFAULT_MOUNT_ROOT)),
+                     mount_root=Path(section.get("mount_root") or state_dir / "mnt"),
                      runner=Runner(), verify_samples=int(section.get("verify_samples", VERIFY_SAMPLES)))
 
 

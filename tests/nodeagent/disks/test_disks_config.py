@@ -27,7 +27,8 @@ def test_device_pool_from_toml(tmp_path):
 def test_lvm_with_defaults(tmp_path):
     disks = disks_from_config({"carver": "lvm", "volume_group": "gpu-leases"}, state_dir=tmp_path)
     assert disks.carver == LvmCarver("gpu-leases")
-    assert disks.keys.kek_path == tmp_path / "disk-kek" and disks.verify_samples == 64
+    assert disks.keys.kek_path == tmp_path / "disk.kek" and disks.verify_samples == 64
+    assert disks.mount_root == tmp_path / "mnt"
 
 
 @pytest.mark.parametrize(("section", "message"), [
