@@ -142,7 +142,7 @@ class LuksDisks:
         evidence = DiskEvidence(details={"device": disk.device, "luks_uuid": disk.luks_uuid,
                                          "test_passphrase_exit": test_exit, "keyslots_after": slots,
                                          "destroyed_at": utc_now()},
-                                commands=rec.commands)
+                                commands=list(rec.commands))
         disk.key_destroyed = evidence_to_dict(evidence)
         self.state.save(disk)                   # proof first: a crash now leaves a spare blob
         self.keys.shred(lease_id)
@@ -181,7 +181,7 @@ class LuksDisks:
         details["result"] = "ok" if ok else "failed"
         if error:
             details["error"] = error
-        evidence = DiskEvidence(details=details, commands=rec.commands)
+        evidence = DiskEvidence(details=details, commands=list(rec.commands))
         if ok:
             disk.wiped = evidence_to_dict(evidence)
             self.state.save(disk)

@@ -3,6 +3,7 @@
 only through stdin, which is never recorded or logged; argv never carries key material."""
 import logging
 import subprocess
+from collections import deque
 from dataclasses import dataclass, field
 
 from nodeagent.interfaces import CommandRecord, OperationFailed
@@ -10,6 +11,7 @@ from nodeagent.interfaces import CommandRecord, OperationFailed
 log = logging.getLogger(__name__)
 
 STDERR_KEPT = 2000          # characters of stderr kept per command in the evidence
+RECENT_KEPT = 200           # the agent's long-lived runner keeps only its latest commands
 
 
 @dataclass(frozen=True)
@@ -22,13 +24,15 @@ class Result:
 
 @dataclass
 class Runner:
-    """Runs commands and appends a CommandRecord per command to `commands`."""
-    commands: list[CommandRecord] = field(default_factory=list)
+    """Runs commands and appends a CommandRecord per command to `commands` (the latest
+    RECENT_KEPT for the agent's long-lived runner; all of them for a `recording()`)."""
+    commands: deque[CommandRecord] | list[CommandRecord] = field(
+        default_factory=lambda: deque(maxlen=RECENT_KEPT))
     timeout_s: int = 24 * 3600      # a block-erase sanitize of a large drive takes hours
 
     def recording(self) -> "Runner":
-        """A fresh runner whose commands make up one piece of evidence."""
-        return Runner(timeout_s=self.timeout_s)
+        """A fresh runner whose commands, all of them, make up one piece of evidence."""
+        return Runner(commands=[], timeout_s=self.timeout_s)
 
     def run(self, argv: list[str], *, secret_stdin: bytes | None = None,
             check: bool = True, code: str = "disk_error") -> Result:

@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from nodeagent.disks.runner import RECENT_KEPT
 from nodeagent.interfaces import OperationFailed
 
 from .conftest import make_disks, run
@@ -114,6 +115,14 @@ def test_a_destroyed_disk_is_never_reopened_or_reformatted(disks):
     disks.destroy_key(LEASE)
     with pytest.raises(OperationFailed):
         disks.provision(LEASE, size_gb=0)
+
+
+def test_the_agents_runner_keeps_only_recent_commands_while_evidence_keeps_all(disks):
+    disks.provision(LEASE, size_gb=0)
+    for _ in range(RECENT_KEPT + 10):                          # an agent polling for days
+        disks.provision(LEASE, size_gb=0)
+    assert len(disks.runner.commands) == RECENT_KEPT
+    assert len(disks.destroy_key(LEASE).commands) == 3        # luksErase, test, luksDump
 
 
 def test_destroying_an_unknown_lease_fails_clearly(disks):

@@ -77,7 +77,7 @@ def test_a_format_without_secure_erase_is_refused_before_running_anything():
     runner = Runner()
     with pytest.raises(ValueError):
         format_namespace(runner, "/dev/nvme0n1", 0)
-    assert runner.commands == []
+    assert not runner.commands
 
 
 @pytest.mark.parametrize(("log", "status"), [

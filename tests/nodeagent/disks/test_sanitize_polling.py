@@ -58,4 +58,4 @@ def test_sanitize_refuses_a_device_that_is_not_a_namespace():
     runner = Runner()
     with pytest.raises(OperationFailed, match="not an NVMe namespace"):
         sanitize(runner, "/dev/loop0", 4)
-    assert runner.commands == []
+    assert not runner.commands
