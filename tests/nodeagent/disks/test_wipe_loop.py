@@ -2,9 +2,13 @@
 recorded) plus a zero overwrite, verified by O_DIRECT sampled read-back; a block written
 back between wipe and verification makes the record `failed`."""
 import os
+import subprocess
+
+import pytest
 
 from nodeagent.disks.wipe import BLOCK, discard_supported
 
+from . import conftest
 from .conftest import DEVICE_MB, make_disks, run
 
 LEASE = 7
@@ -52,10 +56,29 @@ def test_wipe_discards_overwrites_and_verifies(disks, loop_device):
     assert disks.carver.find(disks.runner, LEASE) is None        # the device is free again
 
 
-def test_without_discard_support_the_wipe_overwrites_only_and_says_so(disks, loop_device):
-    limit = f"/sys/block/{os.path.basename(loop_device)}/queue/discard_max_bytes"
-    with open(limit, "w") as f:
-        f.write("0")                          # the kernel now refuses BLKDISCARD on it
+@pytest.fixture
+def no_discard_loop(tmp_path):
+    """A loop device whose backing file lives on ramfs, which has no fallocate: the loop
+    driver then offers no discard. (Lowering queue/discard_max_bytes instead would stick
+    to that loop number until reboot.)"""
+    conftest._need_loop_tools()
+    mountpoint = tmp_path / "ramfs"
+    mountpoint.mkdir()
+    subprocess.run(["mount", "-t", "ramfs", "-o", "mode=0700", "ramfs", str(mountpoint)], check=True)
+    backing = mountpoint / "disk.img"
+    with open(backing, "wb") as f:
+        f.truncate(DEVICE_MB * 1024 * 1024)
+    device = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    yield device
+    subprocess.run(["losetup", "--detach", device], check=False)
+    subprocess.run(["umount", str(mountpoint)], check=False)
+
+
+def test_without_discard_support_the_wipe_overwrites_only_and_says_so(tmp_path, no_discard_loop):
+    loop_device = no_discard_loop
+    assert not discard_supported(loop_device)
+    disks = make_disks(tmp_path, loop_device)
     disks.provision(LEASE, size_gb=0)
     fill_with_data(loop_device)
 
