@@ -1,0 +1,224 @@
+"""LuksDisks: the `Disks` backend. Each lease gets its own carved block device, LUKS2
+with its own random key, ext4, mounted for the instance; at the end its key is destroyed
+with proof and its blocks are sanitized with a verified, signed-ready record."""
+import datetime as dt
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodeagent.interfaces import DiskEvidence, OperationFailed
+
+from . import luks, wipe
+from .carvers import Carver
+from .keystore import KeyStore, forget
+from .nvme import SCOPE_SHARED, choose_method
+from .runner import Runner
+from .state import LeaseDisk, StateDir, evidence_from_dict, evidence_to_dict
+
+VERIFY_SAMPLES = 64
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def mapping_name(lease_id: int) -> str:
+    return f"gpu-lease-{int(lease_id)}"
+
+
+@dataclass
+class LuksDisks:
+    carver: Carver
+    keys: KeyStore
+    state: StateDir
+    mount_root: Path
+    runner: Runner
+    verify_samples: int = VERIFY_SAMPLES
+    before_verify: Callable[[str], None] | None = None     # test seam between wipe and read-back
+
+    # -- while the lease lives -------------------------------------------------------
+
+    def ensure_ready(self, lease_id: int, size_gb: int) -> str:
+        """Carve, LUKS-format (once), open, mkfs (once), mount; returns the mount path."""
+        disk = self.provision(lease_id, size_gb)
+        key = self.keys.load(lease_id)
+        try:
+            mapped = luks.luks_open(self.runner, disk.device, mapping_name(lease_id), key)
+        finally:
+            forget(key)
+        self._ensure_filesystem(disk, mapped)
+        return self._ensure_mounted(lease_id, mapped)
+
+    def provision(self, lease_id: int, size_gb: int) -> LeaseDisk:
+        """Carve the lease's device and give it a LUKS2 header with a fresh key (once)."""
+        disk = self.state.load(lease_id) or LeaseDisk(lease_id)
+        if disk.key_destroyed:
+            raise OperationFailed("disk_error", f"the key of lease {lease_id}'s disk was destroyed")
+        carve = self.carver.ensure(self.runner, lease_id, size_gb)
+        disk.device, disk.scope = carve.device, carve.scope
+        self.state.save(disk)
+        self._ensure_formatted(disk)
+        return disk
+
+    def detach(self, lease_id: int) -> None:
+        self._unmount(self.runner, lease_id)
+        luks.luks_close(self.runner, mapping_name(lease_id))
+
+    def _ensure_formatted(self, disk: LeaseDisk) -> None:
+        if disk.luks_uuid:
+            if not luks.is_luks(self.runner, disk.device):
+                raise OperationFailed("disk_error", f"{disk.device} lost its LUKS header "
+                                      f"(expected {disk.luks_uuid}); not reformatting customer data")
+            return
+        if luks.is_luks(self.runner, disk.device):
+            if self._stored_key_opens(disk):          # a crash right after luksFormat
+                disk.luks_uuid = luks.luks_uuid(self.runner, disk.device)
+                self.state.save(disk)
+                return
+            raise OperationFailed("disk_error", f"{disk.device} already holds a LUKS volume this "
+                                  "lease never made; refusing to format over it")
+        key = self.keys.new_key(disk.lease_id)        # stored wrapped before first use
+        try:
+            disk.luks_uuid = luks.luks_format(self.runner, disk.device, key, mapping_name(disk.lease_id))
+        finally:
+            forget(key)
+        self.state.save(disk)
+
+    def _stored_key_opens(self, disk: LeaseDisk) -> bool:
+        if not self.keys.has_key(disk.lease_id):
+            return False
+        key = self.keys.load(disk.lease_id)
+        try:
+            return luks.test_passphrase_exit(self.runner, disk.device, key) == 0
+        finally:
+            forget(key)
+
+    def _ensure_filesystem(self, disk: LeaseDisk, mapped: str) -> None:
+        probe = self.runner.run(["blkid", "-p", "-o", "value", "-s", "TYPE", mapped], check=False)
+        if probe.exit == 0 and probe.stdout.strip():
+            return
+        if disk.filesystem_made:
+            raise OperationFailed("disk_error", f"the filesystem on {mapped} vanished; not recreating it")
+        self.runner.run(["mkfs.ext4", "-q", "-E", "nodiscard", "-L", mapping_name(disk.lease_id), mapped])
+        disk.filesystem_made = True
+        self.state.save(disk)
+
+    def _ensure_mounted(self, lease_id: int, mapped: str) -> str:
+        mountpoint = self.mount_root / mapping_name(lease_id)
+        mountpoint.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _is_mountpoint(mountpoint):
+            self.runner.run(["mount", "-t", "ext4", "-o", "nodev,nosuid", mapped, str(mountpoint)])
+        return str(mountpoint)
+
+    def _unmount(self, runner: Runner, lease_id: int) -> None:
+        mountpoint = self.mount_root / mapping_name(lease_id)
+        if _is_mountpoint(mountpoint):
+            runner.run(["umount", str(mountpoint)])
+
+    # -- key destruction ----------------------------------------------------------------
+
+    def destroy_key(self, lease_id: int) -> DiskEvidence:
+        """Close, erase every keyslot, prove the old key no longer opens the header and no
+        keyslot is left, then shred the stored key. A second call returns the same proof;
+        a failed proof raises and nothing is recorded as destroyed (the key is kept so the
+        retry can prove it)."""
+        disk = self._known(lease_id)
+        if disk.key_destroyed:
+            return evidence_from_dict(disk.key_destroyed)
+        rec = self.runner.recording()
+        self._unmount(rec, lease_id)
+        luks.luks_close(rec, mapping_name(lease_id))
+        key = self.keys.load(lease_id)
+        try:
+            luks.luks_erase(rec, disk.device)
+            test_exit = luks.test_passphrase_exit(rec, disk.device, key)
+            slots = luks.keyslot_count(rec, disk.device)
+        finally:
+            forget(key)
+        if test_exit == 0 or slots != 0:
+            raise OperationFailed("key_destroy_failed", f"{disk.device}: old key test exit {test_exit}, "
+                                  f"{slots} keyslot(s) left after luksErase")
+        evidence = DiskEvidence(details={"device": disk.device, "luks_uuid": disk.luks_uuid,
+                                         "test_passphrase_exit": test_exit, "keyslots_after": slots,
+                                         "destroyed_at": utc_now()},
+                                commands=list(rec.commands))
+        disk.key_destroyed = evidence_to_dict(evidence)
+        self.state.save(disk)                   # proof first: a crash now leaves a spare blob
+        self.keys.shred(lease_id)
+        return evidence
+
+    # -- wipe -------------------------------------------------------------------------
+
+    def wipe(self, lease_id: int) -> DiskEvidence:
+        """Sanitize the lease's blocks with the strongest method that spares neighbours and
+        verify by sampled read-back. Runs destroy_key first (idempotent). A wipe that
+        passed returns its stored record; a failed one returns `result: failed` (the
+        storefront quarantines the node) and is attempted again on the next call."""
+        disk = self._known(lease_id)
+        if disk.wiped:
+            return evidence_from_dict(disk.wiped)
+        key_proof = self.destroy_key(lease_id)
+        disk = self._known(lease_id)                # now carrying the key proof
+        rec = self.runner.recording()
+        started = utc_now()
+        ident = wipe.identify(rec, disk.device)
+        method = choose_method(ident.caps, disk.scope or SCOPE_SHARED)
+        details = {"device": disk.device, "scope": disk.scope, "device_model": ident.model,
+                   "device_serial": ident.serial, "firmware": ident.firmware,
+                   "identity_source": ident.source, "method": method,
+                   "nist_category": "purge", "nist_basis": _nist_basis(method),
+                   "luks_uuid": key_proof.details["luks_uuid"], "started_at": started}
+        if ident.caps:
+            details["capabilities"] = {"sanicap": ident.caps.sanicap, "fna": ident.caps.fna,
+                                       "oacs": ident.caps.oacs}
+        error = self._run_method(rec, method, disk.device, details)
+        if self.before_verify:
+            self.before_verify(disk.device)
+        details["verification"] = wipe.verify_zero(disk.device, self.verify_samples)
+        details["finished_at"] = utc_now()
+        ok = error is None and details["verification"]["nonzero"] == 0
+        details["result"] = "ok" if ok else "failed"
+        if error:
+            details["error"] = error
+        evidence = DiskEvidence(details=details, commands=list(rec.commands))
+        if ok:
+            disk.wiped = evidence_to_dict(evidence)
+            self.state.save(disk)
+            self.carver.release(self.runner, lease_id)
+        return evidence
+
+    @staticmethod
+    def _run_method(rec: Runner, method: str, device: str, details: dict) -> str | None:
+        try:
+            if method == "sanitize-crypto":
+                details.update(wipe.sanitize(rec, device, 4))
+            elif method == "sanitize-block":
+                details.update(wipe.sanitize(rec, device, 2))
+            elif method in ("format-ses2", "format-ses1"):
+                details.update(wipe.format_namespace(rec, device, int(method[-1])))
+            else:
+                details.update(wipe.discard_and_overwrite(rec, device))
+        except OperationFailed as exc:
+            return exc.detail
+        return None
+
+    def _known(self, lease_id: int) -> LeaseDisk:
+        disk = self.state.load(lease_id)
+        if disk is None or not disk.luks_uuid:
+            raise OperationFailed("disk_unknown", f"lease {lease_id} has no encrypted disk on this node")
+        return disk
+
+
+def _nist_basis(method: str) -> str:
+    if method.startswith("sanitize-"):
+        return "NVMe Sanitize (SP 800-88 Purge for NVMe media)"
+    if method.startswith("format-"):
+        return "NVMe Format with Secure Erase Settings (SP 800-88 Purge for NVMe media)"
+    return ("cryptographic erase: the data was only ever written LUKS2-encrypted and every "
+            "keyslot holding its volume key was erased (key_destroyed), then the range was "
+            "discarded and overwritten with zeros")
+
+
+def _is_mountpoint(path: Path) -> bool:
+    return os.path.ismount(path)
