@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Everything outside Python that the test suite drives for real: Debian's chromium (browser
+# tests), gettext (catalog tests), the local chains (litecoind, monero, anvil), the node
+# agent's tools (docker, debootstrap, sshd, gcc, iproute2), the disk tools (cryptsetup,
+# nvme-cli, lvm2, qemu) and the deploy tools (caddy, pg_dump). Idempotent; root.
+# Exits non-zero when any install fails, so CI never passes by skipping what is missing.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/apt-lib.sh
+
+status=0
+apt_install_all chromium gettext postgresql-client || status=1
+for part in install-chain-tools install-node-tools install-disk-tools install-deploy-tools; do
+  if [ -f "scripts/$part.sh" ]; then
+    echo "== scripts/$part.sh"
+    bash "scripts/$part.sh" || { echo "!! scripts/$part.sh failed" >&2; status=1; }
+  fi
+done
+exit $status
