@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Build-time assets, shared by the Dockerfile and the CI smoke test (tests/deploy/):
+# compiled translation catalogs and the hashed, compressed static files in STATIC_ROOT
+# (whitenoise's manifest). Needs no database and no secret: placeholders satisfy the
+# production settings check (DEBUG=0), and nothing here connects or signs anything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python}"
+export DEBUG=0 DJANGO_SETTINGS_MODULE=rental.settings
+export SECRET_KEY="${SECRET_KEY:-build-time-placeholder-not-used-to-sign-anything}"
+export ALLOWED_HOSTS="${ALLOWED_HOSTS:-build.invalid}"
+export DATABASE_URL="${DATABASE_URL:-postgres://build@build.invalid:5432/build}"
+
+"$PYTHON" manage.py compilemessages --ignore=.venv --ignore=.chain-tools -v 0
+"$PYTHON" manage.py collectstatic --noinput --clear -v 0
+echo "static files in $("$PYTHON" -c 'import django; django.setup(); from django.conf import settings; print(settings.STATIC_ROOT)'), catalogs compiled"
