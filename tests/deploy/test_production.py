@@ -230,7 +230,7 @@ def stack(tmp_path_factory):
         DATABASE_URL=database_url, REDIS_URL=os.environ["REDIS_URL"],
         VAR_DIR=str(tmp / "data"), STATIC_ROOT=str(tmp / "staticfiles"),
         GUNICORN_BIND=f"127.0.0.1:{port}", HEALTHCHECK_BIND=f"127.0.0.1:{port}",
-        WEB_CONCURRENCY="2", CELERY_CONCURRENCY="1", HOST_AGENT_FAKE_DELAY="0",
+        PYTHONDONTWRITEBYTECODE="1", WEB_CONCURRENCY="2", CELERY_CONCURRENCY="1", HOST_AGENT_FAKE_DELAY="0",
         LIFECYCLE_INTERVAL_SECONDS="2",  # a beat tick within seconds, not a minute
         SITE_ADDRESS="localhost", CADDY_TLS="internal", UPSTREAM=f"127.0.0.1:{port}", CADDY_ADMIN="off",
         CADDY_HTTPS_PORT=str(https_port), CADDY_HTTP_PORT=str(http_port),
@@ -243,6 +243,7 @@ def stack(tmp_path_factory):
     try:
         # The image's build step and the migrate service need nothing from each other.
         stack.run_together(["scripts/build-assets.sh"], service_command("migrate"))
+        stack.started_at = time.time()
         for service in ("web", "worker", "beat"):
             stack.start(service, service_command(service))
         stack.start("caddy", [caddy, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"])
@@ -352,6 +353,27 @@ def test_axes_locks_each_client_behind_the_proxy_separately(stack):
     assert welcome.status == 302, (welcome.status, welcome.text[:300])
     addresses = stack.query("SELECT DISTINCT host(ip_address) FROM axes_accessattempt WHERE username = %s", CUSTOMER)
     assert addresses == [("127.0.0.2",)]
+
+
+SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".chain-tools"}
+
+
+def files_written_since(root: Path, since: float) -> list[Path]:
+    written = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
+        written += [Path(dirpath, f) for f in filenames if Path(dirpath, f).stat().st_mtime >= since]
+    return written
+
+
+def test_running_stack_writes_only_to_its_data_volume(stack):
+    """What the read-only image needs: after the build step, the running services wrote
+    nothing in the code or the static files, only in VAR_DIR (the /data volume)."""
+    assert files_written_since(ROOT, stack.started_at) == []
+    assert files_written_since(Path(stack.env["STATIC_ROOT"]), stack.started_at) == []
+    data = {p.name for p in Path(stack.env["VAR_DIR"]).iterdir()}
+    assert "beat-heartbeat" in data and all(n == "beat-heartbeat" or n.startswith("celerybeat-schedule")
+                                            for n in data), data
 
 
 def test_compose_file_is_valid(tmp_path):
