@@ -12,7 +12,7 @@ COPY pyproject.toml ./
 COPY . .
 RUN pip install --no-cache-dir . \
     && VAR_DIR=/tmp/build-var scripts/build-assets.sh && rm -rf /tmp/build-var \
-    && useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin app \
+    && useradd --uid 10001 --home-dir /data --no-create-home --shell /usr/sbin/nologin app \
     && mkdir -p /data && chown app:app /data
 USER app
 VOLUME ["/data"]
