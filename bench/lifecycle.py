@@ -41,6 +41,9 @@ def main() -> None:
     try:
         os.environ["DATABASE_URL"] = with_db(url, name)
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rental.settings")
+        # Production settings (DEBUG off) refuse to start without these (issue 14).
+        os.environ.setdefault("SECRET_KEY", "bench-" + "k" * 50)
+        os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1")
         os.environ.setdefault("LOG_LEVEL", "WARNING")
         os.environ["DB_CONN_MAX_AGE"] = "0"
         run()

@@ -2,6 +2,7 @@
 Celery beat (billing.tasks.lifecycle_tick) and by `manage.py lifecycle`."""
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
@@ -12,6 +13,7 @@ from rental.models import Lease, LeaseState
 from rental.notices import sweep_state_notices
 
 from . import payments
+from .locks import exclusive
 from .models import Invoice
 from .ops import sweep_storage
 from .services import order_invoice_expire, renewal_invoice_create
@@ -78,6 +80,21 @@ def run_lifecycle(now: datetime, *, dry_run: bool = False) -> list[tuple[str, Tr
         results = _run_sweeps(now)
         transaction.set_rollback(True)
     return results
+
+
+SKIPPED = "skipped: another pass running"
+
+
+def run_lifecycle_exclusive(now: datetime, on_start=None) -> list[tuple[str, Transition]] | None:
+    """issue 14: the pass that beat ticks and `manage.py lifecycle` run; None (at once)
+    when another pass holds the lock: a second beat, a slow pass overlapping the next
+    tick or two workers never sweep concurrently."""
+    with exclusive("lifecycle", ttl=timedelta(seconds=settings.LIFECYCLE_LOCK_SECONDS)) as held:
+        if not held:
+            return None
+        if on_start:
+            on_start(now)
+        return run_lifecycle(now)
 
 
 def _run_sweeps(now: datetime) -> list[tuple[str, Transition]]:

@@ -112,6 +112,18 @@ class JobRun(models.Model):
         return self.name
 
 
+class JobLock(models.Model):
+    """issue 14: a named lock with an expiry, for deployments without Redis (billing/locks.py).
+    Held while `expires_at` is in the future; `token` names the holder so only it releases."""
+
+    name = models.CharField(max_length=60, primary_key=True)
+    token = models.CharField(max_length=64, blank=True)
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.name
+
+
 # --- crypto payments -------------------------------------------------------------------
 # Coin amounts are integers in the coin's base unit. Wei amounts overflow 64-bit
 # integers, so they are stored as DecimalField(max_digits=40, decimal_places=0).

@@ -4,20 +4,28 @@ import logging
 from celery import shared_task
 from django.utils import timezone
 
-from .lifecycle import run_lifecycle
+from .lifecycle import SKIPPED, run_lifecycle_exclusive
 from .models import JobRun
 
 log = logging.getLogger("billing.tasks")
 
 
 @shared_task(name="billing.lifecycle_tick", acks_late=True)
-def lifecycle_tick() -> int:
+def lifecycle_tick() -> int | str:
+    """One pass, or SKIPPED when another pass holds the lifecycle lock (JobRun untouched:
+    it records the pass that runs)."""
     started = timezone.now()
-    JobRun.objects.update_or_create(name="lifecycle", defaults={"last_started_at": started})
-    results = run_lifecycle(started)
+    results = run_lifecycle_exclusive(started, on_start=_record_start)
+    if results is None:
+        log.info("lifecycle tick %s", SKIPPED)
+        return SKIPPED
     JobRun.objects.filter(name="lifecycle").update(
         last_finished_at=timezone.now(), last_result={"transitions": len(results)})
     return len(results)
+
+
+def _record_start(started) -> None:
+    JobRun.objects.update_or_create(name="lifecycle", defaults={"last_started_at": started})
 
 
 @shared_task(name="billing.watch_coin", acks_late=True)

@@ -214,9 +214,12 @@ def lease_cancel(*, lease_id: int, now: datetime, from_states, actor=None, reaso
 
 @transaction.atomic
 def lease_wipe(*, lease_id: int, now: datetime) -> bool:
-    """released/cancelled → wiped once the wipe deadline is reached (key already destroyed)."""
-    lease = Lease.objects.select_related("disk_key").get(pk=lease_id)
-    if lease.disk_key.state != DiskKey.State.DESTROYED:
+    """released/cancelled → wiped once the wipe deadline is reached (key already destroyed).
+    The lease row stays locked from this check to the update (SQLite: the write lock), so
+    two overlapping passes never ask the host to wipe the same disk twice (issue 14)."""
+    lease = (Lease.objects.select_for_update(of=("self",)).select_related("disk_key")
+             .filter(pk=lease_id, state__in=[S.RELEASED, S.CANCELLED], wipe_by__lte=now).first())
+    if lease is None or lease.disk_key.state != DiskKey.State.DESTROYED:
         return False
     receipt = get_agent().wipe(lease_id=lease_id, at=now)
     return bool(_transition(lease_id, to=S.WIPED, from_states=[S.RELEASED, S.CANCELLED], now=now, kind="wiped",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import dj_database_url
 from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
@@ -29,9 +30,35 @@ DEBUG = env_bool("DEBUG")
 TESTING = env_bool("TESTING")
 
 
+# --- issue 14: production (DEBUG=0) refuses to start half-configured ---------------------
+# One line per missing variable, raised at settings import, so web, worker, beat and the
+# migrate step all stop with the same message instead of, e.g., each making its own key.
+PRODUCTION = not DEBUG and not TESTING
+
+
+def production_config_errors(environ=os.environ) -> list[str]:
+    errors = []
+    if not environ.get("SECRET_KEY", "").strip():
+        errors.append("SECRET_KEY is not set: give every container the same random value "
+                      "(python -c 'import secrets; print(secrets.token_urlsafe(50))').")
+    if not environ.get("ALLOWED_HOSTS", "").strip():
+        errors.append("ALLOWED_HOSTS is not set: the public name(s) this site answers to, "
+                      "comma-separated (e.g. gpus.example.com).")
+    if not environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
+        errors.append("DATABASE_URL is not a PostgreSQL URL (postgres://user:password@host:5432/name): "
+                      "production does not run on SQLite.")
+    return errors
+
+
+if PRODUCTION and (_errors := production_config_errors()):
+    raise ImproperlyConfigured(
+        "Production settings (DEBUG=0) are incomplete; for a development checkout set DEBUG=1.\n"
+        + "\n".join(_errors))
+
+
 def _secret_key() -> str:
-    """Production passes SECRET_KEY (docker-compose requires it); the embedded default
-    keeps a random one in var/, created on first start and never committed."""
+    """Production passes SECRET_KEY (checked above); the embedded default keeps a random
+    one in var/, created on first start and never committed."""
     if key := os.environ.get("SECRET_KEY"):
         return key
     key_file = VAR_DIR / "dev-secret-key"
@@ -118,6 +145,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+else:
+    # issue 14: a database that does not answer fails the request (503) or the
+    # healthcheck within this many seconds instead of hanging a gunicorn worker.
+    DB_CONNECT_TIMEOUT_SECONDS = int(os.environ.get("DB_CONNECT_TIMEOUT_SECONDS", "5"))
+    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = DB_CONNECT_TIMEOUT_SECONDS
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
@@ -157,6 +189,12 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
+# issue 14: behind the reverse proxy every request comes from the proxy's address, so axes
+# takes the client's address from X-Forwarded-For (django-ipware). Caddy replaces any
+# X-Forwarded-For a client sends with the address it saw, so the header holds exactly one
+# entry: zero proxies after the client. Behind a CDN that appends too, raise the count.
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
+AXES_IPWARE_PROXY_COUNT = int(os.environ.get("PROXIES_AFTER_CLIENT", "0"))
 OTP_TOTP_ISSUER = os.environ.get("OTP_TOTP_ISSUER", "GPU Rental")
 
 LANGUAGE_CODE = "en"
@@ -174,8 +212,11 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
-STATIC_ROOT.mkdir(exist_ok=True)
+# The image builds static files into its own read-only /app/staticfiles (scripts/build-assets.sh);
+# the embedded default collects into var/.
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
+if not STATIC_ROOT.exists():
+    STATIC_ROOT.mkdir(parents=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -209,7 +250,7 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
 DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
-if not DEBUG and not TESTING:
+if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", str(365 * 24 * 3600)))
@@ -245,9 +286,23 @@ else:
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", TESTING)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-# One beat runs every periodic job; each job is idempotent, so a duplicate beat is harmless.
+# --- issue 14: one lifecycle pass at a time; beat heartbeat for its healthcheck ---
+# Seconds between lifecycle passes (beat); a tick not started within the interval expires.
+LIFECYCLE_INTERVAL_SECONDS = float(os.environ.get("LIFECYCLE_INTERVAL_SECONDS", "60"))
+# A pass holds a lock (Redis when REDIS_URL is set, else a database row) that expires this
+# many seconds after its last renewal (every third of it while the pass runs): a holder
+# killed mid-pass blocks the next passes for at most this long.
+LIFECYCLE_LOCK_SECONDS = float(os.environ.get("LIFECYCLE_LOCK_SECONDS", "60"))
+# The beat touches this file on every scheduler tick; its healthcheck fails when older than
+# BEAT_HEARTBEAT_MAX_AGE_SECONDS (beat ticks at least every beat_max_loop_interval).
+CELERY_BEAT_SCHEDULER = "rental.beat:HeartbeatScheduler"
+CELERY_BEAT_MAX_LOOP_INTERVAL = 30
+BEAT_HEARTBEAT_FILE = VAR_DIR / "beat-heartbeat"
+BEAT_HEARTBEAT_MAX_AGE_SECONDS = int(os.environ.get("BEAT_HEARTBEAT_MAX_AGE_SECONDS", "120"))
+# One beat runs every periodic job; the lifecycle lock makes a duplicate beat harmless.
 CELERY_BEAT_SCHEDULE = {
-    "lifecycle": {"task": "billing.lifecycle_tick", "schedule": 60.0, "options": {"expires": 55}},
+    "lifecycle": {"task": "billing.lifecycle_tick", "schedule": LIFECYCLE_INTERVAL_SECONDS,
+                  "options": {"expires": max(1.0, LIFECYCLE_INTERVAL_SECONDS - 5)}},
     "watch_payments": {"task": "billing.watch_payments", "schedule": 30.0, "options": {"expires": 25}},
 }
 PAYMENT_WINDOW_MINUTES = int(os.environ.get("PAYMENT_WINDOW_MINUTES", "30"))

@@ -137,8 +137,10 @@ def test_worker_killed_mid_task_is_redelivered_and_ends_like_a_clean_run(catalog
     name, sender = queue
     t0 = timezone.now().replace(microsecond=0) - timedelta(days=8)
     crashed = due_leases(24, t0, "k")
+    # The killed worker's lifecycle lock (issue 14) expires 1.5 s after its last renewal,
+    # before the fresh worker has started, so the redelivered tick runs instead of skipping.
     slow = Worker("slow", name, tmp_path / "slow.log", HOST_AGENT="tests.billing.slow_agent.SlowAgent",
-                  SLOW_AGENT_SECONDS="0.4", CELERY_VISIBILITY_TIMEOUT="4")
+                  SLOW_AGENT_SECONDS="0.4", CELERY_VISIBILITY_TIMEOUT="4", LIFECYCLE_LOCK_SECONDS="1.5")
     fresh = None
     try:
         slow.wait_ready()

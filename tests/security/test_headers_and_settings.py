@@ -13,6 +13,9 @@ from inventory.models import GpuSlot, Node, Site
 ROOT = Path(__file__).resolve().parents[2]
 # The test process's own variables, never production's (tests/e2e/conftest.py sets the last).
 TEST_ONLY_ENV = {"TESTING", "DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+# What production must set (issue 14); the database is never connected to by these checks.
+PRODUCTION_ENV = {"DEBUG": "0", "DJANGO_SETTINGS_MODULE": "rental.settings", "ALLOWED_HOSTS": "gpus.example.com",
+                  "DATABASE_URL": "postgres://storefront:secret@db.invalid:5432/storefront"}
 
 
 def test_security_headers_on_pages(client, catalog):
@@ -27,8 +30,7 @@ def test_security_headers_on_pages(client, catalog):
 
 def test_production_settings_pass_check_deploy():
     env = {k: v for k, v in os.environ.items() if k not in TEST_ONLY_ENV}
-    env.update(DEBUG="0", SECRET_KEY="x" * 20 + "prod-like-secret-key-with-enough-entropy-Q7#kP",
-               ALLOWED_HOSTS="gpus.example.com", DJANGO_SETTINGS_MODULE="rental.settings")
+    env.update(PRODUCTION_ENV, SECRET_KEY="x" * 20 + "prod-like-secret-key-with-enough-entropy-Q7#kP")
     result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -37,7 +39,7 @@ def test_production_settings_pass_check_deploy():
 
 def test_production_sends_hsts_and_secure_cookies():
     env = {k: v for k, v in os.environ.items() if k not in TEST_ONLY_ENV}
-    env.update(DEBUG="0", SECRET_KEY="s" * 60, DJANGO_SETTINGS_MODULE="rental.settings")
+    env.update(PRODUCTION_ENV, SECRET_KEY="s" * 60)
     code = ("from django.conf import settings as s; import django; django.setup(); "
             "print(s.SECURE_HSTS_SECONDS, s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_SSL_REDIRECT)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
+from billing.lifecycle import SKIPPED, run_lifecycle, run_lifecycle_exclusive
 
 
 def parse_at(value: str) -> datetime:
@@ -32,7 +32,11 @@ class Command(BaseCommand):
         if at and not dry_run and not settings.DEBUG:
             raise CommandError("--at moves real leases by a pretended clock: use it with --dry-run, "
                                "or on a development machine with DEBUG=1.")
-        results = run_lifecycle(now, dry_run=dry_run)
+        # A dry run rolls back and leaves hosts alone, so it needs no lock.
+        results = run_lifecycle(now, dry_run=True) if dry_run else run_lifecycle_exclusive(now)
+        if results is None:
+            self.stdout.write(SKIPPED)
+            return
         for sweep, transition in results:
             self.stdout.write(f"{sweep} lease#{transition.lease_id} {transition.what}")
         verb = "would be made (dry run, rolled back)" if dry_run else "made"

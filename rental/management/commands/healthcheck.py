@@ -1,0 +1,63 @@
+"""`manage.py healthcheck web|worker|beat`: the docker-compose healthchecks, exit 0 when
+healthy, 1 with one line saying why not. The CI smoke test runs the same commands.
+
+web: GET /healthz on the local gunicorn with the public Host and X-Forwarded-Proto: https,
+as the reverse proxy sends it (else Django answers 400 or redirects to https).
+worker: a Celery ping answered by this host's worker.
+beat: the heartbeat file the beat touches on every tick is recent."""
+import os
+import socket
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+
+def check_web(bind: str) -> str:
+    host = next((h for h in settings.ALLOWED_HOSTS if h not in ("*",) and not h.startswith(".")),
+                "localhost")
+    request = urllib.request.Request(f"http://{bind}/healthz",
+                                     headers={"Host": host, "X-Forwarded-Proto": "https"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            body = response.read().decode()
+    except (urllib.error.URLError, OSError) as exc:
+        raise CommandError(f"web: /healthz on {bind} as {host} failed: {exc}") from exc
+    return f"web: /healthz as {host}: {body}"
+
+
+def check_worker() -> str:
+    from rental.celery import app
+
+    node = f"celery@{socket.gethostname()}"
+    replies = app.control.ping(destination=[node], timeout=5.0)
+    if not replies:
+        raise CommandError(f"worker: no ping reply from {node}")
+    return f"worker: {node} answered"
+
+
+def check_beat() -> str:
+    path = Path(settings.BEAT_HEARTBEAT_FILE)
+    if not path.exists():
+        raise CommandError(f"beat: no heartbeat at {path} (beat not started yet?)")
+    age = time.time() - path.stat().st_mtime
+    if age > settings.BEAT_HEARTBEAT_MAX_AGE_SECONDS:
+        raise CommandError(f"beat: last tick {age:.0f} s ago "
+                           f"(more than BEAT_HEARTBEAT_MAX_AGE_SECONDS={settings.BEAT_HEARTBEAT_MAX_AGE_SECONDS})")
+    return f"beat: last tick {age:.0f} s ago"
+
+
+class Command(BaseCommand):
+    help = "Exit 0 when this container's process (web, worker or beat) is healthy."
+
+    def add_arguments(self, parser):
+        parser.add_argument("process", choices=["web", "worker", "beat"])
+        parser.add_argument("--bind", default=os.environ.get("HEALTHCHECK_BIND", "127.0.0.1:8000"),
+                            help="host:port of gunicorn (web only)")
+
+    def handle(self, *args, process, bind, **options):
+        checks = {"web": lambda: check_web(bind), "worker": check_worker, "beat": check_beat}
+        self.stdout.write(checks[process]())

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The processes of the production stack, shared by docker-compose.yml (each service's
+# command) and the CI smoke test (tests/deploy/), so both start them the same way:
+#   start.sh migrate   one-shot: deploy checks, then database migrations (every upgrade)
+#   start.sh web       gunicorn behind the reverse proxy (Caddyfile)
+#   start.sh worker    the Celery worker
+#   start.sh beat      the one Celery beat (heartbeat for its healthcheck: rental/beat.py)
+# Settings come from the environment (.env.example); static files and catalogs are already
+# in the image (scripts/build-assets.sh), so nothing here writes outside VAR_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-rental.settings}"
+
+case "${1:-}" in
+  migrate)
+    python manage.py check --deploy
+    exec python manage.py migrate --noinput ;;
+  web)
+    exec gunicorn rental.wsgi:application --bind "${GUNICORN_BIND:-0.0.0.0:8000}" \
+      --workers "${WEB_CONCURRENCY:-4}" --worker-tmp-dir /dev/shm --access-logfile - ;;
+  worker)
+    exec celery -A rental worker --loglevel=INFO --concurrency="${CELERY_CONCURRENCY:-4}" ;;
+  beat)
+    exec celery -A rental beat --loglevel=INFO ;;
+  *)
+    echo "usage: $0 migrate|web|worker|beat" >&2
+    exit 2 ;;
+esac

@@ -1,0 +1,403 @@
+"""issue 14: the production stack on this machine, started the way docker-compose.yml
+starts it, without Docker Hub: scripts/build-assets.sh (the Dockerfile's build step),
+scripts/start.sh migrate|web|worker|beat (each compose service's command, read from the
+compose file), the compose healthcheck commands, and Caddy with the repository's
+Caddyfile terminating TLS (internal CA, high loopback ports, its own config and data
+dirs) in front of gunicorn with DEBUG=0, on a fresh PostgreSQL database and Redis.
+
+Checked over https through Caddy: pages, admin login, the API, HSTS, the http → https
+redirect, a lifecycle tick run by beat + worker (shown on the operator dashboard), and
+django-axes locking per client address behind the proxy. Plus `docker compose config`
+on the compose file. Runs in CI's PostgreSQL + Redis pass."""
+import http.client
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+import yaml
+
+from tests.conftest import HAS_REDIS, ON_POSTGRES
+from tests.tools import require, require_tool
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+TEST_ONLY_ENV = {"TESTING", "DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE",
+                 "CELERY_TASK_ALWAYS_EAGER"}
+OPERATOR, CUSTOMER, PASSWORD = "smoke-operator", "smoke-alice", "correct horse battery 9"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis,
+              pytest.mark.skipif(not (ON_POSTGRES and HAS_REDIS),
+                                 reason="the production stack needs DATABASE_URL=postgres://… and REDIS_URL")]
+
+SEED = f"""
+from django.core.management import call_command
+call_command("load_demo", verbosity=0)
+from datetime import timedelta
+from django.contrib.auth.models import User
+from django.utils import timezone
+from billing.services import checkout_place_order
+from inventory.models import Offer, Site
+from rental.models import Image
+from rental.services import account_create
+User.objects.create_superuser({OPERATOR!r}, password={PASSWORD!r})
+alice = account_create(username={CUSTOMER!r}, password={PASSWORD!r})
+lease, _ = checkout_place_order(customer=alice, offer=Offer.objects.get(slug="rtx-3090"),
+    site=Site.objects.first(), term="week", image=Image.objects.get(slug="pytorch-2.5-cuda-12.4"),
+    ssh_public_key={KEY!r}, pay_from_balance=False, now=timezone.now() - timedelta(hours=2))
+print(lease.pk)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition, timeout: float, what: str, procs=()):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in procs:
+            assert proc.poll() is None, f"{proc.args} exited while waiting for {what}"
+        if condition():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def service_command(service: str) -> list[str]:
+    return COMPOSE["services"][service]["command"]
+
+
+def healthcheck_command(service: str) -> list[str]:
+    test = COMPOSE["services"][service]["healthcheck"]["test"]
+    assert test[0] == "CMD", test
+    return test[1:]
+
+
+@dataclass
+class Stack:
+    env: dict
+    https_port: int
+    http_port: int
+    database_url: str
+    ca_file: Path
+    logs: Path
+    procs: dict = field(default_factory=dict)
+
+    def run(self, args, timeout=120, check=True, **kw) -> subprocess.CompletedProcess:
+        started = time.monotonic()
+        result = subprocess.run(args, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout, **kw)
+        print(f"{' '.join(args)[:60]}: {time.monotonic() - started:.1f} s")
+        if check:
+            assert result.returncode == 0, f"{args}: {result.stdout}{result.stderr}"
+        return result
+
+    def run_together(self, *commands, timeout=300):
+        started = time.monotonic()
+        procs = [subprocess.Popen(c, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True) for c in commands]
+        for command, proc in zip(commands, procs, strict=True):
+            output = proc.communicate(timeout=timeout)[0]
+            assert proc.returncode == 0, f"{command}: {output}"
+        print(f"{commands}: {time.monotonic() - started:.1f} s")
+
+    def start(self, name, args):
+        log = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - closed at teardown
+        self.procs[name] = (subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                             start_new_session=True), log)
+
+    def log(self, name) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+    def unhealthy(self, services) -> dict[str, str]:
+        """Runs the compose healthchecks of `services` side by side; the failures' output."""
+        procs = {s: subprocess.Popen(healthcheck_command(s), cwd=ROOT, env=self.env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True) for s in services}
+        outputs = {s: p.communicate(timeout=60)[0] for s, p in procs.items()}
+        return {s: outputs[s] for s, p in procs.items() if p.returncode != 0}
+
+    def query(self, sql, *args):
+        with psycopg.connect(self.database_url) as conn:
+            return conn.execute(sql, args).fetchall()
+
+    def stop(self):
+        for proc, _log in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for proc, log in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+            log.close()
+
+
+@dataclass
+class Response:
+    status: int
+    headers: list[tuple[str, str]]
+    text: str
+
+    def header(self, name) -> list[str]:
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+
+class Browser:
+    """One client behind the proxy: its own source address (127.0.0.x) and cookies."""
+
+    def __init__(self, stack: Stack, source="127.0.0.1"):
+        self.stack, self.source, self.cookies = stack, source, {}
+        self.context = ssl.create_default_context(cafile=str(stack.ca_file))
+        self.origin = f"https://localhost:{stack.https_port}"
+
+    def request(self, method, path, form=None, headers=None) -> Response:
+        sock = socket.create_connection(("127.0.0.1", self.stack.https_port), timeout=30,
+                                        source_address=(self.source, 0))
+        conn = http.client.HTTPSConnection("localhost", self.stack.https_port, context=self.context, timeout=30)
+        conn.sock = self.context.wrap_socket(sock, server_hostname="localhost")
+        headers = {"Host": f"localhost:{self.stack.https_port}", **(headers or {})}
+        if self.cookies:
+            headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        body = None
+        if form is not None:
+            body = urllib.parse.urlencode(form)
+            headers.update({"Content-Type": "application/x-www-form-urlencoded",
+                            "Origin": self.origin, "Referer": self.origin + path})
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            raw = conn.getresponse()
+            response = Response(raw.status, raw.getheaders(), raw.read().decode(errors="replace"))
+        finally:
+            conn.close()
+        for cookie in response.header("Set-Cookie"):
+            name, _, rest = cookie.partition("=")
+            self.cookies[name.strip()] = rest.split(";", 1)[0]
+        return response
+
+    def get(self, path, **kw) -> Response:
+        return self.request("GET", path, **kw)
+
+    def post_form(self, path, form, **kw) -> Response:
+        page = self.get(path)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        assert token, f"no CSRF token on {path}: {page.status}"
+        return self.request("POST", path, form={"csrfmiddlewaretoken": token.group(1), **form}, **kw)
+
+
+def create_database(admin_url: str) -> tuple[str, str]:
+    name = f"smoke_{os.getpid()}_{secrets.token_hex(3)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    parts = urllib.parse.urlsplit(admin_url)
+    return name, urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def drop_database(admin_url: str, name: str):
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    caddy = require_tool("caddy", "apt-get install caddy (scripts/install-deploy-tools.sh)")
+    require(shutil.which("msgfmt") is not None, "gettext (msgfmt) is not installed")
+    tmp = tmp_path_factory.mktemp("production")
+    admin_url = os.environ["DATABASE_URL"]
+    db_name, database_url = create_database(admin_url)
+    port, https_port, http_port = free_port(), free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in TEST_ONLY_ENV}
+    env.update(
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="localhost",
+        DATABASE_URL=database_url, REDIS_URL=os.environ["REDIS_URL"],
+        VAR_DIR=str(tmp / "data"), STATIC_ROOT=str(tmp / "staticfiles"),
+        GUNICORN_BIND=f"127.0.0.1:{port}", HEALTHCHECK_BIND=f"127.0.0.1:{port}",
+        PYTHONDONTWRITEBYTECODE="1", WEB_CONCURRENCY="2", CELERY_CONCURRENCY="1", HOST_AGENT_FAKE_DELAY="0",
+        LIFECYCLE_INTERVAL_SECONDS="2",  # a beat tick within seconds, not a minute
+        SITE_ADDRESS="localhost", CADDY_TLS="internal", UPSTREAM=f"127.0.0.1:{port}", CADDY_ADMIN="off",
+        CADDY_HTTPS_PORT=str(https_port), CADDY_HTTP_PORT=str(http_port),
+        XDG_DATA_HOME=str(tmp / "caddy-data"), XDG_CONFIG_HOME=str(tmp / "caddy-config"),
+    )
+    logs = tmp / "logs"
+    logs.mkdir()
+    stack = Stack(env=env, https_port=https_port, http_port=http_port, database_url=database_url,
+                  ca_file=tmp / "caddy-data/caddy/pki/authorities/local/root.crt", logs=logs)
+    try:
+        # The image's build step and the migrate service need nothing from each other.
+        stack.run_together(["scripts/build-assets.sh"], service_command("migrate"))
+        stack.started_at = time.time()
+        for service in ("web", "worker", "beat"):
+            stack.start(service, service_command(service))
+        stack.start("caddy", [caddy, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"])
+        stack.seeded_lease = int(stack.run(["python", "manage.py", "shell", "-c", SEED]).stdout.split()[-1])
+        procs = [p for p, _ in stack.procs.values()]
+        wait_for(lambda: stack.ca_file.exists(), 60, "Caddy's internal CA", procs)
+        wait_for(lambda: https_ok(stack), 60, "https://localhost/healthz through Caddy", procs)
+        yield stack
+    finally:
+        stack.stop()
+        redis.Redis.from_url(os.environ["REDIS_URL"]).delete("celery", "unacked", "unacked_index")
+        drop_database(admin_url, db_name)
+
+
+def https_ok(stack) -> bool:
+    try:
+        return Browser(stack).get("/healthz").status == 200
+    except OSError:
+        return False
+
+
+def test_healthchecks_of_web_worker_and_beat_pass(stack):
+    failing = {}
+
+    def all_healthy():
+        failing.clear()
+        failing.update(stack.unhealthy(["web", "worker", "beat"]))
+        return not failing
+
+    try:
+        wait_for(all_healthy, 60, "the web, worker and beat healthchecks")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {failing}") from None
+
+
+def test_beat_healthcheck_fails_on_a_stale_heartbeat(stack):
+    heartbeat = Path(stack.env["VAR_DIR"]) / "beat-heartbeat"
+    wait_for(heartbeat.exists, 30, "the first beat tick")
+    os.kill(stack.procs["beat"][0].pid, signal.SIGSTOP)  # a hung beat: no more ticks
+    try:
+        old = time.time() - 600
+        os.utime(heartbeat, (old, old))
+        result = stack.run(healthcheck_command("beat"), check=False)
+        assert result.returncode == 1 and re.search(r"beat: last tick 60\d s ago", result.stderr), result
+    finally:
+        os.kill(stack.procs["beat"][0].pid, signal.SIGCONT)
+    wait_for(lambda: time.time() - heartbeat.stat().st_mtime < 60, 60, "the beat to tick again")
+    assert not stack.unhealthy(["beat"])
+
+
+@pytest.mark.parametrize("path", ["/", "/gpus/", "/size/", "/accounts/login/", "/admin/login/?next=/admin/"])
+def test_pages_over_https_with_hsts(stack, path):
+    response = Browser(stack).get(path)
+    assert response.status == 200, (path, response.status, response.text[:500])
+    assert response.header("Strict-Transport-Security") == ["max-age=31536000; includeSubDomains; preload"]
+    stylesheet = re.search(r'href="(/static/[\w/.-]+\.[0-9a-f]{12}\.css)"', response.text)
+    assert stylesheet, "pages link hashed stylesheets from the manifest built by build-assets.sh"
+    assert Browser(stack).get(stylesheet.group(1)).status == 200
+
+
+def test_api_estimate_over_https(stack):
+    response = Browser(stack).get("/api/v1/estimate?model=llama-2-13b&method=lora")
+    assert response.status == 200, response.text[:500]
+    assert response.header("Content-Type")[0].startswith("application/json")
+    assert json.loads(response.text)
+
+
+def test_plain_http_redirects_to_https(stack):
+    conn = http.client.HTTPConnection("127.0.0.1", stack.http_port, timeout=10)
+    conn.request("GET", "/gpus/", headers={"Host": "localhost"})
+    response = conn.getresponse()
+    assert response.status in (301, 308) and response.getheader("Location").startswith("https://localhost")
+
+
+def test_lifecycle_tick_by_beat_and_worker_shown_to_the_operator(stack):
+    def cancelled():
+        return stack.query("SELECT state FROM rental_lease WHERE id = %s", stack.seeded_lease) == [("cancelled",)]
+
+    wait_for(cancelled, 60, "beat + worker to expire the unpaid order")
+    events = stack.query("SELECT kind FROM rental_leaseevent WHERE lease_id = %s ORDER BY id", stack.seeded_lease)
+    assert [kind for (kind,) in events] == ["created", "cancelled", "key_destroy_requested", "key_destroyed"]
+    operator = Browser(stack)
+    login = operator.post_form("/admin/login/?next=/admin/", {"username": OPERATOR, "password": PASSWORD,
+                                                              "next": "/admin/"})
+    assert login.status == 302, login.text[:500]
+    assert all("Secure" in c for c in login.header("Set-Cookie")), login.header("Set-Cookie")
+    board = operator.get("/admin/ops/dashboard/")
+    assert board.status == 200, board.text[:500]
+    row = re.search(r"<tr><td>lifecycle</td><td>([^<]+)</td><td>([^<]+)</td>", board.text)
+    assert row and re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", row.group(2)), board.text[-3000:]
+    assert "billing.lifecycle_tick" in stack.log("worker") and "succeeded" in stack.log("worker")
+
+
+def test_axes_locks_each_client_behind_the_proxy_separately(stack):
+    limit = 5  # AXES_FAILURE_LIMIT
+    attacker, neighbour = Browser(stack, source="127.0.0.2"), Browser(stack, source="127.0.0.3")
+    for _ in range(limit):
+        attacker.post_form("/accounts/login/", {"username": CUSTOMER, "password": "wrong password"})
+    locked = attacker.post_form("/accounts/login/", {"username": CUSTOMER, "password": PASSWORD})
+    assert locked.status == 429, (locked.status, locked.text[:300])
+    # A forged X-Forwarded-For does not get the attacker out: Caddy replaces it.
+    forged = attacker.post_form("/accounts/login/", {"username": CUSTOMER, "password": PASSWORD},
+                                headers={"X-Forwarded-For": "203.0.113.7"})
+    assert forged.status == 429
+    # Another client behind the same proxy logs in with the same username.
+    welcome = neighbour.post_form("/accounts/login/", {"username": CUSTOMER, "password": PASSWORD})
+    assert welcome.status == 302, (welcome.status, welcome.text[:300])
+    addresses = stack.query("SELECT DISTINCT host(ip_address) FROM axes_accessattempt WHERE username = %s", CUSTOMER)
+    assert addresses == [("127.0.0.2",)]
+
+
+SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".chain-tools"}
+
+
+def files_written_since(root: Path, since: float) -> list[Path]:
+    written = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
+        written += [Path(dirpath, f) for f in filenames if Path(dirpath, f).stat().st_mtime >= since]
+    return written
+
+
+def test_running_stack_writes_only_to_its_data_volume(stack):
+    """What the read-only image needs: after the build step, the running services wrote
+    nothing in the code or the static files, only in VAR_DIR (the /data volume)."""
+    assert files_written_since(ROOT, stack.started_at) == []
+    assert files_written_since(Path(stack.env["STATIC_ROOT"]), stack.started_at) == []
+    data = {p.name for p in Path(stack.env["VAR_DIR"]).iterdir()}
+    assert "beat-heartbeat" in data and all(n == "beat-heartbeat" or n.startswith("celerybeat-schedule")
+                                            for n in data), data
+
+
+def test_compose_file_is_valid(tmp_path):
+    compose = require_tool("docker-compose", "Compose v2: scripts/install-deploy-tools.sh")
+    version = subprocess.run([compose, "version"], capture_output=True, text=True, timeout=30).stdout
+    require("version v2" in version, f"docker-compose is not Compose v2: {version.strip()}")
+    for name in ("docker-compose.yml", "Caddyfile"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copy(ROOT / ".env.example", tmp_path / ".env")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "DOCKER_"))}
+    result = subprocess.run([compose, "--profile", "tools", "config", "--format", "json"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    config = json.loads(result.stdout)
+    services = config["services"]
+    assert set(services) == {"db", "redis", "migrate", "web", "worker", "beat", "caddy", "backup"}
+    for name in ("web", "worker", "beat"):
+        assert services[name]["healthcheck"]["test"][1:] == healthcheck_command(name)
+        assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+        assert services[name]["read_only"] is True
+        assert services[name]["environment"]["DEBUG"] == "0"
+    assert "ports" not in services["web"] and {p["published"] for p in services["caddy"]["ports"]} >= {"80", "443"}
+    # Without the secrets .env must give, the stack does not even configure.
+    (tmp_path / ".env").write_text("SITE_ADDRESS=gpus.example.com\nCADDY_TLS=internal\n")
+    missing = subprocess.run([compose, "config", "-q"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=60)
+    assert missing.returncode != 0 and "POSTGRES_PASSWORD" in missing.stderr
