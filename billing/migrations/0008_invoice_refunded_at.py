@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('billing', '0006_storage_and_egress'),
+        ('billing', '0007_job_lock'),
     ]
 
     operations = [
