@@ -46,6 +46,7 @@ api_v1 = [
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
+    path("agent/v1/", include("fleet.urls")),  # the node agents' API (nodeagent/PROTOCOL.md)
     path("admin/", admin.site.urls),
     # Language switcher: Django's set_language (cookie + next), also remembered for notices.
     path("i18n/setlang/", i18n.set_language, name="set_language"),
