@@ -2,9 +2,9 @@
 verified with the node's registered Ed25519 key over its canonical JSON, stored verbatim,
 then applied — instance_ready makes the lease active (or moves its connection line),
 key_destroyed completes the DiskKey's destruction, disk_wiped wipes the lease or, when the
-wipe failed, quarantines the node. Disk evidence counts only where the storefront asked
-for that disk work (the op it issued to that node), so a node cannot destroy a paid
-lease's disk by claiming it did."""
+wipe failed, quarantines the node. Evidence counts only for what the storefront asked of
+that node (the op it issued: running, destroy_key, wipe), so a node cannot destroy a paid
+lease's disk, nor start an unpaid one, by claiming it did."""
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -69,11 +69,16 @@ def _check_kind_fields(kind: str, record: dict) -> None:
         if record["result"] == "ok" and (not isinstance(verification, dict) or verification.get("nonzero") != 0):
             raise Refused("not_proven")
 
-def _disk_work_asked(*, lease_id: int, node_id: int, kind: str) -> bool:
-    asked = IssuedOp.objects.filter(lease_id=lease_id, node_id=node_id).values_list("disk", flat=True).first()
+def _asked(*, lease_id: int, node_id: int, kind: str) -> bool:
+    """The storefront asked this node for what the evidence proves: a running instance,
+    the key's destruction, the wipe."""
+    want, disk = IssuedOp.objects.filter(lease_id=lease_id, node_id=node_id).values_list("want", "disk").first() \
+        or (None, None)
+    if kind == Evidence.Kind.INSTANCE_READY:
+        return want == "running"
     if kind == Evidence.Kind.KEY_DESTROYED:
-        return asked in ("destroy_key", "wipe")
-    return asked == "wipe"
+        return disk in ("destroy_key", "wipe")
+    return disk == "wipe"
 
 def last_node_id(lease_id: int) -> int | None:
     return (SlotAllocation.objects.filter(lease_id=lease_id).order_by("-allocated_at", "-id")
@@ -99,8 +104,7 @@ def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
     if not signature_valid(public_key=agent.public_key, signature=signature, message=canonical_json(record)):
         raise Refused("bad_signature")
     _check_kind_fields(kind, record)
-    if kind != Evidence.Kind.INSTANCE_READY and not _disk_work_asked(lease_id=lease_id, node_id=agent.node_id,
-                                                                     kind=kind):
+    if not _asked(lease_id=lease_id, node_id=agent.node_id, kind=kind):
         raise Refused("not_requested")
     unsigned = {k: v for k, v in record.items() if k != "signature"}
     with transaction.atomic():

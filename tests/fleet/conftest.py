@@ -67,6 +67,8 @@ class FakeNode:
                                 **self.auth)
 
     def report(self, **items):
+        """One agent loop turn: fetch the desired state, then report (signed)."""
+        assert self.desired().status_code == 200
         return self.post(self.body(**items))
 
 
