@@ -34,15 +34,18 @@ class Refused(Exception):
         super().__init__(code)
         self.code = code
 
+
 def _int(value, lo: int, hi: int) -> int:
     if type(value) is not int or not lo <= value <= hi:
         raise Refused("invalid")
     return value
 
+
 def _str(value, max_len: int = 200) -> str:
     if not isinstance(value, str) or not value or len(value) > max_len:
         raise Refused("invalid")
     return value
+
 
 def _check_commands(record: dict) -> None:
     commands = record.get("commands")
@@ -52,6 +55,7 @@ def _check_commands(record: dict) -> None:
         if not isinstance(command, dict) or not isinstance(command.get("argv"), list):
             raise Refused("invalid")
         _int(command.get("exit"), -(2**31), 2**31)
+
 
 def _check_kind_fields(kind: str, record: dict) -> None:
     if kind == Evidence.Kind.INSTANCE_READY:
@@ -69,6 +73,7 @@ def _check_kind_fields(kind: str, record: dict) -> None:
         if record["result"] == "ok" and (not isinstance(verification, dict) or verification.get("nonzero") != 0):
             raise Refused("not_proven")
 
+
 def _asked(*, lease_id: int, node_id: int, kind: str) -> bool:
     """The storefront asked this node for what the evidence proves: a running instance,
     the key's destruction, the wipe."""
@@ -80,9 +85,11 @@ def _asked(*, lease_id: int, node_id: int, kind: str) -> bool:
         return disk in ("destroy_key", "wipe")
     return disk == "wipe"
 
+
 def last_node_id(lease_id: int) -> int | None:
     return (SlotAllocation.objects.filter(lease_id=lease_id).order_by("-allocated_at", "-id")
             .values_list("slot__node_id", flat=True).first())
+
 
 def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
     """Verify, store and apply one record; raises Refused with a code."""
@@ -120,10 +127,12 @@ def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
         _apply(evidence, agent=agent, now=now)
     return evidence
 
+
 def instance_of(evidence: Evidence) -> Instance:
     """Customers connect to the node's public host at the port the node reported."""
     host = getattr(getattr(evidence.node, "agent", None), "public_host", "") or evidence.record["host"]
     return Instance(host=host, ssh_port=evidence.record["ssh_port"])
+
 
 def _apply(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
     from .driver import NodeAgentDriver
@@ -147,6 +156,7 @@ def _apply(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
             lease_wipe(lease_id=lease_id, now=now)
         else:
             node_quarantine(agent=agent, evidence=evidence, now=now)
+
 
 def node_quarantine(*, agent: NodeAgent, evidence: Evidence, now: datetime) -> Incident:
     """A failed wipe: the node takes no new leases and an incident says why, until an
