@@ -173,6 +173,9 @@ def test_disk_wiped_after_the_key_wipes_the_lease(paid_lease, enrol):
     Lease.objects.filter(pk=lease.pk).update(wipe_by=timezone.now() - timedelta(minutes=1))
     wanted = node.desired().json()["instances"][0]
     assert (wanted["want"], wanted["disk"]) == ("absent", "wipe")
+    unproven = disk_wiped(node, lease, op_id=wanted["op_id"] + "-x",
+                          verification={"samples": 64, "nonzero": 3, "pattern": "zero"})  # data left
+    assert node.report(evidence=[unproven]).json()["refused"] == [{"item": "evidence[0]", "error": "not_proven"}]
     assert node.report(evidence=[disk_wiped(node, lease, op_id=wanted["op_id"])]).json()["accepted"] == [
         "evidence[0]"]
     lease.refresh_from_db()
