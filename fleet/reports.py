@@ -2,8 +2,6 @@
 as a whole (signature over the raw body, then seq and sent_at, so a replay or a forgery
 changes nothing), then every item on its own — GPUs (health → incidents), instances
 (observed state, egress metering) and evidence — and one bad item never blocks the others."""
-import json
-import logging
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,10 +20,10 @@ from rental.services import lease_connection_update
 from .crypto import signature_valid
 from .desired import lease_on_node
 from .evidence import Refused, evidence_accept
+from .jsonbody import parse_json
 from .models import EgressMeter, InstanceReport, NodeAgent
 from .timeutil import parse_time
 
-log = logging.getLogger(__name__)
 MAX_ITEMS = 256
 HOST_RE = re.compile(r"^[A-Za-z0-9.:\-\[\]]{1,255}$")
 BYTES_PER_TB = 10**12
@@ -52,8 +50,8 @@ def _envelope(agent: NodeAgent, body: bytes, signature: str, now: datetime) -> d
     if not signature_valid(public_key=agent.public_key, signature=signature, message=body):
         raise ReportRefused(401, "bad_signature")
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        data = parse_json(body)
+    except ValueError:
         raise ReportRefused(400, "invalid_json") from None
     if not isinstance(data, dict):
         raise ReportRefused(400, "invalid_report")
