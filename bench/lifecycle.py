@@ -44,6 +44,7 @@ def main() -> None:
         # Production settings (DEBUG off) refuse to start without these (issue 14).
         os.environ.setdefault("SECRET_KEY", "bench-" + "k" * 50)
         os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1")
+        os.environ.setdefault("HOST_AGENT", "rental.agent.FakeAgent")  # no GPU servers: hosts simulated
         os.environ.setdefault("LOG_LEVEL", "WARNING")
         os.environ["DB_CONN_MAX_AGE"] = "0"
         run()

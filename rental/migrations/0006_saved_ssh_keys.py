@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('rental', '0004_customersettings_language'),
+        ('rental', '0005_lease_failed_state'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
