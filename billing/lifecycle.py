@@ -1,11 +1,12 @@
 """One lifecycle pass: every sweep once, in dependency order. Called every minute by
 Celery beat (billing.tasks.lifecycle_tick) and by `manage.py lifecycle`."""
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from rental import lifecycle as rental_sweeps
+from rental import rules
 from rental.agent import FakeAgent, agent_override
 from rental.lifecycle import BATCH, Transition
 from rental.models import Lease, LeaseState
@@ -15,8 +16,6 @@ from . import payments
 from .models import Invoice
 from .ops import sweep_storage
 from .services import order_invoice_expire, renewal_invoice_create
-
-RENEWAL_LEAD = timedelta(hours=24)
 
 
 def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
@@ -28,7 +27,8 @@ def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
 
 def sweep_renewal_invoices(now: datetime, limit: int = BATCH) -> list[Transition]:
     invoiced = Invoice.objects.filter(lease=OuterRef("pk"), kind=Invoice.Kind.RENEWAL, term_start=OuterRef("ends_at"))
-    due = (Lease.objects.filter(state__in=[LeaseState.ACTIVE, LeaseState.PROVISIONING], ends_at__lte=now + RENEWAL_LEAD)
+    # Only active leases have a term: one still provisioning has not started it.
+    due = (Lease.objects.filter(state=LeaseState.ACTIVE, ends_at__lte=now + rules.renewal_lead())
            .exclude(Exists(invoiced)).select_related("customer", "offer__gpu_model").order_by("ends_at")[:limit])
     made = []
     for lease in due:
