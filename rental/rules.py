@@ -39,3 +39,13 @@ def held_from(*, stopped_at: datetime, ends_at: datetime) -> datetime:
     term ends (an operator's mid-term suspension does not cut the paid term short)."""
     return max(stopped_at, ends_at)
 
+
+
+def for_templates(request=None) -> dict:
+    """Context processor: `lifecycle_rules.hold_hours` etc. for pages that state the rules."""
+    return {"lifecycle_rules": {
+        "refund_minutes": settings.LEASE_REFUND_WINDOW_MINUTES,
+        "renewal_hours": settings.LEASE_RENEWAL_LEAD_HOURS,
+        "hold_hours": settings.LEASE_HOLD_HOURS,
+        "wipe_days": settings.LEASE_WIPE_WITHIN_DAYS,
+    }}

@@ -97,6 +97,7 @@ TEMPLATES = [
                 "django.template.context_processors.i18n",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "rental.rules.for_templates",  # the lifecycle timers, for pages that state them (issue 19)
             ],
         },
     },

@@ -171,7 +171,7 @@ def test_refund_refused_after_the_hour(alice, catalog, customer):
     response = alice.post(reverse("billing:lease_refund", args=[lease.pk]), follow=True)
     lease.refresh_from_db()
     assert lease.state == LeaseState.PROVISIONING
-    assert "Refund refused: Refunds are possible within 1 hour" in response.content.decode()
+    assert "Refund refused: Refunds are possible within 60 minutes" in response.content.decode()
 
 
 def test_refund_of_another_customers_lease_is_404(client, catalog, customer, other_customer):
