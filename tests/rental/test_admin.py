@@ -88,7 +88,7 @@ def test_change_page_is_read_only_with_timeline_events_and_key(op_client, active
     response = op_client.get(url)
     assert response.status_code == 200
     html = response.content.decode()
-    assert "lease-timeline" in html and "renewal invoice issued" in html and "provisioned" in html
+    assert "lease-timeline" in html and "Renewal invoice issued" in html and "provisioned" in html
     assert active_lease.disk_key.key_ref in html
     form = response.context["adminform"].form
     assert "state" not in form.fields and "ends_at" not in form.fields
