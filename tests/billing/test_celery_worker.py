@@ -22,16 +22,13 @@ from billing.models import Invoice, JobRun, LedgerEntry
 from inventory.models import Site
 from rental.models import Lease, LeaseEvent, LeaseState
 from tests.billing.test_concurrency import PRICE, new_customer, order, summary
-from tests.conftest import HAS_REDIS, ON_POSTGRES
 
 S = LeaseState
 BASE = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).with_name("celery"))
 
 pytestmark = [
-    pytest.mark.redis,
-    pytest.mark.skipif(not (HAS_REDIS and ON_POSTGRES),
-                       reason="needs REDIS_URL and DATABASE_URL=postgres://… (the worker shares the test DB)"),
+    pytest.mark.redis,  # PostgreSQL + Redis: the worker shares the test DB (tests/conftest.py)
     pytest.mark.django_db(transaction=True),
 ]
 

@@ -25,7 +25,7 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9b
 WEEK = timedelta(days=7)
 PRICE = 6500  # rtx-3090, one week
 
-postgres_only = pytest.mark.skipif(not ON_POSTGRES, reason="row-lock races need DATABASE_URL=postgres://…")
+postgres_only = pytest.mark.postgres  # row-lock races: skipped on SQLite by tests/conftest.py
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
