@@ -90,9 +90,10 @@ class Lease(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [
-            models.Index(fields=["state", "ends_at"]), models.Index(fields=["customer", "-created_at"]),
+            models.Index(fields=["customer", "-created_at"]),
             # One partial index per live state the sweeps select from, so a pass costs what
-            # the due rows cost, not what the (mostly ended) table costs.
+            # the due rows cost, not what the (mostly ended) table costs. (The partial index
+            # on active leases replaces the (state, ends_at) one.)
             models.Index(fields=["ends_at"], condition=Q(state="active"), name="lease_active_ends_at"),
             models.Index(fields=["hold_until"], condition=Q(state="suspended"), name="lease_suspended_hold_until"),
             models.Index(fields=["provisioning_started_at"], condition=Q(state="provisioning"),
