@@ -7,6 +7,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from rental import lifecycle as rental_sweeps
+from rental import rules
 from rental.agent import FakeAgent, agent_override
 from rental.lifecycle import BATCH, Transition
 from rental.models import Lease, LeaseState
@@ -17,8 +18,6 @@ from .locks import exclusive
 from .models import Invoice
 from .ops import sweep_storage
 from .services import lease_fail_and_refund, order_invoice_expire, renewal_invoice_create
-
-RENEWAL_LEAD = timedelta(hours=24)
 
 
 def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
@@ -46,7 +45,8 @@ def sweep_renewal_invoices(now: datetime, limit: int = BATCH) -> list[Transition
     """Renewals of active leases only: a lease that never became active is not renewed
     (it becomes active or fails within NODE_PROVISIONING_DEADLINE)."""
     invoiced = Invoice.objects.filter(lease=OuterRef("pk"), kind=Invoice.Kind.RENEWAL, term_start=OuterRef("ends_at"))
-    due = (Lease.objects.filter(state=LeaseState.ACTIVE, ends_at__lte=now + RENEWAL_LEAD)
+    # Only active leases have a term: one still provisioning has not started it.
+    due = (Lease.objects.filter(state=LeaseState.ACTIVE, ends_at__lte=now + rules.renewal_lead())
            .exclude(Exists(invoiced)).select_related("customer", "offer__gpu_model").order_by("ends_at")[:limit])
     made = []
     for lease in due:

@@ -290,9 +290,9 @@ def sweep_storage(now: datetime, limit: int = 500) -> list:
     from .services import InsufficientBalance
 
     done = []
-    if detached := attachments_of_ended_leases_detach(now=now):
+    if detached := attachments_of_ended_leases_detach(now=now, limit=limit):
         done.append(Transition(0, f"{detached} volume attachment(s) of ended leases detached"))
-    for obj in storage_due(now=now):
+    for obj in storage_due(now=now, limit=limit):
         kind = "network_volume" if obj._meta.model_name == "networkvolume" else "snapshot"
         try:
             with transaction.atomic():
@@ -302,10 +302,10 @@ def sweep_storage(now: datetime, limit: int = 500) -> list:
         except InsufficientBalance:
             if storage_lapse(obj=obj, now=now):
                 done.append(Transition(0, f"{obj} lapsed unpaid"))
-    for obj in storage_expired(before=now - STORAGE_GRACE):
+    for obj in storage_expired(before=now - STORAGE_GRACE, limit=limit):
         if storage_delete(obj=obj, now=now, reason="unpaid for 7 days"):
             done.append(Transition(0, f"{obj} deleted"))
-    return done[:limit]
+    return done
 
 
 def term_start_at(lease: Lease, at: datetime) -> datetime | None:

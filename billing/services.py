@@ -19,7 +19,6 @@ from rental.models import Image, Lease, LeaseState, Term
 
 from .models import Account, Invoice, InvoiceLine, LedgerEntry
 
-REFUND_WINDOW = timedelta(hours=1)
 TERM_DAYS = {Term.WEEK: 7, Term.MONTH: 30}
 ADDON_PRODUCTS = {"extra_nvme_tb": "extra_nvme", "network_volume_tb": "network_volume", "snapshot_tb": "snapshot"}
 
@@ -213,21 +212,23 @@ def topup_invoice_create(*, customer: User, amount_cents: int, now: datetime | N
 
 @transaction.atomic
 def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> int:
-    """Within 1 hour of creation, no questions asked: cancelled, slots freed, key destroyed,
-    what was paid back to the balance. Returns the cents refunded."""
+    """Before `lease.refund_until` (LEASE_REFUND_WINDOW_MINUTES after the order), no questions
+    asked: cancelled, slots freed, key destroyed, what was paid back to the balance. Returns
+    the cents refunded."""
     now = now or timezone.now()
     lease = Lease.objects.select_for_update().get(pk=lease.pk)
     if lease.customer_id != actor.pk and not actor.is_staff:
         raise BillingError(_("Only the lease's customer or an operator can refund it."))
-    if now - lease.created_at > REFUND_WINDOW:
-        raise BillingError(_("Refunds are possible within 1 hour of ordering; this lease is older."))
+    if now >= lease.refund_until:
+        raise BillingError(_("Refunds are possible within %(minutes)s minutes of ordering; this lease is older.")
+                           % {"minutes": settings.LEASE_REFUND_WINDOW_MINUTES})
     if lease.state not in (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE):
         raise BillingError(_("A lease that is %(state)s cannot be refunded.") % {"state": lease.get_state_display()})
     paid = Invoice.objects.filter(lease=lease, state=Invoice.State.PAID).exclude(kind=Invoice.Kind.TOPUP)
     amount = sum(paid.values_list("amount_cents", flat=True))
     paid.update(refunded_at=now)
     Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID, note="refunded")
-    rental.lease_cancel(lease_id=lease.pk, now=now, actor=actor, reason="refund within 1 hour",
+    rental.lease_cancel(lease_id=lease.pk, now=now, actor=actor, reason="refund within the refund window",
                         from_states=[LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE])
     if amount:
         ledger_post(customer=lease.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=amount, now=now,
@@ -285,7 +286,7 @@ def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
                       % {"invoice": invoice.pk, "lease": lease.pk},
                       body=_("Renewal of lease #%(lease)s: %(amount)s, due before %(due)s UTC.")
                       % {"lease": lease.pk, "amount": format_usd(invoice.amount_cents),
-                         "due": f"{lease.ends_at:%Y-%m-%d %H:%M}"})
+                         "due": f"{lease.ends_at:%Y-%m-%d %H:%M}"}, now=now)
     if rental.customer_settings(lease.customer).auto_renew:
         try:
             with transaction.atomic():

@@ -6,6 +6,7 @@ in service, and no open `SlotAllocation` holds it. The partial unique constraint
 """
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 
@@ -184,7 +185,7 @@ class StorageProduct(models.Model):
 class AuditEntry(models.Model):
     """Who changed what, when and why — for changes outside a lease's own event log."""
 
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
     actor = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL)
     action = models.CharField(max_length=60)
     object_type = models.CharField(max_length=60)

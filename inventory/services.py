@@ -1,6 +1,8 @@
 """Every write to inventory. Slot allocation locks the candidate nodes in id order, so
 concurrent orders for the last card serialise instead of overselling; the partial
 unique index on SlotAllocation backs that up at the database."""
+from datetime import datetime
+
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
@@ -53,18 +55,20 @@ def slots_allocate(*, offer: Offer, site: Site, lease_id: int, exclude_node_ids=
 
 
 @transaction.atomic
-def slots_release(*, lease_id: int) -> int:
-    """Return a lease's slots to stock; idempotent. Returns how many were released."""
+def slots_release(*, lease_id: int, now: datetime | None = None) -> int:
+    """Return a lease's slots to stock; idempotent. Returns how many were released. `now`
+    is the caller's clock (a simulated one under `manage.py lifecycle --at`)."""
     released = SlotAllocation.objects.filter(lease_id=lease_id, released_at__isnull=True).update(
-        released_at=timezone.now()
+        released_at=now or timezone.now()
     )
     if released:
         _stock_changed()
     return released
 
 
-def audit_record(*, actor, action: str, obj, detail: dict | None = None) -> AuditEntry:
+def audit_record(*, actor, action: str, obj, detail: dict | None = None, at: datetime | None = None) -> AuditEntry:
     return AuditEntry.objects.create(
+        at=at or timezone.now(),
         actor=actor if getattr(actor, "pk", None) else None,
         action=action,
         object_type=obj._meta.label,

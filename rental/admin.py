@@ -4,6 +4,7 @@ the operator as actor. Suspend and release ask for a reason on a confirmation pa
 from datetime import timedelta
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db.models import Q
@@ -16,8 +17,9 @@ from django.utils.translation import gettext_lazy as _
 
 from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 
-from . import services
-from .models import ENDED_ON_HOST, DiskKey, Image, Lease, LeaseEvent, LeaseState, Notification
+from . import rules, services
+from .models import ENDED_ON_HOST, WIPE_PENDING, DiskKey, Image, Lease, LeaseEvent, LeaseState, Notification
+from .timeline import lease_milestones
 
 S = LeaseState
 
@@ -79,21 +81,22 @@ class DeadlineFilter(admin.SimpleListFilter):
     parameter_name = "deadline"
 
     def lookups(self, request, model_admin):
-        return [("ends_24h", _("ends within 24 h")), ("ends_72h", _("ends within 72 h")),
-                ("hold_24h", _("hold expires within 24 h")), ("wipe_due", _("wipe due"))]
+        return [("ends_renewal", _("ends within %(hours)s h (renewal invoiced)")
+                 % {"hours": settings.LEASE_RENEWAL_LEAD_HOURS}),
+                ("ends_hold", _("ends within %(hours)s h") % {"hours": settings.LEASE_HOLD_HOURS}),
+                ("hold_24h", _("hold expires within 24 h")), ("wipe_due", _("wipe overdue"))]
 
     def queryset(self, request, queryset):
         now = timezone.now()
-        running = Q(state__in=[S.PROVISIONING, S.ACTIVE])
         match self.value():
-            case "ends_24h":
-                return queryset.filter(running, ends_at__lte=now + timedelta(hours=24))
-            case "ends_72h":
-                return queryset.filter(running, ends_at__lte=now + timedelta(hours=72))
+            case "ends_renewal":  # the renewal invoice is out (or due)
+                return queryset.filter(state=S.ACTIVE, ends_at__lte=now + rules.renewal_lead())
+            case "ends_hold":
+                return queryset.filter(state=S.ACTIVE, ends_at__lte=now + rules.hold())
             case "hold_24h":
                 return queryset.filter(state=S.SUSPENDED, hold_until__lte=now + timedelta(hours=24))
-            case "wipe_due":
-                return queryset.filter(state__in=ENDED_ON_HOST, wipe_by__lte=now)
+            case "wipe_due":  # past the wipe deadline and still not wiped: an alert
+                return queryset.filter(WIPE_PENDING, wipe_by__lte=now)
         return queryset
 
 
@@ -117,14 +120,9 @@ def lease_timeline(lease: Lease, now) -> list[tuple]:
     if lease.started_at:
         rows.append((lease.started_at, gettext("first term started"), "deadline"))
     if lease.ends_at and lease.state in (S.PROVISIONING, S.ACTIVE, S.SUSPENDED):
-        end = lease.ends_at
-        rows += [(end - timedelta(days=3), gettext("reminder: 3 days left"), "deadline"),
-                 (end - timedelta(days=1), gettext("reminder: 1 day left"), "deadline"),
-                 (end - timedelta(hours=24), gettext("renewal invoice issued"), "deadline"),
-                 (end, gettext("term ends (unpaid: suspended, slots held)"), "deadline"),
-                 (lease.hold_until or end + services.HOLD, gettext("hold ends: released, NVMe key destroyed"),
-                  "deadline"),
-                 (lease.wipe_by or end + services.WIPE_AFTER_END, gettext("local NVMe wiped (by)"), "deadline")]
+        # The same milestones as the customer's timeline (one source: rental.rules).
+        rows += [(m.at, str(m.label), "deadline") for m in lease_milestones(lease, now)
+                 if m.key not in ("ordered", "start")]
     elif lease.wipe_by and lease.state != S.WIPED:
         rows.append((lease.wipe_by, gettext("local NVMe wiped (by)"), "deadline"))
     for event in lease.events.select_related("actor"):
@@ -199,12 +197,13 @@ class LeaseAdmin(admin.ModelAdmin):
         report(self, request, done_message=gettext("Extended: %(ids)s."),
                refused_message=gettext("#%(id)s not extended: %(why)s"), done=done, refused=refused)
 
-    @admin.action(description=_("Suspend now (stop the instance, hold slots 72 h)…"))
+    @admin.action(description=_("Suspend now (stop the instance, hold the slots)…"))
     def suspend_now(self, request, queryset):
         form, page = confirm_with_form(
             self, request, queryset, action="suspend_now", title=gettext("Suspend leases now"),
-            warning=gettext("The instances are stopped at once and their slots held for 72 hours; unless resumed "
-                            "or paid, the leases are then released and their disk keys destroyed."),
+            warning=gettext("The instances are stopped at once and their slots held for %(hours)s hours after the "
+                            "paid term ends; unless resumed or paid, the leases are then released and their disk "
+                            "keys destroyed.") % {"hours": settings.LEASE_HOLD_HOURS},
             confirm_label=gettext("Yes, suspend"))
         if page:
             return page

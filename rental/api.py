@@ -140,6 +140,7 @@ def lease_json(lease: Lease, *, events: bool = False) -> dict:
                    "snapshot_tb": lease.snapshot_tb},
         "created_at": iso(lease.created_at), "pay_by": iso(lease.pay_by), "started_at": iso(lease.started_at),
         "ends_at": iso(lease.ends_at), "renewal_invoice_at": iso(lease.renewal_due_at),
+        "refund_until": iso(lease.refund_until), "suspended_at": iso(lease.suspended_at),
         "hold_until": iso(lease.hold_until), "wipe_by": iso(lease.wipe_by), "ended_at": iso(lease.ended_at),
         "ssh": {"host": lease.host, "port": lease.ssh_port, "command": lease.ssh_command} if lease.ssh_command else None,
         "url": reverse("api_lease", args=[lease.pk]),

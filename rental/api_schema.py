@@ -55,7 +55,8 @@ SCHEMAS = {
         "offer": {"type": "string"}, "site": {"type": "string"}, "image": {"type": "string"},
         "term": {"enum": ["week", "month"]}, "price_cents": {"type": "integer"}, "price_usd": MONEY,
         "addons": _ref("Addons"), "created_at": STAMP, "pay_by": STAMP, "started_at": STAMP, "ends_at": STAMP,
-        "renewal_invoice_at": STAMP, "hold_until": STAMP, "wipe_by": STAMP, "ended_at": STAMP,
+        "renewal_invoice_at": STAMP, "refund_until": STAMP, "suspended_at": STAMP, "hold_until": STAMP,
+        "wipe_by": STAMP, "ended_at": STAMP,
         "ssh": {"type": ["object", "null"], "properties": {
             "host": {"type": "string"}, "port": {"type": "integer"}, "command": {"type": "string"}}},
         "url": {"type": "string"},
@@ -91,7 +92,7 @@ PATHS = {
         "parameters": [ID_PARAM],
         "responses": {"200": _json(_ref("Lease"), "The lease"), **_errors(401, 404)}}},
     "/api/v1/leases/{id}/refund": {"post": {
-        "operationId": "refundLease", "summary": "Refund within 1 hour of ordering: cancelled, money to balance",
+        "operationId": "refundLease", "summary": "Refund before the lease's refund_until: cancelled, money to balance",
         "security": SECURED, "parameters": [ID_PARAM],
         "responses": {"200": _json({"type": "object", "properties": {
             "refunded_cents": {"type": "integer"}, "refunded_usd": MONEY, "lease": _ref("Lease")}}, "Refunded"),

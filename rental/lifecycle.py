@@ -2,13 +2,15 @@
 deadline in a bounded batch and applies one guarded transition per lease; a lease that
 another run already moved is skipped. Returns the transitions made, for the command."""
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.db.models import Exists, OuterRef, Q
+from django.conf import settings
+from django.db.models import Exists, OuterRef
 from django.utils.translation import gettext as _
 
+from . import rules
 from .agent import get_agent
-from .models import DiskKey, Lease, LeaseState, Notification
+from .models import WIPE_PENDING, DiskKey, Lease, LeaseState, Notification
 from .services import (
     customer_language,
     disk_key_complete_destroy,
@@ -42,25 +44,33 @@ def sweep_provisioning(now: datetime, limit: int = BATCH) -> list[Transition]:
     return done
 
 
-REMINDERS = [("reminder_3d", timedelta(days=3)), ("reminder_1d", timedelta(days=1))]
-
-
 def sweep_reminders(now: datetime, limit: int = BATCH) -> list[Transition]:
-    done = []
-    for kind, before in REMINDERS:
-        already = Notification.objects.filter(lease=OuterRef("pk"), kind=kind, deadline=OuterRef("ends_at"))
-        due = (Lease.objects.filter(state=S.ACTIVE, ends_at__gt=now, ends_at__lte=now + before)
+    """Each reminder is due from its moment (end − lead) until the term ends, so one missed
+    by late beats is sent late. Only the most urgent due one goes out: a lease that missed
+    its 3-day reminder and is now within a day gets the 1-day one alone. Once the term has
+    ended, the suspension notice (with the real hold end) takes their place."""
+    done, sent_kinds = [], []
+    for kind, lead in sorted(rules.reminders(), key=lambda item: item[1]):  # shortest lead first
+        sent_kinds.append(kind)
+        already = Notification.objects.filter(lease=OuterRef("pk"), kind__in=list(sent_kinds),
+                                              deadline=OuterRef("ends_at"))
+        due = (Lease.objects.filter(state=S.ACTIVE, ends_at__gt=now, ends_at__lte=now + lead)
                .exclude(Exists(already)).select_related("customer", "offer__gpu_model").order_by("ends_at")[:limit])
         for lease in due:
-            args = {"id": lease.pk, "offer": lease.offer, "end": f"{lease.ends_at:%Y-%m-%d %H:%M}"}
-            with customer_language(lease.customer):
-                subject = _("Lease #%(id)s (%(offer)s) ends %(end)s UTC") % args
-                body = _("Your lease #%(id)s ends at %(end)s UTC. A renewal invoice is issued 24 hours before the "
-                         "end. Unpaid, the instance is stopped and held 72 hours, then its disk key is "
-                         "destroyed.") % args
-            if notify(lease=lease, kind=kind, deadline=lease.ends_at, subject=subject, body=body):
+            if _remind(lease, kind=kind, now=now):
                 done.append(Transition(lease.pk, kind))
     return done
+
+
+def _remind(lease: Lease, *, kind: str, now: datetime) -> bool:
+    args = {"id": lease.pk, "offer": lease.offer, "end": f"{lease.ends_at:%Y-%m-%d %H:%M}",
+            "renewal_hours": settings.LEASE_RENEWAL_LEAD_HOURS, "hold_hours": settings.LEASE_HOLD_HOURS}
+    with customer_language(lease.customer):
+        subject = _("Lease #%(id)s (%(offer)s) ends %(end)s UTC") % args
+        body = _("Your lease #%(id)s ends at %(end)s UTC. A renewal invoice is issued %(renewal_hours)s hours "
+                 "before the end. Unpaid, the instance is stopped and held %(hold_hours)s hours, then its disk "
+                 "key is destroyed.") % args
+    return notify(lease=lease, kind=kind, deadline=lease.ends_at, subject=subject, body=body, now=now)
 
 
 def sweep_suspend(now: datetime, limit: int = BATCH) -> list[Transition]:
@@ -81,7 +91,6 @@ def sweep_key_destruction(now: datetime, limit: int = BATCH) -> list[Transition]
 
 
 def sweep_wipe(now: datetime, limit: int = BATCH) -> list[Transition]:
-    ran = Q(state__in=[S.RELEASED, S.FAILED]) | Q(state=S.CANCELLED, provisioning_started_at__isnull=False)
-    due = _due_ids(Lease.objects.filter(ran, wipe_by__lte=now, disk_key__state=DiskKey.State.DESTROYED),
-                   "wipe_by", limit)
+    """Wipes as soon as the key is destroyed; wipe_by is the deadline alerts watch."""
+    due = _due_ids(Lease.objects.filter(WIPE_PENDING, disk_key__state=DiskKey.State.DESTROYED), "wipe_by", limit)
     return [Transition(i, "→ wiped") for i in due if lease_wipe(lease_id=i, now=now)]

@@ -9,6 +9,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from . import rules
+
 
 class Term(models.TextChoices):
     WEEK = "week", _("1 week (7 days)")
@@ -57,6 +59,9 @@ class LeaseState(models.TextChoices):
 LIVE_STATES = (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.SUSPENDED)
 #: Ended after the instance was (or may have been) created on a host: its disk is wiped.
 ENDED_ON_HOST = (LeaseState.RELEASED, LeaseState.CANCELLED, LeaseState.FAILED)
+#: Ended leases whose local NVMe still holds data: released or failed, or cancelled after
+#: provisioning started (an order cancelled unpaid never touched a disk).
+WIPE_PENDING = Q(state__in=["released", "failed"]) | Q(state="cancelled", provisioning_started_at__isnull=False)
 
 
 class Lease(models.Model):
@@ -77,6 +82,7 @@ class Lease(models.Model):
     provisioning_started_at = models.DateTimeField(null=True, blank=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ends_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    suspended_at = models.DateTimeField(null=True, blank=True, help_text="When the instance was stopped")
     hold_until = models.DateTimeField(null=True, blank=True, db_index=True)
     wipe_by = models.DateTimeField(null=True, blank=True, db_index=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -86,7 +92,19 @@ class Lease(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["state", "ends_at"]), models.Index(fields=["customer", "-created_at"])]
+        indexes = [
+            models.Index(fields=["customer", "-created_at"]),
+            # One partial index per live state the sweeps select from, so a pass costs what
+            # the due rows cost, not what the (mostly ended) table costs. (The partial index
+            # on active leases replaces the (state, ends_at) one.)
+            models.Index(fields=["ends_at"], condition=Q(state="active"), name="lease_active_ends_at"),
+            models.Index(fields=["hold_until"], condition=Q(state="suspended"), name="lease_suspended_hold_until"),
+            models.Index(fields=["provisioning_started_at"], condition=Q(state="provisioning"),
+                         name="lease_provisioning_since"),
+            models.Index(fields=["wipe_by"], condition=WIPE_PENDING, name="lease_wipe_pending"),
+            models.Index(fields=["ended_at"], condition=Q(state__in=["released", "wiped"]),
+                         name="lease_released_ended_at"),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(price_cents__gt=0), name="lease_price_positive"),
             models.CheckConstraint(
@@ -104,7 +122,12 @@ class Lease(models.Model):
 
     @property
     def renewal_due_at(self):
-        return self.ends_at - timedelta(hours=24) if self.ends_at else None
+        return self.ends_at - rules.renewal_lead() if self.ends_at else None
+
+    @property
+    def refund_until(self):
+        """The first moment a refund is refused."""
+        return self.created_at + rules.refund_window()
 
     @property
     def ssh_command(self) -> str:
@@ -164,7 +187,7 @@ class Notification(models.Model):
     customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications")
     kind = models.CharField(max_length=30)
     deadline = models.DateTimeField()
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(default=timezone.now)
     subject = models.CharField(max_length=200)
     body = models.TextField()
     emailed_at = models.DateTimeField(null=True, blank=True)

@@ -5,9 +5,11 @@ operator's action) and however often the sweep runs. Always in-app; e-mailed whe
 customer gave an address (rental.services.notify)."""
 from datetime import datetime
 
+from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.utils.translation import gettext as _
 
+from . import rules
 from .lifecycle import BATCH, Transition
 from .models import Lease, LeaseState, Notification
 from .services import customer_language, notify
@@ -33,20 +35,22 @@ def sweep_state_notices(now: datetime, limit: int = BATCH) -> list[Transition]:
                      "and disk are held until %(hold)s UTC. Paying the renewal invoice before then resumes it. "
                      "After that the slot is released and the disk key is destroyed: data on the local NVMe "
                      "cannot be recovered.") % args
-        if notify(lease=lease, kind="suspended", deadline=lease.hold_until, subject=subject, body=body):
+        if notify(lease=lease, kind="suspended", deadline=lease.hold_until, subject=subject, body=body, now=now):
             done.append(Transition(lease.pk, "suspension notice"))
-    # Released within the last days (the wipe deadline is still ahead): older ones are history.
-    released = (Lease.objects.filter(state=S.RELEASED, ended_at__isnull=False, wipe_by__gte=now)
+    # Released within the wipe period (older ones are history), also when already wiped:
+    # the wipe follows the key's destruction in the same pass.
+    released = (Lease.objects.filter(state__in=[S.RELEASED, S.WIPED], hold_until__isnull=False,
+                                     ended_at__gte=now - rules.wipe_within())
                 .exclude(Exists(_missing("released", "ended_at")))
-                .select_related("customer", "offer__gpu_model").order_by("wipe_by")[:limit])
+                .select_related("customer", "offer__gpu_model").order_by("ended_at")[:limit])
     for lease in released:
         args = {"id": lease.pk, "offer": lease.offer, "ended": f"{lease.ended_at:%Y-%m-%d %H:%M}",
-                "wipe": f"{lease.wipe_by:%Y-%m-%d %H:%M}"}
+                "wipe": f"{lease.wipe_by:%Y-%m-%d %H:%M}", "hold_hours": settings.LEASE_HOLD_HOURS}
         with customer_language(lease.customer):
             subject = _("Lease #%(id)s (%(offer)s) was released") % args
-            body = _("Lease #%(id)s was released at %(ended)s UTC after its 72-hour hold ended unpaid. Its GPU "
-                     "slot is back in stock and the disk encryption key is destroyed; the local NVMe is wiped by "
-                     "%(wipe)s UTC. Network volumes and snapshots are kept.") % args
-        if notify(lease=lease, kind="released", deadline=lease.ended_at, subject=subject, body=body):
+            body = _("Lease #%(id)s was released at %(ended)s UTC after its %(hold_hours)s-hour hold ended unpaid. "
+                     "Its GPU slot is back in stock and the disk encryption key is destroyed; the local NVMe is "
+                     "wiped by %(wipe)s UTC. Network volumes and snapshots are kept.") % args
+        if notify(lease=lease, kind="released", deadline=lease.ended_at, subject=subject, body=body, now=now):
             done.append(Transition(lease.pk, "release notice"))
     return done

@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from inventory.models import Offer, Site
 from inventory.services import audit_record, slots_allocate, slots_release
 
+from . import rules
 from .agent import Instance, get_agent
 from .models import (
     ENDED_ON_HOST,
@@ -31,8 +32,6 @@ from .models import (
 
 log = logging.getLogger(__name__)
 S = LeaseState
-HOLD = timedelta(hours=72)
-WIPE_AFTER_END = timedelta(days=7)
 
 
 class TransitionRefused(Exception):
@@ -112,10 +111,11 @@ def lease_create_pending(*, customer: User, offer: Offer, site: Site, term: str,
 
 @transaction.atomic
 def lease_start_term(*, lease_id: int, now: datetime, actor=None, reason="paid") -> bool:
-    """pending → provisioning: the first term starts at payment."""
+    """pending → provisioning. The first term starts when the instance is ready (see
+    `lease_provisioned`), so an order paid while provisioning is late loses no paid time."""
     lease = Lease.objects.get(pk=lease_id)
     left = _transition(lease_id, to=S.PROVISIONING, from_states=[S.PENDING], now=now, kind="paid", actor=actor,
-                       reason=reason, started_at=now, ends_at=now + lease.term_length, provisioning_started_at=now)
+                       reason=reason, provisioning_started_at=now)
     if left:
         node = lease_node_name(lease_id)
         key_ref = DiskKey.objects.get(lease_id=lease_id).key_ref
@@ -133,8 +133,11 @@ def lease_node_name(lease_id: int) -> str:
 
 @transaction.atomic
 def lease_provisioned(*, lease_id: int, instance: Instance, now: datetime) -> bool:
+    """provisioning → active; the first term starts now."""
+    term = Lease.objects.get(pk=lease_id).term_length
     return bool(_transition(lease_id, to=S.ACTIVE, from_states=[S.PROVISIONING], now=now, kind="provisioned",
                             reason="host agent reports SSH ready", host=instance.host, ssh_port=instance.ssh_port,
+                            started_at=now, ends_at=now + term,
                             data={"host": instance.host, "port": instance.ssh_port}))
 
 
@@ -146,7 +149,8 @@ def lease_extend(*, lease_id: int, term_start: datetime, now: datetime, actor=No
     lease = Lease.objects.get(pk=lease_id)
     new_end = term_start + lease.term_length
     left = _transition(lease_id, to=S.ACTIVE, from_states=[S.ACTIVE, S.SUSPENDED], now=now, kind="extended",
-                       actor=actor, reason=reason, when=Q(ends_at=term_start), ends_at=new_end, hold_until=None,
+                       actor=actor, reason=reason, when=Q(ends_at=term_start), ends_at=new_end, suspended_at=None,
+                       hold_until=None,
                        wipe_by=None, data={"term_start": term_start.isoformat(), "ends_at": new_end.isoformat()})
     if left is None:
         # A provisioning lease keeps its state while its end moves.
@@ -162,16 +166,18 @@ def lease_extend(*, lease_id: int, term_start: datetime, now: datetime, actor=No
 
 @transaction.atomic
 def lease_suspend(*, lease_id: int, now: datetime, actor=None, reason="term ended unpaid", force=False) -> bool:
-    """active → suspended at term end: instance stopped, slot held 72 h, disk untouched."""
+    """active → suspended at term end: instance stopped, slot held for the hold
+    (LEASE_HOLD_HOURS), disk untouched. The hold counts from this moment, the one the
+    instance is actually stopped, so a late sweep never shortens it; an operator's
+    mid-term suspend counts it from the term's end (a paid term is never cut short)."""
     lease = Lease.objects.get(pk=lease_id)
     if lease.state != S.ACTIVE:  # only an active lease has an end to count the hold from
         return False
-    # The hold counts from the term's end even for an operator's mid-term suspend: a paid
-    # term is never released (nor its key destroyed) before it ends.
-    end = lease.ends_at
+    held_from = rules.held_from(stopped_at=now, ends_at=lease.ends_at)
     left = _transition(lease_id, to=S.SUSPENDED, from_states=[S.ACTIVE], now=now, kind="suspended", actor=actor,
-                       reason=reason, when=None if force else Q(ends_at__lte=now),
-                       hold_until=end + HOLD, wipe_by=end + WIPE_AFTER_END)
+                       reason=reason, when=None if force else Q(ends_at__lte=now), suspended_at=now,
+                       hold_until=held_from + rules.hold(), wipe_by=held_from + rules.wipe_within(),
+                       data={"hold_until": (held_from + rules.hold()).isoformat()})
     if left:
         transaction.on_commit(lambda: get_agent().stop(lease_id=lease_id))
     return bool(left)
@@ -181,7 +187,7 @@ def lease_suspend(*, lease_id: int, now: datetime, actor=None, reason="term ende
 def lease_resume(*, lease_id: int, now: datetime, actor, reason: str) -> bool:
     """Operator resume of a suspended lease whose term is still running (e.g. a manual suspend)."""
     left = _transition(lease_id, to=S.ACTIVE, from_states=[S.SUSPENDED], now=now, kind="resumed", actor=actor,
-                       reason=reason, when=Q(ends_at__gt=now), hold_until=None, wipe_by=None)
+                       reason=reason, when=Q(ends_at__gt=now), suspended_at=None, hold_until=None, wipe_by=None)
     if left:
         transaction.on_commit(lambda: get_agent().resume(lease_id=lease_id))
     return bool(left)
@@ -194,7 +200,7 @@ def lease_release(*, lease_id: int, now: datetime, actor=None, reason="hold expi
                        reason=reason, when=None if force else Q(hold_until__lte=now), ended_at=now)
     if not left:
         return False
-    slots_release(lease_id=lease_id)
+    slots_release(lease_id=lease_id, now=now)
     disk_key_request_destroy(lease_id=lease_id, now=now, actor=actor, reason=reason)
     return True
 
@@ -206,7 +212,7 @@ def lease_cancel(*, lease_id: int, now: datetime, from_states, actor=None, reaso
                        reason=reason, ended_at=now, wipe_by=now)
     if not left:
         return False
-    slots_release(lease_id=lease_id)
+    slots_release(lease_id=lease_id, now=now)
     disk_key_request_destroy(lease_id=lease_id, now=now, actor=actor, reason=reason)
     if left != S.PENDING:
         transaction.on_commit(lambda: get_agent().stop(lease_id=lease_id))
@@ -260,19 +266,19 @@ def lease_record(*, lease_id: int, kind: str, now: datetime, actor=None, reason:
 
 @transaction.atomic
 def lease_wipe(*, lease_id: int, now: datetime) -> bool:
-    """released/cancelled/failed → wiped once the wipe deadline is reached (key already
-    destroyed) and the host agent proved the wipe; without a proof yet, False (next pass).
-    The lease row stays locked from this check to the update (SQLite: the write lock), so
-    two overlapping passes never ask the host to wipe the same disk twice (issue 14)."""
+    """released/cancelled/failed → wiped as soon as the key is destroyed (wipe_by is only the
+    deadline alerts watch) and the host agent proved the wipe; without a proof yet, False
+    (next pass). The lease row stays locked from this check to the update (SQLite: the
+    write lock), so two overlapping passes never ask the host to wipe the same disk twice."""
     lease = (Lease.objects.select_for_update(of=("self",)).select_related("disk_key")
-             .filter(pk=lease_id, state__in=ENDED_ON_HOST, wipe_by__lte=now).first())
+             .filter(pk=lease_id, state__in=ENDED_ON_HOST).first())
     if lease is None or lease.disk_key.state != DiskKey.State.DESTROYED:
         return False
     receipt = get_agent().wipe(lease_id=lease_id, at=now)
     if receipt is None:
         return False
     return bool(_transition(lease_id, to=S.WIPED, from_states=ENDED_ON_HOST, now=now, kind="wiped",
-                            reason="local NVMe wiped", when=Q(wipe_by__lte=now), data={"receipt": receipt}))
+                            reason="local NVMe wiped", data={"receipt": receipt}))
 
 
 # --- disk keys: two-phase, refused while a term is paid ---------------------------------
@@ -291,7 +297,7 @@ def disk_key_request_destroy(*, lease_id: int, now: datetime, actor=None, reason
             state=DiskKey.State.DESTROY_REQUESTED, destroy_requested_at=now,
             destroy_requested_by=actor if getattr(actor, "pk", None) else None, destroy_reason=reason[:200])
         _event(lease_id, kind="key_destroy_requested", now=now, actor=actor, reason=reason)
-    transaction.on_commit(lambda: disk_key_complete_destroy(lease_id=lease_id, now=timezone.now()))
+    transaction.on_commit(lambda: disk_key_complete_destroy(lease_id=lease_id, now=now))
     key.refresh_from_db()
     return key
 
@@ -323,19 +329,22 @@ def customer_language(user) -> "translation.override":
     return translation.override(lang or settings.LANGUAGE_CODE)
 
 
-def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: str) -> bool:
-    """Once per (lease, kind, deadline); e-mailed when the customer gave an address."""
+def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: str,
+           now: datetime | None = None) -> bool:
+    """Once per (lease, kind, deadline); e-mailed when the customer gave an address. `now`
+    is the sweep's clock (a simulated one under `manage.py lifecycle --at`)."""
+    now = now or timezone.now()
     try:
         with transaction.atomic():
             note = Notification.objects.create(lease=lease, customer_id=lease.customer_id, kind=kind,
-                                               deadline=deadline, subject=subject, body=body)
+                                               deadline=deadline, subject=subject, body=body, created_at=now)
     except IntegrityError:
         return False
     email = lease.customer.email
     if email:
         def send():
             send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [email], fail_silently=True)
-            Notification.objects.filter(pk=note.pk).update(emailed_at=timezone.now())
+            Notification.objects.filter(pk=note.pk).update(emailed_at=now)
         transaction.on_commit(send)
     return True
 
@@ -367,8 +376,8 @@ def lease_extend_by_operator(*, lease_id: int, actor, reason: str, now: datetime
     if new_end <= now:
         raise TransitionRefused(_("Lease #%(id)s: one more term would still end in the past.") % {"id": lease_id})
     left = _transition(lease_id, to=S.ACTIVE, from_states=[lease.state], now=now, kind="extended_by_operator",
-                       actor=actor, reason=reason, when=Q(ends_at=old_end), ends_at=new_end, hold_until=None,
-                       wipe_by=None, data=data)
+                       actor=actor, reason=reason, when=Q(ends_at=old_end), ends_at=new_end, suspended_at=None,
+                       hold_until=None, wipe_by=None, data=data)
     if left == S.SUSPENDED:
         transaction.on_commit(lambda: get_agent().resume(lease_id=lease_id))
     return bool(left)

@@ -126,6 +126,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "inventory.context_processors.operator",
+                "rental.rules.for_templates",  # the lifecycle timers, for pages that state them (issue 19)
             ],
         },
     },
@@ -312,6 +313,19 @@ PAYMENT_WINDOW_MINUTES = int(os.environ.get("PAYMENT_WINDOW_MINUTES", "30"))
 # creates nothing, only for the demo (`make run`, DEBUG=1) and tests, and says so in the admin.
 HOST_AGENT = os.environ.get("HOST_AGENT", "rental.agent.FakeAgent" if DEBUG or TESTING
                             else "fleet.driver.NodeAgentDriver")
+
+# --- Lease lifecycle timers (issue 19): one named setting per rule, the SPEC's defaults,
+# overridable from the environment. Read through rental.rules at call time, so the
+# sweeps, timeline, model properties, admin, pages and API always show and act on the
+# same moments.
+LEASE_REFUND_WINDOW_MINUTES = int(os.environ.get("LEASE_REFUND_WINDOW_MINUTES", "60"))
+# Reminders before the term ends, in hours (SPEC: 3 days and 1 day).
+LEASE_REMINDER_LEAD_HOURS = [int(h) for h in env_list("LEASE_REMINDER_LEAD_HOURS", "72,24")]
+LEASE_RENEWAL_LEAD_HOURS = int(os.environ.get("LEASE_RENEWAL_LEAD_HOURS", "24"))
+# Counted from the moment the instance is actually stopped (not from the term's end).
+LEASE_HOLD_HOURS = int(os.environ.get("LEASE_HOLD_HOURS", "72"))
+# Local NVMe wiped at the latest this long after the stop (wiped as soon as the key is gone).
+LEASE_WIPE_WITHIN_DAYS = int(os.environ.get("LEASE_WIPE_WITHIN_DAYS", "7"))
 HOST_AGENT_FAKE_DELAY = int(os.environ.get("HOST_AGENT_FAKE_DELAY", "180"))
 # A lease still provisioning this long after payment fails: slots freed, refunded to the balance.
 NODE_PROVISIONING_DEADLINE = timedelta(minutes=int(os.environ.get("NODE_PROVISIONING_DEADLINE_MINUTES", "15")))

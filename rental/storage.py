@@ -60,10 +60,12 @@ def volume_detach(*, volume: NetworkVolume, lease_id: int, now: datetime, actor=
     return changed
 
 
-def attachments_of_ended_leases_detach(*, now: datetime) -> int:
-    """A released lease lets go of its volumes; the volumes themselves survive."""
-    dead = VolumeAttachment.objects.filter(detached_at__isnull=True).exclude(
-        lease__state__in=[S.PENDING, S.PROVISIONING, S.ACTIVE, S.SUSPENDED]).select_related("volume")
+def attachments_of_ended_leases_detach(*, now: datetime, limit: int = 500) -> int:
+    """A released lease lets go of its volumes; the volumes themselves survive. At most
+    `limit` attachments per call (the sweep's batch); the next pass takes the rest."""
+    dead = (VolumeAttachment.objects.filter(detached_at__isnull=True)
+            .exclude(lease__state__in=[S.PENDING, S.PROVISIONING, S.ACTIVE, S.SUSPENDED])
+            .select_related("volume").order_by("pk")[:limit])
     return sum(volume_detach(volume=a.volume, lease_id=a.lease_id, now=now, reason="lease ended") for a in dead)
 
 
@@ -81,7 +83,8 @@ def storage_lapse(*, obj, now: datetime) -> bool:
     if isinstance(obj, NetworkVolume):
         for a in VolumeAttachment.objects.filter(volume=obj, detached_at__isnull=True):
             volume_detach(volume=obj, lease_id=a.lease_id, now=now, reason="volume unpaid")
-    audit_record(actor=None, action="storage_lapse", obj=obj, detail={"paid_until": obj.paid_until.isoformat()})
+    audit_record(actor=None, action="storage_lapse", obj=obj, detail={"paid_until": obj.paid_until.isoformat()},
+                 at=now)
     return True
 
 
@@ -92,7 +95,7 @@ def storage_delete(*, obj, now: datetime, actor=None, reason: str) -> bool:
     if isinstance(obj, NetworkVolume):
         for a in VolumeAttachment.objects.filter(volume=obj, detached_at__isnull=True):
             volume_detach(volume=obj, lease_id=a.lease_id, now=now, reason="volume deleted")
-    audit_record(actor=actor, action="storage_delete", obj=obj, detail={"reason": reason})
+    audit_record(actor=actor, action="storage_delete", obj=obj, detail={"reason": reason}, at=now)
     return True
 
 
@@ -125,13 +128,16 @@ def snapshot_restore(*, snapshot: Snapshot, target: Lease, now: datetime, actor=
            data={"snapshot": snapshot.pk, "from_lease": snapshot.source_lease_id})
 
 
-def storage_due(*, now: datetime):
-    """Volumes and snapshots whose paid term has ended, and lapsed ones past their 7 days."""
-    due = (list(NetworkVolume.objects.filter(state=NetworkVolume.State.ACTIVE, paid_until__lte=now)[:500])
-           + list(Snapshot.objects.filter(state=Snapshot.State.AVAILABLE, paid_until__lte=now)[:500]))
-    return due
+def storage_due(*, now: datetime, limit: int = 500):
+    """Volumes and snapshots whose paid term has ended, at most `limit` of each."""
+    return (list(NetworkVolume.objects.filter(state=NetworkVolume.State.ACTIVE, paid_until__lte=now)
+                 .order_by("paid_until")[:limit])
+            + list(Snapshot.objects.filter(state=Snapshot.State.AVAILABLE, paid_until__lte=now)
+                   .order_by("paid_until")[:limit]))
 
 
-def storage_expired(*, before: datetime):
+def storage_expired(*, before: datetime, limit: int = 500):
+    """Lapsed volumes and snapshots past their grace, at most `limit` of each."""
     q = Q(state="lapsed", paid_until__lte=before)
-    return list(NetworkVolume.objects.filter(q)[:500]) + list(Snapshot.objects.filter(q)[:500])
+    return (list(NetworkVolume.objects.filter(q).order_by("paid_until")[:limit])
+            + list(Snapshot.objects.filter(q).order_by("paid_until")[:limit]))

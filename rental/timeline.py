@@ -7,12 +7,8 @@ from datetime import datetime, timedelta
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from . import rules
 from .models import ENDED_ON_HOST, Lease, LeaseState
-
-REMINDERS = (timedelta(days=3), timedelta(days=1))
-RENEWAL_LEAD = timedelta(hours=24)
-HOLD = timedelta(hours=72)
-WIPE_AFTER_END = timedelta(days=7)
 
 SVG_WIDTH, SVG_PAD, LEVEL_GAP, MIN_SPACING = 720, 24, 18, 22
 
@@ -51,18 +47,31 @@ def countdown(at: datetime, now: datetime) -> str:
     return _("in %(span)s") % {"span": span} if seconds >= 0 else _("%(span)s ago") % {"span": span}
 
 
+def reminder_label(lead: timedelta) -> str:
+    hours = int(lead.total_seconds() // 3600)
+    if hours % 24 == 0:
+        return ngettext("Reminder: %(n)d day left (e-mail and in-app)", "Reminder: %(n)d days left (e-mail and in-app)",
+                        hours // 24) % {"n": hours // 24}
+    return ngettext("Reminder: %(n)d hour left (e-mail and in-app)", "Reminder: %(n)d hours left (e-mail and in-app)",
+                    hours) % {"n": hours}
+
+
 def term_milestones(*, start: datetime, end: datetime) -> list[Milestone]:
-    """What happens from the start of a term to the wipe, for any lease."""
+    """What happens from the start of a term to the wipe, for any lease: the moments the
+    sweeps act on, from the same settings (rental.rules). The hold and the wipe are
+    projected from a stop at the term's end; once suspended, the lease's own are shown."""
+    hold, wipe = rules.hold(), rules.wipe_within()
     return [
-        Milestone("start", _("Term starts (at payment)"), start),
-        Milestone("reminder_3d", _("Reminder: 3 days left (e-mail and in-app)"), end - REMINDERS[0]),
-        Milestone("reminder_1d", _("Reminder: 1 day left"), end - REMINDERS[1]),
+        Milestone("start", _("Term starts (when the instance is ready)"), start),
+        *(Milestone(kind, reminder_label(lead), end - lead) for kind, lead in rules.reminders()),
         Milestone("renewal", _("Renewal invoice issued, same price (auto-paid from balance if enabled)"),
-                  end - RENEWAL_LEAD),
+                  end - rules.renewal_lead()),
         Milestone("end", _("Term ends (T): unpaid → instance stopped, slots held"), end),
-        Milestone("hold", _("Hold ends (T+72 h): slots released"), end + HOLD),
-        Milestone("key", _("NVMe encryption key destroyed (with receipt)"), end + HOLD),
-        Milestone("wipe", _("Local NVMe wiped (by T+7 d)"), end + WIPE_AFTER_END),
+        Milestone("hold", _("Hold ends (%(hours)d h after the stop): slots released")
+                  % {"hours": hold.total_seconds() // 3600}, end + hold),
+        Milestone("key", _("NVMe encryption key destroyed (with receipt)"), end + hold),
+        Milestone("wipe", _("Local NVMe wiped (at the latest %(days)d days after the stop)")
+                  % {"days": wipe.days}, end + wipe),
     ]
 
 

@@ -4,9 +4,37 @@ import pytest
 
 from inventory.demo import load_demo_catalog
 from rental.demo import load_demo_images
+from tests.tools import require
 
 ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 HAS_REDIS = bool(os.environ.get("REDIS_URL"))
+
+
+# Tests that must not run twice at once on a 2-core machine share one xdist worker
+# (`--dist loadgroup` in scripts/test.sh): one chromium, one set of chain daemons, one set
+# of real Celery workers, instead of one per xdist worker competing for the same cores.
+XDIST_GROUPS = {"browser": {"browser", "new_context", "shop"},
+                "chains": {"litecoind", "anvil", "monero_regtest"},
+                "celery-workers": {"queue", "scan_queue"}}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for group, fixtures in XDIST_GROUPS.items():
+            if fixtures & set(getattr(item, "fixturenames", ())):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+
+
+def pytest_runtest_setup(item):
+    """`postgres` and `redis` tests skip on SQLite (CI runs them in its second pass, on
+    PostgreSQL + Redis). In a PostgreSQL pass a `redis` test without REDIS_URL is a missing
+    tool: skipped locally, failed under CI=true (tests/tools.py)."""
+    needs_redis = item.get_closest_marker("redis") is not None
+    if (needs_redis or item.get_closest_marker("postgres")) and not ON_POSTGRES:
+        pytest.skip("needs DATABASE_URL=postgres://… (CI's PostgreSQL pass runs it)")
+    if needs_redis:
+        require(HAS_REDIS, "REDIS_URL is not set: this test needs Redis and a real Celery worker")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from django import template
 from django.utils import timezone
 
 from billing.models import Invoice
-from billing.services import REFUND_WINDOW
 from rental.models import LeaseState
 
 register = template.Library()
@@ -23,5 +22,4 @@ def refund_deadline(lease):
     """When the refund window closes, or None when this lease cannot be refunded now."""
     if lease.state not in REFUNDABLE_STATES:
         return None
-    deadline = lease.created_at + REFUND_WINDOW
-    return deadline if timezone.now() < deadline else None
+    return lease.refund_until if timezone.now() < lease.refund_until else None

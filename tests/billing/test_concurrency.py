@@ -25,7 +25,7 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9b
 WEEK = timedelta(days=7)
 PRICE = 6500  # rtx-3090, one week
 
-postgres_only = pytest.mark.skipif(not ON_POSTGRES, reason="row-lock races need DATABASE_URL=postgres://…")
+postgres_only = pytest.mark.postgres  # row-lock races: skipped on SQLite by tests/conftest.py
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -106,7 +106,7 @@ def test_renewal_payment_racing_the_suspend_sweep(catalog, settings):
         customer = new_customer(f"renter{i}", balance=2 * PRICE, auto_renew=False, now=t0)
         lease, _ = order(customer, t0 + timedelta(minutes=i), site=sites[i % len(sites)])
         leases.append(lease)
-    run_lifecycle(t0 + timedelta(minutes=rounds))  # all active
+        run_lifecycle(t0 + timedelta(minutes=i))  # active: its term starts now
     run_lifecycle(t0 + WEEK - timedelta(hours=23))  # all renewal invoices, open (auto-renew off)
     assert Invoice.objects.filter(kind="renewal", state="open").count() == rounds
 
@@ -146,12 +146,13 @@ def test_two_lifecycle_passes_at_once_transition_each_lease_once(catalog, settin
     settings.HOST_AGENT_FAKE_DELAY = 0
     t0 = timezone.now().replace(microsecond=0) - timedelta(days=30)
     build_due_leases(50, t0, prefix="due")
-    now = t0 + WEEK + timedelta(minutes=1)  # provisioning → active, renewal (half paid), other half suspended
+    run_lifecycle(t0)  # all active, their terms end at t0 + WEEK
+    now = t0 + WEEK + timedelta(minutes=1)  # renewal (half paid), other half suspended
 
     first, second = in_threads(lambda: run_lifecycle(now), lambda: run_lifecycle(now))
     assert not isinstance(first, BaseException) and not isinstance(second, BaseException), (first, second)
-    # provisioned, renewal invoices, suspended, and one suspension notice per suspended lease
-    assert len(first) + len(second) == 50 + 50 + 25 + 25
+    # renewal invoices, suspended, and one suspension notice per suspended lease
+    assert len(first) + len(second) == 50 + 25 + 25
 
     kinds = Counter(LeaseEvent.objects.values_list("kind", flat=True))
     assert kinds == Counter({"created": 50, "paid": 50, "provisioned": 50, "extended": 25, "suspended": 25})
@@ -165,14 +166,15 @@ def test_two_lifecycle_passes_at_once_transition_each_lease_once(catalog, settin
 # --- (d) a pass that dies half-way, then the next pass ---------------------------------------
 
 def scenario(t0, prefix):
-    """30 paid leases; a third auto-renew from balance. One pass at T+72h+1min provisions all,
-    renews ten, suspends and releases twenty (keys destroyed), voids their renewals."""
+    """30 paid leases; a third auto-renew from balance. Three passes: at t0 all are
+    provisioned; at T+1min ten are renewed and twenty suspended; at T+72h+1min those twenty
+    are released (keys destroyed, disks wiped) and their renewals voided."""
     sites = list(Site.objects.all())
     leases = []
     for i in range(30):
         customer = new_customer(f"{prefix}{i}", balance=(2 if i % 3 == 0 else 1) * PRICE, now=t0)
         leases.append(order(customer, t0, site=sites[i % len(sites)])[0])
-    return leases, t0 + WEEK + timedelta(hours=72, minutes=1)
+    return leases, [t0, t0 + WEEK + timedelta(minutes=1), t0 + WEEK + timedelta(hours=72, minutes=1)]
 
 
 def summary(leases, t0):
@@ -195,27 +197,35 @@ def summary(leases, t0):
     return rows
 
 
-CRASH_POINTS = [
-    ("rental.lifecycle.lease_provisioned", 7),  # while provisioning
-    ("billing.services.invoice_pay_from_balance", 4),  # inside a renewal's transaction: rolled back
-    ("rental.lifecycle.lease_suspend", 11),
-    ("rental.services.disk_key_request_destroy", 5),  # inside a release: the release rolls back
-    ("rental.services.disk_key_complete_destroy", 3),  # between the two phases of key destruction
+CRASH_POINTS = [  # (where the worker dies, on which call, in which of the scenario's passes)
+    ("rental.lifecycle.lease_provisioned", 7, 0),  # while provisioning
+    ("billing.services.invoice_pay_from_balance", 4, 1),  # inside a renewal's transaction: rolled back
+    ("rental.lifecycle.lease_suspend", 11, 1),
+    ("rental.services.disk_key_request_destroy", 5, 2),  # inside a release: the release rolls back
+    ("rental.services.disk_key_complete_destroy", 3, 2),  # between the two phases of key destruction
 ]
 
 
-@pytest.mark.parametrize("target,k", CRASH_POINTS)
-def test_pass_killed_mid_way_then_rerun_equals_one_clean_run(catalog, settings, monkeypatch, target, k):
+@pytest.mark.parametrize("target,k,crash_pass", CRASH_POINTS)
+def test_pass_killed_mid_way_then_rerun_equals_one_clean_run(catalog, settings, monkeypatch, target, k,
+                                                              crash_pass):
     settings.HOST_AGENT_FAKE_DELAY = 0
     t_clean = timezone.now().replace(microsecond=0) - timedelta(days=60)
     t_crash = t_clean + timedelta(days=400)  # far apart: a pass over one copy never touches the other
 
-    clean, clean_now = scenario(t_clean, "clean")
-    assert run_lifecycle(clean_now)
-    expected = summary(clean, t_clean)
-    assert Counter(row[0] for row in expected) == {S.ACTIVE: 10, S.RELEASED: 20}
+    clean, clean_passes = scenario(t_clean, "clean")
+    after_pass = []
+    for at in clean_passes:
+        assert run_lifecycle(at)
+        after_pass.append(summary(clean, t_clean))
+    assert Counter(row[0] for row in after_pass[1]) == {S.ACTIVE: 10, S.SUSPENDED: 20}
+    assert Counter(row[0] for row in after_pass[2]) == {S.ACTIVE: 10, S.WIPED: 20}
+    expected = after_pass[crash_pass]
 
-    crashed, crash_now = scenario(t_crash, "crash")
+    crashed, crash_passes = scenario(t_crash, "crash")
+    for at in crash_passes[:crash_pass]:
+        run_lifecycle(at)
+    crash_now = crash_passes[crash_pass]
     module_name, attr = target.rsplit(".", 1)
     module = __import__(module_name, fromlist=[attr])
     real, calls = getattr(module, attr), Counter()
@@ -236,6 +246,9 @@ def test_pass_killed_mid_way_then_rerun_equals_one_clean_run(catalog, settings, 
     run_lifecycle(crash_now)
     assert summary(crashed, t_crash) == expected
     assert run_lifecycle(crash_now) == []
+    for at in crash_passes[crash_pass + 1:]:
+        run_lifecycle(at)
+    assert summary(crashed, t_crash) == after_pass[-1]
 
 
 def _call(fn, *args):

@@ -50,13 +50,16 @@ def test_order_pay_from_balance_provision_remind_renew_suspend_resume(catalog, c
     lease, invoice = order(customer, t0)
     invoice.refresh_from_db()
     assert invoice.state == Invoice.State.PAID and invoice.amount_cents == 6500
-    assert state(lease) == S.PROVISIONING and lease.ends_at == t0 + timedelta(days=7)
+    assert state(lease) == S.PROVISIONING and lease.ends_at is None  # the term starts when it is ready
     assert Account.objects.get(customer=customer).balance_cents == 3500
 
     run_lifecycle(t0 + timedelta(seconds=60))
     assert state(lease) == S.PROVISIONING  # the fake agent needs 3 minutes
-    run_lifecycle(t0 + timedelta(minutes=3))
+    ready = t0 + timedelta(minutes=3)
+    run_lifecycle(ready)
     assert state(lease) == S.ACTIVE and lease.ssh_command.startswith("ssh -p ")
+    assert lease.started_at == ready and lease.ends_at == ready + timedelta(days=7)
+    t0 = ready  # the term's clock from here on
 
     run_lifecycle(t0 + timedelta(days=4, hours=1))
     assert set(Notification.objects.filter(lease=lease).values_list("kind", flat=True)) == {"reminder_3d"}
@@ -70,7 +73,8 @@ def test_order_pay_from_balance_provision_remind_renew_suspend_resume(catalog, c
 
     run_lifecycle(t0 + timedelta(days=7, minutes=1))
     assert state(lease) == S.SUSPENDED
-    assert lease.hold_until == lease.ends_at + timedelta(hours=72)
+    assert lease.suspended_at == t0 + timedelta(days=7, minutes=1)
+    assert lease.hold_until == lease.suspended_at + timedelta(hours=72)  # from the stop, not the end
     assert live_slots(lease) == 1  # slot held
     assert DiskKey.objects.get(lease=lease).state == DiskKey.State.ACTIVE  # disk untouched
 
@@ -87,21 +91,23 @@ def test_unpaid_lease_is_released_key_destroyed_then_wiped(catalog, customer, t0
     settings.HOST_AGENT_FAKE_DELAY = 0
     balance_top_up(customer=customer, amount_cents=6500, now=t0)
     lease, _ = order(customer, t0)
-    run_lifecycle(t0 + timedelta(minutes=1))
+    run_lifecycle(t0)
     end = t0 + timedelta(days=7)
     run_lifecycle(end + timedelta(minutes=1))
     assert state(lease) == S.SUSPENDED
-    run_lifecycle(end + timedelta(hours=71))
-    assert state(lease) == S.SUSPENDED
-    run_lifecycle(end + timedelta(hours=72, minutes=1))
-    assert state(lease) == S.RELEASED and live_slots(lease) == 0
+    run_lifecycle(end + timedelta(hours=72))
+    assert state(lease) == S.SUSPENDED  # suspended at end + 1 min: held until end + 72 h 1 min
+    released_at = end + timedelta(hours=72, minutes=1)
+    run_lifecycle(released_at)
+    # Released, key destroyed and wiped in the same pass: the wipe follows the key's
+    # destruction at once; wipe_by (7 days after the stop) is only the deadline.
+    assert state(lease) == S.WIPED and live_slots(lease) == 0
+    assert lease.ended_at == released_at and lease.wipe_by == end + timedelta(days=7, minutes=1)
     key = DiskKey.objects.get(lease=lease)
     assert key.state == DiskKey.State.DESTROYED and "luks-key-destroyed" in key.destruction_proof
+    assert key.destroyed_at == released_at
     assert Invoice.objects.get(lease=lease, kind="renewal").state == Invoice.State.VOID
-    run_lifecycle(end + timedelta(days=6))
-    assert state(lease) == S.RELEASED
-    run_lifecycle(end + timedelta(days=7, minutes=1))
-    assert state(lease) == S.WIPED
+    assert Notification.objects.filter(lease=lease, kind="released").exists()
     kinds = list(LeaseEvent.objects.filter(lease=lease).values_list("kind", flat=True))
     assert kinds == ["created", "paid", "provisioned", "suspended", "released", "key_destroy_requested",
                      "key_destroyed", "wiped"]
@@ -111,18 +117,18 @@ def test_payment_after_release_goes_to_balance_and_never_revives(catalog, custom
     settings.HOST_AGENT_FAKE_DELAY = 0
     balance_top_up(customer=customer, amount_cents=6500, now=t0)
     lease, _ = order(customer, t0)
-    run_lifecycle(t0 + timedelta(minutes=1))
+    run_lifecycle(t0)
     renewal_time = t0 + timedelta(days=6, hours=1)
     run_lifecycle(renewal_time)
     renewal = Invoice.objects.get(lease=lease, kind="renewal")
     run_lifecycle(t0 + timedelta(days=7, minutes=1))
     run_lifecycle(t0 + timedelta(days=10, minutes=2))
-    assert state(lease) == S.RELEASED
+    assert state(lease) == S.WIPED
     # The renewal was voided at release; a late coin payment for it is credited (the coin layer
     # reopens nothing). Simulate the case where the invoice was still open: mark paid directly.
     Invoice.objects.filter(pk=renewal.pk).update(state=Invoice.State.OPEN)
     assert invoice_mark_paid(invoice=renewal, via="LTC", now=t0 + timedelta(days=11))
-    assert state(lease) == S.RELEASED
+    assert state(lease) == S.WIPED
     late = LedgerEntry.objects.get(kind=LedgerEntry.Kind.LATE_PAYMENT)
     assert late.amount_cents == 6500 and Account.objects.get(customer=customer).balance_cents == 6500
 
@@ -143,7 +149,7 @@ def test_refund_within_the_hour_and_refused_after(catalog, customer, t0, setting
     settings.HOST_AGENT_FAKE_DELAY = 0
     balance_top_up(customer=customer, amount_cents=20_000, now=t0)
     lease, _ = order(customer, t0)
-    run_lifecycle(t0 + timedelta(minutes=1))
+    run_lifecycle(t0)
     with django_capture_on_commit_callbacks(execute=True):
         refunded = lease_refund(lease=lease, actor=customer, now=t0 + timedelta(minutes=59))
     assert refunded == 6500
@@ -151,7 +157,7 @@ def test_refund_within_the_hour_and_refused_after(catalog, customer, t0, setting
     assert Account.objects.get(customer=customer).balance_cents == 20_000
     assert DiskKey.objects.get(lease=lease).state == DiskKey.State.DESTROYED
     late_lease, _ = order(customer, t0)
-    with pytest.raises(BillingError, match="within 1 hour"):
+    with pytest.raises(BillingError, match="within 60 minutes"):
         lease_refund(lease=late_lease, actor=customer, now=t0 + timedelta(minutes=61))
     assert state(late_lease) == S.PROVISIONING
 
@@ -160,7 +166,7 @@ def test_sweeps_run_twice_give_the_same_result_as_once(catalog, customer, t0, se
     settings.HOST_AGENT_FAKE_DELAY = 0
     balance_top_up(customer=customer, amount_cents=6500, now=t0)
     lease, _ = order(customer, t0)
-    for at in [t0 + timedelta(minutes=1), t0 + timedelta(days=6, hours=1), t0 + timedelta(days=7, minutes=1),
+    for at in [t0, t0 + timedelta(days=6, hours=1), t0 + timedelta(days=7, minutes=1),
                t0 + timedelta(days=10, minutes=1)]:
         first = run_lifecycle(at)
         assert run_lifecycle(at) == [] or all(name == "key_destruction" for name, _ in run_lifecycle(at))
@@ -174,7 +180,7 @@ def test_auto_renew_from_balance(catalog, customer, t0, settings):
     settings.HOST_AGENT_FAKE_DELAY = 0
     balance_top_up(customer=customer, amount_cents=13_000, now=t0)
     lease, _ = order(customer, t0)
-    run_lifecycle(t0 + timedelta(minutes=1))
+    run_lifecycle(t0)
     run_lifecycle(t0 + timedelta(days=6, hours=1))
     assert Invoice.objects.get(lease=lease, kind="renewal").state == Invoice.State.PAID
     lease.refresh_from_db()
@@ -208,7 +214,7 @@ def test_refund_by_another_customer_is_refused(catalog, customer, other_customer
 def test_refund_window_counts_from_the_order_time(catalog, customer, t0):
     lease, _ = order(customer, t0 - timedelta(hours=2), pay=False)
     assert lease.created_at == t0 - timedelta(hours=2)
-    with pytest.raises(BillingError, match="within 1 hour"):
+    with pytest.raises(BillingError, match="within 60 minutes"):
         lease_refund(lease=lease, actor=customer, now=t0)
 
 
@@ -218,10 +224,11 @@ def test_key_destruction_is_refused_while_a_term_is_paid(catalog, customer, oper
     settings.HOST_AGENT_FAKE_DELAY = 0
     balance_top_up(customer=customer, amount_cents=6500, now=t0)
     lease, _ = order(customer, t0)
-    run_lifecycle(t0 + timedelta(minutes=1))
+    run_lifecycle(t0)
     mid_term = t0 + timedelta(days=2)
     assert lease_suspend(lease_id=lease.pk, now=mid_term, actor=operator, reason="abuse report", force=True)
     lease.refresh_from_db()
+    assert lease.suspended_at == mid_term
     assert lease.hold_until == t0 + timedelta(days=7, hours=72)  # counted from the paid term's end
     with pytest.raises(TransitionRefused, match="paid term"):
         lease_release(lease_id=lease.pk, now=mid_term, actor=operator, reason="try", force=True)

@@ -1,5 +1,6 @@
 """Browser tests: Playwright for Python driving Debian's chromium against pytest-django's
-live_server. Skipped (with the reason) when /usr/bin/chromium or Playwright is missing.
+live_server. Skipped (with the reason) when /usr/bin/chromium or Playwright is missing,
+failed under CI=true (tests/tools.py).
 
 Playwright's sync API runs an asyncio loop in the test thread, so Django's async-safety
 check would refuse the test's own ORM calls: DJANGO_ALLOW_ASYNC_UNSAFE is set for this
@@ -8,6 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+from tests.tools import require
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
@@ -29,12 +32,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium); browser tests skipped")
+    require(os.path.exists(CHROMIUM), f"{CHROMIUM} is not installed (apt-get install chromium)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("Playwright for Python is not installed; browser tests skipped")
+        require(False, "Playwright for Python is not installed (make setup)")
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield browser

@@ -21,13 +21,11 @@ from inventory.models import GpuSlot, Offer, Site, SlotAllocation
 from rental.models import Lease
 from rental.services import account_create
 from rental.services_customer import api_token_create
-from tests.conftest import ON_POSTGRES
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P racer@host"
 CLIENTS, FREE = 50, 3
 
-pytestmark = [pytest.mark.postgres,
-              pytest.mark.skipif(not ON_POSTGRES, reason="row-lock race: needs DATABASE_URL=postgres://…"),
+pytestmark = [pytest.mark.postgres,  # row-lock race (tests/conftest.py skips it on SQLite)
               pytest.mark.django_db(transaction=True)]
 
 

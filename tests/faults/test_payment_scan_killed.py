@@ -18,13 +18,10 @@ from tests.billing import test_celery_worker as celery_worker
 from tests.billing.payments_helpers import offline_adapters, set_rate
 from tests.billing.test_celery_worker import BASE, CELERY, Worker, database_url, wait_for
 from tests.billing.test_concurrency import new_customer, order
-from tests.conftest import HAS_REDIS, ON_POSTGRES
 from tests.faults.scan_worker import PayEverything
 
 pytestmark = [
-    pytest.mark.redis,
-    pytest.mark.skipif(not (HAS_REDIS and ON_POSTGRES),
-                       reason="needs REDIS_URL and DATABASE_URL=postgres://… (the worker shares the test DB)"),
+    pytest.mark.redis,  # PostgreSQL + Redis: the worker shares the test DB (tests/conftest.py)
     pytest.mark.django_db(transaction=True),
 ]
 N = 12

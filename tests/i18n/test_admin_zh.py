@@ -29,7 +29,7 @@ def test_admin_additions_in_chinese_by_the_operators_cookie(client, operator, ca
         assert english not in dashboard, english
 
     leases = visible(client.get("/admin/rental/lease/"))
-    for text in ("免费延长一个租期", "立即停机（停止实例，槽位保留 72 小时）…", "恢复（租期未结束的已停机租约）",
+    for text in ("免费延长一个租期", "立即停机（停止实例，保留槽位）…", "恢复（租期未结束的已停机租约）",
                  "立即释放（归还槽位，销毁磁盘密钥）…", "24 小时内到期", "保留期 24 小时内结束",
                  "租约编号（如 42 或 #42）或客户用户名"):
         assert text in leases, text

@@ -78,6 +78,7 @@ def test_notices_are_written_in_the_customers_language(catalog, customer, other_
     zh_lease, _ = order(customer, t0)
     en_lease, _ = order(other_customer, t0)
     with django_capture_on_commit_callbacks(execute=True):
+        run_lifecycle(t0 + timedelta(minutes=3))  # provisioned: the terms start
         run_lifecycle(t0 + timedelta(days=6, hours=1))  # reminders and renewal invoices
     zh_notes = Notification.objects.filter(lease=zh_lease)
     en_notes = Notification.objects.filter(lease=en_lease)
@@ -87,7 +88,7 @@ def test_notices_are_written_in_the_customers_language(catalog, customer, other_
     by = {to: [m.subject for m in mail.outbox if m.to == [to]] for to in ("alice@example.org", "bob@example.org")}
     assert by["alice@example.org"] and all(CJK.search(s) for s in by["alice@example.org"]), by
     assert by["bob@example.org"] and not any(CJK.search(s) for s in by["bob@example.org"]), by
-    run_lifecycle(t0 + timedelta(days=7, minutes=1))  # unpaid: suspended
+    run_lifecycle(t0 + timedelta(days=7, minutes=4))  # unpaid: suspended (its term began at provisioning)
     suspended = Notification.objects.get(lease=zh_lease, kind="suspended")
     assert "已停机" in suspended.subject and "UTC" in suspended.body
 

@@ -46,7 +46,8 @@ def test_network_volume_lifecycle(catalog, customer, other_customer, place, now)
         volume_attach(volume=vol, lease=elsewhere, now=now)
 
     # Lease a is released (unpaid week + 72 h hold): the volume survives, detached from it.
-    run_lifecycle(now + timedelta(days=10, hours=1))
+    run_lifecycle(now + timedelta(days=7, hours=1))  # suspended
+    run_lifecycle(now + timedelta(days=10, hours=1))  # released
     vol.refresh_from_db()
     assert vol.state == "active"
     assert not VolumeAttachment.objects.filter(volume=vol, detached_at__isnull=True).exists()

@@ -63,15 +63,15 @@ def test_changelist_filters_by_state_site_offer_and_deadline(op_client, active_l
     assert ids_in(op_client.get(url, {"state__exact": "active"})) == {active_lease.pk}
     assert ids_in(op_client.get(url, {"offer__id__exact": pending.offer_id})) == {pending.pk}
     assert ids_in(op_client.get(url, {"site__id__exact": active_lease.site_id})) == {active_lease.pk, pending.pk}
-    assert ids_in(op_client.get(url, {"deadline": "ends_24h"})) == {active_lease.pk}
-    assert ids_in(op_client.get(url, {"deadline": "ends_72h"})) == {active_lease.pk}
+    assert ids_in(op_client.get(url, {"deadline": "ends_renewal"})) == {active_lease.pk}
+    assert ids_in(op_client.get(url, {"deadline": "ends_hold"})) == {active_lease.pk}
     assert ids_in(op_client.get(url, {"deadline": "hold_24h"})) == set()
     assert ids_in(op_client.get(url, {"deadline": "wipe_due"})) == set()
     # Search by id (with or without '#') and by username.
     assert ids_in(op_client.get(url, {"q": f"#{pending.pk}"})) == {pending.pk}
     assert ids_in(op_client.get(url, {"q": "alice"})) == {active_lease.pk}
     content = response.content.decode()
-    assert "ends within 24 h" in content and "hold expires within 24 h" in content and "wipe due" in content
+    assert "ends within 24 h" in content and "hold expires within 24 h" in content and "wipe overdue" in content
 
 
 def test_hold_and_wipe_filters(op_client, active_lease):
@@ -88,7 +88,7 @@ def test_change_page_is_read_only_with_timeline_events_and_key(op_client, active
     response = op_client.get(url)
     assert response.status_code == 200
     html = response.content.decode()
-    assert "lease-timeline" in html and "renewal invoice issued" in html and "provisioned" in html
+    assert "lease-timeline" in html and "Renewal invoice issued" in html and "provisioned" in html
     assert active_lease.disk_key.key_ref in html
     form = response.context["adminform"].form
     assert "state" not in form.fields and "ends_at" not in form.fields

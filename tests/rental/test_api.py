@@ -159,7 +159,7 @@ def test_refund_via_api_within_the_hour_and_refused_after(client, catalog, custo
     Lease.objects.filter(pk=second).update(created_at=timezone.now() - timedelta(hours=2))
     response = call(client, "post", f"/api/v1/leases/{second}/refund", token)
     assert response.status_code == 409 and response.json()["error"] == "refund_refused"
-    assert "within 1 hour" in response.json()["message"]
+    assert "within 60 minutes" in response.json()["message"]
 
 
 def test_api_ignores_session_and_csrf(client, catalog, customer):

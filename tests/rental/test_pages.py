@@ -74,7 +74,7 @@ def test_leases_list_shows_state_and_countdowns(client, catalog, customer, djang
         html = client.get(reverse("lease_list")).content.decode()
     assert "provisioning" in html and "pending payment" in html
     assert "Payment window closes: <span class=\"countdown\"" in html and "in 29 min" in html
-    assert "in 3 d 23 h" in html  # the 3-day reminder of the paid week
+    assert "in 4 d 0 h" in html  # the 3-day reminder of the paid week, its term projected from now
 
 
 def test_lease_page_owner_200_other_404(client, catalog, customer, other_customer):

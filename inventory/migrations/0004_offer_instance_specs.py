@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('inventory', '0002_incidents'),
+        ('inventory', '0003_audit_entry_at_from_caller'),
     ]
 
     operations = [
