@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "axes",
     "django_otp",
     "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",  # one-time recovery codes (issue 16)
     "sizing",
     "inventory",
     "rental",
@@ -74,7 +75,9 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django_otp.middleware.OTPMiddleware",
-    "rental.middleware.AdminOTPRequiredMiddleware",  # staff with a TOTP device give a code
+    # Staff enrol TOTP before anything else; whoever enrolled gives a code (issue 16).
+    "rental.middleware.TwoFactorMiddleware",
+    "rental.middleware.SecurityHeadersMiddleware",  # Permissions-Policy, no-store when signed in
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -208,6 +211,9 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
 DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
+# issue 16: browser features no page here uses are off for every page.
+PERMISSIONS_POLICY = ("accelerometer=(), camera=(), geolocation=(), gyroscope=(), magnetometer=(), "
+                      "microphone=(), payment=(), usb=(), interest-cohort=()")
 if not DEBUG and not TESTING:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -216,6 +222,7 @@ if not DEBUG and not TESTING:
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+    LANGUAGE_COOKIE_SECURE = True
 
 # --- Celery: Redis in production, a serverless filesystem broker by default ---
 CELERY_TIMEZONE = "UTC"

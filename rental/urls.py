@@ -17,6 +17,8 @@ accounts = [
     path("password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("otp/setup/", otp_views.otp_setup, name="otp_setup"),
     path("otp/verify/", otp_views.otp_verify, name="otp_verify"),
+    path("otp/recovery-codes/", otp_views.otp_recovery_codes, name="otp_recovery_codes"),
+    path("otp/disable/", otp_views.otp_disable, name="otp_disable"),
 ]
 
 customer = [

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rental.services_customer import api_token_create
+from tests.otp import TwoFactorClient
 
 pytestmark = pytest.mark.django_db
 EXAMPLES = int(os.environ.get("FORM_FUZZ_EXAMPLES", "40"))
@@ -102,7 +103,7 @@ def test_sla_claim(signed_in, data):
 @fuzz
 @given(data=form("code", "next"))
 def test_two_factor_code(catalog, operator, data):
-    client = Client()
+    client = TwoFactorClient()
     client.force_login(operator)
     never_500(client.post(reverse("otp_setup"), data), data)
     never_500(client.post(reverse("otp_verify"), data), data)

@@ -9,6 +9,8 @@ import pytest
 from django.test import Client, override_settings
 from django.urls import reverse
 
+from tests.otp import TwoFactorClient
+
 pytestmark = pytest.mark.django_db
 
 PUBLIC = ["/", "/gpus/", "/gpus/?vendor=nvidia&min_vram=40", "/gpus/rtx-3090/", "/links/", "/storage/", "/faq/",
@@ -66,7 +68,7 @@ def test_staff_pages(catalog, client, operator):
 
 @override_settings(SECURE_HSTS_SECONDS=31536000, SECURE_HSTS_INCLUDE_SUBDOMAINS=True, SECURE_HSTS_PRELOAD=True)
 def test_hsts_on_every_page_over_https(alices, customer, operator):
-    anonymous, signed_in, staff = Client(), Client(), Client()
+    anonymous, signed_in, staff = Client(), Client(), TwoFactorClient()
     signed_in.force_login(customer)
     staff.force_login(operator)
     for client, urls in ((anonymous, PUBLIC), (signed_in, customer_pages(alices)), (staff, STAFF)):
