@@ -3,6 +3,8 @@ from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
+from .models import ApiScope
+
 
 class SignupForm(UserCreationForm):
     """A username and a password; the e-mail is optional and only used for reminders."""
@@ -92,3 +94,9 @@ class SettingsForm(forms.Form):
 class ApiTokenForm(forms.Form):
     name = forms.CharField(label=_("Token name"), max_length=60,
                            widget=forms.TextInput(attrs={"placeholder": _("e.g. training-cluster")}))
+    scopes = forms.MultipleChoiceField(label=_("What it may do"), choices=ApiScope.choices, initial=["read"],
+                                       required=False, widget=forms.CheckboxSelectMultiple,
+                                       help_text=_("Give a token only what its job needs; none ticked means read."))
+
+    def clean_scopes(self):
+        return self.cleaned_data["scopes"] or [ApiScope.READ]

@@ -19,7 +19,7 @@ import sys
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
-from django.http import HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views import defaults
@@ -118,3 +118,30 @@ class SecurityHeadersMiddleware:
         if (user is not None and user.is_authenticated) or "Authorization" in request.headers:
             response["Cache-Control"] = "no-store"
         return response
+
+
+class NulByteGuardMiddleware:
+    """A NUL in the query string or a form field is a 400 here, before any view: PostgreSQL
+    text cannot hold one (a DataError, i.e. a 500, from filters such as the admin's
+    ?state=%00), and no legitimate input contains one."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if self._has_nul(request):
+            if request.path.startswith("/api/"):
+                return JsonResponse({"error": "bad_request", "message": "NUL characters are not allowed."},
+                                    status=400)
+            return HttpResponseBadRequest("NUL characters are not allowed.", content_type="text/plain")
+        return self.get_response(request)
+
+    @staticmethod
+    def _has_nul(request) -> bool:
+        if "\x00" in request.path:
+            return True
+        sources = [request.GET]
+        if request.method == "POST" and request.content_type == "application/x-www-form-urlencoded":
+            sources.append(request.POST)
+        return any("\x00" in key or any("\x00" in v for v in values)
+                   for source in sources for key, values in source.lists())

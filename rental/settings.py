@@ -69,6 +69,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # A database outage in a view is a 503 with Retry-After, not a 500 (rental/middleware.py).
     "rental.middleware.DatabaseUnavailableMiddleware",
+    "rental.middleware.NulByteGuardMiddleware",  # NUL in a query or form: 400, not a DataError (issue 16)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -257,6 +258,19 @@ CELERY_BEAT_SCHEDULE = {
     "watch_payments": {"task": "billing.watch_payments", "schedule": 30.0, "options": {"expires": 25}},
 }
 PAYMENT_WINDOW_MINUTES = int(os.environ.get("PAYMENT_WINDOW_MINUTES", "30"))
+# --- issue 16: stock hoarding and refund abuse ---
+# Unpaid orders hold their GPUs: at most this many open at once per account, and an account
+# that never paid anything holds them for a shorter window.
+MAX_OPEN_UNPAID_ORDERS = int(os.environ.get("MAX_OPEN_UNPAID_ORDERS", "2"))
+PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES = int(os.environ.get("PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES", "15"))
+# Sign-ups per client address (as django-axes resolves it) within the window; then 429.
+SIGNUPS_PER_IP = int(os.environ.get("SIGNUPS_PER_IP", "5"))
+SIGNUP_WINDOW_MINUTES = int(os.environ.get("SIGNUP_WINDOW_MINUTES", "60"))
+# The spec's 1-hour no-questions refund, at most this many times per account per calendar month (UTC).
+REFUNDS_PER_MONTH = int(os.environ.get("REFUNDS_PER_MONTH", "1"))
+# Forgot-password attempts with a recovery code, per client address within the window.
+RECOVERY_ATTEMPTS_PER_IP = int(os.environ.get("RECOVERY_ATTEMPTS_PER_IP", "10"))
+RECOVERY_WINDOW_MINUTES = int(os.environ.get("RECOVERY_WINDOW_MINUTES", "15"))
 HOST_AGENT = os.environ.get("HOST_AGENT", "rental.agent.FakeAgent")
 HOST_AGENT_FAKE_DELAY = int(os.environ.get("HOST_AGENT_FAKE_DELAY", "180"))
 

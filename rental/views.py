@@ -2,6 +2,7 @@
 settings, API tokens and notifications. Invoices, refunds and ordering are billing's
 (billing/views.py); rental pages show invoices through billing's template tags, because
 rental never imports billing."""
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
@@ -10,11 +11,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from .forms import ApiTokenForm, SettingsForm, SignupForm
 from .i18n import remember_language
-from .models import ApiToken, Lease, LeaseState, Notification
+from .models import ApiToken, Lease, LeaseState, Notification, RecoveryCode
+from .recovery import account_recovery_codes_issue, show_account_recovery_codes
 from .services import account_create, customer_settings, customer_settings_update
 from .services_customer import (
     TokenLimit,
@@ -22,7 +25,9 @@ from .services_customer import (
     api_token_revoke,
     notification_mark_read,
 )
+from .throttle import throttle_hit, throttled
 from .timeline import layout, lease_milestones
+from .two_factor import is_enrolled
 
 
 @require_http_methods(["GET", "POST"])
@@ -30,15 +35,20 @@ def signup(request):
     if request.user.is_authenticated:
         return redirect("home")
     form = SignupForm(request.POST or None)
+    if request.method == "POST" and throttled("signup", request, limit=settings.SIGNUPS_PER_IP):
+        form = SignupForm()
+        form.add_error(None, _("Too many new accounts from your address; try again later."))
+        return render(request, "registration/signup.html", {"form": form}, status=429)
     if request.method == "POST" and form.is_valid():
         user = account_create(
             username=form.cleaned_data["username"],
             password=form.cleaned_data["password1"],
             email=form.cleaned_data.get("email", ""),
         )
+        throttle_hit("signup", request, window_seconds=settings.SIGNUP_WINDOW_MINUTES * 60)
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         remember_language(user, request.LANGUAGE_CODE)  # notices in the language they signed up in
-        return redirect("home")
+        return show_account_recovery_codes(request, account_recovery_codes_issue(user=user), first=True)
     return render(request, "registration/signup.html", {"form": form}, status=400 if form.errors else 200)
 
 
@@ -102,6 +112,8 @@ def _settings_context(request, **extra) -> dict:
         "token_form": ApiTokenForm(),
         "tokens": ApiToken.objects.filter(customer=request.user).order_by("revoked_at", "-created_at"),
         "notifications": Notification.objects.filter(customer=request.user).select_related("lease")[:50],
+        "two_factor_on": is_enrolled(request.user),
+        "recovery_codes_left": RecoveryCode.objects.filter(user=request.user, used_at__isnull=True).count(),
         **extra,
     }
 
@@ -120,6 +132,7 @@ def account_settings(request):
     return redirect("account_settings")
 
 
+@never_cache
 @login_required
 @require_POST
 def token_create(request):
@@ -127,7 +140,8 @@ def token_create(request):
     if not form.is_valid():
         return render(request, "rental/settings.html", _settings_context(request, token_form=form), status=400)
     try:
-        token, raw = api_token_create(customer=request.user, name=form.cleaned_data["name"])
+        token, raw = api_token_create(customer=request.user, name=form.cleaned_data["name"],
+                                      scopes=form.cleaned_data["scopes"])
     except TokenLimit:
         form.add_error(None, _("You have too many tokens; revoke one first."))
         return render(request, "rental/settings.html", _settings_context(request, token_form=form), status=400)

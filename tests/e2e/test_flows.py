@@ -43,6 +43,9 @@ def test_signup_size_order_pay_settle_and_the_lease_turns_active(new_context, co
     page.fill("#id_password1", PASSWORD)
     page.fill("#id_password2", PASSWORD)
     page.locator("main form button[type=submit]").click()
+    # The recovery codes are shown once, then on to the home page.
+    assert page.locator("ul.recovery-codes li").count() == 10
+    page.get_by_role("link", name="I have saved them — continue").click()
     page.wait_for_url(re.compile(r"/$"))
     assert page.locator(".nav-wide").get_by_text("carol").is_visible()
 
