@@ -104,9 +104,8 @@ def forgot_password(request):
     form = ForgotPasswordForm(request.POST or None)
     if request.method == "POST":
         if throttled("recover", request, limit=settings.RECOVERY_ATTEMPTS_PER_IP):
-            form = ForgotPasswordForm()
-            form.add_error(None, _("Too many attempts from your address; try again later."))
-            return render(request, "registration/forgot_password.html", {"form": form}, status=429)
+            messages.error(request, _("Too many attempts from your address; try again later."))
+            return render(request, "registration/forgot_password.html", {"form": ForgotPasswordForm()}, status=429)
         throttle_hit("recover", request, window_seconds=settings.RECOVERY_WINDOW_MINUTES * 60)
         if form.is_valid():
             user = account_recover(username=form.cleaned_data["username"], code=form.cleaned_data["code"],

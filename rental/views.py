@@ -36,9 +36,8 @@ def signup(request):
         return redirect("home")
     form = SignupForm(request.POST or None)
     if request.method == "POST" and throttled("signup", request, limit=settings.SIGNUPS_PER_IP):
-        form = SignupForm()
-        form.add_error(None, _("Too many new accounts from your address; try again later."))
-        return render(request, "registration/signup.html", {"form": form}, status=429)
+        messages.error(request, _("Too many new accounts from your address; try again later."))
+        return render(request, "registration/signup.html", {"form": SignupForm()}, status=429)
     if request.method == "POST" and form.is_valid():
         user = account_create(
             username=form.cleaned_data["username"],
