@@ -10,6 +10,9 @@ CONN_HEALTH_CHECKS the next request after the database is back reconnects by its
 TwoFactorMiddleware: staff must enrol an authenticator (rental.otp_views) before anything
 else, and anyone who enrolled must give a code after the password before anything else.
 
+NulByteGuardMiddleware: a NUL in the query string or a form field is a 400 before any view
+(PostgreSQL text cannot hold one).
+
 SecurityHeadersMiddleware: Permissions-Policy on every response, and Cache-Control:
 no-store on every page served to a signed-in user or to an API token, so no shared or
 browser cache keeps account data (new API tokens, recovery codes, invoices).
