@@ -214,7 +214,7 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cook
 DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
 # issue 16: browser features no page here uses are off for every page.
 PERMISSIONS_POLICY = ("accelerometer=(), camera=(), geolocation=(), gyroscope=(), magnetometer=(), "
-                      "microphone=(), payment=(), usb=(), interest-cohort=()")
+                      "microphone=(), payment=(), usb=()")
 if not DEBUG and not TESTING:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

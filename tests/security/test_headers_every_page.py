@@ -6,6 +6,7 @@ over HTTPS (the settings themselves: tests/security/test_headers_and_settings.py
 import re
 
 import pytest
+from django.conf import settings
 from django.test import Client, override_settings
 from django.urls import reverse
 
@@ -38,6 +39,7 @@ def check(response, url):
     assert response["X-Frame-Options"] == "DENY", url
     assert response["Referrer-Policy"] == "same-origin", url
     assert response["X-Content-Type-Options"] == "nosniff", url
+    assert response["Permissions-Policy"] == settings.PERMISSIONS_POLICY, url  # issue 16
     if response.get("Content-Type", "").startswith("text/html"):
         html = response.content.decode()
         for tag in re.findall(r"<script\b[^>]*>", html):  # same-origin files only, nothing inline
