@@ -24,6 +24,8 @@ def post_urls(a):
         reverse("billing:invoice_pay", args=[invoice]), reverse("billing:lease_refund", args=[lease]),
         reverse("payments:invoice", args=[invoice]), reverse("payments:confirm_late", args=[quote]),
         reverse("sla:claims"), reverse("otp_setup"), reverse("otp_verify"),
+        reverse("otp_recovery_codes"), reverse("otp_disable"), reverse("recovery_codes"),
+        reverse("forgot_password"), reverse("password_reset"),
         reverse("admin:login"), reverse("admin:logout"),
     ]
 
