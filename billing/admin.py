@@ -59,7 +59,7 @@ class InvoiceAdmin(admin.ModelAdmin):
     def amount(self, obj):
         return dollars(obj.amount_cents)
 
-    @admin.action(description=_("Settle manually (paid outside the platform)…"))
+    @admin.action(description=_("Settle manually (paid outside the platform)…"), permissions=["change"])
     def settle_manually(self, request, queryset):
         form, page = confirm_with_form(
             self, request, queryset, action="settle_manually", title=gettext("Settle invoices manually"),

@@ -2,8 +2,10 @@
 BillingConfig.ready(): the migration actions on nodes and incidents, SLA claims, storage
 products, and the operations dashboard and CSV exports (admin views under /admin/ops/)."""
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
@@ -20,6 +22,9 @@ from . import dashboard as dash
 from .admin import dollars
 from .models import EgressUsage, SlaClaim
 from .ops import ClaimRefused, sla_claim_approve, sla_claim_decline, sla_figures
+
+# The dashboard shows revenue and every customer's renewals: a named permission (issue 16).
+OPS_DASHBOARD_PERMISSION = "billing.view_ops_dashboard"
 
 
 class ReasonForm(forms.Form):
@@ -54,7 +59,7 @@ def _report(modeladmin, request, report):
 class OpsNodeAdmin(NodeAdmin):
     actions = [*NodeAdmin.actions, "migrate_leases"]
 
-    @admin.action(description=_("Migrate live leases to other nodes at the same site (hardware failure)"))
+    @admin.action(description=_("Migrate live leases to other nodes at the same site (hardware failure)"), permissions=["change"])
     def migrate_leases(self, request, queryset):
         for node in queryset:
             _report(self, request, node_evacuate(node=node, actor=request.user))
@@ -63,7 +68,7 @@ class OpsNodeAdmin(NodeAdmin):
 class OpsIncidentAdmin(IncidentAdmin):
     actions = [*IncidentAdmin.actions, "migrate_leases"]
 
-    @admin.action(description=_("Migrate the affected leases off the failed node(s)"))
+    @admin.action(description=_("Migrate the affected leases off the failed node(s)"), permissions=["change"])
     def migrate_leases(self, request, queryset):
         for incident in queryset:
             try:
@@ -121,7 +126,7 @@ class SlaClaimAdmin(admin.ModelAdmin):
         return (gettext("claim"), gettext("lease"), gettext("month"), gettext("availability"), gettext("band"),
                 gettext("credit")), rows
 
-    @admin.action(description=_("Approve: credit the computed amount to the customer's balance"))
+    @admin.action(description=_("Approve: credit the computed amount to the customer's balance"), permissions=["change"])
     def approve(self, request, queryset):
         headers, rows = self._rows(queryset)
         form, page = confirm(self, request, queryset, action="approve", title=gettext("Approve SLA claims"),
@@ -145,7 +150,7 @@ class SlaClaimAdmin(admin.ModelAdmin):
                 self.message_user(request, gettext("Claim #%(id)s declined: %(reason)s")
                                   % {"id": claim.pk, "reason": claim.decision_reason}, messages.WARNING)
 
-    @admin.action(description=_("Decline with a reason"))
+    @admin.action(description=_("Decline with a reason"), permissions=["change"])
     def decline(self, request, queryset):
         headers, rows = self._rows(queryset)
         form, page = confirm(self, request, queryset, action="decline", title=gettext("Decline SLA claims"),
@@ -165,10 +170,21 @@ class SlaClaimAdmin(admin.ModelAdmin):
 # --- admin views under /admin/ops/ ------------------------------------------------------------
 
 def dashboard_view(request):
+    if not request.user.has_perm(OPS_DASHBOARD_PERMISSION):
+        raise PermissionDenied
     board = dash.dashboard(timezone.now())
     context = {**admin.site.each_context(request), "title": gettext("Operations dashboard"), "board": board,
                "totals": board.capacity_totals}
     return TemplateResponse(request, "admin/ops/dashboard.html", context)
+
+
+def holds_view(request):
+    """Who holds what: unpaid orders and the GPUs they keep from sale until pay_by."""
+    if not request.user.has_perm("rental.view_lease"):
+        raise PermissionDenied
+    context = {**admin.site.each_context(request), "title": gettext("Unpaid orders holding GPUs"),
+               "holds": dash.unpaid_holds(), "limit": settings.MAX_OPEN_UNPAID_ORDERS}
+    return TemplateResponse(request, "admin/ops/holds.html", context)
 
 
 def ops_urls():
@@ -180,6 +196,7 @@ def ops_urls():
         path("ops/customers/<int:user_id>/", admin.site.admin_view(customer_detail), name="ops_customer"),
         path("ops/dashboard/", admin.site.admin_view(dashboard_view), name="ops_dashboard"),
         path("ops/exports/", admin.site.admin_view(export_view), name="ops_exports"),
+        path("ops/holds/", admin.site.admin_view(holds_view), name="ops_holds"),
     ]
 
 

@@ -15,13 +15,21 @@ from rental.api import (
     iso,
     json_body,
     lease_json,
+    require_scope,
     usd,
 )
 from rental.forms import ADDON_FIELDS, OrderForm, default_image
 from rental.models import Image
 
 from .models import Invoice
-from .services import BillingError, InsufficientBalance, checkout_place_order, lease_refund
+from .services import (
+    BillingError,
+    InsufficientBalance,
+    RefundLimitReached,
+    TooManyOpenOrders,
+    checkout_place_order,
+    lease_refund,
+)
 
 FORM_TO_API = {"ssh_public_key": "ssh_key", **{name: f"addons.{name}" for name in ADDON_FIELDS}}
 
@@ -71,9 +79,11 @@ def _order_form(data: dict, offer: Offer) -> OrderForm:
     return form
 
 
-@api_endpoint("POST")
+@api_endpoint("POST", scope="order")
 def orders(request):
     data = json_body(request)
+    if data.get("pay_from_balance") is True:
+        require_scope(request, "pay")
     offer = _order_offer(data)
     form = _order_form(data, offer)
     site = form.cleaned_data["site"]
@@ -87,6 +97,8 @@ def orders(request):
                        site=site.code, free_by_site=sites_with_stock_for(offer)) from exc
     except InsufficientBalance as exc:
         raise ApiError(402, "insufficient_balance", str(exc)) from exc
+    except TooManyOpenOrders as exc:
+        raise ApiError(409, "too_many_unpaid_orders", str(exc)) from exc
     lease.refresh_from_db()
     invoice = Invoice.objects.prefetch_related("lines").get(pk=invoice.pk)
     return JsonResponse({"lease": lease_json(lease), "invoice": invoice_json(invoice)}, status=201)
@@ -101,11 +113,13 @@ def invoice_detail(request, invoice_id: int):
     return JsonResponse(invoice_json(invoice))
 
 
-@api_endpoint("POST")
+@api_endpoint("POST", scope="pay")
 def refund(request, lease_id: int):
     lease = customer_lease(request, lease_id)
     try:
         cents = lease_refund(lease=lease, actor=request.api_user)
+    except RefundLimitReached as exc:
+        raise ApiError(409, "refund_limit_reached", str(exc)) from exc
     except BillingError as exc:
         raise ApiError(409, "refund_refused", str(exc)) from exc
     lease.refresh_from_db()

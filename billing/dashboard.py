@@ -1,7 +1,7 @@
 """Selectors for the operators' dashboard (/admin/ops/dashboard/): capacity and money at a
 glance. Each figure is one query whatever the number of rows (lists are bounded), so the
 page costs a constant number of queries."""
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -25,6 +25,7 @@ from rental.models import DiskKey, Lease, LeaseState
 
 from .models import Invoice, JobRun, LedgerEntry, Quote
 from .payments import coins_offered
+from .services import month_start
 
 S = LeaseState
 BEAT_LATE_AFTER = timedelta(minutes=3)
@@ -72,10 +73,6 @@ def capacity(now: datetime | None = None) -> list[CapacityRow]:
     return [table[k] for k in sorted(table)]
 
 
-def month_start(now: datetime) -> datetime:
-    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
 def revenue_this_month(now: datetime) -> dict:
     """Invoices paid this calendar month (UTC), top-ups excluded (they are not revenue), and
     the same month's refunds and SLA credits to balances: net is what the month really earned."""
@@ -106,6 +103,34 @@ def renewals_due(now: datetime) -> dict:
 def suspended_leases(now: datetime) -> list[Lease]:
     return list(Lease.objects.filter(state=S.SUSPENDED).select_related("customer", "offer__gpu_model", "site")
                 .order_by("hold_until")[:LIST_LIMIT])
+
+
+@dataclass
+class Hold:
+    """One unpaid order holding GPUs: who, what, which slots, until when."""
+    lease: Lease
+    slots: list[str]
+    customer_open_orders: int
+    customer_has_paid: bool
+
+
+def unpaid_holds() -> list[Hold]:
+    """Pending (unpaid) leases with the slots they hold and when the hold expires, oldest
+    expiry first; with each customer's count of open unpaid orders, to spot hoarding.
+    Three queries whatever the number of rows."""
+    leases = list(Lease.objects.filter(state=S.PENDING).select_related("customer", "offer__gpu_model", "site")
+                  .order_by("pay_by")[:LIST_LIMIT])
+    slots = defaultdict(list)
+    for alloc in (SlotAllocation.objects.filter(lease_id__in=[x.pk for x in leases], released_at__isnull=True)
+                  .select_related("slot__node").order_by("slot__node__name", "slot__index")):
+        slots[alloc.lease_id].append(f"{alloc.slot.node.name}/gpu{alloc.slot.index}")
+    customers = {x.customer_id for x in leases}
+    open_orders = Counter(Lease.objects.filter(state=S.PENDING, customer_id__in=customers)
+                          .values_list("customer_id", flat=True))
+    paid = set(Invoice.objects.filter(state=Invoice.State.PAID, customer_id__in=customers)
+               .values_list("customer_id", flat=True).distinct())
+    return [Hold(lease=x, slots=slots[x.pk], customer_open_orders=open_orders[x.customer_id],
+                 customer_has_paid=x.customer_id in paid) for x in leases]
 
 
 def keys_pending_destruction() -> list[DiskKey]:

@@ -1,12 +1,16 @@
 """CSV exports for accounting: leases (running during the period), invoices (created in
 it) and payments (first seen in it). Streamed row by row with csv.writer, amounts in
 integer cents and in USD (exact, two decimals); coin amounts in base units and in coin.
-Served by the staff-only admin view /admin/ops/exports/."""
+Served by the admin view /admin/ops/exports/, to staff with the view permission of what
+is exported. Cells are escaped against formula injection (a spreadsheet runs a cell that
+starts with = + - @), so a customer's name or note cannot become a formula."""
 import csv
-from datetime import UTC, datetime, time, timedelta
+import re
+from datetime import UTC, date, datetime, time, timedelta
 
 from django import forms
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import StreamingHttpResponse
 from django.template.response import TemplateResponse
@@ -66,6 +70,20 @@ def payment_rows(start: datetime, end: datetime):
 
 
 EXPORTS = {"leases": lease_rows, "invoices": invoice_rows, "payments": payment_rows}
+# Who may download what: the model's view permission (superusers have all).
+EXPORT_PERMISSIONS = {"leases": "rental.view_lease", "invoices": "billing.view_invoice",
+                      "payments": "billing.view_payment"}
+EARLIEST, LATEST = date(2000, 1, 1), date(2999, 12, 31)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+PLAIN_NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+
+
+def csv_safe(value):
+    """A text cell that a spreadsheet would run as a formula gets a leading apostrophe
+    (OWASP's advice); numbers, including negative amounts like -5.00, stay numbers."""
+    if isinstance(value, str) and value.startswith(FORMULA_START) and not PLAIN_NUMBER.match(value):
+        return "'" + value
+    return value
 
 
 class ExportForm(forms.Form):
@@ -77,6 +95,9 @@ class ExportForm(forms.Form):
         data = super().clean()
         if data.get("date_from") and data.get("date_to") and data["date_to"] < data["date_from"]:
             raise forms.ValidationError(gettext("The period ends before it starts."))
+        if any(not EARLIEST <= data[d] <= LATEST for d in ("date_from", "date_to") if data.get(d)):
+            raise forms.ValidationError(gettext("Dates must be between %(earliest)s and %(latest)s.")
+                                        % {"earliest": EARLIEST, "latest": LATEST})
         return data
 
 
@@ -87,15 +108,20 @@ class _Echo:
 
 def stream_csv(rows, filename: str) -> StreamingHttpResponse:
     writer = csv.writer(_Echo())
-    response = StreamingHttpResponse((writer.writerow(row) for row in rows), content_type="text/csv; charset=utf-8")
+    response = StreamingHttpResponse((writer.writerow([csv_safe(cell) for cell in row]) for row in rows),
+                                     content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
 
 def export_view(request):
+    if not any(request.user.has_perm(perm) for perm in EXPORT_PERMISSIONS.values()):
+        raise PermissionDenied
     form = ExportForm(request.GET or None)
     if request.GET and form.is_valid():
         d = form.cleaned_data
+        if not request.user.has_perm(EXPORT_PERMISSIONS[d["what"]]):
+            raise PermissionDenied
         start = datetime.combine(d["date_from"], time.min, tzinfo=UTC)
         end = datetime.combine(d["date_to"], time.min, tzinfo=UTC) + timedelta(days=1)
         return stream_csv(EXPORTS[d["what"]](start, end),

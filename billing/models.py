@@ -108,6 +108,10 @@ class JobRun(models.Model):
     last_finished_at = models.DateTimeField(null=True, blank=True)
     last_result = models.JSONField(default=dict, blank=True)
 
+    class Meta:
+        # The operations dashboard (billing.admin_ops) checks this named permission.
+        permissions = [("view_ops_dashboard", "Can view the operations dashboard")]
+
     def __str__(self) -> str:
         return self.name
 

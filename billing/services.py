@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import Offer, Site, StorageProduct
+from inventory.services import audit_record
 from inventory.templatetags.money import format_usd
 from rental import services as rental
 from rental.models import Image, Lease, LeaseState, Term
@@ -31,8 +32,31 @@ class InsufficientBalance(BillingError):
     pass
 
 
+class TooManyOpenOrders(BillingError):
+    """The account already holds MAX_OPEN_UNPAID_ORDERS unpaid orders (stock hoarding)."""
+
+
+class RefundLimitReached(BillingError):
+    pass
+
+
 def payment_window() -> timedelta:
     return timedelta(minutes=getattr(settings, "PAYMENT_WINDOW_MINUTES", 30))
+
+
+def has_paid_history(customer: User) -> bool:
+    return Invoice.objects.filter(customer=customer, state=Invoice.State.PAID).exists()
+
+
+def order_payment_window(customer: User) -> timedelta:
+    """How long an unpaid order holds its GPUs: shorter for an account that never paid."""
+    if has_paid_history(customer):
+        return payment_window()
+    return min(payment_window(), timedelta(minutes=settings.PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES))
+
+
+def open_unpaid_orders(customer: User) -> int:
+    return Lease.objects.filter(customer=customer, state=LeaseState.PENDING).count()
 
 
 # --- prices -----------------------------------------------------------------------------
@@ -139,7 +163,8 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
     now = now or timezone.now()
     addons = addons_validate(addons or {})
     lines = price_lines(offer=offer, term=term, addons=addons)
-    window = payment_window()
+    _refuse_hoarding(customer, pay_from_balance=pay_from_balance)
+    window = order_payment_window(customer)
     lease = rental.lease_create_pending(
         customer=customer, offer=offer, site=site, term=term, image=image, ssh_public_key=ssh_public_key,
         price_cents=sum(line.amount_cents for line in lines), pay_window=window, now=now, **addons,
@@ -149,6 +174,19 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
     if pay_from_balance:
         invoice_pay_from_balance(invoice=invoice, now=now, actor=customer)
     return lease, invoice
+
+
+def _refuse_hoarding(customer: User, *, pay_from_balance: bool) -> None:
+    """At most MAX_OPEN_UNPAID_ORDERS pending orders per account. The account row is locked
+    so that concurrent orders of one customer count one after the other. An order paid from
+    the balance at once holds nothing unpaid, so it is not refused."""
+    account_for(customer)
+    Account.objects.select_for_update().get(customer=customer)
+    limit = settings.MAX_OPEN_UNPAID_ORDERS
+    if not pay_from_balance and open_unpaid_orders(customer) >= limit:
+        raise TooManyOpenOrders(
+            _("You already have %(n)d unpaid orders holding GPUs: pay or cancel one before ordering more.")
+            % {"n": limit})
 
 
 @transaction.atomic
@@ -210,11 +248,25 @@ def topup_invoice_create(*, customer: User, amount_cents: int, now: datetime | N
 
 # --- refunds ----------------------------------------------------------------------------
 
+def month_start(now: datetime) -> datetime:
+    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def refunds_left(customer: User, now: datetime | None = None) -> int:
+    """The customer's own no-questions refunds (of money) left this calendar month (UTC);
+    operators' refunds and cancelling an unpaid order do not count."""
+    now = now or timezone.now()
+    used = LedgerEntry.objects.filter(account__customer=customer, kind=LedgerEntry.Kind.REFUND, actor=customer,
+                                      at__gte=month_start(now)).count()
+    return max(0, settings.REFUNDS_PER_MONTH - used)
+
+
 @transaction.atomic
 def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> int:
     """Before `lease.refund_until` (LEASE_REFUND_WINDOW_MINUTES after the order), no questions
-    asked: cancelled, slots freed, key destroyed, what was paid back to the balance. Returns
-    the cents refunded."""
+    asked: cancelled, slots freed, key destroyed, what was paid back to the balance. A
+    customer gets REFUNDS_PER_MONTH such refunds of money a month (the account row lock makes
+    two at once count as two); every refund is audited. Returns the cents refunded."""
     now = now or timezone.now()
     lease = Lease.objects.select_for_update().get(pk=lease.pk)
     if lease.customer_id != actor.pk and not actor.is_staff:
@@ -226,6 +278,14 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
         raise BillingError(_("A lease that is %(state)s cannot be refunded.") % {"state": lease.get_state_display()})
     paid = Invoice.objects.filter(lease=lease, state=Invoice.State.PAID).exclude(kind=Invoice.Kind.TOPUP)
     amount = sum(paid.values_list("amount_cents", flat=True))
+    by_customer = actor.pk == lease.customer_id
+    if amount and by_customer:
+        account_for(lease.customer)
+        Account.objects.select_for_update().get(customer=lease.customer)
+        if refunds_left(lease.customer, now) <= 0:
+            raise RefundLimitReached(
+                _("You have used your %(n)d no-questions refund(s) this month; contact support instead.")
+                % {"n": settings.REFUNDS_PER_MONTH})
     paid.update(refunded_at=now)
     Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID, note="refunded")
     rental.lease_cancel(lease_id=lease.pk, now=now, actor=actor, reason="refund within the refund window",
@@ -233,6 +293,9 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
     if amount:
         ledger_post(customer=lease.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=amount, now=now,
                     actor=actor, memo=f"refund of lease #{lease.pk}", idempotency_key=f"refund:{lease.pk}")
+    used_seconds = max(0, (now - lease.started_at).total_seconds()) if lease.started_at else 0
+    audit_record(actor=actor, action="lease_refund", obj=lease,
+                 detail={"amount_cents": amount, "by_customer": by_customer, "used_minutes": int(used_seconds // 60)})
     return amount
 
 

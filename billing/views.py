@@ -22,11 +22,12 @@ from .payment_selectors import coin_choices, customer_invoices
 from .services import (
     BillingError,
     InsufficientBalance,
+    TooManyOpenOrders,
     account_for,
     checkout_place_order,
     invoice_pay_from_balance,
     lease_refund,
-    payment_window,
+    order_payment_window,
     price_lines,
     topup_invoice_create,
 )
@@ -58,10 +59,11 @@ def _choice(data) -> tuple[str, dict[str, int]]:
     return term, {name: _int_or_zero(data.get(name), ADDON_LIMITS[name]) for name in ADDON_FIELDS}
 
 
-def _summary(offer: Offer, term: str, addons: dict[str, int]) -> dict:
+def _summary(offer: Offer, term: str, addons: dict[str, int], *, customer) -> dict:
     lines = price_lines(offer=offer, term=term, addons=addons)
     now = timezone.now()
-    milestones = order_milestones(now=now, term_length=TERM_LENGTH[Term(term)], pay_window=payment_window())
+    milestones = order_milestones(now=now, term_length=TERM_LENGTH[Term(term)],
+                                  pay_window=order_payment_window(customer))
     return {"lines": lines, "total_cents": sum(line.amount_cents for line in lines), "term": Term(term),
             "timeline": layout(milestones, now), "per_gpu_hour_cents": offer.per_gpu_hour_cents}
 
@@ -74,13 +76,14 @@ def _order_form(request, offer: Offer, stock: dict, data=None, initial=None) -> 
 
 def _balance_covers(user, offer: Offer, data) -> bool:
     """Preselect “Pay from balance” when the balance pays the order as first shown."""
-    return account_for(user).balance_cents >= _summary(offer, *_choice(data))["total_cents"]
+    return account_for(user).balance_cents >= _summary(offer, *_choice(data), customer=user)["total_cents"]
 
 
 def _render_order(request, offer, form, stock, *, status=200, sold_out=False):
     source = request.POST if request.method == "POST" else request.GET
     context = {"offer": offer, "form": form, "stock": stock, "sold_out": sold_out,
-               "balance_cents": account_for(request.user).balance_cents, **_summary(offer, *_choice(source))}
+               "balance_cents": account_for(request.user).balance_cents,
+               **_summary(offer, *_choice(source), customer=request.user)}
     template = "billing/_order_summary.html" if request.htmx and request.method == "GET" else "billing/order.html"
     return render(request, template, context, status=status)
 
@@ -117,6 +120,9 @@ def _place_order(request, offer: Offer, form: OrderForm, stock: dict):
         form.add_error("pay_from_balance", _("%(why)s Nothing was ordered: top up your balance or untick "
                                              "“Pay from balance” to pay the invoice another way.") % {"why": exc})
         return _render_order(request, offer, form, stock, status=400)
+    except TooManyOpenOrders as exc:
+        form.add_error(None, str(exc))
+        return _render_order(request, offer, form, stock, status=409)
     messages.success(request, _("Order placed: lease #%(id)d.") % {"id": lease.pk})
     return redirect("lease_detail", lease_id=lease.pk)
 

@@ -115,14 +115,14 @@ class NodeAdmin(admin.ModelAdmin):
     def free_slots(self, obj):
         return obj.free
 
-    @admin.action(description=_("Drain: take no new leases on the selected nodes"))
+    @admin.action(description=_("Drain: take no new leases on the selected nodes"), permissions=["change"])
     def drain(self, request, queryset):
         for node in queryset:
             node_set_draining(node=node, draining=True, actor=request.user, reason="admin action")
         self.message_user(request, gettext("%(count)s node(s) draining.") % {"count": queryset.count()},
                           messages.SUCCESS)
 
-    @admin.action(description=_("Undrain: take new leases again"))
+    @admin.action(description=_("Undrain: take new leases again"), permissions=["change"])
     def undrain(self, request, queryset):
         for node in queryset:
             node_set_draining(node=node, draining=False, actor=request.user, reason="admin action")
@@ -224,7 +224,7 @@ class IncidentAdmin(admin.ModelAdmin):
         obj.pk = incident.pk
         obj._state.adding = False
 
-    @admin.action(description=_("Close now: end the downtime, return the slots to service"))
+    @admin.action(description=_("Close now: end the downtime, return the slots to service"), permissions=["change"])
     def close_now(self, request, queryset):
         closed = [i.pk for i in queryset if incident_close(incident=i, actor=request.user, reason="closed in admin")]
         ids = ", ".join(f"#{pk}" for pk in closed) or gettext("none")

@@ -183,7 +183,7 @@ class LeaseAdmin(admin.ModelAdmin):
 
     # Each action calls a service; the service writes the LeaseEvent with the operator as actor.
 
-    @admin.action(description=_("Extend by one term, free of charge"))
+    @admin.action(description=_("Extend by one term, free of charge"), permissions=["change"])
     def extend_free(self, request, queryset):
         done, refused, now = [], [], timezone.now()
         for lease in queryset:
@@ -197,7 +197,7 @@ class LeaseAdmin(admin.ModelAdmin):
         report(self, request, done_message=gettext("Extended: %(ids)s."),
                refused_message=gettext("#%(id)s not extended: %(why)s"), done=done, refused=refused)
 
-    @admin.action(description=_("Suspend now (stop the instance, hold the slots)…"))
+    @admin.action(description=_("Suspend now (stop the instance, hold the slots)…"), permissions=["change"])
     def suspend_now(self, request, queryset):
         form, page = confirm_with_form(
             self, request, queryset, action="suspend_now", title=gettext("Suspend leases now"),
@@ -218,7 +218,7 @@ class LeaseAdmin(admin.ModelAdmin):
         report(self, request, done_message=gettext("Suspended: %(ids)s."),
                refused_message=gettext("#%(id)s not suspended: %(why)s"), done=done, refused=refused)
 
-    @admin.action(description=_("Resume (suspended leases whose term is still running)"))
+    @admin.action(description=_("Resume (suspended leases whose term is still running)"), permissions=["change"])
     def resume(self, request, queryset):
         done, refused, now = [], [], timezone.now()
         for lease in queryset:
@@ -230,7 +230,7 @@ class LeaseAdmin(admin.ModelAdmin):
         report(self, request, done_message=gettext("Resumed: %(ids)s."),
                refused_message=gettext("#%(id)s not resumed: %(why)s"), done=done, refused=refused)
 
-    @admin.action(description=_("Release now (free slots, destroy the disk key)…"))
+    @admin.action(description=_("Release now (free slots, destroy the disk key)…"), permissions=["change"])
     def release(self, request, queryset):
         form, page = confirm_with_form(
             self, request, queryset, action="release", title=gettext("Release leases now"),

@@ -21,6 +21,7 @@ from .models import Lease
 from .services_customer import api_token_authenticate
 
 MAX_BODY_BYTES = 64 * 1024
+MAX_JSON_DEPTH = 20  # our bodies nest 2 deep; deeper is an attack on the parser
 
 
 class ApiError(Exception):
@@ -63,9 +64,18 @@ def _body_too_big(request) -> bool:
         return True
 
 
-def api_endpoint(*methods: str, auth: bool = True):
-    """Method check (405), body size (413), bearer auth (401) and JSON errors for a view;
-    the customer is `request.api_user`."""
+def require_scope(request, scope: str) -> None:
+    """403 unless the request's token carries `scope` (read, order or pay)."""
+    token = getattr(request, "api_token", None)
+    if token is None or scope not in token.scope_set:
+        raise ApiError(403, "insufficient_scope",
+                       _("This token lacks the “%(scope)s” scope; make one that has it in your settings.")
+                       % {"scope": scope}, scope=scope)
+
+
+def api_endpoint(*methods: str, auth: bool = True, scope: str = "read"):
+    """Method check (405), body size (413), bearer auth (401), the token's scope (403) and
+    JSON errors for a view; the customer is `request.api_user`, the token `request.api_token`."""
     def decorate(view):
         @csrf_exempt
         @wraps(view)
@@ -77,12 +87,15 @@ def api_endpoint(*methods: str, auth: bool = True):
                 return response
             if _body_too_big(request):
                 return error_response(413, "too_large", _("Request bodies are limited to 64 KB."))
-            request.api_user = api_token_authenticate(_bearer_token(request)) if _bearer_token(request) else None
+            request.api_token = api_token_authenticate(_bearer_token(request)) if _bearer_token(request) else None
+            request.api_user = request.api_token.customer if request.api_token else None
             if auth and request.api_user is None:
                 response = error_response(401, "unauthorized", _("Send a valid API token as 'Authorization: Bearer <token>'."))
                 response["WWW-Authenticate"] = 'Bearer realm="api"'
                 return response
             try:
+                if auth:
+                    require_scope(request, scope)
                 return view(request, *args, **kwargs)
             except ApiError as exc:
                 return exc.response()
@@ -98,11 +111,28 @@ def json_body(request) -> dict:
         raise ApiError(413, "too_large", _("Request bodies are limited to 64 KB."))
     try:
         data = json.loads(request.body.decode("utf-8") or "null")
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ApiError(400, "bad_json", _("The body is not valid JSON.")) from exc
     if not isinstance(data, dict):
         raise ApiError(400, "bad_json", _("The body must be a JSON object."))
+    _refuse_deep_or_nul(data)
     return data
+
+
+def _refuse_deep_or_nul(data) -> None:
+    """400 for nesting deeper than MAX_JSON_DEPTH or a NUL in any string (PostgreSQL text
+    cannot hold one). Iterative, so no input can exhaust the stack."""
+    stack = [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ApiError(400, "bad_json", _("The body nests too deeply."))
+        if isinstance(item, str) and "\x00" in item:
+            raise ApiError(400, "bad_json", _("Strings must not contain NUL characters."))
+        if isinstance(item, dict):
+            stack.extend((x, depth + 1) for pair in item.items() for x in pair)
+        elif isinstance(item, list):
+            stack.extend((x, depth + 1) for x in item)
 
 
 def field_errors(errors: dict[str, list[str]]) -> ApiError:

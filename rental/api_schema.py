@@ -17,8 +17,9 @@ def _json(schema: dict, description: str) -> dict:
 
 def _errors(*codes: int) -> dict:
     text = {400: "Invalid JSON or fields (the `fields` object names them)", 401: "Missing or invalid token",
+            403: "The token lacks the scope (read; order; pay for paying from the balance and refunds)",
             402: "Balance does not cover the order (nothing was created)", 404: "Not found, or not yours",
-            405: "Method not allowed", 409: "Sold out, or refund refused", 413: "Body over 64 KB"}
+            405: "Method not allowed", 409: "Sold out, too many unpaid orders, or refund refused (window or monthly limit)", 413: "Body over 64 KB"}
     return {str(code): _json(_ref("Error"), text[code]) for code in codes}
 
 
@@ -82,7 +83,7 @@ PATHS = {
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("OrderRequest")}}},
         "responses": {"201": _json({"type": "object", "properties": {
             "lease": _ref("Lease"), "invoice": _ref("Invoice")}}, "Order placed"),
-            **_errors(400, 401, 402, 405, 409, 413)}}},
+            **_errors(400, 401, 402, 403, 405, 409, 413)}}},
     "/api/v1/leases": {"get": {
         "operationId": "listLeases", "summary": "Your leases, newest first", "security": SECURED,
         "responses": {"200": _json({"type": "object", "properties": {
@@ -96,7 +97,7 @@ PATHS = {
         "security": SECURED, "parameters": [ID_PARAM],
         "responses": {"200": _json({"type": "object", "properties": {
             "refunded_cents": {"type": "integer"}, "refunded_usd": MONEY, "lease": _ref("Lease")}}, "Refunded"),
-            **_errors(401, 404, 409)}}},
+            **_errors(401, 403, 404, 409)}}},
     "/api/v1/invoices/{id}": {"get": {
         "operationId": "getInvoice", "summary": "One invoice with its lines", "security": SECURED,
         "parameters": [ID_PARAM],

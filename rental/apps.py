@@ -5,3 +5,6 @@ class RentalConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "rental"
     verbose_name = "Leases"
+
+    def ready(self):
+        from . import signals  # noqa: F401 (connects the receivers)

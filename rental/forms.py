@@ -3,6 +3,8 @@ from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
+from .models import ApiScope
+
 
 class SignupForm(UserCreationForm):
     """A username and a password; the e-mail is optional and only used for reminders."""
@@ -111,7 +113,7 @@ class SettingsForm(forms.Form):
 
 class SshKeyForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=60, required=False,
-                           widget=forms.TextInput(attrs={"placeholder": _("e.g. laptop")}),
+                           widget=forms.TextInput(attrs={"placeholder": _("e.g. home-pc")}),
                            help_text=_("Empty: the key's own comment."))
     public_key = forms.CharField(label=_("SSH public key"), max_length=16384,
                                  widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}))
@@ -120,3 +122,9 @@ class SshKeyForm(forms.Form):
 class ApiTokenForm(forms.Form):
     name = forms.CharField(label=_("Token name"), max_length=60,
                            widget=forms.TextInput(attrs={"placeholder": _("e.g. training-cluster")}))
+    scopes = forms.MultipleChoiceField(label=_("What it may do"), choices=ApiScope.choices, initial=["read"],
+                                       required=False, widget=forms.CheckboxSelectMultiple,
+                                       help_text=_("Give a token only what its job needs; none ticked means read."))
+
+    def clean_scopes(self):
+        return self.cleaned_data["scopes"] or [ApiScope.READ]

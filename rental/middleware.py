@@ -1,4 +1,4 @@
-"""Two guards around every request.
+"""Guards around every request.
 
 DatabaseUnavailableMiddleware: when PostgreSQL is down or restarting, a view's
 OperationalError/InterfaceError becomes a clean 503 with Retry-After (JSON under /api/,
@@ -7,15 +7,22 @@ a small static page elsewhere; neither touches the database again) instead of a 
 middleware (e.g. the session save), so no database outage ever shows as a 500. With
 CONN_HEALTH_CHECKS the next request after the database is back reconnects by itself.
 
-AdminOTPRequiredMiddleware: a staff user who has enrolled a TOTP device (rental.otp_views)
-must enter a code before the admin opens; until then admin requests redirect to the
-verify page. Staff without a device keep password-only access until they enrol.
+TwoFactorMiddleware: staff must enrol an authenticator (rental.otp_views) before anything
+else, and anyone who enrolled must give a code after the password before anything else.
+
+NulByteGuardMiddleware: a NUL in the query string or a form field is a 400 before any view
+(PostgreSQL text cannot hold one).
+
+SecurityHeadersMiddleware: Permissions-Policy on every response, and Cache-Control:
+no-store on every page served to a signed-in user or to an API token, so no shared or
+browser cache keeps account data (new API tokens, recovery codes, invoices).
 """
 import logging
 import sys
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
-from django.http import HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views import defaults
@@ -68,26 +75,76 @@ def server_error(request, *args, **kwargs):
     return defaults.server_error(request, *args, **kwargs)
 
 
-class AdminOTPRequiredMiddleware:
-    """Install after django_otp.middleware.OTPMiddleware."""
+class TwoFactorMiddleware:
+    """Install after django_otp.middleware.OTPMiddleware. A signed-in user who has an
+    authenticator and has not given a code this session, or a staff user who has not
+    enrolled one, reaches only the two-factor pages and logout: every other request (any
+    method, password change included) is sent to the code step or to enrolment."""
+
+    EXEMPT_NAMES = ("otp_setup", "otp_verify", "logout", "admin:logout", "set_language")
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self._exempt: set[str] | None = None
+
+    def __call__(self, request):
+        target = self._redirect_target(request)
+        if target:
+            return HttpResponseRedirect(reverse(target) + "?" + urlencode({"next": request.get_full_path()}))
+        return self.get_response(request)
+
+    def _exempt_path(self, path: str) -> bool:
+        if self._exempt is None:
+            self._exempt = {reverse(name) for name in self.EXEMPT_NAMES}
+        # The API authenticates by bearer token and never reads the session.
+        return path in self._exempt or path.startswith(("/static/", "/api/", "/healthz"))
+
+    def _redirect_target(self, request) -> str | None:
+        user = request.user
+        if not user.is_authenticated or user.is_verified() or self._exempt_path(request.path):
+            return None
+        from .two_factor import is_enrolled
+
+        if is_enrolled(user):
+            return "otp_verify"
+        return "otp_setup" if user.is_staff else None
+
+
+class SecurityHeadersMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        response.setdefault("Permissions-Policy", settings.PERMISSIONS_POLICY)
+        user = getattr(request, "user", None)
+        if (user is not None and user.is_authenticated) or "Authorization" in request.headers:
+            response["Cache-Control"] = "no-store"
+        return response
+
+
+class NulByteGuardMiddleware:
+    """A NUL in the query string or a form field is a 400 here, before any view: PostgreSQL
+    text cannot hold one (a DataError, i.e. a 500, from filters such as the admin's
+    ?state=%00), and no legitimate input contains one."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        if self._needs_code(request):
-            verify = reverse("otp_verify") + "?" + urlencode({"next": request.get_full_path()})
-            return HttpResponseRedirect(verify)
+        if self._has_nul(request):
+            if request.path.startswith("/api/"):
+                return JsonResponse({"error": "bad_request", "message": "NUL characters are not allowed."},
+                                    status=400)
+            return HttpResponseBadRequest("NUL characters are not allowed.", content_type="text/plain")
         return self.get_response(request)
 
     @staticmethod
-    def _needs_code(request) -> bool:
-        admin = reverse("admin:index")
-        if not request.path.startswith(admin) or request.path.startswith(reverse("admin:logout")):
-            return False
-        user = request.user
-        if not (user.is_authenticated and user.is_staff) or user.is_verified():
-            return False
-        from django_otp import user_has_device
-
-        return user_has_device(user, confirmed=True)
+    def _has_nul(request) -> bool:
+        if "\x00" in request.path:
+            return True
+        sources = [request.GET]
+        if request.method == "POST" and request.content_type == "application/x-www-form-urlencoded":
+            sources.append(request.POST)
+        return any("\x00" in key or any("\x00" in v for v in values)
+                   for source in sources for key, values in source.lists())

@@ -198,19 +198,45 @@ class Notification(models.Model):
         constraints = [models.UniqueConstraint(fields=["lease", "kind", "deadline"], name="one_notice_per_deadline")]
 
 
+class ApiScope(models.TextChoices):
+    """What an API token may do (issue 16): read, place orders, move money."""
+    READ = "read", _("read: offers, leases, invoices")
+    ORDER = "order", _("order: place orders (unpaid, or paid from the balance with “pay”)")
+    PAY = "pay", _("pay: pay from the balance and refund")
+
+
 class ApiToken(models.Model):
-    """Per-customer API token; only its SHA-256 is stored."""
+    """Per-customer API token; only its SHA-256 is stored. `scopes` is space-separated."""
 
     customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=60)
     token_hash = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=8)
+    # Tokens made before scopes existed keep doing everything they did.
+    scopes = models.CharField(max_length=40, default="read order pay")
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def scope_set(self) -> set[str]:
+        return set(self.scopes.split())
+
+
+class RecoveryCode(models.Model):
+    """A one-time account recovery code (issue 16), issued at sign-up for customers who
+    have no e-mail: it resets the password. Only its SHA-256 is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="recovery_codes")
+    code_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"recovery code of {self.user_id}{' (used)' if self.used_at else ''}"
 
 
 # --- storage products with their own term (operations) ---------------------------------

@@ -1,7 +1,9 @@
-"""Writes a customer makes from their settings: API tokens, saved SSH keys and notification read marks.
-A token is shown once at creation; only its SHA-256 and an 8-character prefix are kept."""
+"""Writes a customer makes from their settings: API tokens, saved SSH keys and notification
+read marks. A token is shown once at creation; only its SHA-256 and an 8-character prefix
+are kept. Tokens carry scopes (read, order, pay) and all die when the password changes."""
 import hashlib
 import secrets
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.contrib.auth.models import User
@@ -11,10 +13,11 @@ from django.utils.translation import gettext as _
 
 from inventory.services import audit_record
 
-from .models import ApiToken, Notification, SshKey
+from .models import ApiScope, ApiToken, Notification, SshKey
 
 TOKEN_PREFIX = "gpr_"
 MAX_TOKENS = 20
+ALL_SCOPES = tuple(ApiScope.values)
 
 
 class TokenLimit(Exception):
@@ -26,15 +29,30 @@ def token_hash(raw: str) -> str:
 
 
 @transaction.atomic
-def api_token_create(*, customer: User, name: str) -> tuple[ApiToken, str]:
+def api_token_create(*, customer: User, name: str, scopes: Iterable[str] = ALL_SCOPES) -> tuple[ApiToken, str]:
     """Returns the row and the raw token, which is never stored and cannot be shown again."""
+    scopes = [s for s in ApiScope.values if s in set(scopes)]  # known ones, in a fixed order
+    if not scopes:
+        raise ValueError("a token needs at least one scope")
     if ApiToken.objects.filter(customer=customer, revoked_at__isnull=True).count() >= MAX_TOKENS:
         raise TokenLimit
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(customer=customer, name=name.strip()[:60], token_hash=token_hash(raw),
-                                    prefix=raw[len(TOKEN_PREFIX):len(TOKEN_PREFIX) + 8])
-    audit_record(actor=customer, action="api_token_create", obj=token, detail={"prefix": token.prefix})
+                                    prefix=raw[len(TOKEN_PREFIX):len(TOKEN_PREFIX) + 8], scopes=" ".join(scopes))
+    audit_record(actor=customer, action="api_token_create", obj=token,
+                 detail={"prefix": token.prefix, "scopes": scopes})
     return token, raw
+
+
+@transaction.atomic
+def api_tokens_revoke_all(*, customer: User, reason: str, now: datetime | None = None) -> int:
+    """Every live token of the customer stops working (e.g. their password changed)."""
+    revoked = ApiToken.objects.filter(customer=customer, revoked_at__isnull=True).update(
+        revoked_at=now or timezone.now())
+    if revoked:
+        audit_record(actor=customer, action="api_tokens_revoke_all", obj=customer,
+                     detail={"count": revoked, "reason": reason})
+    return revoked
 
 
 @transaction.atomic
@@ -48,9 +66,9 @@ def api_token_revoke(*, customer: User, token_id: int, now: datetime | None = No
     return True
 
 
-def api_token_authenticate(raw: str, *, now: datetime | None = None) -> User | None:
-    """The live token's customer, or None. Marks the token used (at most once a minute)."""
-    if not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
+def api_token_authenticate(raw: str, *, now: datetime | None = None) -> ApiToken | None:
+    """The live token (with its customer), or None. Marks it used (at most once a minute)."""
+    if not raw.startswith(TOKEN_PREFIX) or len(raw) > 200 or "\x00" in raw:
         return None
     token = (ApiToken.objects.select_related("customer")
              .filter(token_hash=token_hash(raw), revoked_at__isnull=True, customer__is_active=True).first())
@@ -59,7 +77,7 @@ def api_token_authenticate(raw: str, *, now: datetime | None = None) -> User | N
     now = now or timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    return token.customer
+    return token
 
 
 def notification_mark_read(*, customer: User, notification_id: int | None = None,

@@ -84,6 +84,7 @@ INSTALLED_APPS = [
     "axes",
     "django_otp",
     "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",  # one-time recovery codes (issue 16)
     "sizing",
     "inventory",
     "rental",
@@ -96,13 +97,16 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # A database outage in a view is a 503 with Retry-After, not a 500 (rental/middleware.py).
     "rental.middleware.DatabaseUnavailableMiddleware",
+    "rental.middleware.NulByteGuardMiddleware",  # NUL in a query or form: 400, not a DataError (issue 16)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django_otp.middleware.OTPMiddleware",
-    "rental.middleware.AdminOTPRequiredMiddleware",  # staff with a TOTP device give a code
+    # Staff enrol TOTP before anything else; whoever enrolled gives a code (issue 16).
+    "rental.middleware.TwoFactorMiddleware",
+    "rental.middleware.SecurityHeadersMiddleware",  # Permissions-Policy, no-store when signed in
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -252,6 +256,9 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
 DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
+# issue 16: browser features no page here uses are off for every page.
+PERMISSIONS_POLICY = ("accelerometer=(), camera=(), geolocation=(), gyroscope=(), magnetometer=(), "
+                      "microphone=(), payment=(), usb=()")
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -260,6 +267,7 @@ if PRODUCTION:
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+    LANGUAGE_COOKIE_SECURE = True
 
 # --- Celery: Redis in production, a serverless filesystem broker by default ---
 CELERY_TIMEZONE = "UTC"
@@ -326,6 +334,20 @@ LEASE_RENEWAL_LEAD_HOURS = int(os.environ.get("LEASE_RENEWAL_LEAD_HOURS", "24"))
 LEASE_HOLD_HOURS = int(os.environ.get("LEASE_HOLD_HOURS", "72"))
 # Local NVMe wiped at the latest this long after the stop (wiped as soon as the key is gone).
 LEASE_WIPE_WITHIN_DAYS = int(os.environ.get("LEASE_WIPE_WITHIN_DAYS", "7"))
+
+# --- issue 16: stock hoarding and refund abuse ---
+# Unpaid orders hold their GPUs: at most this many open at once per account, and an account
+# that never paid anything holds them for a shorter window.
+MAX_OPEN_UNPAID_ORDERS = int(os.environ.get("MAX_OPEN_UNPAID_ORDERS", "2"))
+PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES = int(os.environ.get("PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES", "15"))
+# Sign-ups per client address (as django-axes resolves it) within the window; then 429.
+SIGNUPS_PER_IP = int(os.environ.get("SIGNUPS_PER_IP", "5"))
+SIGNUP_WINDOW_MINUTES = int(os.environ.get("SIGNUP_WINDOW_MINUTES", "60"))
+# The spec's 1-hour no-questions refund, at most this many times per account per calendar month (UTC).
+REFUNDS_PER_MONTH = int(os.environ.get("REFUNDS_PER_MONTH", "1"))
+# Forgot-password attempts with a recovery code, per client address within the window.
+RECOVERY_ATTEMPTS_PER_IP = int(os.environ.get("RECOVERY_ATTEMPTS_PER_IP", "10"))
+RECOVERY_WINDOW_MINUTES = int(os.environ.get("RECOVERY_WINDOW_MINUTES", "15"))
 HOST_AGENT_FAKE_DELAY = int(os.environ.get("HOST_AGENT_FAKE_DELAY", "180"))
 # A lease still provisioning this long after payment fails: slots freed, refunded to the balance.
 NODE_PROVISIONING_DEADLINE = timedelta(minutes=int(os.environ.get("NODE_PROVISIONING_DEADLINE_MINUTES", "15")))

@@ -8,7 +8,7 @@ from billing import api as billing_api
 from billing import views as billing_views
 from billing import views_sla
 
-from . import api, i18n, otp_views, views
+from . import api, i18n, otp_views, recovery, views
 
 accounts = [
     path("signup/", views.signup, name="signup"),
@@ -16,8 +16,19 @@ accounts = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path("password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
+    # Account recovery (issue 16): with a recovery code, or by e-mail where an address is set.
+    path("recover/", recovery.forgot_password, name="forgot_password"),
+    path("recovery-codes/", recovery.recovery_codes_regenerate, name="recovery_codes"),
+    path("password/reset/", auth_views.PasswordResetView.as_view(
+        email_template_name="registration/password_reset_email.txt"), name="password_reset"),
+    path("password/reset/sent/", auth_views.PasswordResetDoneView.as_view(), name="password_reset_done"),
+    path("password/reset/<uidb64>/<token>/", auth_views.PasswordResetConfirmView.as_view(),
+         name="password_reset_confirm"),
+    path("password/reset/done/", auth_views.PasswordResetCompleteView.as_view(), name="password_reset_complete"),
     path("otp/setup/", otp_views.otp_setup, name="otp_setup"),
     path("otp/verify/", otp_views.otp_verify, name="otp_verify"),
+    path("otp/recovery-codes/", otp_views.otp_recovery_codes, name="otp_recovery_codes"),
+    path("otp/disable/", otp_views.otp_disable, name="otp_disable"),
 ]
 
 customer = [

@@ -2,6 +2,7 @@
 settings, API tokens and notifications. Invoices, refunds and ordering are billing's
 (billing/views.py); rental pages show invoices through billing's template tags, because
 rental never imports billing."""
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
@@ -11,11 +12,13 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from .forms import ApiTokenForm, SettingsForm, SignupForm, SshKeyForm
 from .i18n import remember_language
-from .models import ApiToken, Lease, LeaseState, Notification, SshKey
+from .models import ApiToken, Lease, LeaseState, Notification, RecoveryCode, SshKey
+from .recovery import account_recovery_codes_issue, show_account_recovery_codes
 from .services import account_create, customer_settings, customer_settings_update
 from .services_customer import (
     SshKeyRefused,
@@ -26,7 +29,9 @@ from .services_customer import (
     ssh_key_add,
     ssh_key_delete,
 )
+from .throttle import throttle_hit, throttled
 from .timeline import layout, lease_milestones
+from .two_factor import is_enrolled
 
 
 def _safe_next(request) -> str:
@@ -43,15 +48,21 @@ def signup(request):
     if request.user.is_authenticated:
         return redirect(_safe_next(request))
     form = SignupForm(request.POST or None)
+    if request.method == "POST" and throttled("signup", request, limit=settings.SIGNUPS_PER_IP):
+        messages.error(request, _("Too many new accounts from your address; try again later."))
+        return render(request, "registration/signup.html", {"form": SignupForm()}, status=429)
     if request.method == "POST" and form.is_valid():
         user = account_create(
             username=form.cleaned_data["username"],
             password=form.cleaned_data["password1"],
             email=form.cleaned_data.get("email", ""),
         )
+        throttle_hit("signup", request, window_seconds=settings.SIGNUP_WINDOW_MINUTES * 60)
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         remember_language(user, request.LANGUAGE_CODE)  # notices in the language they signed up in
-        return redirect(_safe_next(request))
+        # The recovery codes first (shown once), then on to the page that asked for an account.
+        return show_account_recovery_codes(request, account_recovery_codes_issue(user=user), first=True,
+                                           next_url=_safe_next(request))
     context = {"form": form, "next": _safe_next(request)}
     return render(request, "registration/signup.html", context, status=400 if form.errors else 200)
 
@@ -118,6 +129,8 @@ def _settings_context(request, **extra) -> dict:
         "ssh_keys": SshKey.objects.filter(customer=request.user),
         "tokens": ApiToken.objects.filter(customer=request.user).order_by("revoked_at", "-created_at"),
         "notifications": Notification.objects.filter(customer=request.user).select_related("lease")[:50],
+        "two_factor_on": is_enrolled(request.user),
+        "recovery_codes_left": RecoveryCode.objects.filter(user=request.user, used_at__isnull=True).count(),
         **extra,
     }
 
@@ -136,6 +149,7 @@ def account_settings(request):
     return redirect("account_settings")
 
 
+@never_cache
 @login_required
 @require_POST
 def token_create(request):
@@ -143,7 +157,8 @@ def token_create(request):
     if not form.is_valid():
         return render(request, "rental/settings.html", _settings_context(request, token_form=form), status=400)
     try:
-        token, raw = api_token_create(customer=request.user, name=form.cleaned_data["name"])
+        token, raw = api_token_create(customer=request.user, name=form.cleaned_data["name"],
+                                      scopes=form.cleaned_data["scopes"])
     except TokenLimit:
         form.add_error(None, _("You have too many tokens; revoke one first."))
         return render(request, "rental/settings.html", _settings_context(request, token_form=form), status=400)

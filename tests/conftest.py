@@ -60,4 +60,17 @@ def other_customer(db):
 
 @pytest.fixture
 def operator(db, django_user_model):
-    return django_user_model.objects.create_superuser(username="op", password="operator pass 12345")
+    """A superuser with an authenticator: staff must enrol TOTP (issue 16)."""
+    from tests.otp import authenticator_for
+
+    user = django_user_model.objects.create_superuser(username="op", password="operator pass 12345")
+    authenticator_for(user)
+    return user
+
+
+@pytest.fixture
+def client():
+    """Django's test client whose force_login also passes the two-factor step (tests/otp.py)."""
+    from tests.otp import TwoFactorClient
+
+    return TwoFactorClient()

@@ -1,9 +1,11 @@
 """What rental's pages show from billing, without rental importing billing: a lease's
 invoices and whether its one-click refund is still open."""
 from django import template
+from django.conf import settings
 from django.utils import timezone
 
 from billing.models import Invoice
+from billing.services import refunds_left
 from rental.models import LeaseState
 
 register = template.Library()
@@ -23,3 +25,10 @@ def refund_deadline(lease):
     if lease.state not in REFUNDABLE_STATES:
         return None
     return lease.refund_until if timezone.now() < lease.refund_until else None
+
+
+@register.simple_tag
+def refund_allowance(customer):
+    """`{% refund_allowance user as allowance %}` — (left, per month) of the customer's own
+    no-questions refunds, shown before they ask for one."""
+    return {"left": refunds_left(customer), "per_month": settings.REFUNDS_PER_MONTH}

@@ -133,12 +133,13 @@ def test_payment_after_release_goes_to_balance_and_never_revives(catalog, custom
     assert late.amount_cents == 6500 and Account.objects.get(customer=customer).balance_cents == 6500
 
 
-def test_unpaid_order_expires_and_frees_slots(catalog, customer, t0):
+def test_unpaid_order_expires_and_frees_slots(catalog, customer, t0, settings):
+    window = settings.PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES  # an account that never paid (issue 16)
     lease, invoice = order(customer, t0, pay=False)
     assert state(lease) == S.PENDING and live_slots(lease) == 1
-    run_lifecycle(t0 + timedelta(minutes=29))
+    run_lifecycle(t0 + timedelta(minutes=window - 1))
     assert state(lease) == S.PENDING
-    run_lifecycle(t0 + timedelta(minutes=30))
+    run_lifecycle(t0 + timedelta(minutes=window))
     assert state(lease) == S.CANCELLED and live_slots(lease) == 0
     invoice.refresh_from_db()
     assert invoice.state == Invoice.State.EXPIRED

@@ -35,6 +35,7 @@ def test_signed_out_order_signup_demo_payment_and_a_running_lease(new_context, d
     page.fill("#id_password1", PASSWORD)
     page.fill("#id_password2", PASSWORD)
     page.locator("main form button[type=submit]").click()
+    page.get_by_role("link", name="I have saved them — continue").click()  # recovery codes first
     page.wait_for_url(re.compile(r"/order/rtx-3090/$"))  # back where the customer started
 
     total, form = page.locator("#order-summary"), page.locator("form.order-form")

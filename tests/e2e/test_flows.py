@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from tests.e2e.conftest import PASSWORD, PHONE, screenshot
+from tests.otp import code_for
 
 # A valid ed25519 public key (the lifecycle tests' key).
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P carol@laptop"
@@ -27,7 +28,12 @@ def coins(transactional_db):
 
 @pytest.fixture
 def operator(transactional_db, django_user_model):
-    return django_user_model.objects.create_superuser(username="op", password="operator pass 12345")
+    """Staff must use two-factor sign-in: the operator has an authenticator (tests/otp.py)."""
+    from tests.otp import authenticator_for
+
+    user = django_user_model.objects.create_superuser(username="op", password="operator pass 12345")
+    user.authenticator = authenticator_for(user)
+    return user
 
 
 def test_signup_size_order_pay_settle_and_the_lease_turns_active(new_context, coins, operator):
@@ -43,6 +49,9 @@ def test_signup_size_order_pay_settle_and_the_lease_turns_active(new_context, co
     page.fill("#id_password1", PASSWORD)
     page.fill("#id_password2", PASSWORD)
     page.locator("main form button[type=submit]").click()
+    # The recovery codes are shown once, then on to the home page.
+    assert page.locator("ul.recovery-codes li").count() == 10
+    page.get_by_role("link", name="I have saved them — continue").click()
     page.wait_for_url(re.compile(r"/$"))
     assert page.locator(".nav-wide").get_by_text("carol").is_visible()
 
@@ -93,6 +102,11 @@ def test_signup_size_order_pay_settle_and_the_lease_turns_active(new_context, co
     admin.fill("#id_username", "op")
     admin.fill("#id_password", "operator pass 12345")
     admin.locator("input[type=submit]").click()
+    # The code step: the operator types the code their authenticator app shows.
+    admin.wait_for_url(re.compile(r"/accounts/otp/verify/"))
+    admin.fill("#id_code", code_for(operator.authenticator))
+    admin.locator("main form button[type=submit]").click()
+    admin.wait_for_url(re.compile(r"/admin/$"))
     admin.goto(f"/admin/billing/invoice/?q={invoice.pk}")
     admin.locator(f"input[name=_selected_action][value='{invoice.pk}']").check()
     admin.select_option("select[name=action]", "settle_manually")

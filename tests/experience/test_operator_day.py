@@ -114,7 +114,10 @@ def test_customer_desk_refunds_a_paid_invoice_once(op_client, catalog, customer)
 
 
 def test_customer_desk_needs_permissions(client, catalog, customer, django_user_model):
+    from tests.otp import authenticator_for
+
     staff = django_user_model.objects.create_user(username="intern", password="x" * 12, is_staff=True)
+    authenticator_for(staff)  # past the two-factor step: what stops them is the permission
     client.force_login(staff)
     url = reverse("admin:ops_customer", args=[customer.pk])
     assert client.get(url).status_code == 403

@@ -7,7 +7,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.test import Client
+from tests.otp import TwoFactorClient as Client  # staff pass the code step like force_login passes the password
 from django.urls import reverse
 from django.utils import timezone
 

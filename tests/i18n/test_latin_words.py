@@ -14,7 +14,7 @@ from inventory.models import GpuModel
 from tests.i18n.conftest import ZH
 from tests.i18n.test_pages import PUBLIC, customer_urls, shop  # noqa: F401 (fixture)
 
-# Names and units that stay Latin in Chinese product pages (as the Chinese source documents write them).
+# Names, units and API scope names (read, order, pay: what a token is created with) that stay Latin in Chinese product pages (as the Chinese source documents write them).
 ALLOWED = set("""
 GPU GPUs CPU vCPU RAM VRAM NVMe SSD SSH API URL UTC GB TB MB GiB TiB Gbit s h TFLOPS FLOPs FLOPS PFLOPS
 NVIDIA AMD CUDA ROCm NVLink NVSwitch Infinity Fabric PCIe Gen Gen4 Gen5 HGX SXM HBM HBM2e HBM3 HBM3e GDDR6 GDDR6X ECC
@@ -24,7 +24,7 @@ LoRA QLoRA ZeRO ZeRO-2 ZeRO-3 Adam AdamW FP8 FP16 BF16 bf16 fp16 fp32 int8 bit b
 Llama Mistral Mixtral Qwen Gemma Phi DeepSeek Falcon Yi PyTorch Hugging Face Transformers PEFT TRL Unsloth
 Ubuntu Docker JSON CSV PDF QR SLA LUKS LUKS2 OpenAPI Bearer Authorization IP TOTP htmx
 DFW IAD PDX LAS ORD Dallas Ashburn Hillsboro InfiniBand English B rank checkpoint CSRF Cookie ID
-Tether USD base W ssh-ed25519 ssh-rsa ecdsa-sha2-nistp256 ecdsa-sha2-nistp384 ecdsa-sha2-nistp521 T
+Tether USD base W read order pay ssh-ed25519 ssh-rsa ecdsa-sha2-nistp256 ecdsa-sha2-nistp384 ecdsa-sha2-nistp521 T
 """.split()) | set(settings.OPERATOR_NAME.split())
 LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-'][A-Za-z0-9]+)*")
 

@@ -7,6 +7,7 @@ from decimal import Decimal
 from django.test import Client
 from django.urls import reverse
 
+from billing.exports import csv_safe
 from billing.models import Invoice, Payment, Quote
 
 JUNE = datetime(2025, 6, 10, 12, tzinfo=UTC)
@@ -56,3 +57,32 @@ def test_exports_are_staff_only(db, customer):
     response = visitor.get(reverse("admin:ops_exports"), {"what": "payments", "date_from": "2025-06-01",
                                                            "date_to": "2025-06-30"})
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_cells_that_a_spreadsheet_would_run_are_escaped(catalog, place, op_client, django_user_model):
+    """Formula injection: a customer picks a username (or an operator's note quotes one)
+    that starts with = + - @ or a tab; the CSV must carry it as text, not a formula."""
+    from rental.services import account_create
+
+    evil = account_create(username="@SUM(1+1)", password="correct horse battery 9")
+    django_user_model.objects.filter(pk=evil.pk).update(username='=HYPERLINK("http://x.example","y")')
+    evil.refresh_from_db()
+    june = place(evil, JUNE, term="week")
+    Invoice.objects.filter(lease=june).update(note="-2+3\tcmd")
+    period = {"date_from": "2025-06-01", "date_to": "2025-06-30"}
+    url = reverse("admin:ops_exports")
+
+    leases = rows(op_client.get(url, {"what": "leases", **period}))
+    assert leases[0]["customer"] == "'=HYPERLINK(\"http://x.example\",\"y\")"
+    invoices = rows(op_client.get(url, {"what": "invoices", **period}))
+    assert invoices[0]["note"] == "'-2+3\tcmd"
+    # Numbers stay numbers, negative amounts (credits) included; text never passes as one.
+    assert [csv_safe(v) for v in (-500, "-5.00", "-5.00e3", "+1", "@x", "\rx", "ok")] == [
+        -500, "-5.00", "'-5.00e3", "'+1", "'@x", "'\rx", "ok"]
+
+
+def test_an_impossible_period_is_a_clear_error(op_client):
+    response = op_client.get(reverse("admin:ops_exports"),
+                             {"what": "leases", "date_from": "2025-01-01", "date_to": "9999-12-31"})
+    assert response.status_code == 200 and not response.streaming
+    assert "Dates must be between 2000-01-01 and 2999-12-31." in response.content.decode()

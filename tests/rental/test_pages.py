@@ -116,7 +116,7 @@ def test_api_token_shown_once_hashed_and_revocable(client, customer, other_custo
     raw = "gpr_" + raw
     assert token.token_hash == token_hash(raw) and raw.startswith("gpr_" + token.prefix) and len(token.prefix) == 8
     assert raw not in client.get(reverse("account_settings")).content.decode()
-    assert api_token_authenticate(raw) == customer
+    assert api_token_authenticate(raw).customer == customer
     client.force_login(other_customer)
     assert client.post(reverse("token_revoke", args=[token.pk])).status_code == 404
     client.force_login(customer)

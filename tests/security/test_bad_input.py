@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rental.services_customer import api_token_create
+from tests.otp import TwoFactorClient
 
 pytestmark = pytest.mark.django_db
 EXAMPLES = int(os.environ.get("FORM_FUZZ_EXAMPLES", "40"))
@@ -102,7 +103,7 @@ def test_sla_claim(signed_in, data):
 @fuzz
 @given(data=form("code", "next"))
 def test_two_factor_code(catalog, operator, data):
-    client = Client()
+    client = TwoFactorClient()
     client.force_login(operator)
     never_500(client.post(reverse("otp_setup"), data), data)
     never_500(client.post(reverse("otp_verify"), data), data)
@@ -149,3 +150,63 @@ def test_random_json_orders_are_4xx_or_created(bearer, body, fields):
     for payload in (body, fields):
         response = client.post(reverse("api_orders"), data=json.dumps(payload), content_type="application/json", **auth)
         assert response.status_code < 500 and response.status_code in (201, 400, 402, 409, 413), response.content[:300]
+
+
+# --- issue 16: inputs that used to be 500s (run on PostgreSQL too: DATABASE_URL) ----------------
+
+def test_a_nul_in_a_json_string_is_400(bearer, client):
+    for body in ({"offer": "rtx\x00-3090"}, {"offer": "rtx-3090", "site": "DFW-1", "term": "week", "image": "x\x00"},
+                 {"offer": "rtx-3090", "addons": {"extra_nvme_tb\x00": 1}}, {"offer": "rtx-3090", "x": ["a", ["\x00"]]}):
+        response = client.post(reverse("api_orders"), data=json.dumps(body), content_type="application/json",
+                               **bearer)
+        assert response.status_code == 400 and response.json()["error"] == "bad_json", body
+
+
+@pytest.mark.parametrize("depth", [21, 1000, 8000])  # 8,000 levels still fit in 64 KB
+def test_deeply_nested_json_is_400(bearer, client, depth):
+    for body in ('{"offer": ' + "[" * depth + "]" * depth + "}", '{"a": ' * depth + "1" + "}" * depth):
+        response = client.post(reverse("api_orders"), data=body, content_type="application/json", **bearer)
+        assert response.status_code == 400 and response.json()["error"] == "bad_json", depth
+
+
+def test_json_as_deep_as_allowed_still_reaches_the_fields(bearer, client):
+    body = {"offer": "rtx-3090", "pad": [[[[1]]]]}
+    response = client.post(reverse("api_orders"), data=json.dumps(body), content_type="application/json", **bearer)
+    assert response.status_code == 400 and response.json()["error"] == "invalid"  # site/term missing, not bad_json
+
+
+@pytest.fixture
+def staff(operator):
+    client = TwoFactorClient()
+    client.force_login(operator)
+    return client
+
+
+def test_an_export_period_past_year_2999_is_a_clear_error(staff):
+    for date_from, date_to in (("2025-01-01", "9999-12-31"), ("0001-01-01", "2025-01-01"), ("9999-12-31", "9999-12-31")):
+        response = staff.get(reverse("admin:ops_exports"), {"what": "leases", "date_from": date_from,
+                                                            "date_to": date_to})
+        assert response.status_code == 200 and not response.streaming, (date_from, date_to)
+        assert "Dates must be between" in response.content.decode()
+
+
+@pytest.mark.parametrize("query", ["state=%00", "q=%00", "site__id__exact=%00", "state=a%00b", "%00=1",
+                                   "deadline=%00", "o=%00", "p=%00"])
+def test_a_nul_in_an_admin_changelist_query_is_400(staff, alices, query):
+    for changelist in ("/admin/rental/lease/", "/admin/billing/invoice/", "/admin/auth/user/"):
+        response = staff.get(f"{changelist}?{query}")
+        assert response.status_code == 400, (changelist, query, response.status_code)
+
+
+def test_a_nul_in_a_posted_form_is_400(signed_in):
+    response = signed_in.post(reverse("account_settings"), {"email": "a\x00@example.org"})
+    assert response.status_code == 400
+
+
+@fuzz
+@given(params=st.dictionaries(st.sampled_from(["state", "site", "offer", "term", "q", "o", "deadline", "p",
+                                               "created_at__gte", "customer__id__exact", "e"]),
+                              value, min_size=1, max_size=3))
+def test_admin_changelist_filters(staff, params):
+    for changelist in ("/admin/rental/lease/", "/admin/billing/invoice/", "/admin/inventory/node/"):
+        never_500(staff.get(changelist, params), (changelist, params))

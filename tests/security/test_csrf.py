@@ -9,6 +9,7 @@ from django.urls import reverse
 
 from billing.models import Invoice, Quote
 from rental.models import ApiToken, Lease
+from tests.otp import TwoFactorClient
 
 pytestmark = pytest.mark.django_db
 
@@ -23,6 +24,8 @@ def post_urls(a):
         reverse("billing:invoice_pay", args=[invoice]), reverse("billing:lease_refund", args=[lease]),
         reverse("payments:invoice", args=[invoice]), reverse("payments:confirm_late", args=[quote]),
         reverse("sla:claims"), reverse("otp_setup"), reverse("otp_verify"),
+        reverse("otp_recovery_codes"), reverse("otp_disable"), reverse("recovery_codes"),
+        reverse("forgot_password"), reverse("password_reset"),
         reverse("admin:login"), reverse("admin:logout"),
     ]
 
@@ -42,7 +45,7 @@ def test_every_form_refuses_a_post_without_csrf_token(alices, customer):
 
 
 def test_staff_forms_refuse_a_post_without_csrf_token(catalog, operator):
-    browser = Client(enforce_csrf_checks=True)
+    browser = TwoFactorClient(enforce_csrf_checks=True)
     browser.force_login(operator)
     for url in ("/admin/rental/lease/", "/admin/auth/user/add/", reverse("otp_setup")):
         assert browser.post(url, {"action": "delete_selected", "code": "123456"}).status_code == 403, url

@@ -6,8 +6,11 @@ over HTTPS (the settings themselves: tests/security/test_headers_and_settings.py
 import re
 
 import pytest
+from django.conf import settings
 from django.test import Client, override_settings
 from django.urls import reverse
+
+from tests.otp import TwoFactorClient
 
 pytestmark = pytest.mark.django_db
 
@@ -36,6 +39,7 @@ def check(response, url):
     assert response["X-Frame-Options"] == "DENY", url
     assert response["Referrer-Policy"] == "same-origin", url
     assert response["X-Content-Type-Options"] == "nosniff", url
+    assert response["Permissions-Policy"] == settings.PERMISSIONS_POLICY, url  # issue 16
     if response.get("Content-Type", "").startswith("text/html"):
         html = response.content.decode()
         for tag in re.findall(r"<script\b[^>]*>", html):  # same-origin files only, nothing inline
@@ -66,7 +70,7 @@ def test_staff_pages(catalog, client, operator):
 
 @override_settings(SECURE_HSTS_SECONDS=31536000, SECURE_HSTS_INCLUDE_SUBDOMAINS=True, SECURE_HSTS_PRELOAD=True)
 def test_hsts_on_every_page_over_https(alices, customer, operator):
-    anonymous, signed_in, staff = Client(), Client(), Client()
+    anonymous, signed_in, staff = Client(), Client(), TwoFactorClient()
     signed_in.force_login(customer)
     staff.force_login(operator)
     for client, urls in ((anonymous, PUBLIC), (signed_in, customer_pages(alices)), (staff, STAFF)):

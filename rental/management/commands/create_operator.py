@@ -27,7 +27,9 @@ class Command(BaseCommand):
         audit_record(actor=None, action="operator_create", obj=user)
         self.stdout.write(self.style.SUCCESS(
             f"Operator account created — username: {username}  password: {password}\n"
-            "Log in at /admin/. This password is shown only now."
+            "Log in at /admin/. This password is shown only now.\n"
+            "Two-factor sign-in is required: at first login you must enrol an authenticator app "
+            "(TOTP) before anything else, and save the recovery codes shown then."
         ))
 
     def _reset(self, username: str) -> None:

@@ -1,0 +1,40 @@
+"""The issue 16 limits under races on PostgreSQL (real threads, each on its own
+connection): a hoarder firing orders at once still gets at most MAX_OPEN_UNPAID_ORDERS,
+and two refunds at once still count as two against REFUNDS_PER_MONTH."""
+import pytest
+from django.utils import timezone
+
+from billing.services import (
+    BillingError,
+    RefundLimitReached,
+    TooManyOpenOrders,
+    balance_top_up,
+    lease_refund,
+)
+from rental.models import Lease, LeaseState
+from tests.billing.test_concurrency import in_threads, new_customer, postgres_only
+from tests.billing.test_pages import place
+
+pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
+
+
+def test_concurrent_orders_cannot_pass_the_unpaid_order_limit(catalog, settings):
+    settings.MAX_OPEN_UNPAID_ORDERS = 2
+    hoarder = new_customer("hoarder")
+    results = in_threads(*[lambda: place(hoarder) for _ in range(6)])
+    placed = [r for r in results if isinstance(r, tuple)]
+    refused = [r for r in results if isinstance(r, TooManyOpenOrders)]
+    assert len(placed) == 2 and len(refused) == 4, results
+    assert Lease.objects.filter(customer=hoarder, state=LeaseState.PENDING).count() == 2
+
+
+def test_concurrent_refunds_count_one_after_the_other(catalog, settings):
+    settings.REFUNDS_PER_MONTH = 1
+    customer = new_customer("refunder")
+    balance_top_up(customer=customer, amount_cents=1_000_00, now=timezone.now())
+    leases = [place(customer, pay=True)[0] for _ in range(3)]
+    results = in_threads(*[lambda lease=lease: lease_refund(lease=lease, actor=customer) for lease in leases])
+    assert sorted(type(r).__name__ for r in results) == ["RefundLimitReached", "RefundLimitReached", "int"], results
+    assert [r for r in results if not isinstance(r, BillingError)] == [6500]
+    assert all(isinstance(r, (int, RefundLimitReached)) for r in results)
+    assert Lease.objects.filter(customer=customer, state=LeaseState.CANCELLED).count() == 1
