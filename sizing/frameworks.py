@@ -27,11 +27,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils.translation import gettext_lazy as _
+
 
 @dataclass(frozen=True, slots=True)
 class Framework:
     key: str
-    label: str
+    label: str  # lazily translated
     loss: str  # a key of engine.LOGITS_BYTES
     upcast_unquantised: bool  # PEFT prepare_model_for_kbit_training: non-4-bit params → fp32
     saves_4bit_inputs: bool  # bitsandbytes MatMul4Bit keeps each 4-bit linear's bf16 input
@@ -39,12 +41,12 @@ class Framework:
 
 
 FRAMEWORKS: dict[str, Framework] = {f.key: f for f in (
-    Framework("hf", "Hugging Face Trainer / PEFT / TRL + bitsandbytes", "unfused", True, True, False),
-    Framework("axolotl", "axolotl (Hugging Face Trainer underneath)", "unfused", True, True, False),
-    Framework("liger", "Hugging Face + Liger Kernel (fused linear cross-entropy)", "fused", True, True,
+    Framework("hf", _("Hugging Face Trainer / PEFT / TRL + bitsandbytes"), "unfused", True, True, False),
+    Framework("axolotl", _("axolotl (Hugging Face Trainer underneath)"), "unfused", True, True, False),
+    Framework("liger", _("Hugging Face + Liger Kernel (fused linear cross-entropy)"), "fused", True, True,
               False),
-    Framework("unsloth", "Unsloth (fused loss, offloaded checkpoints)", "fused", False, False, True),
-    Framework("torchtune", "torchtune (chunked cross-entropy, torchao NF4)", "standard", False, False,
+    Framework("unsloth", _("Unsloth (fused loss, offloaded checkpoints)"), "fused", False, False, True),
+    Framework("torchtune", _("torchtune (chunked cross-entropy, torchao NF4)"), "standard", False, False,
               False),
 )}
 DEFAULT_FRAMEWORK = "hf"

@@ -188,7 +188,7 @@ def parse_hf_config(raw) -> Architecture:
     rope = _rope(cfg, context)
     if rope and rope.kind in STRETCHING_ROPE:  # the context the scaled positions reach
         context = max(context, round(rope.original_context * rope.factor))
-    name = raw.get("_name_or_path") or cfg.get("_name_or_path") or raw.get("model_type") or "custom"
+    name = raw.get("_name_or_path") or raw.get("model_type") or "custom"
     arch = Architecture(
         name=str(name)[:80], hidden=h,
         intermediate=_int(cfg, "intermediate_size", 16 * MAX_HIDDEN, default=4 * h),
