@@ -1,9 +1,11 @@
 """The cheapest plans that change one choice of the customer's job (pure Python).
 
 For each change (ROCm allowed, QLoRA instead of LoRA, an 8-bit optimizer, LoRA instead of
-a full fine-tune, ZeRO-3 across an NVLink pair) the recommender runs again with only that
-choice changed; a change is shown when it runs the job for less than the recommended plan
-(or at all, when nothing fits as asked), with its price and what it costs in return.
+a full fine-tune) the recommender runs again with only that choice changed; a change is
+shown when it runs the job for less than the recommended plan (or at all, when nothing fits
+as asked), with its price and what it costs in return. ZeRO-3 across an NVLink pair (or
+node) needs no change of input: the recommender itself shards the job over a multi-GPU
+offer when it does not fit one card, and labels that row with the trade-off.
 """
 
 from __future__ import annotations
@@ -13,14 +15,12 @@ from dataclasses import dataclass, replace
 from django.utils.translation import gettext
 
 from .engine import Job
-from .recommend import Candidate, Option, can_shard, recommend
-
-PAIR = 2
+from .recommend import Candidate, Option, recommend
 
 
 @dataclass(frozen=True)
 class Change:
-    key: str  # vendor | qlora | optimizer-8bit | lora | zero-pair
+    key: str  # vendor | qlora | optimizer-8bit | lora
     label: str
     tradeoff: str
     option: Option
@@ -38,8 +38,6 @@ def _variants(job: Job, vendor: str) -> list[tuple[str, dict, Job, str]]:
         out.append(("optimizer-8bit", {"method": "full-8bit"}, replace(job, method="full-8bit"), vendor))
     if job.method in ("full", "full-8bit"):
         out.append(("lora", {"method": "lora"}, replace(job, method="lora"), vendor))
-    if job.gpus != PAIR or job.zero != 3:
-        out.append(("zero-pair", {"gpus": PAIR, "zero": 3}, replace(job, gpus=PAIR, zero=3), vendor))
     return out
 
 
@@ -56,14 +54,7 @@ def _texts(key: str) -> tuple[str, str]:
         "lora": (gettext("LoRA instead of a full fine-tune"),
                  gettext("Trains adapters only; the quality gap is usually far smaller than the cost "
                          "gap — prove LoRA's ceiling first.")),
-        "zero-pair": (gettext("ZeRO-3 across an NVLink pair"),
-                      gettext("Each card holds half of the model's states; about 1.5× the traffic of "
-                              "data-parallel training, so somewhat slower.")),
     }[key]
-
-
-def _pair_pool(cands: list[Candidate]) -> list[Candidate]:
-    return [c for c in cands if c.gpus == PAIR and can_shard(c.link, PAIR)]
 
 
 def one_change_alternatives(job: Job, candidates: list[Candidate], *, vendor: str,
@@ -72,8 +63,7 @@ def one_change_alternatives(job: Job, candidates: list[Candidate], *, vendor: st
     limit = best.candidate.monthly_cents if best else None
     out = []
     for key, query, changed, v in _variants(job, vendor):
-        pool = _pair_pool(candidates) if key == "zero-pair" else candidates
-        rec = recommend(changed, pool, vendor=v, site=site, in_stock=in_stock, max_alternatives=0)
+        rec = recommend(changed, candidates, vendor=v, site=site, in_stock=in_stock, max_alternatives=0)
         option = rec.best
         if option is None or (limit is not None and option.candidate.monthly_cents >= limit):
             continue

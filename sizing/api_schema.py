@@ -89,8 +89,8 @@ PLAN = {
 
 ONE_CHANGE = {
     "type": "array",
-    "description": "Cheaper plans that change one choice (vendor, qlora, optimizer-8bit, lora, "
-                   "zero-pair), cheapest first, each with its trade-off and the changed query.",
+    "description": "Cheaper plans that change one choice (vendor, qlora, optimizer-8bit, lora), "
+                   "cheapest first, each with its trade-off and the changed query.",
     "items": {"allOf": [RECOMMENDATION, {"type": "object", "properties": {
         "change": {"type": "string"}, "label": {"type": "string"}, "tradeoff": {"type": "string"},
         "query": {"type": "object"}}}]},

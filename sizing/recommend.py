@@ -241,6 +241,9 @@ def _card_warnings(opt: Option, est: _Estimator, own: Estimate) -> tuple[str, ..
 def _with_costs(opt: Option, job: Job, reason: str, est: _Estimator, own: Estimate) -> Option:
     hours = rental = compute = None
     c = opt.candidate
+    if opt.mode == "zero-3":
+        reason = gettext("%(reason)s · ZeRO-3 across %(n)s cards: each holds 1/%(n)s of the states, about "
+                         "1.5× the traffic of data-parallel") % {"reason": reason, "n": c.gpus}
     if job.tokens > 0:
         hours = train_hours(opt.estimate.train_flops, c.gpus, c.bf16_tflops, job.utilisation)
         weeks, months = math.ceil(hours / HOURS_PER_WEEK), math.ceil(hours / HOURS_PER_MONTH)

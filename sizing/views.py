@@ -5,6 +5,7 @@ from django.views.decorators.http import require_GET
 
 from . import SizingInputError, figures
 from .forms import DEFAULTS, SizingForm
+from .frameworks import FRAMEWORKS, SOURCE_TABLES_FRAMEWORK
 from .results import candidates, known_sites, run
 
 
@@ -50,5 +51,6 @@ def tables(request):
         "zero_gpus": figures.ZERO_EXAMPLE_GPUS,
         "zero_card_gb": figures.ZERO_EXAMPLE_CARD_GB,
         "switches": figures.memory_switches(),
+        "tables_framework": FRAMEWORKS[SOURCE_TABLES_FRAMEWORK],
     }
     return render(request, "sizing/tables.html", context)
