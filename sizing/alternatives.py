@@ -47,6 +47,7 @@ def _texts(key: str) -> tuple[str, str]:
                    gettext("PyTorch, PEFT and FlashAttention run on ROCm; bitsandbytes 4-bit and some "
                            "fused kernels need ROCm builds of their own.")),
         "qlora": (gettext("QLoRA instead of LoRA"),
+                  # xgettext:no-python-format
                   gettext("4-bit base: 20–40% slower (dequantisation) and a small quality cost.")),
         "optimizer-8bit": (gettext("8-bit optimizer"),
                            gettext("Adam's moments in 8 bit: 16 → 10 bytes per parameter; training "
