@@ -19,10 +19,27 @@ its latent attention, ``MLA``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: the linear projections of a Llama-style decoder layer (LoRA / NF4 targets)
 LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _memo(fn):
+    """Memoise a derived figure on the (immutable) architecture: sizing one request asks
+    for the parameter counts hundreds of times, across every candidate card."""
+    name = fn.__name__
+
+    def cached(self, *args):
+        key = (name, *args)
+        try:
+            return self._derived[key]
+        except KeyError:
+            value = self._derived[key] = fn(self, *args)
+            return value
+
+    cached.__doc__ = fn.__doc__
+    return cached
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +109,10 @@ class Architecture:
     rope: RopeScaling | None = None
     vision_params: int = 0
     head_dim_override: int | None = None
+    _derived: dict = field(default=None, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_derived", {})
 
     @property
     def head_dim(self) -> int:
@@ -142,11 +163,13 @@ class Architecture:
         """(is a mixture-of-experts layer, how many such layers)."""
         return ((False, self.layers - self.moe_layers), (True, self.moe_layers))
 
+    @_memo
     def module_params(self, module: str) -> int:
         """Weights of ``module`` summed over all layers (and experts)."""
         return sum(n * sum(a * b for a, b in self.layer_shapes(module, moe))
                    for moe, n in self._per_layer_kinds() if n)
 
+    @_memo
     def module_io(self, module: str) -> int:
         """Σ (in + out) of ``module`` over all layers and experts (LoRA: r·(in+out) each)."""
         return sum(n * sum(a + b for a, b in self.layer_shapes(module, moe))
@@ -157,6 +180,7 @@ class Architecture:
         return self.layer_shapes(module, False)[0]
 
     @property
+    @_memo
     def linear_params(self) -> int:
         """Weights of every decoder linear layer (all experts included)."""
         return sum(self.module_params(m) for m in LINEAR_MODULES)
@@ -167,11 +191,13 @@ class Architecture:
         return sum(a * b for m in LINEAR_MODULES for a, b in self.layer_shapes(m, False))
 
     @property
+    @_memo
     def largest_linear(self) -> int:
         """Weights of the largest single linear layer (one expert's, in an MoE)."""
         return max(a * b for m in LINEAR_MODULES for moe, n in self._per_layer_kinds() if n
                    for a, b in self.layer_shapes(m, moe))
 
+    @_memo
     def active_linear_inputs(self) -> float:
         """Σ in_features of the linear layers one token runs through in one layer (routed
         experts by ``per_token``; the first ``dense_layers`` averaged in)."""
@@ -188,6 +214,7 @@ class Architecture:
             return total
         return sum(n * per_layer(moe) for moe, n in self._per_layer_kinds() if n) / self.layers
 
+    @_memo
     def active_mlp_width(self) -> float:
         """FFN width one token runs through, averaged over layers (k experts + shared)."""
         if not self.moe:
@@ -204,6 +231,7 @@ class Architecture:
         return self.vocab * self.hidden * (1 if self.tie_embeddings else 2)
 
     @property
+    @_memo
     def _small_params(self) -> int:
         """Norms, biases, routers and MLA's latent norms (never quantised)."""
         h = self.hidden
@@ -214,6 +242,7 @@ class Architecture:
         return self.layers * per_layer + router + h
 
     @property
+    @_memo
     def shape_params(self) -> int:
         """Total parameters computed from the shape (module docstring formula), vision
         tower included."""
@@ -230,6 +259,7 @@ class Architecture:
         return self.params - self.vision_params
 
     @property
+    @_memo
     def quantisable_params(self) -> int:
         """Parameters that NF4 quantises: the decoder's linear layers only.
 
