@@ -46,6 +46,12 @@ def candidates() -> list[Candidate]:
     return list(import_string(settings.SIZING_CANDIDATES_PROVIDER)())
 
 
+def catalog_key(cands: list[Candidate]) -> str:
+    """What memoised answers are keyed on: every candidate's prices, links and free units,
+    so a stock or price change is a new key (one rule for the API and the pages)."""
+    return repr(cands)
+
+
 def known_sites(cands: list[Candidate]) -> list[str]:
     return sorted({s for c in cands for s in c.free_by_site})
 
