@@ -83,3 +83,18 @@ def test_queries_per_page_constant_with_the_memo(cached, django_assert_max_num_q
         client.get(url)
     with django_assert_max_num_queries(len(first.captured_queries)):
         client.get(url)
+
+
+def test_anonymous_pages_use_the_page_cache_and_stay_correct(cached, django_capture_on_commit_callbacks):
+    """With the page cache on (settings.SIZING_PAGE_CACHE), anonymous visitors get whole pages
+    from it, each with their own CSRF token, and a stock change still shows at once."""
+    first = Client().get(QUERY)
+    assert any(key[0] == "page" and key[1][0].startswith("/size/") for key in selectors._MEMO)
+    second = Client().get(QUERY)
+    token = re.compile(r'"X-CSRFToken": "([^"]+)"')
+    assert token.search(first.content.decode()).group(1) != token.search(second.content.decode()).group(1)
+    before = _a5000_stock(second.content.decode())
+    node = Node.objects.filter(gpu_model=GpuModel.objects.get(slug="rtx-a5000"), site__code="IAD-1").first()
+    with django_capture_on_commit_callbacks(execute=True):
+        node_set_draining(node=node, draining=True, reason="test")
+    assert _a5000_stock(Client().get(QUERY).content.decode())["IAD-1"] < before["IAD-1"]
