@@ -10,6 +10,7 @@ the API answers with a 400 and the page shows next to the config box.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 
 from django.utils.translation import gettext
@@ -56,7 +57,8 @@ def _int(cfg: Mapping, key: str, hi: int, default=None, lo: int = 1) -> int:
         if default is None:
             raise _err(key, gettext("is missing"))
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or value != int(value)):
         raise _err(key, gettext("must be a whole number"))
     if not lo <= value <= hi:
         raise _err(key, gettext("must be between %(lo)s and %(hi)s") % {"lo": lo, "hi": hi})
@@ -87,7 +89,9 @@ def _vision_params(raw: Mapping) -> int:
     if "embed_dim" in vc or "depth" in vc:
         d = _int(vc, "embed_dim", MAX_HIDDEN)
         layers = _int(vc, "depth", MAX_LAYERS)
-        mlp = int(d * float(vc.get("mlp_ratio", 4))) if isinstance(vc.get("mlp_ratio", 4), (int, float)) else 4 * d
+        ratio = vc.get("mlp_ratio", 4)
+        ok = isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio <= 64
+        mlp = int(d * ratio) if ok else 4 * d
     else:
         try:
             d = _int(vc, "hidden_size", MAX_HIDDEN)
@@ -143,7 +147,7 @@ def _rope(cfg: Mapping, context: int) -> RopeScaling | None:
     if not isinstance(kind, str) or not kind:
         raise _err("rope_scaling", gettext("needs a type (rope_type)"))
     factor = rs.get("factor", 1.0)
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1e4:
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1e4:  # nan fails too
         raise _err("rope_scaling", gettext("factor must be a positive number"))
     original = rs.get("original_max_position_embeddings")
     if original is None:  # transformers: max_position_embeddings is then the trained length
