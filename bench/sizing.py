@@ -6,6 +6,7 @@ trivial baseline function timed in the same run (so machines can be compared).
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -13,6 +14,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "sizing")]
+# the engine's warnings go through Django's gettext, which needs configured settings
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rental.test_settings")
+
+import django  # noqa: E402
+
+django.setup()
 
 from conftest import build_catalog  # noqa: E402
 

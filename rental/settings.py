@@ -362,6 +362,11 @@ NODE_POLL_SECONDS = int(os.environ.get("NODE_POLL_SECONDS", "15"))
 # from inventory (imports flow sizing <- inventory <- rental <- billing).
 SIZING_CANDIDATES_PROVIDER = "inventory.selectors.sizing_candidates"
 
+# Issue 20: the calculator and tables pages go through the same anonymous whole-page cache
+# as the catalog (keyed on path, language and catalog generation; each visitor gets their
+# own CSRF token). Empty: no page cache (the sizing memo still keeps the rendered parts).
+SIZING_PAGE_CACHE = os.environ.get("SIZING_PAGE_CACHE", "inventory.pagecache.anonymous_page_cache")
+
 # Seconds the catalog rows (stock per offer and site) are cached; every stock change bumps
 # a generation, so this only bounds staleness from writes that bypass the services. Off in tests.
 CATALOG_CACHE_SECONDS = int(os.environ.get("CATALOG_CACHE_SECONDS", "0" if TESTING else "10"))

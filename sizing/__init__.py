@@ -9,7 +9,9 @@ Public API::
 """
 
 from .engine import Estimate, Job, estimate, train_flops, train_hours, zero_bytes_per_param
-from .inputs import SizingInputError, SizingRequest, parse_hf_config, parse_request
+from .errors import SizingInputError
+from .hf_config import parse_hf_config
+from .inputs import SizingRequest, parse_request
 from .presets import PRESETS, Architecture, infer_llama_shape
 from .recommend import (
     Candidate,

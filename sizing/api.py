@@ -8,8 +8,6 @@ the other inputs are query parameters. Bad input → 400 naming the field; body 
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 
 from django.core.exceptions import RequestDataTooBig
 from django.core.serializers.json import DjangoJSONEncoder
@@ -19,7 +17,8 @@ from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 
 from . import SizingInputError
-from .results import candidates, run, to_json
+from .memo import Memo
+from .results import candidates, catalog_key, run, to_json
 
 MAX_BODY_BYTES = 64 * 1024
 ALLOWED = ("GET", "POST")
@@ -63,24 +62,13 @@ def _params(request) -> dict:
 
 
 # GET answers are a pure function of (query, language, candidates): keep the last few per
-# process (the candidates' repr is in the key, so a stock change is a new key). bench/load.py.
-_MEMO: OrderedDict = OrderedDict()
-_MEMO_MAX = 256
-_MEMO_LOCK = threading.Lock()
+# process (the candidates are in the key, so a stock change is a new key). bench/load.py.
+_MEMO = Memo(max_entries=256)
 
 
 def _get_json(params: dict, cands) -> bytes:
-    key = (tuple(sorted(params.items())), get_language(), repr(cands))
-    with _MEMO_LOCK:
-        if (body := _MEMO.get(key)) is not None:
-            _MEMO.move_to_end(key)
-            return body
-    body = json.dumps(to_json(run(params, cands)), cls=DjangoJSONEncoder).encode()
-    with _MEMO_LOCK:
-        _MEMO[key] = body
-        while len(_MEMO) > _MEMO_MAX:
-            _MEMO.popitem(last=False)
-    return body
+    key = (tuple(sorted(params.items())), get_language(), catalog_key(cands))
+    return _MEMO.get(key, lambda: json.dumps(to_json(run(params, cands)), cls=DjangoJSONEncoder).encode())
 
 
 @csrf_exempt

@@ -1,6 +1,7 @@
 """OpenAPI 3.1 path item for ``/api/v1/estimate`` (merged into ``/api/v1/schema``)."""
 
 from .engine import DEFAULT_UTILISATION, LOSSES, METHODS, OFFLOADS
+from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from .inputs import MAX_BATCH, MAX_EPOCHS, MAX_GPUS, MAX_PARAMS_B, MAX_RANK, MAX_SEQ, VENDORS
 from .presets import PRESETS
 
@@ -43,8 +44,13 @@ PARAMETERS = [
                       "default": 1}, "Epochs."),
     _param("utilisation", {"type": "number", "minimum": 0.01, "maximum": 1,
                            "default": DEFAULT_UTILISATION}, "Assumed model-FLOPs utilisation."),
-    _param("loss", {"type": "string", "enum": list(LOSSES), "default": "standard"},
-           "Logits memory model: standard (fused/upcast once) or unfused (HF before 4.46)."),
+    _param("framework", {"type": "string", "enum": list(FRAMEWORKS), "default": DEFAULT_FRAMEWORK},
+           "Training stack whose memory terms apply: hf (Trainer/PEFT/TRL + bitsandbytes: unfused "
+           "loss, fp32 non-4-bit weights, 4-bit input copies; the heaviest), axolotl (as hf), "
+           "liger (fused loss), unsloth (fused loss, checkpoints in host RAM), torchtune (6 B/logit; "
+           "the source tables' terms)."),
+    _param("loss", {"type": "string", "enum": ["auto", *LOSSES], "default": "auto"},
+           "Override the framework's loss: unfused 14 B/logit, standard 6 B/logit, fused (a chunk)."),
     _param("vendor", {"type": "string", "enum": list(VENDORS), "default": "cuda"},
            "`cuda` = NVIDIA only; `any` = ROCm (AMD) allowed."),
     _param("site", {"type": "string"}, "Only offers with a unit at this site code."),
@@ -72,6 +78,32 @@ RECOMMENDATION = {
     },
 }
 
+PLAN = {
+    "type": ["object", "null"],
+    "description": "The recommended plan (its cards, mode, ZeRO stage): the page's headline figures.",
+    "properties": {"offer": {"type": "string"}, "mode": {"type": "string"},
+                   "gpus": {"type": "integer"}, "zero": {"type": "integer"},
+                   "offload": {"type": "string"}, "per_gpu_gb": {"type": "number"},
+                   "total_gb": {"type": "number"}, "breakdown_gb": _GB_MAP},
+}
+
+ONE_CHANGE = {
+    "type": "array",
+    "description": "Cheaper plans that change one choice (vendor, qlora, optimizer-8bit, lora), "
+                   "cheapest first, each with its trade-off and the changed query.",
+    "items": {"allOf": [RECOMMENDATION, {"type": "object", "properties": {
+        "change": {"type": "string"}, "label": {"type": "string"}, "tradeoff": {"type": "string"},
+        "query": {"type": "object"}}}]},
+}
+
+CHECKPOINTS = {
+    "type": "object",
+    "description": "Disk sizes in GB: resume_with_optimizer (trained weights + optimizer states; "
+                   "for LoRA the adapter's, the frozen base is not in it), bf16_weights (whole "
+                   "model in bf16, merged), adapter (LoRA adapter alone, fp32).",
+    "additionalProperties": {"type": "number"},
+}
+
 ESTIMATE = {
     "type": "object",
     "required": ["per_gpu_gb", "total_gb", "host_ram_gb", "breakdown_gb", "checkpoint_gb",
@@ -79,8 +111,10 @@ ESTIMATE = {
     "properties": {
         "model": {"type": "string"}, "method": {"type": "string"},
         "params": {"type": "integer"}, "gpus": {"type": "integer"},
-        "per_gpu_gb": {"type": "number"}, "total_gb": {"type": "number"},
-        "host_ram_gb": {"type": "number"}, "breakdown_gb": _GB_MAP, "checkpoint_gb": _GB_MAP,
+        "per_gpu_gb": {"type": "number", "description": "As configured (gpus, zero, offload)."},
+        "total_gb": {"type": "number"},
+        "host_ram_gb": {"type": "number"}, "breakdown_gb": _GB_MAP, "checkpoint_gb": CHECKPOINTS,
+        "framework": {"type": "string"}, "plan": PLAN, "one_change": ONE_CHANGE,
         "train_flops": {"type": "number"},
         "warnings": {"type": "array", "items": {"type": "string"}},
         "recommendations": {"type": "array", "items": RECOMMENDATION,

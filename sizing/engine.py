@@ -7,16 +7,22 @@ output, as the SPEC's figures are. Terms, per GPU (see each function's docstring
   ZeRO stage (Rajbhandari et al. 2020, SPEC's ZeRO table), or moved to host by offload;
 * LoRA adapters — r·(in+out) per targeted projection, 16 B each (fp32 weight, grad, m, v);
 * activations — Korthikanti et al. 2022 ("Reducing Activation Recomputation"), eq. 1;
-* logits — s·b·V·(2 + 4) bytes (bf16 logits + fp32 copy for the loss);
+* logits — by the framework's loss: s·b·V·14 (Hugging Face), ·6 (torchtune), or a chunk
+  of s·b·h·6 (Liger, Unsloth: fused);
+* the 4-bit path's buffers — the dequantised bf16 weight of the largest linear layer, and
+  (bitsandbytes) the bf16 input every 4-bit linear keeps for backward;
 * CUDA context + allocator margin (the SPEC's "runtime overhead included").
+
+What differs between training stacks is in ``sizing.frameworks``; the default (``hf``:
+Trainer/PEFT/TRL + bitsandbytes) is the heaviest of them, so it never under-sizes those.
+Tokens per micro-batch = micro-batch × sequence length (with packing, the packed length).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from django.utils.translation import gettext as _
-
+from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
 from .presets import Architecture
 
 GB = 1e9
@@ -53,14 +59,38 @@ CHECKPOINT_INPUT_BYTES = 2.0
 BACKWARD_WORKING_SET = 2.0
 
 #: logits bytes per token per vocabulary entry, by loss implementation:
-#: "standard": bf16 lm_head output 2 + one fp32 upcast for the cross-entropy 4 (the SPEC's
-#: tables reproduce with this); "unfused": Hugging Face's pre-4.46 path keeps the bf16
-#: logits 2, the fp32 upcast 4, the shifted contiguous fp32 copy 4 and the fp32
-#: log-softmax saved for backward 4 = 14 (matches Unsloth's HF+FA2 measurements).
+#: "standard": bf16 lm_head output 2 + one fp32 upcast for the cross-entropy 4 (torchtune's
+#: chunked loss; the SPEC's tables reproduce with this); "unfused": Hugging Face's
+#: causal-LM loss keeps the bf16 logits 2, the fp32 upcast 4, the shifted fp32 copy 4 and
+#: the fp32 log-softmax saved for backward 4 = 14 (matches Unsloth's HF+FA2 measurements).
 LOGITS_BYTES = {"standard": 2.0 + 4.0, "unfused": 2.0 + 4.0 + 4.0 + 4.0}
-LOSSES = tuple(LOGITS_BYTES)
-#: Warn about the unfused-loss path when it would add at least this much per GPU.
-UNFUSED_LOSS_WARN_GB = 1.0
+#: "fused" (Liger's fused linear cross-entropy, Unsloth): the logits exist one chunk at a
+#: time; Liger sizes a chunk so it holds about as many logits as the hidden states have
+#: values (≤ 2× after rounding to a power of two), bf16 2 + fp32 4 per value, per hidden unit.
+FUSED_LOSS_BYTES_PER_HIDDEN = 2.0 + 4.0
+LOSSES = (*LOGITS_BYTES, "fused")
+#: Mention the loss implementation when switching it would change the peak by at least this.
+LOSS_ADVICE_GB = 1.0
+
+# --- the 4-bit path ----------------------------------------------------------------------
+#: bitsandbytes dequantises a 4-bit weight to bf16 for each matmul: the largest linear
+#: layer's bf16 copy is the transient peak (one layer at a time).
+DEQUANT_WEIGHT_BYTES = 2.0
+#: MatMul4Bit keeps the bf16 input of every 4-bit linear for backward: 2 B per input
+#: feature per token, for every linear a token runs through (q, k, v, o, gate, up, down;
+#: routed experts by num_experts_per_tok). With checkpointing only the layer being
+#: recomputed holds them.
+SAVED_4BIT_INPUT_BYTES = 2.0
+#: PEFT's prepare_model_for_kbit_training upcasts non-4-bit parameters to fp32.
+FP32_BYTES = 4.0
+
+# --- mixture of experts --------------------------------------------------------------------
+#: Korthikanti's 34 = 15 (attention, norms) + 19 (MLP) per s·b·h for a dense MLP; a
+#: routed MLP's activations scale with the width a token runs through (k experts + shared)
+#: relative to a dense SwiGLU of the same parameter budget, 8h/3.
+KORTHIKANTI_NON_MLP = 15.0
+KORTHIKANTI_MLP = 19.0
+DENSE_SWIGLU_WIDTH = 8 / 3
 
 # --- runtime overhead (SPEC: "figures include runtime overhead") -------------------------
 #: CUDA context + cuBLAS/cuDNN/NCCL workspaces per GPU process (0.5–1 GB on Ampere/Hopper;
@@ -81,7 +111,7 @@ MAX_NODE_GPUS = 8
 
 BREAKDOWN_KEYS = (
     "frozen_weights", "trainable_weights", "gradients", "fp32_master", "optimizer_states",
-    "adapters", "sharding_buffers", "activations", "logits", "cuda_context",
+    "adapters", "sharding_buffers", "quant_buffers", "activations", "logits", "cuda_context",
     "allocator_margin",
 )
 
@@ -105,7 +135,21 @@ class Job:
     tokens: int = 0
     epochs: float = 1.0
     utilisation: float = DEFAULT_UTILISATION
-    loss: str = "standard"
+    framework: str = DEFAULT_FRAMEWORK
+    loss: str = "auto"  # "auto": the framework's own loss; else a key of LOSSES
+
+    @property
+    def stack(self) -> Framework:
+        return FRAMEWORKS[self.framework]
+
+    @property
+    def loss_kind(self) -> str:
+        return self.stack.loss if self.loss == "auto" else self.loss
+
+    @property
+    def tokens_per_micro_batch(self) -> int:
+        """What activations and logits scale with: micro-batch × sequence length."""
+        return self.seq * self.batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +170,7 @@ class Estimate:
     adapter_params: int
     train_flops: float
     warnings: tuple[str, ...] = field(default=())
+    framework: str = DEFAULT_FRAMEWORK
 
     @property
     def model_state_gb(self) -> float:
@@ -183,20 +228,24 @@ def zero_bytes_per_param(method: str, stage: int, gpus: int, offload: str = "non
 
 
 def adapter_params(arch: Architecture, rank: int, targets: tuple[str, ...]) -> int:
-    """LoRA (Hu et al. 2021): A (r×in) + B (out×r) per targeted projection and layer."""
-    per_layer = sum(rank * sum(arch.module_shape(t)) for t in targets)
-    return per_layer * arch.layers
+    """LoRA (Hu et al. 2021): A (r×in) + B (out×r) per targeted projection, layer and
+    expert (PEFT's all-linear puts an adapter on every expert of a mixture)."""
+    return sum(rank * arch.module_io(t) for t in targets)
 
 
-def frozen_weight_bytes(arch: Architecture, method: str) -> float:
-    """Frozen base: bf16 2 B/param (LoRA); QLoRA: NF4 (4.127 bits) for the decoder's linear
-    layers, bf16 for embeddings, lm_head, norms and biases (kept unquantised)."""
+def frozen_weight_bytes(arch: Architecture, method: str, upcast: bool = False) -> float:
+    """Frozen weights: the whole model in bf16 (LoRA); QLoRA: NF4 (4.127 bits) for the
+    decoder's linear layers, the rest (embeddings, lm_head, norms) in bf16 — or fp32 when
+    the stack ``upcast``s them (PEFT's prepare_model_for_kbit_training); a full fine-tune
+    freezes only a vision tower (bf16)."""
+    vision = arch.vision_params * BF16_WEIGHT_BYTES
     if method == "lora":
         return arch.params * BF16_WEIGHT_BYTES
     if method == "qlora":
         q = arch.quantisable_params
-        return q * NF4_BYTES_PER_PARAM + (arch.params - q) * BF16_WEIGHT_BYTES
-    return 0.0
+        rest = arch.params - q - arch.vision_params
+        return q * NF4_BYTES_PER_PARAM + rest * (FP32_BYTES if upcast else BF16_WEIGHT_BYTES) + vision
+    return vision
 
 
 def _model_states(job: Job) -> tuple[dict[str, float], float]:
@@ -205,19 +254,19 @@ def _model_states(job: Job) -> tuple[dict[str, float], float]:
     out = dict.fromkeys(("frozen_weights", "trainable_weights", "gradients", "fp32_master",
                          "optimizer_states", "adapters"), 0.0)
     host = 0.0
+    frozen = frozen_weight_bytes(job.arch, job.method, job.stack.upcast_unquantised)
+    if off == "all":
+        host += frozen
+    else:
+        out["frozen_weights"] = _shard(frozen, stage, 3, n)
     if job.method in ADAM_STATE_BYTES:
         for name, b in full_state_bytes_per_param(job.method).items():
-            total = b * job.arch.params
+            total = b * job.arch.language_params
             if off in _OFFLOADED_BY[name]:
                 host += total
             else:
                 out[name] = _shard(total, stage, _SHARD_STAGE[name], n)
         return out, host
-    frozen = frozen_weight_bytes(job.arch, job.method)
-    if off == "all":
-        host += frozen
-    else:
-        out["frozen_weights"] = _shard(frozen, stage, 3, n)
     a = adapter_params(job.arch, job.lora_rank, job.lora_targets)
     parts = ((ADAPTER_WEIGHT_BYTES, 3, ("all",)), (ADAPTER_GRAD_BYTES, 2, ("all",)),
              (ADAPTER_ADAM_BYTES, 1, ("optimizer", "all")))
@@ -239,7 +288,23 @@ def sharding_buffer_bytes(job: Job) -> float:
     return 2 * per_param * job.arch.params / job.arch.layers
 
 
+def quant_buffer_bytes(job: Job) -> float:
+    """4-bit path: the bf16 copy of the largest linear layer, dequantised for its matmul."""
+    if job.method != "qlora":
+        return 0.0
+    return DEQUANT_WEIGHT_BYTES * job.arch.largest_linear
+
+
 # --- activations and logits -----------------------------------------------------------------
+
+def layer_factor(arch: Architecture) -> float:
+    """Korthikanti's bytes per s·b·h of one layer without the s² scores: 34 for a dense MLP;
+    a mixture of experts scales the MLP's 19 by the width a token runs through."""
+    if not arch.moe:
+        return KORTHIKANTI_SBH
+    width = arch.active_mlp_width() / (DENSE_SWIGLU_WIDTH * arch.hidden)
+    return KORTHIKANTI_NON_MLP + KORTHIKANTI_MLP * width
+
 
 def layer_activation_bytes(arch: Architecture, seq: int, batch: int, flash: bool) -> float:
     """Korthikanti et al. 2022, eq. 1: s·b·h·(34 + 5·a·s/h) bytes per layer (bf16).
@@ -248,45 +313,71 @@ def layer_activation_bytes(arch: Architecture, seq: int, batch: int, flash: bool
     """
     sbh = seq * batch * arch.hidden
     scores = 0.0 if flash else KORTHIKANTI_SCORES * arch.heads * seq * seq * batch
-    return KORTHIKANTI_SBH * sbh + scores
+    return layer_factor(arch) * sbh + scores
+
+
+def saved_4bit_input_bytes(job: Job) -> float:
+    """bitsandbytes keeps every 4-bit linear's bf16 input for backward: per layer,
+    2 B × Σ in_features × tokens; all layers without checkpointing, one layer with it."""
+    if job.method != "qlora" or not job.stack.saves_4bit_inputs:
+        return 0.0
+    per_layer = SAVED_4BIT_INPUT_BYTES * job.arch.active_linear_inputs() * job.tokens_per_micro_batch
+    return per_layer if job.checkpointing else per_layer * job.arch.layers
+
+
+def checkpoint_input_bytes(job: Job) -> float:
+    """With checkpointing: each layer's bf16 input (2·s·b·h), L + 1 of them."""
+    a = job.arch
+    return CHECKPOINT_INPUT_BYTES * job.tokens_per_micro_batch * a.hidden * (a.layers + 1)
 
 
 def activation_bytes(job: Job) -> float:
-    """Activations held at the peak of one micro-batch, per GPU.
+    """Activations held on the GPU at the peak of one micro-batch.
 
     Without recomputation: L × per-layer activations. With full activation checkpointing
-    (Chen et al. 2016; Korthikanti §4): only each layer's input 2·s·b·h is kept, L times,
-    plus one layer's working set while it is recomputed and back-propagated
-    (``BACKWARD_WORKING_SET`` × per-layer activations).
+    (Chen et al. 2016; Korthikanti §4): only each layer's input 2·s·b·h is kept, L times
+    (in host RAM with Unsloth's offloaded checkpointing), plus one layer's working set
+    while it is recomputed and back-propagated (``BACKWARD_WORKING_SET`` × per-layer
+    activations). The 4-bit path adds its saved inputs (``saved_4bit_input_bytes``).
     """
     a = job.arch
     per_layer = layer_activation_bytes(a, job.seq, job.batch, job.flash_attention)
+    extra = saved_4bit_input_bytes(job)
     if not job.checkpointing:
-        return a.layers * per_layer
-    inputs = CHECKPOINT_INPUT_BYTES * job.seq * job.batch * a.hidden * (a.layers + 1)
-    return inputs + BACKWARD_WORKING_SET * per_layer
+        return a.layers * per_layer + extra
+    inputs = 0.0 if job.stack.offloads_checkpoints else checkpoint_input_bytes(job)
+    return inputs + BACKWARD_WORKING_SET * per_layer + extra
 
 
 def logits_bytes(arch: Architecture, seq: int, batch: int, loss: str = "standard") -> float:
-    """Logits for the loss: s·b·V·(2 bf16 + 4 fp32) ("standard"; 14 B "unfused").
-    Dominant for 128k–152k vocabularies."""
+    """Logits for the loss: s·b·V·14 ("unfused"), s·b·V·6 ("standard"), or one chunk of
+    about s·b·h values at 6 B ("fused"). Dominant for 128k–152k vocabularies."""
+    if loss == "fused":
+        return seq * batch * arch.hidden * FUSED_LOSS_BYTES_PER_HIDDEN
     return seq * batch * arch.vocab * LOGITS_BYTES[loss]
 
 
-# --- checkpoints, time, warnings ------------------------------------------------------------
+# --- checkpoints, time ---------------------------------------------------------------------
 
 def checkpoint_gb(job: Job, n_adapter: int) -> dict[str, float]:
-    """Disk sizes: full checkpoint with optimizer (SPEC: 32B ≈ 512 GB → 16 B/param; 10 B
-    with an 8-bit optimizer; LoRA: adapter + its optimizer states 16 B/adapter param),
-    bf16 weights only (2 B/param), adapter alone (fp32, 4 B/adapter param)."""
+    """Disk sizes, each named for what it holds:
+
+    * ``resume_with_optimizer`` — what resuming training needs: the trained weights with
+      their optimizer states (full: bf16 + fp32 master + moments, 16 B/param, SPEC: 32B ≈
+      512 GB; 10 B with an 8-bit optimizer; LoRA: the adapter + its states, 16 B/adapter
+      param — the frozen base is not in it);
+    * ``bf16_weights`` — the whole model in bf16 (a full fine-tune's result, or a LoRA
+      merged into its base): 2 B/param;
+    * ``adapter`` — a LoRA adapter alone, fp32 (4 B/adapter param).
+    """
     n = job.arch.params
     if job.method in ADAM_STATE_BYTES:
-        full = sum(full_state_bytes_per_param(job.method).values()) * n
+        resume = sum(full_state_bytes_per_param(job.method).values()) * job.arch.language_params
         adapter = 0.0
     else:
-        full = (ADAPTER_WEIGHT_BYTES + ADAPTER_GRAD_BYTES + ADAPTER_ADAM_BYTES) * n_adapter
+        resume = (ADAPTER_WEIGHT_BYTES + ADAPTER_GRAD_BYTES + ADAPTER_ADAM_BYTES) * n_adapter
         adapter = ADAPTER_WEIGHT_BYTES * n_adapter
-    return {"full_with_optimizer": full / GB, "bf16_weights": BF16_WEIGHT_BYTES * n / GB,
+    return {"resume_with_optimizer": resume / GB, "bf16_weights": BF16_WEIGHT_BYTES * n / GB,
             "adapter": adapter / GB}
 
 
@@ -302,40 +393,29 @@ def train_hours(flops: float, gpus: int, tflops_per_gpu: float,
     return flops / rate / 3600 if rate > 0 else float("inf")
 
 
-def job_warnings(job: Job) -> list[str]:
-    """Card-independent warnings (card-dependent ones come from ``sizing.recommend``)."""
-    w = []
-    if job.seq > job.arch.max_context:
-        w.append(_("Sequence %(seq)s is beyond %(model)s's context of %(context)s tokens; quality "
-                   "degrades without RoPE scaling.")
-                 % {"seq": job.seq, "model": job.arch.name, "context": job.arch.max_context})
-    if job.gpus > MAX_NODE_GPUS:
-        w.append(_("%(gpus)s GPUs is more than one 8-GPU node: nodes here have at most 8 GPUs, an "
-                   "on-demand cluster provider fits better.") % {"gpus": job.gpus})
-    if job.offload != "none":
-        w.append(_("Offload to host memory costs 20–50% throughput (extra PCIe and CPU time)."))
-    if not job.checkpointing and job.seq >= 4096:
-        w.append(_("Gradient checkpointing is off: activations grow linearly with layers; "
-                   "it is a must for long context (cuts activations 60–80%)."))
-    extra = logits_bytes(job.arch, job.seq, job.batch, "unfused") - logits_bytes(job.arch, job.seq, job.batch, job.loss)
-    if extra >= UNFUSED_LOSS_WARN_GB * GB:
-        w.append(_("This assumes a fused or chunked cross-entropy loss (recent transformers, Liger, "
-                   "Unsloth). A training loop that materialises fp32 logits, softmax and their gradient "
-                   "needs about %(gb)s GB more per GPU (loss=unfused).") % {"gb": f"{extra / GB:.1f}"})
-    if job.method == "qlora" and job.zero == 3 and job.gpus > 1:
-        w.append(_("Sharding a 4-bit base (FSDP-QLoRA) needs a recent bitsandbytes/PEFT stack."))
-    return w
+def active_params(arch: Architecture) -> int:
+    """Parameters one token runs through (a mixture of experts: k of E experts)."""
+    if not arch.moe:
+        return arch.params
+    m = arch.moe
+    idle = (m.experts - m.per_token) * 3 * arch.hidden * m.intermediate * arch.moe_layers
+    return arch.params - idle
 
 
 # --- the estimate ------------------------------------------------------------------------------
 
 def estimate(job: Job) -> Estimate:
     """Peak GPU memory of one training step, per GPU and in total (all GPUs)."""
+    from .job_warnings import job_warnings
+
     states, host = _model_states(job)
     bd = dict(states)
     bd["sharding_buffers"] = sharding_buffer_bytes(job)
+    bd["quant_buffers"] = quant_buffer_bytes(job)
     bd["activations"] = activation_bytes(job)
-    bd["logits"] = logits_bytes(job.arch, job.seq, job.batch, job.loss)
+    bd["logits"] = logits_bytes(job.arch, job.seq, job.batch, job.loss_kind)
+    if job.checkpointing and job.stack.offloads_checkpoints:
+        host += checkpoint_input_bytes(job) * job.gpus
     allocated = sum(bd.values())
     bd["cuda_context"] = CUDA_CONTEXT_GB * GB
     bd["allocator_margin"] = ALLOCATOR_MARGIN * allocated
@@ -348,6 +428,6 @@ def estimate(job: Job) -> Estimate:
         total_gb=per_gpu * job.gpus / GB, host_ram_gb=host / GB,
         breakdown_gb={k: bd[k] / GB for k in BREAKDOWN_KEYS},
         checkpoint_gb=checkpoint_gb(job, n_adapter), adapter_params=n_adapter,
-        train_flops=train_flops(job.arch.params, job.tokens, job.epochs),
-        warnings=tuple(job_warnings(job)),
+        train_flops=train_flops(active_params(job.arch), job.tokens, job.epochs),
+        warnings=tuple(job_warnings(job)), framework=job.framework,
     )

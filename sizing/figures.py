@@ -12,15 +12,18 @@ from dataclasses import dataclass, replace
 from django.utils.translation import gettext_lazy
 
 from .engine import Estimate, Job, activation_bytes, estimate, zero_bytes_per_param
+from .frameworks import SOURCE_TABLES_FRAMEWORK
 from .presets import PRESETS
 from .recommend import Candidate, Recommendation, recommend, usable_gb
 
 GB = 1e9
 
 #: First document's settings (sizing/CALIBRATION.md): checkpointing on, seq 2048, batch 1,
-#: rank 16 on all linear layers, eager attention (the document does not assume Flash).
+#: rank 16 on all linear layers, eager attention (the document does not assume Flash), and
+#: the memory terms of a loss that upcasts the logits once with no framework extras — the
+#: engine's torchtune terms (``SOURCE_TABLES_FRAMEWORK``; the tables page says so).
 FIRST_DOC_JOB = {"seq": 2048, "batch": 1, "checkpointing": True, "flash_attention": False,
-                 "lora_rank": 16}
+                 "lora_rank": 16, "framework": SOURCE_TABLES_FRAMEWORK}
 #: Second document: the same with FlashAttention-2.
 SECOND_DOC_JOB = dict(FIRST_DOC_JOB, flash_attention=True)
 

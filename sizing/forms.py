@@ -6,6 +6,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from .engine import METHODS
+from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from .inputs import MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ
 from .presets import PRESETS
 
@@ -13,7 +14,7 @@ from .presets import PRESETS
 DEFAULTS = {"model": "llama-2-13b", "method": "lora", "seq": 2048, "batch": 1,
             "checkpointing": "on", "flash_attention": "on", "lora_rank": 16,
             "lora_targets": "all", "gpus": 1, "zero": "0", "offload": "none",
-            "epochs": 1, "vendor": "cuda"}
+            "epochs": 1, "vendor": "cuda", "framework": DEFAULT_FRAMEWORK}
 
 METHOD_LABELS = {"full": _("Full fine-tune (AdamW, 16 B/param)"),
                  "full-8bit": _("Full, 8-bit optimizer (10 B/param)"),
@@ -40,10 +41,17 @@ class SizingForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
         help_text=_("Hugging Face config.json; it overrides the preset and params."))
     method = forms.ChoiceField(label=_("Method"), required=False, choices=[(m, METHOD_LABELS[m]) for m in METHODS])
-    seq = _number(_("Sequence length"), 1, MAX_SEQ)
-    batch = _number(_("Micro-batch"), 1, MAX_BATCH)
+    seq = _number(_("Sequence length"), 1, MAX_SEQ, help_text=_(
+        "The packed length with sequence packing; else the longest sample (batches pad to it)."))
+    batch = _number(_("Micro-batch"), 1, MAX_BATCH, help_text=_(
+        "Sequences per step per GPU; tokens per step = micro-batch × sequence length."))
     checkpointing = forms.ChoiceField(label=_("Gradient checkpointing"), required=False, choices=ON_OFF)
     flash_attention = forms.ChoiceField(label=_("FlashAttention"), required=False, choices=ON_OFF)
+    framework = forms.ChoiceField(
+        label=_("Training stack"), required=False,
+        choices=[(key, f.label) for key, f in FRAMEWORKS.items()],
+        help_text=_("Decides the loss's memory and the 4-bit path's buffers. Not sure? Keep Hugging Face: "
+                    "it is the heaviest, so the card will fit."))
     lora_rank = _number(_("LoRA rank"), 1, MAX_RANK)
     lora_targets = forms.CharField(label=_("LoRA targets"), required=False, max_length=200,
                                    help_text=_("all, or e.g. q_proj,v_proj"))

@@ -1,12 +1,12 @@
 """Parse and validate user input (query parameters, form data or a HF config.json).
 
 Every rejection is a :class:`SizingInputError` naming the offending field, so the API can
-answer HTTP 400 with the field; nothing else may escape :func:`parse_request`.
+answer HTTP 400 with the field; nothing else may escape :func:`parse_request`. A pasted
+config.json goes through ``sizing.hf_config``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,31 +14,20 @@ from dataclasses import dataclass
 from django.utils.translation import gettext
 
 from .engine import DEFAULT_UTILISATION, LOSSES, METHODS, OFFLOADS, Job
+from .errors import SizingInputError
+from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
+from .hf_config import MAX_PARAMS_B, MAX_SEQ, parse_hf_config
 from .presets import LINEAR_MODULES, PRESETS, Architecture, infer_llama_shape
 
-MAX_PARAMS_B = 2000.0
-MAX_SEQ = 1_048_576
 MAX_BATCH = 1024
 MAX_GPUS = 64
 MAX_RANK = 4096
 MAX_TOKENS = 10**15
 MAX_EPOCHS = 1000.0
-MAX_VOCAB = 10_000_000
-MAX_HIDDEN = 1_000_000
-MAX_LAYERS = 10_000
 VENDORS = ("cuda", "any")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 _SHORT_TARGETS = {m.split("_")[0]: m for m in LINEAR_MODULES}
-
-
-class SizingInputError(ValueError):
-    """Bad user input; ``field`` is the parameter name, ``message`` the human reason."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,49 +110,6 @@ def parse_targets(value) -> tuple[str, ...]:
     return tuple(m for m in LINEAR_MODULES if m in out)
 
 
-def _config_int(cfg: Mapping, key: str, hi: int, default=None) -> int:
-    if key not in cfg or cfg[key] is None:
-        if default is None:
-            raise SizingInputError(f"config.{key}", gettext("is missing"))
-        return default
-    return _int(f"config.{key}", cfg[key], 1, hi)
-
-
-def parse_hf_config(raw) -> Architecture:
-    """A pasted HF ``config.json`` (dict or JSON text) → :class:`Architecture`."""
-    if isinstance(raw, (str, bytes)):
-        try:
-            raw = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise SizingInputError("config", gettext("is not valid JSON")) from None
-    if not isinstance(raw, Mapping):
-        raise SizingInputError("config", gettext("must be a JSON object"))
-    cfg = raw.get("text_config", raw) if isinstance(raw.get("text_config"), Mapping) else raw
-    h = _config_int(cfg, "hidden_size", MAX_HIDDEN)
-    heads = _config_int(cfg, "num_attention_heads", MAX_HIDDEN)
-    kv = _config_int(cfg, "num_key_value_heads", MAX_HIDDEN, default=heads)
-    if h % heads:
-        raise SizingInputError("config.num_attention_heads", gettext("must divide hidden_size"))
-    if heads % kv:
-        raise SizingInputError("config.num_key_value_heads", gettext("must divide num_attention_heads"))
-    inter = _config_int(cfg, "intermediate_size", 16 * MAX_HIDDEN, default=4 * h)
-    tie = cfg.get("tie_word_embeddings", False)
-    if not isinstance(tie, bool):
-        raise SizingInputError("config.tie_word_embeddings", gettext("must be true or false"))
-    name = cfg.get("_name_or_path") or cfg.get("model_type") or "custom"
-    arch = Architecture(
-        name=str(name)[:80], hidden=h, intermediate=inter,
-        layers=_config_int(cfg, "num_hidden_layers", MAX_LAYERS), heads=heads, kv_heads=kv,
-        vocab=_config_int(cfg, "vocab_size", MAX_VOCAB), tie_embeddings=tie,
-        max_context=_config_int(cfg, "max_position_embeddings", 100 * MAX_SEQ, default=4096),
-        qkv_bias=cfg.get("attention_bias") is True or cfg.get("model_type") == "qwen2",
-    )
-    if arch.params > MAX_PARAMS_B * 1e9:
-        raise SizingInputError("config", gettext("describes more than %(n)sB parameters")
-                               % {"n": f"{MAX_PARAMS_B:g}"})
-    return arch
-
-
 def _architecture(params: Mapping) -> Architecture:
     has = {k: params.get(k) not in (None, "", []) for k in ("config", "model", "params")}
     if has["config"]:
@@ -217,7 +163,8 @@ def parse_request(params: Mapping) -> SizingRequest:
         epochs=_number("epochs", g("epochs", 1), 0.01, MAX_EPOCHS, False),
         utilisation=_number("utilisation", g("utilisation", DEFAULT_UTILISATION),
                             0.01, 1.0, False),
-        loss=_choice("loss", g("loss", "standard"), LOSSES),
+        framework=_choice("framework", g("framework", DEFAULT_FRAMEWORK), tuple(FRAMEWORKS)),
+        loss=_choice("loss", g("loss", "auto"), ("auto", *LOSSES)),
     )
     site = _first(g("site"))
     if site is not None and (not isinstance(site, str) or len(site) > 32):

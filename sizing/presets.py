@@ -11,15 +11,75 @@ Pure Python, no Django. Every parameter count is derived from the shape:
 with kv = num_key_value_heads * head_dim and head_dim = h / num_attention_heads.
 These reproduce the published sizes: Llama-2-7B 6.74e9, Llama-2-70B 68.98e9, Llama-3-8B
 8.03e9, Qwen2.5-7B 7.62e9, Qwen2.5-72B 72.7e9, Yi-34B 34.4e9, CodeLlama-34B 33.7e9.
+Mixture-of-experts layers hold every expert's gate/up/down (plus shared experts and a
+router h·E): Mixtral-8x7B 46.7e9, Qwen1.5-MoE-A2.7B 14.3e9, DeepSeek-V2-Lite 15.7e9 (with
+its latent attention, ``MLA``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: the linear projections of a Llama-style decoder layer (LoRA / NF4 targets)
 LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _memo(fn):
+    """Memoise a derived figure on the (immutable) architecture: sizing one request asks
+    for the parameter counts hundreds of times, across every candidate card."""
+    name = fn.__name__
+
+    def cached(self, *args):
+        key = (name, *args)
+        try:
+            return self._derived[key]
+        except KeyError:
+            value = self._derived[key] = fn(self, *args)
+            return value
+
+    cached.__doc__ = fn.__doc__
+    return cached
+
+
+@dataclass(frozen=True, slots=True)
+class MoE:
+    """Mixture-of-experts MLP (Mixtral, Qwen-MoE, DeepSeek-MoE): every expert's weights are
+    resident; each token runs through ``per_token`` routed experts plus the shared ones.
+
+    ``shared_intermediate`` is the total width of the always-on shared experts (0: none);
+    the first ``dense_layers`` layers keep a dense MLP of the model's ``intermediate``.
+    """
+
+    experts: int
+    per_token: int
+    intermediate: int
+    shared_intermediate: int = 0
+    dense_layers: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MLA:
+    """DeepSeek-V2 multi-head latent attention: low-rank KV (and optionally Q) projections.
+
+    LoRA target names map onto its projections: ``q_proj`` (or ``q_a_proj`` + ``q_b_proj``),
+    ``k_proj`` = ``kv_a_proj_with_mqa``, ``v_proj`` = ``kv_b_proj``, ``o_proj``.
+    """
+
+    kv_rank: int
+    q_rank: int
+    nope_dim: int
+    rope_dim: int
+    v_dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class RopeScaling:
+    """``rope_scaling`` of a config: the type, its factor and the pre-training context."""
+
+    kind: str
+    factor: float
+    original_context: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +88,9 @@ class Architecture:
 
     ``params_override`` pins the total parameter count (used when the user only gave
     ``params=N``: the model-state terms then use exactly N, the inferred shape only drives
-    activations, logits and adapter sizes).
+    activations, logits and adapter sizes). ``vision_params`` is a vision tower (kept
+    frozen in bf16 whatever the method); ``moe``/``mla``/``rope`` describe the families
+    that need them.
     """
 
     name: str
@@ -42,32 +104,126 @@ class Architecture:
     max_context: int = 4096
     qkv_bias: bool = False
     params_override: int | None = None
+    moe: MoE | None = None
+    mla: MLA | None = None
+    rope: RopeScaling | None = None
+    vision_params: int = 0
+    head_dim_override: int | None = None
+    _derived: dict = field(default=None, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_derived", {})
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_dim_override or self.hidden // self.heads
 
     @property
     def kv_dim(self) -> int:
         return self.kv_heads * self.head_dim
 
-    def module_shape(self, module: str) -> tuple[int, int]:
-        """(in_features, out_features) of one linear projection of a decoder layer."""
-        h, i, kv = self.hidden, self.intermediate, self.kv_dim
+    # --- linear layers ---------------------------------------------------------------------
+
+    def _attention_shapes(self, module: str) -> list[tuple[int, int]]:
+        h, q = self.hidden, self.heads * self.head_dim
+        if self.mla is None:
+            return {"q_proj": [(h, q)], "k_proj": [(h, self.kv_dim)],
+                    "v_proj": [(h, self.kv_dim)], "o_proj": [(q, h)]}[module]
+        m, n = self.mla, self.heads
+        q_out = n * (m.nope_dim + m.rope_dim)
         return {
-            "q_proj": (h, h),
-            "k_proj": (h, kv),
-            "v_proj": (h, kv),
-            "o_proj": (h, h),
-            "gate_proj": (h, i),
-            "up_proj": (h, i),
-            "down_proj": (i, h),
+            "q_proj": [(h, m.q_rank), (m.q_rank, q_out)] if m.q_rank else [(h, q_out)],
+            "k_proj": [(h, m.kv_rank + m.rope_dim)],
+            "v_proj": [(m.kv_rank, n * (m.nope_dim + m.v_dim))],
+            "o_proj": [(n * m.v_dim, h)],
         }[module]
+
+    def _mlp_shapes(self, module: str, width: int) -> tuple[int, int]:
+        h = self.hidden
+        return (width, h) if module == "down_proj" else (h, width)
+
+    def layer_shapes(self, module: str, moe_layer: bool) -> list[tuple[int, int]]:
+        """(in_features, out_features) of every linear layer ``module`` names in one layer
+        (one per expert in a mixture-of-experts layer)."""
+        if module in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            return self._attention_shapes(module)
+        if not moe_layer:
+            return [self._mlp_shapes(module, self.intermediate)]
+        m = self.moe
+        shapes = [self._mlp_shapes(module, m.intermediate)] * m.experts
+        if m.shared_intermediate:
+            shapes.append(self._mlp_shapes(module, m.shared_intermediate))
+        return shapes
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.moe.dense_layers if self.moe else 0
+
+    def _per_layer_kinds(self) -> tuple[tuple[bool, int], ...]:
+        """(is a mixture-of-experts layer, how many such layers)."""
+        return ((False, self.layers - self.moe_layers), (True, self.moe_layers))
+
+    @_memo
+    def module_params(self, module: str) -> int:
+        """Weights of ``module`` summed over all layers (and experts)."""
+        return sum(n * sum(a * b for a, b in self.layer_shapes(module, moe))
+                   for moe, n in self._per_layer_kinds() if n)
+
+    @_memo
+    def module_io(self, module: str) -> int:
+        """Σ (in + out) of ``module`` over all layers and experts (LoRA: r·(in+out) each)."""
+        return sum(n * sum(a + b for a, b in self.layer_shapes(module, moe))
+                   for moe, n in self._per_layer_kinds() if n)
+
+    def module_shape(self, module: str) -> tuple[int, int]:
+        """(in_features, out_features) of a dense layer's projection (first if several)."""
+        return self.layer_shapes(module, False)[0]
+
+    @property
+    @_memo
+    def linear_params(self) -> int:
+        """Weights of every decoder linear layer (all experts included)."""
+        return sum(self.module_params(m) for m in LINEAR_MODULES)
 
     @property
     def linear_params_per_layer(self) -> int:
-        """Weights of the 7 projections of one layer: 2h² + 2h·kv + 3h·i."""
-        return sum(a * b for a, b in map(self.module_shape, LINEAR_MODULES))
+        """Weights of the 7 projections of one dense layer: 2h² + 2h·kv + 3h·i."""
+        return sum(a * b for m in LINEAR_MODULES for a, b in self.layer_shapes(m, False))
+
+    @property
+    @_memo
+    def largest_linear(self) -> int:
+        """Weights of the largest single linear layer (one expert's, in an MoE)."""
+        return max(a * b for m in LINEAR_MODULES for moe, n in self._per_layer_kinds() if n
+                   for a, b in self.layer_shapes(m, moe))
+
+    @_memo
+    def active_linear_inputs(self) -> float:
+        """Σ in_features of the linear layers one token runs through in one layer (routed
+        experts by ``per_token``; the first ``dense_layers`` averaged in)."""
+        def per_layer(moe: bool) -> float:
+            total = 0.0
+            for m in LINEAR_MODULES:
+                shapes = self.layer_shapes(m, moe)
+                if moe and m in ("gate_proj", "up_proj", "down_proj"):
+                    routed = shapes[: self.moe.experts]
+                    total += self.moe.per_token * routed[0][0]
+                    total += sum(a for a, _ in shapes[self.moe.experts:])
+                else:
+                    total += sum(a for a, _ in shapes)
+            return total
+        return sum(n * per_layer(moe) for moe, n in self._per_layer_kinds() if n) / self.layers
+
+    @_memo
+    def active_mlp_width(self) -> float:
+        """FFN width one token runs through, averaged over layers (k experts + shared)."""
+        if not self.moe:
+            return float(self.intermediate)
+        m = self.moe
+        moe_width = m.per_token * m.intermediate + m.shared_intermediate
+        return (m.dense_layers * self.intermediate + self.moe_layers * moe_width) / self.layers
+
+    # --- parameter counts ----------------------------------------------------------------
 
     @property
     def embedding_params(self) -> int:
@@ -75,11 +231,22 @@ class Architecture:
         return self.vocab * self.hidden * (1 if self.tie_embeddings else 2)
 
     @property
+    @_memo
+    def _small_params(self) -> int:
+        """Norms, biases, routers and MLA's latent norms (never quantised)."""
+        h = self.hidden
+        per_layer = 2 * h + ((h + 2 * self.kv_dim) if self.qkv_bias else 0)
+        if self.mla:
+            per_layer += self.mla.kv_rank + self.mla.q_rank
+        router = self.moe_layers * h * (self.moe.experts + (1 if self.moe.shared_intermediate else 0)) if self.moe else 0
+        return self.layers * per_layer + router + h
+
+    @property
+    @_memo
     def shape_params(self) -> int:
-        """Total parameters computed from the shape (module docstring formula)."""
-        bias = (self.hidden + 2 * self.kv_dim) if self.qkv_bias else 0
-        per_layer = self.linear_params_per_layer + 2 * self.hidden + bias
-        return self.layers * per_layer + self.embedding_params + self.hidden
+        """Total parameters computed from the shape (module docstring formula), vision
+        tower included."""
+        return self.linear_params + self._small_params + self.embedding_params + self.vision_params
 
     @property
     def params(self) -> int:
@@ -87,14 +254,21 @@ class Architecture:
         return self.params_override if self.params_override else self.shape_params
 
     @property
+    def language_params(self) -> int:
+        """Parameters of the language model (what a full fine-tune trains)."""
+        return self.params - self.vision_params
+
+    @property
+    @_memo
     def quantisable_params(self) -> int:
         """Parameters that NF4 quantises: the decoder's linear layers only.
 
         bitsandbytes/transformers keep embeddings, lm_head (``llm_int8_skip_modules``),
-        norms and biases in the compute dtype; with a pinned count the split keeps the
-        same non-linear part, so ``params - quantisable`` is the bf16 remainder.
+        norms, biases and routers in the compute dtype, and we keep a vision tower in bf16;
+        with a pinned count the split keeps the same non-linear part, so
+        ``params - quantisable`` is the bf16 remainder.
         """
-        other = self.shape_params - self.layers * self.linear_params_per_layer
+        other = self.shape_params - self.linear_params
         return max(self.params - other, 0)
 
 
@@ -122,6 +296,17 @@ PRESETS: dict[str, Architecture] = {
         _p("qwen2.5-72b", 8192, 29568, 80, 64, 8, 152064, 131072, bias=True),
         _p("yi-34b", 7168, 20480, 60, 56, 8, 64000, 4096),
         _p("codellama-34b", 8192, 22016, 48, 64, 8, 32000, 16384),
+        _p("llama-3.1-70b", 8192, 28672, 80, 64, 8, 128256, 131072),
+        Architecture("mixtral-8x7b", 4096, 14336, 32, 32, 8, 32000, max_context=32768,
+                     moe=MoE(experts=8, per_token=2, intermediate=14336)),
+        Architecture("qwen1.5-moe-a2.7b", 2048, 5632, 24, 16, 16, 151936, max_context=8192,
+                     qkv_bias=True, moe=MoE(experts=60, per_token=4, intermediate=1408,
+                                            shared_intermediate=5632)),
+        Architecture("deepseek-v2-lite", 2048, 10944, 27, 16, 16, 102400, max_context=163840,
+                     moe=MoE(experts=64, per_token=6, intermediate=1408,
+                             shared_intermediate=2 * 1408, dense_layers=1),
+                     mla=MLA(kv_rank=512, q_rank=0, nope_dim=128, rope_dim=64, v_dim=128),
+                     rope=RopeScaling("yarn", 40.0, 4096)),
     )
 }
 

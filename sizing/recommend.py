@@ -116,6 +116,20 @@ def overbuy_warning(est: Estimate, candidate: Candidate) -> str | None:
     return None
 
 
+def fewer_cards_warning(opt: Option, est: _Estimator) -> str | None:
+    """A sharded plan that would fit on half the offer's cards or fewer buys idle GPUs."""
+    c = opt.candidate
+    if opt.mode != "zero-3" or c.gpus < 4:
+        return None
+    usable = usable_gb(c.vram_gb)
+    for n in range(2, c.gpus // 2 + 1):
+        if (need := est(n, 3).per_gpu_gb) <= usable:
+            return (gettext("Overbuy: ZeRO-3 fits this job on %(n)s× %(gpu)s (%(need)s GB per card); this "
+                            "offer has %(gpus)s. Fewer cards, or one of the one-change plans, cost less.")
+                    % {"n": n, "gpu": c.gpu_name, "need": f"{need:.1f}", "gpus": c.gpus})
+    return None
+
+
 def _usd(cents: float | None) -> float | None:
     """USD cents → dollars rounded to the cent (None stays None)."""
     return None if cents is None else round(cents / 100, 2)
@@ -218,15 +232,18 @@ def _card_warnings(opt: Option, est: _Estimator, own: Estimate) -> tuple[str, ..
     lw = link_warning(c, job.zero, job.gpus)
     if lw:
         w.append(lw)
-    ob = overbuy_warning(own, c)
-    if ob:
-        w.append(ob)
+    for overbuy in (overbuy_warning(own, c), fewer_cards_warning(opt, est)):
+        if overbuy:
+            w.append(overbuy)
     return tuple(w)
 
 
 def _with_costs(opt: Option, job: Job, reason: str, est: _Estimator, own: Estimate) -> Option:
     hours = rental = compute = None
     c = opt.candidate
+    if opt.mode == "zero-3":
+        reason = gettext("%(reason)s · ZeRO-3 across %(n)s cards: each holds 1/%(n)s of the states, about "
+                         "1.5× the traffic of data-parallel") % {"reason": reason, "n": c.gpus}
     if job.tokens > 0:
         hours = train_hours(opt.estimate.train_flops, c.gpus, c.bf16_tflops, job.utilisation)
         weeks, months = math.ceil(hours / HOURS_PER_WEEK), math.ceil(hours / HOURS_PER_MONTH)
@@ -247,7 +264,7 @@ def _eligible(c: Candidate, vendor: str, site: str | None, in_stock: bool) -> bo
 def _pick_alternatives(fitting: list[Option], limit: int) -> list[tuple[Option, str]]:
     """Next cheapest, then each pricier option faster or roomier than all cheaper ones."""
     best, rest = fitting[0], fitting[1:]
-    picked = [(rest[0], gettext("next cheapest"))] if rest else []
+    picked = [(rest[0], gettext("next cheapest"))] if rest and limit > 0 else []
     top_tflops = max([best.candidate.total_tflops] + [o.candidate.total_tflops for o, _ in picked])
     top_mem = max([best.candidate.total_vram_gb] + [o.candidate.total_vram_gb for o, _ in picked])
     for o in rest[1:]:

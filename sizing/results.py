@@ -16,13 +16,14 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from . import SizingInputError, SizingRequest, parse_request, recommend
-from .engine import MAX_NODE_GPUS
+from .alternatives import Change, one_change_alternatives
+from .engine import MAX_NODE_GPUS, Estimate
 from .recommend import Candidate, Option, Recommendation, overbuy_warning
 
 #: every input the page and the API accept (query parameter names)
 PARAMS = ("model", "params", "config", "method", "seq", "batch", "checkpointing",
           "flash_attention", "lora_rank", "lora_targets", "gpus", "zero", "offload",
-          "tokens", "epochs", "utilisation", "loss", "vendor", "site", "in_stock")
+          "tokens", "epochs", "utilisation", "framework", "loss", "vendor", "site", "in_stock")
 
 BREAKDOWN_LABELS = {
     "frozen_weights": gettext_lazy("Frozen base weights"),
@@ -32,6 +33,7 @@ BREAKDOWN_LABELS = {
     "optimizer_states": gettext_lazy("Optimizer states"),
     "adapters": gettext_lazy("LoRA adapters"),
     "sharding_buffers": gettext_lazy("ZeRO-3 gather buffers"),
+    "quant_buffers": gettext_lazy("Dequantised 4-bit layer"),
     "activations": gettext_lazy("Activations"),
     "logits": gettext_lazy("Logits"),
     "cuda_context": gettext_lazy("CUDA context"),
@@ -42,6 +44,12 @@ BREAKDOWN_LABELS = {
 def candidates() -> list[Candidate]:
     """The whole live catalog (all sites); the recommender filters by site itself."""
     return list(import_string(settings.SIZING_CANDIDATES_PROVIDER)())
+
+
+def catalog_key(cands: list[Candidate]) -> str:
+    """What memoised answers are keyed on: every candidate's prices, links and free units,
+    so a stock or price change is a new key (one rule for the API and the pages)."""
+    return repr(cands)
 
 
 def known_sites(cands: list[Candidate]) -> list[str]:
@@ -60,14 +68,50 @@ def clean_params(raw: Mapping) -> dict:
     return out
 
 
+#: what each checkpoint size holds, so no one reads an adapter's size as the model's
+CHECKPOINT_LABELS = {
+    "full": {
+        "resume_with_optimizer": gettext_lazy("Resume checkpoint: bf16 weights + fp32 master copy + "
+                                              "optimizer states"),
+        "bf16_weights": gettext_lazy("Fine-tuned model, bf16 weights only (what you ship)"),
+    },
+    "adapter": {
+        "resume_with_optimizer": gettext_lazy("Resume checkpoint: adapter + its optimizer states "
+                                              "(the frozen base is not saved)"),
+        "adapter": gettext_lazy("Adapter alone, fp32 (what you ship)"),
+        "bf16_weights": gettext_lazy("Adapter merged into the base, bf16 weights"),
+    },
+}
+
+
 @dataclass(frozen=True)
 class Result:
     request: SizingRequest
     recommendation: Recommendation
+    changes: tuple[Change, ...] = ()
 
     @property
     def estimate(self):
+        """The job as configured (the user's GPUs, ZeRO stage and offload)."""
         return self.recommendation.estimate
+
+    @property
+    def plan(self) -> Estimate:
+        """The recommended plan's estimate (its cards, mode and ZeRO stage): the headline."""
+        return self.best.estimate if self.best else self.estimate
+
+    @property
+    def plan_differs(self) -> bool:
+        """The plan shards or spreads the job differently from how it was configured."""
+        p, e = self.plan, self.estimate
+        return (p.gpus, p.zero, p.offload) != (e.gpus, e.zero, e.offload)
+
+    @property
+    def checkpoints(self) -> list[tuple[str, float]]:
+        """(label, GB) for each checkpoint size that applies to the method."""
+        e = self.estimate
+        labels = CHECKPOINT_LABELS["adapter" if e.adapter_params else "full"]
+        return [(label, e.checkpoint_gb[key]) for key, label in labels.items()]
 
     @property
     def best(self) -> Option | None:
@@ -123,21 +167,39 @@ def run(params: Mapping, cands: list[Candidate]) -> Result:
         raise SizingInputError("site", _("unknown site; choose one of %s")
                                % (", ".join(sites) or "—"))
     rec = recommend(req.job, cands, vendor=req.vendor, site=req.site, in_stock=req.in_stock)
-    return Result(req, rec)
+    changes = one_change_alternatives(req.job, cands, vendor=req.vendor, site=req.site,
+                                      in_stock=req.in_stock, best=rec.best)
+    return Result(req, rec, tuple(changes))
 
 
 def _r(x: float) -> float:
     return round(x, 2)
 
 
+def _option_json(result: Result, o: Option) -> dict:
+    d = o.to_dict(result.request.site)
+    d["free_by_site"] = dict(o.candidate.free_by_site)
+    d["order_url"] = result.order_url(o)
+    return d
+
+
+def _plan_json(result: Result) -> dict | None:
+    if not result.best:
+        return None
+    p, o = result.plan, result.best
+    return {"offer": o.candidate.offer_slug, "mode": o.mode, "gpus": p.gpus, "zero": p.zero,
+            "offload": p.offload, "per_gpu_gb": _r(p.per_gpu_gb), "total_gb": _r(p.total_gb),
+            "breakdown_gb": {k: _r(v) for k, v in p.breakdown_gb.items()}}
+
+
+def _change_json(result: Result, ch: Change) -> dict:
+    return {"change": ch.key, "label": str(ch.label), "tradeoff": str(ch.tradeoff),
+            "query": ch.query, **_option_json(result, ch.option)}
+
+
 def to_json(result: Result) -> dict:
     e = result.estimate
-    recs = []
-    for o in result.options:
-        d = o.to_dict(result.request.site)
-        d["free_by_site"] = dict(o.candidate.free_by_site)
-        d["order_url"] = result.order_url(o)
-        recs.append(d)
+    recs = [_option_json(result, o) for o in result.options]
     return {
         "model": e.model, "method": e.method, "params": e.params, "gpus": e.gpus,
         "zero": e.zero, "offload": e.offload,
@@ -146,5 +208,8 @@ def to_json(result: Result) -> dict:
         "breakdown_gb": {k: _r(v) for k, v in e.breakdown_gb.items()},
         "checkpoint_gb": {k: round(v, 3) for k, v in e.checkpoint_gb.items()},
         "adapter_params": e.adapter_params, "train_flops": e.train_flops,
+        "framework": e.framework,
         "warnings": result.warnings, "recommendations": recs, "advice": result.advice,
+        "plan": _plan_json(result),
+        "one_change": [_change_json(result, ch) for ch in result.changes],
     }

@@ -1,9 +1,18 @@
+from django.conf import settings
 from django.urls import path
+from django.utils.module_loading import import_string
 
 from . import api, views
 
+
+def _page_cache(view):
+    """settings.SIZING_PAGE_CACHE wraps the pages (a hook: sizing never imports inventory)."""
+    hook = getattr(settings, "SIZING_PAGE_CACHE", "")
+    return import_string(hook)(view) if hook else view
+
+
 urlpatterns = [
-    path("size/", views.calculator, name="sizing"),
-    path("size/tables/", views.tables, name="sizing_tables"),
+    path("size/", _page_cache(views.calculator), name="sizing"),
+    path("size/tables/", _page_cache(views.tables), name="sizing_tables"),
     path("api/v1/estimate", api.estimate, name="api_estimate"),
 ]

@@ -1,16 +1,36 @@
-"""The calculator page (full page and its htmx results fragment) and the tables page."""
+"""The calculator page (full page and its htmx results fragment) and the tables page.
 
+Both are pure functions of (the query, the language, the catalog's candidates), so their
+expensive parts — the estimate, the recommendation and the rendered HTML — are kept per
+process (``sizing.memo``) under a key that holds the candidates themselves: a stock or
+price change is a new key and shows at once. Only the page shell (base.html: the visitor's
+CSRF token and navigation) is rendered on every request.
+"""
+
+from django.http import HttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.utils.safestring import mark_safe
+from django.utils.translation import get_language
 from django.views.decorators.http import require_GET
 
 from . import SizingInputError, figures
 from .forms import DEFAULTS, SizingForm
-from .results import candidates, known_sites, run
+from .frameworks import FRAMEWORKS, SOURCE_TABLES_FRAMEWORK
+from .memo import Memo
+from .results import candidates, catalog_key, known_sites, run
+
+#: rendered calculator parts and tables bodies, per process (bench/load.py, issue 20)
+RENDERED = Memo(max_entries=256)
 
 
 def _bound(query) -> bool:
     """Bound only when the query carries a calculator field (not e.g. ?utm_source=)."""
     return any(name in query for name in SizingForm.base_fields)
+
+
+def _query_key(query) -> tuple:
+    return tuple((name, tuple(query.getlist(name))) for name in SizingForm.base_fields if name in query)
 
 
 def _size(form: SizingForm, cands):
@@ -26,23 +46,29 @@ def _size(form: SizingForm, cands):
         return None, 400
 
 
+def _calculator_parts(query, cands) -> tuple[int, str, str]:
+    """(status, results fragment HTML, form HTML) for this query and catalog."""
+    sites = known_sites(cands)
+    form = SizingForm(query, sites=sites) if _bound(query) else SizingForm(initial=DEFAULTS, sites=sites)
+    result, status = _size(form, cands)
+    context = {"form": form, "result": result}
+    return (status, render_to_string("sizing/_results.html", context),
+            render_to_string("sizing/_form.html", context))
+
+
 @require_GET
 def calculator(request):
     cands = candidates()
-    sites = known_sites(cands)
-    if _bound(request.GET):
-        form = SizingForm(request.GET, sites=sites)
-    else:
-        form = SizingForm(initial=DEFAULTS, sites=sites)
-    result, status = _size(form, cands)
-    template = "sizing/_results.html" if request.htmx else "sizing/calculator.html"
-    return render(request, template, {"form": form, "result": result}, status=status)
+    key = ("calculator", get_language(), _query_key(request.GET), catalog_key(cands))
+    status, results_html, form_html = RENDERED.get(key, lambda: _calculator_parts(request.GET, cands))
+    if request.htmx:
+        return HttpResponse(results_html, status=status)
+    context = {"results_html": mark_safe(results_html), "form_html": mark_safe(form_html)}  # noqa: S308 - our templates' output
+    return render(request, "sizing/calculator.html", context, status=status)
 
 
-@require_GET
-def tables(request):
-    cands = candidates()
-    context = {
+def _tables_body(cands) -> str:
+    return render_to_string("sizing/_tables_body.html", {
         "first_rows": figures.first_document_table(cands),
         "scale_rows": figures.scale_table(cands),
         "zero_rows": figures.zero_table(),
@@ -50,5 +76,12 @@ def tables(request):
         "zero_gpus": figures.ZERO_EXAMPLE_GPUS,
         "zero_card_gb": figures.ZERO_EXAMPLE_CARD_GB,
         "switches": figures.memory_switches(),
-    }
-    return render(request, "sizing/tables.html", context)
+        "tables_framework": FRAMEWORKS[SOURCE_TABLES_FRAMEWORK],
+    })
+
+
+@require_GET
+def tables(request):
+    cands = candidates()
+    body = RENDERED.get(("tables", get_language(), catalog_key(cands)), lambda: _tables_body(cands))
+    return render(request, "sizing/tables.html", {"body": mark_safe(body)})  # noqa: S308 - our template's output

@@ -26,6 +26,8 @@ QUERIES = [
     "/size/?model=llama-2-7b&method=qlora&seq=8192&checkpointing=off&tokens=20000000",
     "/size/?model=llama-2-70b&method=full&gpus=8&zero=3&offload=optimizer&vendor=any",
     "/size/?params=900&method=full",  # nothing fits: cluster advice
+    "/size/?model=llama-2-70b&method=lora",  # plan headline, one-change plans, overbuy on the row
+    "/size/?model=mixtral-8x7b&method=qlora&seq=40000&checkpointing=off&framework=torchtune",  # MoE, loss
     "/size/?seq=abc&gpus=99",  # form errors
     "/gpus/?vram_min=48&in_stock=on",
 ]

@@ -96,8 +96,9 @@ def test_recommendations_cheapest_first_with_order_links(client, catalog):
     rows = re.findall(r'<tr(?: class="best")?>\s*<th scope="row">([^<]+)<br>', html)
     assert rows[0] == "MI300X"
     assert 'href="/order/mi300x/?site=' in html
+    recs = html.split('class="catalog sizing-recs"')[1].split("</table>")[0]
     prices = [int(p.replace(",", "")) for p in re.findall(
-        r'data-label="Month">\$([\d,]+)</td>', html)]
+        r'data-label="Month">\$([\d,]+)</td>', recs)]
     assert prices[0] == min(prices)
 
 
@@ -162,6 +163,8 @@ def test_tables_page_generated_rows(client, catalog):
     assert rows["70B QLoRA"].strip() == "A100 SXM"
     for zero_gb in ("176 GB", "120 GB", "64 GB", "16 GB"):
         assert f"<strong>{zero_gb}</strong>" in html
+    assumptions = re.findall(r'class="muted sizing-assumptions">([^<]+)</p>', html)
+    assert len(assumptions) == 2 and all("framework=torchtune" in a for a in assumptions)
     for switch in ("bf16 mixed precision", "Gradient checkpointing", "8-bit optimizer",
                    "Gradient accumulation", "QLoRA instead of LoRA"):
         assert switch in html

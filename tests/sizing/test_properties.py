@@ -1,6 +1,8 @@
 """Property tests (hypothesis): monotone memory, and parse_request never crashes."""
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -61,10 +63,15 @@ values = st.one_of(json_scalars, st.lists(json_scalars, max_size=3),
 keys = st.sampled_from(["model", "params", "method", "seq", "batch", "checkpointing",
                         "flash_attention", "lora_rank", "lora_targets", "gpus", "zero",
                         "offload", "tokens", "epochs", "utilisation", "vendor", "site",
-                        "in_stock", "config", "loss"])
+                        "in_stock", "config", "loss", "framework"])
 config_keys = st.sampled_from(["hidden_size", "intermediate_size", "num_hidden_layers",
                                "num_attention_heads", "num_key_value_heads", "vocab_size",
-                               "tie_word_embeddings", "max_position_embeddings"])
+                               "tie_word_embeddings", "max_position_embeddings",
+                               # mixtures of experts, latent attention, RoPE scaling, vision
+                               "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+                               "n_shared_experts", "first_k_dense_replace", "kv_lora_rank",
+                               "qk_rope_head_dim", "rope_scaling", "vision_config", "text_config",
+                               "model_type", "head_dim"])
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
@@ -79,11 +86,33 @@ def test_parse_request_only_raises_input_error(params):
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(st.dictionaries(config_keys, st.one_of(json_scalars, st.integers(1, 100000)),
-                       max_size=8), methods)
+@given(st.dictionaries(config_keys, st.one_of(json_scalars, st.integers(1, 100000),
+                                             st.dictionaries(st.sampled_from(
+                                                 ["type", "factor", "hidden_size", "depth", "embed_dim",
+                                                  "num_hidden_layers", "original_max_position_embeddings"]),
+                                                 st.one_of(json_scalars, st.integers(1, 5000)), max_size=4)),
+                       max_size=12), methods)
 def test_config_json_never_crashes(cfg, method):
     try:
         req = parse_request({"config": cfg, "method": method})
+    except SizingInputError as e:
+        assert e.field.startswith("config")
+    else:
+        assert estimate(req.job).per_gpu_gb > 0
+
+
+_REAL = {p.stem: json.loads(p.read_text()) for p in (Path(__file__).parent / "configs").glob("*.json")}
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(_REAL)), st.data(), methods, st.sampled_from(["hf", "unsloth", "torchtune"]))
+def test_real_configs_with_one_field_mangled_never_crash(name, data, method, framework):
+    cfg = dict(_REAL[name])
+    key = data.draw(st.sampled_from(sorted(cfg)))
+    cfg[key] = data.draw(st.one_of(json_scalars, st.integers(0, 10**7), st.lists(json_scalars, max_size=2),
+                                   st.dictionaries(st.text(max_size=8), json_scalars, max_size=3)))
+    try:
+        req = parse_request({"config": cfg, "method": method, "framework": framework})
     except SizingInputError as e:
         assert e.field.startswith("config")
     else:

@@ -3,12 +3,14 @@
 import pytest
 
 from sizing.engine import Job, estimate
+from sizing.frameworks import SOURCE_TABLES_FRAMEWORK
 from sizing.presets import PRESETS
 from sizing.recommend import can_shard, overbuy_warning, recommend, usable_gb
 
 
 def _rec(catalog, model, method, vendor="cuda", **kw):
-    job = Job(PRESETS[model], method, flash_attention=False, **kw)
+    """The first document's rows under its stated assumptions (see test_engine.TABLES)."""
+    job = Job(PRESETS[model], method, flash_attention=False, framework=SOURCE_TABLES_FRAMEWORK, **kw)
     return recommend(job, catalog, vendor=vendor)
 
 

@@ -1,0 +1,75 @@
+"""The cheapest plans that change one choice of the customer's job (pure Python).
+
+For each change (ROCm allowed, QLoRA instead of LoRA, an 8-bit optimizer, LoRA instead of
+a full fine-tune) the recommender runs again with only that choice changed; a change is
+shown when it runs the job for less than the recommended plan (or at all, when nothing fits
+as asked), with its price and what it costs in return. ZeRO-3 across an NVLink pair (or
+node) needs no change of input: the recommender itself shards the job over a multi-GPU
+offer when it does not fit one card, and labels that row with the trade-off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from django.utils.translation import gettext
+
+from .engine import Job
+from .recommend import Candidate, Option, recommend
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str  # vendor | qlora | optimizer-8bit | lora
+    label: str
+    tradeoff: str
+    option: Option
+    query: dict  # the changed input, as calculator/API parameters
+
+
+def _variants(job: Job, vendor: str) -> list[tuple[str, dict, Job, str]]:
+    """(key, changed parameters, changed job, vendor) for every change that applies."""
+    out = []
+    if vendor == "cuda":
+        out.append(("vendor", {"vendor": "any"}, job, "any"))
+    if job.method == "lora":
+        out.append(("qlora", {"method": "qlora"}, replace(job, method="qlora"), vendor))
+    if job.method == "full":
+        out.append(("optimizer-8bit", {"method": "full-8bit"}, replace(job, method="full-8bit"), vendor))
+    if job.method in ("full", "full-8bit"):
+        out.append(("lora", {"method": "lora"}, replace(job, method="lora"), vendor))
+    return out
+
+
+def _texts(key: str) -> tuple[str, str]:
+    return {
+        "vendor": (gettext("ROCm allowed (AMD cards too)"),
+                   gettext("PyTorch, PEFT and FlashAttention run on ROCm; bitsandbytes 4-bit and some "
+                           "fused kernels need ROCm builds of their own.")),
+        "qlora": (gettext("QLoRA instead of LoRA"),
+                  # xgettext:no-python-format
+                  gettext("4-bit base: 20–40% slower (dequantisation) and a small quality cost.")),
+        "optimizer-8bit": (gettext("8-bit optimizer"),
+                           gettext("Adam's moments in 8 bit: 16 → 10 bytes per parameter; training "
+                                   "curves stay close to fp32 Adam.")),
+        "lora": (gettext("LoRA instead of a full fine-tune"),
+                 gettext("Trains adapters only; the quality gap is usually far smaller than the cost "
+                         "gap — prove LoRA's ceiling first.")),
+    }[key]
+
+
+def one_change_alternatives(job: Job, candidates: list[Candidate], *, vendor: str,
+                            site: str | None, in_stock: bool, best: Option | None) -> list[Change]:
+    """Cheapest first; only changes that beat the recommended plan's monthly price."""
+    limit = best.candidate.monthly_cents if best else None
+    out = []
+    for key, query, changed, v in _variants(job, vendor):
+        rec = recommend(changed, candidates, vendor=v, site=site, in_stock=in_stock, max_alternatives=0)
+        option = rec.best
+        if option is None or (limit is not None and option.candidate.monthly_cents >= limit):
+            continue
+        if key == "vendor" and option.candidate.vendor == "nvidia":
+            continue  # the cheapest is still a CUDA card: allowing ROCm changes nothing
+        label, tradeoff = _texts(key)
+        out.append(Change(key, label, tradeoff, option, query))
+    return sorted(out, key=lambda ch: (ch.option.candidate.monthly_cents, ch.key))
