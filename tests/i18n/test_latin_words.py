@@ -14,7 +14,9 @@ from inventory.models import GpuModel
 from tests.i18n.conftest import ZH
 from tests.i18n.test_pages import PUBLIC, customer_urls, shop  # noqa: F401 (fixture)
 
-# Names, units and API scope names (read, order, pay: what a token is created with) that stay Latin in Chinese product pages (as the Chinese source documents write them).
+# Names, units, API scope names (read, order, pay: what a token is created with), the sizing
+# engine's method and mode codes (lora, qlora, full, single, zero-3: the calculator's own
+# identifiers, shown beside the preset ids) and its inputs' values (all, q_proj) that stay Latin in Chinese product pages (as the Chinese source documents write them).
 ALLOWED = set("""
 GPU GPUs CPU vCPU RAM VRAM NVMe SSD SSH API URL UTC GB TB MB GiB TiB Gbit s h TFLOPS FLOPs FLOPS PFLOPS
 NVIDIA AMD CUDA ROCm NVLink NVSwitch Infinity Fabric PCIe Gen Gen4 Gen5 HGX SXM HBM HBM2e HBM3 HBM3e GDDR6 GDDR6X ECC
@@ -24,9 +26,11 @@ LoRA QLoRA ZeRO ZeRO-2 ZeRO-3 Adam AdamW FP8 FP16 BF16 bf16 fp16 fp32 int8 bit b
 Llama Mistral Mixtral Qwen Gemma Phi DeepSeek Falcon Yi PyTorch Hugging Face Transformers PEFT TRL Unsloth
 Ubuntu Docker JSON CSV PDF QR SLA LUKS LUKS2 OpenAPI Bearer Authorization IP TOTP htmx
 DFW IAD PDX LAS ORD Dallas Ashburn Hillsboro InfiniBand English B rank checkpoint CSRF Cookie ID
-Tether USD base W read order pay ssh-ed25519 ssh-rsa ecdsa-sha2-nistp256 ecdsa-sha2-nistp384 ecdsa-sha2-nistp521 T
+Tether USD base W read order pay FlashAttention FlashAttention-2 Liger Kernel Trainer axolotl torchtune
+torchao logit logits Logits config json epoch token offload ZeRO-Offload ZeRO-0 ZeRO-1 N all framework
+lora qlora full single zero-3 config.json ssh-ed25519 ssh-rsa ecdsa-sha2-nistp256 ecdsa-sha2-nistp384 ecdsa-sha2-nistp521 T
 """.split()) | set(settings.OPERATOR_NAME.split())
-LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-'][A-Za-z0-9]+)*")
+LATIN_WORD = re.compile(r"(?<![\w.])[A-Za-z][\w.]*(?:[-'][\w.]+)*")
 
 
 def latin_words(page: str) -> set[str]:
@@ -38,13 +42,14 @@ def latin_words(page: str) -> set[str]:
 
 
 def _is_name_or_unit(word: str) -> bool:
-    """Model names with digits (7B, 8x7B, gpu0, v2), hex ids, and the test's own user names."""
-    return bool(re.fullmatch(r"[A-Za-z]?\d[\w.-]*|[A-Za-z]+\d+[\w.-]*|[A-Z]{3}-\d+|alice|bob|op|root", word))
+    """Model names with digits (7B, 8x7B, gpu0, v2, preset ids like llama-2-13b), site codes,
+    hex ids, and the test's own user names."""
+    return bool(re.fullmatch(r"[A-Za-z]?\d[\w.-]*|[A-Za-z]+\d+[\w.-]*|[A-Z]{3}-\d+|[a-z][a-z0-9.]*(?:-[a-z0-9.]+)+|\w+_proj|alice|bob|op|root", word))
 
 
 @pytest.fixture
 def zh_pages(client, shop):  # noqa: F811
-    urls = [reverse(name, args=args) for name, args in PUBLIC if not name.startswith("sizing")]
+    urls = [reverse(name, args=args) for name, args in PUBLIC]
     urls += list(customer_urls(shop).values())
     urls += [reverse(n) for n in ("status", "sla_terms", "terms", "privacy")]
     urls += [reverse("gpu_detail", args=[slug]) for slug in GpuModel.objects.values_list("slug", flat=True)]
