@@ -18,7 +18,15 @@ from django.utils.translation import gettext_lazy as _
 from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 
 from . import rules, services
-from .models import ENDED_ON_HOST, WIPE_PENDING, DiskKey, Image, Lease, LeaseEvent, LeaseState, Notification
+from .models import (
+    WIPE_PENDING,
+    DiskKey,
+    Image,
+    Lease,
+    LeaseEvent,
+    LeaseState,
+    Notification,
+)
 from .timeline import lease_milestones
 
 S = LeaseState

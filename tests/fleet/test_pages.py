@@ -7,13 +7,15 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from tests.otp import TwoFactorClient as Client  # staff pass the code step like force_login passes the password
 from django.urls import reverse
 from django.utils import timezone
 
 from fleet.crypto import secret_hash
 from fleet.models import EnrolmentCode, NodeAgent
 from inventory.models import Node
+from tests.otp import (
+    TwoFactorClient as Client,  # staff pass the code step like force_login passes the password
+)
 
 from .conftest import FakeNode, node_of, ready
 

@@ -10,7 +10,6 @@ from django.conf import settings
 from django.urls import reverse
 
 from inventory.models import GpuModel
-
 from tests.i18n.conftest import ZH
 from tests.i18n.test_pages import PUBLIC, customer_urls, shop  # noqa: F401 (fixture)
 
