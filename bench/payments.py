@@ -20,8 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bip_utils import Bip39SeedGenerator, Bip84, Bip84Coins  # noqa: E402
 
-from billing.coins.base import Coin  # noqa: E402
-from billing.coins.utxo import UtxoAdapter, _output_address  # noqa: E402
+from billing.payments.coins.base import Coin  # noqa: E402
+from billing.payments.coins.utxo import UtxoAdapter, _output_address  # noqa: E402
 
 
 def synthetic_block(n_txs: int, paying: list[str], height: int = 1) -> dict:

@@ -11,9 +11,9 @@ from rental.lifecycle import BATCH, Transition
 from rental.models import Lease, LeaseState
 from rental.notices import sweep_state_notices
 
-from . import payments
 from .models import Invoice
 from .ops import sweep_storage
+from .payments import services as payments
 from .services import order_invoice_expire, renewal_invoice_create
 
 RENEWAL_LEAD = timedelta(hours=24)

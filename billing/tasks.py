@@ -23,7 +23,7 @@ def lifecycle_tick() -> int:
 @shared_task(name="billing.watch_coin", acks_late=True)
 def watch_coin(coin: str) -> int:
     """One watcher pass for one coin; returns how many quotes it touched."""
-    from .payments import watch_coin as watch
+    from .payments.services import watch_coin as watch
 
     return len(watch(coin=coin, now=timezone.now()).quotes)
 
@@ -32,8 +32,8 @@ def watch_coin(coin: str) -> int:
 def watch_payments(coins: list[str] | None = None) -> dict[str, int | str]:
     """One pass over every configured coin (or ``coins``); a coin whose node is down is
     reported and skipped, the others still run. Records the run in JobRun."""
-    from .payments import coins_offered
-    from .payments import watch_coin as watch
+    from .payments.services import coins_offered
+    from .payments.services import watch_coin as watch
 
     started = timezone.now()
     JobRun.objects.update_or_create(name="watch_payments", defaults={"last_started_at": started})

@@ -17,7 +17,7 @@ from rental.models import TERM_LENGTH, Image, Lease, Term
 from rental.timeline import layout, order_milestones
 
 from .models import Invoice, LedgerEntry
-from .payment_selectors import customer_invoices
+from .payments.selectors import customer_invoices
 from .services import (
     BillingError,
     InsufficientBalance,

@@ -9,12 +9,12 @@ from decimal import Decimal
 
 from bip_utils import Bip39SeedGenerator, Bip44, Bip44Coins, Bip84, Bip84Coins
 
-from billing import coins_config
-from billing.coins.base import Coin, DetectedPayment, ScanResult
-from billing.coins.evm import EvmAdapter
-from billing.coins.utxo import UtxoAdapter
 from billing.models import CoinRate, Quote
-from billing.payments import payments_apply_scan
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin, DetectedPayment, ScanResult
+from billing.payments.coins.evm import EvmAdapter
+from billing.payments.coins.utxo import UtxoAdapter
+from billing.payments.services import payments_apply_scan
 
 MNEMONIC = "abandon " * 11 + "about"
 USDT_CONTRACT = "0xdAC17F958D2ee523a2206206994597C13D831ec7"

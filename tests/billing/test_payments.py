@@ -8,8 +8,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from billing import coins_config
-from billing.coins.base import Coin, ScanResult
 from billing.lifecycle import run_lifecycle
 from billing.models import (
     CoinWallet,
@@ -20,7 +18,9 @@ from billing.models import (
     Quote,
     WatcherCursor,
 )
-from billing.payments import (
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin, ScanResult
+from billing.payments.services import (
     PaymentError,
     late_payment_confirm,
     quote_create,
@@ -130,7 +130,7 @@ def test_renewal_quote_gets_a_full_window(catalog, customer, coins, t0):
 
 
 def test_gap_limit_warning_after_twenty_unpaid_addresses(catalog, customer, coins, t0, monkeypatch):
-    from billing import payments
+    from billing.payments import services as payments
 
     warnings = []
     monkeypatch.setattr(payments.log, "warning", lambda msg, *args: warnings.append(msg % args))
@@ -315,7 +315,7 @@ class ScriptedAdapter:
 def test_watcher_killed_after_apply_before_cursor_save_credits_once(placed, customer, t0, monkeypatch):
     _, invoice, quote = placed
     adapter = ScriptedAdapter([paid(quote, DUE + 3 * USD, 6)])
-    from billing import payments
+    from billing.payments import services as payments
 
     real = payments.payments_apply_scan
 
@@ -390,8 +390,8 @@ class FakeMoneroRpc:
 
 
 def test_xmr_subaddress_and_sol_reference_quotes(catalog, customer, t0):
-    from billing.coins.monero import MoneroAdapter
-    from billing.coins.solana import SolanaAdapter, is_public_key
+    from billing.payments.coins.monero import MoneroAdapter
+    from billing.payments.coins.solana import SolanaAdapter, is_public_key
 
     merchant = "9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM"
     set_rate("XMR", "150", t0)

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from billing import coins_config
-from billing.coins.base import Coin
-from billing.coins.evm import EvmAdapter
-from billing.coins.utxo import UtxoAdapter
 from billing.models import CoinWallet, Invoice, Payment, Quote, WatcherCursor
-from billing.payments import quote_create
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin
+from billing.payments.coins.evm import EvmAdapter
+from billing.payments.coins.utxo import UtxoAdapter
+from billing.payments.services import quote_create
 from billing.tasks import watch_payments
 from rental.models import LeaseEvent, LeaseState
-from tests.billing.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
+from tests.billing.payments.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
 from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
 from tests.billing.test_lifecycle import order
 

@@ -7,10 +7,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from billing import coins_config
-from billing.coins.base import Coin, ScanResult
 from billing.models import CoinRate, CoinWallet, JobRun, Quote
-from billing.payments import quote_create
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin, ScanResult
+from billing.payments.services import quote_create
 from billing.tasks import watch_payments
 from inventory.models import AuditEntry
 from tests.billing.payments_helpers import apply, offline_adapters, paid, set_rate

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from billing.models import Invoice, Quote
-from billing.payments import quote_create, sweep_expire_quotes
+from billing.payments.services import quote_create, sweep_expire_quotes
 from tests.billing.payments_helpers import apply, fresh, offline_coins, paid, set_rate
 from tests.billing.test_lifecycle import order
 

@@ -4,7 +4,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from billing.payments import coins_offered
+from billing.payments.services import coins_offered
 from billing.tasks import watch_payments
 
 

@@ -78,7 +78,7 @@ def litecoind(tmp_path_factory):
     exe = shutil.which("litecoind")
     if exe is None:
         pytest.skip("litecoind not installed (scripts/install-chain-tools.sh installs Debian's litecoind)")
-    from billing.coins.utxo import CoreRpc
+    from billing.payments.coins.utxo import CoreRpc
 
     datadir = tmp_path_factory.mktemp("litecoind")
     port = free_port()
@@ -160,7 +160,7 @@ def monero_regtest(tmp_path_factory):
     monerod, wallet_rpc = shutil.which("monerod"), shutil.which("monero-wallet-rpc")
     if not monerod or not wallet_rpc:
         pytest.skip("monerod / monero-wallet-rpc not installed (scripts/install-chain-tools.sh: Debian monero)")
-    from billing.coins.monero import MoneroRpcError, MoneroWalletRpc
+    from billing.payments.coins.monero import MoneroRpcError, MoneroWalletRpc
 
     root = tmp_path_factory.mktemp("monero")
     dport, p2p, zmq, fport, mport = (free_port() for _ in range(5))

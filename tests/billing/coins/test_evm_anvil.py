@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from bip_utils import Bip39SeedGenerator, Bip44, Bip44Coins
 
-from billing.coins.base import Coin
-from billing.coins.evm import EvmAdapter
+from billing.payments.coins.base import Coin
+from billing.payments.coins.evm import EvmAdapter
 
 from .conftest import TEST_MNEMONIC
 

@@ -14,8 +14,8 @@ from decimal import Decimal
 import pytest
 from bip_utils import Base58Decoder, Base58Encoder, Bip39SeedGenerator, Bip84, Bip84Coins
 
-from billing.coins.base import Coin
-from billing.coins.utxo import UtxoAdapter
+from billing.payments.coins.base import Coin
+from billing.payments.coins.utxo import UtxoAdapter
 
 from .conftest import TEST_MNEMONIC
 

@@ -12,7 +12,7 @@ from bip_utils import Base58Decoder, Base58Encoder
 from hypothesis import given
 from hypothesis import strategies as st
 
-from billing.coins import (
+from billing.payments.coins import (
     COIN_SPECS,
     Coin,
     CoinAdapter,
@@ -24,11 +24,11 @@ from billing.coins import (
     is_stale,
     usd_cents_to_base_units,
 )
-from billing.coins.amounts import parse_amount
-from billing.coins.evm import EvmAdapter
-from billing.coins.rates import ChainedRates, RateUnavailable, require_fresh
-from billing.coins.registry import build_adapters
-from billing.coins.utxo import UtxoAdapter, gap_warning, match_outputs, parse_account_xpub
+from billing.payments.coins.amounts import parse_amount
+from billing.payments.coins.evm import EvmAdapter
+from billing.payments.coins.rates import ChainedRates, RateUnavailable, require_fresh
+from billing.payments.coins.registry import build_adapters
+from billing.payments.coins.utxo import UtxoAdapter, gap_warning, match_outputs, parse_account_xpub
 
 ZPUB = "zpub6rFR7y4Q2AijBEqTUquhVz398htDFrtymD9xYYfG1m4wAcvPhXNfE3EfH1r1ADqtfSdVCToUG868RvUUkgDKf31mGDtKsAYz2oz2AGutZYs"
 ETH_XPUB = "xpub6DCoCpSuQZB2jawqnGMEPS63ePKWkwWPH4TU45Q7LPXWuNd8TMtVxRrgjtEshuqpK3mdhaWHPFsBngh5GFZaM6si3yZdUsT8ddYM3PwnATt"
@@ -165,7 +165,7 @@ def test_eip681_uris():
 
 
 def test_monero_uri():
-    from billing.coins.monero import MoneroAdapter
+    from billing.payments.coins.monero import MoneroAdapter
 
     assert MoneroAdapter(rpc=None).payment_uri("4Addr", 1_000_000_000, "q 1") == "monero:4Addr?tx_amount=0.001&tx_description=q%201"
 

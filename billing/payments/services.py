@@ -31,12 +31,7 @@ from django.utils.translation import gettext
 from inventory.services import SoldOut
 from rental.lifecycle import BATCH, Transition
 
-from . import coins_config
-from .coins.amounts import usd_cents_to_base_units
-from .coins.base import Coin, DetectedPayment, ScanResult
-from .coins.rates import Rate, is_stale
-from .coins.utxo import gap_warning
-from .models import (
+from ..models import (
     CoinRate,
     CoinWallet,
     Invoice,
@@ -46,13 +41,18 @@ from .models import (
     Quote,
     WatcherCursor,
 )
-from .services import (
+from ..services import (
     BillingError,
     checkout_place_order,
     invoice_mark_paid,
     invoice_pay_from_balance,
     ledger_post,
 )
+from . import config as coins_config
+from .coins.amounts import usd_cents_to_base_units
+from .coins.base import Coin, DetectedPayment, ScanResult
+from .coins.rates import Rate, is_stale
+from .coins.utxo import gap_warning
 
 log = logging.getLogger("billing.payments")
 

@@ -1,7 +1,7 @@
 """Crypto payment settings: the adapter config from the environment (or Django settings of
 the same name), and the payment rules (confirmations, tolerance, rate age, windows).
 
-Every key of ``billing.coins.registry`` is read from ``settings.<KEY>`` first, then
+Every key of ``billing.payments.coins.registry`` is read from ``settings.<KEY>`` first, then
 ``os.environ[<KEY>]``; a coin is offered only when it can be watched
 (``require_backend=True``). Tests swap the adapters with ``use_adapters({...})``.
 """

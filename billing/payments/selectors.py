@@ -10,10 +10,10 @@ from django.db.models import QuerySet
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
+from ..models import Invoice, Quote
 from .coins.amounts import format_amount
 from .coins.base import COIN_SPECS, Coin
-from .models import Invoice, Quote
-from .payments import amount_due_min, coins_offered, late_payment_claimable
+from .services import amount_due_min, coins_offered, late_payment_claimable
 
 FINAL_STATES = (Quote.State.SETTLED, Quote.State.EXPIRED, Quote.State.INVALID)
 

@@ -1,6 +1,6 @@
 """Operators' screens for crypto payments: rates (editable, dated on save), wallets with the
 gap-limit warning, quotes with their payments and confirmations, payments, watcher cursors.
-Status is read-only here: money moves only through billing.payments."""
+Status is read-only here: money moves only through billing.payments.services."""
 from django.contrib import admin, messages
 from django.utils import timezone
 from django.utils.html import format_html
@@ -9,11 +9,11 @@ from django.utils.translation import gettext_lazy as _
 
 from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 
+from ..models import CoinRate, CoinWallet, LatePaymentClaim, Payment, Quote, WatcherCursor
 from .coins.amounts import format_amount
 from .coins.base import Coin
-from .coins_config import gap_limit
-from .models import CoinRate, CoinWallet, LatePaymentClaim, Payment, Quote, WatcherCursor
-from .payments import PaymentError, coin_rate_set, wallet_gap_exceeded
+from .config import gap_limit
+from .services import PaymentError, coin_rate_set, wallet_gap_exceeded
 
 
 def _coins(obj, value) -> str:

@@ -7,9 +7,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
-from .models import Invoice
-from .payment_selectors import coin_choices, customer_invoices, customer_quotes, quote_view
-from .payments import PaymentError, late_payment_confirm, quote_create
+from ..models import Invoice
+from .selectors import coin_choices, customer_invoices, customer_quotes, quote_view
+from .services import PaymentError, late_payment_confirm, quote_create
 
 POLL_SECONDS = 5
 
