@@ -16,9 +16,9 @@ from django.utils.translation import gettext_lazy as _
 from rental.api import usd as decimal_usd
 from rental.models import Lease
 
+from .models import Invoice, Payment
 from .payments.coins.amounts import format_amount
 from .payments.coins.base import Coin
-from .models import Invoice, Payment
 from .payments.services import to_usd_cents
 
 
