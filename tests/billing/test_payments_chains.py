@@ -19,7 +19,7 @@ from billing.payments.coins.utxo import UtxoAdapter
 from billing.payments.services import quote_create
 from billing.tasks import watch_payments
 from rental.models import LeaseEvent, LeaseState
-from tests.billing.payments.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
+from tests.billing.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
 from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
 from tests.billing.test_lifecycle import order
 
