@@ -1,7 +1,8 @@
 """Session fixtures for the chain tests: a real litecoind regtest node, a real anvil chain.
 
-Both are started once per session on free ports with temp datadirs, and skipped (with the
-reason) when the tool is not installed: run ``scripts/install-chain-tools.sh`` to get them.
+They are started once per session on free ports with temp datadirs. A missing tool goes
+through tests/tools.py ``require``: the test skips locally (with the reason) and FAILS
+under CI=true. Run ``scripts/install-chain-tools.sh`` to get them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.tools import require
 
 REPO = Path(__file__).resolve().parents[3]
 CHAIN_TOOLS = REPO / ".chain-tools" / "node_modules" / ".bin"
@@ -76,8 +79,7 @@ class LitecoinNode:
 @pytest.fixture(scope="session")
 def litecoind(tmp_path_factory):
     exe = shutil.which("litecoind")
-    if exe is None:
-        pytest.skip("litecoind not installed (scripts/install-chain-tools.sh installs Debian's litecoind)")
+    require(exe is not None, "litecoind not installed (scripts/install-chain-tools.sh installs Debian's litecoind)")
     from billing.payments.coins.utxo import CoreRpc
 
     datadir = tmp_path_factory.mktemp("litecoind")
@@ -115,10 +117,9 @@ def anvil_path() -> str | None:
 @pytest.fixture(scope="session")
 def anvil():
     exe = anvil_path()
-    if exe is None:
-        pytest.skip("anvil not installed (scripts/install-chain-tools.sh: npm @foundry-rs/anvil)")
-    if exe.startswith(str(CHAIN_TOOLS)) and shutil.which("node") is None:
-        pytest.skip("anvil's npm launcher needs node, which is not installed")
+    require(exe is not None, "anvil not installed (scripts/install-chain-tools.sh: npm @foundry-rs/anvil)")
+    require(not exe.startswith(str(CHAIN_TOOLS)) or shutil.which("node") is not None,
+            "anvil's npm launcher needs node, which is not installed")
     from web3 import HTTPProvider, Web3
 
     port = free_port()
@@ -158,8 +159,8 @@ class MoneroRegtest:
 @pytest.fixture(scope="session")
 def monero_regtest(tmp_path_factory):
     monerod, wallet_rpc = shutil.which("monerod"), shutil.which("monero-wallet-rpc")
-    if not monerod or not wallet_rpc:
-        pytest.skip("monerod / monero-wallet-rpc not installed (scripts/install-chain-tools.sh: Debian monero)")
+    require(bool(monerod and wallet_rpc),
+            "monerod / monero-wallet-rpc not installed (scripts/install-chain-tools.sh: Debian monero)")
     from billing.payments.coins.monero import MoneroRpcError, MoneroWalletRpc
 
     root = tmp_path_factory.mktemp("monero")
