@@ -32,13 +32,13 @@ def watch_coin(coin: str) -> int:
 def watch_payments(coins: list[str] | None = None) -> dict[str, int | str]:
     """One pass over every configured coin (or ``coins``); a coin whose node is down is
     reported and skipped, the others still run. Records the run in JobRun."""
-    from .payments.services import coins_offered
+    from .payments.services import coins_watched
     from .payments.services import watch_coin as watch
 
     started = timezone.now()
     JobRun.objects.update_or_create(name="watch_payments", defaults={"last_started_at": started})
     result: dict[str, int | str] = {}
-    for coin in coins or [str(c) for c in coins_offered()]:
+    for coin in coins or [str(c) for c in coins_watched()]:
         try:
             result[coin] = len(watch(coin=coin, now=timezone.now()).quotes)
         except Exception as exc:  # one coin's node being down must not stop the others

@@ -250,6 +250,21 @@ CELERY_BEAT_SCHEDULE = {
     "watch_payments": {"task": "billing.watch_payments", "schedule": 30.0, "options": {"expires": 25}},
 }
 PAYMENT_WINDOW_MINUTES = int(os.environ.get("PAYMENT_WINDOW_MINUTES", "30"))
+# --- issue 15: payments never lose money nor hold stock for a payment that will not come ---
+# Late and extra payments are credited at the rate when they confirm; one quote credits at
+# most this percentage of its USD value automatically, the rest waits for an operator.
+PAYMENT_AUTO_CREDIT_MAX_PERCENT = int(os.environ.get("PAYMENT_AUTO_CREDIT_MAX_PERCENT", "100"))
+# An unconfirmed payment is watched this long from its first sighting (chain time); then it
+# is invalid and the order's slots are released (BTCPay's "monitoring expiration").
+PAYMENT_MONITORING_MINUTES = int(os.environ.get("PAYMENT_MONITORING_MINUTES", "360"))
+# A payment under this share of the quote (basis points) is dust: it never extends a hold.
+PAYMENT_DUST_BPS = int(os.environ.get("PAYMENT_DUST_BPS", "100"))
+# A coin is not offered while its node's best block is older than this (node behind/stuck).
+PAYMENT_NODE_MAX_TIP_AGE_MINUTES = int(os.environ.get("PAYMENT_NODE_MAX_TIP_AGE_MINUTES", "120"))
+# Speed policy: "<usd cents>:<confirmations>,..." — a quote worth less than the cents needs
+# only that many confirmations (e.g. "10000:1,100000:3"; larger quotes need the coin's
+# <COIN>_CONFIRMATIONS, which is also the most any quote needs). Empty: always the coin's.
+PAYMENT_SPEED_POLICY = os.environ.get("PAYMENT_SPEED_POLICY", "")
 HOST_AGENT = os.environ.get("HOST_AGENT", "rental.agent.FakeAgent")
 HOST_AGENT_FAKE_DELAY = int(os.environ.get("HOST_AGENT_FAKE_DELAY", "180"))
 

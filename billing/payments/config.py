@@ -92,10 +92,33 @@ def partial_max_extension() -> timedelta:
     return timedelta(minutes=int(setting("PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES", 120)))
 
 
-def confirmation_hold() -> timedelta:
-    """How long an order's slots stay held after the full amount was seen on time,
-    while its confirmations arrive."""
-    return timedelta(minutes=int(setting("PAYMENT_CONFIRMATION_HOLD_MINUTES", 360)))
+def monitoring_window() -> timedelta:
+    """How long an unconfirmed payment is watched from its first sighting (chain time):
+    an order's slots stay held that long while its confirmations arrive; past it, the
+    payment is invalid and the hold released."""
+    return timedelta(minutes=int(setting("PAYMENT_MONITORING_MINUTES", 360)))
+
+
+def auto_credit_max_percent() -> int:
+    """What one quote may credit to the balance automatically, in % of its USD value."""
+    return int(setting("PAYMENT_AUTO_CREDIT_MAX_PERCENT", 100))
+
+
+def dust_bps() -> int:
+    """Payments below this share of the quote (basis points) never extend a hold."""
+    return int(setting("PAYMENT_DUST_BPS", 100))
+
+
+def node_max_tip_age() -> timedelta:
+    return timedelta(minutes=int(setting("PAYMENT_NODE_MAX_TIP_AGE_MINUTES", 120)))
+
+
+def speed_policy() -> list[tuple[int, int]]:
+    """[(usd cents, confirmations)] ascending: a quote worth less than the cents needs that
+    many confirmations (BTCPay's speed policy, by amount)."""
+    raw = str(setting("PAYMENT_SPEED_POLICY", ""))
+    pairs = (item.split(":") for item in raw.split(",") if item.strip())
+    return sorted((int(cents), int(confs)) for cents, confs in pairs)
 
 
 def late_watch() -> timedelta:

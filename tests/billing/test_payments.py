@@ -246,6 +246,7 @@ def test_late_payment_goes_to_balance_and_confirm_reorders(placed, customer, t0)
     sweep_expire_quotes(later)
     assert fresh(quote).state == Q.EXPIRED and fresh(lease).state == LeaseState.CANCELLED
     assert quote in [q for q in Quote.objects.filter(address__in=watch_set(Coin.LTC, later))]
+    set_rate("LTC", "100", later)  # a fresh rate when it confirms: credited at it
     apply(quote, [paid(quote, DUE, 6)], later + timedelta(minutes=5))
     assert (fresh(quote).state, quote.exception) == (Q.EXPIRED, X.LATE)
     assert credits(LedgerEntry.Kind.LATE_PAYMENT) == [6500] and balance(customer) == 6500
@@ -264,6 +265,7 @@ def test_late_payment_confirm_refused_when_sold_out_money_stays(placed, customer
     later = t0 + timedelta(minutes=31)
     run_lifecycle(later)
     sweep_expire_quotes(later)
+    set_rate("LTC", "100", later)
     apply(quote, [paid(quote, DUE, 6)], later)
     Node.objects.update(draining=True)
     with pytest.raises(PaymentError, match="sold out"):

@@ -83,6 +83,7 @@ def test_late_payment_confirm_button(alice, invoice, customer):
     from billing.lifecycle import run_lifecycle
     run_lifecycle(later)
     sweep_expire_quotes(later)
+    set_rate("LTC", "100", later)
     apply(quote, [paid(quote, DUE, 6)], later)
     page = alice.get(f"/pay/quote/{quote.pk}/").content.decode()
     assert "after this quote expired" in page and "use-late-payment" in page and "hx-trigger" not in page

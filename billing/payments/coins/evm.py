@@ -104,7 +104,7 @@ class EvmAdapter:
             if self.w3.eth.get_transaction_receipt(txid)["status"] != 1:
                 continue  # a reverted transaction moves no value
             found.append(Found(txid, 0, addr, int(tx["value"])))
-        return BlockInfo(_hex(blk["hash"]), _hex(blk["parentHash"]), found)
+        return BlockInfo(_hex(blk["hash"]), _hex(blk["parentHash"]), found, int(blk["timestamp"]))
 
     def _token_block(self, height: int, watch_lower: dict[str, str]) -> BlockInfo:
         blk = self.w3.eth.get_block(height)
@@ -124,7 +124,7 @@ class EvmAdapter:
             found.append(Found(_hex(log["transactionHash"]), int(log["logIndex"]), addr,
                                int.from_bytes(bytes(log["data"])[:32], "big") if not isinstance(log["data"], str)
                                else int(log["data"], 16)))
-        return BlockInfo(bhash, _hex(blk["parentHash"]), found)
+        return BlockInfo(bhash, _hex(blk["parentHash"]), found, int(blk["timestamp"]))
 
     def scan(self, watch, cursor: dict | None = None, *, max_blocks: int | None = None) -> ScanResult:
         if self.w3 is None:
@@ -142,6 +142,9 @@ class EvmAdapter:
             start_height=self.start_height,
             max_blocks=max_blocks if max_blocks is not None else self.max_blocks_per_pass,
         )
+
+    def tip_time(self) -> int:
+        return int(self.w3.eth.get_block("latest")["timestamp"])
 
     def confirmed_balance(self, address: str, confirmations: int | None = None) -> int:
         """Balance (wei, or token units) at the block that has ``confirmations``

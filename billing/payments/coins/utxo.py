@@ -276,7 +276,8 @@ class UtxoAdapter:
     def _block(self, height: int) -> BlockInfo:
         h = self.rpc.call("getblockhash", height)
         blk = self.rpc.call("getblock", h, 2)
-        return BlockInfo(blk["hash"], blk.get("previousblockhash"), match_outputs(blk["tx"], self._watch))
+        return BlockInfo(blk["hash"], blk.get("previousblockhash"), match_outputs(blk["tx"], self._watch),
+                         int(blk["time"]))
 
     def scan(self, watch, cursor: dict | None = None, *, max_blocks: int | None = None) -> ScanResult:
         if self.rpc is None:
@@ -293,17 +294,59 @@ class UtxoAdapter:
             max_blocks=max_blocks if max_blocks is not None else self.max_blocks_per_pass,
         )
         if self.include_mempool:
-            in_blocks = {(t["txid"], t["n"]) for t in result.cursor["tracked"]}
-            pool = self._scan_mempool(watch)
-            for f in pool:
-                if (f.txid, f.output_index) not in in_blocks:
-                    result.payments.append(DetectedPayment(
-                        self.coin, f.txid, f.output_index, f.address, f.amount, 0, None, None))
-            pooled = {(f.txid, f.output_index) for f in pool}
-            result.reorged = [k for k in result.reorged if k not in pooled]
+            self._add_mempool(result, watch, dict((cursor or {}).get("pool") or {}))
         return result
 
-    def _scan_mempool(self, watch) -> list[Found]:
+    def tip_time(self) -> int:
+        """Timestamp of the node's best block (how far behind the node is)."""
+        return int(self.rpc.call("getblockheader", self.rpc.call("getbestblockhash"))["time"])
+
+    def _add_mempool(self, result: ScanResult, watch, pool_before: dict) -> None:
+        """0-conf payments, dated by the node's mempool entry; the ones of the last pass that
+        left the mempool without being mined are judged ``double_spent`` (an input is spent
+        elsewhere: a conflict or an RBF replacement) or ``evicted`` — only while the chain
+        is still at the height just walked (else a block may hold them: next pass)."""
+        tracked = result.cursor["tracked"]
+        in_blocks = {(t["txid"], t["n"]) for t in tracked}
+        found, current = self._scan_mempool(watch)
+        by_tx: dict[str, list[Found]] = {}
+        for f in found:
+            if (f.txid, f.output_index) not in in_blocks:
+                by_tx.setdefault(f.txid, []).append(f)
+        pool = {}
+        for txid, outputs in by_tx.items():
+            entry = pool_before.get(txid) or self._pool_entry(txid)
+            if entry is None:  # left the pool between the two calls
+                continue
+            pool[txid] = {**entry, "outputs": [f.output_index for f in outputs]}
+            result.payments.extend(DetectedPayment(self.coin, txid, f.output_index, f.address, f.amount, 0,
+                                                   chain_time=entry["time"]) for f in outputs)
+        mined = {t["txid"] for t in tracked}
+        gone = {t: e for t, e in pool_before.items() if t not in current and t not in mined}
+        if gone and self.rpc.call("getblockcount") != result.cursor["height"]:
+            pool.update(gone)  # the chain moved since the walk: judge them next pass
+        elif gone:
+            for txid, entry in gone.items():
+                reason = "double_spent" if self._any_input_spent(entry["inputs"]) else "evicted"
+                result.dropped.extend((txid, n, reason) for n in entry["outputs"])
+        result.cursor["pool"] = pool
+        pooled = {(f.txid, f.output_index) for f in found}
+        result.reorged = [k for k in result.reorged if k not in pooled]
+
+    def _pool_entry(self, txid: str) -> dict | None:
+        try:
+            entry = self.rpc.call("getmempoolentry", txid)
+            tx = self.rpc.call("getrawtransaction", txid, True)
+        except RpcError:
+            return None
+        return {"time": int(entry["time"]), "inputs": [[i["txid"], i["vout"]] for i in tx["vin"] if "txid" in i]}
+
+    def _any_input_spent(self, inputs: list) -> bool:
+        """``gettxout`` with the mempool: None when another transaction spent the output."""
+        return any(self.rpc.call("gettxout", txid, n, True) is None for txid, n in inputs)
+
+    def _scan_mempool(self, watch) -> tuple[list[Found], set[str]]:
+        """(watched outputs in the mempool, the mempool's txids)."""
         txids = self.rpc.call("getrawmempool")
         current = set(txids)
         cache = {t: v for t, v in self._mempool_cache.items() if t in current}
@@ -316,4 +359,4 @@ class UtxoAdapter:
                 continue
             cache[txid] = match_outputs([tx])  # all outputs: the watch set may grow later
         self._mempool_cache = cache
-        return [f for fs in cache.values() for f in fs if f.address in watch]
+        return [f for fs in cache.values() for f in fs if f.address in watch], current

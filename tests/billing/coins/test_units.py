@@ -226,18 +226,21 @@ def test_registry_offers_only_configured_coins():
 
 # -- the walker against an in-memory chain (no node) ---------------------------------------
 class FakeCore:
-    """getblockcount / getblockhash / getblock 2 / getrawmempool over an in-memory chain."""
+    """getblockcount / getblockhash / getblock 2 / getrawmempool / getmempoolentry / gettxout
+    over an in-memory chain."""
 
     def __init__(self):
         self.chain: list[dict] = []
         self.mempool: dict[str, dict] = {}
+        self.spent: set[tuple[str, int]] = set()
         self.add_block([])
 
     def add_block(self, txs, tag=""):
         h = len(self.chain)
         bhash = f"{h:04d}{tag}".ljust(64, "0")
         prev = self.chain[-1]["hash"] if self.chain else None
-        self.chain.append({"hash": bhash, "height": h, "previousblockhash": prev, "tx": txs})
+        self.chain.append({"hash": bhash, "height": h, "previousblockhash": prev, "tx": txs,
+                           "time": 1_700_000_000 + 600 * h})
         return bhash
 
     def call(self, method, *params):
@@ -251,6 +254,10 @@ class FakeCore:
             return list(self.mempool)
         if method == "getrawtransaction":
             return self.mempool[params[0]]
+        if method == "getmempoolentry":
+            return {"time": 1_699_999_999}
+        if method == "gettxout":
+            return None if (params[0], params[1]) in self.spent else {"value": Decimal(1)}
         raise AssertionError(method)
 
 
@@ -259,7 +266,7 @@ def tx(txid, *outs, old_style=False):
     for n, (addr, value) in enumerate(outs):
         spk = {"addresses": [addr]} if old_style else {"address": addr}
         vout.append({"n": n, "value": Decimal(value), "scriptPubKey": spk})
-    return {"txid": txid, "vout": vout}
+    return {"txid": txid, "vout": vout, "vin": [{"txid": f"funding-{txid}", "vout": 0}]}
 
 
 def test_walker_confirmations_reorg_and_old_style_addresses():
@@ -284,6 +291,27 @@ def test_walker_confirmations_reorg_and_old_style_addresses():
     assert [(p.key, p.confirmations, p.block_hash[:5]) for p in r.payments] == [(("t0", 1), 2, "0001b")]
     r = a.scan({w1, w2}, r.cursor)
     assert r.payments == [] and r.reorged == []
+
+
+def test_mempool_payments_dated_by_the_node_and_judged_when_they_leave_unmined():
+    core = FakeCore()
+    a = UtxoAdapter(Coin.BTC, ZPUB, rpc=core)
+    w = a.address_for_index(0)
+    core.mempool.update({"kept": tx("kept", (w, "1")), "conflicted": tx("conflicted", (w, "2")),
+                         "evicted": tx("evicted", (w, "3"))})
+    r = a.scan({w}, {"height": 0})
+    assert {p.txid: p.chain_time for p in r.payments} == dict.fromkeys(("kept", "conflicted", "evicted"), 1_699_999_999)
+    del core.mempool["conflicted"], core.mempool["evicted"]
+    core.spent.add(("funding-conflicted", 0))  # its input is spent by another transaction
+    r = a.scan({w}, json.loads(json.dumps(r.cursor)))
+    assert sorted(r.dropped) == [("conflicted", 0, "double_spent"), ("evicted", 0, "evicted")]
+    assert [p.txid for p in r.payments] == ["kept"] and list(r.cursor["pool"]) == ["kept"]
+    # mined instead: found in the block with the block's time, never judged dropped
+    del core.mempool["kept"]
+    core.add_block([tx("kept", (w, "1"))])
+    r = a.scan({w}, r.cursor)
+    assert r.dropped == [] and [(p.txid, p.confirmations, p.chain_time) for p in r.payments] == [
+        ("kept", 1, 1_700_000_600)]
 
 
 def test_match_outputs_is_set_lookup_and_ignores_multisig_lists():
