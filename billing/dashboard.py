@@ -19,11 +19,13 @@ from django.db.models import (
     Value,
     When,
 )
+from django.utils.translation import gettext
 
 from inventory.models import GpuSlot, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
-from .models import Invoice, JobRun, Quote
+from .models import Invoice, JobRun, PaymentReview, Quote
+from .payments.health import coins_unwell
 
 S = LeaseState
 BEAT_LATE_AFTER = timedelta(minutes=3)
@@ -176,6 +178,8 @@ class Dashboard:
     wipes: dict
     jobs: list[JobStatus]
     quotes_stuck: list
+    coins_unwell: list[tuple[str, str]] = field(default_factory=list)
+    payment_reviews: int = 0
 
     @property
     def capacity_totals(self) -> dict:
@@ -192,10 +196,17 @@ class Dashboard:
             alerts.append(f"{len(self.quotes_stuck)} quote(s) stuck in processing for over an hour")
         if self.wipes["overdue"]:
             alerts.append(f"{len(self.wipes['overdue'])} wipe(s) overdue")
+        alerts += [gettext("%(coin)s not offered to customers: %(reason)s") % {"coin": coin, "reason": reason}
+                   for coin, reason in self.coins_unwell]
+        if self.payment_reviews:
+            alerts.append(gettext("%(n)s payment review(s) wait for an operator (held, over the cap, or reversed "
+                                  "after settlement)") % {"n": self.payment_reviews})
         return alerts
 
 
 def dashboard(now: datetime) -> Dashboard:
     return Dashboard(now=now, capacity=capacity(now), revenue=revenue_this_month(now), renewals=renewals_due(now),
                      suspended=suspended_leases(now), keys_pending=keys_pending_destruction(),
-                     wipes=wipes_due(now), jobs=job_statuses(now), quotes_stuck=quotes_stuck(now))
+                     wipes=wipes_due(now), jobs=job_statuses(now), quotes_stuck=quotes_stuck(now),
+                     coins_unwell=coins_unwell(now),
+                     payment_reviews=PaymentReview.objects.filter(state=PaymentReview.State.OPEN).count())

@@ -335,9 +335,9 @@ def _advance(quote: Quote, live: list[Payment], seen_any: bool, now: datetime) -
     if sum(int(p.amount) for p in on_time if p.state == PS.CONFIRMED) >= due:
         return _settle(quote, [p for p in on_time if p.state == PS.CONFIRMED], now)
     seen = sum(int(p.amount) for p in on_time)
-    substantial = [p for p in on_time if not is_dust(quote, p)] or on_time[:1]
+    substantial = [p for p in on_time if not is_dust(quote, p)]
     if seen >= due:  # all there, waiting for confirmations: hold the order's slots meanwhile
-        _hold_invoice(quote, substantial[-1].first_seen_at + coins_config.monitoring_window())
+        _hold_invoice(quote, (substantial or on_time)[-1].first_seen_at + coins_config.monitoring_window())
         return _set_state(quote, QS.PROCESSING, QX.NONE)
     if substantial:  # dust never extends the window
         _extend_partial(quote, substantial[-1].first_seen_at)

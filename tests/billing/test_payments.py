@@ -6,7 +6,6 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from billing.lifecycle import run_lifecycle
 from billing.models import (
@@ -32,31 +31,12 @@ from billing.payments.services import (
 from billing.services import account_for, balance_top_up
 from inventory.models import Node
 from rental.models import Lease, LeaseEvent, LeaseState
-from tests.billing.payments_helpers import apply, fresh, offline_coins, paid, set_rate
+from tests.billing.payments_helpers import apply, fresh, paid, set_rate
 from tests.billing.test_lifecycle import order
 
 USD = 1_000_000  # litoshi per dollar at $100/LTC
 DUE = 65 * USD   # $65.00
 Q, X = Quote.State, Quote.Exception_
-
-
-@pytest.fixture
-def t0():
-    return timezone.now().replace(microsecond=0)
-
-
-@pytest.fixture
-def coins(db):
-    with offline_coins():
-        yield
-
-
-@pytest.fixture
-def placed(catalog, customer, coins, t0):
-    """An unpaid order (rtx-3090, one week: $65) and its LTC quote at $100/LTC."""
-    set_rate("LTC", "100", t0)
-    lease, invoice = order(customer, t0, pay=False)
-    return lease, invoice, quote_create(invoice=invoice, coin="LTC", now=t0)
 
 
 def balance(customer):
