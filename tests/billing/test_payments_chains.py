@@ -5,13 +5,14 @@ run the watch task → the invoice is paid once and the lease is provisioning.
 The chain fixtures are the session fixtures of tests/billing/coins/conftest.py (skipped
 when litecoind / anvil are not installed)."""
 import json
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
-from billing.models import CoinWallet, Invoice, Payment, Quote, WatcherCursor
+from billing.models import CoinWallet, Invoice, LedgerEntry, Payment, Quote, WatcherCursor
 from billing.payments import config as coins_config
 from billing.payments.coins.base import Coin
 from billing.payments.coins.evm import EvmAdapter
@@ -19,7 +20,7 @@ from billing.payments.coins.utxo import UtxoAdapter
 from billing.payments.services import quote_create
 from billing.tasks import watch_payments
 from rental.models import LeaseEvent, LeaseState
-from tests.billing.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
+from tests.billing.coins.conftest import anvil, free_port, litecoind  # noqa: F401 - session fixtures
 from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
 from tests.billing.test_lifecycle import order
 
@@ -84,3 +85,99 @@ def test_usdt_order_paid_on_anvil_end_to_end(anvil, usdt_token, catalog, custome
         watch_payments()
     assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
     assert fresh(lease).state == LeaseState.PROVISIONING and Payment.objects.get().confirmations == 12
+
+
+# --- issue 15 on the real node: RBF, double-spends, chain time, node health -------------------
+
+def ltc_quote(litecoind, customer, now, first_index):  # noqa: F811
+    """An order and its LTC quote at an address no other test pays (the node is shared)."""
+    set_rate("LTC", "100", now)
+    CoinWallet.objects.create(coin="LTC", next_index=first_index)
+    lease, invoice = order(customer, now, pay=False)
+    return lease, invoice, quote_create(invoice=invoice, coin="LTC", now=now)
+
+
+def rbf_payment(litecoind, address, amount, fee=Decimal("0.0001")):  # noqa: F811
+    """A BIP125-replaceable payment built from one explicit coin of the funding wallet:
+    (txid, the coin it spends)."""
+    w = litecoind.wallet
+    coin = next(u for u in w.call("listunspent", 1) if u["amount"] > amount + 1)
+    change = w.call("getrawchangeaddress", "bech32")
+    spend = [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}]
+    raw = w.call("createrawtransaction", spend, {address: amount, change: coin["amount"] - amount - fee})
+    return w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"]), coin
+
+
+def test_ltc_rbf_bump_replaces_the_payment_not_doubles_it(litecoind, catalog, customer):  # noqa: F811
+    now = timezone.now()
+    adapter = UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
+    with coins_config.use_adapters({Coin.LTC: adapter}):
+        _, invoice, quote = ltc_quote(litecoind, customer, now, 6000)
+        watch_payments()
+        old = litecoind.wallet.call("sendtoaddress", quote.address, Decimal("0.65"), "", "", False, True)
+        watch_payments()
+        entry_time = litecoind.rpc.call("getmempoolentry", old)["time"]
+        assert Payment.objects.get(txid=old).first_seen_at.timestamp() == entry_time  # the node's clock
+        new = litecoind.wallet.call("bumpfee", old)["txid"]
+        watch_payments()
+        assert Payment.objects.get(txid=old).state == Payment.State.INVALID
+        assert Payment.objects.get(txid=old).invalid_reason == "double_spent"
+        assert Payment.objects.get(txid=new).state == Payment.State.SEEN
+        assert fresh(quote).state == Quote.State.PROCESSING and int(quote.received) == 65_000_000
+        litecoind.mine(6)
+        watch_payments()
+    assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
+    assert not LedgerEntry.objects.filter(kind__in=["late_payment", "excess_payment"]).exists()
+
+
+def test_ltc_double_spent_payment_invalidates_the_quote_and_releases_the_slots(
+        litecoind, catalog, customer):  # noqa: F811
+    now = timezone.now()
+    adapter = UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
+    with coins_config.use_adapters({Coin.LTC: adapter}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 6100)
+        watch_payments()
+        paid_tx, coin = rbf_payment(litecoind, quote.address, Decimal("0.65"))
+        watch_payments()
+        assert fresh(quote).state == Quote.State.PROCESSING
+        assert fresh(invoice).expires_at > now + timedelta(hours=5)  # held while it confirms
+        # the payer spends the same coin back to themselves with a higher fee (BIP125)
+        w = litecoind.wallet
+        spend = [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}]
+        raw = w.call("createrawtransaction", spend, {w.call("getnewaddress"): coin["amount"] - Decimal("0.001")})
+        thief = w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"])
+        assert paid_tx not in litecoind.rpc.call("getrawmempool")
+        watch_payments()
+        payment = Payment.objects.get()
+        assert (payment.state, payment.invalid_reason) == (Payment.State.INVALID, "double_spent")
+        assert fresh(quote).state == Quote.State.INVALID and int(quote.received) == 0
+        assert fresh(invoice).expires_at <= quote.expires_at + timedelta(minutes=1)  # the hold is released
+        litecoind.mine(1)
+        watch_payments()  # the conflicting transaction is mined: still invalid
+        assert thief in litecoind.rpc.call("getblock", litecoind.rpc.call("getbestblockhash"))["tx"]
+        assert fresh(quote).state == Quote.State.INVALID
+    from billing.lifecycle import run_lifecycle
+
+    run_lifecycle(quote.expires_at + timedelta(seconds=1))
+    assert fresh(lease).state == LeaseState.CANCELLED and fresh(invoice).state == Invoice.State.EXPIRED
+
+
+def test_ltc_not_offered_while_its_node_is_unreachable_or_behind(litecoind, catalog, customer, settings):  # noqa: F811
+    settings.PAYMENT_NODE_MAX_TIP_AGE_MINUTES = 120
+    from billing.payments.coins.utxo import CoreRpc
+    from billing.payments.services import coins_offered
+
+    key = ltc_account_key()
+    dead = UtxoAdapter(Coin.LTC, key, network="regtest", rpc=CoreRpc(f"http://127.0.0.1:{free_port()}/", timeout=2))
+    with coins_config.use_adapters({Coin.LTC: dead}):
+        assert watch_payments()["LTC"].startswith("error: URLError")
+        assert coins_offered() == []
+    live = UtxoAdapter(Coin.LTC, key, network="regtest", rpc=litecoind.rpc)
+    with coins_config.use_adapters({Coin.LTC: live}):
+        litecoind.mine(1)
+        assert watch_payments() == {"LTC": 0}
+        tip = WatcherCursor.objects.get(coin="LTC").tip_time
+        best = litecoind.rpc.call("getblockheader", litecoind.rpc.call("getbestblockhash"))["time"]
+        assert tip.timestamp() == best
+        assert coins_offered() == [Coin.LTC]
+        assert coins_offered(tip + timedelta(minutes=121)) == []  # no new block for two hours: behind

@@ -87,7 +87,8 @@ def litecoind(tmp_path_factory):
     proc = subprocess.Popen(
         [exe, "-regtest", f"-datadir={datadir}", "-server", f"-rpcport={port}", "-rpcbind=127.0.0.1",
          "-rpcallowip=127.0.0.1", "-listen=0", "-fallbackfee=0.0001", "-printtoconsole=0",
-         "-disablewallet=0", "-dnsseed=0", "-upnp=0"],
+         "-disablewallet=0", "-dnsseed=0", "-upnp=0",
+         "-mempoolreplacement=1"],  # BIP125 as Bitcoin Core relays it (Litecoin's default is off)
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:
