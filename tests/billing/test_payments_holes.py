@@ -8,6 +8,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from billing.dashboard import dashboard
 from billing.lifecycle import run_lifecycle
@@ -295,3 +296,25 @@ def test_an_invoice_paid_from_the_balance_meanwhile_is_not_paid_twice(placed, cu
     invoice_pay_from_balance(invoice=invoice, now=t0)
     apply(quote, [paid(quote, DUE, 6)], t0 + timedelta(minutes=2))
     assert credits(LedgerEntry.Kind.EXCESS_PAYMENT) == [6500]
+
+
+def test_operator_decides_reviews_in_the_admin(placed, customer, operator, client, t0):
+    from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+
+    _, _, quote = placed
+    expire(quote, t0 + timedelta(minutes=31))
+    apply(quote, [paid(quote, DUE, 6)], t0 + timedelta(hours=3))  # no fresh rate: held
+    apply(quote, [paid(quote, 2 * USD, 6)], t0 + timedelta(hours=3))
+    held, other = PaymentReview.objects.order_by("pk")
+    set_rate("LTC", "100", timezone.now())
+    client.force_login(operator)
+    url = "/admin/billing/paymentreview/"
+    assert client.get(url).status_code == 200
+    page = client.post(url, {"action": "credit_reviews", ACTION_CHECKBOX_NAME: [held.pk]})
+    assert page.status_code == 200 and "I checked the payment on the chain" in page.content.decode()
+    client.post(url, {"action": "credit_reviews", ACTION_CHECKBOX_NAME: [held.pk], "post": "yes", "confirm": "on"})
+    assert fresh(held).state == R.State.CREDITED and balance(customer) == 6500
+    client.post(url, {"action": "close_reviews", ACTION_CHECKBOX_NAME: [other.pk], "post": "yes",
+                      "reason": "customer asked for a refund, sent on-chain"})
+    assert fresh(other).state == R.State.CLOSED and fresh(other).decided_by == operator
+    assert balance(customer) == 6500
