@@ -7,7 +7,15 @@ from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
 
-from bip_utils import Bip39SeedGenerator, Bip44, Bip44Coins, Bip84, Bip84Coins
+from bip_utils import (
+    Base58Decoder,
+    Base58Encoder,
+    Bip39SeedGenerator,
+    Bip44,
+    Bip44Coins,
+    Bip84,
+    Bip84Coins,
+)
 
 from billing.models import CoinRate, Quote
 from billing.payments import config as coins_config
@@ -22,8 +30,10 @@ _txids = itertools.count(1)
 
 
 def ltc_account_key() -> str:
+    """The BIP84 account key as a vpub (SLIP-132: native SegWit on a test network)."""
     seed = Bip39SeedGenerator(MNEMONIC).Generate()
-    return Bip84.FromSeed(seed, Bip84Coins.LITECOIN_TESTNET).Purpose().Coin().Account(0).PublicKey().ToExtended()
+    ttub = Bip84.FromSeed(seed, Bip84Coins.LITECOIN_TESTNET).Purpose().Coin().Account(0).PublicKey().ToExtended()
+    return Base58Encoder.CheckEncode(bytes.fromhex("045f1cf6") + Base58Decoder.CheckDecode(ttub)[4:])
 
 
 def eth_account_key() -> str:

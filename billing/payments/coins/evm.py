@@ -24,7 +24,7 @@ from bip_utils import EthAddrEncoder
 from web3 import Web3
 
 from .base import COIN_SPECS, Coin, ScanResult
-from .utxo import parse_account_xpub
+from .keys import parse_account_xpub
 from .walker import BlockInfo, Found, walk
 
 TRANSFER_TOPIC = "0x" + Web3.keccak(text="Transfer(address,address,uint256)").hex().removeprefix("0x")

@@ -4,7 +4,8 @@ admin settings). A coin whose config is missing is simply not offered.
 Keys (all optional):
 
 =====================  =====================================================================
-BTC_XPUB, LTC_XPUB     account xpub/zpub (BIP84 m/84'/coin'/0'); with BTC_RPC_URL / LTC_RPC_URL
+BTC_XPUB, LTC_XPUB     account key (xpub=P2PKH, ypub/Mtub=P2SH-P2WPKH, zpub=P2WPKH) or a
+                       descriptor pkh(K/0/*), sh(wpkh(K/0/*)), wpkh(K/0/*); with BTC_RPC_URL
 BTC_RPC_URL            Core JSON-RPC URL (``http://user:pass@host:8332/``) ...
 BTC_RPC_COOKIE         ... or the node's ``.cookie`` file (same for LTC_*)
 BTC_NETWORK            main (default) / test / signet / regtest (same for LTC_NETWORK)

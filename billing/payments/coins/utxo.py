@@ -1,20 +1,16 @@
-"""BTC and LTC: BIP84 watch-only addresses and a Core-RPC block-scanning watcher.
+"""BTC and LTC: watch-only addresses and a Core-RPC block-scanning watcher.
 
-Addresses: native SegWit P2WPKH from an *account-level* extended public key (BIP84
-``m/84'/coin'/account'``), receive chain ``0/i``. Derivation with bip-utils; encoding with
-python-bitcoinlib's ``segwit_addr.encode(hrp, 0, hash160)`` per coin, so python-bitcoinlib's
-process-global ``SelectParams`` is never touched.
-
-Accepted key prefixes (the version bytes only say which network; the derivation is the
-same): xpub/ypub/zpub/Ypub/Zpub (Bitcoin mainnet), tpub/upub/vpub/Upub/Vpub (testnets and
-regtest), Ltub/Mtub (Litecoin mainnet), ttub (Litecoin testnet). A mainnet key on a
-test network (or the reverse) is refused, and so are private keys (xprv ...): the server
-is watch-only.
+Addresses: P2PKH, P2SH-P2WPKH or P2WPKH as the operator's key says — an account key's
+SLIP-132 prefix (xpub/ypub/zpub, Ltub/Mtub, tpub/upub/vpub, ttub) or an output descriptor
+(``pkh``/``sh(wpkh)``/``wpkh``); see ``keys``. Derivation with bip-utils; no process-global
+network parameters are touched.
 
 Detection: ``getblockhash``/``getblock <hash> 2`` from the cursor's height to the tip,
 matching each output's address (``scriptPubKey.address``, or the older ``addresses``
 list) with a set lookup; plus ``getrawmempool`` + ``getrawtransaction <txid> true`` for
-0-confirmation payments. No wallet is needed on the node.
+0-confirmation payments, dated by ``getmempoolentry``; a payment that leaves the mempool
+unmined is judged with ``gettxout`` on its inputs (double-spent / replaced, or evicted).
+No wallet is needed on the node.
 
 Gap limit: see ``gap_warning``.
 """
@@ -30,75 +26,12 @@ import urllib.request
 from decimal import Decimal, localcontext
 from typing import Any
 
-from bip_utils import Base58Decoder, Bip32KeyNetVersions, Bip32Secp256k1
-from bitcoin.core import Hash160
-from bitcoin.segwit_addr import encode as segwit_encode
-
 from .amounts import format_amount
 from .base import COIN_SPECS, Coin, DetectedPayment, ScanResult
+from .keys import NETWORKS, parse_receive_key
 from .walker import BlockInfo, Found, walk
 
-# version bytes of extended *public* keys -> is_mainnet
-_PUB_VERSIONS: dict[bytes, bool] = {
-    bytes.fromhex(h): main
-    for h, main in [
-        ("0488b21e", True),   # xpub
-        ("049d7cb2", True),   # ypub
-        ("04b24746", True),   # zpub
-        ("0295b43f", True),   # Ypub
-        ("02aa7ed3", True),   # Zpub
-        ("019da462", True),   # Ltub
-        ("01b26ef6", True),   # Mtub
-        ("043587cf", False),  # tpub
-        ("044a5262", False),  # upub
-        ("045f1cf6", False),  # vpub
-        ("024289ef", False),  # Upub
-        ("02575483", False),  # Vpub
-        ("0436f6e1", False),  # ttub
-    ]
-}
-_PRIV_PREFIXES = ("xprv", "yprv", "zprv", "Yprv", "Zprv", "tprv", "uprv", "vprv", "Ltpv", "Mtpv", "ttpv")
-
-# coin -> network -> (bech32 hrp, is_mainnet)
-HRPS: dict[Coin, dict[str, tuple[str, bool]]] = {
-    Coin.BTC: {"main": ("bc", True), "test": ("tb", False), "signet": ("tb", False), "regtest": ("bcrt", False)},
-    Coin.LTC: {"main": ("ltc", True), "test": ("tltc", False), "regtest": ("rltc", False)},
-}
 URI_SCHEMES = {Coin.BTC: "bitcoin", Coin.LTC: "litecoin"}
-
-
-def parse_account_xpub(xpub: str, mainnet: bool | None) -> Bip32Secp256k1:
-    """Parse an account-level extended public key whatever its SLIP-132 prefix.
-
-    ``mainnet=None`` accepts either network (Ethereum keys carry no network).
-    """
-    xpub = xpub.strip()
-    if xpub.startswith(_PRIV_PREFIXES):
-        raise ValueError("an extended PRIVATE key was given; configure the account xpub/zpub only")
-    try:
-        raw = Base58Decoder.CheckDecode(xpub)
-    except Exception as exc:
-        raise ValueError(f"not a valid extended public key: {exc}") from None
-    if len(raw) != 78:
-        raise ValueError("not a valid extended public key (length)")
-    version = raw[:4]
-    if version not in _PUB_VERSIONS:
-        raise ValueError(f"unknown or private extended key version {version.hex()}")
-    if mainnet is not None and _PUB_VERSIONS[version] != mainnet:
-        net = "mainnet" if _PUB_VERSIONS[version] else "testnet"
-        raise ValueError(f"{net} extended key given for a {'mainnet' if mainnet else 'test'} network")
-    key = Bip32Secp256k1.FromExtendedKey(
-        xpub, key_net_ver=Bip32KeyNetVersions(version, bytes.fromhex("04358394"))
-    )
-    if key.Depth() != 3:
-        raise ValueError(
-            f"expected an account-level key (depth 3, m/84'/coin'/account'), got depth {key.Depth()}"
-        )
-    return key
-
-
-def p2wpkh_address(hrp: str, pubkey33: bytes) -> str:
-    return segwit_encode(hrp, 0, Hash160(pubkey33))
 
 
 def gap_warning(highest_used_index: int | None, highest_issued_index: int | None, limit: int = 20) -> bool:
@@ -243,7 +176,7 @@ class UtxoAdapter:
         max_blocks_per_pass: int | None = None,
     ):
         self.coin = Coin(coin)
-        if self.coin not in HRPS:
+        if self.coin not in NETWORKS:
             raise ValueError(f"{coin} is not a UTXO coin")
         spec = COIN_SPECS[self.coin]
         self.decimals = spec.decimals
@@ -251,8 +184,8 @@ class UtxoAdapter:
             spec.required_confirmations if required_confirmations is None else required_confirmations
         )
         self.network = network
-        self.hrp, mainnet = HRPS[self.coin][network]
-        self._receive = parse_account_xpub(xpub, mainnet).ChildKey(0)
+        self.net = NETWORKS[self.coin][network]
+        self._receive = parse_receive_key(xpub, self.coin, self.net)
         self.rpc = rpc
         self.start_height = start_height
         self.include_mempool = include_mempool
@@ -260,10 +193,12 @@ class UtxoAdapter:
         self._mempool_cache: dict[str, list[Found]] = {}
 
     # -- addresses and URIs ------------------------------------------------------------
+    @property
+    def address_type(self) -> str:
+        return str(self._receive.type)
+
     def address_for_index(self, i: int) -> str:
-        if not 0 <= i < 2**31:
-            raise ValueError("index must be a non-hardened index 0 <= i < 2**31")
-        return p2wpkh_address(self.hrp, self._receive.ChildKey(i).PublicKey().RawCompressed().ToBytes())
+        return self._receive.address(i, self.net)
 
     def payment_uri(self, address: str, amount_base_units: int, label: str | None = None) -> str:
         """BIP21: ``bitcoin:<addr>?amount=<coins>&label=<label>``."""

@@ -26,9 +26,10 @@ from billing.payments.coins import (
 )
 from billing.payments.coins.amounts import parse_amount
 from billing.payments.coins.evm import EvmAdapter
+from billing.payments.coins.keys import parse_account_xpub
 from billing.payments.coins.rates import ChainedRates, RateUnavailable, require_fresh
 from billing.payments.coins.registry import build_adapters
-from billing.payments.coins.utxo import UtxoAdapter, gap_warning, match_outputs, parse_account_xpub
+from billing.payments.coins.utxo import UtxoAdapter, gap_warning, match_outputs
 
 ZPUB = "zpub6rFR7y4Q2AijBEqTUquhVz398htDFrtymD9xYYfG1m4wAcvPhXNfE3EfH1r1ADqtfSdVCToUG868RvUUkgDKf31mGDtKsAYz2oz2AGutZYs"
 ETH_XPUB = "xpub6DCoCpSuQZB2jawqnGMEPS63ePKWkwWPH4TU45Q7LPXWuNd8TMtVxRrgjtEshuqpK3mdhaWHPFsBngh5GFZaM6si3yZdUsT8ddYM3PwnATt"
@@ -49,13 +50,17 @@ def test_bip84_vectors():
         assert a.address_for_index(i) == addr
 
 
-def test_xpub_prefix_variants_same_addresses():
-    xpub = reversion(ZPUB, "0488b21e")
-    assert xpub.startswith("xpub")
-    assert UtxoAdapter(Coin.BTC, xpub).address_for_index(1) == BIP84_VECTORS[1]
-    # the same key on regtest under vpub/tpub: same hash160, bcrt hrp
-    vpub = reversion(ZPUB, "045f1cf6")
-    reg = UtxoAdapter(Coin.BTC, vpub, network="regtest").address_for_index(0)
+def test_prefix_names_the_address_type_and_descriptors_override_it():
+    """A BIP44 xpub is P2PKH, a ypub P2SH-P2WPKH, a zpub P2WPKH (never silently BIP84)."""
+    xpub, ypub = reversion(ZPUB, "0488b21e"), reversion(ZPUB, "049d7cb2")
+    legacy = UtxoAdapter(Coin.BTC, xpub).address_for_index(1)
+    nested = UtxoAdapter(Coin.BTC, ypub).address_for_index(1)
+    assert legacy.startswith("1") and nested.startswith("3")
+    assert UtxoAdapter(Coin.BTC, f"wpkh({xpub}/0/*)").address_for_index(1) == BIP84_VECTORS[1]
+    assert UtxoAdapter(Coin.BTC, f"pkh([73c5da0a/44'/0'/0']{xpub}/0/*)#abcdefgh").address_for_index(1) == legacy
+    assert UtxoAdapter(Coin.BTC, f"sh(wpkh({xpub}/0/*))").address_for_index(1) == nested
+    # the same key on regtest under vpub: same hash160, bcrt hrp
+    reg = UtxoAdapter(Coin.BTC, reversion(ZPUB, "045f1cf6"), network="regtest").address_for_index(0)
     from bitcoin.segwit_addr import decode
 
     assert reg.startswith("bcrt1q")
@@ -63,25 +68,37 @@ def test_xpub_prefix_variants_same_addresses():
 
 
 def test_ltc_prefixes():
-    ltub = reversion(LTC_ZPUB, "019da462")
-    a = UtxoAdapter(Coin.LTC, ltub).address_for_index(0)
-    b = UtxoAdapter(Coin.LTC, LTC_ZPUB).address_for_index(0)
-    assert a == b and a.startswith("ltc1q")
-    assert UtxoAdapter(Coin.LTC, reversion(LTC_ZPUB, "0436f6e1"), network="test").address_for_index(0).startswith("tltc1q")
+    ltub, mtub = reversion(LTC_ZPUB, "019da462"), reversion(LTC_ZPUB, "01b26ef6")
+    assert UtxoAdapter(Coin.LTC, LTC_ZPUB).address_for_index(0).startswith("ltc1q")
+    assert UtxoAdapter(Coin.LTC, ltub).address_for_index(0).startswith("L")
+    assert UtxoAdapter(Coin.LTC, mtub).address_for_index(0).startswith("M")
+    assert UtxoAdapter(Coin.LTC, f"wpkh({ltub}/0/*)").address_for_index(0) == UtxoAdapter(
+        Coin.LTC, LTC_ZPUB).address_for_index(0)
+    ttub = reversion(LTC_ZPUB, "0436f6e1")
+    assert UtxoAdapter(Coin.LTC, f"wpkh({ttub}/0/*)", network="test").address_for_index(0).startswith("tltc1q")
 
 
-def test_refuses_private_wrong_network_and_wrong_depth():
+def test_refuses_private_wrong_network_other_coin_multisig_and_wrong_depth():
     with pytest.raises(ValueError, match="PRIVATE"):
         parse_account_xpub("xprv9s21ZrQH143K3GJpoapnV8SFfukcVBSfeCficPSGfubmSFDxo1kuHnLisriDvSnRRuL2Qrg5ggqHKNVpxR86QEC8w35uxmGoggxtQTPvfUu", True)
     with pytest.raises(ValueError, match="testnet"):
         UtxoAdapter(Coin.BTC, reversion(ZPUB, "045f1cf6"), network="main")
     with pytest.raises(ValueError, match="mainnet"):
         UtxoAdapter(Coin.LTC, LTC_ZPUB, network="regtest")
+    with pytest.raises(ValueError, match="a LTC key was given for BTC"):
+        UtxoAdapter(Coin.BTC, reversion(LTC_ZPUB, "019da462"))
+    with pytest.raises(ValueError, match="a LTC key was given for BTC"):
+        UtxoAdapter(Coin.BTC, f"wpkh({reversion(LTC_ZPUB, '01b26ef6')}/0/*)")
+    with pytest.raises(ValueError, match="multisig"):
+        UtxoAdapter(Coin.BTC, reversion(ZPUB, "02aa7ed3"))
+    with pytest.raises(ValueError, match="unsupported descriptor"):
+        UtxoAdapter(Coin.BTC, f"tr({ZPUB}/0/*)")
     from bip_utils import Bip32Secp256k1
 
     master_pub = Bip32Secp256k1.FromSeed(bytes(32)).PublicKey().ToExtended()
     with pytest.raises(ValueError, match="depth"):
         UtxoAdapter(Coin.BTC, master_pub)
+    assert UtxoAdapter(Coin.BTC, f"pkh({master_pub}/44/0/0/*)").address_for_index(0).startswith("1")
 
 
 def test_eth_derivation_checksummed():
