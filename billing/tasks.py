@@ -46,3 +46,16 @@ def watch_payments(coins: list[str] | None = None) -> dict[str, int | str]:
             result[coin] = f"error: {exc.__class__.__name__}: {exc}"[:200]
     JobRun.objects.filter(name="watch_payments").update(last_finished_at=timezone.now(), last_result=result)
     return result
+
+
+@shared_task(name="billing.refresh_rates", acks_late=True)
+def refresh_rates() -> dict[str, str]:
+    """Coin rates from the operator's price sources (median), recorded in JobRun."""
+    from .payments.pricing import rates_refresh
+    from .payments.services import coins_watched
+
+    started = timezone.now()
+    JobRun.objects.update_or_create(name="refresh_rates", defaults={"last_started_at": started})
+    result = rates_refresh(coins=coins_watched(), now=started)
+    JobRun.objects.filter(name="refresh_rates").update(last_finished_at=timezone.now(), last_result=result)
+    return result

@@ -248,6 +248,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "lifecycle": {"task": "billing.lifecycle_tick", "schedule": 60.0, "options": {"expires": 55}},
     "watch_payments": {"task": "billing.watch_payments", "schedule": 30.0, "options": {"expires": 25}},
+    "refresh_rates": {"task": "billing.refresh_rates", "schedule": 60.0, "options": {"expires": 55}},  # issue 15
 }
 PAYMENT_WINDOW_MINUTES = int(os.environ.get("PAYMENT_WINDOW_MINUTES", "30"))
 # --- issue 15: payments never lose money nor hold stock for a payment that will not come ---
@@ -265,6 +266,12 @@ PAYMENT_NODE_MAX_TIP_AGE_MINUTES = int(os.environ.get("PAYMENT_NODE_MAX_TIP_AGE_
 # only that many confirmations (e.g. "10000:1,100000:3"; larger quotes need the coin's
 # <COIN>_CONFIRMATIONS, which is also the most any quote needs). Empty: always the coin's.
 PAYMENT_SPEED_POLICY = os.environ.get("PAYMENT_SPEED_POLICY", "")
+# Price sources: JSON list of {"name", "url", "path"[, "time_path"]}, {coin}/{coin_lower}
+# filled in; the median of those answering with a rate younger than RATE_MAX_AGE_MINUTES,
+# if at least PRICE_SOURCES_MIN answer, becomes the coin's rate every minute (a fresh
+# hand-set rate stays). Empty: rates are set by hand only.
+PRICE_SOURCES = os.environ.get("PRICE_SOURCES", "")
+PRICE_SOURCES_MIN = int(os.environ.get("PRICE_SOURCES_MIN", "1"))
 HOST_AGENT = os.environ.get("HOST_AGENT", "rental.agent.FakeAgent")
 HOST_AGENT_FAKE_DELAY = int(os.environ.get("HOST_AGENT_FAKE_DELAY", "180"))
 

@@ -134,3 +134,19 @@ def stable_peg(coin: str):
     from decimal import Decimal
 
     return Decimal(str(setting(f"{coin}_PEG_USD", "1")))
+
+
+def price_sources() -> list[dict]:
+    """``PRICE_SOURCES``: a JSON list of {"name", "url", "path"[, "time_path"]} (``{coin}``
+    and ``{coin_lower}`` are filled in); empty: rates are set by hand only."""
+    import json
+
+    raw = setting("PRICE_SOURCES", "")
+    if isinstance(raw, (list, tuple)):
+        return list(raw)
+    return json.loads(raw) if str(raw).strip() else []
+
+
+def price_sources_min() -> int:
+    """How many sources must answer with a fresh rate before the median is used."""
+    return int(setting("PRICE_SOURCES_MIN", 1))

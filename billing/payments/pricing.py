@@ -2,16 +2,22 @@
 peg; stale rates refused) and base units → USD cents, always rounded down."""
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from decimal import ROUND_FLOOR, Decimal, localcontext
 
+from django.db import transaction
 from django.utils.translation import gettext
 
 from ..models import CoinRate
 from ..services import BillingError
 from . import config
 from .coins.base import Coin
-from .coins.rates import Rate, is_stale
+from .coins.rates import HttpJsonSource, Rate, RateUnavailable, is_stale, median_rate
+
+log = logging.getLogger("billing.payments")
+#: what an operator's hand-set rate is called; a fresh one is never overwritten by the feeds
+MANUAL_SOURCE = "operator"
 
 
 class PaymentError(BillingError):
@@ -47,3 +53,33 @@ def cents_at(base_units: int, usd_per_coin: Decimal, coin: str) -> int:
         ctx.prec = 80
         cents = Decimal(base_units) * Decimal(usd_per_coin) * 100 / Decimal(10) ** Coin(coin).decimals
         return int(cents.to_integral_value(rounding=ROUND_FLOOR))
+
+
+@transaction.atomic
+def rates_refresh(*, coins, now: datetime) -> dict[str, str]:
+    """Each coin's median over the operator's price sources (``PRICE_SOURCES``), stored as
+    its rate. A fresh rate set by hand stays (manual override); stablecoins keep their peg
+    unless a rate is set. Returns what happened per coin."""
+    sources = [HttpJsonSource(**spec) for spec in config.price_sources()]
+    if not sources:
+        return {}
+    done = {}
+    for coin in (Coin(c) for c in coins):
+        if coin.spec.stablecoin:
+            continue
+        row = CoinRate.objects.filter(coin=coin).first()
+        if row and row.source == MANUAL_SOURCE and not is_stale(
+                Rate(coin, row.usd_per_coin, row.source, row.set_at), now, config.rate_max_age()):
+            done[str(coin)] = "manual rate kept"
+            continue
+        try:
+            median = median_rate(sources, coin, now, config.rate_max_age(), config.price_sources_min())
+        except RateUnavailable as exc:
+            log.warning("no %s rate from the price sources: %s", coin, exc)
+            done[str(coin)] = f"error: {exc}"[:300]
+            continue
+        value = median.rate.usd_per_coin.quantize(Decimal("0.00000001"))
+        CoinRate.objects.update_or_create(coin=coin, defaults={
+            "usd_per_coin": value, "source": median.rate.source, "set_at": median.rate.at})
+        done[str(coin)] = f"{value} from {len(median.used)} source(s)"
+    return done

@@ -60,7 +60,7 @@ from .coins.base import Coin, DetectedPayment, ScanResult
 from .coins.utxo import gap_warning
 from .credits import auto_credited_cents, credit_extra_payment, credit_or_hold, payment_reversed
 from .health import coin_health, coin_health_record
-from .pricing import PaymentError, cents_at, rate_for
+from .pricing import MANUAL_SOURCE, PaymentError, cents_at, rate_for
 
 log = logging.getLogger("billing.payments")
 
@@ -533,7 +533,7 @@ def _reorder(invoice: Invoice, customer, now: datetime) -> Invoice:
 # --- operator rates -------------------------------------------------------------------------
 
 @transaction.atomic
-def coin_rate_set(*, coin: str, usd_per_coin: Decimal, actor, now: datetime, source: str = "operator") -> CoinRate:
+def coin_rate_set(*, coin: str, usd_per_coin: Decimal, actor, now: datetime, source: str = MANUAL_SOURCE) -> CoinRate:
     """An operator sets a coin's rate (USD per whole coin); dated now, audited."""
     from inventory.services import audit_record
 
@@ -541,7 +541,7 @@ def coin_rate_set(*, coin: str, usd_per_coin: Decimal, actor, now: datetime, sou
     if isinstance(usd_per_coin, float) or Decimal(usd_per_coin) <= 0:
         raise PaymentError(gettext("A rate is a positive decimal number of USD per coin."))
     rate, _ = CoinRate.objects.update_or_create(coin=coin, defaults={
-        "usd_per_coin": Decimal(usd_per_coin), "source": source or "operator", "set_at": now})
+        "usd_per_coin": Decimal(usd_per_coin), "source": source or MANUAL_SOURCE, "set_at": now})
     audit_record(actor=actor, action="coin_rate_set", obj=rate,
                  detail={"coin": str(coin), "usd_per_coin": str(usd_per_coin), "source": rate.source})
     return rate
