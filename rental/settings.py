@@ -266,6 +266,10 @@ PAYMENT_NODE_MAX_TIP_AGE_MINUTES = int(os.environ.get("PAYMENT_NODE_MAX_TIP_AGE_
 # only that many confirmations (e.g. "10000:1,100000:3"; larger quotes need the coin's
 # <COIN>_CONFIRMATIONS, which is also the most any quote needs). Empty: always the coin's.
 PAYMENT_SPEED_POLICY = os.environ.get("PAYMENT_SPEED_POLICY", "")
+# A quote gets at least this long even at the end of an order's window (slots held so long).
+PAYMENT_QUOTE_MIN_MINUTES = int(os.environ.get("PAYMENT_QUOTE_MIN_MINUTES", "10"))
+# New quotes (fresh receive addresses) one customer may ask for per hour.
+QUOTES_PER_CUSTOMER_PER_HOUR = int(os.environ.get("QUOTES_PER_CUSTOMER_PER_HOUR", "20"))
 # Price sources: JSON list of {"name", "url", "path"[, "time_path"]}, {coin}/{coin_lower}
 # filled in; the median of those answering with a rate younger than RATE_MAX_AGE_MINUTES,
 # if at least PRICE_SOURCES_MIN answer, becomes the coin's rate every minute (a fresh

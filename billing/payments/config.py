@@ -83,6 +83,16 @@ def quote_window() -> timedelta:
     return timedelta(minutes=int(setting("PAYMENT_WINDOW_MINUTES", 30)))
 
 
+def quote_min_window() -> timedelta:
+    """The least time a customer gets to pay a quote, even at the end of an order's window."""
+    return timedelta(minutes=int(setting("PAYMENT_QUOTE_MIN_MINUTES", 10)))
+
+
+def quotes_per_hour() -> int:
+    """New quotes (fresh addresses) one customer may ask for per hour."""
+    return int(setting("QUOTES_PER_CUSTOMER_PER_HOUR", 20))
+
+
 def rate_max_age() -> timedelta:
     return timedelta(minutes=int(setting("RATE_MAX_AGE_MINUTES", 15)))
 

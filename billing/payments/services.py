@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
@@ -104,17 +104,38 @@ def quote_create(*, invoice: Invoice, coin: str, now: datetime) -> Quote:
     reusable = invoice.quotes.filter(coin=coin, state=QS.NEW, expires_at__gt=now).first()
     if reusable is not None:
         return reusable
+    _check_quote_rate_limit(invoice.customer_id, now)
     rate = rate_for(coin, now)
     amount = usd_cents_to_base_units(invoice.amount_cents, rate.usd_per_coin, coin=coin)
     address, index, reference = _receive_address(adapter, coin)
-    window_end = now + coins_config.quote_window()
-    return Quote.objects.create(
+    quote = Quote.objects.create(
         invoice=invoice, coin=coin, address=address, derivation_index=index, reference=reference,
         amount=amount, usd_cents=invoice.amount_cents, rate_usd_per_coin=rate.usd_per_coin,
         rate_source=rate.source, rate_at=rate.at, created_at=now,
         uri=adapter.payment_uri(reference or address, amount, label=f"Invoice {invoice.pk}"),
-        expires_at=min(invoice.expires_at, window_end) if invoice.expires_at else window_end,
+        expires_at=_quote_expiry(invoice, now),
     )
+    _hold_invoice(quote, quote.expires_at)
+    return quote
+
+
+def _quote_expiry(invoice: Invoice, now: datetime) -> datetime:
+    """A full window, within the order's; but never less than the minimum window, so a quote
+    taken at the end of an order's window can still be paid (the slots are held that
+    much longer, once: bounded from the invoice's creation)."""
+    window_end = now + coins_config.quote_window()
+    if not invoice.expires_at:
+        return window_end
+    floor = min(now + coins_config.quote_min_window(),
+                invoice.created_at + coins_config.quote_window() + coins_config.quote_min_window())
+    return max(min(invoice.expires_at, window_end), floor)
+
+
+def _check_quote_rate_limit(customer_id: int, now: datetime) -> None:
+    recent = Quote.objects.filter(invoice__customer_id=customer_id, created_at__gt=now - timedelta(hours=1)).count()
+    if recent >= coins_config.quotes_per_hour():
+        raise PaymentError(gettext("You asked for many payment addresses in the last hour; please pay one of your "
+                                   "open quotes, or try again later."))
 
 
 def _coin(coin: str) -> Coin:
@@ -127,12 +148,22 @@ def _coin(coin: str) -> Coin:
 def _receive_address(adapter, coin: Coin) -> tuple[str, int | None, str]:
     """(address, derivation index, Solana Pay reference)."""
     if coin is Coin.XMR:
-        address, index = adapter.create_address()
+        try:
+            address, index = adapter.create_address()
+        except (OSError, RuntimeError, ValueError) as exc:  # wallet-rpc down, refusing, or answering nonsense
+            log.error("XMR: monero-wallet-rpc could not create a subaddress: %s", exc)
+            raise PaymentError(gettext("We cannot create a Monero address right now; please pay with another coin "
+                                       "or try again in a few minutes.")) from None
         return address, index, ""
     if coin is Coin.SOL:
         return adapter.merchant, None, adapter.address_for_index(0)
     wallet = CoinWallet.objects.get_or_create(coin=coins_config.wallet_coin(coin))[0]
     wallet = CoinWallet.objects.select_for_update().get(pk=wallet.pk)
+    if wallet.next_index - wallet.highest_paid_index > coins_config.gap_limit():
+        log.error("%s: %d unpaid addresses past the last paid one: not issuing more (the operator's wallet would "
+                  "not see them)", wallet.coin, wallet.next_index - 1 - wallet.highest_paid_index)
+        raise PaymentError(gettext("Too many %(coin)s payment addresses are waiting for payment right now; please "
+                                   "pay with another coin or try again later.") % {"coin": coin})
     CoinWallet.objects.filter(pk=wallet.pk).update(next_index=F("next_index") + 1)
     wallet.next_index += 1
     if wallet_gap_exceeded(wallet):

@@ -318,3 +318,53 @@ def test_operator_decides_reviews_in_the_admin(placed, customer, operator, clien
                       "reason": "customer asked for a refund, sent on-chain"})
     assert fresh(other).state == R.State.CLOSED and fresh(other).decided_by == operator
     assert balance(customer) == 6500
+
+
+# --- 9. quote limits ----------------------------------------------------------------------------
+
+def test_quotes_are_rate_limited_per_customer(catalog, customer, other_customer, coins, t0, settings):
+    settings.QUOTES_PER_CUSTOMER_PER_HOUR = 2
+    set_rate("LTC", "100", t0)
+    invoices = [order(customer, t0, pay=False)[1] for _ in range(3)]
+    quote_create(invoice=invoices[0], coin="LTC", now=t0)
+    quote_create(invoice=invoices[1], coin="LTC", now=t0)
+    assert quote_create(invoice=invoices[1], coin="LTC", now=t0).pk  # the open quote again: no new address
+    with pytest.raises(PaymentError, match="many payment addresses"):
+        quote_create(invoice=invoices[2], coin="USDT", now=t0)
+    _, theirs = order(other_customer, t0, pay=False)
+    assert quote_create(invoice=theirs, coin="LTC", now=t0)  # others are not limited by it
+
+
+def test_no_address_past_the_wallets_gap_limit(catalog, customer, coins, t0):
+    from billing.models import CoinWallet
+
+    set_rate("LTC", "100", t0)
+    CoinWallet.objects.create(coin="LTC", next_index=20, highest_paid_index=-1)  # 0..19 unpaid
+    _, invoice = order(customer, t0, pay=False)
+    with pytest.raises(PaymentError, match="Too many LTC payment addresses"):
+        quote_create(invoice=invoice, coin="LTC", now=t0)
+    assert CoinWallet.objects.get(coin="LTC").next_index == 20
+    CoinWallet.objects.filter(coin="LTC").update(highest_paid_index=3)  # a payment to index 3 arrived
+    assert quote_create(invoice=invoice, coin="LTC", now=t0).derivation_index == 20
+
+
+def test_a_quote_taken_late_in_the_order_window_still_gets_the_minimum(catalog, customer, coins, t0, settings):
+    settings.PAYMENT_QUOTE_MIN_MINUTES = 10
+    set_rate("LTC", "100", t0 + timedelta(minutes=28))
+    _, invoice = order(customer, t0, pay=False)
+    quote = quote_create(invoice=invoice, coin="LTC", now=t0 + timedelta(minutes=28))
+    assert quote.expires_at == t0 + timedelta(minutes=38) == fresh(invoice).expires_at
+
+
+def test_a_monero_wallet_rpc_error_is_a_message_not_a_500(catalog, customer, client, t0):
+    from billing.payments.coins.monero import MoneroAdapter, MoneroWalletRpc
+    from tests.billing.coins.conftest import free_port
+
+    set_rate("XMR", "150", timezone.now())
+    _, invoice = order(customer, timezone.now(), pay=False)
+    down = MoneroAdapter(MoneroWalletRpc(f"http://127.0.0.1:{free_port()}/json_rpc", timeout=2))
+    client.force_login(customer)
+    with coins_config.use_adapters({Coin.XMR: down}):
+        page = client.post(f"/pay/invoice/{invoice.pk}/", {"coin": "XMR"}, follow=True)
+    assert page.status_code == 200 and "cannot create a Monero address right now" in page.content.decode()
+    assert not Quote.objects.exists()
