@@ -30,7 +30,7 @@ CONTRACT = json.loads((Path(__file__).parent / "coins" / "contracts" / "TestUSD.
 def test_ltc_order_paid_on_regtest_end_to_end(litecoind, catalog, customer):  # noqa: F811
     now = timezone.now()
     set_rate("LTC", "100", now)
-    CoinWallet.objects.create(coin="LTC", next_index=5000)  # clear of the adapter tests' addresses
+    CoinWallet.objects.create(coin="LTC", next_index=5000, highest_paid_index=5000 - 1)  # clear of the adapter tests' addresses
     adapter = UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
     with coins_config.use_adapters({Coin.LTC: adapter}):
         lease, invoice = order(customer, now, pay=False)
@@ -70,7 +70,7 @@ def usdt_token(anvil):  # noqa: F811
 
 def test_usdt_order_paid_on_anvil_end_to_end(anvil, usdt_token, catalog, customer):  # noqa: F811
     w3, now = anvil, timezone.now()
-    CoinWallet.objects.create(coin="ETH", next_index=5000)
+    CoinWallet.objects.create(coin="ETH", next_index=5000, highest_paid_index=5000 - 1)
     adapter = EvmAdapter(Coin.USDT, eth_account_key(), w3=w3, chain_id=31337, token=usdt_token.address)
     with coins_config.use_adapters({Coin.USDT: adapter}):
         lease, invoice = order(customer, now, pay=False)
@@ -92,7 +92,7 @@ def test_usdt_order_paid_on_anvil_end_to_end(anvil, usdt_token, catalog, custome
 def ltc_quote(litecoind, customer, now, first_index):  # noqa: F811
     """An order and its LTC quote at an address no other test pays (the node is shared)."""
     set_rate("LTC", "100", now)
-    CoinWallet.objects.create(coin="LTC", next_index=first_index)
+    CoinWallet.objects.create(coin="LTC", next_index=first_index, highest_paid_index=first_index - 1)
     lease, invoice = order(customer, now, pay=False)
     return lease, invoice, quote_create(invoice=invoice, coin="LTC", now=now)
 

@@ -89,7 +89,8 @@ def test_admin_screens(client, operator, catalog, customer):
     CoinWallet.objects.filter(coin="LTC").update(next_index=40)
     pages = ["/admin/billing/quote/", "/admin/billing/quote/?state=processing&exception=paid_partial",
              f"/admin/billing/quote/{quote.pk}/change/", "/admin/billing/payment/", "/admin/billing/coinwallet/",
-             "/admin/billing/watchercursor/", "/admin/billing/coinrate/", "/admin/billing/latepaymentclaim/"]
+             "/admin/billing/watchercursor/", "/admin/billing/coinrate/", "/admin/billing/latepaymentclaim/",
+             "/admin/billing/paymentreview/"]
     for url in pages:
         assert client.get(url).status_code == 200, url
     assert b"raise your wallet" in client.get("/admin/billing/coinwallet/").content

@@ -32,6 +32,8 @@ from .keys import NETWORKS, parse_receive_key
 from .walker import BlockInfo, Found, walk
 
 URI_SCHEMES = {Coin.BTC: "bitcoin", Coin.LTC: "litecoin"}
+#: mempool transactions fetched per JSON-RPC batch
+MEMPOOL_BATCH = 1000
 
 
 def gap_warning(highest_used_index: int | None, highest_issued_index: int | None, limit: int = 20) -> bool:
@@ -96,8 +98,24 @@ class CoreRpc:
         return "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()
 
     def call(self, method: str, *params: Any) -> Any:
-        body = json.dumps({"jsonrpc": "1.0", "id": next(self._ids), "method": method, "params": list(params)},
-                          default=_json_default)
+        reply = self._post({"jsonrpc": "1.0", "id": next(self._ids), "method": method, "params": list(params)},
+                           method)
+        if reply.get("error"):
+            raise RpcError(method, reply["error"])
+        return reply["result"]
+
+    def call_many(self, method: str, params: list[list]) -> list:
+        """One JSON-RPC batch (one HTTP request): each call's result, or its ``RpcError``."""
+        if not params:
+            return []
+        ids = [next(self._ids) for _ in params]
+        replies = self._post([{"jsonrpc": "1.0", "id": i, "method": method, "params": p}
+                              for i, p in zip(ids, params, strict=True)], method)
+        by_id = {r.get("id"): r for r in replies}
+        return [RpcError(method, by_id[i]["error"]) if by_id[i].get("error") else by_id[i]["result"] for i in ids]
+
+    def _post(self, payload, method: str):
+        body = json.dumps(payload, default=_json_default)
         req = urllib.request.Request(self.url, data=body.encode(), method="POST")
         req.add_header("Content-Type", "application/json")
         auth = self._auth_header()
@@ -110,10 +128,7 @@ class CoreRpc:
             data = exc.read()
             if not data:
                 raise RpcError(method, {"code": exc.code, "message": str(exc)}) from None
-        reply = json.loads(data, parse_float=Decimal)
-        if reply.get("error"):
-            raise RpcError(method, reply["error"])
-        return reply["result"]
+        return json.loads(data, parse_float=Decimal)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -281,17 +296,27 @@ class UtxoAdapter:
         return any(self.rpc.call("gettxout", txid, n, True) is None for txid, n in inputs)
 
     def _scan_mempool(self, watch) -> tuple[list[Found], set[str]]:
-        """(watched outputs in the mempool, the mempool's txids)."""
+        """(watched outputs in the mempool, the mempool's txids). Transactions are fetched
+        once (cached while they stay in the pool), in JSON-RPC batches when the client can."""
         txids = self.rpc.call("getrawmempool")
         current = set(txids)
         cache = {t: v for t, v in self._mempool_cache.items() if t in current}
-        for txid in txids:
-            if txid in cache:
-                continue
-            try:
-                tx = self.rpc.call("getrawtransaction", txid, True)
-            except RpcError:  # left the pool between the two calls
-                continue
-            cache[txid] = match_outputs([tx])  # all outputs: the watch set may grow later
+        new = [t for t in txids if t not in cache]
+        for start in range(0, len(new), MEMPOOL_BATCH):
+            chunk = new[start:start + MEMPOOL_BATCH]
+            for txid, tx in zip(chunk, self._raw_transactions(chunk), strict=True):
+                if not isinstance(tx, RpcError):  # else it left the pool between the two calls
+                    cache[txid] = match_outputs([tx])  # all outputs: the watch set may grow later
         self._mempool_cache = cache
         return [f for fs in cache.values() for f in fs if f.address in watch], current
+
+    def _raw_transactions(self, txids: list[str]) -> list:
+        if hasattr(self.rpc, "call_many"):
+            return self.rpc.call_many("getrawtransaction", [[t, True] for t in txids])
+        out = []
+        for txid in txids:
+            try:
+                out.append(self.rpc.call("getrawtransaction", txid, True))
+            except RpcError as exc:
+                out.append(exc)
+        return out
