@@ -21,7 +21,7 @@ from django.db.models import (
 )
 from django.utils.translation import gettext
 
-from inventory.models import GpuSlot, SlotAllocation
+from inventory.models import AuditEntry, GpuSlot, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
 from .models import Invoice, JobRun, PaymentReview, Quote
@@ -180,6 +180,7 @@ class Dashboard:
     quotes_stuck: list
     coins_unwell: list[tuple[str, str]] = field(default_factory=list)
     payment_reviews: int = 0
+    wrong_tokens: int = 0
 
     @property
     def capacity_totals(self) -> dict:
@@ -201,6 +202,9 @@ class Dashboard:
         if self.payment_reviews:
             alerts.append(gettext("%(n)s payment review(s) wait for an operator (held, over the cap, or reversed "
                                   "after settlement)") % {"n": self.payment_reviews})
+        if self.wrong_tokens:
+            alerts.append(gettext("%(n)s deposit(s) of a token we do not take, to quote addresses, in the last 7 days "
+                                  "(audit log: wrong_token_deposit)") % {"n": self.wrong_tokens})
         return alerts
 
 
@@ -209,4 +213,6 @@ def dashboard(now: datetime) -> Dashboard:
                      suspended=suspended_leases(now), keys_pending=keys_pending_destruction(),
                      wipes=wipes_due(now), jobs=job_statuses(now), quotes_stuck=quotes_stuck(now),
                      coins_unwell=coins_unwell(now),
-                     payment_reviews=PaymentReview.objects.filter(state=PaymentReview.State.OPEN).count())
+                     payment_reviews=PaymentReview.objects.filter(state=PaymentReview.State.OPEN).count(),
+                     wrong_tokens=AuditEntry.objects.filter(action="wrong_token_deposit",
+                                                            at__gte=now - timedelta(days=7)).count())

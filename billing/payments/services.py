@@ -71,6 +71,8 @@ PS = Payment.State
 OPEN_QUOTE_STATES = (QS.NEW, QS.PROCESSING, QS.INVALID)
 #: an unconfirmed payment past the monitoring window; it counts again only once mined
 TIMED_OUT = "unconfirmed_too_long"
+#: the audit action of a deposit of a token that is not configured
+WRONG_TOKEN = "wrong_token_deposit"
 
 
 # --- quotes -------------------------------------------------------------------------------
@@ -228,7 +230,24 @@ def payments_apply_scan(*, coin: str, scan: ScanResult, now: datetime) -> ApplyR
                         required, now)
     for p in unknown:
         log.warning("%s payment %s:%d to %s matches no quote", coin, p.txid, p.output_index, p.address)
+    for deposit in scan.foreign:
+        _report_wrong_token(coin, deposit)
     return ApplyResult(touched, unknown)
+
+
+def _report_wrong_token(coin: Coin, deposit: dict) -> None:
+    """A token we do not take, sent to a quote's address: the operators see it on the
+    dashboard (it cannot be credited; the customer may ask for it back). Once per log."""
+    from inventory.models import AuditEntry
+    from inventory.services import audit_record
+
+    quote = Quote.objects.filter(coin__in=(Coin.ETH, Coin.USDT, Coin.USDC), address__iexact=deposit["to"]).first()
+    if quote is None or AuditEntry.objects.filter(action=WRONG_TOKEN, object_id=str(quote.pk),
+                                                  detail__txid=deposit["txid"],
+                                                  detail__log_index=deposit["log_index"]).exists():
+        return
+    log.warning("%s: token %s sent to quote #%s (%s); not credited", coin, deposit["token"], quote.pk, deposit["txid"])
+    audit_record(actor=None, action=WRONG_TOKEN, obj=quote, detail=deposit)
 
 
 def _group_by_quote(coin: Coin, payments: list[DetectedPayment]):

@@ -181,3 +181,33 @@ def test_ltc_not_offered_while_its_node_is_unreachable_or_behind(litecoind, cata
         assert tip.timestamp() == best
         assert coins_offered() == [Coin.LTC]
         assert coins_offered(tip + timedelta(minutes=121)) == []  # no new block for two hours: behind
+
+
+FORWARDER = json.loads((Path(__file__).parent / "coins" / "contracts" / "Forwarder.json").read_text())
+
+
+def test_eth_order_paid_through_a_contract_and_a_stray_token_reported(anvil, usdt_token, catalog, customer):  # noqa: F811
+    from billing.dashboard import dashboard
+
+    w3, now = anvil, timezone.now()
+    set_rate("ETH", "2000", now)
+    CoinWallet.objects.create(coin="ETH", next_index=7000, highest_paid_index=6999)
+    fwd = w3.eth.contract(abi=FORWARDER["abi"], bytecode=FORWARDER["bytecode"])
+    txh = fwd.constructor().transact({"from": w3.eth.accounts[0]})
+    w3.provider.make_request("anvil_mine", [1])
+    fwd = w3.eth.contract(address=w3.eth.get_transaction_receipt(txh)["contractAddress"], abi=FORWARDER["abi"])
+    adapter = EvmAdapter(Coin.ETH, eth_account_key(), w3=w3, chain_id=31337)  # no token configured
+    with coins_config.use_adapters({Coin.ETH: adapter}):
+        lease, invoice = order(customer, now, pay=False)
+        quote = quote_create(invoice=invoice, coin="ETH", now=now)
+        assert int(quote.amount) == 65 * 10**18 // 2000
+        watch_payments()
+        fwd.functions.forward(quote.address).transact({"from": w3.eth.accounts[6], "value": int(quote.amount)})
+        usdt_token.functions.transfer(quote.address, 1_000_000).transact({"from": w3.eth.accounts[0]})
+        w3.provider.make_request("anvil_mine", [12])
+        watch_payments()
+        watch_payments()
+    assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
+    assert Payment.objects.get().output_index == -1 and fresh(lease).state == LeaseState.PROVISIONING
+    alerts = dashboard(timezone.now()).alerts
+    assert any("token we do not take" in a for a in alerts), alerts

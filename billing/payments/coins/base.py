@@ -104,6 +104,9 @@ class ScanResult:
     cursor: dict[str, Any] = field(default_factory=dict)
     reorged: list[tuple[str, int]] = field(default_factory=list)
     dropped: list[tuple[str, int, str]] = field(default_factory=list)
+    #: deposits that cannot be credited, for the operators: ERC-20 ``Transfer``s of a token
+    #: that is not configured, to a watched address ({token, txid, log_index, to, value})
+    foreign: list[dict[str, Any]] = field(default_factory=list)
 
 
 @runtime_checkable

@@ -63,13 +63,13 @@ def build_adapters(config: Mapping[str, Any], *, require_backend: bool = False) 
             w3 = Web3(HTTPProvider(eth_url, request_kwargs={"timeout": 30}))
         chain_id = _int(config, "ETH_CHAIN_ID", 1)
         start = _int(config, "ETH_START_HEIGHT")
-        for coin, token in ((Coin.ETH, None), (Coin.USDT, config.get("USDT_CONTRACT")),
-                            (Coin.USDC, config.get("USDC_CONTRACT"))):
+        tokens = {Coin.USDT: config.get("USDT_CONTRACT"), Coin.USDC: config.get("USDC_CONTRACT")}
+        for coin, token in ((Coin.ETH, None), *tokens.items()):
             if coin is not Coin.ETH and not token:
                 continue
             out[coin] = EvmAdapter(coin, eth_xpub, w3=w3, chain_id=chain_id, token=token,
                                    required_confirmations=_int(config, f"{coin}_CONFIRMATIONS"),
-                                   start_height=start)
+                                   start_height=start, known_tokens=tuple(t for t in tokens.values() if t))
 
     if config.get("MONERO_WALLET_RPC_URL"):
         from .monero import MoneroAdapter, MoneroWalletRpc
