@@ -7,7 +7,9 @@ or on every pass until it reaches its confirmations) is credited once.
 ``output_index`` per chain:
 
 * BTC, LTC: the output's ``vout`` number;
-* ERC-20 (USDT, USDC): the log index of the ``Transfer`` event in its block;
+* ERC-20 (USDT, USDC): a 31-bit digest of the transfer's content (token, from, to, value,
+  occurrence in the transaction) — stable when a reorg re-mines it at another log index;
+* ETH sent by a contract (seen as a balance change): -1, with txid ``<block hash>:<address>``;
 * ETH value transfers and SOL: 0 (one payment per transaction and recipient);
 * XMR: the subaddress minor index the transfer paid (monero-wallet-rpc reports one
   transfer per transaction and subaddress, so it is unique within the transaction).

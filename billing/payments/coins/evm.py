@@ -15,11 +15,17 @@ Detection (both remember the last ~100 block hashes in the cursor to detect reor
   (``ScanResult.foreign``) for the operators: such deposits cannot be credited.
 * ERC-20: ``Transfer(address,address,uint256)`` logs of the configured token contract
   per block (``eth_getLogs`` by ``blockHash``), filtered on ``topics[2]`` = the watched
-  addresses (32-byte padded); ``output_index`` = the log index.
+  addresses (32-byte padded); ``output_index`` = ``transfer_identity`` of its content
+  (token, from, to, value, occurrence in the transaction), not the log index.
+
+Before the first pass the node's chain id must be ``ETH_CHAIN_ID`` and a token's contract
+must exist there with the decimals we quote in (``verify_chain``).
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections import Counter
 from typing import Any
 
 from bip_utils import EthAddrEncoder
@@ -29,6 +35,7 @@ from .base import COIN_SPECS, Coin, ScanResult
 from .keys import parse_account_xpub
 from .walker import BlockInfo, Found, walk
 
+DECIMALS_CALL = "0x313ce567"  # decimals()
 TRANSFER_TOPIC = "0x" + Web3.keccak(text="Transfer(address,address,uint256)").hex().removeprefix("0x")
 EVM_COINS = (Coin.ETH, Coin.USDT, Coin.USDC)
 #: above this many watched addresses, logs are filtered here (set lookup) instead of by topic
@@ -39,6 +46,14 @@ def _hex(value: Any) -> str:
     if isinstance(value, str):
         return value.lower() if value.startswith("0x") else "0x" + value.lower()
     return "0x" + bytes(value).hex()
+
+
+def transfer_identity(token: str, sender: str, to: str, value: int, occurrence: int) -> int:
+    """A token transfer's ``output_index``: from what it is (token, from, to, value, and which
+    such transfer of its transaction), not from where its log landed — a reorg that re-mines
+    the transaction elsewhere changes log indexes, not this, so it is credited once."""
+    digest = hashlib.sha256(f"{token}:{sender}:{to}:{value}:{occurrence}".lower().encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def _log_value(log) -> int:
@@ -86,6 +101,7 @@ class EvmAdapter:
         self.known_tokens = {t.lower() for t in known_tokens}
         self.internal_transfers = internal_transfers
         self._foreign: list[dict] = []
+        self._verified = False
 
     def address_for_index(self, i: int) -> str:
         if not 0 <= i < 2**31:
@@ -154,20 +170,45 @@ class EvmAdapter:
         if len(watch_lower) <= TOPIC_FILTER_MAX:
             topics.append([address_topic(a) for a in watch_lower])
         logs = self.w3.eth.get_logs({"blockHash": bhash, "address": self.token, "topics": topics})
-        found = []
-        for log in logs:
+        found, seen = [], Counter()
+        for log in sorted(logs, key=lambda x: int(x["logIndex"])):
             if len(log["topics"]) != 3 or _hex(log["topics"][0]) != TRANSFER_TOPIC or log.get("removed"):
                 continue
             to = "0x" + _hex(log["topics"][2])[-40:]
             addr = watch_lower.get(to)
             if addr is None:
                 continue
-            found.append(Found(_hex(log["transactionHash"]), int(log["logIndex"]), addr, _log_value(log)))
+            txid, value = _hex(log["transactionHash"]), _log_value(log)
+            content = (self.token.lower(), "0x" + _hex(log["topics"][1])[-40:], to, value)
+            seen[txid, content] += 1
+            found.append(Found(txid, transfer_identity(*content, seen[txid, content]), addr, value))
         return BlockInfo(bhash, _hex(blk["parentHash"]), found, int(blk["timestamp"]))
+
+    def verify_chain(self) -> None:
+        """Refuse to watch the wrong chain: the node's chain id must be ETH_CHAIN_ID, and a
+        token's contract must exist there with the decimals we quote in (read from it)."""
+        if self._verified:
+            return
+        node_chain = int(self.w3.eth.chain_id)
+        if node_chain != self.chain_id:
+            raise ValueError(f"{self.coin}: the node is on chain {node_chain}, ETH_CHAIN_ID is {self.chain_id}")
+        if self.token:
+            if len(bytes(self.w3.eth.get_code(self.token))) == 0:
+                raise ValueError(f"{self.coin}: no contract at {self.token} on chain {self.chain_id}; configure "
+                                 f"{self.coin}_CONTRACT for this chain")
+            try:
+                decimals = int.from_bytes(bytes(self.w3.eth.call({"to": self.token, "data": DECIMALS_CALL})), "big")
+            except Exception as exc:
+                raise ValueError(f"{self.coin}: {self.token} does not answer decimals(): {exc}") from None
+            if decimals != self.decimals:
+                raise ValueError(f"{self.coin}: {self.token} has {decimals} decimals on chain {self.chain_id}, "
+                                 f"we quote in {self.decimals}")
+        self._verified = True
 
     def scan(self, watch, cursor: dict | None = None, *, max_blocks: int | None = None) -> ScanResult:
         if self.w3 is None:
             raise RuntimeError(f"{self.coin}: no node configured")
+        self.verify_chain()
         # one dict per pass so that checksummed and lower-case addresses both match
         watch_lower = {a.lower(): a for a in watch}
         block = self._token_block if self.token else self._eth_block

@@ -171,3 +171,34 @@ def test_deposits_of_an_unconfigured_token_are_reported(anvil, token):
     r = a.scan({addr}, cursor)
     assert r.payments == []
     assert [(f["token"], f["to"], f["value"]) for f in r.foreign] == [(stray.address.lower(), addr, "3000000")]
+
+
+def test_token_transfers_are_identified_by_content_not_log_index(anvil, token):
+    from billing.payments.coins.evm import transfer_identity
+
+    w3 = anvil
+    a = usdc(w3, token)
+    x = a.address_for_index(600 + next(_counter))
+    cursor = tip_cursor(w3)
+    payer = w3.eth.accounts[0]
+    token.functions.transfer(w3.eth.accounts[2], 1).transact({"from": payer})  # shifts the log indexes
+    token.functions.batchTransfer([x, x], [2_000_000, 2_000_000]).transact({"from": payer})
+    mine(w3)
+    r = a.scan({x}, cursor)
+    txid = r.payments[0].txid
+    content = (token.address.lower(), payer.lower(), x.lower(), 2_000_000)
+    assert sorted(p.output_index for p in r.payments) == sorted(
+        [transfer_identity(*content, 1), transfer_identity(*content, 2)])  # two equal transfers, two payments
+    receipt = w3.eth.get_transaction_receipt(txid)
+    assert {p.output_index for p in r.payments}.isdisjoint({log["logIndex"] for log in receipt["logs"]})
+
+
+def test_wrong_chain_or_unconfigured_token_contract_is_refused(anvil, token, forwarder):
+    with pytest.raises(ValueError, match="the node is on chain 31337, ETH_CHAIN_ID is 1"):
+        EvmAdapter(Coin.ETH, eth_account_xpub(), w3=anvil, chain_id=1).scan(set(), {})
+    nowhere = "0x" + "12" * 20
+    with pytest.raises(ValueError, match="no contract at .* on chain 31337"):
+        usdc(anvil, type("T", (), {"address": anvil.to_checksum_address(nowhere)})).scan(set(), {})
+    with pytest.raises(ValueError, match="does not answer decimals"):
+        usdc(anvil, forwarder).scan(set(), {})
+    usdc(anvil, token).verify_chain()  # 6 decimals read from the contract, as USDC is quoted
