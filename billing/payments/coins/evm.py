@@ -226,8 +226,9 @@ class EvmAdapter:
         result.foreign = self._foreign
         return result
 
-    def tip_time(self) -> int:
-        return int(self.w3.eth.get_block("latest")["timestamp"])
+    def tip_time(self) -> int | None:
+        """Timestamp of the node's latest block; None without a node."""
+        return None if self.w3 is None else int(self.w3.eth.get_block("latest")["timestamp"])
 
     def confirmed_balance(self, address: str, confirmations: int | None = None) -> int:
         """Balance (wei, or token units) at the block that has ``confirmations``

@@ -247,8 +247,10 @@ class UtxoAdapter:
             self._add_mempool(result, watch, dict((cursor or {}).get("pool") or {}))
         return result
 
-    def tip_time(self) -> int:
-        """Timestamp of the node's best block (how far behind the node is)."""
+    def tip_time(self) -> int | None:
+        """Timestamp of the node's best block (how far behind the node is); None without a node."""
+        if self.rpc is None:
+            return None
         return int(self.rpc.call("getblockheader", self.rpc.call("getbestblockhash"))["time"])
 
     def _add_mempool(self, result: ScanResult, watch, pool_before: dict) -> None:
