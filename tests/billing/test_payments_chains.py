@@ -211,3 +211,38 @@ def test_eth_order_paid_through_a_contract_and_a_stray_token_reported(anvil, usd
     assert Payment.objects.get().output_index == -1 and fresh(lease).state == LeaseState.PROVISIONING
     alerts = dashboard(timezone.now()).alerts
     assert any("token we do not take" in a for a in alerts), alerts
+
+
+def test_ltc_payment_reorged_out_and_double_spent_after_settlement(litecoind, catalog, customer, settings):  # noqa: F811
+    """Speed policy: a $65 order settles on one confirmation. That block is then orphaned
+    and the payer double-spends the coin: the invoice is flagged, the overpayment credit
+    taken back, and an operator review opened."""
+    from billing.models import PaymentReview
+
+    settings.PAYMENT_SPEED_POLICY = "10000:1"
+    now = timezone.now()
+    adapter = UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
+    with coins_config.use_adapters({Coin.LTC: adapter}):
+        _, invoice, quote = ltc_quote(litecoind, customer, now, 6200)
+        watch_payments()
+        _, coin = rbf_payment(litecoind, quote.address, Decimal("0.75"))  # $75 for $65: $10 over
+        (block,) = litecoind.mine(1)
+        watch_payments()
+        assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
+        assert LedgerEntry.objects.get(kind="excess_payment").amount_cents == 1000
+
+        litecoind.rpc.call("invalidateblock", block)  # the block is orphaned ...
+        w = litecoind.wallet
+        spend = [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}]
+        raw = w.call("createrawtransaction", spend, {w.call("getnewaddress"): coin["amount"] - Decimal("0.001")})
+        w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"])  # ... and double-spent
+        litecoind.mine(2, fresh=True)
+        watch_payments()
+        watch_payments()
+
+    payment = Payment.objects.get()
+    assert payment.state == Payment.State.REORGED
+    assert fresh(invoice).flag == "payment_reversed"
+    assert LedgerEntry.objects.get(kind="clawback").amount_cents == -1000
+    review = PaymentReview.objects.get()
+    assert (review.kind, review.state, review.clawed_back_cents) == ("reversed", "open", 1000)
