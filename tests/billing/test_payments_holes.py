@@ -368,3 +368,13 @@ def test_a_monero_wallet_rpc_error_is_a_message_not_a_500(catalog, customer, cli
         page = client.post(f"/pay/invoice/{invoice.pk}/", {"coin": "XMR"}, follow=True)
     assert page.status_code == 200 and "cannot create a Monero address right now" in page.content.decode()
     assert not Quote.objects.exists()
+
+
+def test_the_invoice_page_lists_its_quotes_and_a_reversal(placed, customer, client, t0):
+    _, invoice, quote = placed
+    p = paid(quote, DUE, 6)
+    apply(quote, [p], t0 + timedelta(minutes=3))
+    apply(quote, [], t0 + timedelta(minutes=9), reorged=[(p.txid, 0)])
+    client.force_login(customer)
+    page = client.get(f"/billing/invoices/{invoice.pk}/").content.decode()
+    assert f"/pay/quote/{quote.pk}/" in page and "was reversed on its chain" in page
