@@ -26,7 +26,8 @@ from .coins.amounts import format_amount
 from .coins.base import Coin
 from .config import gap_limit
 from .credits import payment_review_close, payment_review_credit
-from .services import PaymentError, coin_rate_set, wallet_gap_exceeded
+from .pricing import PaymentError, coin_rate_set
+from .services import wallet_gap_exceeded
 
 
 def _coins(obj, value) -> str:

@@ -83,3 +83,21 @@ def rates_refresh(*, coins, now: datetime) -> dict[str, str]:
             "usd_per_coin": value, "source": median.rate.source, "set_at": median.rate.at})
         done[str(coin)] = f"{value} from {len(median.used)} source(s)"
     return done
+
+
+@transaction.atomic
+def coin_rate_set(*, coin: str, usd_per_coin: Decimal, actor, now: datetime, source: str = MANUAL_SOURCE) -> CoinRate:
+    """An operator sets a coin's rate (USD per whole coin); dated now, audited."""
+    from inventory.services import audit_record
+
+    try:
+        coin = Coin(str(coin).upper())
+    except ValueError:
+        raise PaymentError(gettext("Unknown coin %(coin)r.") % {"coin": coin}) from None
+    if isinstance(usd_per_coin, float) or Decimal(usd_per_coin) <= 0:
+        raise PaymentError(gettext("A rate is a positive decimal number of USD per coin."))
+    rate, _ = CoinRate.objects.update_or_create(coin=coin, defaults={
+        "usd_per_coin": Decimal(usd_per_coin), "source": source or MANUAL_SOURCE, "set_at": now})
+    audit_record(actor=actor, action="coin_rate_set", obj=rate,
+                 detail={"coin": str(coin), "usd_per_coin": str(usd_per_coin), "source": rate.source})
+    return rate

@@ -15,7 +15,8 @@ from inventory.templatetags.money import format_usd
 from ..models import Invoice, Payment, PaymentReview, Quote
 from .coins.amounts import format_amount
 from .coins.base import COIN_SPECS, Coin
-from .services import amount_due_min, coins_offered, late_payment_claimable
+from .late import late_payment_claimable
+from .services import amount_due_min, coins_offered
 
 FINAL_STATES = (Quote.State.SETTLED, Quote.State.EXPIRED, Quote.State.INVALID)
 

@@ -28,39 +28,32 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from inventory.services import SoldOut
 from rental.lifecycle import BATCH, Transition
 
 from ..models import (
-    CoinRate,
     CoinWallet,
     Invoice,
-    LatePaymentClaim,
     LedgerEntry,
     Payment,
-    PaymentReview,
     Quote,
     WatcherCursor,
 )
 from ..services import (
-    checkout_place_order,
     invoice_mark_paid,
-    invoice_pay_from_balance,
 )
 from . import config as coins_config
 from .coins.amounts import usd_cents_to_base_units
 from .coins.base import Coin, DetectedPayment, ScanResult
 from .coins.utxo import gap_warning
-from .credits import auto_credited_cents, credit_extra_payment, credit_or_hold, payment_reversed
+from .credits import credit_extra_payment, credit_or_hold, payment_reversed
 from .health import coin_health, coin_health_record
-from .pricing import MANUAL_SOURCE, PaymentError, cents_at, rate_for
+from .pricing import PaymentError, cents_at, rate_for
 
 log = logging.getLogger("billing.payments")
 
@@ -532,66 +525,3 @@ def watch_coin(*, coin: str, now: datetime | None = None) -> ApplyResult:
     WatcherCursor.objects.filter(pk=cursor.pk).update(cursor=result.cursor, updated_at=now)
     coin_health_record(coin=coin, now=now, tip_time=tip_time)
     return applied
-
-
-# --- late payments: the customer may still buy the order ---------------------------------
-
-@transaction.atomic
-def late_payment_confirm(*, quote: Quote, customer, now: datetime | None = None) -> Invoice:
-    """Use a late payment (already on the balance) for what it was meant to buy: the invoice
-    if still open, else the same order again if the slots are free. Sold out → PaymentError,
-    the money stays on the balance. Once per quote."""
-    now = now or timezone.now()
-    quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice__lease").get(pk=quote.pk)
-    invoice = quote.invoice
-    if invoice.customer_id != customer.pk:
-        raise PaymentError(gettext("This quote is not yours."))
-    if not late_payment_claimable(quote):
-        raise PaymentError(gettext("This quote has no late payment to use."))
-    if invoice.state == Invoice.State.OPEN:
-        target = invoice_pay_from_balance(invoice=invoice, now=now, actor=customer)
-    elif invoice.kind == Invoice.Kind.ORDER and invoice.lease_id:
-        target = _reorder(invoice, customer, now)
-    else:
-        raise PaymentError(gettext("Invoice #%(id)s is %(state)s; the payment stays on your balance.")
-                           % {"id": invoice.pk, "state": invoice.get_state_display()})
-    LatePaymentClaim.objects.create(quote=quote, invoice=target, at=now)
-    return target
-
-
-def late_payment_claimable(quote: Quote) -> bool:
-    """Money of the quote is on the balance (not held for an operator) and not used yet."""
-    return (quote.state in (QS.EXPIRED, QS.SETTLED) and quote.exception in (QX.LATE, QX.PARTIAL)
-            and int(quote.confirmed) > 0 and quote.invoice.state != Invoice.State.PAID
-            and (auto_credited_cents(quote) > 0 or quote.reviews.filter(state=PaymentReview.State.CREDITED).exists())
-            and not LatePaymentClaim.objects.filter(quote=quote).exists())
-
-
-def _reorder(invoice: Invoice, customer, now: datetime) -> Invoice:
-    lease = invoice.lease
-    addons = {f: getattr(lease, f) for f in ("extra_nvme_tb", "network_volume_tb", "snapshot_tb")}
-    try:
-        _, new_invoice = checkout_place_order(
-            customer=customer, offer=lease.offer, site=lease.site, term=lease.term, image=lease.image,
-            ssh_public_key=lease.ssh_public_key, addons={k: v for k, v in addons.items() if v},
-            pay_from_balance=True, now=now)
-    except SoldOut:
-        raise PaymentError(gettext("That GPU is sold out now; your payment stays on your balance.")) from None
-    return new_invoice
-
-
-# --- operator rates -------------------------------------------------------------------------
-
-@transaction.atomic
-def coin_rate_set(*, coin: str, usd_per_coin: Decimal, actor, now: datetime, source: str = MANUAL_SOURCE) -> CoinRate:
-    """An operator sets a coin's rate (USD per whole coin); dated now, audited."""
-    from inventory.services import audit_record
-
-    coin = _coin(coin)
-    if isinstance(usd_per_coin, float) or Decimal(usd_per_coin) <= 0:
-        raise PaymentError(gettext("A rate is a positive decimal number of USD per coin."))
-    rate, _ = CoinRate.objects.update_or_create(coin=coin, defaults={
-        "usd_per_coin": Decimal(usd_per_coin), "source": source or MANUAL_SOURCE, "set_at": now})
-    audit_record(actor=actor, action="coin_rate_set", obj=rate,
-                 detail={"coin": str(coin), "usd_per_coin": str(usd_per_coin), "source": rate.source})
-    return rate

@@ -9,8 +9,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from ..models import Invoice
 from ..services import BillingError
+from .late import late_payment_confirm
 from .selectors import coin_choices, customer_invoices, customer_quotes, quote_view
-from .services import PaymentError, late_payment_confirm, quote_create
+from .services import PaymentError, quote_create
 
 POLL_SECONDS = 5
 

@@ -19,9 +19,9 @@ from billing.models import (
 )
 from billing.payments import config as coins_config
 from billing.payments.coins.base import Coin, ScanResult
+from billing.payments.late import late_payment_confirm
 from billing.payments.services import (
     PaymentError,
-    late_payment_confirm,
     quote_create,
     sweep_expire_quotes,
     wallet_gap_exceeded,

@@ -12,8 +12,8 @@ import pytest
 from django.utils import timezone
 
 from billing.models import CoinRate, JobRun
-from billing.payments.pricing import rates_refresh
-from billing.payments.services import coin_rate_set, quote_create
+from billing.payments.pricing import coin_rate_set, rates_refresh
+from billing.payments.services import quote_create
 from billing.tasks import refresh_rates
 from tests.billing.payments_helpers import offline_coins
 from tests.billing.test_lifecycle import order
