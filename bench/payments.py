@@ -44,7 +44,8 @@ def synthetic_block(n_txs: int, paying: list[str], height: int = 1) -> dict:
                 {"n": 1, "value": Decimal("0.5"), "scriptPubKey": {"address": f"bc1qchange{i:040d}"}},
             ],
         })
-    return {"hash": f"{height:064x}", "height": height, "previousblockhash": f"{height - 1:064x}", "tx": txs}
+    return {"hash": f"{height:064x}", "height": height, "previousblockhash": f"{height - 1:064x}", "tx": txs,
+            "time": 1_700_000_000 + 600 * height}
 
 
 class FakeMempoolRpc:
