@@ -31,8 +31,8 @@ class SettlementForm(forms.Form):
 @admin.register(Invoice)
 class InvoiceAdmin(admin.ModelAdmin):
     list_display = ("id", "customer", "kind", "state", "amount", "lease", "term_start", "created_at", "expires_at",
-                    "paid_at", "paid_via", "settled_by")
-    list_filter = ("state", "kind", "paid_via")
+                    "paid_at", "paid_via", "settled_by", "flag")
+    list_filter = ("state", "kind", "paid_via", "flag")
     list_select_related = ("customer", "settled_by", "lease__offer__gpu_model")
     search_fields = ("customer__username", "note")
     search_help_text = _("Invoice id (e.g. 42 or #42), customer username or note")

@@ -3,7 +3,7 @@ import importlib
 from django.apps import AppConfig
 
 # Admin modules beside admin.py (Django only autodiscovers admin.py).
-EXTRA_ADMIN_MODULES = ("billing.admin_ops", "billing.admin_payments")
+EXTRA_ADMIN_MODULES = ("billing.admin_ops", "billing.payments.admin")
 
 
 class BillingConfig(AppConfig):

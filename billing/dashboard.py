@@ -19,12 +19,14 @@ from django.db.models import (
     Value,
     When,
 )
+from django.utils.translation import gettext
 
-from inventory.models import GpuSlot, SlotAllocation
+from inventory.models import AuditEntry, GpuSlot, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
-from .models import Invoice, JobRun, LedgerEntry, Quote
-from .payments import coins_offered
+from .models import Invoice, JobRun, LedgerEntry, PaymentReview, Quote
+from .payments.health import coins_unwell
+from .payments.services import coins_offered
 from .services import month_start
 
 S = LeaseState
@@ -210,6 +212,9 @@ class Dashboard:
     jobs: list[JobStatus]
     quotes_stuck: list
     coins_offered: list[str] = field(default_factory=list)
+    coins_unwell: list[tuple[str, str]] = field(default_factory=list)
+    payment_reviews: int = 0
+    wrong_tokens: int = 0
 
     @property
     def capacity_totals(self) -> dict:
@@ -230,6 +235,14 @@ class Dashboard:
             alerts.append("No coin is configured: customers can pay only from their balance "
                           "(set BTC_XPUB, LTC_XPUB, … — see README)"
                           + (" · DEMO_PAYMENTS is on" if settings.DEMO_PAYMENTS else ""))
+        alerts += [gettext("%(coin)s not offered to customers: %(reason)s") % {"coin": coin, "reason": reason}
+                   for coin, reason in self.coins_unwell]
+        if self.payment_reviews:
+            alerts.append(gettext("%(n)s payment review(s) wait for an operator (held, over the cap, or reversed "
+                                  "after settlement)") % {"n": self.payment_reviews})
+        if self.wrong_tokens:
+            alerts.append(gettext("%(n)s deposit(s) of a token we do not take, to quote addresses, in the last 7 days "
+                                  "(audit log: wrong_token_deposit)") % {"n": self.wrong_tokens})
         return alerts
 
 
@@ -237,4 +250,8 @@ def dashboard(now: datetime) -> Dashboard:
     return Dashboard(now=now, capacity=capacity(now), revenue=revenue_this_month(now), renewals=renewals_due(now),
                      suspended=suspended_leases(now), keys_pending=keys_pending_destruction(),
                      wipes=wipes_due(now), jobs=job_statuses(now), quotes_stuck=quotes_stuck(now),
-                     coins_offered=[str(c) for c in coins_offered()])
+                     coins_offered=[str(c) for c in coins_offered()],
+                     coins_unwell=coins_unwell(now),
+                     payment_reviews=PaymentReview.objects.filter(state=PaymentReview.State.OPEN).count(),
+                     wrong_tokens=AuditEntry.objects.filter(action="wrong_token_deposit",
+                                                            at__gte=now - timedelta(days=7)).count())

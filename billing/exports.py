@@ -20,10 +20,10 @@ from django.utils.translation import gettext_lazy as _
 from rental.api import usd as decimal_usd
 from rental.models import Lease
 
-from .coins.amounts import format_amount
-from .coins.base import Coin
 from .models import Invoice, Payment
-from .payments import to_usd_cents
+from .payments.coins.amounts import format_amount
+from .payments.coins.base import Coin
+from .payments.services import to_usd_cents
 
 
 def usd(cents: int | None) -> str:

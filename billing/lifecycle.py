@@ -13,10 +13,10 @@ from rental.lifecycle import BATCH, Transition
 from rental.models import Lease, LeaseState
 from rental.notices import sweep_state_notices
 
-from . import payments
 from .locks import exclusive
 from .models import Invoice
 from .ops import sweep_storage
+from .payments import services as payments
 from .services import lease_fail_and_refund, order_invoice_expire, renewal_invoice_create
 
 

@@ -27,6 +27,7 @@ class LedgerEntry(models.Model):
         LATE_PAYMENT = "late_payment", _("late payment credited")
         EXCESS_PAYMENT = "excess_payment", _("overpayment credited")
         ADJUSTMENT = "adjustment", _("operator adjustment")
+        CLAWBACK = "clawback", _("reversed payment taken back")
 
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="entries")
     at = models.DateTimeField(db_index=True)
@@ -72,6 +73,8 @@ class Invoice(models.Model):
     settled_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     note = models.CharField(max_length=300, blank=True)
+    flag = models.CharField(max_length=40, blank=True, db_index=True,
+                            help_text="Set when a payment that paid it was reversed (operators decide)")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -215,6 +218,7 @@ class Payment(models.Model):
         SEEN = "seen", _("seen")
         CONFIRMED = "confirmed", _("confirmed")
         REORGED = "reorged", _("left the chain")
+        INVALID = "invalid", _("dropped (double-spent, replaced or never confirmed)")
 
     quote = models.ForeignKey(Quote, on_delete=models.PROTECT, related_name="payments")
     coin = models.CharField(max_length=5, choices=COIN_CHOICES)
@@ -226,8 +230,13 @@ class Payment(models.Model):
     block_hash = models.CharField(max_length=128, blank=True)
     block_height = models.BigIntegerField(null=True, blank=True)
     state = models.CharField(max_length=10, choices=State.choices, default=State.SEEN)
-    first_seen_at = models.DateTimeField()
+    first_seen_at = models.DateTimeField(help_text="Chain time: node's mempool entry or block time")
     confirmed_at = models.DateTimeField(null=True, blank=True)
+    invalid_reason = models.CharField(max_length=40, blank=True)
+    credited_cents = models.BigIntegerField(null=True, blank=True,
+                                            help_text="Put on the balance on its own (late or extra payment)")
+    credit_rate = models.DecimalField(max_digits=20, decimal_places=8, null=True, blank=True,
+                                      help_text="USD per coin it was credited at")
 
     class Meta:
         ordering = ["-first_seen_at"]
@@ -238,11 +247,53 @@ class Payment(models.Model):
 
 
 class WatcherCursor(models.Model):
-    """Where a coin's watcher left off (last block, recent hashes for reorg detection)."""
+    """Where a coin's watcher left off (last block, recent hashes for reorg detection), and
+    the node's health as the last pass saw it (a coin is offered only while it is healthy)."""
 
     coin = models.CharField(max_length=5, choices=COIN_CHOICES, unique=True)
     cursor = models.JSONField(default=dict)
     updated_at = models.DateTimeField(auto_now=True)
+    last_ok_at = models.DateTimeField(null=True, blank=True)
+    tip_time = models.DateTimeField(null=True, blank=True, help_text="Time of the node's best block")
+    last_error = models.CharField(max_length=300, blank=True)
+
+
+class PaymentReview(models.Model):
+    """Money that waits for an operator: a late or extra payment with no fresh rate to credit
+    it at, or over the automatic-credit cap of its quote (BTCPay's "paid late"/"paid over"
+    marked by hand), and a payment reversed after its quote settled. One row per event
+    (``key``), so a repeated scan opens it once."""
+
+    class Kind(models.TextChoices):
+        NO_RATE = "no_rate", _("paid late, no fresh rate")
+        OVER_CAP = "over_cap", _("over the automatic credit cap")
+        REVERSED = "reversed", _("reversed after settlement")
+
+    class State(models.TextChoices):
+        OPEN = "open", _("waiting for an operator")
+        CREDITED = "credited", _("credited")
+        CLOSED = "closed", _("closed without credit")
+
+    key = models.CharField(max_length=60, unique=True)
+    quote = models.ForeignKey(Quote, on_delete=models.PROTECT, related_name="reviews")
+    payment = models.ForeignKey(Payment, null=True, blank=True, on_delete=models.PROTECT, related_name="reviews")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN, db_index=True)
+    amount = base_units_field(help_text="Base units concerned")
+    proposed_cents = models.BigIntegerField(null=True, blank=True,
+                                            help_text="Credit at the rate when it confirmed (none: no fresh rate)")
+    clawed_back_cents = models.BigIntegerField(default=0, help_text="Reversed: unspent credit taken back")
+    created_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    note = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"review #{self.pk} {self.get_kind_display()} (quote #{self.quote_id}, {self.state})"
 
 
 class LatePaymentClaim(models.Model):

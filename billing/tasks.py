@@ -31,7 +31,7 @@ def _record_start(started) -> None:
 @shared_task(name="billing.watch_coin", acks_late=True)
 def watch_coin(coin: str) -> int:
     """One watcher pass for one coin; returns how many quotes it touched."""
-    from .payments import watch_coin as watch
+    from .payments.services import watch_coin as watch
 
     return len(watch(coin=coin, now=timezone.now()).quotes)
 
@@ -40,17 +40,30 @@ def watch_coin(coin: str) -> int:
 def watch_payments(coins: list[str] | None = None) -> dict[str, int | str]:
     """One pass over every configured coin (or ``coins``); a coin whose node is down is
     reported and skipped, the others still run. Records the run in JobRun."""
-    from .payments import coins_offered
-    from .payments import watch_coin as watch
+    from .payments.services import coins_watched
+    from .payments.services import watch_coin as watch
 
     started = timezone.now()
     JobRun.objects.update_or_create(name="watch_payments", defaults={"last_started_at": started})
     result: dict[str, int | str] = {}
-    for coin in coins or [str(c) for c in coins_offered()]:
+    for coin in coins or [str(c) for c in coins_watched()]:
         try:
             result[coin] = len(watch(coin=coin, now=timezone.now()).quotes)
         except Exception as exc:  # one coin's node being down must not stop the others
             log.exception("%s watcher pass failed", coin)
             result[coin] = f"error: {exc.__class__.__name__}: {exc}"[:200]
     JobRun.objects.filter(name="watch_payments").update(last_finished_at=timezone.now(), last_result=result)
+    return result
+
+
+@shared_task(name="billing.refresh_rates", acks_late=True)
+def refresh_rates() -> dict[str, str]:
+    """Coin rates from the operator's price sources (median), recorded in JobRun."""
+    from .payments.pricing import rates_refresh
+    from .payments.services import coins_watched
+
+    started = timezone.now()
+    JobRun.objects.update_or_create(name="refresh_rates", defaults={"last_started_at": started})
+    result = rates_refresh(coins=coins_watched(), now=started)
+    JobRun.objects.filter(name="refresh_rates").update(last_finished_at=timezone.now(), last_result=result)
     return result

@@ -18,7 +18,7 @@ from rental.timeline import layout, order_milestones
 
 from .demo import invoice_pay_demo
 from .models import Invoice, LedgerEntry
-from .payment_selectors import coin_choices, customer_invoices
+from .payments.selectors import coin_choices, customer_invoices
 from .services import (
     BillingError,
     InsufficientBalance,

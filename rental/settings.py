@@ -314,6 +314,7 @@ CELERY_BEAT_SCHEDULE = {
     "lifecycle": {"task": "billing.lifecycle_tick", "schedule": LIFECYCLE_INTERVAL_SECONDS,
                   "options": {"expires": max(1.0, LIFECYCLE_INTERVAL_SECONDS - 5)}},
     "watch_payments": {"task": "billing.watch_payments", "schedule": 30.0, "options": {"expires": 25}},
+    "refresh_rates": {"task": "billing.refresh_rates", "schedule": 60.0, "options": {"expires": 55}},  # issue 15
 }
 PAYMENT_WINDOW_MINUTES = int(os.environ.get("PAYMENT_WINDOW_MINUTES", "30"))
 # --- issue 12: the node agent (fleet/, nodeagent/PROTOCOL.md) ---
@@ -348,6 +349,32 @@ REFUNDS_PER_MONTH = int(os.environ.get("REFUNDS_PER_MONTH", "1"))
 # Forgot-password attempts with a recovery code, per client address within the window.
 RECOVERY_ATTEMPTS_PER_IP = int(os.environ.get("RECOVERY_ATTEMPTS_PER_IP", "10"))
 RECOVERY_WINDOW_MINUTES = int(os.environ.get("RECOVERY_WINDOW_MINUTES", "15"))
+
+# --- issue 15: payments never lose money nor hold stock for a payment that will not come ---
+# Late and extra payments are credited at the rate when they confirm; one quote credits at
+# most this percentage of its USD value automatically, the rest waits for an operator.
+PAYMENT_AUTO_CREDIT_MAX_PERCENT = int(os.environ.get("PAYMENT_AUTO_CREDIT_MAX_PERCENT", "100"))
+# An unconfirmed payment is watched this long from its first sighting (chain time); then it
+# is invalid and the order's slots are released (BTCPay's "monitoring expiration").
+PAYMENT_MONITORING_MINUTES = int(os.environ.get("PAYMENT_MONITORING_MINUTES", "360"))
+# A payment under this share of the quote (basis points) is dust: it never extends a hold.
+PAYMENT_DUST_BPS = int(os.environ.get("PAYMENT_DUST_BPS", "100"))
+# A coin is not offered while its node's best block is older than this (node behind/stuck).
+PAYMENT_NODE_MAX_TIP_AGE_MINUTES = int(os.environ.get("PAYMENT_NODE_MAX_TIP_AGE_MINUTES", "120"))
+# Speed policy: "<usd cents>:<confirmations>,..." — a quote worth less than the cents needs
+# only that many confirmations (e.g. "10000:1,100000:3"; larger quotes need the coin's
+# <COIN>_CONFIRMATIONS, which is also the most any quote needs). Empty: always the coin's.
+PAYMENT_SPEED_POLICY = os.environ.get("PAYMENT_SPEED_POLICY", "")
+# A quote gets at least this long even at the end of an order's window (slots held so long).
+PAYMENT_QUOTE_MIN_MINUTES = int(os.environ.get("PAYMENT_QUOTE_MIN_MINUTES", "10"))
+# New quotes (fresh receive addresses) one customer may ask for per hour.
+QUOTES_PER_CUSTOMER_PER_HOUR = int(os.environ.get("QUOTES_PER_CUSTOMER_PER_HOUR", "20"))
+# Price sources: JSON list of {"name", "url", "path"[, "time_path"]}, {coin}/{coin_lower}
+# filled in; the median of those answering with a rate younger than RATE_MAX_AGE_MINUTES,
+# if at least PRICE_SOURCES_MIN answer, becomes the coin's rate every minute (a fresh
+# hand-set rate stays). Empty: rates are set by hand only.
+PRICE_SOURCES = os.environ.get("PRICE_SOURCES", "")
+PRICE_SOURCES_MIN = int(os.environ.get("PRICE_SOURCES_MIN", "1"))
 HOST_AGENT_FAKE_DELAY = int(os.environ.get("HOST_AGENT_FAKE_DELAY", "180"))
 # A lease still provisioning this long after payment fails: slots freed, refunded to the balance.
 NODE_PROVISIONING_DEADLINE = timedelta(minutes=int(os.environ.get("NODE_PROVISIONING_DEADLINE_MINUTES", "15")))

@@ -71,7 +71,7 @@ urlpatterns = [
     path("accounts/", include(accounts)),
     path("", include("sizing.urls")),  # before api/v1's catch-all 404 (it has /api/v1/estimate)
     path("api/v1/", include(api_v1)),
-    path("pay/", include("billing.urls_payments")),
+    path("pay/", include("billing.payments.urls")),
     path("", include(customer)),
     path("", include("inventory.urls")),
 ]

@@ -4,13 +4,22 @@
 #   - monero (Debian, monerod + monero-wallet-rpc) -> regtest Monero tests when they can run
 #   - @foundry-rs/anvil (npm, ships its binary)    -> local Ethereum chain, into <repo>/.chain-tools
 #   - solc (npm, solc-js)                          -> offline compile of the test ERC-20
-# A package that the apt sources do not carry is skipped with a note; the tests then skip.
+# Locally, a tool that cannot be installed is skipped with a note (its tests then skip).
+# With CI=true every failure is collected and the script exits non-zero at the end, so CI
+# never goes green by skipping the chain tests (tests/tools.py fails them there too).
 # .chain-tools/ is a local install folder and is not committed.
 set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 TOOLS="$REPO/.chain-tools"
 
 apt_updated=0
+failures=()
+case "${CI:-}" in 1|true|TRUE|yes) IN_CI=1 ;; *) IN_CI=0 ;; esac
+
+fail() {  # a tool could not be installed: a note locally, an error (collected) in CI
+  echo "install-chain-tools: $1" >&2
+  failures+=("$1")
+}
 apt_install() {
   local pkg="$1" bin="$2"
   if command -v "$bin" >/dev/null 2>&1; then
@@ -18,21 +27,21 @@ apt_install() {
     return 0
   fi
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-chain-tools: no apt-get; skipping $pkg" >&2
+    fail "no apt-get; cannot install $pkg"
     return 0
   fi
   if [ "$apt_updated" = 0 ]; then
-    apt-get update -qq || echo "install-chain-tools: apt-get update failed" >&2
+    apt-get update -qq || fail "apt-get update failed"
     apt_updated=1
   fi
   local cand
   cand="$(apt-cache policy "$pkg" 2>/dev/null | awk '/Candidate:/ {print $2}')"
   if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
-    echo "install-chain-tools: NOTE: apt has no package '$pkg' here; skipping (its tests will skip)" >&2
+    fail "apt has no package '$pkg' here (its tests skip locally, fail in CI)"
     return 0
   fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" \
-    || echo "install-chain-tools: apt-get install $pkg failed; its tests will skip" >&2
+    || fail "apt-get install $pkg failed"
 }
 
 apt_install litecoind litecoind
@@ -44,13 +53,19 @@ if command -v npm >/dev/null 2>&1; then
     echo "install-chain-tools: anvil and solc already in $TOOLS"
   else
     npm install --silent --no-audit --no-fund --prefix "$TOOLS" @foundry-rs/anvil solc \
-      || echo "install-chain-tools: npm install failed; the Ethereum tests will skip" >&2
+      || fail "npm install of anvil/solc failed"
   fi
   if [ -x "$TOOLS/node_modules/.bin/anvil" ]; then
     "$TOOLS/node_modules/.bin/anvil" --version >/dev/null 2>&1 \
-      || echo "install-chain-tools: NOTE: anvil is installed but does not run here" >&2
+      || fail "anvil is installed but does not run here"
   fi
 else
-  echo "install-chain-tools: no npm; the Ethereum tests will skip" >&2
+  fail "no npm: cannot install anvil/solc"
+fi
+
+if [ "${#failures[@]}" -gt 0 ] && [ "$IN_CI" = 1 ]; then
+  echo "install-chain-tools: CI=true and ${#failures[@]} install(s) failed:" >&2
+  printf '  - %s\n' "${failures[@]}" >&2
+  exit 1
 fi
 exit 0

@@ -7,14 +7,22 @@ from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
 
-from bip_utils import Bip39SeedGenerator, Bip44, Bip44Coins, Bip84, Bip84Coins
+from bip_utils import (
+    Base58Decoder,
+    Base58Encoder,
+    Bip39SeedGenerator,
+    Bip44,
+    Bip44Coins,
+    Bip84,
+    Bip84Coins,
+)
 
-from billing import coins_config
-from billing.coins.base import Coin, DetectedPayment, ScanResult
-from billing.coins.evm import EvmAdapter
-from billing.coins.utxo import UtxoAdapter
 from billing.models import CoinRate, Quote
-from billing.payments import payments_apply_scan
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin, DetectedPayment, ScanResult
+from billing.payments.coins.evm import EvmAdapter
+from billing.payments.coins.utxo import UtxoAdapter
+from billing.payments.services import payments_apply_scan
 
 MNEMONIC = "abandon " * 11 + "about"
 USDT_CONTRACT = "0xdAC17F958D2ee523a2206206994597C13D831ec7"
@@ -22,8 +30,10 @@ _txids = itertools.count(1)
 
 
 def ltc_account_key() -> str:
+    """The BIP84 account key as a vpub (SLIP-132: native SegWit on a test network)."""
     seed = Bip39SeedGenerator(MNEMONIC).Generate()
-    return Bip84.FromSeed(seed, Bip84Coins.LITECOIN_TESTNET).Purpose().Coin().Account(0).PublicKey().ToExtended()
+    ttub = Bip84.FromSeed(seed, Bip84Coins.LITECOIN_TESTNET).Purpose().Coin().Account(0).PublicKey().ToExtended()
+    return Base58Encoder.CheckEncode(bytes.fromhex("045f1cf6") + Base58Decoder.CheckDecode(ttub)[4:])
 
 
 def eth_account_key() -> str:

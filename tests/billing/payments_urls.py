@@ -1,7 +1,7 @@
-"""The root URLconf plus /pay/ (until rental/urls.py mounts billing.urls_payments itself)."""
+"""The root URLconf plus /pay/ (until rental/urls.py mounts billing.payments.urls itself)."""
 from django.urls import include, path
 
 from rental.urls import urlpatterns as root
 
 mounted = any(getattr(p, "namespace", None) == "payments" for p in root)
-urlpatterns = root if mounted else [path("pay/", include("billing.urls_payments")), *root]
+urlpatterns = root if mounted else [path("pay/", include("billing.payments.urls")), *root]

@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.coins.base import Coin
+from billing.payments.coins.base import Coin
 from billing.models import Invoice, Payment, Quote
 from billing.services import checkout_place_order
 from inventory.models import Offer, Site

@@ -6,10 +6,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
-from billing import coins_config
-from billing.coins.base import Coin, ScanResult
 from billing.lifecycle import run_lifecycle
 from billing.models import (
     CoinWallet,
@@ -20,9 +17,11 @@ from billing.models import (
     Quote,
     WatcherCursor,
 )
-from billing.payments import (
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin, ScanResult
+from billing.payments.late import late_payment_confirm
+from billing.payments.services import (
     PaymentError,
-    late_payment_confirm,
     quote_create,
     sweep_expire_quotes,
     wallet_gap_exceeded,
@@ -32,17 +31,12 @@ from billing.payments import (
 from billing.services import account_for, balance_top_up
 from inventory.models import Node
 from rental.models import Lease, LeaseEvent, LeaseState
-from tests.billing.payments_helpers import apply, fresh, offline_coins, paid, set_rate
+from tests.billing.payments_helpers import apply, fresh, paid, set_rate
 from tests.billing.test_lifecycle import order
 
 USD = 1_000_000  # litoshi per dollar at $100/LTC
 DUE = 65 * USD   # $65.00
 Q, X = Quote.State, Quote.Exception_
-
-
-@pytest.fixture
-def t0():
-    return timezone.now().replace(microsecond=0)
 
 
 @pytest.fixture(autouse=True)
@@ -51,20 +45,6 @@ def full_window_for_new_accounts(settings):
     shorter hold for accounts that never paid (issue 16) has its own tests in
     tests/security/test_hoarding.py."""
     settings.PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES = settings.PAYMENT_WINDOW_MINUTES
-
-
-@pytest.fixture
-def coins(db):
-    with offline_coins():
-        yield
-
-
-@pytest.fixture
-def placed(catalog, customer, coins, t0):
-    """An unpaid order (rtx-3090, one week: $65) and its LTC quote at $100/LTC."""
-    set_rate("LTC", "100", t0)
-    lease, invoice = order(customer, t0, pay=False)
-    return lease, invoice, quote_create(invoice=invoice, coin="LTC", now=t0)
 
 
 def balance(customer):
@@ -138,7 +118,7 @@ def test_renewal_quote_gets_a_full_window(catalog, customer, coins, t0):
 
 
 def test_gap_limit_warning_after_twenty_unpaid_addresses(catalog, customer, coins, t0, monkeypatch):
-    from billing import payments
+    from billing.payments import services as payments
 
     warnings = []
     monkeypatch.setattr(payments.log, "warning", lambda msg, *args: warnings.append(msg % args))
@@ -254,6 +234,7 @@ def test_late_payment_goes_to_balance_and_confirm_reorders(placed, customer, t0)
     sweep_expire_quotes(later)
     assert fresh(quote).state == Q.EXPIRED and fresh(lease).state == LeaseState.CANCELLED
     assert quote in [q for q in Quote.objects.filter(address__in=watch_set(Coin.LTC, later))]
+    set_rate("LTC", "100", later)  # a fresh rate when it confirms: credited at it
     apply(quote, [paid(quote, DUE, 6)], later + timedelta(minutes=5))
     assert (fresh(quote).state, quote.exception) == (Q.EXPIRED, X.LATE)
     assert credits(LedgerEntry.Kind.LATE_PAYMENT) == [6500] and balance(customer) == 6500
@@ -272,6 +253,7 @@ def test_late_payment_confirm_refused_when_sold_out_money_stays(placed, customer
     later = t0 + timedelta(minutes=31)
     run_lifecycle(later)
     sweep_expire_quotes(later)
+    set_rate("LTC", "100", later)
     apply(quote, [paid(quote, DUE, 6)], later)
     Node.objects.update(draining=True)
     with pytest.raises(PaymentError, match="sold out"):
@@ -323,7 +305,7 @@ class ScriptedAdapter:
 def test_watcher_killed_after_apply_before_cursor_save_credits_once(placed, customer, t0, monkeypatch):
     _, invoice, quote = placed
     adapter = ScriptedAdapter([paid(quote, DUE + 3 * USD, 6)])
-    from billing import payments
+    from billing.payments import services as payments
 
     real = payments.payments_apply_scan
 
@@ -398,8 +380,8 @@ class FakeMoneroRpc:
 
 
 def test_xmr_subaddress_and_sol_reference_quotes(catalog, customer, t0):
-    from billing.coins.monero import MoneroAdapter
-    from billing.coins.solana import SolanaAdapter, is_public_key
+    from billing.payments.coins.monero import MoneroAdapter
+    from billing.payments.coins.solana import SolanaAdapter, is_public_key
 
     merchant = "9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM"
     set_rate("XMR", "150", t0)

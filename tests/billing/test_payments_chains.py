@@ -5,21 +5,22 @@ run the watch task → the invoice is paid once and the lease is provisioning.
 The chain fixtures are the session fixtures of tests/billing/coins/conftest.py (skipped
 when litecoind / anvil are not installed)."""
 import json
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
-from billing import coins_config
-from billing.coins.base import Coin
-from billing.coins.evm import EvmAdapter
-from billing.coins.utxo import UtxoAdapter
-from billing.models import CoinWallet, Invoice, Payment, Quote, WatcherCursor
-from billing.payments import quote_create
+from billing.models import CoinWallet, Invoice, LedgerEntry, Payment, Quote, WatcherCursor
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin
+from billing.payments.coins.evm import EvmAdapter
+from billing.payments.coins.utxo import UtxoAdapter
+from billing.payments.services import quote_create
 from billing.tasks import watch_payments
 from rental.models import LeaseEvent, LeaseState
-from tests.billing.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
+from tests.billing.coins.conftest import anvil, free_port, litecoind  # noqa: F401 - session fixtures
 from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
 from tests.billing.test_lifecycle import order
 
@@ -29,7 +30,7 @@ CONTRACT = json.loads((Path(__file__).parent / "coins" / "contracts" / "TestUSD.
 def test_ltc_order_paid_on_regtest_end_to_end(litecoind, catalog, customer):  # noqa: F811
     now = timezone.now()
     set_rate("LTC", "100", now)
-    CoinWallet.objects.create(coin="LTC", next_index=5000)  # clear of the adapter tests' addresses
+    CoinWallet.objects.create(coin="LTC", next_index=5000, highest_paid_index=5000 - 1)  # clear of the adapter tests' addresses
     adapter = UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
     with coins_config.use_adapters({Coin.LTC: adapter}):
         lease, invoice = order(customer, now, pay=False)
@@ -69,7 +70,7 @@ def usdt_token(anvil):  # noqa: F811
 
 def test_usdt_order_paid_on_anvil_end_to_end(anvil, usdt_token, catalog, customer):  # noqa: F811
     w3, now = anvil, timezone.now()
-    CoinWallet.objects.create(coin="ETH", next_index=5000)
+    CoinWallet.objects.create(coin="ETH", next_index=5000, highest_paid_index=5000 - 1)
     adapter = EvmAdapter(Coin.USDT, eth_account_key(), w3=w3, chain_id=31337, token=usdt_token.address)
     with coins_config.use_adapters({Coin.USDT: adapter}):
         lease, invoice = order(customer, now, pay=False)
@@ -84,3 +85,164 @@ def test_usdt_order_paid_on_anvil_end_to_end(anvil, usdt_token, catalog, custome
         watch_payments()
     assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
     assert fresh(lease).state == LeaseState.PROVISIONING and Payment.objects.get().confirmations == 12
+
+
+# --- issue 15 on the real node: RBF, double-spends, chain time, node health -------------------
+
+def ltc_quote(litecoind, customer, now, first_index):  # noqa: F811
+    """An order and its LTC quote at an address no other test pays (the node is shared)."""
+    set_rate("LTC", "100", now)
+    CoinWallet.objects.create(coin="LTC", next_index=first_index, highest_paid_index=first_index - 1)
+    lease, invoice = order(customer, now, pay=False)
+    return lease, invoice, quote_create(invoice=invoice, coin="LTC", now=now)
+
+
+def rbf_payment(litecoind, address, amount, fee=Decimal("0.0001")):  # noqa: F811
+    """A BIP125-replaceable payment built from one explicit coin of the funding wallet:
+    (txid, the coin it spends)."""
+    w = litecoind.wallet
+    coin = next(u for u in w.call("listunspent", 1) if u["amount"] > amount + 1)
+    change = w.call("getrawchangeaddress", "bech32")
+    spend = [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}]
+    raw = w.call("createrawtransaction", spend, {address: amount, change: coin["amount"] - amount - fee})
+    return w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"]), coin
+
+
+def test_ltc_rbf_bump_replaces_the_payment_not_doubles_it(litecoind, catalog, customer):  # noqa: F811
+    now = timezone.now()
+    adapter = UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
+    with coins_config.use_adapters({Coin.LTC: adapter}):
+        _, invoice, quote = ltc_quote(litecoind, customer, now, 6000)
+        watch_payments()
+        old = litecoind.wallet.call("sendtoaddress", quote.address, Decimal("0.65"), "", "", False, True)
+        watch_payments()
+        entry_time = litecoind.rpc.call("getmempoolentry", old)["time"]
+        assert Payment.objects.get(txid=old).first_seen_at.timestamp() == entry_time  # the node's clock
+        new = litecoind.wallet.call("bumpfee", old)["txid"]
+        watch_payments()
+        assert Payment.objects.get(txid=old).state == Payment.State.INVALID
+        assert Payment.objects.get(txid=old).invalid_reason == "double_spent"
+        assert Payment.objects.get(txid=new).state == Payment.State.SEEN
+        assert fresh(quote).state == Quote.State.PROCESSING and int(quote.received) == 65_000_000
+        litecoind.mine(6)
+        watch_payments()
+    assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
+    assert not LedgerEntry.objects.filter(kind__in=["late_payment", "excess_payment"]).exists()
+
+
+def test_ltc_double_spent_payment_invalidates_the_quote_and_releases_the_slots(
+        litecoind, catalog, customer):  # noqa: F811
+    now = timezone.now()
+    adapter = UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
+    with coins_config.use_adapters({Coin.LTC: adapter}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 6100)
+        watch_payments()
+        paid_tx, coin = rbf_payment(litecoind, quote.address, Decimal("0.65"))
+        watch_payments()
+        assert fresh(quote).state == Quote.State.PROCESSING
+        assert fresh(invoice).expires_at > now + timedelta(hours=5)  # held while it confirms
+        # the payer spends the same coin back to themselves with a higher fee (BIP125)
+        w = litecoind.wallet
+        spend = [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}]
+        raw = w.call("createrawtransaction", spend, {w.call("getnewaddress"): coin["amount"] - Decimal("0.001")})
+        thief = w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"])
+        assert paid_tx not in litecoind.rpc.call("getrawmempool")
+        watch_payments()
+        payment = Payment.objects.get()
+        assert (payment.state, payment.invalid_reason) == (Payment.State.INVALID, "double_spent")
+        assert fresh(quote).state == Quote.State.INVALID and int(quote.received) == 0
+        assert fresh(invoice).expires_at <= quote.expires_at + timedelta(minutes=1)  # the hold is released
+        litecoind.mine(1)
+        watch_payments()  # the conflicting transaction is mined: still invalid
+        assert thief in litecoind.rpc.call("getblock", litecoind.rpc.call("getbestblockhash"))["tx"]
+        assert fresh(quote).state == Quote.State.INVALID
+    from billing.lifecycle import run_lifecycle
+
+    run_lifecycle(quote.expires_at + timedelta(seconds=1))
+    assert fresh(lease).state == LeaseState.CANCELLED and fresh(invoice).state == Invoice.State.EXPIRED
+
+
+def test_ltc_not_offered_while_its_node_is_unreachable_or_behind(litecoind, catalog, customer, settings):  # noqa: F811
+    settings.PAYMENT_NODE_MAX_TIP_AGE_MINUTES = 120
+    from billing.payments.coins.utxo import CoreRpc
+    from billing.payments.services import coins_offered
+
+    key = ltc_account_key()
+    dead = UtxoAdapter(Coin.LTC, key, network="regtest", rpc=CoreRpc(f"http://127.0.0.1:{free_port()}/", timeout=2))
+    with coins_config.use_adapters({Coin.LTC: dead}):
+        assert watch_payments()["LTC"].startswith("error: URLError")
+        assert coins_offered() == []
+    live = UtxoAdapter(Coin.LTC, key, network="regtest", rpc=litecoind.rpc)
+    with coins_config.use_adapters({Coin.LTC: live}):
+        litecoind.mine(1)
+        assert watch_payments() == {"LTC": 0}
+        tip = WatcherCursor.objects.get(coin="LTC").tip_time
+        best = litecoind.rpc.call("getblockheader", litecoind.rpc.call("getbestblockhash"))["time"]
+        assert tip.timestamp() == best
+        assert coins_offered() == [Coin.LTC]
+        assert coins_offered(tip + timedelta(minutes=121)) == []  # no new block for two hours: behind
+
+
+FORWARDER = json.loads((Path(__file__).parent / "coins" / "contracts" / "Forwarder.json").read_text())
+
+
+def test_eth_order_paid_through_a_contract_and_a_stray_token_reported(anvil, usdt_token, catalog, customer):  # noqa: F811
+    from billing.dashboard import dashboard
+
+    w3, now = anvil, timezone.now()
+    set_rate("ETH", "2000", now)
+    CoinWallet.objects.create(coin="ETH", next_index=7000, highest_paid_index=6999)
+    fwd = w3.eth.contract(abi=FORWARDER["abi"], bytecode=FORWARDER["bytecode"])
+    txh = fwd.constructor().transact({"from": w3.eth.accounts[0]})
+    w3.provider.make_request("anvil_mine", [1])
+    fwd = w3.eth.contract(address=w3.eth.get_transaction_receipt(txh)["contractAddress"], abi=FORWARDER["abi"])
+    adapter = EvmAdapter(Coin.ETH, eth_account_key(), w3=w3, chain_id=31337)  # no token configured
+    with coins_config.use_adapters({Coin.ETH: adapter}):
+        lease, invoice = order(customer, now, pay=False)
+        quote = quote_create(invoice=invoice, coin="ETH", now=now)
+        assert int(quote.amount) == 65 * 10**18 // 2000
+        watch_payments()
+        fwd.functions.forward(quote.address).transact({"from": w3.eth.accounts[6], "value": int(quote.amount)})
+        usdt_token.functions.transfer(quote.address, 1_000_000).transact({"from": w3.eth.accounts[0]})
+        w3.provider.make_request("anvil_mine", [12])
+        watch_payments()
+        watch_payments()
+    assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
+    assert Payment.objects.get().output_index == -1 and fresh(lease).state == LeaseState.PROVISIONING
+    alerts = dashboard(timezone.now()).alerts
+    assert any("token we do not take" in a for a in alerts), alerts
+
+
+def test_ltc_payment_reorged_out_and_double_spent_after_settlement(litecoind, catalog, customer, settings):  # noqa: F811
+    """Speed policy: a $65 order settles on one confirmation. That block is then orphaned
+    and the payer double-spends the coin: the invoice is flagged, the overpayment credit
+    taken back, and an operator review opened."""
+    from billing.models import PaymentReview
+
+    settings.PAYMENT_SPEED_POLICY = "10000:1"
+    now = timezone.now()
+    adapter = UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
+    with coins_config.use_adapters({Coin.LTC: adapter}):
+        _, invoice, quote = ltc_quote(litecoind, customer, now, 6200)
+        watch_payments()
+        _, coin = rbf_payment(litecoind, quote.address, Decimal("0.75"))  # $75 for $65: $10 over
+        (block,) = litecoind.mine(1)
+        watch_payments()
+        assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
+        assert LedgerEntry.objects.get(kind="excess_payment").amount_cents == 1000
+
+        litecoind.rpc.call("invalidateblock", block)  # the block is orphaned ...
+        w = litecoind.wallet
+        spend = [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}]
+        raw = w.call("createrawtransaction", spend, {w.call("getnewaddress"): coin["amount"] - Decimal("0.001")})
+        w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"])  # ... and double-spent
+        litecoind.mine(2, fresh=True)
+        watch_payments()
+        watch_payments()
+
+    payment = Payment.objects.get()
+    assert payment.state == Payment.State.REORGED
+    assert fresh(invoice).flag == "payment_reversed"
+    assert LedgerEntry.objects.get(kind="clawback").amount_cents == -1000
+    review = PaymentReview.objects.get()
+    assert (review.kind, review.state, review.clawed_back_cents) == ("reversed", "open", 1000)

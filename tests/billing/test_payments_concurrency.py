@@ -6,10 +6,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from billing import coins_config
-from billing.coins.base import Coin
 from billing.models import Invoice, LedgerEntry, Payment, Quote
-from billing.payments import quote_create, watch_coin
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin
+from billing.payments.services import quote_create, watch_coin
 from rental.models import LeaseEvent, LeaseState
 from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid, set_rate
 from tests.billing.test_concurrency import in_threads, postgres_only

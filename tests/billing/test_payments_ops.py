@@ -7,10 +7,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from billing import coins_config
-from billing.coins.base import Coin, ScanResult
 from billing.models import CoinRate, CoinWallet, JobRun, Quote
-from billing.payments import quote_create
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin, ScanResult
+from billing.payments.services import quote_create
 from billing.tasks import watch_payments
 from inventory.models import AuditEntry
 from tests.billing.payments_helpers import apply, offline_adapters, paid, set_rate
@@ -89,7 +89,8 @@ def test_admin_screens(client, operator, catalog, customer):
     CoinWallet.objects.filter(coin="LTC").update(next_index=40)
     pages = ["/admin/billing/quote/", "/admin/billing/quote/?state=processing&exception=paid_partial",
              f"/admin/billing/quote/{quote.pk}/change/", "/admin/billing/payment/", "/admin/billing/coinwallet/",
-             "/admin/billing/watchercursor/", "/admin/billing/coinrate/", "/admin/billing/latepaymentclaim/"]
+             "/admin/billing/watchercursor/", "/admin/billing/coinrate/", "/admin/billing/latepaymentclaim/",
+             "/admin/billing/paymentreview/"]
     for url in pages:
         assert client.get(url).status_code == 200, url
     assert b"raise your wallet" in client.get("/admin/billing/coinwallet/").content

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from billing.models import Invoice, Quote
-from billing.payments import quote_create, sweep_expire_quotes
+from billing.payments.services import quote_create, sweep_expire_quotes
 from tests.billing.payments_helpers import apply, fresh, offline_coins, paid, set_rate
 from tests.billing.test_lifecycle import order
 
@@ -83,6 +83,7 @@ def test_late_payment_confirm_button(alice, invoice, customer):
     from billing.lifecycle import run_lifecycle
     run_lifecycle(later)
     sweep_expire_quotes(later)
+    set_rate("LTC", "100", later)
     apply(quote, [paid(quote, DUE, 6)], later)
     page = alice.get(f"/pay/quote/{quote.pk}/").content.decode()
     assert "after this quote expired" in page and "use-late-payment" in page and "hx-trigger" not in page

@@ -6,7 +6,7 @@ import pytest
 from django.core import checks
 from django.urls import reverse
 
-from billing.coins_config import use_adapters
+from billing.payments.config import use_adapters
 from billing.dashboard import dashboard
 from billing.models import Invoice
 from rental.models import LeaseState

@@ -22,8 +22,8 @@ class PayEverything:
         return getattr(self.inner, name)
 
     def scan(self, watch, cursor):
-        from billing.coins.base import DetectedPayment, ScanResult
         from billing.models import Quote
+        from billing.payments.coins.base import DetectedPayment, ScanResult
 
         due = dict(Quote.objects.filter(coin=str(self.inner.coin), address__in=list(watch))
                    .values_list("address", "amount"))
@@ -33,8 +33,9 @@ class PayEverything:
 
 
 def install():
-    from billing import coins_config, payments
-    from billing.coins.base import Coin
+    from billing.payments import config as coins_config
+    from billing.payments import services as payments
+    from billing.payments.coins.base import Coin
     from tests.billing.payments_helpers import offline_adapters
 
     coins_config._override = {Coin.LTC: PayEverything(offline_adapters()[Coin.LTC])}

@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from billing import coins_config
-from billing.coins.base import Coin
 from billing.models import Invoice, JobRun, LedgerEntry, Payment, Quote
-from billing.payments import quote_create, watch_coin
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin
+from billing.payments.services import quote_create, watch_coin
 from tests.billing import test_celery_worker as celery_worker
 from tests.billing.payments_helpers import offline_adapters, set_rate
 from tests.billing.test_celery_worker import BASE, CELERY, Worker, database_url, wait_for

@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import timezone, translation
 
 from billing.models import Invoice
-from billing.payments import quote_create
+from billing.payments.services import quote_create
 from billing.services import balance_top_up
 from tests.billing.payments_helpers import offline_coins, set_rate
 from tests.billing.test_lifecycle import order

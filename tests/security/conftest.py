@@ -4,7 +4,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from billing.payments import quote_create
+from billing.payments.services import quote_create
 from rental.models import Notification
 from rental.services import notify
 from rental.services_customer import api_token_create

@@ -3,9 +3,9 @@ derived from the configured watch-only key (``<COIN>_XPUB``; ETH_XPUB for USDT/U
 printed as ``index address`` so operators can compare them with their wallet's own."""
 from django.core.management.base import BaseCommand, CommandError
 
-from billing import coins_config
-from billing.coins.base import Coin
-from billing.coins.registry import build_adapters
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin
+from billing.payments.coins.registry import build_adapters
 
 
 class Command(BaseCommand):

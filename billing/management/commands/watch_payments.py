@@ -4,7 +4,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from billing.payments import coins_offered
+from billing.payments.services import coins_watched
 from billing.tasks import watch_payments
 
 
@@ -17,7 +17,7 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=30.0, help="Seconds between passes (default 30).")
 
     def handle(self, *args, coin=None, once=False, interval=30.0, **options):
-        offered = [str(c) for c in coins_offered()]
+        offered = [str(c) for c in coins_watched()]
         wanted = [c.upper() for c in coin] if coin else offered
         if missing := [c for c in wanted if c not in offered]:
             raise CommandError(f"Not configured (or no node to watch with): {', '.join(missing)}. "

@@ -1,7 +1,8 @@
 """Session fixtures for the chain tests: a real litecoind regtest node, a real anvil chain.
 
-Both are started once per session on free ports with temp datadirs, and skipped (with the
-reason) when the tool is not installed: run ``scripts/install-chain-tools.sh`` to get them.
+They are started once per session on free ports with temp datadirs. A missing tool goes
+through tests/tools.py ``require``: the test skips locally (with the reason) and FAILS
+under CI=true. Run ``scripts/install-chain-tools.sh`` to get them.
 """
 
 from __future__ import annotations
@@ -79,14 +80,15 @@ class LitecoinNode:
 def litecoind(tmp_path_factory):
     exe = shutil.which("litecoind")
     require(exe is not None, "litecoind not installed (scripts/install-chain-tools.sh installs Debian's litecoind)")
-    from billing.coins.utxo import CoreRpc
+    from billing.payments.coins.utxo import CoreRpc
 
     datadir = tmp_path_factory.mktemp("litecoind")
     port = free_port()
     proc = subprocess.Popen(
         [exe, "-regtest", f"-datadir={datadir}", "-server", f"-rpcport={port}", "-rpcbind=127.0.0.1",
          "-rpcallowip=127.0.0.1", "-listen=0", "-fallbackfee=0.0001", "-printtoconsole=0",
-         "-disablewallet=0", "-dnsseed=0", "-upnp=0"],
+         "-disablewallet=0", "-dnsseed=0", "-upnp=0",
+         "-mempoolreplacement=1"],  # BIP125 as Bitcoin Core relays it (Litecoin's default is off)
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:
@@ -160,7 +162,7 @@ def monero_regtest(tmp_path_factory):
     monerod, wallet_rpc = shutil.which("monerod"), shutil.which("monero-wallet-rpc")
     require(bool(monerod and wallet_rpc),
             "monerod / monero-wallet-rpc not installed (scripts/install-chain-tools.sh: Debian monero)")
-    from billing.coins.monero import MoneroRpcError, MoneroWalletRpc
+    from billing.payments.coins.monero import MoneroRpcError, MoneroWalletRpc
 
     root = tmp_path_factory.mktemp("monero")
     dport, p2p, zmq, fport, mport = (free_port() for _ in range(5))

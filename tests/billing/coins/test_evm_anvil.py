@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from bip_utils import Bip39SeedGenerator, Bip44, Bip44Coins
 
-from billing.coins.base import Coin
-from billing.coins.evm import EvmAdapter
+from billing.payments.coins.base import Coin
+from billing.payments.coins.evm import EvmAdapter
 
 from .conftest import TEST_MNEMONIC
 
@@ -124,3 +124,81 @@ def test_reorg_before_settlement(anvil, token):
     r_eth2, r_tok2 = a.scan({addr}, r_eth.cursor), t.scan({addr}, r_tok.cursor)
     assert r_eth2.reorged == [r_eth.payments[0].key] and r_eth2.payments == []
     assert r_tok2.reorged == [r_tok.payments[0].key] and r_tok2.payments == []
+
+
+FORWARDER = json.loads((Path(__file__).parent / "contracts" / "Forwarder.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def forwarder(anvil):
+    c = anvil.eth.contract(abi=FORWARDER["abi"], bytecode=FORWARDER["bytecode"])
+    txh = c.constructor().transact({"from": anvil.eth.accounts[0]})
+    mine(anvil)
+    return anvil.eth.contract(address=anvil.eth.get_transaction_receipt(txh)["contractAddress"],
+                              abi=FORWARDER["abi"])
+
+
+def test_eth_sent_by_a_contract_is_seen_by_the_balance_change(anvil, forwarder):
+    w3 = anvil
+    a = eth(w3)
+    addr = a.address_for_index(400 + next(_counter))
+    cursor = tip_cursor(w3)
+    forwarder.functions.forward(addr).transact({"from": w3.eth.accounts[4], "value": 7 * 10**17})
+    w3.eth.send_transaction({"from": w3.eth.accounts[5], "to": addr, "value": 10**17})  # and a direct one
+    mine(w3)
+    r = a.scan({addr}, cursor)
+    block = w3.eth.get_block(w3.eth.block_number)
+    internal = f"0x{block['hash'].hex().removeprefix('0x')}:{addr.lower()}"
+    assert sorted((p.txid == internal, p.output_index, p.amount) for p in r.payments) == [
+        (False, 0, 10**17), (True, -1, 7 * 10**17)]  # each counted once
+    assert all(p.chain_time == block["timestamp"] for p in r.payments)
+    mine(w3)
+    assert [p.confirmations for p in a.scan({addr}, r.cursor).payments] == [2, 2]
+
+
+def test_deposits_of_an_unconfigured_token_are_reported(anvil, token):
+    w3 = anvil
+    other = w3.eth.contract(abi=CONTRACT["abi"], bytecode=CONTRACT["bytecode"])
+    txh = other.constructor(10**12).transact({"from": w3.eth.accounts[0]})
+    mine(w3)
+    stray = w3.eth.contract(address=w3.eth.get_transaction_receipt(txh)["contractAddress"], abi=CONTRACT["abi"])
+    a = eth(w3, known_tokens=(token.address,))
+    addr = a.address_for_index(500 + next(_counter))
+    cursor = tip_cursor(w3)
+    stray.functions.transfer(addr, 3_000_000).transact({"from": w3.eth.accounts[0]})
+    token.functions.transfer(addr, 4_000_000).transact({"from": w3.eth.accounts[0]})  # ours: not foreign
+    mine(w3)
+    r = a.scan({addr}, cursor)
+    assert r.payments == []
+    assert [(f["token"], f["to"], f["value"]) for f in r.foreign] == [(stray.address.lower(), addr, "3000000")]
+
+
+def test_token_transfers_are_identified_by_content_not_log_index(anvil, token):
+    from billing.payments.coins.evm import transfer_identity
+
+    w3 = anvil
+    a = usdc(w3, token)
+    x = a.address_for_index(600 + next(_counter))
+    cursor = tip_cursor(w3)
+    payer = w3.eth.accounts[0]
+    token.functions.transfer(w3.eth.accounts[2], 1).transact({"from": payer})  # shifts the log indexes
+    token.functions.batchTransfer([x, x], [2_000_000, 2_000_000]).transact({"from": payer})
+    mine(w3)
+    r = a.scan({x}, cursor)
+    txid = r.payments[0].txid
+    content = (token.address.lower(), payer.lower(), x.lower(), 2_000_000)
+    assert sorted(p.output_index for p in r.payments) == sorted(
+        [transfer_identity(*content, 1), transfer_identity(*content, 2)])  # two equal transfers, two payments
+    receipt = w3.eth.get_transaction_receipt(txid)
+    assert {p.output_index for p in r.payments}.isdisjoint({log["logIndex"] for log in receipt["logs"]})
+
+
+def test_wrong_chain_or_unconfigured_token_contract_is_refused(anvil, token, forwarder):
+    with pytest.raises(ValueError, match="the node is on chain 31337, ETH_CHAIN_ID is 1"):
+        EvmAdapter(Coin.ETH, eth_account_xpub(), w3=anvil, chain_id=1).scan(set(), {})
+    nowhere = "0x" + "12" * 20
+    with pytest.raises(ValueError, match="no contract at .* on chain 31337"):
+        usdc(anvil, type("T", (), {"address": anvil.to_checksum_address(nowhere)})).scan(set(), {})
+    with pytest.raises(ValueError, match="does not answer decimals"):
+        usdc(anvil, forwarder).scan(set(), {})
+    usdc(anvil, token).verify_chain()  # 6 decimals read from the contract, as USDC is quoted

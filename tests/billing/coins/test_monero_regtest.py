@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from billing.coins.monero import MoneroAdapter
+from billing.payments.coins.monero import MoneroAdapter
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from billing.coins.solana import SolanaAdapter, SolanaRpc, b58decode, b58encode, new_reference
+from billing.payments.coins.solana import (
+    SolanaAdapter,
+    SolanaRpc,
+    b58decode,
+    b58encode,
+    new_reference,
+)
 
 MERCHANT = b58encode(bytes(range(1, 33)))
 PAYER = b58encode(bytes(range(2, 34)))

@@ -12,7 +12,7 @@ from bip_utils import Base58Decoder, Base58Encoder
 from hypothesis import given
 from hypothesis import strategies as st
 
-from billing.coins import (
+from billing.payments.coins import (
     COIN_SPECS,
     Coin,
     CoinAdapter,
@@ -24,11 +24,12 @@ from billing.coins import (
     is_stale,
     usd_cents_to_base_units,
 )
-from billing.coins.amounts import parse_amount
-from billing.coins.evm import EvmAdapter
-from billing.coins.rates import ChainedRates, RateUnavailable, require_fresh
-from billing.coins.registry import build_adapters
-from billing.coins.utxo import UtxoAdapter, gap_warning, match_outputs, parse_account_xpub
+from billing.payments.coins.amounts import parse_amount
+from billing.payments.coins.evm import EvmAdapter
+from billing.payments.coins.keys import parse_account_xpub
+from billing.payments.coins.rates import ChainedRates, RateUnavailable, require_fresh
+from billing.payments.coins.registry import build_adapters
+from billing.payments.coins.utxo import UtxoAdapter, gap_warning, match_outputs
 
 ZPUB = "zpub6rFR7y4Q2AijBEqTUquhVz398htDFrtymD9xYYfG1m4wAcvPhXNfE3EfH1r1ADqtfSdVCToUG868RvUUkgDKf31mGDtKsAYz2oz2AGutZYs"
 ETH_XPUB = "xpub6DCoCpSuQZB2jawqnGMEPS63ePKWkwWPH4TU45Q7LPXWuNd8TMtVxRrgjtEshuqpK3mdhaWHPFsBngh5GFZaM6si3yZdUsT8ddYM3PwnATt"
@@ -49,13 +50,17 @@ def test_bip84_vectors():
         assert a.address_for_index(i) == addr
 
 
-def test_xpub_prefix_variants_same_addresses():
-    xpub = reversion(ZPUB, "0488b21e")
-    assert xpub.startswith("xpub")
-    assert UtxoAdapter(Coin.BTC, xpub).address_for_index(1) == BIP84_VECTORS[1]
-    # the same key on regtest under vpub/tpub: same hash160, bcrt hrp
-    vpub = reversion(ZPUB, "045f1cf6")
-    reg = UtxoAdapter(Coin.BTC, vpub, network="regtest").address_for_index(0)
+def test_prefix_names_the_address_type_and_descriptors_override_it():
+    """A BIP44 xpub is P2PKH, a ypub P2SH-P2WPKH, a zpub P2WPKH (never silently BIP84)."""
+    xpub, ypub = reversion(ZPUB, "0488b21e"), reversion(ZPUB, "049d7cb2")
+    legacy = UtxoAdapter(Coin.BTC, xpub).address_for_index(1)
+    nested = UtxoAdapter(Coin.BTC, ypub).address_for_index(1)
+    assert legacy.startswith("1") and nested.startswith("3")
+    assert UtxoAdapter(Coin.BTC, f"wpkh({xpub}/0/*)").address_for_index(1) == BIP84_VECTORS[1]
+    assert UtxoAdapter(Coin.BTC, f"pkh([73c5da0a/44'/0'/0']{xpub}/0/*)#abcdefgh").address_for_index(1) == legacy
+    assert UtxoAdapter(Coin.BTC, f"sh(wpkh({xpub}/0/*))").address_for_index(1) == nested
+    # the same key on regtest under vpub: same hash160, bcrt hrp
+    reg = UtxoAdapter(Coin.BTC, reversion(ZPUB, "045f1cf6"), network="regtest").address_for_index(0)
     from bitcoin.segwit_addr import decode
 
     assert reg.startswith("bcrt1q")
@@ -63,25 +68,37 @@ def test_xpub_prefix_variants_same_addresses():
 
 
 def test_ltc_prefixes():
-    ltub = reversion(LTC_ZPUB, "019da462")
-    a = UtxoAdapter(Coin.LTC, ltub).address_for_index(0)
-    b = UtxoAdapter(Coin.LTC, LTC_ZPUB).address_for_index(0)
-    assert a == b and a.startswith("ltc1q")
-    assert UtxoAdapter(Coin.LTC, reversion(LTC_ZPUB, "0436f6e1"), network="test").address_for_index(0).startswith("tltc1q")
+    ltub, mtub = reversion(LTC_ZPUB, "019da462"), reversion(LTC_ZPUB, "01b26ef6")
+    assert UtxoAdapter(Coin.LTC, LTC_ZPUB).address_for_index(0).startswith("ltc1q")
+    assert UtxoAdapter(Coin.LTC, ltub).address_for_index(0).startswith("L")
+    assert UtxoAdapter(Coin.LTC, mtub).address_for_index(0).startswith("M")
+    assert UtxoAdapter(Coin.LTC, f"wpkh({ltub}/0/*)").address_for_index(0) == UtxoAdapter(
+        Coin.LTC, LTC_ZPUB).address_for_index(0)
+    ttub = reversion(LTC_ZPUB, "0436f6e1")
+    assert UtxoAdapter(Coin.LTC, f"wpkh({ttub}/0/*)", network="test").address_for_index(0).startswith("tltc1q")
 
 
-def test_refuses_private_wrong_network_and_wrong_depth():
+def test_refuses_private_wrong_network_other_coin_multisig_and_wrong_depth():
     with pytest.raises(ValueError, match="PRIVATE"):
         parse_account_xpub("xprv9s21ZrQH143K3GJpoapnV8SFfukcVBSfeCficPSGfubmSFDxo1kuHnLisriDvSnRRuL2Qrg5ggqHKNVpxR86QEC8w35uxmGoggxtQTPvfUu", True)
     with pytest.raises(ValueError, match="testnet"):
         UtxoAdapter(Coin.BTC, reversion(ZPUB, "045f1cf6"), network="main")
     with pytest.raises(ValueError, match="mainnet"):
         UtxoAdapter(Coin.LTC, LTC_ZPUB, network="regtest")
+    with pytest.raises(ValueError, match="a LTC key was given for BTC"):
+        UtxoAdapter(Coin.BTC, reversion(LTC_ZPUB, "019da462"))
+    with pytest.raises(ValueError, match="a LTC key was given for BTC"):
+        UtxoAdapter(Coin.BTC, f"wpkh({reversion(LTC_ZPUB, '01b26ef6')}/0/*)")
+    with pytest.raises(ValueError, match="multisig"):
+        UtxoAdapter(Coin.BTC, reversion(ZPUB, "02aa7ed3"))
+    with pytest.raises(ValueError, match="unsupported descriptor"):
+        UtxoAdapter(Coin.BTC, f"tr({ZPUB}/0/*)")
     from bip_utils import Bip32Secp256k1
 
     master_pub = Bip32Secp256k1.FromSeed(bytes(32)).PublicKey().ToExtended()
     with pytest.raises(ValueError, match="depth"):
         UtxoAdapter(Coin.BTC, master_pub)
+    assert UtxoAdapter(Coin.BTC, f"pkh({master_pub}/44/0/0/*)").address_for_index(0).startswith("1")
 
 
 def test_eth_derivation_checksummed():
@@ -164,7 +181,7 @@ def test_eip681_uris():
 
 
 def test_monero_uri():
-    from billing.coins.monero import MoneroAdapter
+    from billing.payments.coins.monero import MoneroAdapter
 
     assert MoneroAdapter(rpc=None).payment_uri("4Addr", 1_000_000_000, "q 1") == "monero:4Addr?tx_amount=0.001&tx_description=q%201"
 
@@ -225,18 +242,21 @@ def test_registry_offers_only_configured_coins():
 
 # -- the walker against an in-memory chain (no node) ---------------------------------------
 class FakeCore:
-    """getblockcount / getblockhash / getblock 2 / getrawmempool over an in-memory chain."""
+    """getblockcount / getblockhash / getblock 2 / getrawmempool / getmempoolentry / gettxout
+    over an in-memory chain."""
 
     def __init__(self):
         self.chain: list[dict] = []
         self.mempool: dict[str, dict] = {}
+        self.spent: set[tuple[str, int]] = set()
         self.add_block([])
 
     def add_block(self, txs, tag=""):
         h = len(self.chain)
         bhash = f"{h:04d}{tag}".ljust(64, "0")
         prev = self.chain[-1]["hash"] if self.chain else None
-        self.chain.append({"hash": bhash, "height": h, "previousblockhash": prev, "tx": txs})
+        self.chain.append({"hash": bhash, "height": h, "previousblockhash": prev, "tx": txs,
+                           "time": 1_700_000_000 + 600 * h})
         return bhash
 
     def call(self, method, *params):
@@ -250,6 +270,10 @@ class FakeCore:
             return list(self.mempool)
         if method == "getrawtransaction":
             return self.mempool[params[0]]
+        if method == "getmempoolentry":
+            return {"time": 1_699_999_999}
+        if method == "gettxout":
+            return None if (params[0], params[1]) in self.spent else {"value": Decimal(1)}
         raise AssertionError(method)
 
 
@@ -258,7 +282,7 @@ def tx(txid, *outs, old_style=False):
     for n, (addr, value) in enumerate(outs):
         spk = {"addresses": [addr]} if old_style else {"address": addr}
         vout.append({"n": n, "value": Decimal(value), "scriptPubKey": spk})
-    return {"txid": txid, "vout": vout}
+    return {"txid": txid, "vout": vout, "vin": [{"txid": f"funding-{txid}", "vout": 0}]}
 
 
 def test_walker_confirmations_reorg_and_old_style_addresses():
@@ -283,6 +307,27 @@ def test_walker_confirmations_reorg_and_old_style_addresses():
     assert [(p.key, p.confirmations, p.block_hash[:5]) for p in r.payments] == [(("t0", 1), 2, "0001b")]
     r = a.scan({w1, w2}, r.cursor)
     assert r.payments == [] and r.reorged == []
+
+
+def test_mempool_payments_dated_by_the_node_and_judged_when_they_leave_unmined():
+    core = FakeCore()
+    a = UtxoAdapter(Coin.BTC, ZPUB, rpc=core)
+    w = a.address_for_index(0)
+    core.mempool.update({"kept": tx("kept", (w, "1")), "conflicted": tx("conflicted", (w, "2")),
+                         "evicted": tx("evicted", (w, "3"))})
+    r = a.scan({w}, {"height": 0})
+    assert {p.txid: p.chain_time for p in r.payments} == dict.fromkeys(("kept", "conflicted", "evicted"), 1_699_999_999)
+    del core.mempool["conflicted"], core.mempool["evicted"]
+    core.spent.add(("funding-conflicted", 0))  # its input is spent by another transaction
+    r = a.scan({w}, json.loads(json.dumps(r.cursor)))
+    assert sorted(r.dropped) == [("conflicted", 0, "double_spent"), ("evicted", 0, "evicted")]
+    assert [p.txid for p in r.payments] == ["kept"] and list(r.cursor["pool"]) == ["kept"]
+    # mined instead: found in the block with the block's time, never judged dropped
+    del core.mempool["kept"]
+    core.add_block([tx("kept", (w, "1"))])
+    r = a.scan({w}, r.cursor)
+    assert r.dropped == [] and [(p.txid, p.confirmations, p.chain_time) for p in r.payments] == [
+        ("kept", 1, 1_700_000_600)]
 
 
 def test_match_outputs_is_set_lookup_and_ignores_multisig_lists():

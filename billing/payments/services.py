@@ -8,8 +8,15 @@ A quote's payments are split three ways, and each base unit ends up in exactly o
   the amount by is credited to the balance once (``excess:<quote>``);
 * **per-payment credits** — every other confirmed payment (late ones, ones arriving after
   settlement, the on-time part of a quote that expired partly paid) is credited to the
-  balance on its own (``payment:<payment>``), at the quote's locked rate, rounded down;
-* **nothing** — payments that left the chain (``reorged``) before they counted.
+  balance on its own (``payment:<payment>``), rounded down: at the locked rate if it was
+  sent while the rate was locked, else at the rate when it confirmed, up to the quote's
+  automatic cap — the rest waits for an operator (``credits``);
+* **nothing** — payments that left the chain (``reorged``) or the mempool unmined
+  (``invalid``: double-spent, replaced, evicted, or unconfirmed past the monitoring
+  window) before they counted. One that leaves after it counted is reversed (``credits``).
+
+Times are the chain's (mempool entry / block time), so a watcher's downtime does not make
+an on-time payment late.
 
 Writes lock the quote row first, so two watchers applying the same scan serialise there;
 the (coin, txid, output_index) unique constraint and the ledger's idempotency keys make a
@@ -20,39 +27,33 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
-from decimal import ROUND_FLOOR, Decimal, localcontext
+from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from inventory.services import SoldOut
 from rental.lifecycle import BATCH, Transition
 
-from . import coins_config
-from .coins.amounts import usd_cents_to_base_units
-from .coins.base import Coin, DetectedPayment, ScanResult
-from .coins.rates import Rate, is_stale
-from .coins.utxo import gap_warning
-from .models import (
-    CoinRate,
+from ..models import (
     CoinWallet,
     Invoice,
-    LatePaymentClaim,
     LedgerEntry,
     Payment,
     Quote,
     WatcherCursor,
 )
-from .services import (
-    BillingError,
-    checkout_place_order,
+from ..services import (
     invoice_mark_paid,
-    invoice_pay_from_balance,
-    ledger_post,
 )
+from . import config as coins_config
+from .coins.amounts import usd_cents_to_base_units
+from .coins.base import Coin, DetectedPayment, ScanResult
+from .coins.utxo import gap_warning
+from .credits import credit_extra_payment, credit_or_hold, payment_reversed
+from .health import coin_health, coin_health_record
+from .pricing import PaymentError, cents_at, rate_for
 
 log = logging.getLogger("billing.payments")
 
@@ -61,32 +62,23 @@ QX = Quote.Exception_
 PS = Payment.State
 #: quotes still waiting for money (an invalid quote recovers if its payment reappears)
 OPEN_QUOTE_STATES = (QS.NEW, QS.PROCESSING, QS.INVALID)
-
-
-class PaymentError(BillingError):
-    """A refused payment operation, with a message fit for the customer."""
+#: an unconfirmed payment past the monitoring window; it counts again only once mined
+TIMED_OUT = "unconfirmed_too_long"
+#: the audit action of a deposit of a token that is not configured
+WRONG_TOKEN = "wrong_token_deposit"
 
 
 # --- quotes -------------------------------------------------------------------------------
 
-def coins_offered() -> list[Coin]:
+def coins_watched() -> list[Coin]:
+    """Every configured coin (the watchers keep scanning a coin whose node is unwell)."""
     return sorted(coins_config.adapters(), key=list(Coin).index)
 
 
-def rate_for(coin: Coin, now: datetime) -> Rate:
-    """The operator's rate (CoinRate), else the peg for stablecoins; stale rates refused."""
-    row = CoinRate.objects.filter(coin=coin).first()
-    if row is not None:
-        rate = Rate(coin, row.usd_per_coin, row.source, row.set_at)
-    elif coin.spec.stablecoin:
-        rate = Rate(coin, coins_config.stable_peg(coin), "peg", now)
-    else:
-        raise PaymentError(gettext("No %(coin)s exchange rate is set yet; please pay with another coin.") % {"coin": coin})
-    if is_stale(rate, now, coins_config.rate_max_age()):
-        raise PaymentError(gettext("The %(coin)s exchange rate (set %(at)s UTC) is out of date, so we cannot quote "
-                                   "in %(coin)s right now; please pay with another coin or try again later.")
-                           % {"coin": coin, "at": f"{rate.at:%Y-%m-%d %H:%M}"})
-    return rate
+def coins_offered(now: datetime | None = None) -> list[Coin]:
+    """The coins a customer may pay with now: configured and their node healthy."""
+    now = now or timezone.now()
+    return [c for c in coins_watched() if coin_health(c, now) is None]
 
 
 @transaction.atomic
@@ -98,23 +90,47 @@ def quote_create(*, invoice: Invoice, coin: str, now: datetime) -> Quote:
     adapter = coins_config.adapter(coin)
     if adapter is None:
         raise PaymentError(gettext("%(coin)s is not accepted here.") % {"coin": coin})
+    if coin_health(coin, now) is not None:
+        raise PaymentError(gettext("We cannot watch the %(coin)s network right now, so we do not take %(coin)s "
+                                   "payments; please pay with another coin or try again later.") % {"coin": coin})
     invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
     if invoice.state != Invoice.State.OPEN or (invoice.expires_at and invoice.expires_at <= now):
         raise PaymentError(gettext("Invoice #%(id)s is no longer open.") % {"id": invoice.pk})
     reusable = invoice.quotes.filter(coin=coin, state=QS.NEW, expires_at__gt=now).first()
     if reusable is not None:
         return reusable
+    _check_quote_rate_limit(invoice.customer_id, now)
     rate = rate_for(coin, now)
     amount = usd_cents_to_base_units(invoice.amount_cents, rate.usd_per_coin, coin=coin)
     address, index, reference = _receive_address(adapter, coin)
-    window_end = now + coins_config.quote_window()
-    return Quote.objects.create(
+    quote = Quote.objects.create(
         invoice=invoice, coin=coin, address=address, derivation_index=index, reference=reference,
         amount=amount, usd_cents=invoice.amount_cents, rate_usd_per_coin=rate.usd_per_coin,
         rate_source=rate.source, rate_at=rate.at, created_at=now,
         uri=adapter.payment_uri(reference or address, amount, label=f"Invoice {invoice.pk}"),
-        expires_at=min(invoice.expires_at, window_end) if invoice.expires_at else window_end,
+        expires_at=_quote_expiry(invoice, now),
     )
+    _hold_invoice(quote, quote.expires_at)
+    return quote
+
+
+def _quote_expiry(invoice: Invoice, now: datetime) -> datetime:
+    """A full window, within the order's; but never less than the minimum window, so a quote
+    taken at the end of an order's window can still be paid (the slots are held that
+    much longer, once: bounded from the invoice's creation)."""
+    window_end = now + coins_config.quote_window()
+    if not invoice.expires_at:
+        return window_end
+    floor = min(now + coins_config.quote_min_window(),
+                invoice.created_at + coins_config.quote_window() + coins_config.quote_min_window())
+    return max(min(invoice.expires_at, window_end), floor)
+
+
+def _check_quote_rate_limit(customer_id: int, now: datetime) -> None:
+    recent = Quote.objects.filter(invoice__customer_id=customer_id, created_at__gt=now - timedelta(hours=1)).count()
+    if recent >= coins_config.quotes_per_hour():
+        raise PaymentError(gettext("You asked for many payment addresses in the last hour; please pay one of your "
+                                   "open quotes, or try again later."))
 
 
 def _coin(coin: str) -> Coin:
@@ -127,12 +143,22 @@ def _coin(coin: str) -> Coin:
 def _receive_address(adapter, coin: Coin) -> tuple[str, int | None, str]:
     """(address, derivation index, Solana Pay reference)."""
     if coin is Coin.XMR:
-        address, index = adapter.create_address()
+        try:
+            address, index = adapter.create_address()
+        except (OSError, RuntimeError, ValueError) as exc:  # wallet-rpc down, refusing, or answering nonsense
+            log.error("XMR: monero-wallet-rpc could not create a subaddress: %s", exc)
+            raise PaymentError(gettext("We cannot create a Monero address right now; please pay with another coin "
+                                       "or try again in a few minutes.")) from None
         return address, index, ""
     if coin is Coin.SOL:
         return adapter.merchant, None, adapter.address_for_index(0)
     wallet = CoinWallet.objects.get_or_create(coin=coins_config.wallet_coin(coin))[0]
     wallet = CoinWallet.objects.select_for_update().get(pk=wallet.pk)
+    if wallet.next_index - wallet.highest_paid_index > coins_config.gap_limit():
+        log.error("%s: %d unpaid addresses past the last paid one: not issuing more (the operator's wallet would "
+                  "not see them)", wallet.coin, wallet.next_index - 1 - wallet.highest_paid_index)
+        raise PaymentError(gettext("Too many %(coin)s payment addresses are waiting for payment right now; please "
+                                   "pay with another coin or try again later.") % {"coin": coin})
     CoinWallet.objects.filter(pk=wallet.pk).update(next_index=F("next_index") + 1)
     wallet.next_index += 1
     if wallet_gap_exceeded(wallet):
@@ -153,10 +179,19 @@ def wallet_gap_exceeded(wallet: CoinWallet) -> bool:
 
 def to_usd_cents(base_units: int, quote: Quote) -> int:
     """Base units → USD cents at the quote's locked rate, rounded DOWN (never over-credit)."""
-    with localcontext() as ctx:
-        ctx.prec = 80
-        cents = Decimal(base_units) * quote.rate_usd_per_coin * 100 / Decimal(10) ** Coin(quote.coin).decimals
-        return int(cents.to_integral_value(rounding=ROUND_FLOOR))
+    return cents_at(base_units, quote.rate_usd_per_coin, quote.coin)
+
+
+def required_confirmations(quote: Quote, coin_required: int) -> int:
+    """Speed policy: a small quote needs fewer confirmations, never more than the coin's."""
+    for below_cents, confirmations in coins_config.speed_policy():
+        if int(quote.usd_cents) < below_cents:
+            return max(1, min(confirmations, coin_required))
+    return coin_required
+
+
+def is_dust(quote: Quote, payment: Payment) -> bool:
+    return int(payment.amount) * 10_000 < int(quote.amount) * coins_config.dust_bps()
 
 
 def amount_due_min(quote: Quote) -> int:
@@ -180,12 +215,32 @@ def payments_apply_scan(*, coin: str, scan: ScanResult, now: datetime) -> ApplyR
     adapter = coins_config.adapter(coin)
     required = adapter.required_confirmations if adapter else coin.spec.required_confirmations
     by_quote, unknown = _group_by_quote(coin, scan.payments)
-    reorged = _reorged_by_quote(coin, scan.reorged)
-    for quote_id in sorted(set(by_quote) | set(reorged)):
-        _apply_to_quote(quote_id, by_quote.get(quote_id, []), reorged.get(quote_id, []), required, now)
+    reorged = _reorged_by_quote(coin, [(t, n, "reorged") for t, n in scan.reorged])
+    dropped = _reorged_by_quote(coin, scan.dropped)
+    touched = sorted(set(by_quote) | set(reorged) | set(dropped))
+    for quote_id in touched:
+        _apply_to_quote(quote_id, by_quote.get(quote_id, []), reorged.get(quote_id, []), dropped.get(quote_id, []),
+                        required, now)
     for p in unknown:
         log.warning("%s payment %s:%d to %s matches no quote", coin, p.txid, p.output_index, p.address)
-    return ApplyResult(sorted(set(by_quote) | set(reorged)), unknown)
+    for deposit in scan.foreign:
+        _report_wrong_token(coin, deposit)
+    return ApplyResult(touched, unknown)
+
+
+def _report_wrong_token(coin: Coin, deposit: dict) -> None:
+    """A token we do not take, sent to a quote's address: the operators see it on the
+    dashboard (it cannot be credited; the customer may ask for it back). Once per log."""
+    from inventory.models import AuditEntry
+    from inventory.services import audit_record
+
+    quote = Quote.objects.filter(coin__in=(Coin.ETH, Coin.USDT, Coin.USDC), address__iexact=deposit["to"]).first()
+    if quote is None or AuditEntry.objects.filter(action=WRONG_TOKEN, object_id=str(quote.pk),
+                                                  detail__txid=deposit["txid"],
+                                                  detail__log_index=deposit["log_index"]).exists():
+        return
+    log.warning("%s: token %s sent to quote #%s (%s); not credited", coin, deposit["token"], quote.pk, deposit["txid"])
+    audit_record(actor=None, action=WRONG_TOKEN, obj=quote, detail=deposit)
 
 
 def _group_by_quote(coin: Coin, payments: list[DetectedPayment]):
@@ -200,30 +255,50 @@ def _group_by_quote(coin: Coin, payments: list[DetectedPayment]):
     return grouped, unknown
 
 
-def _reorged_by_quote(coin: Coin, keys) -> dict[int, list[int]]:
-    wanted = {(txid, int(n)) for txid, n in keys}
+def _reorged_by_quote(coin: Coin, keys) -> dict[int, list[tuple[int, str]]]:
+    """(txid, n, reason) → {quote: [(payment pk, reason)]}."""
+    wanted = {(txid, int(n)): reason for txid, n, reason in keys}
     if not wanted:
         return {}
     rows = Payment.objects.filter(coin=coin, txid__in={t for t, _ in wanted}).values_list(
         "pk", "quote_id", "txid", "output_index")
-    out: dict[int, list[int]] = defaultdict(list)
+    out: dict[int, list[tuple[int, str]]] = defaultdict(list)
     for pk, quote_id, txid, n in rows:
         if (txid, n) in wanted:
-            out[quote_id].append(pk)
+            out[quote_id].append((pk, wanted[txid, n]))
     return out
 
 
 @transaction.atomic
-def _apply_to_quote(quote_id: int, found: list[DetectedPayment], reorged_pks: list[int], required: int,
-                    now: datetime) -> None:
+def _apply_to_quote(quote_id: int, found: list[DetectedPayment], reorged: list[tuple[int, str]],
+                    dropped: list[tuple[int, str]], coin_required: int, now: datetime) -> None:
     quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice").get(pk=quote_id)
+    required = required_confirmations(quote, coin_required)
     for p in found:
         _payment_upsert(quote, p, required, now)
-    if reorged_pks:
-        gone = Payment.objects.filter(pk__in=reorged_pks).exclude(state=PS.REORGED).update(state=PS.REORGED)
-        if gone and quote.state == QS.SETTLED:
-            log.error("quote #%s: a payment left the chain after the quote settled", quote.pk)
+    gone = {pk: (PS.REORGED, reason) for pk, reason in reorged}
+    gone.update({pk: (PS.INVALID, reason) for pk, reason in dropped if pk not in gone})
+    for row in Payment.objects.filter(pk__in=gone).exclude(state__in=(PS.REORGED, PS.INVALID)).order_by("pk"):
+        _payment_gone(quote, row, *gone[row.pk], now)
     quote_refresh(quote, now)
+
+
+def _payment_gone(quote: Quote, row: Payment, state: str, reason: str, now: datetime) -> None:
+    """A payment left the chain (reorg) or the mempool unmined. If it had already counted —
+    paid the settled invoice, or was credited — that is reversed (``credits``)."""
+    counted = quote.state == QS.SETTLED and _counted_in_settlement(quote, row)
+    Payment.objects.filter(pk=row.pk).update(state=state, invalid_reason=reason)
+    if counted or row.credited_cents:
+        log.error("quote #%s: payment %s left the chain after it counted (%s)", quote.pk, row, reason)
+        payment_reversed(quote, row, counted, now)
+
+
+def _chain_time(p: DetectedPayment, now: datetime) -> datetime:
+    """When the chain first showed the payment; never in the future (block times may run
+    ahead of ours), the watcher's clock when the chain does not say."""
+    if p.chain_time is None:
+        return now
+    return min(datetime.fromtimestamp(p.chain_time, tz=UTC), now)
 
 
 def _payment_upsert(quote: Quote, p: DetectedPayment, required: int, now: datetime) -> Payment:
@@ -233,7 +308,8 @@ def _payment_upsert(quote: Quote, p: DetectedPayment, required: int, now: dateti
         with transaction.atomic():
             row, created = Payment.objects.get_or_create(
                 coin=p.coin, txid=p.txid, output_index=p.output_index,
-                defaults={"quote": quote, "address": p.address, "amount": p.amount, "first_seen_at": now,
+                defaults={"quote": quote, "address": p.address, "amount": p.amount,
+                          "first_seen_at": _chain_time(p, now),
                           "state": PS.CONFIRMED if confirmed else PS.SEEN,
                           "confirmed_at": now if confirmed else None, **chain})
     except IntegrityError:  # another watcher inserted it between our read and write
@@ -247,13 +323,15 @@ def _payment_upsert(quote: Quote, p: DetectedPayment, required: int, now: dateti
 
 def _payment_update(row: Payment, confirmed: bool, chain: dict, now: datetime) -> None:
     """Confirmed is final (adapters stop reporting a payment once it has its confirmations);
-    a payment reported again after a reorg counts again."""
+    a payment reported again after a reorg or a drop counts again — except one that sat
+    unconfirmed past the monitoring window, until it is mined."""
     fields = dict(chain)
     if confirmed or row.state == PS.CONFIRMED:
-        fields["state"] = PS.CONFIRMED
-        fields["confirmed_at"] = row.confirmed_at or now
+        fields.update(state=PS.CONFIRMED, confirmed_at=row.confirmed_at or now, invalid_reason="")
+    elif row.state == PS.INVALID and row.invalid_reason == TIMED_OUT and not chain["confirmations"]:
+        pass
     else:
-        fields["state"] = PS.SEEN
+        fields.update(state=PS.SEEN, invalid_reason="")
     Payment.objects.filter(pk=row.pk).update(**fields)
 
 
@@ -270,13 +348,18 @@ def _mark_index_paid(quote: Quote) -> None:
 def quote_refresh(quote: Quote, now: datetime) -> Quote:
     """Recompute received/confirmed from the quote's payments and move the quote. Call with
     the quote row locked (``_apply_to_quote``, ``sweep_expire_quotes``)."""
-    live = list(quote.payments.exclude(state=PS.REORGED).order_by("first_seen_at", "pk"))
+    quote.payments.filter(state=PS.SEEN, confirmations=0,
+                          first_seen_at__lte=now - coins_config.monitoring_window()).update(
+        state=PS.INVALID, invalid_reason=TIMED_OUT)
+    live = list(quote.payments.exclude(state__in=(PS.REORGED, PS.INVALID)).order_by("first_seen_at", "pk"))
     seen_any = bool(live) or quote.payments.exists()
     quote.received = sum(int(p.amount) for p in live)
     quote.confirmed = sum(int(p.amount) for p in live if p.state == PS.CONFIRMED)
     Quote.objects.filter(pk=quote.pk).update(received=quote.received, confirmed=quote.confirmed)
     if quote.state in OPEN_QUOTE_STATES:
         _advance(quote, live, seen_any, now)
+    if quote.state != QS.PROCESSING:
+        _release_hold(quote, now)
     if quote.state == QS.SETTLED:
         if _credit_unsettled(quote, live, now, LedgerEntry.Kind.EXCESS_PAYMENT) and quote.exception != QX.OVER:
             _set_state(quote, QS.SETTLED, QX.OVER)
@@ -295,11 +378,12 @@ def _advance(quote: Quote, live: list[Payment], seen_any: bool, now: datetime) -
     if sum(int(p.amount) for p in on_time if p.state == PS.CONFIRMED) >= due:
         return _settle(quote, [p for p in on_time if p.state == PS.CONFIRMED], now)
     seen = sum(int(p.amount) for p in on_time)
+    substantial = [p for p in on_time if not is_dust(quote, p)]
     if seen >= due:  # all there, waiting for confirmations: hold the order's slots meanwhile
-        _hold_invoice(quote, on_time[-1].first_seen_at + coins_config.confirmation_hold())
+        _hold_invoice(quote, (substantial or on_time)[-1].first_seen_at + coins_config.monitoring_window())
         return _set_state(quote, QS.PROCESSING, QX.NONE)
-    if on_time:
-        _extend_partial(quote, on_time[-1].first_seen_at)
+    if substantial:  # dust never extends the window
+        _extend_partial(quote, substantial[-1].first_seen_at)
     if now >= quote.expires_at:
         late = any(p.first_seen_at > quote.expires_at for p in live)
         return _set_state(quote, QS.EXPIRED, QX.LATE if late else (QX.PARTIAL if on_time else QX.NONE))
@@ -331,6 +415,18 @@ def _hold_invoice(quote: Quote, until: datetime) -> None:
                            expires_at__lt=until).update(expires_at=until)
 
 
+def _release_hold(quote: Quote, now: datetime) -> None:
+    """No payment of this quote is confirming any more (invalid, expired, settled): the
+    order's slots are held no longer than its own window, the quote's, or now — unless
+    another quote of the same invoice is confirming."""
+    if quote.invoice.kind != Invoice.Kind.ORDER or Quote.objects.filter(
+            invoice_id=quote.invoice_id, state=QS.PROCESSING).exclude(pk=quote.pk).exists():
+        return
+    floor = max(quote.expires_at, quote.invoice.created_at + coins_config.quote_window(), now)
+    Invoice.objects.filter(pk=quote.invoice_id, state=Invoice.State.OPEN, expires_at__gt=floor).update(
+        expires_at=floor)
+
+
 def _settle(quote: Quote, counted: list[Payment], now: datetime) -> None:
     """Settled once (guarded update); the invoice is paid once; the excess, or all of it
     when the invoice closed meanwhile, goes to the balance once."""
@@ -342,25 +438,31 @@ def _settle(quote: Quote, counted: list[Payment], now: datetime) -> None:
     invoice = quote.invoice
     if invoice_mark_paid(invoice=invoice, via=quote.coin, now=now, note=f"{quote.coin} quote #{quote.pk}"):
         if paid > int(quote.amount):
-            _credit(quote, paid - int(quote.amount), now, LedgerEntry.Kind.EXCESS_PAYMENT, f"excess:{quote.pk}",
-                    f"overpayment of {quote.coin} quote #{quote.pk}")
+            _credit_settlement(quote, paid - int(quote.amount), now, LedgerEntry.Kind.EXCESS_PAYMENT,
+                               f"overpayment of {quote.coin} quote #{quote.pk}")
             _set_state(quote, QS.SETTLED, QX.OVER)
         return
     invoice.refresh_from_db()
     closed_by_payment = invoice.state == Invoice.State.PAID
     kind = LedgerEntry.Kind.EXCESS_PAYMENT if closed_by_payment else LedgerEntry.Kind.LATE_PAYMENT
-    _credit(quote, paid, now, kind, f"excess:{quote.pk}",
-            f"{quote.coin} quote #{quote.pk}: invoice #{invoice.pk} was already {invoice.get_state_display()}")
+    _credit_settlement(quote, paid, now, kind,
+                       f"{quote.coin} quote #{quote.pk}: invoice #{invoice.pk} was already {invoice.get_state_display()}")
     _set_state(quote, QS.SETTLED, QX.OVER if closed_by_payment else QX.LATE)
+
+
+def _credit_settlement(quote: Quote, base_units: int, now: datetime, kind: str, memo: str) -> None:
+    """What the on-time payments paid beyond the invoice: at the locked rate (they were sent
+    under it), once (``excess:<quote>``), within the quote's automatic cap."""
+    credit_or_hold(quote, to_usd_cents(base_units, quote), now, kind=kind, key=f"excess:{quote.pk}", memo=memo,
+                   payment=None, amount=base_units)
 
 
 def _credit_unsettled(quote: Quote, live: list[Payment], now: datetime, kind: str) -> bool:
     """Every confirmed payment that did not count towards a settlement: credited on its own
-    (once: keyed by the payment). True when there is any."""
+    (once: keyed by the payment) or held for an operator (``credits``). True when any."""
     extra = [p for p in live if p.state == PS.CONFIRMED and not _counted_in_settlement(quote, p)]
     for p in extra:
-        _credit(quote, int(p.amount), now, kind, f"payment:{p.pk}",
-                f"{quote.coin} {p.txid[:16]}…:{p.output_index} to quote #{quote.pk} ({quote.get_state_display()})")
+        credit_extra_payment(quote, p, now, kind)
     return bool(extra)
 
 
@@ -368,14 +470,6 @@ def _counted_in_settlement(quote: Quote, p: Payment) -> bool:
     return (quote.state == QS.SETTLED and p.first_seen_at <= quote.expires_at
             and p.confirmed_at is not None and p.confirmed_at <= quote.settled_at)
 
-
-def _credit(quote: Quote, base_units: int, now: datetime, kind: str, key: str, memo: str) -> None:
-    cents = to_usd_cents(base_units, quote)
-    if cents <= 0:
-        log.info("quote #%s: %s base units are worth less than a cent; not credited", quote.pk, base_units)
-        return
-    ledger_post(customer=quote.invoice.customer, kind=kind, amount_cents=cents, now=now, invoice=quote.invoice,
-                memo=memo, idempotency_key=key)
 
 
 # --- expiry sweep and the watcher ---------------------------------------------------------
@@ -421,68 +515,13 @@ def watch_coin(*, coin: str, now: datetime | None = None) -> ApplyResult:
         raise PaymentError(gettext("%(coin)s is not configured.") % {"coin": coin})
     now = now or timezone.now()
     cursor = WatcherCursor.objects.get_or_create(coin=coin)[0]
-    result = adapter.scan(watch_set(coin, now), dict(cursor.cursor))
+    try:
+        result = adapter.scan(watch_set(coin, now), dict(cursor.cursor))
+        tip_time = adapter.tip_time() if hasattr(adapter, "tip_time") else None
+    except Exception as exc:  # the node is down or answers nonsense: stop offering the coin
+        coin_health_record(coin=coin, now=now, error=f"{exc.__class__.__name__}: {exc}")
+        raise
     applied = payments_apply_scan(coin=coin, scan=result, now=now)
     WatcherCursor.objects.filter(pk=cursor.pk).update(cursor=result.cursor, updated_at=now)
+    coin_health_record(coin=coin, now=now, tip_time=tip_time)
     return applied
-
-
-# --- late payments: the customer may still buy the order ---------------------------------
-
-@transaction.atomic
-def late_payment_confirm(*, quote: Quote, customer, now: datetime | None = None) -> Invoice:
-    """Use a late payment (already on the balance) for what it was meant to buy: the invoice
-    if still open, else the same order again if the slots are free. Sold out → PaymentError,
-    the money stays on the balance. Once per quote."""
-    now = now or timezone.now()
-    quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice__lease").get(pk=quote.pk)
-    invoice = quote.invoice
-    if invoice.customer_id != customer.pk:
-        raise PaymentError(gettext("This quote is not yours."))
-    if not late_payment_claimable(quote):
-        raise PaymentError(gettext("This quote has no late payment to use."))
-    if invoice.state == Invoice.State.OPEN:
-        target = invoice_pay_from_balance(invoice=invoice, now=now, actor=customer)
-    elif invoice.kind == Invoice.Kind.ORDER and invoice.lease_id:
-        target = _reorder(invoice, customer, now)
-    else:
-        raise PaymentError(gettext("Invoice #%(id)s is %(state)s; the payment stays on your balance.")
-                           % {"id": invoice.pk, "state": invoice.get_state_display()})
-    LatePaymentClaim.objects.create(quote=quote, invoice=target, at=now)
-    return target
-
-
-def late_payment_claimable(quote: Quote) -> bool:
-    return (quote.state in (QS.EXPIRED, QS.SETTLED) and quote.exception in (QX.LATE, QX.PARTIAL)
-            and int(quote.confirmed) > 0 and quote.invoice.state != Invoice.State.PAID
-            and not LatePaymentClaim.objects.filter(quote=quote).exists())
-
-
-def _reorder(invoice: Invoice, customer, now: datetime) -> Invoice:
-    lease = invoice.lease
-    addons = {f: getattr(lease, f) for f in ("extra_nvme_tb", "network_volume_tb", "snapshot_tb")}
-    try:
-        _, new_invoice = checkout_place_order(
-            customer=customer, offer=lease.offer, site=lease.site, term=lease.term, image=lease.image,
-            ssh_public_key=lease.ssh_public_key, addons={k: v for k, v in addons.items() if v},
-            pay_from_balance=True, now=now)
-    except SoldOut:
-        raise PaymentError(gettext("That GPU is sold out now; your payment stays on your balance.")) from None
-    return new_invoice
-
-
-# --- operator rates -------------------------------------------------------------------------
-
-@transaction.atomic
-def coin_rate_set(*, coin: str, usd_per_coin: Decimal, actor, now: datetime, source: str = "operator") -> CoinRate:
-    """An operator sets a coin's rate (USD per whole coin); dated now, audited."""
-    from inventory.services import audit_record
-
-    coin = _coin(coin)
-    if isinstance(usd_per_coin, float) or Decimal(usd_per_coin) <= 0:
-        raise PaymentError(gettext("A rate is a positive decimal number of USD per coin."))
-    rate, _ = CoinRate.objects.update_or_create(coin=coin, defaults={
-        "usd_per_coin": Decimal(usd_per_coin), "source": source or "operator", "set_at": now})
-    audit_record(actor=actor, action="coin_rate_set", obj=rate,
-                 detail={"coin": str(coin), "usd_per_coin": str(usd_per_coin), "source": rate.source})
-    return rate

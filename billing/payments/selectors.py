@@ -10,10 +10,13 @@ from django.db.models import QuerySet
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
+from inventory.templatetags.money import format_usd
+
+from ..models import Invoice, Payment, PaymentReview, Quote
 from .coins.amounts import format_amount
 from .coins.base import COIN_SPECS, Coin
-from .models import Invoice, Quote
-from .payments import amount_due_min, coins_offered, late_payment_claimable
+from .late import late_payment_claimable
+from .services import amount_due_min, coins_offered
 
 FINAL_STATES = (Quote.State.SETTLED, Quote.State.EXPIRED, Quote.State.INVALID)
 
@@ -49,6 +52,17 @@ class QuoteView:
     final: bool
     can_confirm_late: bool
     qr_svg: SafeString
+    payments: list[PaymentLine]
+
+
+@dataclass(frozen=True)
+class PaymentLine:
+    """One payment to the quote and what it did with the money, in the customer's words."""
+
+    txid: str
+    amount: str
+    confirmations: int
+    outcome: str
 
 
 def quote_view(quote: Quote, now: datetime) -> QuoteView:
@@ -67,7 +81,34 @@ def quote_view(quote: Quote, now: datetime) -> QuoteView:
         final=quote.state in FINAL_STATES,
         can_confirm_late=late_payment_claimable(quote),
         qr_svg=qr_svg(quote.uri),
+        payments=payment_lines(quote),
     )
+
+
+def payment_lines(quote: Quote) -> list[PaymentLine]:
+    decimals = Coin(quote.coin).decimals
+    held = set(quote.reviews.filter(state=PaymentReview.State.OPEN).values_list("payment_id", flat=True))
+    return [PaymentLine(p.txid, format_amount(int(p.amount), decimals), p.confirmations,
+                        _outcome(quote, p, held)) for p in quote.payments.order_by("first_seen_at", "pk")]
+
+
+def _outcome(quote: Quote, p: Payment, held: set) -> str:
+    if p.state in (Payment.State.REORGED, Payment.State.INVALID):
+        return gettext("no longer counts: %(why)s") % {"why": p.get_state_display()}
+    if p.pk in held:
+        return gettext("held for review by our staff before it is credited; we will be in touch")
+    if p.credited_cents:
+        if p.credit_rate == quote.rate_usd_per_coin:
+            return gettext("credited %(usd)s to your balance at the quoted rate") % {
+                "usd": format_usd(p.credited_cents, always_cents=True)}
+        return gettext("credited %(usd)s to your balance at $%(rate)s per %(coin)s when it confirmed") % {
+            "usd": format_usd(p.credited_cents, always_cents=True), "rate": format(p.credit_rate.normalize(), "f"),
+            "coin": quote.coin}
+    if p.state == Payment.State.SEEN:
+        return gettext("waiting for confirmations")
+    if quote.state == Quote.State.SETTLED and p.credited_cents is None:
+        return gettext("paid the invoice")
+    return gettext("confirmed")
 
 
 def time_left(deadline: datetime, now: datetime) -> str:

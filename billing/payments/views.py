@@ -7,9 +7,11 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
-from .models import Invoice
-from .payment_selectors import coin_choices, customer_invoices, customer_quotes, quote_view
-from .payments import PaymentError, late_payment_confirm, quote_create
+from ..models import Invoice
+from ..services import BillingError
+from .late import late_payment_confirm
+from .selectors import coin_choices, customer_invoices, customer_quotes, quote_view
+from .services import PaymentError, quote_create
 
 POLL_SECONDS = 5
 
@@ -45,7 +47,7 @@ def quote_confirm_late(request, quote_id: int):
     quote = get_object_or_404(customer_quotes(request.user), pk=quote_id)
     try:
         invoice = late_payment_confirm(quote=quote, customer=request.user, now=timezone.now())
-    except PaymentError as exc:
+    except BillingError as exc:  # sold out, or the credit no longer covers the order
         messages.error(request, str(exc))
         return redirect("payments:quote", quote_id=quote.pk)
     messages.success(request, _("Paid from your balance: invoice #%(id)d.") % {"id": invoice.pk})

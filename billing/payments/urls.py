@@ -1,7 +1,7 @@
 """Crypto payment pages; the root URLconf mounts them at /pay/."""
 from django.urls import path
 
-from . import views_payments as views
+from . import views
 
 app_name = "payments"
 

@@ -4,7 +4,8 @@ admin settings). A coin whose config is missing is simply not offered.
 Keys (all optional):
 
 =====================  =====================================================================
-BTC_XPUB, LTC_XPUB     account xpub/zpub (BIP84 m/84'/coin'/0'); with BTC_RPC_URL / LTC_RPC_URL
+BTC_XPUB, LTC_XPUB     account key (xpub=P2PKH, ypub/Mtub=P2SH-P2WPKH, zpub=P2WPKH) or a
+                       descriptor pkh(K/0/*), sh(wpkh(K/0/*)), wpkh(K/0/*); with BTC_RPC_URL
 BTC_RPC_URL            Core JSON-RPC URL (``http://user:pass@host:8332/``) ...
 BTC_RPC_COOKIE         ... or the node's ``.cookie`` file (same for LTC_*)
 BTC_NETWORK            main (default) / test / signet / regtest (same for LTC_NETWORK)
@@ -62,13 +63,13 @@ def build_adapters(config: Mapping[str, Any], *, require_backend: bool = False) 
             w3 = Web3(HTTPProvider(eth_url, request_kwargs={"timeout": 30}))
         chain_id = _int(config, "ETH_CHAIN_ID", 1)
         start = _int(config, "ETH_START_HEIGHT")
-        for coin, token in ((Coin.ETH, None), (Coin.USDT, config.get("USDT_CONTRACT")),
-                            (Coin.USDC, config.get("USDC_CONTRACT"))):
+        tokens = {Coin.USDT: config.get("USDT_CONTRACT"), Coin.USDC: config.get("USDC_CONTRACT")}
+        for coin, token in ((Coin.ETH, None), *tokens.items()):
             if coin is not Coin.ETH and not token:
                 continue
             out[coin] = EvmAdapter(coin, eth_xpub, w3=w3, chain_id=chain_id, token=token,
                                    required_confirmations=_int(config, f"{coin}_CONFIRMATIONS"),
-                                   start_height=start)
+                                   start_height=start, known_tokens=tuple(t for t in tokens.values() if t))
 
     if config.get("MONERO_WALLET_RPC_URL"):
         from .monero import MoneroAdapter, MoneroWalletRpc

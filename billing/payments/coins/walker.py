@@ -34,6 +34,7 @@ class BlockInfo:
     hash: str
     prev_hash: str | None
     found: Iterable[Found]
+    time: int | None = None  # block timestamp (unix seconds)
 
 
 def walk(
@@ -87,7 +88,7 @@ def walk(
             key = (f.txid, f.output_index)
             tracked[key] = {
                 "txid": f.txid, "n": f.output_index, "address": f.address,
-                "amount": str(f.amount), "height": h, "hash": info.hash, "reported": -1,
+                "amount": str(f.amount), "height": h, "hash": info.hash, "reported": -1, "time": info.time,
             }
             new.add(key)
         height = h
@@ -102,7 +103,7 @@ def walk(
             payments.append(DetectedPayment(
                 coin=coin, txid=t["txid"], output_index=t["n"], address=t["address"],
                 amount=int(t["amount"]), confirmations=conf,
-                block_hash=t["hash"], block_height=t["height"],
+                block_hash=t["hash"], block_height=t["height"], chain_time=t.get("time"),
             ))
             t["reported"] = conf
     low = height - keep

@@ -163,15 +163,18 @@ class MoneroAdapter:
                 payments.append(DetectedPayment(
                     Coin.XMR, t["txid"], minor, by_index[minor], int(t["amount"]), conf,
                     None, None if kind == "pool" else int(t["height"]),
+                    chain_time=int(t["timestamp"]) if t.get("timestamp") else None,
                 ))
                 pending[key] = conf
-        reorged = []
+        reorged, dropped = [], []
         for key, last in list(pending.items()):
             txid, _, minor_s = key.rpartition(":")
             if int(minor_s) not in by_index:  # no longer watched (quote closed): forget it
                 del pending[key]
             elif key not in present:  # left the chain and the pool
-                if last < self.required_confirmations:
+                if last == 0:  # never mined: double-spent (the wallet hides those) or dropped
+                    dropped.append((txid, int(minor_s), "dropped"))
+                elif last < self.required_confirmations:
                     reorged.append((txid, int(minor_s)))
                 del pending[key]
         settled = {k for k, c in pending.items() if c >= self.required_confirmations}
@@ -179,4 +182,4 @@ class MoneroAdapter:
             "pending": {k: c for k, c in pending.items() if k not in settled},
             "settled": sorted(set(cursor.get("settled") or ()) | settled)[-1000:],
         }
-        return ScanResult(payments, new_cursor, sorted(reorged))
+        return ScanResult(payments, new_cursor, sorted(reorged), sorted(dropped))

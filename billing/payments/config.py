@@ -1,7 +1,7 @@
 """Crypto payment settings: the adapter config from the environment (or Django settings of
 the same name), and the payment rules (confirmations, tolerance, rate age, windows).
 
-Every key of ``billing.coins.registry`` is read from ``settings.<KEY>`` first, then
+Every key of ``billing.payments.coins.registry`` is read from ``settings.<KEY>`` first, then
 ``os.environ[<KEY>]``; a coin is offered only when it can be watched
 (``require_backend=True``). Tests swap the adapters with ``use_adapters({...})``.
 """
@@ -83,6 +83,16 @@ def quote_window() -> timedelta:
     return timedelta(minutes=int(setting("PAYMENT_WINDOW_MINUTES", 30)))
 
 
+def quote_min_window() -> timedelta:
+    """The least time a customer gets to pay a quote, even at the end of an order's window."""
+    return timedelta(minutes=int(setting("PAYMENT_QUOTE_MIN_MINUTES", 10)))
+
+
+def quotes_per_hour() -> int:
+    """New quotes (fresh addresses) one customer may ask for per hour."""
+    return int(setting("QUOTES_PER_CUSTOMER_PER_HOUR", 20))
+
+
 def rate_max_age() -> timedelta:
     return timedelta(minutes=int(setting("RATE_MAX_AGE_MINUTES", 15)))
 
@@ -92,10 +102,33 @@ def partial_max_extension() -> timedelta:
     return timedelta(minutes=int(setting("PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES", 120)))
 
 
-def confirmation_hold() -> timedelta:
-    """How long an order's slots stay held after the full amount was seen on time,
-    while its confirmations arrive."""
-    return timedelta(minutes=int(setting("PAYMENT_CONFIRMATION_HOLD_MINUTES", 360)))
+def monitoring_window() -> timedelta:
+    """How long an unconfirmed payment is watched from its first sighting (chain time):
+    an order's slots stay held that long while its confirmations arrive; past it, the
+    payment is invalid and the hold released."""
+    return timedelta(minutes=int(setting("PAYMENT_MONITORING_MINUTES", 360)))
+
+
+def auto_credit_max_percent() -> int:
+    """What one quote may credit to the balance automatically, in % of its USD value."""
+    return int(setting("PAYMENT_AUTO_CREDIT_MAX_PERCENT", 100))
+
+
+def dust_bps() -> int:
+    """Payments below this share of the quote (basis points) never extend a hold."""
+    return int(setting("PAYMENT_DUST_BPS", 100))
+
+
+def node_max_tip_age() -> timedelta:
+    return timedelta(minutes=int(setting("PAYMENT_NODE_MAX_TIP_AGE_MINUTES", 120)))
+
+
+def speed_policy() -> list[tuple[int, int]]:
+    """[(usd cents, confirmations)] ascending: a quote worth less than the cents needs that
+    many confirmations (BTCPay's speed policy, by amount)."""
+    raw = str(setting("PAYMENT_SPEED_POLICY", ""))
+    pairs = (item.split(":") for item in raw.split(",") if item.strip())
+    return sorted((int(cents), int(confs)) for cents, confs in pairs)
 
 
 def late_watch() -> timedelta:
@@ -111,3 +144,19 @@ def stable_peg(coin: str):
     from decimal import Decimal
 
     return Decimal(str(setting(f"{coin}_PEG_USD", "1")))
+
+
+def price_sources() -> list[dict]:
+    """``PRICE_SOURCES``: a JSON list of {"name", "url", "path"[, "time_path"]} (``{coin}``
+    and ``{coin_lower}`` are filled in); empty: rates are set by hand only."""
+    import json
+
+    raw = setting("PRICE_SOURCES", "")
+    if isinstance(raw, (list, tuple)):
+        return list(raw)
+    return json.loads(raw) if str(raw).strip() else []
+
+
+def price_sources_min() -> int:
+    """How many sources must answer with a fresh rate before the median is used."""
+    return int(setting("PRICE_SOURCES_MIN", 1))

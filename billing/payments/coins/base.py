@@ -7,7 +7,9 @@ or on every pass until it reaches its confirmations) is credited once.
 ``output_index`` per chain:
 
 * BTC, LTC: the output's ``vout`` number;
-* ERC-20 (USDT, USDC): the log index of the ``Transfer`` event in its block;
+* ERC-20 (USDT, USDC): a 31-bit digest of the transfer's content (token, from, to, value,
+  occurrence in the transaction) — stable when a reorg re-mines it at another log index;
+* ETH sent by a contract (seen as a balance change): -1, with txid ``<block hash>:<address>``;
 * ETH value transfers and SOL: 0 (one payment per transaction and recipient);
 * XMR: the subaddress minor index the transfer paid (monero-wallet-rpc reports one
   transfer per transaction and subaddress, so it is unique within the transaction).
@@ -66,6 +68,8 @@ class DetectedPayment:
 
     ``amount`` is in base units (int). ``confirmations`` is 0 for mempool / pool /
     not-yet-finalized transactions; ``block_hash``/``block_height`` are None then.
+    ``chain_time`` (unix seconds): when the chain first showed it — the node's mempool
+    entry time, else its block's time; None when the chain does not say (watcher's clock).
     """
 
     coin: Coin
@@ -76,6 +80,7 @@ class DetectedPayment:
     confirmations: int
     block_hash: str | None = None
     block_height: int | None = None
+    chain_time: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -91,12 +96,19 @@ class ScanResult:
     on ``(coin, txid, output_index)``).
     ``cursor``: JSON-serialisable state; persist it and pass it to the next ``scan``.
     ``reorged``: ``(txid, output_index)`` of payments reported earlier that have left the
-    chain (orphaned block, vanished from the pool) and were not found again in this pass.
+    chain (orphaned block) and were not found again in this pass.
+    ``dropped``: ``(txid, output_index, reason)`` of unconfirmed payments that left the
+    node's mempool without being mined: ``double_spent`` (an input is spent by another
+    transaction: a conflict or an RBF replacement) or ``evicted`` (inputs still unspent).
     """
 
     payments: list[DetectedPayment] = field(default_factory=list)
     cursor: dict[str, Any] = field(default_factory=dict)
     reorged: list[tuple[str, int]] = field(default_factory=list)
+    dropped: list[tuple[str, int, str]] = field(default_factory=list)
+    #: deposits that cannot be credited, for the operators: ERC-20 ``Transfer``s of a token
+    #: that is not configured, to a watched address ({token, txid, log_index, to, value})
+    foreign: list[dict[str, Any]] = field(default_factory=list)
 
 
 @runtime_checkable

@@ -1,20 +1,16 @@
-"""BTC and LTC: BIP84 watch-only addresses and a Core-RPC block-scanning watcher.
+"""BTC and LTC: watch-only addresses and a Core-RPC block-scanning watcher.
 
-Addresses: native SegWit P2WPKH from an *account-level* extended public key (BIP84
-``m/84'/coin'/account'``), receive chain ``0/i``. Derivation with bip-utils; encoding with
-python-bitcoinlib's ``segwit_addr.encode(hrp, 0, hash160)`` per coin, so python-bitcoinlib's
-process-global ``SelectParams`` is never touched.
-
-Accepted key prefixes (the version bytes only say which network; the derivation is the
-same): xpub/ypub/zpub/Ypub/Zpub (Bitcoin mainnet), tpub/upub/vpub/Upub/Vpub (testnets and
-regtest), Ltub/Mtub (Litecoin mainnet), ttub (Litecoin testnet). A mainnet key on a
-test network (or the reverse) is refused, and so are private keys (xprv ...): the server
-is watch-only.
+Addresses: P2PKH, P2SH-P2WPKH or P2WPKH as the operator's key says — an account key's
+SLIP-132 prefix (xpub/ypub/zpub, Ltub/Mtub, tpub/upub/vpub, ttub) or an output descriptor
+(``pkh``/``sh(wpkh)``/``wpkh``); see ``keys``. Derivation with bip-utils; no process-global
+network parameters are touched.
 
 Detection: ``getblockhash``/``getblock <hash> 2`` from the cursor's height to the tip,
 matching each output's address (``scriptPubKey.address``, or the older ``addresses``
 list) with a set lookup; plus ``getrawmempool`` + ``getrawtransaction <txid> true`` for
-0-confirmation payments. No wallet is needed on the node.
+0-confirmation payments, dated by ``getmempoolentry``; a payment that leaves the mempool
+unmined is judged with ``gettxout`` on its inputs (double-spent / replaced, or evicted).
+No wallet is needed on the node.
 
 Gap limit: see ``gap_warning``.
 """
@@ -30,75 +26,14 @@ import urllib.request
 from decimal import Decimal, localcontext
 from typing import Any
 
-from bip_utils import Base58Decoder, Bip32KeyNetVersions, Bip32Secp256k1
-from bitcoin.core import Hash160
-from bitcoin.segwit_addr import encode as segwit_encode
-
 from .amounts import format_amount
 from .base import COIN_SPECS, Coin, DetectedPayment, ScanResult
+from .keys import NETWORKS, parse_receive_key
 from .walker import BlockInfo, Found, walk
 
-# version bytes of extended *public* keys -> is_mainnet
-_PUB_VERSIONS: dict[bytes, bool] = {
-    bytes.fromhex(h): main
-    for h, main in [
-        ("0488b21e", True),   # xpub
-        ("049d7cb2", True),   # ypub
-        ("04b24746", True),   # zpub
-        ("0295b43f", True),   # Ypub
-        ("02aa7ed3", True),   # Zpub
-        ("019da462", True),   # Ltub
-        ("01b26ef6", True),   # Mtub
-        ("043587cf", False),  # tpub
-        ("044a5262", False),  # upub
-        ("045f1cf6", False),  # vpub
-        ("024289ef", False),  # Upub
-        ("02575483", False),  # Vpub
-        ("0436f6e1", False),  # ttub
-    ]
-}
-_PRIV_PREFIXES = ("xprv", "yprv", "zprv", "Yprv", "Zprv", "tprv", "uprv", "vprv", "Ltpv", "Mtpv", "ttpv")
-
-# coin -> network -> (bech32 hrp, is_mainnet)
-HRPS: dict[Coin, dict[str, tuple[str, bool]]] = {
-    Coin.BTC: {"main": ("bc", True), "test": ("tb", False), "signet": ("tb", False), "regtest": ("bcrt", False)},
-    Coin.LTC: {"main": ("ltc", True), "test": ("tltc", False), "regtest": ("rltc", False)},
-}
 URI_SCHEMES = {Coin.BTC: "bitcoin", Coin.LTC: "litecoin"}
-
-
-def parse_account_xpub(xpub: str, mainnet: bool | None) -> Bip32Secp256k1:
-    """Parse an account-level extended public key whatever its SLIP-132 prefix.
-
-    ``mainnet=None`` accepts either network (Ethereum keys carry no network).
-    """
-    xpub = xpub.strip()
-    if xpub.startswith(_PRIV_PREFIXES):
-        raise ValueError("an extended PRIVATE key was given; configure the account xpub/zpub only")
-    try:
-        raw = Base58Decoder.CheckDecode(xpub)
-    except Exception as exc:
-        raise ValueError(f"not a valid extended public key: {exc}") from None
-    if len(raw) != 78:
-        raise ValueError("not a valid extended public key (length)")
-    version = raw[:4]
-    if version not in _PUB_VERSIONS:
-        raise ValueError(f"unknown or private extended key version {version.hex()}")
-    if mainnet is not None and _PUB_VERSIONS[version] != mainnet:
-        net = "mainnet" if _PUB_VERSIONS[version] else "testnet"
-        raise ValueError(f"{net} extended key given for a {'mainnet' if mainnet else 'test'} network")
-    key = Bip32Secp256k1.FromExtendedKey(
-        xpub, key_net_ver=Bip32KeyNetVersions(version, bytes.fromhex("04358394"))
-    )
-    if key.Depth() != 3:
-        raise ValueError(
-            f"expected an account-level key (depth 3, m/84'/coin'/account'), got depth {key.Depth()}"
-        )
-    return key
-
-
-def p2wpkh_address(hrp: str, pubkey33: bytes) -> str:
-    return segwit_encode(hrp, 0, Hash160(pubkey33))
+#: mempool transactions fetched per JSON-RPC batch
+MEMPOOL_BATCH = 1000
 
 
 def gap_warning(highest_used_index: int | None, highest_issued_index: int | None, limit: int = 20) -> bool:
@@ -163,8 +98,24 @@ class CoreRpc:
         return "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()
 
     def call(self, method: str, *params: Any) -> Any:
-        body = json.dumps({"jsonrpc": "1.0", "id": next(self._ids), "method": method, "params": list(params)},
-                          default=_json_default)
+        reply = self._post({"jsonrpc": "1.0", "id": next(self._ids), "method": method, "params": list(params)},
+                           method)
+        if reply.get("error"):
+            raise RpcError(method, reply["error"])
+        return reply["result"]
+
+    def call_many(self, method: str, params: list[list]) -> list:
+        """One JSON-RPC batch (one HTTP request): each call's result, or its ``RpcError``."""
+        if not params:
+            return []
+        ids = [next(self._ids) for _ in params]
+        replies = self._post([{"jsonrpc": "1.0", "id": i, "method": method, "params": p}
+                              for i, p in zip(ids, params, strict=True)], method)
+        by_id = {r.get("id"): r for r in replies}
+        return [RpcError(method, by_id[i]["error"]) if by_id[i].get("error") else by_id[i]["result"] for i in ids]
+
+    def _post(self, payload, method: str):
+        body = json.dumps(payload, default=_json_default)
         req = urllib.request.Request(self.url, data=body.encode(), method="POST")
         req.add_header("Content-Type", "application/json")
         auth = self._auth_header()
@@ -177,10 +128,7 @@ class CoreRpc:
             data = exc.read()
             if not data:
                 raise RpcError(method, {"code": exc.code, "message": str(exc)}) from None
-        reply = json.loads(data, parse_float=Decimal)
-        if reply.get("error"):
-            raise RpcError(method, reply["error"])
-        return reply["result"]
+        return json.loads(data, parse_float=Decimal)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -243,7 +191,7 @@ class UtxoAdapter:
         max_blocks_per_pass: int | None = None,
     ):
         self.coin = Coin(coin)
-        if self.coin not in HRPS:
+        if self.coin not in NETWORKS:
             raise ValueError(f"{coin} is not a UTXO coin")
         spec = COIN_SPECS[self.coin]
         self.decimals = spec.decimals
@@ -251,8 +199,8 @@ class UtxoAdapter:
             spec.required_confirmations if required_confirmations is None else required_confirmations
         )
         self.network = network
-        self.hrp, mainnet = HRPS[self.coin][network]
-        self._receive = parse_account_xpub(xpub, mainnet).ChildKey(0)
+        self.net = NETWORKS[self.coin][network]
+        self._receive = parse_receive_key(xpub, self.coin, self.net)
         self.rpc = rpc
         self.start_height = start_height
         self.include_mempool = include_mempool
@@ -260,10 +208,12 @@ class UtxoAdapter:
         self._mempool_cache: dict[str, list[Found]] = {}
 
     # -- addresses and URIs ------------------------------------------------------------
+    @property
+    def address_type(self) -> str:
+        return str(self._receive.type)
+
     def address_for_index(self, i: int) -> str:
-        if not 0 <= i < 2**31:
-            raise ValueError("index must be a non-hardened index 0 <= i < 2**31")
-        return p2wpkh_address(self.hrp, self._receive.ChildKey(i).PublicKey().RawCompressed().ToBytes())
+        return self._receive.address(i, self.net)
 
     def payment_uri(self, address: str, amount_base_units: int, label: str | None = None) -> str:
         """BIP21: ``bitcoin:<addr>?amount=<coins>&label=<label>``."""
@@ -276,7 +226,8 @@ class UtxoAdapter:
     def _block(self, height: int) -> BlockInfo:
         h = self.rpc.call("getblockhash", height)
         blk = self.rpc.call("getblock", h, 2)
-        return BlockInfo(blk["hash"], blk.get("previousblockhash"), match_outputs(blk["tx"], self._watch))
+        return BlockInfo(blk["hash"], blk.get("previousblockhash"), match_outputs(blk["tx"], self._watch),
+                         int(blk["time"]))
 
     def scan(self, watch, cursor: dict | None = None, *, max_blocks: int | None = None) -> ScanResult:
         if self.rpc is None:
@@ -293,27 +244,81 @@ class UtxoAdapter:
             max_blocks=max_blocks if max_blocks is not None else self.max_blocks_per_pass,
         )
         if self.include_mempool:
-            in_blocks = {(t["txid"], t["n"]) for t in result.cursor["tracked"]}
-            pool = self._scan_mempool(watch)
-            for f in pool:
-                if (f.txid, f.output_index) not in in_blocks:
-                    result.payments.append(DetectedPayment(
-                        self.coin, f.txid, f.output_index, f.address, f.amount, 0, None, None))
-            pooled = {(f.txid, f.output_index) for f in pool}
-            result.reorged = [k for k in result.reorged if k not in pooled]
+            self._add_mempool(result, watch, dict((cursor or {}).get("pool") or {}))
         return result
 
-    def _scan_mempool(self, watch) -> list[Found]:
+    def tip_time(self) -> int | None:
+        """Timestamp of the node's best block (how far behind the node is); None without a node."""
+        if self.rpc is None:
+            return None
+        return int(self.rpc.call("getblockheader", self.rpc.call("getbestblockhash"))["time"])
+
+    def _add_mempool(self, result: ScanResult, watch, pool_before: dict) -> None:
+        """0-conf payments, dated by the node's mempool entry; the ones of the last pass that
+        left the mempool without being mined are judged ``double_spent`` (an input is spent
+        elsewhere: a conflict or an RBF replacement) or ``evicted`` — only while the chain
+        is still at the height just walked (else a block may hold them: next pass)."""
+        tracked = result.cursor["tracked"]
+        in_blocks = {(t["txid"], t["n"]) for t in tracked}
+        found, current = self._scan_mempool(watch)
+        by_tx: dict[str, list[Found]] = {}
+        for f in found:
+            if (f.txid, f.output_index) not in in_blocks:
+                by_tx.setdefault(f.txid, []).append(f)
+        pool = {}
+        for txid, outputs in by_tx.items():
+            entry = pool_before.get(txid) or self._pool_entry(txid)
+            if entry is None:  # left the pool between the two calls
+                continue
+            pool[txid] = {**entry, "outputs": [f.output_index for f in outputs]}
+            result.payments.extend(DetectedPayment(self.coin, txid, f.output_index, f.address, f.amount, 0,
+                                                   chain_time=entry["time"]) for f in outputs)
+        mined = {t["txid"] for t in tracked}
+        gone = {t: e for t, e in pool_before.items() if t not in current and t not in mined}
+        if gone and self.rpc.call("getblockcount") != result.cursor["height"]:
+            pool.update(gone)  # the chain moved since the walk: judge them next pass
+        elif gone:
+            for txid, entry in gone.items():
+                reason = "double_spent" if self._any_input_spent(entry["inputs"]) else "evicted"
+                result.dropped.extend((txid, n, reason) for n in entry["outputs"])
+        result.cursor["pool"] = pool
+        pooled = {(f.txid, f.output_index) for f in found}
+        result.reorged = [k for k in result.reorged if k not in pooled]
+
+    def _pool_entry(self, txid: str) -> dict | None:
+        try:
+            entry = self.rpc.call("getmempoolentry", txid)
+            tx = self.rpc.call("getrawtransaction", txid, True)
+        except RpcError:
+            return None
+        return {"time": int(entry["time"]), "inputs": [[i["txid"], i["vout"]] for i in tx["vin"] if "txid" in i]}
+
+    def _any_input_spent(self, inputs: list) -> bool:
+        """``gettxout`` with the mempool: None when another transaction spent the output."""
+        return any(self.rpc.call("gettxout", txid, n, True) is None for txid, n in inputs)
+
+    def _scan_mempool(self, watch) -> tuple[list[Found], set[str]]:
+        """(watched outputs in the mempool, the mempool's txids). Transactions are fetched
+        once (cached while they stay in the pool), in JSON-RPC batches when the client can."""
         txids = self.rpc.call("getrawmempool")
         current = set(txids)
         cache = {t: v for t, v in self._mempool_cache.items() if t in current}
-        for txid in txids:
-            if txid in cache:
-                continue
-            try:
-                tx = self.rpc.call("getrawtransaction", txid, True)
-            except RpcError:  # left the pool between the two calls
-                continue
-            cache[txid] = match_outputs([tx])  # all outputs: the watch set may grow later
+        new = [t for t in txids if t not in cache]
+        for start in range(0, len(new), MEMPOOL_BATCH):
+            chunk = new[start:start + MEMPOOL_BATCH]
+            for txid, tx in zip(chunk, self._raw_transactions(chunk), strict=True):
+                if not isinstance(tx, RpcError):  # else it left the pool between the two calls
+                    cache[txid] = match_outputs([tx])  # all outputs: the watch set may grow later
         self._mempool_cache = cache
-        return [f for fs in cache.values() for f in fs if f.address in watch]
+        return [f for fs in cache.values() for f in fs if f.address in watch], current
+
+    def _raw_transactions(self, txids: list[str]) -> list:
+        if hasattr(self.rpc, "call_many"):
+            return self.rpc.call_many("getrawtransaction", [[t, True] for t in txids])
+        out = []
+        for txid in txids:
+            try:
+                out.append(self.rpc.call("getrawtransaction", txid, True))
+            except RpcError as exc:
+                out.append(exc)
+        return out

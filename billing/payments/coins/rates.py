@@ -113,3 +113,80 @@ class ChainedRates:
             except RateUnavailable:
                 continue
         raise RateUnavailable(coin)
+
+
+# --- operator-configured HTTP JSON price sources ---------------------------------------------
+
+@dataclass(frozen=True)
+class HttpJsonSource:
+    """One price endpoint: ``url`` and ``path`` (dots; list indexes as numbers) may contain
+    ``{coin}`` / ``{coin_lower}``; ``time_path`` optionally points at the quote's own time
+    (unix seconds or ISO 8601), else the time of the fetch is used."""
+
+    name: str
+    url: str
+    path: str
+    time_path: str = ""
+    timeout: float = 5.0
+
+    def rate(self, coin: Coin, now: datetime) -> Rate:
+        import json
+        import urllib.request
+
+        fill = {"coin": str(coin), "coin_lower": str(coin).lower()}
+        req = urllib.request.Request(self.url.format(**fill), headers={"Accept": "application/json",
+                                                                        "User-Agent": "gpu-storefront-rates"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                data = json.loads(resp.read(), parse_float=Decimal)
+            value = Decimal(str(_walk(data, self.path.format(**fill))))
+            at = _parse_time(_walk(data, self.time_path.format(**fill))) if self.time_path else now
+            return Rate(coin, value, self.name, at)
+        except Exception as exc:  # unreachable, not JSON, path missing, not a positive number
+            raise RateUnavailable(f"{self.name}: {exc.__class__.__name__}: {exc}") from None
+
+
+def _walk(data, path: str):
+    for part in filter(None, path.split(".")):
+        data = data[int(part)] if isinstance(data, list) else data[part]
+    return data
+
+
+def _parse_time(value) -> datetime:
+    if isinstance(value, (int, float, Decimal)) or str(value).isdigit():
+        return datetime.fromtimestamp(int(value), tz=UTC)
+    parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError("a source time without a timezone")
+    return parsed
+
+
+@dataclass(frozen=True)
+class MedianRate:
+    rate: Rate
+    used: tuple[str, ...]
+    refused: tuple[str, ...]
+
+
+def median_rate(sources, coin: Coin, now: datetime, max_age: timedelta, minimum: int = 1) -> MedianRate:
+    """The median of the sources that answer with a fresh rate; fewer than ``minimum`` such
+    answers → ``RateUnavailable`` (with every source's reason)."""
+    fresh, refused = [], []
+    for source in sources:
+        try:
+            rate = source.rate(coin, now)
+        except RateUnavailable as exc:
+            refused.append(str(exc))
+            continue
+        if is_stale(rate, now, max_age):
+            refused.append(f"{rate.source}: stale ({rate.at.isoformat()})")
+        else:
+            fresh.append(rate)
+    if len(fresh) < max(minimum, 1):
+        raise RateUnavailable(f"{coin}: {len(fresh)} fresh source(s) of {minimum} needed; " + "; ".join(refused))
+    values = sorted(r.usd_per_coin for r in fresh)
+    mid = len(values) // 2
+    value = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    oldest = min(r.at for r in fresh)
+    label = "median:" + ",".join(r.source for r in fresh)
+    return MedianRate(Rate(coin, value, label[:40], oldest), tuple(r.source for r in fresh), tuple(refused))

@@ -7,26 +7,35 @@ Detection (both remember the last ~100 block hashes in the cursor to detect reor
 
 * ETH: every block's transactions (``get_block(n, full_transactions=True)``) whose ``to``
   is watched, with a successful receipt; ``output_index`` 0. Value sent by a *contract*
-  (an internal transfer, e.g. from some exchange or smart-contract wallets) is not a
-  transaction ``to`` the address and is not seen this way: ``confirmed_balance(address)``
-  reads the balance at the confirmed block (tip − confirmations + 1) as the documented
-  fallback for such quotes (the caller compares it with the amount already credited).
+  (an internal transfer, e.g. from exchanges or smart-contract wallets) is no transaction
+  ``to`` the address: it shows as the address's balance growing in the block by more than
+  its direct transfers (``eth_getBalance`` at the block vs its parent, by hash); that
+  excess is one payment per (block, address): txid ``<block hash>:<address>``, index -1.
+  ``Transfer`` logs of tokens that are not configured, to watched addresses, are reported
+  (``ScanResult.foreign``) for the operators: such deposits cannot be credited.
 * ERC-20: ``Transfer(address,address,uint256)`` logs of the configured token contract
   per block (``eth_getLogs`` by ``blockHash``), filtered on ``topics[2]`` = the watched
-  addresses (32-byte padded); ``output_index`` = the log index.
+  addresses (32-byte padded); ``output_index`` = ``transfer_identity`` of its content
+  (token, from, to, value, occurrence in the transaction), not the log index.
+
+Before the first pass the node's chain id must be ``ETH_CHAIN_ID`` and a token's contract
+must exist there with the decimals we quote in (``verify_chain``).
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections import Counter
 from typing import Any
 
 from bip_utils import EthAddrEncoder
 from web3 import Web3
 
 from .base import COIN_SPECS, Coin, ScanResult
-from .utxo import parse_account_xpub
+from .keys import parse_account_xpub
 from .walker import BlockInfo, Found, walk
 
+DECIMALS_CALL = "0x313ce567"  # decimals()
 TRANSFER_TOPIC = "0x" + Web3.keccak(text="Transfer(address,address,uint256)").hex().removeprefix("0x")
 EVM_COINS = (Coin.ETH, Coin.USDT, Coin.USDC)
 #: above this many watched addresses, logs are filtered here (set lookup) instead of by topic
@@ -37,6 +46,19 @@ def _hex(value: Any) -> str:
     if isinstance(value, str):
         return value.lower() if value.startswith("0x") else "0x" + value.lower()
     return "0x" + bytes(value).hex()
+
+
+def transfer_identity(token: str, sender: str, to: str, value: int, occurrence: int) -> int:
+    """A token transfer's ``output_index``: from what it is (token, from, to, value, and which
+    such transfer of its transaction), not from where its log landed — a reorg that re-mines
+    the transaction elsewhere changes log indexes, not this, so it is credited once."""
+    digest = hashlib.sha256(f"{token}:{sender}:{to}:{value}:{occurrence}".lower().encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def _log_value(log) -> int:
+    data = log["data"]
+    return int(data, 16) if isinstance(data, str) else int.from_bytes(bytes(data)[:32], "big")
 
 
 def address_topic(address: str) -> str:
@@ -57,6 +79,8 @@ class EvmAdapter:
         required_confirmations: int | None = None,
         start_height: int | None = None,
         max_blocks_per_pass: int | None = None,
+        known_tokens: tuple[str, ...] = (),
+        internal_transfers: bool = True,
     ):
         self.coin = Coin(coin)
         if self.coin not in EVM_COINS:
@@ -74,6 +98,10 @@ class EvmAdapter:
         self.start_height = start_height
         self.max_blocks_per_pass = max_blocks_per_pass
         self._receive = parse_account_xpub(xpub, None).ChildKey(0)
+        self.known_tokens = {t.lower() for t in known_tokens}
+        self.internal_transfers = internal_transfers
+        self._foreign: list[dict] = []
+        self._verified = False
 
     def address_for_index(self, i: int) -> str:
         if not 0 <= i < 2**31:
@@ -92,7 +120,8 @@ class EvmAdapter:
     # -- watcher -----------------------------------------------------------------------
     def _eth_block(self, height: int, watch_lower: dict[str, str]) -> BlockInfo:
         blk = self.w3.eth.get_block(height, full_transactions=True)
-        found = []
+        bhash, parent = _hex(blk["hash"]), _hex(blk["parentHash"])
+        found, direct = [], dict.fromkeys(watch_lower.values(), 0)
         for tx in blk["transactions"]:
             to = tx.get("to")
             if to is None or tx["value"] == 0:
@@ -104,7 +133,35 @@ class EvmAdapter:
             if self.w3.eth.get_transaction_receipt(txid)["status"] != 1:
                 continue  # a reverted transaction moves no value
             found.append(Found(txid, 0, addr, int(tx["value"])))
-        return BlockInfo(_hex(blk["hash"]), _hex(blk["parentHash"]), found)
+            direct[addr] += int(tx["value"])
+        if self.internal_transfers and height > 0:
+            found += self._internal_inflows(bhash, parent, direct)
+        self._foreign += self._foreign_transfers(bhash, watch_lower)
+        return BlockInfo(bhash, parent, found, int(blk["timestamp"]))
+
+    def _internal_inflows(self, bhash: str, parent: str, direct: dict[str, int]) -> list[Found]:
+        """What each watched address received in the block beyond its direct transfers."""
+        found = []
+        for addr, direct_in in direct.items():
+            before = self.w3.eth.get_balance(addr, block_identifier=parent)
+            after = self.w3.eth.get_balance(addr, block_identifier=bhash)
+            if after - before > direct_in:
+                found.append(Found(f"{bhash}:{addr.lower()}", -1, addr, int(after - before - direct_in)))
+        return found
+
+    def _foreign_transfers(self, bhash: str, watch_lower: dict[str, str]) -> list[dict]:
+        """``Transfer``s of any token but ours, to a watched address."""
+        topics: list[Any] = [TRANSFER_TOPIC, None]
+        if len(watch_lower) <= TOPIC_FILTER_MAX:
+            topics.append([address_topic(a) for a in watch_lower])
+        out = []
+        for log in self.w3.eth.get_logs({"blockHash": bhash, "topics": topics}):
+            token = _hex(log["address"])
+            to = "0x" + _hex(log["topics"][2])[-40:] if len(log["topics"]) == 3 else None
+            if to in watch_lower and token not in self.known_tokens and not log.get("removed"):
+                out.append({"token": token, "txid": _hex(log["transactionHash"]), "log_index": int(log["logIndex"]),
+                            "to": watch_lower[to], "value": str(_log_value(log))})
+        return out
 
     def _token_block(self, height: int, watch_lower: dict[str, str]) -> BlockInfo:
         blk = self.w3.eth.get_block(height)
@@ -113,26 +170,50 @@ class EvmAdapter:
         if len(watch_lower) <= TOPIC_FILTER_MAX:
             topics.append([address_topic(a) for a in watch_lower])
         logs = self.w3.eth.get_logs({"blockHash": bhash, "address": self.token, "topics": topics})
-        found = []
-        for log in logs:
+        found, seen = [], Counter()
+        for log in sorted(logs, key=lambda x: int(x["logIndex"])):
             if len(log["topics"]) != 3 or _hex(log["topics"][0]) != TRANSFER_TOPIC or log.get("removed"):
                 continue
             to = "0x" + _hex(log["topics"][2])[-40:]
             addr = watch_lower.get(to)
             if addr is None:
                 continue
-            found.append(Found(_hex(log["transactionHash"]), int(log["logIndex"]), addr,
-                               int.from_bytes(bytes(log["data"])[:32], "big") if not isinstance(log["data"], str)
-                               else int(log["data"], 16)))
-        return BlockInfo(bhash, _hex(blk["parentHash"]), found)
+            txid, value = _hex(log["transactionHash"]), _log_value(log)
+            content = (self.token.lower(), "0x" + _hex(log["topics"][1])[-40:], to, value)
+            seen[txid, content] += 1
+            found.append(Found(txid, transfer_identity(*content, seen[txid, content]), addr, value))
+        return BlockInfo(bhash, _hex(blk["parentHash"]), found, int(blk["timestamp"]))
+
+    def verify_chain(self) -> None:
+        """Refuse to watch the wrong chain: the node's chain id must be ETH_CHAIN_ID, and a
+        token's contract must exist there with the decimals we quote in (read from it)."""
+        if self._verified:
+            return
+        node_chain = int(self.w3.eth.chain_id)
+        if node_chain != self.chain_id:
+            raise ValueError(f"{self.coin}: the node is on chain {node_chain}, ETH_CHAIN_ID is {self.chain_id}")
+        if self.token:
+            if len(bytes(self.w3.eth.get_code(self.token))) == 0:
+                raise ValueError(f"{self.coin}: no contract at {self.token} on chain {self.chain_id}; configure "
+                                 f"{self.coin}_CONTRACT for this chain")
+            try:
+                decimals = int.from_bytes(bytes(self.w3.eth.call({"to": self.token, "data": DECIMALS_CALL})), "big")
+            except Exception as exc:
+                raise ValueError(f"{self.coin}: {self.token} does not answer decimals(): {exc}") from None
+            if decimals != self.decimals:
+                raise ValueError(f"{self.coin}: {self.token} has {decimals} decimals on chain {self.chain_id}, "
+                                 f"we quote in {self.decimals}")
+        self._verified = True
 
     def scan(self, watch, cursor: dict | None = None, *, max_blocks: int | None = None) -> ScanResult:
         if self.w3 is None:
             raise RuntimeError(f"{self.coin}: no node configured")
+        self.verify_chain()
         # one dict per pass so that checksummed and lower-case addresses both match
         watch_lower = {a.lower(): a for a in watch}
         block = self._token_block if self.token else self._eth_block
-        return walk(
+        self._foreign = []
+        result = walk(
             self.coin,
             cursor or {},
             tip=lambda: self.w3.eth.block_number,
@@ -142,6 +223,12 @@ class EvmAdapter:
             start_height=self.start_height,
             max_blocks=max_blocks if max_blocks is not None else self.max_blocks_per_pass,
         )
+        result.foreign = self._foreign
+        return result
+
+    def tip_time(self) -> int | None:
+        """Timestamp of the node's latest block; None without a node."""
+        return None if self.w3 is None else int(self.w3.eth.get_block("latest")["timestamp"])
 
     def confirmed_balance(self, address: str, confirmations: int | None = None) -> int:
         """Balance (wei, or token units) at the block that has ``confirmations``

@@ -1,0 +1,182 @@
+"""Money from payments that did not pay their invoice, and money that waits for an operator.
+
+* A late or extra payment goes to the balance on its own: at the quote's locked rate when
+  it was first seen while the rate was locked (before the quote expired or settled), else
+  at the rate when it confirmed (the operator's rate at that watcher pass, fresh) — so a
+  quote is never a free option on the coin's price.
+* With no fresh rate, or past the quote's automatic cap (``PAYMENT_AUTO_CREDIT_MAX_PERCENT``
+  of its USD value), nothing is credited: a ``PaymentReview`` waits for an operator
+  (BTCPay's "paid late" / "paid over" marked by hand).
+* A payment that leaves the chain after it counted (reorg, double-spend) flags the invoice,
+  takes back what it credited as far as the balance still holds it, and opens a review.
+
+Callers hold the quote's row lock; every ledger entry and review has its own unique key,
+so a repeated scan changes nothing.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Sum
+from django.utils.translation import gettext
+
+from inventory.services import audit_record
+
+from ..models import Account, Invoice, LedgerEntry, Payment, PaymentReview, Quote
+from ..services import ledger_post
+from . import config
+from .coins.base import Coin
+from .pricing import PaymentError, cents_at, fresh_rate_or_none, rate_for
+
+R = PaymentReview
+
+
+def auto_credit_cap_cents(quote: Quote) -> int:
+    return int(quote.usd_cents) * config.auto_credit_max_percent() // 100
+
+
+def auto_credited_cents(quote: Quote) -> int:
+    """What the quote already put on the balance by itself (per payment + settlement excess)."""
+    per_payment = quote.payments.aggregate(s=Sum("credited_cents"))["s"] or 0
+    excess = LedgerEntry.objects.filter(idempotency_key=f"excess:{quote.pk}").values_list(
+        "amount_cents", flat=True).first() or 0
+    return per_payment + excess
+
+
+def rate_locked_until(quote: Quote) -> datetime:
+    """Payments first seen before this were sent under the quote's locked rate."""
+    if quote.settled_at and quote.settled_at < quote.expires_at:
+        return quote.settled_at
+    return quote.expires_at
+
+
+def credit_extra_payment(quote: Quote, payment: Payment, now: datetime, kind: str) -> None:
+    """One confirmed payment that did not pay the invoice → the balance (once), or a review."""
+    if payment.credited_cents is not None or payment.reviews.exists():
+        return
+    locked = payment.first_seen_at <= rate_locked_until(quote)
+    rate = quote.rate_usd_per_coin if locked else fresh_rate_or_none(quote.coin, now)
+    if rate is None:
+        review_open(quote=quote, payment=payment, kind=R.Kind.NO_RATE, amount=int(payment.amount), cents=None,
+                    now=now)
+        return
+    cents = cents_at(int(payment.amount), rate, quote.coin)
+    memo = (f"{quote.coin} {payment.txid[:16]}…:{payment.output_index} to quote #{quote.pk} "
+            f"at ${rate.normalize():f}/{quote.coin} ({'quoted' if locked else 'when confirmed'})")
+    if credit_or_hold(quote, cents, now, kind=kind, key=f"payment:{payment.pk}", memo=memo, payment=payment,
+                      amount=int(payment.amount)):
+        Payment.objects.filter(pk=payment.pk).update(credited_cents=cents, credit_rate=rate)
+        payment.credited_cents, payment.credit_rate = cents, rate
+
+
+def credit_or_hold(quote: Quote, cents: int, now: datetime, *, kind: str, key: str, memo: str,
+                   payment: Payment | None, amount: int) -> bool:
+    """Credit ``cents`` under ``key`` unless the quote's automatic cap would be passed
+    (then a review holds it). True when credited (or nothing to credit: under a cent)."""
+    if cents <= 0:
+        return True
+    if auto_credited_cents(quote) + cents > auto_credit_cap_cents(quote):
+        review_open(quote=quote, payment=payment, kind=R.Kind.OVER_CAP, amount=amount, cents=cents, now=now)
+        return False
+    ledger_post(customer=quote.invoice.customer, kind=kind, amount_cents=cents, now=now, invoice=quote.invoice,
+                memo=memo[:200], idempotency_key=key)
+    return True
+
+
+def review_open(*, quote: Quote, payment: Payment | None, kind: str, amount: int, cents: int | None,
+                now: datetime, clawed_back: int = 0) -> PaymentReview:
+    key = f"{kind}:payment:{payment.pk}" if payment else f"{kind}:quote:{quote.pk}"
+    review, created = PaymentReview.objects.get_or_create(key=key, defaults={
+        "quote": quote, "payment": payment, "kind": kind, "amount": amount, "proposed_cents": cents,
+        "clawed_back_cents": clawed_back, "created_at": now})
+    if created:
+        audit_record(actor=None, action="payment_review_open", obj=review,
+                     detail={"kind": kind, "quote": quote.pk, "amount": str(amount), "proposed_cents": cents})
+    return review
+
+
+# --- a payment that left the chain after it counted -----------------------------------------
+
+def payment_reversed(quote: Quote, payment: Payment, counted_in_settlement: bool, now: datetime) -> None:
+    """Flag the invoice it paid, take back what it credited that the balance still holds,
+    and open a review (once per payment)."""
+    if PaymentReview.objects.filter(key=f"{R.Kind.REVERSED}:payment:{payment.pk}").exists():
+        return
+    owed = int(payment.credited_cents or 0)
+    if counted_in_settlement:
+        owed += _excess_share(quote, payment)
+        Invoice.objects.filter(pk=quote.invoice_id, state=Invoice.State.PAID).update(flag="payment_reversed")
+    taken = _claw_back(quote, payment, owed, now)
+    review_open(quote=quote, payment=payment, kind=R.Kind.REVERSED, amount=int(payment.amount), cents=taken or None,
+                now=now, clawed_back=taken)
+
+
+def _excess_share(quote: Quote, payment: Payment) -> int:
+    """The part of the settlement's overpayment credit this payment stands for (what other
+    reversed payments of the quote took back already is not taken twice)."""
+    excess = LedgerEntry.objects.filter(idempotency_key=f"excess:{quote.pk}").values_list(
+        "amount_cents", flat=True).first() or 0
+    taken = quote.reviews.filter(kind=R.Kind.REVERSED).aggregate(s=Sum("clawed_back_cents"))["s"] or 0
+    return max(min(excess - taken, cents_at(int(payment.amount), quote.rate_usd_per_coin, quote.coin)), 0)
+
+
+def _claw_back(quote: Quote, payment: Payment, owed: int, now: datetime) -> int:
+    if owed <= 0:
+        return 0
+    customer = quote.invoice.customer
+    held = Account.objects.filter(customer=customer).values_list("balance_cents", flat=True).first() or 0
+    taken = min(owed, held)
+    if taken > 0:
+        ledger_post(customer=customer, kind=LedgerEntry.Kind.CLAWBACK, amount_cents=-taken, now=now,
+                    invoice=quote.invoice, idempotency_key=f"clawback:payment:{payment.pk}",
+                    memo=f"{quote.coin} {payment.txid[:16]}… left the chain after it was credited")
+    return taken
+
+
+# --- operators decide -----------------------------------------------------------------------
+
+@transaction.atomic
+def payment_review_credit(*, review: PaymentReview, actor, now: datetime) -> PaymentReview:
+    """Credit what the review holds: the proposed amount, or (no rate at the time) the coins
+    at today's fresh rate; for a reversed payment that came back, what was taken back."""
+    review = PaymentReview.objects.select_for_update().select_related("quote__invoice").get(pk=review.pk)
+    if review.state != R.State.OPEN:
+        raise PaymentError(gettext("This review is already decided."))
+    quote = review.quote
+    rate: Decimal | None = None
+    cents = review.proposed_cents
+    if cents is None:
+        rate = rate_for(Coin(quote.coin), now).usd_per_coin
+        cents = cents_at(int(review.amount), rate, quote.coin)
+    if cents <= 0:
+        raise PaymentError(gettext("Nothing to credit: the amount is worth less than a cent."))
+    ledger_post(customer=quote.invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=cents, now=now,
+                invoice=quote.invoice, actor=actor, idempotency_key=f"review:{review.pk}",
+                memo=f"{review.get_kind_display()}: quote #{quote.pk}, credited by an operator"[:200])
+    if review.payment_id and review.kind != R.Kind.REVERSED:
+        Payment.objects.filter(pk=review.payment_id).update(credited_cents=cents, credit_rate=rate)
+    return _decide(review, R.State.CREDITED, actor, now, f"credited {cents} cents", cents=cents)
+
+
+@transaction.atomic
+def payment_review_close(*, review: PaymentReview, actor, now: datetime, note: str) -> PaymentReview:
+    """Close without crediting (refunded on-chain, loss accepted, lease suspended ...): the
+    operator says why."""
+    review = PaymentReview.objects.select_for_update().get(pk=review.pk)
+    if review.state != R.State.OPEN:
+        raise PaymentError(gettext("This review is already decided."))
+    if not note.strip():
+        raise PaymentError(gettext("Say why the review is closed without a credit."))
+    return _decide(review, R.State.CLOSED, actor, now, note.strip())
+
+
+def _decide(review: PaymentReview, state: str, actor, now: datetime, note: str, cents: int | None = None):
+    PaymentReview.objects.filter(pk=review.pk).update(state=state, decided_at=now, note=note[:300],
+                                                      decided_by=actor if getattr(actor, "pk", None) else None)
+    review.refresh_from_db()
+    audit_record(actor=actor, action=f"payment_review_{state}", obj=review,
+                 detail={"kind": review.kind, "quote": review.quote_id, "note": note[:300], "cents": cents})
+    return review
+

@@ -1,0 +1,27 @@
+"""Payment fixtures shared by the payment test modules: the time, offline coins, and an
+unpaid order with its LTC quote."""
+import pytest
+from django.utils import timezone
+
+from billing.payments.services import quote_create
+from tests.billing.payments_helpers import offline_coins, set_rate
+from tests.billing.test_lifecycle import order
+
+
+@pytest.fixture
+def t0():
+    return timezone.now().replace(microsecond=0)
+
+
+@pytest.fixture
+def coins(db):
+    with offline_coins():
+        yield
+
+
+@pytest.fixture
+def placed(catalog, customer, coins, t0):
+    """An unpaid order (rtx-3090, one week: $65) and its LTC quote at $100/LTC."""
+    set_rate("LTC", "100", t0)
+    lease, invoice = order(customer, t0, pay=False)
+    return lease, invoice, quote_create(invoice=invoice, coin="LTC", now=t0)

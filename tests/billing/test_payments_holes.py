@@ -1,0 +1,388 @@
+"""Issue 15 through the services (the chain side is in test_payments_chains.py on a real
+litecoind): late and extra money at the rate when it confirmed, capped per quote, else held
+for an operator; unconfirmed payments invalid after the monitoring window or when the node
+drops them, the hold released, dust never extending it; chain time; a coin whose node fails
+or lags is not offered; a reversal after settlement claws back unspent credit; the speed
+policy by amount."""
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from billing.dashboard import dashboard
+from billing.lifecycle import run_lifecycle
+from billing.models import Invoice, LedgerEntry, Payment, PaymentReview, Quote, WatcherCursor
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin, ScanResult
+from billing.payments.credits import payment_review_close, payment_review_credit
+from billing.payments.pricing import PaymentError
+from billing.payments.services import (
+    coins_offered,
+    payments_apply_scan,
+    quote_create,
+    sweep_expire_quotes,
+    watch_coin,
+)
+from billing.services import balance_top_up, invoice_pay_from_balance, ledger_post
+from inventory.models import AuditEntry
+from rental.models import LeaseState
+from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid, set_rate
+from tests.billing.test_lifecycle import order
+from tests.billing.test_payments import DUE, USD, balance, credits
+
+Q, X, PS, R = Quote.State, Quote.Exception_, Payment.State, PaymentReview
+
+
+@pytest.fixture(autouse=True)
+def full_window_for_new_accounts(settings):
+    """The payment windows here are the standard 30 minutes; the shorter hold for accounts
+    that never paid (issue 16) has its own tests in tests/security/test_hoarding.py."""
+    settings.PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES = settings.PAYMENT_WINDOW_MINUTES
+
+
+def expire(quote, at):
+    run_lifecycle(at)
+    sweep_expire_quotes(at)
+    return fresh(quote)
+
+
+# --- 1. late and extra money -----------------------------------------------------------------
+
+def test_late_payment_is_credited_at_the_rate_when_it_confirms(placed, customer, t0):
+    _, _, quote = placed  # locked at $100/LTC
+    later = t0 + timedelta(days=6)
+    assert expire(quote, t0 + timedelta(minutes=31)).state == Q.EXPIRED
+    set_rate("LTC", "50", later)  # the coin halved since
+    apply(quote, [paid(quote, DUE, 6)], later)
+    assert credits(LedgerEntry.Kind.LATE_PAYMENT) == [3250] and balance(customer) == 3250  # not $65
+    p = Payment.objects.get()
+    assert (p.credited_cents, str(p.credit_rate)) == (3250, "50.00000000")
+    apply(quote, [paid(quote, DUE, 7, p.txid)], later + timedelta(minutes=1))
+    assert balance(customer) == 3250
+
+
+def test_payment_after_settlement_uses_the_rate_when_it_confirms(placed, customer, t0):
+    _, _, quote = placed
+    apply(quote, [paid(quote, DUE, 6)], t0 + timedelta(minutes=5))
+    set_rate("LTC", "200", t0 + timedelta(hours=2))
+    apply(quote, [paid(quote, 10 * USD, 6)], t0 + timedelta(hours=2))
+    assert (fresh(quote).state, quote.exception) == (Q.SETTLED, X.OVER)
+    assert credits(LedgerEntry.Kind.EXCESS_PAYMENT) == [2000] and balance(customer) == 2000
+
+
+def test_late_payment_without_a_fresh_rate_waits_for_an_operator(placed, customer, operator, t0):
+    _, _, quote = placed
+    later = t0 + timedelta(hours=3)  # the $100 rate is 3 h old: stale
+    expire(quote, t0 + timedelta(minutes=31))
+    apply(quote, [paid(quote, DUE, 6)], later)
+    review = PaymentReview.objects.get()
+    assert (review.kind, review.state, review.proposed_cents) == (R.Kind.NO_RATE, R.State.OPEN, None)
+    assert balance(customer) == 0 and Payment.objects.get().credited_cents is None
+    apply(quote, [paid(quote, DUE, 7, Payment.objects.get().txid)], later)  # next pass: still one review
+    assert PaymentReview.objects.count() == 1
+
+    with pytest.raises(PaymentError, match="out of date"):
+        payment_review_credit(review=review, actor=operator, now=later)
+    set_rate("LTC", "80", later)
+    payment_review_credit(review=review, actor=operator, now=later)
+    assert balance(customer) == 5200 and fresh(review).state == R.State.CREDITED
+    assert Payment.objects.get().credited_cents == 5200
+    with pytest.raises(PaymentError, match="already decided"):
+        payment_review_credit(review=review, actor=operator, now=later)
+    assert AuditEntry.objects.filter(action="payment_review_credited", actor=operator).count() == 1
+
+
+def test_a_quote_credits_up_to_its_cap_automatically_the_rest_waits(placed, customer, operator, t0, settings):
+    """The issue's case: rate halved days later, a thousand times the amount sent."""
+    settings.PAYMENT_AUTO_CREDIT_MAX_PERCENT = 150
+    _, _, quote = placed
+    later = t0 + timedelta(days=6)
+    expire(quote, t0 + timedelta(minutes=31))
+    set_rate("LTC", "50", later)
+    apply(quote, [paid(quote, DUE, 6)], later)  # $32.50: within 150 % of $65
+    apply(quote, [paid(quote, 1000 * DUE, 6)], later)  # $32,500: held
+    assert balance(customer) == 3250
+    review = PaymentReview.objects.get()
+    assert (review.kind, review.proposed_cents, int(review.amount)) == (R.Kind.OVER_CAP, 3_250_000, 1000 * DUE)
+    payment_review_close(review=review, actor=operator, now=later, note="refunded on-chain, tx abc")
+    assert balance(customer) == 3250 and fresh(review).state == R.State.CLOSED
+    with pytest.raises(PaymentError):
+        payment_review_close(review=review, actor=operator, now=later, note="again")
+
+
+def test_overpayment_at_settlement_past_the_cap_is_held(placed, customer, t0, settings):
+    settings.PAYMENT_AUTO_CREDIT_MAX_PERCENT = 10  # $6.50
+    _, invoice, quote = placed
+    apply(quote, [paid(quote, DUE + 7 * USD, 6)], t0 + timedelta(minutes=3))
+    assert fresh(invoice).state == Invoice.State.PAID and balance(customer) == 0
+    review = PaymentReview.objects.get()
+    assert (review.kind, review.payment, review.proposed_cents) == (R.Kind.OVER_CAP, None, 700)
+
+
+def test_customer_sees_what_each_payment_did(placed, customer, client, t0):
+    _, _, quote = placed
+    expire(quote, t0 + timedelta(minutes=31))
+    set_rate("LTC", "50", t0 + timedelta(hours=1))
+    apply(quote, [paid(quote, 40 * USD, 6)], t0 + timedelta(hours=1))
+    apply(quote, [paid(quote, 1000 * DUE, 6)], t0 + timedelta(hours=1))  # past the cap: held
+    client.force_login(customer)
+    page = client.get(f"/pay/quote/{quote.pk}/").content.decode()
+    assert "$20.00" in page and "$50 per LTC when it confirmed" in page
+    assert "held for review by our staff" in page
+
+
+# --- 2. monitoring window, drops, dust ---------------------------------------------------------
+
+def test_unconfirmed_payment_past_the_monitoring_window_is_invalid_and_releases_the_slots(placed, t0, settings):
+    settings.PAYMENT_MONITORING_MINUTES = 120
+    lease, invoice, quote = placed
+    p = paid(quote, DUE, 0)
+    apply(quote, [p], t0 + timedelta(minutes=10))
+    assert fresh(invoice).expires_at == t0 + timedelta(minutes=130)  # held while it confirms
+    run_lifecycle(t0 + timedelta(minutes=60))
+    assert fresh(lease).state == LeaseState.PENDING
+    assert sweep_expire_quotes(t0 + timedelta(minutes=131)) != []  # the sweep judges it
+    assert (fresh(quote).state, Payment.objects.get().state) == (Q.EXPIRED, PS.INVALID)
+    assert fresh(invoice).expires_at <= t0 + timedelta(minutes=131)  # not extended by it any more
+    run_lifecycle(t0 + timedelta(minutes=131))
+    assert fresh(lease).state == LeaseState.CANCELLED and fresh(invoice).state == Invoice.State.EXPIRED
+    apply(quote, [p], t0 + timedelta(minutes=140))  # still in some mempool: stays invalid
+    assert Payment.objects.get().state == PS.INVALID
+
+
+def test_dropped_payment_is_invalid_and_the_hold_is_released(placed, t0):
+    lease, invoice, quote = placed
+    p = paid(quote, DUE, 0)
+    apply(quote, [p], t0 + timedelta(minutes=29))
+    assert fresh(invoice).expires_at > t0 + timedelta(hours=5)
+    scan = ScanResult([], {}, [], [(p.txid, 0, "double_spent")])
+    payments_apply_scan(coin="LTC", scan=scan, now=t0 + timedelta(minutes=40))
+    row = Payment.objects.get()
+    assert (row.state, row.invalid_reason) == (PS.INVALID, "double_spent")
+    assert fresh(quote).state == Q.EXPIRED and fresh(invoice).expires_at == t0 + timedelta(minutes=40)
+    run_lifecycle(t0 + timedelta(minutes=40))
+    assert fresh(lease).state == LeaseState.CANCELLED
+
+
+def test_dropped_payment_that_comes_back_counts_again(placed, t0):
+    _, invoice, quote = placed
+    p = paid(quote, DUE, 0)
+    apply(quote, [p], t0 + timedelta(minutes=1))
+    payments_apply_scan(coin="LTC", scan=ScanResult([], {}, [], [(p.txid, 0, "evicted")]),
+                        now=t0 + timedelta(minutes=2))
+    assert fresh(quote).state == Q.INVALID
+    apply(quote, [replace(p, confirmations=6)], t0 + timedelta(minutes=3))  # rebroadcast and mined
+    assert fresh(quote).state == Q.SETTLED and fresh(invoice).state == Invoice.State.PAID
+
+
+def test_dust_never_extends_a_hold(placed, t0):
+    _, invoice, quote = placed
+    apply(quote, [paid(quote, DUE // 200, 0)], t0 + timedelta(minutes=29))  # 0.5 %: dust
+    assert fresh(quote).expires_at == t0 + timedelta(minutes=30) == fresh(invoice).expires_at
+    apply(quote, [paid(quote, 20 * USD, 0)], t0 + timedelta(minutes=29))  # a real partial payment does
+    assert fresh(quote).expires_at == t0 + timedelta(minutes=59)
+
+
+# --- 3. chain time, node health ------------------------------------------------------------------
+
+def test_chain_time_decides_on_time_not_the_watchers_clock(placed, t0):
+    _, invoice, quote = placed
+    sent = t0 + timedelta(minutes=20)
+    p = replace(paid(quote, DUE, 6), chain_time=int(sent.timestamp()))
+    apply(quote, [p], t0 + timedelta(minutes=50))  # the watcher was down for half an hour
+    assert Payment.objects.get().first_seen_at == sent
+    assert (fresh(quote).state, quote.exception) == (Q.SETTLED, X.NONE)
+    assert fresh(invoice).state == Invoice.State.PAID
+
+
+class DownAdapter:
+    coin = Coin.LTC
+    required_confirmations = 6
+
+    def scan(self, watch, cursor):
+        raise ConnectionRefusedError("litecoind at 127.0.0.1:1 refused the connection")
+
+
+class LaggingAdapter:
+    """The offline LTC adapter (addresses) whose node's best block is ``tip`` (unix time)."""
+
+    def __init__(self, tip):
+        self.inner, self.tip = offline_adapters()[Coin.LTC], tip
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def scan(self, watch, cursor):
+        return ScanResult([], {}, [])
+
+    def tip_time(self):
+        return self.tip
+
+
+def test_a_coin_whose_node_fails_or_lags_is_not_offered_and_alerts(catalog, customer, t0, settings):
+    settings.PAYMENT_NODE_MAX_TIP_AGE_MINUTES = 60
+    set_rate("LTC", "100", t0)
+    _, invoice = order(customer, t0, pay=False)
+    adapters = offline_adapters()
+    with coins_config.use_adapters({**adapters, Coin.LTC: DownAdapter()}):
+        with pytest.raises(ConnectionRefusedError):
+            watch_coin(coin="LTC", now=t0)
+        assert coins_offered(t0) == [Coin.USDT]
+        with pytest.raises(PaymentError, match="cannot watch the LTC network"):
+            quote_create(invoice=invoice, coin="LTC", now=t0)
+        alerts = dashboard(t0).alerts
+        assert any("LTC" in a and "refused the connection" in a for a in alerts)
+        assert AuditEntry.objects.filter(action="coin_node_failing").count() == 1
+    with coins_config.use_adapters({**adapters, Coin.LTC: LaggingAdapter(int(t0.timestamp()) - 61 * 60)}):
+        watch_coin(coin="LTC", now=t0)
+        assert WatcherCursor.objects.get(coin="LTC").last_error == ""
+        assert Coin.LTC not in coins_offered(t0)
+        assert any("LTC" in a and "61 min old" in a for a in dashboard(t0).alerts)
+    with coins_config.use_adapters({**adapters, Coin.LTC: LaggingAdapter(int(t0.timestamp()) - 60)}):
+        watch_coin(coin="LTC", now=t0)
+        assert coins_offered(t0) == [Coin.LTC, Coin.USDT]
+        assert quote_create(invoice=invoice, coin="LTC", now=t0).coin == "LTC"
+    assert AuditEntry.objects.filter(action="coin_node_recovered").count() == 1
+
+
+# --- 4. reversal after settlement, speed policy ----------------------------------------------------
+
+def test_reorg_after_settlement_flags_claws_back_unspent_credit_and_waits_for_an_operator(
+        placed, customer, operator, t0):
+    _, invoice, quote = placed
+    p = paid(quote, DUE + 10 * USD, 6)
+    apply(quote, [p], t0 + timedelta(minutes=3))
+    assert fresh(invoice).state == Invoice.State.PAID and balance(customer) == 1000  # $10 overpaid
+    ledger_post(customer=customer, kind=LedgerEntry.Kind.ADJUSTMENT, amount_cents=-400,
+                now=t0 + timedelta(minutes=4), memo="$4 of it spent")
+    apply(quote, [], t0 + timedelta(minutes=10), reorged=[(p.txid, 0)])
+    assert Payment.objects.get().state == PS.REORGED
+    assert fresh(invoice).flag == "payment_reversed"
+    assert credits(LedgerEntry.Kind.CLAWBACK) == [-600] and balance(customer) == 0  # what was left of it
+    review = PaymentReview.objects.get()
+    assert (review.kind, review.clawed_back_cents, review.state) == (R.Kind.REVERSED, 600, R.State.OPEN)
+    apply(quote, [], t0 + timedelta(minutes=11), reorged=[(p.txid, 0)])  # reported twice: once
+    assert credits(LedgerEntry.Kind.CLAWBACK) == [-600] and PaymentReview.objects.count() == 1
+    assert any("review" in a for a in dashboard(t0 + timedelta(minutes=12)).alerts)
+    payment_review_close(review=review, actor=operator, now=t0 + timedelta(minutes=20), note="lease suspended")
+
+
+def test_late_credit_reorged_away_is_taken_back(placed, customer, t0):
+    _, _, quote = placed
+    expire(quote, t0 + timedelta(minutes=31))
+    set_rate("LTC", "100", t0 + timedelta(minutes=40))
+    p = paid(quote, DUE, 6)
+    apply(quote, [p], t0 + timedelta(minutes=40))
+    assert balance(customer) == 6500
+    apply(quote, [], t0 + timedelta(minutes=50), reorged=[(p.txid, 0)])
+    assert balance(customer) == 0 and credits(LedgerEntry.Kind.CLAWBACK) == [-6500]
+    assert fresh(quote).invoice.flag == ""  # it paid no invoice
+
+
+def test_speed_policy_small_quotes_settle_with_fewer_confirmations(catalog, customer, coins, t0, settings):
+    settings.PAYMENT_SPEED_POLICY = "10000:1,100000:3"
+    set_rate("LTC", "100", t0)
+    _, small = order(customer, t0, pay=False)  # $65: one confirmation
+    _, big = order(customer, t0, pay=False, term="month")
+    q_small = quote_create(invoice=small, coin="LTC", now=t0)
+    q_big = quote_create(invoice=big, coin="LTC", now=t0)
+    assert q_big.usd_cents >= 10000
+    apply(q_small, [paid(q_small, int(q_small.amount), 1)], t0)
+    apply(q_big, [paid(q_big, int(q_big.amount), 2)], t0)
+    assert fresh(q_small).state == Q.SETTLED
+    assert fresh(q_big).state == Q.PROCESSING
+    expected = 3 if q_big.usd_cents < 100000 else 6
+    apply(q_big, [paid(q_big, int(q_big.amount), expected, Payment.objects.get(quote=q_big).txid)], t0)
+    assert fresh(q_big).state == Q.SETTLED
+
+
+def test_an_invoice_paid_from_the_balance_meanwhile_is_not_paid_twice(placed, customer, t0):
+    _, invoice, quote = placed
+    balance_top_up(customer=customer, amount_cents=6500, now=t0)
+    invoice_pay_from_balance(invoice=invoice, now=t0)
+    apply(quote, [paid(quote, DUE, 6)], t0 + timedelta(minutes=2))
+    assert credits(LedgerEntry.Kind.EXCESS_PAYMENT) == [6500]
+
+
+def test_operator_decides_reviews_in_the_admin(placed, customer, operator, client, t0):
+    from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+
+    _, _, quote = placed
+    expire(quote, t0 + timedelta(minutes=31))
+    apply(quote, [paid(quote, DUE, 6)], t0 + timedelta(hours=3))  # no fresh rate: held
+    apply(quote, [paid(quote, 2 * USD, 6)], t0 + timedelta(hours=3))
+    held, other = PaymentReview.objects.order_by("pk")
+    set_rate("LTC", "100", timezone.now())
+    client.force_login(operator)
+    url = "/admin/billing/paymentreview/"
+    assert client.get(url).status_code == 200
+    page = client.post(url, {"action": "credit_reviews", ACTION_CHECKBOX_NAME: [held.pk]})
+    assert page.status_code == 200 and "I checked the payment on the chain" in page.content.decode()
+    client.post(url, {"action": "credit_reviews", ACTION_CHECKBOX_NAME: [held.pk], "post": "yes", "confirm": "on"})
+    assert fresh(held).state == R.State.CREDITED and balance(customer) == 6500
+    client.post(url, {"action": "close_reviews", ACTION_CHECKBOX_NAME: [other.pk], "post": "yes",
+                      "reason": "customer asked for a refund, sent on-chain"})
+    assert fresh(other).state == R.State.CLOSED and fresh(other).decided_by == operator
+    assert balance(customer) == 6500
+
+
+# --- 9. quote limits ----------------------------------------------------------------------------
+
+def test_quotes_are_rate_limited_per_customer(catalog, customer, other_customer, coins, t0, settings):
+    settings.QUOTES_PER_CUSTOMER_PER_HOUR = 2
+    settings.MAX_OPEN_UNPAID_ORDERS = 3  # three open orders to quote for (the hoarding limit is tested elsewhere)
+    set_rate("LTC", "100", t0)
+    invoices = [order(customer, t0, pay=False)[1] for _ in range(3)]
+    quote_create(invoice=invoices[0], coin="LTC", now=t0)
+    quote_create(invoice=invoices[1], coin="LTC", now=t0)
+    assert quote_create(invoice=invoices[1], coin="LTC", now=t0).pk  # the open quote again: no new address
+    with pytest.raises(PaymentError, match="many payment addresses"):
+        quote_create(invoice=invoices[2], coin="USDT", now=t0)
+    _, theirs = order(other_customer, t0, pay=False)
+    assert quote_create(invoice=theirs, coin="LTC", now=t0)  # others are not limited by it
+
+
+def test_no_address_past_the_wallets_gap_limit(catalog, customer, coins, t0):
+    from billing.models import CoinWallet
+
+    set_rate("LTC", "100", t0)
+    CoinWallet.objects.create(coin="LTC", next_index=20, highest_paid_index=-1)  # 0..19 unpaid
+    _, invoice = order(customer, t0, pay=False)
+    with pytest.raises(PaymentError, match="Too many LTC payment addresses"):
+        quote_create(invoice=invoice, coin="LTC", now=t0)
+    assert CoinWallet.objects.get(coin="LTC").next_index == 20
+    CoinWallet.objects.filter(coin="LTC").update(highest_paid_index=3)  # a payment to index 3 arrived
+    assert quote_create(invoice=invoice, coin="LTC", now=t0).derivation_index == 20
+
+
+def test_a_quote_taken_late_in_the_order_window_still_gets_the_minimum(catalog, customer, coins, t0, settings):
+    settings.PAYMENT_QUOTE_MIN_MINUTES = 10
+    set_rate("LTC", "100", t0 + timedelta(minutes=28))
+    _, invoice = order(customer, t0, pay=False)
+    quote = quote_create(invoice=invoice, coin="LTC", now=t0 + timedelta(minutes=28))
+    assert quote.expires_at == t0 + timedelta(minutes=38) == fresh(invoice).expires_at
+
+
+def test_a_monero_wallet_rpc_error_is_a_message_not_a_500(catalog, customer, client, t0):
+    from billing.payments.coins.monero import MoneroAdapter, MoneroWalletRpc
+    from tests.billing.coins.conftest import free_port
+
+    set_rate("XMR", "150", timezone.now())
+    _, invoice = order(customer, timezone.now(), pay=False)
+    down = MoneroAdapter(MoneroWalletRpc(f"http://127.0.0.1:{free_port()}/json_rpc", timeout=2))
+    client.force_login(customer)
+    with coins_config.use_adapters({Coin.XMR: down}):
+        page = client.post(f"/pay/invoice/{invoice.pk}/", {"coin": "XMR"}, follow=True)
+    assert page.status_code == 200 and "cannot create a Monero address right now" in page.content.decode()
+    assert not Quote.objects.exists()
+
+
+def test_the_invoice_page_lists_its_quotes_and_a_reversal(placed, customer, client, t0):
+    _, invoice, quote = placed
+    p = paid(quote, DUE, 6)
+    apply(quote, [p], t0 + timedelta(minutes=3))
+    apply(quote, [], t0 + timedelta(minutes=9), reorged=[(p.txid, 0)])
+    client.force_login(customer)
+    page = client.get(f"/billing/invoices/{invoice.pk}/").content.decode()
+    assert f"/pay/quote/{quote.pk}/" in page and "was reversed on its chain" in page

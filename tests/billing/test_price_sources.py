@@ -1,0 +1,101 @@
+"""Price sources against a real local HTTP server started by the test: the median of the
+fresh answers becomes the rate; a stale, failing, malformed or missing source is left out;
+too few answers keep the old rate (quotes then refuse it when stale); a fresh hand-set rate
+stays; the beat task records its run."""
+import json
+import threading
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.utils import timezone
+
+from billing.models import CoinRate, JobRun
+from billing.payments.pricing import coin_rate_set, rates_refresh
+from billing.payments.services import quote_create
+from billing.tasks import refresh_rates
+from tests.billing.payments_helpers import offline_coins
+from tests.billing.test_lifecycle import order
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+
+
+class Feeds(BaseHTTPRequestHandler):
+    """/<name>/<COIN>: canned JSON per feed, changed by the test through ``answers``."""
+
+    answers: dict = {}
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        name = self.path.strip("/").split("/")[0]
+        status, body = self.answers.get(name, (404, {"error": "no such feed"}))
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def feeds(settings):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Feeds)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    settings.PRICE_SOURCES = json.dumps([
+        {"name": "alpha", "url": base + "/alpha/{coin}", "path": "data.{coin_lower}.usd"},
+        {"name": "beta", "url": base + "/beta/{coin}", "path": "result.0.price", "time_path": "result.0.at"},
+        {"name": "gamma", "url": base + "/gamma/{coin}", "path": "price", "time_path": "time"},
+        {"name": "delta", "url": base + "/delta/{coin}", "path": "price"},
+    ])
+    Feeds.answers = {
+        "alpha": (200, {"data": {"ltc": {"usd": 101.5}}}),
+        "beta": (200, {"result": [{"price": "99.25", "at": int(NOW.timestamp()) - 30}]}),
+        "gamma": (200, {"price": 100, "time": (NOW - timedelta(hours=2)).isoformat()}),  # stale
+        "delta": (500, {"error": "down"}),
+    }
+    yield Feeds.answers
+    server.shutdown()
+    server.server_close()
+
+
+def test_median_of_the_fresh_sources_becomes_the_rate(db, feeds):
+    with offline_coins():
+        assert rates_refresh(coins=["LTC", "USDT"], now=NOW) == {"LTC": "100.37500000 from 2 source(s)"}
+    rate = CoinRate.objects.get(coin="LTC")
+    assert rate.usd_per_coin == Decimal("100.375") and rate.source == "median:alpha,beta"
+    assert rate.set_at == NOW - timedelta(seconds=30)  # the older of the two answers
+    assert not CoinRate.objects.filter(coin="USDT").exists()  # the peg stays
+
+
+def test_too_few_fresh_answers_keep_the_old_rate(db, feeds, settings):
+    settings.PRICE_SOURCES_MIN = 3
+    CoinRate.objects.create(coin="LTC", usd_per_coin=Decimal(90), source="median:old", set_at=NOW - timedelta(hours=1))
+    result = rates_refresh(coins=["LTC"], now=NOW)
+    assert result["LTC"].startswith("error: LTC: 2 fresh source(s) of 3 needed")
+    assert "gamma: stale" in result["LTC"] and "delta: HTTPError" in result["LTC"]
+    assert CoinRate.objects.get(coin="LTC").usd_per_coin == 90
+    feeds["delta"] = (200, b"not json")
+    feeds["gamma"] = (200, {"price": "-3", "time": int(NOW.timestamp())})
+    assert rates_refresh(coins=["LTC"], now=NOW)["LTC"].startswith("error:")
+
+
+def test_a_fresh_hand_set_rate_stays_then_the_feeds_take_over(db, feeds, operator):
+    coin_rate_set(coin="LTC", usd_per_coin=Decimal("120"), actor=operator, now=NOW)
+    assert rates_refresh(coins=["LTC"], now=NOW + timedelta(minutes=5)) == {"LTC": "manual rate kept"}
+    assert CoinRate.objects.get(coin="LTC").usd_per_coin == 120
+    # beta's answer is now 16.5 min old, so only alpha counts
+    assert rates_refresh(coins=["LTC"], now=NOW + timedelta(minutes=16)) == {"LTC": "101.50000000 from 1 source(s)"}
+
+
+def test_the_beat_task_prices_quotes(catalog, customer, feeds):
+    Feeds.answers["beta"] = (200, {"result": [{"price": "99.25", "at": int(timezone.now().timestamp())}]})
+    with offline_coins():
+        assert refresh_rates()["LTC"].endswith("from 2 source(s)")
+        _, invoice = order(customer, timezone.now(), pay=False)
+        quote = quote_create(invoice=invoice, coin="LTC", now=timezone.now())
+    assert quote.rate_source == "median:alpha,beta" and quote.rate_usd_per_coin == Decimal("100.375")
+    assert JobRun.objects.get(name="refresh_rates").last_result["LTC"].startswith("100.375")
