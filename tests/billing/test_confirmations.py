@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.payments.coins.base import Coin
 from billing.models import Invoice, Payment, Quote
+from billing.payments.coins.base import Coin
 from billing.services import checkout_place_order
 from inventory.models import Offer, Site
 from rental.models import Image, LeaseState
