@@ -160,4 +160,9 @@ def test_random_queries_never_500(client, catalog, query):
     r = client.get(f"{URL}?{urlencode(query)}")
     assert r.status_code in (200, 400), (query, r.content[:300])
     body = r.json()
-    assert ("recommendations" in body) if r.status_code == 200 else ("field" in body)
+    if r.status_code == 200:
+        assert "recommendations" in body
+    elif any("\x00" in str(v) for v in query.values()):
+        assert body["error"] == "bad_request"  # the NUL guard answers before the view (issue 16)
+    else:
+        assert "field" in body
