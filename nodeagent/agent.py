@@ -85,9 +85,13 @@ class Agent:
             if exc.error == "replayed":
                 self.state.skip_seq(REPLAY_SKIP)
             raise
-        self.outbox.delivered(evidence)
+        for record, error in self.outbox.settle(evidence, answer):
+            log.error("storefront refused %s evidence for lease %s (%s): dropped",
+                      record.get("kind"), record.get("lease_id"), error)
         for refused in answer.get("refused", []):
-            log.warning("storefront refused %s: %s", refused.get("item"), refused.get("error"))
+            if not str(refused.get("item", "")).startswith("evidence["):
+                log.warning("storefront refused %s: %s", refused.get("item"),
+                            refused.get("error"))
         self._write_status(last_report_at=report["sent_at"], instances=instances,
                            gpus=report["gpus"], last_error=None)
 

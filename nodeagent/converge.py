@@ -82,6 +82,10 @@ class Converger:
             cpus=int(item["cpus"]), memory_gb=int(item["memory_gb"]),
             shm_gb=int(item.get("shm_gb", 0)),
             disk_path=self.disks.ensure_ready(lease_id, int(item["disk_gb"])))
+        if self.runtime.status(lease_id).state == "running":
+            # A new op_id for a running instance means "restart" (PROTOCOL.md): files kept.
+            log.info("lease %s: restarting for %s", lease_id, item["op_id"])
+            self.runtime.ensure_stopped(lease_id)
         status = self.runtime.ensure_running(spec)
         self._evidence("instance_ready", lease_id, item["op_id"], {
             "ssh_port": status.ssh_port, "host": self.public_host,

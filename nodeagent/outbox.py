@@ -1,5 +1,6 @@
 """Signed evidence waiting for the storefront. It survives restarts and storefront
-outages and leaves only once a report carrying it was answered."""
+outages; a record leaves once the storefront accepted or refused it (PROTOCOL.md: resend
+until accepted, drop when refused)."""
 from .state import read_json, write_json
 
 
@@ -13,6 +14,17 @@ class Outbox:
     def pending(self) -> list[dict]:
         return read_json(self.path, [])
 
-    def delivered(self, records: list[dict]) -> None:
-        sent = {r["signature"] for r in records}
-        write_json(self.path, [r for r in self.pending() if r["signature"] not in sent])
+    def settle(self, sent: list[dict], answer: dict) -> list[tuple[dict, str]]:
+        """Drop the sent records the answer accepted or refused; return the refused ones
+        with their error. Records the answer does not mention are sent again."""
+        refused = {r.get("item"): r.get("error", "") for r in answer.get("refused", [])}
+        accepted = set(answer.get("accepted", []))
+        answered, dropped = set(), []
+        for i, record in enumerate(sent):
+            label = f"evidence[{i}]"
+            if label in accepted or label in refused:
+                answered.add(record["signature"])
+            if label in refused:
+                dropped.append((record, refused[label]))
+        write_json(self.path, [r for r in self.pending() if r["signature"] not in answered])
+        return dropped

@@ -124,3 +124,21 @@ def test_disk_actions_need_the_instance_absent(node_state):
     item = {**desired(37, "37:running:1"), "disk": "destroy_key"}
     [report] = make_converger().converge([item], GPUS)
     assert report["error"]["code"] == "disk_error"
+
+
+def test_a_new_op_for_a_running_instance_restarts_it_keeping_files(node_state):
+    make_converger, outbox = node_state
+    converger = make_converger()
+    converger.converge([desired(38, "38:running:1")], GPUS)
+    container = converger.runtime.runtime.client.containers.get("lease-38")
+    container.exec_run(["/bin/sh", "-c", "echo kept > /root/file"])
+    started = container.attrs["State"]["StartedAt"]
+
+    restarted = make_converger()
+    [report] = restarted.converge([desired(38, "38:running:2")], GPUS)
+    assert report["state"] == "running"
+    assert restarted.runtime.calls == ["ensure_stopped", "ensure_running"]
+    container.reload()
+    assert container.attrs["State"]["StartedAt"] != started
+    assert container.exec_run(["cat", "/root/file"]).output == b"kept\n"
+    assert [e["op_id"] for e in outbox.pending()] == ["38:running:1", "38:running:2"]
