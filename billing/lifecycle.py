@@ -2,6 +2,7 @@
 Celery beat (billing.tasks.lifecycle_tick) and by `manage.py lifecycle`."""
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
@@ -14,7 +15,7 @@ from rental.notices import sweep_state_notices
 from . import payments
 from .models import Invoice
 from .ops import sweep_storage
-from .services import order_invoice_expire, renewal_invoice_create
+from .services import lease_fail_and_refund, order_invoice_expire, renewal_invoice_create
 
 RENEWAL_LEAD = timedelta(hours=24)
 
@@ -26,9 +27,25 @@ def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
             for inv in due if order_invoice_expire(invoice=inv, now=now)]
 
 
+def sweep_provisioning_deadline(now: datetime, limit: int = BATCH) -> list[Transition]:
+    """No lease stays provisioning forever: past NODE_PROVISIONING_DEADLINE it fails and
+    is refunded to the balance (billing.services.lease_fail_and_refund)."""
+    due = (Lease.objects.filter(state=LeaseState.PROVISIONING,
+                                provisioning_started_at__lte=now - settings.NODE_PROVISIONING_DEADLINE)
+           .select_related("customer", "offer__gpu_model").order_by("provisioning_started_at")[:limit])
+    done = []
+    for lease in due:
+        refunded = lease_fail_and_refund(lease=lease, now=now)
+        if refunded is not None:
+            done.append(Transition(lease.pk, f"provisioning → failed, {refunded} cents refunded to the balance"))
+    return done
+
+
 def sweep_renewal_invoices(now: datetime, limit: int = BATCH) -> list[Transition]:
+    """Renewals of active leases only: a lease that never became active is not renewed
+    (it becomes active or fails within NODE_PROVISIONING_DEADLINE)."""
     invoiced = Invoice.objects.filter(lease=OuterRef("pk"), kind=Invoice.Kind.RENEWAL, term_start=OuterRef("ends_at"))
-    due = (Lease.objects.filter(state__in=[LeaseState.ACTIVE, LeaseState.PROVISIONING], ends_at__lte=now + RENEWAL_LEAD)
+    due = (Lease.objects.filter(state=LeaseState.ACTIVE, ends_at__lte=now + RENEWAL_LEAD)
            .exclude(Exists(invoiced)).select_related("customer", "offer__gpu_model").order_by("ends_at")[:limit])
     made = []
     for lease in due:
@@ -42,7 +59,8 @@ def sweep_void_dead_renewals(now: datetime, limit: int = BATCH) -> list[Transiti
     """Renewal invoices of leases that were released are void; a payment that still
     arrives for them goes to the balance (the coin layer credits it as late)."""
     dead = (Invoice.objects.filter(kind=Invoice.Kind.RENEWAL, state=Invoice.State.OPEN,
-                                   lease__state__in=[LeaseState.RELEASED, LeaseState.WIPED, LeaseState.CANCELLED])
+                                   lease__state__in=[LeaseState.RELEASED, LeaseState.WIPED, LeaseState.CANCELLED,
+                                                    LeaseState.FAILED])
             .values_list("pk", "lease_id")[:limit])
     done = []
     for pk, lease_id in dead:
@@ -56,6 +74,7 @@ SWEEPS = [
     ("expire_quotes", payments.sweep_expire_quotes),
     ("expire_orders", sweep_expire_orders),
     ("provisioning", rental_sweeps.sweep_provisioning),
+    ("provisioning_deadline", sweep_provisioning_deadline),
     ("reminders", rental_sweeps.sweep_reminders),
     ("renewal_invoices", sweep_renewal_invoices),
     ("suspend", rental_sweeps.sweep_suspend),

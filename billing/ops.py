@@ -308,7 +308,8 @@ def sweep_storage(now: datetime, limit: int = 500) -> list:
     return done[:limit]
 
 
-def _term_start_at(lease: Lease, at: datetime) -> datetime | None:
+def term_start_at(lease: Lease, at: datetime) -> datetime | None:
+    """The start of the paid term `at` falls in (the last one once the lease ended)."""
     if not lease.ends_at or not lease.started_at or at < lease.started_at:
         return None
     length = lease.term_length
@@ -324,7 +325,7 @@ def egress_record(*, lease_id: int, tb_used, at: datetime):
     from .models import EgressUsage
 
     lease = Lease.objects.get(pk=lease_id)
-    term_start = _term_start_at(lease, at)
+    term_start = term_start_at(lease, at)
     if term_start is None:
         raise BillingError(f"Lease #{lease_id} had no paid term at {at:%Y-%m-%d %H:%M}.")
     tb = Decimal(str(tb_used)).quantize(Decimal("0.001"))

@@ -234,6 +234,32 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
     return amount
 
 
+@transaction.atomic
+def lease_fail_and_refund(*, lease: Lease, now: datetime) -> int | None:
+    """The lease is still provisioning past NODE_PROVISIONING_DEADLINE: it fails (slots
+    freed), everything paid for it goes back to the balance and the customer is told.
+    Returns the cents refunded, or None when the lease was not failed (moved meanwhile)."""
+    if not rental.lease_fail(lease_id=lease.pk, now=now, reason="no instance came up within the provisioning "
+                                                                  "deadline"):
+        return None
+    paid = Invoice.objects.filter(lease=lease, state=Invoice.State.PAID).exclude(kind=Invoice.Kind.TOPUP)
+    amount = sum(paid.values_list("amount_cents", flat=True))
+    Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID,
+                                                                        note="lease failed to provision")
+    if amount:
+        ledger_post(customer=lease.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=amount, now=now,
+                    memo=f"lease #{lease.pk} could not be provisioned", idempotency_key=f"failed:{lease.pk}")
+    args = {"id": lease.pk, "offer": lease.offer, "amount": format_usd(amount),
+            "minutes": int(settings.NODE_PROVISIONING_DEADLINE.total_seconds() // 60)}
+    with rental.customer_language(lease.customer):
+        rental.notify(lease=lease, kind="provisioning_failed", deadline=now,
+                      subject=_("Lease #%(id)s (%(offer)s) could not be provisioned") % args,
+                      body=_("We could not start your instance of lease #%(id)s within %(minutes)s minutes. The "
+                             "lease is cancelled, its GPUs are freed and %(amount)s is back on your balance; you "
+                             "can order again at once.") % args)
+    return amount
+
+
 # --- renewals and expiry (called by the lifecycle sweeps) --------------------------------
 
 @transaction.atomic

@@ -1,7 +1,9 @@
 """The host-agent interface: how the storefront asks a node to provision, stop, resume,
 destroy a disk key and wipe. Real agents speak HTTPS to the nodes; dev and tests use
 FakeAgent, which "provisions" in HOST_AGENT_FAKE_DELAY seconds and signs receipts with
-the server's secret so the destruction record can be shown and checked."""
+the server's secret so the destruction record can be shown and checked. The production
+agent is fleet.driver.NodeAgentDriver (settings.HOST_AGENT): there `destroy_key` and `wipe`
+return None until the node's signed evidence arrived ("not yet, retry on the next pass")."""
 import hashlib
 import hmac
 from contextlib import contextmanager
@@ -24,11 +26,18 @@ class HostAgent(Protocol):
     def poll_ready(self, *, lease_id: int, started_at: datetime, now: datetime) -> Instance | None: ...
     def stop(self, *, lease_id: int) -> None: ...
     def resume(self, *, lease_id: int) -> None: ...
-    def destroy_key(self, *, lease_id: int, key_ref: str, at: datetime) -> str: ...
-    def wipe(self, *, lease_id: int, at: datetime) -> str: ...
+    def destroy_key(self, *, lease_id: int, key_ref: str, at: datetime) -> str | None: ...
+    def wipe(self, *, lease_id: int, at: datetime) -> str | None: ...
+
+
+def agent_is_fake(agent=None) -> bool:
+    """True when the configured agent only pretends (demo, tests): shown on admin pages."""
+    return isinstance(agent or get_agent(), FakeAgent)
 
 
 class FakeAgent:
+    """Pretends: no instance exists anywhere. For the demo (`make run`) and tests only."""
+
     def start_provisioning(self, *, lease_id, node, ssh_public_key, key_ref):
         return None
 

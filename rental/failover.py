@@ -1,7 +1,9 @@
 """Hardware failure: move a lease off a failed node to free slots of the same offer at the
-same site, within the promised 30 minutes (SPEC, "Hardware failure"). The local NVMe —
-its LUKS2 volume and the checkpoints on it — moves with the instance: the key reference
-stays the same and the host agent copies the encrypted volume to the target host.
+same site, within the promised 30 minutes (SPEC, "Hardware failure"). With the node agent
+(fleet), moving the slot allocation is the whole order: the target node's desired state
+gets the lease (running), the source's `absent`; the target's instance_ready evidence
+replaces the lease's host and port and the customer is told the new connection line. The
+local NVMe is not copied by the node agent (the event says so); FakeAgent's demo claims it is.
 
 Each lease moves in its own transaction (release the old slots, allocate new ones on a
 different node); when nothing fits, that transaction rolls back, the lease keeps its old
@@ -70,19 +72,23 @@ def lease_migrate(*, lease_id: int, from_node: Node, now: datetime | None = None
             f"no other node at {lease.site.code} has {lease.offer.gpu_count} free "
             f"{lease.offer.gpu_model.name} slot(s) in service") from None
     to_node = new[0].node
+    agent = get_agent()
+    copies_disk = getattr(agent, "copies_disk_on_migration", True)
     seconds = max(0, int((now - failed_since).total_seconds()))
     data = {
         "from_node": from_node.name, "to_node": to_node.name,
         "from_slots": [a.slot_id for a in old], "to_slots": [s.pk for s in new],
         "failed_since": failed_since.isoformat(), "completed_at": now.isoformat(), "seconds": seconds,
         "within_target": seconds <= MIGRATION_TARGET.total_seconds(),
-        "nvme": "local NVMe (LUKS2 volume, same key ref) moved with the instance",
+        "nvme": ("local NVMe (LUKS2 volume, same key ref) moved with the instance" if copies_disk else
+                 "new local NVMe on the target node; the failed node's copy is destroyed (not copied)"),
         "extra_nvme_tb": lease.extra_nvme_tb,
     }
     _event(lease_id, kind="migrated", now=now, actor=actor, from_state=lease.state, to_state=lease.state,
            reason=reason, data=data)
     downtime_end_for_lease(lease_id=lease_id, at=now)
-    agent = get_agent()
+    # A pull-model agent needs no call: the moved allocation is the target node's desired
+    # state, and its instance_ready evidence gives the lease its new connection line.
     if hasattr(agent, "migrate"):
         transaction.on_commit(lambda: agent.migrate(lease_id=lease_id, from_node=from_node.name,
                                                     to_node=to_node.name))

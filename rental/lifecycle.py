@@ -81,7 +81,7 @@ def sweep_key_destruction(now: datetime, limit: int = BATCH) -> list[Transition]
 
 
 def sweep_wipe(now: datetime, limit: int = BATCH) -> list[Transition]:
-    ran = Q(state=S.RELEASED) | Q(state=S.CANCELLED, provisioning_started_at__isnull=False)
+    ran = Q(state__in=[S.RELEASED, S.FAILED]) | Q(state=S.CANCELLED, provisioning_started_at__isnull=False)
     due = _due_ids(Lease.objects.filter(ran, wipe_by__lte=now, disk_key__state=DiskKey.State.DESTROYED),
                    "wipe_by", limit)
     return [Transition(i, "→ wiped") for i in due if lease_wipe(lease_id=i, now=now)]

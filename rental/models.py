@@ -51,9 +51,12 @@ class LeaseState(models.TextChoices):
     RELEASED = "released", _("released")
     WIPED = "wiped", _("wiped")
     CANCELLED = "cancelled", _("cancelled")
+    FAILED = "failed", _("failed (not delivered, refunded)")
 
 
 LIVE_STATES = (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.SUSPENDED)
+#: Ended after the instance was (or may have been) created on a host: its disk is wiped.
+ENDED_ON_HOST = (LeaseState.RELEASED, LeaseState.CANCELLED, LeaseState.FAILED)
 
 
 class Lease(models.Model):

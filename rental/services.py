@@ -18,6 +18,7 @@ from inventory.services import audit_record, slots_allocate, slots_release
 
 from .agent import Instance, get_agent
 from .models import (
+    ENDED_ON_HOST,
     CustomerSettings,
     DiskKey,
     Image,
@@ -213,13 +214,63 @@ def lease_cancel(*, lease_id: int, now: datetime, from_states, actor=None, reaso
 
 
 @transaction.atomic
+def lease_fail(*, lease_id: int, now: datetime, reason: str) -> bool:
+    """provisioning → failed when no instance came up within NODE_PROVISIONING_DEADLINE:
+    slots back to stock, the disk key destroyed and the disk wiped like any ended lease.
+    The refund and the notice are billing's (billing.lifecycle.sweep_provisioning_deadline)."""
+    deadline = now - settings.NODE_PROVISIONING_DEADLINE
+    left = _transition(lease_id, to=S.FAILED, from_states=[S.PROVISIONING], now=now, kind="provisioning_failed",
+                       reason=reason, when=Q(provisioning_started_at__lte=deadline), ended_at=now, wipe_by=now,
+                       data={"deadline_minutes": int(settings.NODE_PROVISIONING_DEADLINE.total_seconds() // 60)})
+    if not left:
+        return False
+    slots_release(lease_id=lease_id)
+    disk_key_request_destroy(lease_id=lease_id, now=now, reason=reason)
+    transaction.on_commit(lambda: get_agent().stop(lease_id=lease_id))
+    return True
+
+
+@transaction.atomic
+def lease_connection_update(*, lease_id: int, instance: Instance, now: datetime, reason: str) -> bool:
+    """A running lease's instance answers at a new address (it moved to another node):
+    the connection line changes, with an event and a notice that gives the new one."""
+    lease = Lease.objects.select_for_update().select_related("customer").get(pk=lease_id)
+    if lease.state not in (S.ACTIVE, S.SUSPENDED) or (lease.host, lease.ssh_port) == (instance.host,
+                                                                                        instance.ssh_port):
+        return False
+    Lease.objects.filter(pk=lease_id).update(host=instance.host, ssh_port=instance.ssh_port)
+    _event(lease_id, kind="connection_changed", now=now, from_state=lease.state, to_state=lease.state,
+           reason=reason, data={"old": f"{lease.host}:{lease.ssh_port}", "host": instance.host,
+                                "port": instance.ssh_port})
+    args = {"id": lease.pk, "command": f"ssh -p {instance.ssh_port} root@{instance.host}"}
+    with customer_language(lease.customer):
+        subject = _("Lease #%(id)s: new connection details") % args
+        body = _("The instance of lease #%(id)s answers at a new address (it moved to another server). "
+                 "Connect with: %(command)s") % args
+    notify(lease=lease, kind="connection_changed", deadline=now, subject=subject, body=body)
+    return True
+
+
+def lease_record(*, lease_id: int, kind: str, now: datetime, actor=None, reason: str = "", data=None) -> LeaseEvent:
+    """An event that changes no state (a customer's restart, stop or start of the instance)."""
+    state = Lease.objects.filter(pk=lease_id).values_list("state", flat=True).get()
+    return _event(lease_id, kind=kind, now=now, actor=actor, from_state=state, to_state=state, reason=reason,
+                  data=data)
+
+
+@transaction.atomic
 def lease_wipe(*, lease_id: int, now: datetime) -> bool:
-    """released/cancelled → wiped once the wipe deadline is reached (key already destroyed)."""
+    """released/cancelled/failed → wiped once the wipe deadline is reached (key already
+    destroyed) and the host agent proved the wipe; without a proof yet, False (next pass)."""
     lease = Lease.objects.select_related("disk_key").get(pk=lease_id)
-    if lease.disk_key.state != DiskKey.State.DESTROYED:
+    if lease.disk_key.state != DiskKey.State.DESTROYED or lease.state not in ENDED_ON_HOST:
+        return False
+    if lease.wipe_by is None or lease.wipe_by > now:
         return False
     receipt = get_agent().wipe(lease_id=lease_id, at=now)
-    return bool(_transition(lease_id, to=S.WIPED, from_states=[S.RELEASED, S.CANCELLED], now=now, kind="wiped",
+    if receipt is None:
+        return False
+    return bool(_transition(lease_id, to=S.WIPED, from_states=ENDED_ON_HOST, now=now, kind="wiped",
                             reason="local NVMe wiped", when=Q(wipe_by__lte=now), data={"receipt": receipt}))
 
 
@@ -228,7 +279,7 @@ def lease_wipe(*, lease_id: int, now: datetime) -> bool:
 @transaction.atomic
 def disk_key_request_destroy(*, lease_id: int, now: datetime, actor=None, reason: str) -> DiskKey:
     key = DiskKey.objects.select_for_update().select_related("lease").get(lease_id=lease_id)
-    if key.lease.state not in (S.RELEASED, S.CANCELLED, S.WIPED):
+    if key.lease.state not in (*ENDED_ON_HOST, S.WIPED):
         raise TransitionRefused(_("Lease #%(id)s is %(state)s: its key cannot be destroyed.")
                                % {"id": lease_id, "state": key.lease.get_state_display()})
     if key.lease.state == S.RELEASED and key.lease.ends_at and key.lease.ends_at > now:
@@ -246,11 +297,14 @@ def disk_key_request_destroy(*, lease_id: int, now: datetime, actor=None, reason
 
 @transaction.atomic
 def disk_key_complete_destroy(*, lease_id: int, now: datetime) -> bool:
-    """Phase two: the agent destroys the key and returns a receipt, stored as the proof."""
+    """Phase two: the agent destroys the key and returns a receipt, stored as the proof
+    (the node agent's signed key_destroyed evidence); None means not done yet."""
     key = DiskKey.objects.select_for_update().get(lease_id=lease_id)
     if key.state != DiskKey.State.DESTROY_REQUESTED:
         return False
     receipt = get_agent().destroy_key(lease_id=lease_id, key_ref=key.key_ref, at=now)
+    if receipt is None:  # the host has not proven it yet: stays requested, the sweep asks again
+        return False
     DiskKey.objects.filter(pk=key.pk).update(state=DiskKey.State.DESTROYED, destroyed_at=now,
                                              destruction_proof=receipt)
     _event(lease_id, kind="key_destroyed", now=now, reason="LUKS2 key destroyed by host agent",

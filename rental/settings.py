@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "inventory",
     "rental",
     "billing",
+    "fleet",
 ]
 
 MIDDLEWARE = [
@@ -250,8 +251,20 @@ CELERY_BEAT_SCHEDULE = {
     "watch_payments": {"task": "billing.watch_payments", "schedule": 30.0, "options": {"expires": 25}},
 }
 PAYMENT_WINDOW_MINUTES = int(os.environ.get("PAYMENT_WINDOW_MINUTES", "30"))
-HOST_AGENT = os.environ.get("HOST_AGENT", "rental.agent.FakeAgent")
+# --- issue 12: the node agent (fleet/, nodeagent/PROTOCOL.md) ---
+# A real deployment drives its GPU servers through the node agent; FakeAgent, which
+# creates nothing, only for the demo (`make run`, DEBUG=1) and tests, and says so in the admin.
+HOST_AGENT = os.environ.get("HOST_AGENT", "rental.agent.FakeAgent" if DEBUG or TESTING
+                            else "fleet.driver.NodeAgentDriver")
 HOST_AGENT_FAKE_DELAY = int(os.environ.get("HOST_AGENT_FAKE_DELAY", "180"))
+# A lease still provisioning this long after payment fails: slots freed, refunded to the balance.
+NODE_PROVISIONING_DEADLINE = timedelta(minutes=int(os.environ.get("NODE_PROVISIONING_DEADLINE_MINUTES", "15")))
+# A node whose last report is older than this is "not reporting" in the admin and dashboard.
+NODE_REPORT_STALE_AFTER = timedelta(minutes=int(os.environ.get("NODE_REPORT_STALE_AFTER_MINUTES", "3")))
+NODE_ENROLMENT_CODE_TTL = timedelta(hours=int(os.environ.get("NODE_ENROLMENT_CODE_TTL_HOURS", "24")))
+# Reports whose sent_at is further than this from the server's clock are refused (replays).
+NODE_REPORT_MAX_SKEW = timedelta(minutes=5)
+NODE_POLL_SECONDS = int(os.environ.get("NODE_POLL_SECONDS", "15"))
 
 # Sizing pages get the live catalog through this hook, keeping sizing free of imports
 # from inventory (imports flow sizing <- inventory <- rental <- billing).

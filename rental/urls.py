@@ -22,6 +22,8 @@ accounts = [
 customer = [
     path("leases/", views.lease_list, name="lease_list"),
     path("leases/<int:lease_id>/", views.lease_detail, name="lease_detail"),
+    # Restart / stop / start through the node's desired state (fleet, the node agent).
+    path("leases/<int:lease_id>/instance/", include("fleet.urls_customer")),
     path("account/settings/", views.account_settings, name="account_settings"),
     path("account/tokens/", views.token_create, name="token_create"),
     path("account/tokens/<int:token_id>/revoke/", views.token_revoke, name="token_revoke"),
@@ -46,6 +48,7 @@ api_v1 = [
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
+    path("agent/v1/", include("fleet.urls")),  # the node agents' API (nodeagent/PROTOCOL.md)
     path("admin/", admin.site.urls),
     # Language switcher: Django's set_language (cookie + next), also remembered for notices.
     path("i18n/setlang/", i18n.set_language, name="set_language"),

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class FleetConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "fleet"
+    verbose_name = "Fleet (node agents)"

@@ -1,0 +1,138 @@
+"""A node's desired state (PROTOCOL.md, `GET /agent/v1/desired`), derived from the
+database every time: which leases hold slots on the node, their state, the customer's
+stop/restart, and the disk key's state. Moving a slot allocation (a migration) therefore
+moves the instance: the new node sees the lease `running`, the old one `absent`.
+
+Disk work is asked only of the node the lease was on last, and only once rental asked for
+it (DiskKey destroy requested, wipe due): nothing here can destroy a paid lease's disk."""
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import OuterRef, Q, Subquery
+
+from inventory.models import Node, SlotAllocation
+from rental.models import DiskKey, Lease, LeaseState
+
+from .models import InstanceIntent, IssuedOp
+
+S = LeaseState
+ON_HOST = (S.PROVISIONING, S.ACTIVE, S.SUSPENDED)
+#: /dev/shm as a share of the instance's memory: PyTorch DataLoader workers pass batches
+#: through it, and Docker's 64 MB default breaks them.
+SHM_SHARE_OF_MEMORY = 4
+
+
+@dataclass(frozen=True)
+class Wanted:
+    want: str   # running | stopped | absent
+    disk: str   # keep | destroy_key | wipe
+
+
+def _wanted(lease: Lease, *, here_now: bool, last_here: bool, stopped_by_customer: bool, now: datetime) -> Wanted:
+    if here_now and lease.state == S.SUSPENDED:
+        return Wanted("stopped", "keep")
+    if here_now and lease.state in (S.PROVISIONING, S.ACTIVE):
+        return Wanted("stopped" if stopped_by_customer and lease.state == S.ACTIVE else "running", "keep")
+    if lease.state in ON_HOST or not last_here:
+        # Moved to another node: this copy goes (the instance, then its disk key).
+        return Wanted("absent", "destroy_key")
+    key_state = lease.disk_key.state
+    if key_state == DiskKey.State.DESTROYED and lease.wipe_by and lease.wipe_by <= now:
+        return Wanted("absent", "wipe")
+    if key_state in (DiskKey.State.DESTROY_REQUESTED, DiskKey.State.DESTROYED):
+        return Wanted("absent", "destroy_key")
+    return Wanted("absent", "keep")
+
+
+def _leases_on(node: Node):
+    """Leases that hold slots on the node now, or held them and are not wiped yet, with
+    the node each was on last. Never-started leases (cancelled unpaid) never reached a host."""
+    current: dict[int, list[int]] = defaultdict(list)
+    for lease_id, index in (SlotAllocation.objects.filter(slot__node=node, released_at__isnull=True)
+                            .values_list("lease_id", "slot__index").order_by("slot__index")):
+        current[lease_id].append(index)
+    past = SlotAllocation.objects.filter(slot__node=node, released_at__isnull=False).values("lease_id")
+    last_node = (SlotAllocation.objects.filter(lease_id=OuterRef("pk")).order_by("-allocated_at", "-id")
+                 .values("slot__node_id")[:1])
+    leases = (Lease.objects.filter(Q(pk__in=list(current)) | Q(pk__in=Subquery(past)))
+              .exclude(state__in=[S.PENDING, S.WIPED]).exclude(provisioning_started_at__isnull=True)
+              .annotate(last_node_id=Subquery(last_node))
+              .select_related("offer__gpu_model", "image", "disk_key").order_by("pk"))
+    return leases, current
+
+
+def _issue(*, lease: Lease, node: Node, wanted: Wanted, restarts: int, now: datetime) -> str:
+    """The op_id for this (want, disk, restarts): the stored one while nothing changed,
+    else the next counter."""
+    label = wanted.want if wanted.disk == "keep" else wanted.disk
+    with transaction.atomic():
+        op = IssuedOp.objects.select_for_update().filter(lease=lease, node=node).first()
+        if op is None:
+            try:
+                with transaction.atomic():
+                    op = IssuedOp.objects.create(lease=lease, node=node, want=wanted.want, disk=wanted.disk,
+                                                 restarts=restarts, counter=1, op_id=f"{lease.pk}:{label}:1",
+                                                 issued_at=now)
+            except IntegrityError:  # a concurrent poll created it
+                op = IssuedOp.objects.select_for_update().get(lease=lease, node=node)
+        if (op.want, op.disk, op.restarts) != (wanted.want, wanted.disk, restarts):
+            counter = op.counter + 1
+            op_id = f"{lease.pk}:{label}:{counter}"
+            IssuedOp.objects.filter(pk=op.pk).update(want=wanted.want, disk=wanted.disk, restarts=restarts,
+                                                     counter=counter, op_id=op_id, issued_at=now)
+            return op_id
+        return op.op_id
+
+
+def _resources(node: Node, gpus: list[int]) -> dict:
+    """CPUs and memory in proportion of the node's GPUs the lease holds."""
+    n, total = len(gpus), max(node.gpu_count, 1)
+    memory_gb = node.host_ram_gb * n // total
+    return {"cpus": node.vcpus * n // total, "memory_gb": memory_gb,
+            "shm_gb": max(1, memory_gb // SHM_SHARE_OF_MEMORY) if n else 0}
+
+
+def desired_instances(*, node: Node, now: datetime) -> list[dict]:
+    leases, current = _leases_on(node)
+    intents = {i.lease_id: i for i in InstanceIntent.objects.filter(lease__in=[le.pk for le in leases])}
+    out = []
+    for lease in leases:
+        intent = intents.get(lease.pk)
+        gpus = current.get(lease.pk, [])
+        wanted = _wanted(lease, here_now=bool(gpus), last_here=lease.last_node_id == node.pk,
+                         stopped_by_customer=bool(intent and intent.stopped_by_customer), now=now)
+        restarts = intent.restarts if intent else 0
+        out.append({
+            "lease_id": lease.pk,
+            "op_id": _issue(lease=lease, node=node, wanted=wanted, restarts=restarts, now=now),
+            "want": wanted.want,
+            "disk": wanted.disk,
+            "gpus": gpus,
+            "image": lease.image.slug,
+            "ssh_authorized_keys": [lease.ssh_public_key.strip()],
+            "disk_gb": lease.offer.gpu_model.included_nvme_gb + 1000 * lease.extra_nvme_tb,
+            **_resources(node, gpus),
+        })
+    return out
+
+
+def desired_document(*, node: Node, now: datetime) -> dict:
+    return {
+        "node": node.name,
+        "generated_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "poll_seconds": settings.NODE_POLL_SECONDS,
+        "instances": desired_instances(node=node, now=now),
+    }
+
+
+def lease_on_node(*, lease_id: int, node: Node) -> bool:
+    """The lease held (or holds) slots on this node: the only leases it may report on."""
+    return SlotAllocation.objects.filter(lease_id=lease_id, slot__node=node).exists()
+
+
+def current_node_id(lease_id: int) -> int | None:
+    return (SlotAllocation.objects.filter(lease_id=lease_id, released_at__isnull=True)
+            .values_list("slot__node_id", flat=True).first())

@@ -1,0 +1,153 @@
+"""Signed evidence from a node (PROTOCOL.md, "Evidence records"): checked field by field,
+verified with the node's registered Ed25519 key over its canonical JSON, stored verbatim,
+then applied — instance_ready makes the lease active (or moves its connection line),
+key_destroyed completes the DiskKey's destruction, disk_wiped wipes the lease or, when the
+wipe failed, quarantines the node. Disk evidence counts only where the storefront asked
+for that disk work (the op it issued to that node), so a node cannot destroy a paid
+lease's disk by claiming it did."""
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+
+from inventory.incidents import incident_open
+from inventory.models import Incident, SlotAllocation
+from inventory.services import node_set_draining
+from rental.agent import Instance, agent_override
+from rental.models import DiskKey
+from rental.services import (
+    disk_key_complete_destroy,
+    lease_connection_update,
+    lease_provisioned,
+    lease_wipe,
+)
+
+from .crypto import canonical_json, signature_valid
+from .desired import current_node_id, lease_on_node
+from .models import Evidence, IssuedOp, NodeAgent
+from .timeutil import parse_time
+
+
+class Refused(Exception):
+    """This evidence item is refused (never stored nor applied); the code says why."""
+
+    def __init__(self, code: str):
+        super().__init__(code)
+        self.code = code
+
+def _int(value, lo: int, hi: int) -> int:
+    if type(value) is not int or not lo <= value <= hi:
+        raise Refused("invalid")
+    return value
+
+def _str(value, max_len: int = 200) -> str:
+    if not isinstance(value, str) or not value or len(value) > max_len:
+        raise Refused("invalid")
+    return value
+
+def _check_commands(record: dict) -> None:
+    commands = record.get("commands")
+    if not isinstance(commands, list) or len(commands) > 100:
+        raise Refused("invalid")
+    for command in commands:
+        if not isinstance(command, dict) or not isinstance(command.get("argv"), list):
+            raise Refused("invalid")
+        _int(command.get("exit"), -(2**31), 2**31)
+
+def _check_kind_fields(kind: str, record: dict) -> None:
+    if kind == Evidence.Kind.INSTANCE_READY:
+        _int(record.get("ssh_port"), 1, 65535)
+        _str(record.get("host"), 255)
+    elif kind == Evidence.Kind.KEY_DESTROYED:
+        _check_commands(record)
+        if _int(record.get("keyslots_after"), 0, 64) != 0 or _int(record.get("test_passphrase_exit"), -255, 255) == 0:
+            raise Refused("not_proven")  # the old key still opens the volume
+    else:
+        _check_commands(record)
+        if record.get("result") not in ("ok", "failed"):
+            raise Refused("invalid")
+        verification = record.get("verification")
+        if record["result"] == "ok" and (not isinstance(verification, dict) or verification.get("nonzero") != 0):
+            raise Refused("not_proven")
+
+def _disk_work_asked(*, lease_id: int, node_id: int, kind: str) -> bool:
+    asked = IssuedOp.objects.filter(lease_id=lease_id, node_id=node_id).values_list("disk", flat=True).first()
+    if kind == Evidence.Kind.KEY_DESTROYED:
+        return asked in ("destroy_key", "wipe")
+    return asked == "wipe"
+
+def last_node_id(lease_id: int) -> int | None:
+    return (SlotAllocation.objects.filter(lease_id=lease_id).order_by("-allocated_at", "-id")
+            .values_list("slot__node_id", flat=True).first())
+
+def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
+    """Verify, store and apply one record; raises Refused with a code."""
+    if not isinstance(record, dict):
+        raise Refused("invalid")
+    kind = record.get("kind")
+    if kind not in Evidence.Kind.values:
+        raise Refused("unknown_kind")
+    lease_id = _int(record.get("lease_id"), 1, 2**62)
+    op_id = _str(record.get("op_id"), 80)
+    at = parse_time(record.get("at"))
+    signature = _str(record.get("signature"), 120)
+    if at is None:
+        raise Refused("invalid")
+    if record.get("node") != agent.node.name:
+        raise Refused("wrong_node")
+    if not lease_on_node(lease_id=lease_id, node=agent.node):
+        raise Refused("unknown_lease")
+    if not signature_valid(public_key=agent.public_key, signature=signature, message=canonical_json(record)):
+        raise Refused("bad_signature")
+    _check_kind_fields(kind, record)
+    if kind != Evidence.Kind.INSTANCE_READY and not _disk_work_asked(lease_id=lease_id, node_id=agent.node_id,
+                                                                     kind=kind):
+        raise Refused("not_requested")
+    unsigned = {k: v for k, v in record.items() if k != "signature"}
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                evidence = Evidence.objects.create(node=agent.node, lease_id=lease_id, kind=kind, op_id=op_id, at=at,
+                                                   received_at=now, record=unsigned, signature=signature)
+        except IntegrityError:  # sent again (the agent resends until accepted)
+            evidence = Evidence.objects.get(node=agent.node, lease_id=lease_id, kind=kind, op_id=op_id)
+            if evidence.signature != signature:
+                raise Refused("conflicting_evidence") from None
+        _apply(evidence, agent=agent, now=now)
+    return evidence
+
+def instance_of(evidence: Evidence) -> Instance:
+    """Customers connect to the node's public host at the port the node reported."""
+    host = getattr(getattr(evidence.node, "agent", None), "public_host", "") or evidence.record["host"]
+    return Instance(host=host, ssh_port=evidence.record["ssh_port"])
+
+def _apply(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
+    from .driver import NodeAgentDriver
+
+    lease_id = evidence.lease_id
+    if evidence.kind == Evidence.Kind.INSTANCE_READY:
+        if current_node_id(lease_id) != agent.node_id:
+            return  # kept as a record; an old node's instance never takes the connection line back
+        instance = instance_of(evidence)
+        if not lease_provisioned(lease_id=lease_id, instance=instance, now=now):
+            lease_connection_update(lease_id=lease_id, instance=instance, now=now,
+                                    reason=f"instance ready on node {agent.node.name}")
+        return
+    if last_node_id(lease_id) != agent.node_id:
+        return  # a copy left behind by a migration: proven gone, the lease's own disk is elsewhere
+    with agent_override(NodeAgentDriver()):
+        if evidence.kind == Evidence.Kind.KEY_DESTROYED:
+            if DiskKey.objects.filter(lease_id=lease_id, state=DiskKey.State.DESTROY_REQUESTED).exists():
+                disk_key_complete_destroy(lease_id=lease_id, now=now)
+        elif evidence.record.get("result") == "ok":
+            lease_wipe(lease_id=lease_id, now=now)
+        else:
+            node_quarantine(agent=agent, evidence=evidence, now=now)
+
+def node_quarantine(*, agent: NodeAgent, evidence: Evidence, now: datetime) -> Incident:
+    """A failed wipe: the node takes no new leases and an incident says why, until an
+    operator has the disk sanitized or replaced."""
+    node_set_draining(node=agent.node, draining=True, reason=f"disk wipe failed for lease #{evidence.lease_id}")
+    detail = str(evidence.record.get("detail") or evidence.record.get("method") or "")[:120]
+    return incident_open(node=agent.node, kind=Incident.Kind.DEGRADED, starts_at=now, now=now,
+                         source=Incident.Source.HEALTH_CHECK,
+                         reason=f"quarantined: disk wipe failed for lease #{evidence.lease_id} {detail}".strip())

@@ -1,0 +1,188 @@
+"""A node's signed report (PROTOCOL.md, `POST /agent/v1/report`): the envelope is checked
+as a whole (signature over the raw body, then seq and sent_at, so a replay or a forgery
+changes nothing), then every item on its own — GPUs (health → incidents), instances
+(observed state, egress metering) and evidence — and one bad item never blocks the others."""
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+
+from billing.ops import egress_record, term_start_at
+from inventory.incidents import health_report
+from inventory.models import GpuSlot
+from rental.models import Lease
+
+from .crypto import signature_valid
+from .desired import lease_on_node
+from .evidence import Refused, evidence_accept
+from .models import EgressMeter, InstanceReport, NodeAgent
+from .timeutil import parse_time
+
+log = logging.getLogger(__name__)
+MAX_ITEMS = 256
+HOST_RE = re.compile(r"^[A-Za-z0-9.:\-\[\]]{1,255}$")
+BYTES_PER_TB = 10**12
+
+
+class ReportRefused(Exception):
+    """The whole report is refused: HTTP `status` with `{"error": code}`."""
+
+    def __init__(self, status: int, code: str):
+        super().__init__(code)
+        self.status, self.code = status, code
+
+
+@dataclass
+class Outcome:
+    accepted: list[str] = field(default_factory=list)
+    refused: list[dict] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {"accepted": self.accepted, "refused": self.refused}
+
+
+def _envelope(agent: NodeAgent, body: bytes, signature: str, now: datetime) -> dict:
+    if not signature_valid(public_key=agent.public_key, signature=signature, message=body):
+        raise ReportRefused(401, "bad_signature")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise ReportRefused(400, "invalid_json") from None
+    if not isinstance(data, dict):
+        raise ReportRefused(400, "invalid_report")
+    seq = data.get("seq")
+    if type(seq) is not int or not 0 < seq < 2**62:
+        raise ReportRefused(400, "invalid_seq")
+    sent_at = parse_time(data.get("sent_at"))
+    if sent_at is None:
+        raise ReportRefused(400, "invalid_sent_at")
+    if abs(now - sent_at) > settings.NODE_REPORT_MAX_SKEW:
+        raise ReportRefused(400, "stale")
+    if not NodeAgent.objects.filter(pk=agent.pk, last_seq__lt=seq).update(last_seq=seq, last_seen_at=now):
+        raise ReportRefused(409, "replayed")
+    return data
+
+
+def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetime) -> Outcome:
+    data = _envelope(agent, body, signature, now)
+    outcome = Outcome()
+    _node_facts(agent, data, now, outcome)
+    for name, apply in (("gpus", _gpu), ("instances", _instance), ("evidence", _evidence)):
+        items = data.get(name) or []
+        if not isinstance(items, list) or len(items) > MAX_ITEMS:
+            outcome.refused.append({"item": name, "error": "invalid"})
+            continue
+        for i, item in enumerate(items):
+            label = f"{name}[{i}]"
+            try:
+                with transaction.atomic():
+                    apply(agent, item, now)
+            except Refused as exc:
+                outcome.refused.append({"item": label, "error": exc.code})
+            else:
+                outcome.accepted.append(label)
+    return outcome
+
+
+# --- the node itself ----------------------------------------------------------------------
+
+def _gpu_row(item) -> dict:
+    if not isinstance(item, dict) or type(item.get("index")) is not int or type(item.get("healthy")) is not bool:
+        raise Refused("invalid")
+    row = {"index": item["index"], "healthy": item["healthy"]}
+    for key in ("uuid", "name", "driver", "cuda", "problem"):
+        row[key] = item[key][:120] if isinstance(item.get(key), str) else ""
+    for key in ("memory_mb", "temperature_c", "ecc_uncorrected"):
+        row[key] = item[key] if type(item.get(key)) is int and abs(item[key]) < 2**40 else None
+    xids = item.get("xid_errors")
+    row["xid_errors"] = [x for x in xids[:20] if type(x) is int] if isinstance(xids, list) else []
+    return row
+
+
+def _node_facts(agent: NodeAgent, data: dict, now: datetime, outcome: Outcome) -> None:
+    fields = {"last_report_at": now}
+    version, host, library = data.get("agent_version"), data.get("public_host"), data.get("gpu_library")
+    if isinstance(version, str) and len(version) <= 40:
+        fields["agent_version"] = version
+    if isinstance(host, str) and HOST_RE.match(host):
+        fields["public_host"] = host
+    elif host is not None:
+        outcome.refused.append({"item": "public_host", "error": "invalid"})
+    if library in ("nvml", "none"):
+        fields["gpu_library"] = library
+    gpus = data.get("gpus")
+    if isinstance(gpus, list) and len(gpus) <= MAX_ITEMS:
+        rows = []
+        for item in gpus:
+            try:
+                rows.append(_gpu_row(item))
+            except Refused:
+                continue
+        fields["gpus"] = rows
+    NodeAgent.objects.filter(pk=agent.pk).update(**fields)
+    for key, value in fields.items():
+        setattr(agent, key, value)
+
+
+def _gpu(agent: NodeAgent, item, now: datetime) -> None:
+    """healthy=false opens a GPU incident on the slot (once while it lasts); healthy
+    again closes it (inventory.incidents.health_report)."""
+    row = _gpu_row(item)
+    if not GpuSlot.objects.filter(node=agent.node, index=row["index"]).exists():
+        raise Refused("unknown_gpu")
+    problem = row["problem"] or ("Xid " + ", ".join(map(str, row["xid_errors"])) if row["xid_errors"] else "")
+    detail = f"GPU {row['index']} ({row['uuid'] or 'no uuid'}) unhealthy: {problem or 'reported by the node agent'}"
+    health_report(node=agent.node, healthy=row["healthy"], at=now, slot_index=row["index"],
+                  detail=detail if not row["healthy"] else "GPU healthy again (node agent)")
+
+
+# --- instances ----------------------------------------------------------------------------
+
+def _instance(agent: NodeAgent, item, now: datetime) -> None:
+    if not isinstance(item, dict):
+        raise Refused("invalid")
+    lease_id, state, op_id = item.get("lease_id"), item.get("state"), item.get("op_id", "")
+    port, egress, error = item.get("ssh_port"), item.get("egress_bytes", 0), item.get("error")
+    if type(lease_id) is not int or not 0 < lease_id < 2**62 or state not in InstanceReport.State.values:
+        raise Refused("invalid")
+    if not isinstance(op_id, str) or len(op_id) > 80:
+        raise Refused("invalid")
+    if port is not None and (type(port) is not int or not 0 < port < 65536):
+        raise Refused("invalid")
+    if type(egress) is not int or not 0 <= egress < 2**62:
+        raise Refused("invalid")
+    if error is not None and not (isinstance(error, dict) and isinstance(error.get("code"), str)):
+        raise Refused("invalid")
+    if not lease_on_node(lease_id=lease_id, node=agent.node):
+        raise Refused("unknown_lease")
+    if error is not None:
+        error = {"code": error["code"][:40], "detail": str(error.get("detail") or "")[:500]}
+    report = InstanceReport.objects.select_for_update().filter(lease_id=lease_id, node=agent.node).first()
+    previous = report.egress_counter if report else 0
+    values = {"state": state, "ssh_port": port, "op_id": op_id, "error": error, "egress_counter": egress,
+              "reported_at": now}
+    InstanceReport.objects.update_or_create(lease_id=lease_id, node=agent.node, defaults=values)
+    # The counter restarts at 0 with a new instance (a migration, a re-created container).
+    sent = egress - previous if egress >= previous else egress
+    if sent > 0:
+        _meter_egress(lease_id, sent, now)
+
+
+def _meter_egress(lease_id: int, sent: int, now: datetime) -> None:
+    lease = Lease.objects.get(pk=lease_id)
+    term_start = term_start_at(lease, now)
+    if term_start is None:
+        return  # no paid term (never started): nothing to bill
+    meter, _ = EgressMeter.objects.select_for_update().get_or_create(lease=lease, term_start=term_start)
+    total = meter.bytes_sent + sent
+    EgressMeter.objects.filter(pk=meter.pk).update(bytes_sent=total)
+    egress_record(lease_id=lease_id, tb_used=Decimal(total) / BYTES_PER_TB, at=now)
+
+
+def _evidence(agent: NodeAgent, item, now: datetime) -> None:
+    evidence_accept(agent=agent, record=item, now=now)

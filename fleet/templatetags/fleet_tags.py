@@ -1,0 +1,57 @@
+"""Fleet facts for pages of other apps, without those apps importing fleet: the customer's
+instance panel on the lease page, the FakeAgent banner and node health in the admin."""
+from dataclasses import dataclass
+
+from django import template
+from django.utils import timezone
+
+from rental.agent import agent_is_fake
+from rental.models import Lease, LeaseState
+
+from ..desired import current_node_id
+from ..health import fleet_panel
+from ..models import InstanceIntent, InstanceReport
+
+register = template.Library()
+S = LeaseState
+
+
+@dataclass
+class InstanceView:
+    lease: Lease
+    report: InstanceReport | None
+    stopped_by_customer: bool
+
+    @property
+    def can_restart(self) -> bool:
+        return self.lease.state == S.ACTIVE and not self.stopped_by_customer
+
+    @property
+    def can_stop(self) -> bool:
+        return self.can_restart
+
+    @property
+    def can_start(self) -> bool:
+        return self.lease.state == S.ACTIVE and self.stopped_by_customer
+
+
+@register.simple_tag
+def instance_view(lease: Lease) -> InstanceView | None:
+    """The instance as the node holding the lease last reported it, and what the
+    customer may do with it. None once the lease is not on a host."""
+    if lease.state not in (S.PROVISIONING, S.ACTIVE, S.SUSPENDED):
+        return None
+    node_id = current_node_id(lease.pk)
+    report = InstanceReport.objects.filter(lease=lease, node_id=node_id).first() if node_id else None
+    stopped = InstanceIntent.objects.filter(lease=lease, stopped_by_customer=True).exists()
+    return InstanceView(lease=lease, report=report, stopped_by_customer=stopped)
+
+
+@register.simple_tag
+def host_agent_is_fake() -> bool:
+    return agent_is_fake()
+
+
+@register.inclusion_tag("admin/fleet/_panel.html")
+def fleet_health_panel():
+    return {"panel": fleet_panel(timezone.now())}

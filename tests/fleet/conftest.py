@@ -1,0 +1,141 @@
+"""A node agent as the storefront sees it: a real Ed25519 key (cryptography), enrolment
+through the API, reports signed over their raw bytes, evidence signed over its canonical
+JSON — exactly as nodeagent/PROTOCOL.md says."""
+import base64
+import json
+from datetime import UTC, datetime, timedelta
+from itertools import count
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from django.test import Client
+from django.utils import timezone
+
+from fleet.crypto import canonical_json
+from fleet.services import enrolment_code_create
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
+
+
+def rfc3339(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeNode:
+    """The storefront-facing half of an agent: key pair, credential, seq counter."""
+
+    def __init__(self, node, client: Client):
+        self.node, self.client = node, client
+        self.key = Ed25519PrivateKey.generate()
+        self.public_key = base64.b64encode(
+            self.key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+        self.credential = ""
+        self.seq = count(1)
+
+    def enrol(self, code: str):
+        response = self.client.post("/agent/v1/enrol", json.dumps(
+            {"code": code, "public_key": self.public_key, "agent_version": "0.1.0", "hostname": self.node.name}),
+            content_type="application/json")
+        if response.status_code == 200:
+            self.credential = response.json()["credential"]
+        return response
+
+    @property
+    def auth(self) -> dict:
+        return {"HTTP_AUTHORIZATION": f"Node {self.credential}"}
+
+    def desired(self):
+        return self.client.get("/agent/v1/desired", **self.auth)
+
+    def sign(self, data: bytes) -> str:
+        return base64.b64encode(self.key.sign(data)).decode()
+
+    def evidence(self, kind: str, lease, op_id: str = "", **fields) -> dict:
+        record = {"kind": kind, "node": self.node.name, "lease_id": lease.pk, "op_id": op_id or f"{lease.pk}:x:1",
+                  "at": rfc3339(timezone.now()), **fields}
+        return {**record, "signature": self.sign(canonical_json(record))}
+
+    def body(self, *, seq=None, sent_at=None, **items) -> bytes:
+        report = {"seq": next(self.seq) if seq is None else seq, "sent_at": rfc3339(sent_at or timezone.now()),
+                  "agent_version": "0.1.0", "public_host": "203.0.113.7", "gpu_library": "nvml", **items}
+        return json.dumps(report).encode()
+
+    def post(self, body: bytes, signature: str | None = None):
+        return self.client.post("/agent/v1/report", body, content_type="application/json",
+                                HTTP_X_NODE_SIGNATURE=self.sign(body) if signature is None else signature,
+                                **self.auth)
+
+    def report(self, **items):
+        return self.post(self.body(**items))
+
+
+def ready(node: FakeNode, lease, port=22042, op_id=""):
+    return node.evidence("instance_ready", lease, op_id, ssh_port=port, host="203.0.113.7",
+                         gpus=["GPU-0"], image="pytorch")
+
+
+def key_destroyed(node: FakeNode, lease, op_id="", keyslots_after=0, test_exit=2):
+    return node.evidence("key_destroyed", lease, op_id, device="/dev/vg/lease", luks_uuid="u-1",
+                         commands=[{"argv": ["cryptsetup", "erase", "/dev/vg/lease"], "exit": 0}],
+                         test_passphrase_exit=test_exit, keyslots_after=keyslots_after)
+
+
+def disk_wiped(node: FakeNode, lease, op_id="", result="ok"):
+    return node.evidence("disk_wiped", lease, op_id, device_model="TEST NVMe", device_serial="S1", firmware="1",
+                         method="discard+overwrite", nist_category="clear",
+                         commands=[{"argv": ["blkdiscard", "/dev/vg/lease"], "exit": 0 if result == "ok" else 1}],
+                         verification={"samples": 64, "nonzero": 0, "pattern": "zero"},
+                         started_at=rfc3339(timezone.now()), finished_at=rfc3339(timezone.now()), result=result)
+
+
+@pytest.fixture
+def node_agent_driver(settings):
+    settings.HOST_AGENT = "fleet.driver.NodeAgentDriver"
+
+
+@pytest.fixture
+def enrol(db, operator):
+    """enrol(node) -> an enrolled FakeNode for that inventory.Node."""
+
+    def _enrol(node):
+        fake = FakeNode(node, Client())
+        response = fake.enrol(enrolment_code_create(node=node, actor=operator, now=timezone.now()))
+        assert response.status_code == 200, response.content
+        return fake
+
+    return _enrol
+
+
+@pytest.fixture
+def paid_lease(catalog, customer, node_agent_driver):
+    """paid_lease(offer=...) -> a lease paid from the balance now: provisioning on a node."""
+    from billing.services import balance_top_up, checkout_place_order, price_lines
+    from inventory.models import Offer, Site
+    from rental.models import Image
+
+    def _paid(offer="rtx-3090", term="week", who=None, addons=None):
+        who = who or customer
+        offer = Offer.objects.get(slug=offer)
+        addons = addons or {}
+        now = timezone.now()
+        balance_top_up(customer=who, amount_cents=sum(
+            line.amount_cents for line in price_lines(offer=offer, term=term, addons=addons)), now=now)
+        lease, _ = checkout_place_order(customer=who, offer=offer, site=Site.objects.get(code="DFW-1"), term=term,
+                                        image=Image.objects.get(slug="pytorch-2.5-cuda-12.4"), ssh_public_key=KEY,
+                                        addons=addons, pay_from_balance=True, now=now)
+        lease.refresh_from_db()
+        return lease
+
+    return _paid
+
+
+def node_of(lease):
+    from inventory.models import SlotAllocation
+
+    return (SlotAllocation.objects.filter(lease_id=lease.pk, released_at__isnull=True)
+            .select_related("slot__node").first().slot.node)
+
+
+def later(minutes: float) -> datetime:
+    return timezone.now() + timedelta(minutes=minutes)

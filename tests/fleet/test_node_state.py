@@ -1,0 +1,159 @@
+"""What a node is told (desired state from the database) and what its reports change:
+GPU health → incidents, egress counters → egress metering, a migration → the new node runs
+the lease and the customer gets the new connection line."""
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.models import EgressUsage
+from fleet.models import Evidence, InstanceReport, NodeAgent
+from inventory.models import Downtime, Incident, SlotAllocation
+from rental.failover import node_evacuate
+from rental.models import DiskKey, LeaseState, Notification
+
+from .conftest import KEY, key_destroyed, node_of, ready
+
+pytestmark = pytest.mark.django_db
+
+
+def slot_indexes(lease):
+    return sorted(SlotAllocation.objects.filter(lease_id=lease.pk, released_at__isnull=True)
+                  .values_list("slot__index", flat=True))
+
+
+def test_desired_state_contents(paid_lease, enrol, settings):
+    lease = paid_lease(offer="2x-a100-sxm", addons={"extra_nvme_tb": 2})
+    node = enrol(node_of(lease))
+    doc = node.desired().json()
+    assert doc["node"] == node.node.name and doc["poll_seconds"] == settings.NODE_POLL_SECONDS
+    assert doc["generated_at"].endswith("Z")
+    [wanted] = doc["instances"]
+    share = 2 / node.node.gpu_count
+    memory = int(node.node.host_ram_gb * share)
+    assert wanted == {
+        "lease_id": lease.pk, "op_id": f"{lease.pk}:running:1", "want": "running", "disk": "keep",
+        "gpus": slot_indexes(lease), "image": "pytorch-2.5-cuda-12.4", "ssh_authorized_keys": [KEY],
+        "disk_gb": lease.offer.gpu_model.included_nvme_gb + 2000,
+        "cpus": int(node.node.vcpus * share), "memory_gb": memory, "shm_gb": memory // 4,
+    }
+    assert len(wanted["gpus"]) == 2
+    # Asking again changes nothing: the same op_id, so the agent does nothing new.
+    assert node.desired().json()["instances"] == [wanted]
+    assert NodeAgent.objects.get(node=node.node).last_seen_at is not None
+
+
+def test_suspension_stops_and_payment_resumes_with_new_op_ids(paid_lease, enrol):
+    from rental.services import lease_extend, lease_suspend
+
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    node.report(evidence=[ready(node, lease)])
+    lease.refresh_from_db()
+    ops = [node.desired().json()["instances"][0]["op_id"]]
+    assert lease_suspend(lease_id=lease.pk, now=lease.ends_at)
+    wanted = node.desired().json()["instances"][0]
+    assert (wanted["want"], wanted["disk"]) == ("stopped", "keep")
+    ops.append(wanted["op_id"])
+    assert lease_extend(lease_id=lease.pk, term_start=lease.ends_at, now=lease.ends_at)
+    wanted = node.desired().json()["instances"][0]
+    assert wanted["want"] == "running"
+    ops.append(wanted["op_id"])
+    assert len(set(ops)) == 3  # never reused: the agent's journal would skip a repeated one
+
+
+def test_unhealthy_gpu_opens_one_incident_and_healthy_closes_it(paid_lease, enrol):
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    [index] = slot_indexes(lease)
+    gpu = {"index": index, "uuid": "GPU-abc", "name": "NVIDIA GeForce RTX 3090", "memory_mb": 24576,
+           "driver": "550.54.15", "cuda": "12.4", "temperature_c": 90, "ecc_uncorrected": 3, "xid_errors": [79],
+           "healthy": False, "problem": "Xid 79: GPU has fallen off the bus"}
+    for _ in range(3):
+        assert node.report(gpus=[gpu]).json()["accepted"] == ["gpus[0]"]
+    incident = Incident.objects.get(slot__node=node.node, slot__index=index)
+    assert incident.ends_at is None and incident.source == Incident.Source.HEALTH_CHECK
+    assert "fallen off the bus" in incident.reason
+    assert not incident.slot.in_service
+    assert Downtime.objects.filter(incident=incident, lease_id=lease.pk, ends_at__isnull=True).exists()
+    assert NodeAgent.objects.get(node=node.node).gpus[0]["uuid"] == "GPU-abc"
+    node.report(gpus=[{**gpu, "healthy": True, "problem": ""}])
+    incident.refresh_from_db()
+    incident.slot.refresh_from_db()
+    assert incident.ends_at is not None and incident.slot.in_service
+    assert Incident.objects.count() == 1
+    assert node.report(gpus=[{**gpu, "index": 99}]).json()["refused"] == [{"item": "gpus[0]",
+                                                                           "error": "unknown_gpu"}]
+
+
+def test_no_gpu_library_is_a_clear_state(paid_lease, enrol):
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    assert node.report(gpu_library="none", gpus=[]).status_code == 200
+    agent = NodeAgent.objects.get(node=node.node)
+    assert (agent.gpu_library, agent.gpus) == ("none", [])
+    assert not Incident.objects.exists()
+
+
+def test_egress_counters_feed_the_egress_metering(paid_lease, enrol):
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    node.report(evidence=[ready(node, lease)])
+
+    def instance(sent):
+        return [{"lease_id": lease.pk, "op_id": f"{lease.pk}:running:1", "state": "running", "ssh_port": 22042,
+                 "egress_bytes": sent, "error": None}]
+
+    node.report(instances=instance(5 * 10**12))
+    node.report(instances=instance(7 * 10**12))
+    assert EgressUsage.objects.get(lease=lease).tb_used == Decimal("7.000")
+    node.report(instances=instance(10**12))  # a new container: its counter starts again
+    assert EgressUsage.objects.get(lease=lease).tb_used == Decimal("8.000")
+    report = InstanceReport.objects.get(lease=lease)
+    assert (report.state, report.ssh_port, report.egress_counter) == ("running", 22042, 10**12)
+
+
+def test_instance_error_is_kept_for_the_customer_page(paid_lease, enrol):
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    response = node.report(instances=[{"lease_id": lease.pk, "op_id": "x", "state": "failed", "ssh_port": None,
+                                       "egress_bytes": 0,
+                                       "error": {"code": "image_missing", "detail": "no image pytorch"}}])
+    assert response.json()["accepted"] == ["instances[0]"]
+    assert InstanceReport.objects.get(lease=lease).error == {"code": "image_missing", "detail": "no image pytorch"}
+
+
+def test_migration_moves_the_instance_and_tells_the_customer(paid_lease, enrol, operator):
+    lease = paid_lease()
+    source = enrol(node_of(lease))
+    source.report(evidence=[ready(source, lease, port=22042)])
+    lease.refresh_from_db()
+    assert lease.state == LeaseState.ACTIVE
+    report = node_evacuate(node=source.node, actor=operator, now=timezone.now())
+    assert [m["lease_id"] for m in report.moved] == [lease.pk]
+    assert "not copied" in lease.events.get(kind="migrated").data["nvme"]
+    target = enrol(node_of(lease))
+    assert target.node != source.node
+    [on_target] = target.desired().json()["instances"]
+    assert (on_target["lease_id"], on_target["want"], on_target["disk"]) == (lease.pk, "running", "keep")
+    [on_source] = source.desired().json()["instances"]
+    assert (on_source["want"], on_source["disk"]) == ("absent", "destroy_key")
+    # The old node's instance can no longer take the connection line.
+    source.report(evidence=[ready(source, lease, port=22999, op_id="late")])
+    lease.refresh_from_db()
+    assert lease.ssh_port == 22042
+    target.public_host = "198.51.100.20"
+    body = target.body(evidence=[ready(target, lease, port=23001)])
+    body = body.replace(b'"public_host": "203.0.113.7"', b'"public_host": "198.51.100.20"')
+    assert target.post(body).json()["accepted"] == ["evidence[0]"]
+    lease.refresh_from_db()
+    assert lease.ssh_command == "ssh -p 23001 root@198.51.100.20"
+    event = lease.events.get(kind="connection_changed")
+    assert event.data["host"] == "198.51.100.20"
+    notice = Notification.objects.get(lease=lease, kind="connection_changed")
+    assert "ssh -p 23001 root@198.51.100.20" in notice.body
+    # The source proves its copy's key gone: kept as evidence, the lease's own key stays.
+    assert source.report(evidence=[key_destroyed(source, lease, op_id=on_source["op_id"])]).json()["accepted"] == [
+        "evidence[0]"]
+    assert Evidence.objects.filter(node=source.node, kind="key_destroyed").exists()
+    assert DiskKey.objects.get(lease=lease).state == DiskKey.State.ACTIVE
