@@ -6,15 +6,22 @@ import sys
 import time
 from pathlib import Path
 
-STUB_GPUS = ("GPU-5ca1ab1e-0000-4000-8000-000000000000",
-             "GPU-5ca1ab1e-0000-4000-8000-000000000001")
+
+def stub_uuid(index: int) -> str:
+    """The UUID the NVML stub gives GPU `index`."""
+    return f"GPU-5ca1ab1e-0000-4000-8000-{index:012d}"
+
+
+STUB_GPUS = (stub_uuid(0), stub_uuid(1))
 IMAGE_SLUG = "debian-12-ssh"
 AGENT = Path(sys.executable).parent / "gpu-node-agent"
 
 
 def write_config(path: Path, *, state_dir: Path, dockerd, image_ref: str, public_host: str,
-                 storefront_url: str = "", port_range=(22200, 22299)) -> Path:
-    devices = "\n".join(f'"{uuid}" = "/dev/null"' for uuid in STUB_GPUS)
+                 storefront_url: str = "", port_range=(22200, 22299), gpu_count: int = 2,
+                 image_slugs: tuple[str, ...] = ()) -> Path:
+    devices = "\n".join(f'"{stub_uuid(i)}" = "/dev/null"' for i in range(gpu_count))
+    images = "\n".join(f'"{slug}" = "{image_ref}"' for slug in (image_slugs or (IMAGE_SLUG,)))
     url_line = f'storefront_url = "{storefront_url}"\n' if storefront_url else ""
     path.write_text(f"""{url_line}state_dir = "{state_dir}"
 public_host = "{public_host}"
@@ -34,15 +41,15 @@ stop_timeout = 2
 {devices}
 
 [images]
-"{IMAGE_SLUG}" = "{image_ref}"
+{images}
 """)
     return path
 
 
-def agent_env(nvml_stub: Path) -> dict:
+def agent_env(nvml_stub: Path, gpu_count: int = 2) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVML_STUB_")}
     env["LD_LIBRARY_PATH"] = str(nvml_stub)
-    env["NVML_STUB_GPUS"] = "2"
+    env["NVML_STUB_GPUS"] = str(gpu_count)
     return env
 
 

@@ -1,0 +1,147 @@
+"""End to end: the storefront (live server, fleet app, NodeAgentDriver) and one real
+`gpu-node-agent` process on a private dockerd. An operator enrols the node, a customer
+orders and pays, the agent creates the container, the customer logs in with ssh from
+another network namespace and sees the lease's GPUs; a storefront outage stops nothing;
+suspension stops the instance (ssh refused), payment resumes it with the files kept,
+release removes it."""
+import json
+
+import pytest
+from django.utils import timezone
+
+from tests.tools import require_tool
+
+from .agent_process import agent_cli, agent_env, start_agent, stop_agent, wait_for, write_config
+from .conftest import ssh_run
+from .outage_proxy import OutageProxy
+
+IMAGE = "pytorch-2.5-cuda-12.4"
+
+
+def lease_state(lease_id):
+    from rental.models import Lease
+    return Lease.objects.get(pk=lease_id)
+
+
+def container_status(dockerd, lease_id):
+    found = dockerd.client().containers.list(all=True, filters={"name": f"lease-{lease_id}"})
+    return found[0].status if found else None
+
+
+@pytest.fixture
+def storefront(live_server, settings, catalog):
+    settings.HOST_AGENT = "fleet.driver.NodeAgentDriver"
+    settings.NODE_POLL_SECONDS = 1
+    host, port = live_server.thread.host, live_server.thread.port
+    proxy = OutageProxy(host, port)
+    proxy.up()
+    yield proxy
+    proxy.down()
+
+
+def test_order_pay_ssh_outage_suspend_resume_release(storefront, customer, operator, dockerd,
+                                                     instance_image, netns, nvml_stub, ssh_key,
+                                                     tmp_path):
+    require_tool("ssh", "openssh-client")
+    from billing.services import (
+        checkout_place_order,
+        invoice_settle_manually,
+        renewal_invoice_create,
+    )
+    from fleet.models import NodeAgent
+    from fleet.services import enrolment_code_create
+    from inventory.models import Offer, Site, SlotAllocation
+    from rental.models import Image, LeaseState
+    from rental.services import lease_release, lease_suspend
+
+    key_path, public_key = ssh_key
+    offer = Offer.objects.get(slug="rtx-3090")
+    # The customer orders: the lease's GPUs are held on a node until payment.
+    lease, invoice = checkout_place_order(
+        customer=customer, offer=offer, site=Site.objects.get(code="DFW-1"), term="week",
+        image=Image.objects.get(slug=IMAGE), ssh_public_key=public_key, pay_from_balance=False,
+        now=timezone.now())
+    allocations = SlotAllocation.objects.filter(lease_id=lease.pk, released_at__isnull=True)
+    node = allocations.first().slot.node
+    slots = sorted(a.slot.index for a in allocations)
+
+    state = tmp_path / "agent-state"
+    config = write_config(tmp_path / "config.toml", state_dir=state, dockerd=dockerd,
+                          image_ref=instance_image, public_host=netns.node_ip,
+                          gpu_count=node.gpu_count, image_slugs=(IMAGE,),
+                          port_range=(22400, 22499))
+    env = agent_env(nvml_stub, gpu_count=node.gpu_count)
+    log = tmp_path / "agent.log"
+
+    # Without a credential and key the agent refuses to run.
+    refused = agent_cli(config, "run", env=env)
+    assert refused.returncode == 2 and "refusing to run" in refused.stderr
+
+    # The operator makes a one-time code; the agent enrols with it.
+    code = enrolment_code_create(node=node, actor=operator, now=timezone.now())
+    enrolled = agent_cli(config, "enrol", "--url", storefront.url, "--code", code, env=env)
+    assert enrolled.returncode == 0, enrolled.stderr
+    assert NodeAgent.objects.get(node=node).public_key
+    again = agent_cli(config, "enrol", "--url", storefront.url, "--code", code, env=env)
+    assert again.returncode == 4                                         # one-time
+
+    agent = start_agent(config, env, log)
+    try:
+        # The customer pays; the node's agent sees the lease and brings the instance up.
+        assert invoice_settle_manually(invoice=invoice, actor=operator, note="bank transfer")
+        wait_for(lambda: lease_state(lease.pk).state == LeaseState.ACTIVE, timeout=120,
+                 what="lease active (signed instance_ready accepted)", log_path=log)
+        lease.refresh_from_db()
+        assert lease.host == netns.node_ip and 22400 <= lease.ssh_port <= 22499
+        assert container_status(dockerd, lease.pk) == "running"
+        reported = NodeAgent.objects.get(node=node)
+        assert reported.gpu_library == "nvml" and len(reported.gpus) == node.gpu_count
+
+        login = ssh_run(netns, key_path, lease.ssh_port,
+                        "ls /dev/nvidia*; echo checkpoint > /workspace/model.ckpt")
+        assert login.returncode == 0, login.stderr
+        assert login.stdout.split() == [f"/dev/nvidia{i}" for i in range(len(slots))]
+
+        # Storefront outage: the agent backs off, the paid instance keeps running.
+        seen = NodeAgent.objects.get(node=node).last_seq
+        storefront.down()
+        wait_for(lambda: "retry in" in log.read_text(), what="agent back-off", log_path=log)
+        assert agent.poll() is None and container_status(dockerd, lease.pk) == "running"
+        assert ssh_run(netns, key_path, lease.ssh_port, "true").returncode == 0
+        storefront.up()
+        wait_for(lambda: NodeAgent.objects.get(node=node).last_seq > seen, timeout=120,
+                 what="reports after the outage", log_path=log)
+
+        # The term ends unpaid: suspended, the instance stops, ssh is refused.
+        assert lease_suspend(lease_id=lease.pk, now=timezone.now(), force=True)
+        wait_for(lambda: container_status(dockerd, lease.pk) == "exited", timeout=60,
+                 what="container stopped", log_path=log)
+        refused = ssh_run(netns, key_path, lease.ssh_port, "true", attempts=1)
+        assert refused.returncode == 255 and "refused" in refused.stderr
+
+        # The renewal is paid: resumed, the files are still there.
+        lease.refresh_from_db()
+        renewal = renewal_invoice_create(lease=lease, now=timezone.now())
+        assert invoice_settle_manually(invoice=renewal, actor=operator, note="renewal paid")
+        assert lease_state(lease.pk).state == LeaseState.ACTIVE
+        wait_for(lambda: container_status(dockerd, lease.pk) == "running", timeout=60,
+                 what="container resumed", log_path=log)
+        resumed = ssh_run(netns, key_path, lease.ssh_port, "cat /workspace/model.ckpt")
+        assert resumed.returncode == 0 and resumed.stdout == "checkpoint\n", resumed.stderr
+
+        # The renewed term ends unpaid and the hold runs out: released, container removed.
+        lease.refresh_from_db()
+        assert lease_suspend(lease_id=lease.pk, now=lease.ends_at)
+        lease.refresh_from_db()
+        assert lease_release(lease_id=lease.pk, now=lease.hold_until)
+        wait_for(lambda: container_status(dockerd, lease.pk) is None, timeout=60,
+                 what="container removed", log_path=log)
+        # The directory backend has no key to destroy: the storefront refuses its
+        # key_destroyed record as unproven, so the disk stays until a LUKS node proves it.
+        wait_for(lambda: "refused key_destroyed evidence" in log.read_text(), timeout=30,
+                 what="unproven key destruction refused", log_path=log)
+        assert (state / "disks" / f"lease-{lease.pk}").is_dir()
+        shown = json.loads(agent_cli(config, "status", env=env).stdout)
+        assert shown["node"] == node.name and shown["enrolled"] and shown["last_report_at"]
+    finally:
+        assert stop_agent(agent) == 0
