@@ -7,7 +7,7 @@ from .config import AgentConfig, ConfigError
 
 DISK_BACKENDS = {
     "directory": "nodeagent.directory_disks:open_directory_disks",
-    "luks": "nodeagent.disks:open_luks_disks",
+    "luks": "nodeagent.luks_config:open_luks_disks",
 }
 
 
@@ -17,8 +17,11 @@ def open_disks(config: AgentConfig):
     if not factory_name:
         raise ConfigError(f"unknown disk_backend {config.disk_backend!r}: use "
                           f"{' or '.join(DISK_BACKENDS)} or 'package.module:factory'")
-    factory = getattr(importlib.import_module(module_name), factory_name)
-    return factory(dict(config.disks), config.state_dir)
+    try:
+        factory = getattr(importlib.import_module(module_name), factory_name)
+        return factory(dict(config.disks), config.state_dir)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"disk_backend {config.disk_backend!r} cannot be loaded: {exc}") from exc
 
 
 def open_runtime(config: AgentConfig):
