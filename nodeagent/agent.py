@@ -58,7 +58,12 @@ class Agent:
     def run_forever(self, stop: threading.Event) -> None:
         log.info("node %s: agent %s polling %s", self.node, __version__, self.client.url)
         while not stop.is_set():
-            stop.wait(self.run_once())
+            try:
+                delay = self.run_once()
+            except Exception as exc:  # never exit on a surprise: the instances stay up anyway
+                log.exception("agent round failed")
+                delay = self._back_off(exc)
+            stop.wait(delay)
 
     def run_once(self) -> float:
         """One round; returns how long to wait before the next."""

@@ -45,6 +45,9 @@ class Converger:
             self.journal.failed(lease_id, op_id, exc.code, exc.detail)
         except (KeyError, TypeError, ValueError) as exc:
             self.journal.failed(lease_id, op_id, "bad_desired_state", repr(exc))
+        except Exception as exc:     # one lease's surprise must not stop the others
+            log.exception("lease %s: %s failed unexpectedly", lease_id, op_id)
+            self.journal.failed(lease_id, op_id, "agent_error", repr(exc))
         status = self._safe_status(lease_id)
         report = self._report(lease_id, op_id, status)
         if status.state != item.get("want"):

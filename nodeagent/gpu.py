@@ -42,13 +42,25 @@ class NvmlProbe:
         self.devices = [_Device(i, pynvml.nvmlDeviceGetHandleByIndex(i))
                         for i in range(pynvml.nvmlDeviceGetCount())]
         self.xids: dict[int, list[int]] = {d.index: [] for d in self.devices}
+        self.uuids = {d.index: self._text(pynvml.nvmlDeviceGetUUID(d.handle))
+                      for d in self.devices}
         self.events = self._register_xid_events()
 
     def inventory(self) -> list[GpuInfo]:
         self._drain_xid_events()
-        driver = self._text(self.nvml.nvmlSystemGetDriverVersion())
+        driver = self._text(self._best_effort(self.nvml.nvmlSystemGetDriverVersion) or "")
         cuda = self._cuda_version()
-        return [self._info(device, driver, cuda) for device in self.devices]
+        return [self._safe_info(device, driver, cuda) for device in self.devices]
+
+    def _safe_info(self, device: _Device, driver: str, cuda: str) -> GpuInfo:
+        """A card NVML can no longer read (fallen off the bus, …) is reported unhealthy."""
+        try:
+            return self._info(device, driver, cuda)
+        except self.nvml.NVMLError as exc:
+            return GpuInfo(index=device.index, uuid=self.uuids.get(device.index, ""), name="",
+                           memory_mb=0, driver=driver, cuda=cuda, temperature_c=None,
+                           ecc_uncorrected=0, xid_errors=tuple(self.xids[device.index]),
+                           healthy=False, problem=f"NVML cannot read this GPU: {exc}")
 
     def _info(self, device: _Device, driver: str, cuda: str) -> GpuInfo:
         nvml, handle = self.nvml, device.handle

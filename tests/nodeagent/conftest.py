@@ -102,7 +102,7 @@ def dockerd(netns, tmp_path_factory):
     process = subprocess.Popen(
         [nsenter, f"--net=/run/netns/{netns.node}", dockerd_bin, "--bridge=none",
          "--iptables=false", "--ip6tables=false", "--data-root", str(home / "data"),
-         "--exec-root", str(exec_root), "-H", f"unix://{sock}",
+         "--exec-root", str(exec_root), "-H", f"unix://{sock}", "--shutdown-timeout", "2",
          "--pidfile", str(home / "docker.pid")],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     daemon = PrivateDockerd(socket=f"unix://{sock}", pid=process.pid)

@@ -57,5 +57,12 @@ def test_overheating_gpu_is_unhealthy(nvml_stub):
     assert "temperature 91 C" in gpus[0]["problem"]
 
 
+def test_a_gpu_nvml_cannot_read_is_reported_unhealthy_not_a_crash(nvml_stub):
+    gpus = probe(nvml_stub, NVML_STUB_GPUS="3", NVML_STUB_LOST_GPU="1")["gpus"]
+    assert [g["healthy"] for g in gpus] == [True, False, True]
+    assert gpus[1]["uuid"] == "GPU-5ca1ab1e-0000-4000-8000-000000000001"
+    assert "GPU is lost" in gpus[1]["problem"]
+
+
 def test_no_gpu_library_is_a_clear_state_not_a_crash(tmp_path):
     assert probe(tmp_path) == {"library": "none", "gpus": []}

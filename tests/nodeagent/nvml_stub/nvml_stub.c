@@ -5,6 +5,8 @@
  *   NVML_STUB_ECC_GPU   index of a GPU reporting uncorrected ECC errors (default none)
  *   NVML_STUB_XID       "index:xid": one Xid event delivered on the first event wait
  *   NVML_STUB_TEMP      temperature of every GPU in C (default 41)
+ *   NVML_STUB_LOST_GPU  index of a GPU that has "fallen off the bus": its name, memory
+ *                       and temperature calls fail with NVML_ERROR_GPU_IS_LOST
  * UUIDs are GPU-5ca1ab1e-0000-4000-8000-00000000000<index>. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +14,7 @@
 
 typedef int nvmlReturn_t;
 enum { OK = 0, ERR_UNINITIALIZED = 1, ERR_INVALID_ARGUMENT = 2, ERR_INSUFFICIENT_SIZE = 7,
-       ERR_TIMEOUT = 10 };
+       ERR_TIMEOUT = 10, ERR_GPU_IS_LOST = 15 };
 #define MAX_GPUS 16
 
 struct device { unsigned index; };
@@ -27,7 +29,7 @@ typedef struct { int registered; } *nvmlEventSet_t;
 
 static struct device devices[MAX_GPUS];
 static unsigned gpu_count;
-static int ecc_gpu = -1, xid_gpu = -1, initialised;
+static int ecc_gpu = -1, xid_gpu = -1, lost_gpu = -1, initialised;
 static unsigned long long xid_code;
 static unsigned temperature = 41;
 static struct { int registered; } event_set;
@@ -43,6 +45,7 @@ nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
     if (gpu_count > MAX_GPUS) gpu_count = MAX_GPUS;
     for (unsigned i = 0; i < gpu_count; i++) devices[i].index = i;
     ecc_gpu = env_int("NVML_STUB_ECC_GPU", -1);
+    lost_gpu = env_int("NVML_STUB_LOST_GPU", -1);
     temperature = (unsigned)env_int("NVML_STUB_TEMP", 41);
     const char *xid = getenv("NVML_STUB_XID");
     if (xid && sscanf(xid, "%d:%llu", &xid_gpu, &xid_code) != 2) xid_gpu = -1;
@@ -60,6 +63,7 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case ERR_INVALID_ARGUMENT: return "Invalid Argument";
     case ERR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case ERR_TIMEOUT: return "Timeout";
+    case ERR_GPU_IS_LOST: return "GPU is lost";
     default: return "Unknown Error";
     }
 }
@@ -73,6 +77,8 @@ static nvmlReturn_t copy_text(char *out, unsigned length, const char *text) {
 static int valid(nvmlDevice_t device) {
     return initialised && device >= devices && device < devices + gpu_count;
 }
+
+static int lost(nvmlDevice_t device) { return (int)device->index == lost_gpu; }
 
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned length) {
     return initialised ? copy_text(version, length, "550.54.15") : ERR_UNINITIALIZED;
@@ -104,10 +110,12 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned length)
 }
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned length) {
     if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    if (lost(device)) return ERR_GPU_IS_LOST;
     return copy_text(name, length, "Stub NVIDIA H100 80GB HBM3");
 }
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    if (lost(device)) return ERR_GPU_IS_LOST;
     memory->total = 81559ULL * 1024 * 1024;
     memory->used = 0;
     memory->free = memory->total;
