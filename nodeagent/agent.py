@@ -5,6 +5,7 @@ backs off and retries, and the instances keep running as they are."""
 import logging
 import random
 import threading
+from urllib.parse import urlsplit
 
 from . import __version__
 from .backends import open_disks, open_runtime
@@ -19,6 +20,13 @@ from .state import StateDir, read_json, write_json
 
 log = logging.getLogger(__name__)
 REPLAY_SKIP = 1000   # after a restored state dir, jump past the seq the server last saw
+MAX_EVIDENCE_PER_REPORT = 50   # keeps a report well under the storefront's 256 KB limit
+
+
+def warn_if_cleartext(url: str) -> None:
+    host = urlsplit(url).hostname or ""
+    if urlsplit(url).scheme != "https" and host not in ("localhost", "127.0.0.1", "::1"):
+        log.warning("storefront %s is not HTTPS: the node credential travels in clear", url)
 
 
 class NotEnrolled(Exception):
@@ -57,6 +65,7 @@ class Agent:
 
     def run_forever(self, stop: threading.Event) -> None:
         log.info("node %s: agent %s polling %s", self.node, __version__, self.client.url)
+        warn_if_cleartext(self.client.url)
         while not stop.is_set():
             try:
                 delay = self.run_once()
@@ -79,7 +88,7 @@ class Agent:
         return self.poll_seconds
 
     def _send_report(self, gpus, instances) -> None:
-        evidence = self.outbox.pending()
+        evidence = self.outbox.pending()[:MAX_EVIDENCE_PER_REPORT]
         report = {"seq": self.state.next_seq(), "sent_at": utc_now(),
                   "agent_version": __version__, "public_host": self.config.public_host,
                   "gpus": [gpu_report(g) for g in gpus], "gpu_library": self.probe.library,

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from . import __version__
-from .agent import Agent, NotEnrolled
+from .agent import Agent, NotEnrolled, warn_if_cleartext
 from .client import StorefrontClient, StorefrontRefused, StorefrontUnreachable
 from .config import DEFAULT_CONFIG_PATH, AgentConfig, ConfigError, load_config
 from .interfaces import OperationFailed
@@ -42,6 +42,7 @@ def enrol(config: AgentConfig, args) -> int:
     state.ensure()
     pending = state.root / "node-key.pending.pem"
     key = NodeKey.generate(pending)
+    warn_if_cleartext(args.url)
     client = StorefrontClient(args.url, verify=config.tls_verify, timeout=config.request_timeout)
     try:
         answer = client.enrol(code=args.code, public_key=key.public_key_b64(),

@@ -3,6 +3,8 @@ import base64
 import json
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 from cryptography.exceptions import InvalidSignature
@@ -72,3 +74,12 @@ def test_config_file_is_read_and_checked(tmp_path):
         load_config(path)
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.toml")
+
+
+def test_the_agent_imports_no_django():
+    code = ("import sys, nodeagent.cli, nodeagent.agent, nodeagent.runtime.docker, "
+            "nodeagent.directory_disks, nodeagent.luks_config; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'django'))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
