@@ -151,7 +151,7 @@ class Proc:
 
 
 def django_setup(env: dict) -> None:
-    for key in ("DATABASE_URL", "REDIS_URL", "VAR_DIR", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS"):
+    for key in ("DATABASE_URL", "REDIS_URL", "VAR_DIR", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "HOST_AGENT"):
         os.environ[key] = env[key]
     os.environ["DJANGO_SETTINGS_MODULE"] = "rental.settings"
     os.environ["LOG_LEVEL"] = "WARNING"

@@ -41,6 +41,7 @@ def main() -> None:
     try:
         os.environ["DATABASE_URL"] = with_db(url, name)
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rental.settings")
+        os.environ.setdefault("HOST_AGENT", "rental.agent.FakeAgent")  # no GPU servers: hosts simulated
         os.environ.setdefault("LOG_LEVEL", "WARNING")
         os.environ["DB_CONN_MAX_AGE"] = "0"
         run()

@@ -107,7 +107,7 @@ def keys_pending_destruction() -> list[DiskKey]:
 
 def wipes_due(now: datetime) -> dict:
     """Ended leases whose local NVMe must be wiped: overdue now, or due within 24 h."""
-    ran = Q(state=S.RELEASED) | Q(state=S.CANCELLED, provisioning_started_at__isnull=False)
+    ran = Q(state__in=[S.RELEASED, S.FAILED]) | Q(state=S.CANCELLED, provisioning_started_at__isnull=False)
     leases = list(Lease.objects.filter(ran, wipe_by__lte=now + timedelta(hours=24))
                   .select_related("disk_key", "site").order_by("wipe_by")[:LIST_LIMIT])
     return {"overdue": [x for x in leases if x.wipe_by <= now], "next_24h": [x for x in leases if x.wipe_by > now]}

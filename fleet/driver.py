@@ -16,10 +16,12 @@ from .models import Evidence
 
 
 def proof_text(evidence: Evidence) -> str:
-    """The record as the node signed it, its signature and the key that checks it."""
+    """The record as the node signed it (`signed`: the exact UTF-8 text the signature
+    covers), its signature and the node's key that checks it — verifiable by anyone."""
     public_key = getattr(getattr(evidence.node, "agent", None), "public_key", "")
-    return json.dumps({"record": evidence.record, "signature": evidence.signature, "public_key": public_key,
-                       "node": evidence.node.name}, sort_keys=True, ensure_ascii=False)
+    return json.dumps({"record": evidence.record, "signed": evidence.signed_text, "signature": evidence.signature,
+                       "public_key": public_key, "node": evidence.node.name, "algorithm": "Ed25519"},
+                      sort_keys=True, ensure_ascii=False)
 
 
 def _latest(lease_id: int, node_id: int | None, kind: str, **record) -> Evidence | None:

@@ -107,7 +107,8 @@ def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
         try:
             with transaction.atomic():
                 evidence = Evidence.objects.create(node=agent.node, lease_id=lease_id, kind=kind, op_id=op_id, at=at,
-                                                   received_at=now, record=unsigned, signature=signature)
+                                                   received_at=now, record=unsigned, signature=signature,
+                                                   signed_text=canonical_json(record).decode())
         except IntegrityError:  # sent again (the agent resends until accepted)
             evidence = Evidence.objects.get(node=agent.node, lease_id=lease_id, kind=kind, op_id=op_id)
             if evidence.signature != signature:

@@ -120,6 +120,9 @@ class Evidence(models.Model):
     at = models.DateTimeField(help_text="When the node says it happened")
     received_at = models.DateTimeField()
     record = models.JSONField(help_text="As signed, without the signature")
+    #: The exact bytes the signature covers (canonical JSON), so the proof can be checked
+    #: later whatever the database does to JSON numbers or key order.
+    signed_text = models.TextField()
     signature = models.CharField(max_length=120)
 
     class Meta:

@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 
 from . import services
-from .models import DiskKey, Image, Lease, LeaseEvent, LeaseState, Notification
+from .models import ENDED_ON_HOST, DiskKey, Image, Lease, LeaseEvent, LeaseState, Notification
 
 S = LeaseState
 
@@ -93,7 +93,7 @@ class DeadlineFilter(admin.SimpleListFilter):
             case "hold_24h":
                 return queryset.filter(state=S.SUSPENDED, hold_until__lte=now + timedelta(hours=24))
             case "wipe_due":
-                return queryset.filter(state__in=[S.RELEASED, S.CANCELLED], wipe_by__lte=now)
+                return queryset.filter(state__in=ENDED_ON_HOST, wipe_by__lte=now)
         return queryset
 
 

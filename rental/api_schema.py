@@ -51,7 +51,7 @@ SCHEMAS = {
         "pay_from_balance": {"type": "boolean", "default": False}}},
     "Lease": {"type": "object", "properties": {
         "id": {"type": "integer"},
-        "state": {"enum": ["pending", "provisioning", "active", "suspended", "released", "wiped", "cancelled"]},
+        "state": {"enum": ["pending", "provisioning", "active", "suspended", "released", "wiped", "cancelled", "failed"]},
         "offer": {"type": "string"}, "site": {"type": "string"}, "image": {"type": "string"},
         "term": {"enum": ["week", "month"]}, "price_cents": {"type": "integer"}, "price_usd": MONEY,
         "addons": _ref("Addons"), "created_at": STAMP, "pay_by": STAMP, "started_at": STAMP, "ends_at": STAMP,

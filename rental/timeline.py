@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .models import Lease, LeaseState
+from .models import ENDED_ON_HOST, Lease, LeaseState
 
 REMINDERS = (timedelta(days=3), timedelta(days=1))
 RENEWAL_LEAD = timedelta(hours=24)
@@ -75,7 +75,7 @@ def order_milestones(*, now: datetime, term_length: timedelta, pay_window: timed
 def lease_milestones(lease: Lease, now: datetime) -> list[Milestone]:
     """The real deadlines of a lease, projected where not yet set."""
     ordered = Milestone("ordered", _("Ordered"), lease.created_at)
-    if lease.state in (LeaseState.CANCELLED, LeaseState.RELEASED, LeaseState.WIPED):
+    if lease.state in (*ENDED_ON_HOST, LeaseState.WIPED):
         items = [ordered]
         if lease.started_at:
             items.append(Milestone("start", _("Term started"), lease.started_at))

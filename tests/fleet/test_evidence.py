@@ -43,7 +43,8 @@ def test_verified_instance_ready_makes_the_lease_active(paid_lease, enrol):
     stored = Evidence.objects.get(lease=lease, kind="instance_ready")
     # Stored verbatim: anyone with the node's public key can check it later.
     Ed25519PublicKey.from_public_bytes(b64decode(node.public_key)).verify(b64decode(stored.signature),
-                                                                          canonical_json(stored.record))
+                                                                          stored.signed_text.encode())
+    assert canonical_json(stored.record) == stored.signed_text.encode()
     # The same evidence again (the agent resends until acknowledged): accepted, applied once.
     assert node.report(evidence=[ready(node, lease, port=22042, op_id=op)]).json()["accepted"] == ["evidence[0]"]
     assert lease.events.filter(kind="provisioned").count() == 1
@@ -56,8 +57,8 @@ def test_the_provisioning_sweep_reads_the_evidence_through_the_driver(paid_lease
     stored = ready(node, lease, port=22100)
     # Stored without applying (as if the worker died after the insert): the sweep finishes it.
     Evidence.objects.create(node=node.node, lease=lease, kind="instance_ready", op_id=stored["op_id"], at=timezone.now(),
-                     received_at=timezone.now(), record={k: v for k, v in stored.items() if k != "signature"},
-                     signature=stored["signature"])
+                            received_at=timezone.now(), record={k: v for k, v in stored.items() if k != "signature"},
+                            signature=stored["signature"], signed_text=canonical_json(stored).decode())
     assert [t.what for t in sweep_provisioning(timezone.now())] == ["provisioning → active"]
     lease.refresh_from_db()
     assert lease.state == S.ACTIVE and (lease.host, lease.ssh_port) == ("203.0.113.7", 22100)
@@ -121,6 +122,9 @@ def test_key_destroyed_completes_the_disk_key_destruction(paid_lease, enrol):
     proof = json.loads(key.destruction_proof)
     assert proof["record"]["kind"] == "key_destroyed" and proof["public_key"] == node.public_key
     assert proof["signature"] == Evidence.objects.get(kind="key_destroyed").signature
+    # The proof stands on its own: the node's key checks the signed text (raises if not).
+    Ed25519PublicKey.from_public_bytes(b64decode(proof["public_key"])).verify(b64decode(proof["signature"]),
+                                                                              proof["signed"].encode())
 
 
 def test_nothing_is_destroyed_while_paid(paid_lease, enrol):

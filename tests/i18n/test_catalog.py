@@ -14,7 +14,7 @@ from django.conf import settings
 from tests.i18n.catalog import CJK, MO, PO, messages, parse
 
 BASE = Path(settings.BASE_DIR)
-SOURCES = ("billing", "inventory", "rental", "sizing", "templates", "manage.py")
+SOURCES = ("billing", "fleet", "inventory", "rental", "sizing", "templates", "manage.py")
 PLACEHOLDER = re.compile(r"%\([a-z_]+\)[sdr]|%[sdr]|\{\{ *\w+ *\}\}|<[^>]+>")
 needs_gettext = pytest.mark.skipif(not shutil.which("xgettext") or not shutil.which("msgfmt"),
                                    reason="GNU gettext (xgettext, msgfmt) is not installed")
