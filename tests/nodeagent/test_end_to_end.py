@@ -2,11 +2,13 @@
 `gpu-node-agent` process on a private dockerd. An operator enrols the node, a customer
 orders and pays, the agent creates the container, the customer logs in with ssh from
 another network namespace and sees the lease's GPUs; a storefront outage stops nothing;
-suspension stops the instance (ssh refused), payment resumes it with the files kept,
+the customer's restart/stop/start reach the container; suspension stops the instance (ssh refused), payment resumes it with the files kept,
 release removes it."""
 import json
+import time
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
 from tests.tools import require_tool
@@ -18,9 +20,28 @@ from .outage_proxy import OutageProxy
 IMAGE = "pytorch-2.5-cuda-12.4"
 
 
+def shared_db(call, *args, **kwargs):
+    """Run a database call from the test thread while the live server's thread may hold
+    the (in-memory SQLite) database: retry "database table is locked". Every call here is
+    one transaction, so a retry never repeats half of one. PostgreSQL never needs it."""
+    for _ in range(100):
+        try:
+            return call(*args, **kwargs)
+        except OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            time.sleep(0.1)
+    return call(*args, **kwargs)
+
+
 def lease_state(lease_id):
     from rental.models import Lease
-    return Lease.objects.get(pk=lease_id)
+    return shared_db(Lease.objects.get, pk=lease_id)
+
+
+def container_started_at(dockerd, lease_id):
+    found = dockerd.client().containers.list(filters={"name": f"lease-{lease_id}"})
+    return found[0].attrs["State"]["StartedAt"] if found else None
 
 
 def container_status(dockerd, lease_id):
@@ -49,7 +70,12 @@ def test_order_pay_ssh_outage_suspend_resume_release(storefront, customer, opera
         renewal_invoice_create,
     )
     from fleet.models import NodeAgent
-    from fleet.services import enrolment_code_create
+    from fleet.services import (
+        enrolment_code_create,
+        instance_restart,
+        instance_start,
+        instance_stop,
+    )
     from inventory.models import Offer, Site, SlotAllocation
     from rental.models import Image, LeaseState
     from rental.services import lease_release, lease_suspend
@@ -78,23 +104,23 @@ def test_order_pay_ssh_outage_suspend_resume_release(storefront, customer, opera
     assert refused.returncode == 2 and "refusing to run" in refused.stderr
 
     # The operator makes a one-time code; the agent enrols with it.
-    code = enrolment_code_create(node=node, actor=operator, now=timezone.now())
+    code = shared_db(enrolment_code_create, node=node, actor=operator, now=timezone.now())
     enrolled = agent_cli(config, "enrol", "--url", storefront.url, "--code", code, env=env)
     assert enrolled.returncode == 0, enrolled.stderr
-    assert NodeAgent.objects.get(node=node).public_key
+    assert shared_db(NodeAgent.objects.get, node=node).public_key
     again = agent_cli(config, "enrol", "--url", storefront.url, "--code", code, env=env)
     assert again.returncode == 4                                         # one-time
 
     agent = start_agent(config, env, log)
     try:
         # The customer pays; the node's agent sees the lease and brings the instance up.
-        assert invoice_settle_manually(invoice=invoice, actor=operator, note="bank transfer")
+        assert shared_db(invoice_settle_manually, invoice=invoice, actor=operator, note="bank transfer")
         wait_for(lambda: lease_state(lease.pk).state == LeaseState.ACTIVE, timeout=120,
                  what="lease active (signed instance_ready accepted)", log_path=log)
-        lease.refresh_from_db()
+        shared_db(lease.refresh_from_db)
         assert lease.host == netns.node_ip and 22400 <= lease.ssh_port <= 22499
         assert container_status(dockerd, lease.pk) == "running"
-        reported = NodeAgent.objects.get(node=node)
+        reported = shared_db(NodeAgent.objects.get, node=node)
         assert reported.gpu_library == "nvml" and len(reported.gpus) == node.gpu_count
 
         login = ssh_run(netns, key_path, lease.ssh_port,
@@ -103,26 +129,40 @@ def test_order_pay_ssh_outage_suspend_resume_release(storefront, customer, opera
         assert login.stdout.split() == [f"/dev/nvidia{i}" for i in range(len(slots))]
 
         # Storefront outage: the agent backs off, the paid instance keeps running.
-        seen = NodeAgent.objects.get(node=node).last_seq
+        seen = shared_db(NodeAgent.objects.get, node=node).last_seq
         storefront.down()
         wait_for(lambda: "retry in" in log.read_text(), what="agent back-off", log_path=log)
         assert agent.poll() is None and container_status(dockerd, lease.pk) == "running"
         assert ssh_run(netns, key_path, lease.ssh_port, "true").returncode == 0
         storefront.up()
-        wait_for(lambda: NodeAgent.objects.get(node=node).last_seq > seen, timeout=120,
+        wait_for(lambda: shared_db(NodeAgent.objects.get, node=node).last_seq > seen, timeout=120,
                  what="reports after the outage", log_path=log)
 
+        # The customer's restart, stop and start reach the instance through the agent.
+        started = container_started_at(dockerd, lease.pk)
+        shared_db(instance_restart, lease_id=lease.pk, customer=customer, now=timezone.now())
+        wait_for(lambda: container_started_at(dockerd, lease.pk) not in (started, None),
+                 timeout=60, what="container restarted", log_path=log)
+        shared_db(instance_stop, lease_id=lease.pk, customer=customer, now=timezone.now())
+        wait_for(lambda: container_status(dockerd, lease.pk) == "exited", timeout=60,
+                 what="container stopped by the customer", log_path=log)
+        shared_db(instance_start, lease_id=lease.pk, customer=customer, now=timezone.now())
+        wait_for(lambda: container_status(dockerd, lease.pk) == "running", timeout=60,
+                 what="container started by the customer", log_path=log)
+        kept = ssh_run(netns, key_path, lease.ssh_port, "cat /workspace/model.ckpt")
+        assert kept.stdout == "checkpoint\n", kept.stderr
+
         # The term ends unpaid: suspended, the instance stops, ssh is refused.
-        assert lease_suspend(lease_id=lease.pk, now=timezone.now(), force=True)
+        assert shared_db(lease_suspend, lease_id=lease.pk, now=timezone.now(), force=True)
         wait_for(lambda: container_status(dockerd, lease.pk) == "exited", timeout=60,
                  what="container stopped", log_path=log)
         refused = ssh_run(netns, key_path, lease.ssh_port, "true", attempts=1)
         assert refused.returncode == 255 and "refused" in refused.stderr
 
         # The renewal is paid: resumed, the files are still there.
-        lease.refresh_from_db()
-        renewal = renewal_invoice_create(lease=lease, now=timezone.now())
-        assert invoice_settle_manually(invoice=renewal, actor=operator, note="renewal paid")
+        shared_db(lease.refresh_from_db)
+        renewal = shared_db(renewal_invoice_create, lease=lease, now=timezone.now())
+        assert shared_db(invoice_settle_manually, invoice=renewal, actor=operator, note="renewal paid")
         assert lease_state(lease.pk).state == LeaseState.ACTIVE
         wait_for(lambda: container_status(dockerd, lease.pk) == "running", timeout=60,
                  what="container resumed", log_path=log)
@@ -130,10 +170,10 @@ def test_order_pay_ssh_outage_suspend_resume_release(storefront, customer, opera
         assert resumed.returncode == 0 and resumed.stdout == "checkpoint\n", resumed.stderr
 
         # The renewed term ends unpaid and the hold runs out: released, container removed.
-        lease.refresh_from_db()
-        assert lease_suspend(lease_id=lease.pk, now=lease.ends_at)
-        lease.refresh_from_db()
-        assert lease_release(lease_id=lease.pk, now=lease.hold_until)
+        shared_db(lease.refresh_from_db)
+        assert shared_db(lease_suspend, lease_id=lease.pk, now=lease.ends_at)
+        shared_db(lease.refresh_from_db)
+        assert shared_db(lease_release, lease_id=lease.pk, now=lease.hold_until)
         wait_for(lambda: container_status(dockerd, lease.pk) is None, timeout=60,
                  what="container removed", log_path=log)
         # The directory backend has no key to destroy: the storefront refuses its
