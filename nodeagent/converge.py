@@ -27,7 +27,7 @@ class Converger:
         listed = {item["lease_id"] for item in instances}
         for lease_id in self._runtime_leases():
             if lease_id not in listed:
-                reports.append(self._report(lease_id, None, self.runtime.status(lease_id)))
+                reports.append(self._report(lease_id, "", self.runtime.status(lease_id)))
         return reports
 
     def _converge_one(self, item: dict, gpus: list[GpuInfo]) -> dict:
@@ -127,7 +127,8 @@ class Converger:
         return tuple(by_index[s] for s in slots)
 
     # -- reporting -----------------------------------------------------------------------
-    def _report(self, lease_id: int, op_id: str | None, status: InstanceStatus) -> dict:
+    def _report(self, lease_id: int, op_id: str, status: InstanceStatus) -> dict:
+        """`op_id` "" for an instance the storefront no longer lists (nothing was asked)."""
         return {"lease_id": lease_id, "op_id": op_id, "state": status.state,
                 "ssh_port": status.ssh_port, "egress_bytes": status.egress_bytes,
                 "error": self.journal.error_for(lease_id, op_id) if op_id else None}
