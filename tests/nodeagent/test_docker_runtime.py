@@ -140,3 +140,24 @@ def test_ssh_with_another_key_is_refused(runtime, instance_image, netns, ssh_key
             break
         attempt = ssh_run(netns, key_path, status.ssh_port, "true", attempts=1)
     assert attempt.returncode == 255 and "Permission denied" in attempt.stderr
+
+
+def test_host_network_mode_runs_sshd_on_the_lease_port(dockerd, instance_image, netns,
+                                                       ssh_key, tmp_path):
+    """Without a bridge (network = "host") sshd listens on the lease's port itself."""
+    require_tool("ssh", "openssh-client")
+    key_path, public_key = ssh_key
+    config = DockerConfig(socket=dockerd.socket, network="host", gpu_mode="devices",
+                          gpu_devices={u: "/dev/null" for u in GPU_UUIDS},
+                          port_range=(22600, 22699), stop_timeout=2)
+    runtime = DockerRuntime(config, tmp_path / "runtime")
+    disk = DirectoryDisks(tmp_path / "disks").ensure_ready(15, 10)
+    try:
+        status = runtime.ensure_running(spec_for(15, instance_image, disk, keys=(public_key,)))
+        host = runtime.client.api.inspect_container("lease-15")["HostConfig"]
+        assert host["NetworkMode"] == "host" and not host.get("PortBindings")
+        login = ssh_run(netns, key_path, status.ssh_port, "ls /dev/nvidia*")
+        assert login.returncode == 0, login.stderr
+        assert login.stdout.split() == ["/dev/nvidia0", "/dev/nvidia1"]
+    finally:
+        runtime.ensure_absent(15)
