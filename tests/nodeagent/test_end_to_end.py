@@ -3,7 +3,7 @@
 orders and pays, the agent creates the container, the customer logs in with ssh from
 another network namespace and sees the lease's GPUs; a storefront outage stops nothing;
 the customer's restart/stop/start reach the container; suspension stops the instance (ssh refused), payment resumes it with the files kept,
-release removes it."""
+release removes it. A GPU that NVML reports unhealthy opens an incident."""
 import json
 import time
 
@@ -183,5 +183,33 @@ def test_order_pay_ssh_outage_suspend_resume_release(storefront, customer, opera
         assert (state / "disks" / f"lease-{lease.pk}").is_dir()
         shown = json.loads(agent_cli(config, "status", env=env).stdout)
         assert shown["node"] == node.name and shown["enrolled"] and shown["last_report_at"]
+    finally:
+        assert stop_agent(agent) == 0
+
+
+def test_a_gpu_reported_unhealthy_by_nvml_opens_an_incident(storefront, operator, dockerd,
+                                                           instance_image, nvml_stub, netns,
+                                                           tmp_path):
+    from fleet.services import enrolment_code_create
+    from inventory.models import Incident, Node
+
+    node = Node.objects.filter(gpu_count__gte=2).order_by("name").first()
+    state = tmp_path / "agent-state"
+    config = write_config(tmp_path / "config.toml", state_dir=state, dockerd=dockerd,
+                          image_ref=instance_image, public_host=netns.node_ip,
+                          gpu_count=node.gpu_count, port_range=(22500, 22599))
+    env = {**agent_env(nvml_stub, gpu_count=node.gpu_count), "NVML_STUB_ECC_GPU": "1"}
+    code = shared_db(enrolment_code_create, node=node, actor=operator, now=timezone.now())
+    assert agent_cli(config, "enrol", "--url", storefront.url, "--code", code,
+                     env=env).returncode == 0
+    log = tmp_path / "agent.log"
+    agent = start_agent(config, env, log)
+    try:
+        incident = wait_for(lambda: shared_db(Incident.objects.filter(
+            slot__node=node, slot__index=1, ends_at__isnull=True).first), timeout=60,
+            what="a health-check incident on GPU 1", log_path=log)
+        assert incident.source == Incident.Source.HEALTH_CHECK
+        assert "uncorrected ECC" in incident.reason
+        assert not shared_db(Incident.objects.filter(slot__node=node, slot__index=0).exists)
     finally:
         assert stop_agent(agent) == 0
