@@ -2,8 +2,9 @@
 `gpu-node-agent` process on a private dockerd. An operator enrols the node, a customer
 orders and pays, the agent creates the container, the customer logs in with ssh from
 another network namespace and sees the lease's GPUs; a storefront outage stops nothing;
-the customer's restart/stop/start reach the container; suspension stops the instance (ssh refused), payment resumes it with the files kept,
-release removes it. A GPU that NVML reports unhealthy opens an incident."""
+the customer's restart/stop/start reach the container; suspension stops the instance
+(ssh refused), payment resumes it with the files kept, release removes it. A GPU that
+NVML reports unhealthy opens an incident."""
 import json
 import time
 
