@@ -34,7 +34,7 @@ class Converger:
         lease_id, op_id = item["lease_id"], item["op_id"]
         try:
             status = self.runtime.status(lease_id)
-            if self.journal.is_done(op_id) and status.state == item["want"]:
+            if self.journal.is_done(op_id) and _satisfied(item["want"], status.state):
                 return self._report(lease_id, op_id, status)
             status = self._apply(item, gpus)
             self.journal.done(lease_id, op_id, state=status.state)
@@ -50,7 +50,7 @@ class Converger:
             self.journal.failed(lease_id, op_id, "agent_error", repr(exc))
         status = self._safe_status(lease_id)
         report = self._report(lease_id, op_id, status)
-        if status.state != item.get("want"):
+        if not _satisfied(item.get("want"), status.state):
             report["state"] = "failed"
         return report
 
@@ -145,3 +145,8 @@ class Converger:
         except OperationFailed as exc:
             log.warning("cannot list instances: %s", exc)
             return []
+
+
+def _satisfied(want: str | None, state: str) -> bool:
+    """Whether the observed state is what was asked (a never-created instance is stopped)."""
+    return state == want or (want == "stopped" and state == "absent")

@@ -142,3 +142,13 @@ def test_a_new_op_for_a_running_instance_restarts_it_keeping_files(node_state):
     assert container.attrs["State"]["StartedAt"] != started
     assert container.exec_run(["cat", "/root/file"]).output == b"kept\n"
     assert [e["op_id"] for e in outbox.pending()] == ["38:running:1", "38:running:2"]
+
+
+def test_stopping_an_instance_that_never_ran_is_done_once(node_state):
+    make_converger, _ = node_state
+    converger = make_converger()
+    [report] = converger.converge([desired(39, "39:stopped:1", want="stopped")], GPUS)
+    assert report["state"] == "absent" and report["error"] is None
+    again = make_converger()
+    again.converge([desired(39, "39:stopped:1", want="stopped")], GPUS)
+    assert again.runtime.calls == []
