@@ -17,6 +17,7 @@ from inventory.models import Node, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
 from .models import InstanceIntent, IssuedOp
+from .timeutil import rfc3339
 
 S = LeaseState
 ON_HOST = (S.PROVISIONING, S.ACTIVE, S.SUSPENDED)
@@ -112,7 +113,7 @@ def desired_instances(*, node: Node, now: datetime) -> list[dict]:
             "disk": wanted.disk,
             "gpus": gpus,
             "image": lease.image.slug,
-            "ssh_authorized_keys": [lease.ssh_public_key.strip()],
+            "ssh_authorized_keys": [k.strip() for k in lease.ssh_public_key.splitlines() if k.strip()],
             "disk_gb": lease.offer.gpu_model.included_nvme_gb + 1000 * lease.extra_nvme_tb,
             **_resources(node, gpus),
         })
@@ -122,7 +123,7 @@ def desired_instances(*, node: Node, now: datetime) -> list[dict]:
 def desired_document(*, node: Node, now: datetime) -> dict:
     return {
         "node": node.name,
-        "generated_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "generated_at": rfc3339(now),
         "poll_seconds": settings.NODE_POLL_SECONDS,
         "instances": desired_instances(node=node, now=now),
     }

@@ -2,9 +2,9 @@
 verified with the node's registered Ed25519 key over its canonical JSON, stored verbatim,
 then applied — instance_ready makes the lease active (or moves its connection line),
 key_destroyed completes the DiskKey's destruction, disk_wiped wipes the lease or, when the
-wipe failed, quarantines the node. Disk evidence counts only where the storefront asked
-for that disk work (the op it issued to that node), so a node cannot destroy a paid
-lease's disk by claiming it did."""
+wipe failed, quarantines the node. Evidence counts only for what the storefront asked of
+that node (the op it issued: running, destroy_key, wipe), so a node cannot destroy a paid
+lease's disk, nor start an unpaid one, by claiming it did."""
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -34,15 +34,18 @@ class Refused(Exception):
         super().__init__(code)
         self.code = code
 
+
 def _int(value, lo: int, hi: int) -> int:
     if type(value) is not int or not lo <= value <= hi:
         raise Refused("invalid")
     return value
 
+
 def _str(value, max_len: int = 200) -> str:
     if not isinstance(value, str) or not value or len(value) > max_len:
         raise Refused("invalid")
     return value
+
 
 def _check_commands(record: dict) -> None:
     commands = record.get("commands")
@@ -52,6 +55,7 @@ def _check_commands(record: dict) -> None:
         if not isinstance(command, dict) or not isinstance(command.get("argv"), list):
             raise Refused("invalid")
         _int(command.get("exit"), -(2**31), 2**31)
+
 
 def _check_kind_fields(kind: str, record: dict) -> None:
     if kind == Evidence.Kind.INSTANCE_READY:
@@ -66,18 +70,36 @@ def _check_kind_fields(kind: str, record: dict) -> None:
         if record.get("result") not in ("ok", "failed"):
             raise Refused("invalid")
         verification = record.get("verification")
-        if record["result"] == "ok" and (not isinstance(verification, dict) or verification.get("nonzero") != 0):
+        if record["result"] == "ok" and not _verified(verification):
             raise Refused("not_proven")
 
-def _disk_work_asked(*, lease_id: int, node_id: int, kind: str) -> bool:
-    asked = IssuedOp.objects.filter(lease_id=lease_id, node_id=node_id).values_list("disk", flat=True).first()
+
+def _verified(verification) -> bool:
+    """Sampled blocks read back as the method promises: all zero after an overwrite or a
+    zeroing sanitize (a crypto erase reads back as noise, so only the sampling is required)."""
+    if not isinstance(verification, dict) or type(verification.get("samples")) is not int:
+        return False
+    if verification.get("pattern", "zero") == "zero":
+        return verification.get("nonzero") == 0 and verification["samples"] > 0
+    return verification["samples"] > 0
+
+
+def _asked(*, lease_id: int, node_id: int, kind: str) -> bool:
+    """The storefront asked this node for what the evidence proves: a running instance,
+    the key's destruction, the wipe."""
+    want, disk = IssuedOp.objects.filter(lease_id=lease_id, node_id=node_id).values_list("want", "disk").first() \
+        or (None, None)
+    if kind == Evidence.Kind.INSTANCE_READY:
+        return want == "running"
     if kind == Evidence.Kind.KEY_DESTROYED:
-        return asked in ("destroy_key", "wipe")
-    return asked == "wipe"
+        return disk in ("destroy_key", "wipe")
+    return disk == "wipe"
+
 
 def last_node_id(lease_id: int) -> int | None:
     return (SlotAllocation.objects.filter(lease_id=lease_id).order_by("-allocated_at", "-id")
             .values_list("slot__node_id", flat=True).first())
+
 
 def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
     """Verify, store and apply one record; raises Refused with a code."""
@@ -99,8 +121,7 @@ def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
     if not signature_valid(public_key=agent.public_key, signature=signature, message=canonical_json(record)):
         raise Refused("bad_signature")
     _check_kind_fields(kind, record)
-    if kind != Evidence.Kind.INSTANCE_READY and not _disk_work_asked(lease_id=lease_id, node_id=agent.node_id,
-                                                                     kind=kind):
+    if not _asked(lease_id=lease_id, node_id=agent.node_id, kind=kind):
         raise Refused("not_requested")
     unsigned = {k: v for k, v in record.items() if k != "signature"}
     with transaction.atomic():
@@ -116,10 +137,12 @@ def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
         _apply(evidence, agent=agent, now=now)
     return evidence
 
+
 def instance_of(evidence: Evidence) -> Instance:
     """Customers connect to the node's public host at the port the node reported."""
     host = getattr(getattr(evidence.node, "agent", None), "public_host", "") or evidence.record["host"]
     return Instance(host=host, ssh_port=evidence.record["ssh_port"])
+
 
 def _apply(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
     from .driver import NodeAgentDriver
@@ -143,6 +166,7 @@ def _apply(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
             lease_wipe(lease_id=lease_id, now=now)
         else:
             node_quarantine(agent=agent, evidence=evidence, now=now)
+
 
 def node_quarantine(*, agent: NodeAgent, evidence: Evidence, now: datetime) -> Incident:
     """A failed wipe: the node takes no new leases and an incident says why, until an

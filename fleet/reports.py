@@ -2,8 +2,6 @@
 as a whole (signature over the raw body, then seq and sent_at, so a replay or a forgery
 changes nothing), then every item on its own — GPUs (health → incidents), instances
 (observed state, egress metering) and evidence — and one bad item never blocks the others."""
-import json
-import logging
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -14,16 +12,18 @@ from django.db import transaction
 
 from billing.ops import egress_record, term_start_at
 from inventory.incidents import health_report
-from inventory.models import GpuSlot
-from rental.models import Lease
+from inventory.models import GpuSlot, SlotAllocation
+from rental.agent import Instance
+from rental.models import Lease, LeaseState
+from rental.services import lease_connection_update
 
 from .crypto import signature_valid
 from .desired import lease_on_node
 from .evidence import Refused, evidence_accept
+from .jsonbody import parse_json
 from .models import EgressMeter, InstanceReport, NodeAgent
 from .timeutil import parse_time
 
-log = logging.getLogger(__name__)
 MAX_ITEMS = 256
 HOST_RE = re.compile(r"^[A-Za-z0-9.:\-\[\]]{1,255}$")
 BYTES_PER_TB = 10**12
@@ -50,8 +50,8 @@ def _envelope(agent: NodeAgent, body: bytes, signature: str, now: datetime) -> d
     if not signature_valid(public_key=agent.public_key, signature=signature, message=body):
         raise ReportRefused(401, "bad_signature")
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        data = parse_json(body)
+    except ValueError:
         raise ReportRefused(400, "invalid_json") from None
     if not isinstance(data, dict):
         raise ReportRefused(400, "invalid_report")
@@ -124,9 +124,21 @@ def _node_facts(agent: NodeAgent, data: dict, now: datetime, outcome: Outcome) -
             except Refused:
                 continue
         fields["gpus"] = rows
+    moved_host = agent.public_host and fields.get("public_host", agent.public_host) != agent.public_host
     NodeAgent.objects.filter(pk=agent.pk).update(**fields)
     for key, value in fields.items():
         setattr(agent, key, value)
+    if moved_host:
+        _follow_new_host(agent, now)
+
+
+def _follow_new_host(agent: NodeAgent, now: datetime) -> None:
+    """The node answers at a new address: its running leases' connection lines follow."""
+    on_node = SlotAllocation.objects.filter(slot__node=agent.node, released_at__isnull=True).values("lease_id")
+    for lease in Lease.objects.filter(pk__in=on_node, state__in=[LeaseState.ACTIVE, LeaseState.SUSPENDED],
+                                      ssh_port__isnull=False):
+        lease_connection_update(lease_id=lease.pk, instance=Instance(host=agent.public_host, ssh_port=lease.ssh_port),
+                                now=now, reason=f"node {agent.node.name} now answers at {agent.public_host}")
 
 
 def _gpu(agent: NodeAgent, item, now: datetime) -> None:

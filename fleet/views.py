@@ -1,8 +1,6 @@
 """The node agent's API (PROTOCOL.md): enrol, desired state, signed reports. Token auth
 (`Authorization: Node <credential>`), so CSRF-exempt; every answer is JSON, and bad input
 is a 4xx with {"error": code}, never a 500."""
-import json
-
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
@@ -11,6 +9,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from .desired import desired_document
+from .jsonbody import parse_json
 from .models import NodeAgent
 from .reports import ReportRefused, report_accept
 from .services import EnrolmentRefused, node_enrol, node_for_credential
@@ -46,8 +45,8 @@ def enrol(request):
     if body is None:
         return _error(413, "too_large")
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        data = parse_json(body)
+    except ValueError:
         return _error(400, "invalid_json")
     if not isinstance(data, dict) or not isinstance(data.get("code"), str) or not isinstance(
             data.get("public_key"), str):

@@ -67,6 +67,8 @@ class FakeNode:
                                 **self.auth)
 
     def report(self, **items):
+        """One agent loop turn: fetch the desired state, then report (signed)."""
+        assert self.desired().status_code == 200
         return self.post(self.body(**items))
 
 
@@ -81,11 +83,11 @@ def key_destroyed(node: FakeNode, lease, op_id="", keyslots_after=0, test_exit=2
                          test_passphrase_exit=test_exit, keyslots_after=keyslots_after)
 
 
-def disk_wiped(node: FakeNode, lease, op_id="", result="ok"):
+def disk_wiped(node: FakeNode, lease, op_id="", result="ok", verification=None):
     return node.evidence("disk_wiped", lease, op_id, device_model="TEST NVMe", device_serial="S1", firmware="1",
                          method="discard+overwrite", nist_category="clear",
                          commands=[{"argv": ["blkdiscard", "/dev/vg/lease"], "exit": 0 if result == "ok" else 1}],
-                         verification={"samples": 64, "nonzero": 0, "pattern": "zero"},
+                         verification=verification or {"samples": 64, "nonzero": 0, "pattern": "zero"},
                          started_at=rfc3339(timezone.now()), finished_at=rfc3339(timezone.now()), result=result)
 
 

@@ -35,7 +35,8 @@ def test_verified_instance_ready_makes_the_lease_active(paid_lease, enrol):
     op = op_of(node, lease)
     assert NodeAgentDriver().poll_ready(lease_id=lease.pk, started_at=lease.provisioning_started_at,
                                         now=timezone.now()) is None
-    response = node.report(evidence=[ready(node, lease, port=22042, op_id=op)])
+    record = ready(node, lease, port=22042, op_id=op)
+    response = node.report(evidence=[record])
     assert response.json() == {"accepted": ["evidence[0]"], "refused": []}
     lease.refresh_from_db()
     assert lease.state == S.ACTIVE and lease.ssh_command == "ssh -p 22042 root@203.0.113.7"
@@ -46,8 +47,12 @@ def test_verified_instance_ready_makes_the_lease_active(paid_lease, enrol):
                                                                           stored.signed_text.encode())
     assert canonical_json(stored.record) == stored.signed_text.encode()
     # The same evidence again (the agent resends until acknowledged): accepted, applied once.
-    assert node.report(evidence=[ready(node, lease, port=22042, op_id=op)]).json()["accepted"] == ["evidence[0]"]
+    assert node.report(evidence=[record]).json()["accepted"] == ["evidence[0]"]
     assert lease.events.filter(kind="provisioned").count() == 1
+    # Another record for the same op (different content, validly signed) is a conflict.
+    other = ready(node, lease, port=22043, op_id=op)
+    assert node.report(evidence=[other]).json()["refused"] == [{"item": "evidence[0]",
+                                                                "error": "conflicting_evidence"}]
 
 
 def test_the_provisioning_sweep_reads_the_evidence_through_the_driver(paid_lease, enrol):
@@ -90,6 +95,24 @@ def test_one_bad_item_does_not_block_the_others(paid_lease, enrol):
         {"item": "evidence[0]", "error": "invalid"}, {"item": "evidence[1]", "error": "bad_signature"}]}
     lease.refresh_from_db()
     assert lease.state == S.ACTIVE
+
+
+def test_instance_ready_for_an_unpaid_lease_is_refused(catalog, customer, enrol, node_agent_driver):
+    from billing.services import checkout_place_order
+    from inventory.models import Offer, Site
+    from rental.models import Image
+
+    from .conftest import KEY
+
+    lease, _ = checkout_place_order(customer=customer, offer=Offer.objects.get(slug="rtx-3090"),
+                                    site=Site.objects.get(code="DFW-1"), term="week",
+                                    image=Image.objects.get(slug="pytorch-2.5-cuda-12.4"), ssh_public_key=KEY,
+                                    addons={}, pay_from_balance=False, now=timezone.now())
+    node = enrol(node_of(lease))
+    assert node.desired().json()["instances"] == []  # not paid: nothing to run
+    assert node.report(evidence=[ready(node, lease)]).json()["refused"] == [
+        {"item": "evidence[0]", "error": "not_requested"}]
+    assert not Evidence.objects.exists()
 
 
 def released(lease, node, now):
@@ -150,6 +173,9 @@ def test_disk_wiped_after_the_key_wipes_the_lease(paid_lease, enrol):
     Lease.objects.filter(pk=lease.pk).update(wipe_by=timezone.now() - timedelta(minutes=1))
     wanted = node.desired().json()["instances"][0]
     assert (wanted["want"], wanted["disk"]) == ("absent", "wipe")
+    unproven = disk_wiped(node, lease, op_id=wanted["op_id"] + "-x",
+                          verification={"samples": 64, "nonzero": 3, "pattern": "zero"})  # data left
+    assert node.report(evidence=[unproven]).json()["refused"] == [{"item": "evidence[0]", "error": "not_proven"}]
     assert node.report(evidence=[disk_wiped(node, lease, op_id=wanted["op_id"])]).json()["accepted"] == [
         "evidence[0]"]
     lease.refresh_from_db()

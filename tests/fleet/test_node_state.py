@@ -113,6 +113,17 @@ def test_egress_counters_feed_the_egress_metering(paid_lease, enrol):
     assert (report.state, report.ssh_port, report.egress_counter) == ("running", 22042, 10**12)
 
 
+def test_a_node_with_a_new_address_moves_the_connection_line(paid_lease, enrol):
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    node.report(evidence=[ready(node, lease, port=22042)])
+    body = node.body().replace(b'"public_host": "203.0.113.7"', b'"public_host": "198.51.100.4"')
+    assert node.post(body).status_code == 200
+    lease.refresh_from_db()
+    assert lease.ssh_command == "ssh -p 22042 root@198.51.100.4"
+    assert "198.51.100.4" in Notification.objects.get(lease=lease, kind="connection_changed").body
+
+
 def test_instance_error_is_kept_for_the_customer_page(paid_lease, enrol):
     lease = paid_lease()
     node = enrol(node_of(lease))

@@ -123,6 +123,16 @@ def test_fake_agent_banner_only_while_fake_agent_is_active(catalog, operator, se
     assert 'id="fake-agent-alert"' not in client.get(reverse("admin:ops_dashboard")).content.decode()
 
 
+def test_customer_page_says_demo_when_fake_agent(paid_lease, customer, settings):
+    lease = paid_lease()
+    settings.HOST_AGENT = "rental.agent.FakeAgent"
+    client = Client()
+    client.force_login(customer)
+    assert "Demo store: no real server runs this instance." in page(client, lease)
+    settings.HOST_AGENT = "fleet.driver.NodeAgentDriver"
+    assert "No report from the server yet." in page(client, lease)
+
+
 def test_production_default_is_the_node_agent():
     import os
     import subprocess

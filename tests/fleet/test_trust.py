@@ -141,4 +141,4 @@ def test_revoked_credential_is_401(paid_lease, enrol, operator):
     node = enrol(node_of(lease))
     assert node_credential_revoke(node=node.node, actor=operator, now=timezone.now())
     assert node.desired().status_code == 401
-    assert node.report().status_code == 401
+    assert node.post(node.body()).status_code == 401
