@@ -28,7 +28,15 @@ class Converger:
         for lease_id in self._runtime_leases():
             if lease_id not in listed:
                 reports.append(self._report(lease_id, "", self.runtime.status(lease_id)))
+        self._forget_finished_leases(listed)
         return reports
+
+    def _forget_finished_leases(self, listed: set[int]) -> None:
+        """The journal keeps a lease until its disk was wiped and the storefront stopped
+        listing it: nothing can be asked of it any more."""
+        for lease_id in self.journal.leases() - listed:
+            if self.journal.is_done(f"lease:{lease_id}:disk_wiped"):
+                self.journal.forget_lease(lease_id)
 
     def _converge_one(self, item: dict, gpus: list[GpuInfo]) -> dict:
         lease_id, op_id = item["lease_id"], item["op_id"]

@@ -37,6 +37,15 @@ class Journal:
             return {"code": error["code"], "detail": error["detail"]}
         return None
 
+    def leases(self) -> set[int]:
+        return {v["lease_id"] for v in self._done.values()}
+
+    def forget_lease(self, lease_id: int) -> None:
+        """Drop everything about a lease that is over (its disk wiped, no longer listed)."""
+        self._done = {k: v for k, v in self._done.items() if v["lease_id"] != lease_id}
+        self._errors.pop(str(lease_id), None)
+        self._save()
+
     def finished(self) -> dict[str, dict]:
         return dict(self._done)
 

@@ -152,3 +152,20 @@ def test_stopping_an_instance_that_never_ran_is_done_once(node_state):
     again = make_converger()
     again.converge([desired(39, "39:stopped:1", want="stopped")], GPUS)
     assert again.runtime.calls == []
+
+
+def test_a_wiped_lease_leaves_the_journal_once_no_longer_listed(node_state, tmp_path):
+    make_converger, outbox = node_state
+    converger = make_converger()
+    converger.converge([desired(40, "40:running:1")], GPUS)
+    ended = {**desired(40, "40:wipe:2", want="absent"), "disk": "wipe"}
+    [report] = converger.converge([ended], GPUS)
+    assert report["state"] == "absent" and report["error"] is None
+    assert [e["kind"] for e in outbox.pending()] == ["instance_ready", "key_destroyed",
+                                                     "disk_wiped"]
+    assert not (tmp_path / "disks" / "lease-40").exists()
+    assert 40 in converger.journal.leases()
+    converger.converge([ended], GPUS)                     # still listed: kept, not redone
+    assert len(outbox.pending()) == 3
+    converger.converge([], GPUS)
+    assert 40 not in Journal(tmp_path / "journal.json").leases()
