@@ -23,6 +23,7 @@ class Converger:
     def converge(self, instances: list[dict], gpus: list[GpuInfo]) -> list[dict]:
         """One report item per desired lease, plus the leases this node still runs that
         the storefront no longer lists (left alone: only `want: absent` removes)."""
+        instances = [item for item in instances if _well_formed(item)]
         reports = [self._converge_one(item, gpus) for item in instances]
         listed = {item["lease_id"] for item in instances}
         for lease_id in self._runtime_leases():
@@ -158,3 +159,12 @@ class Converger:
 def _satisfied(want: str | None, state: str) -> bool:
     """Whether the observed state is what was asked (a never-created instance is stopped)."""
     return state == want or (want == "stopped" and state == "absent")
+
+
+def _well_formed(item) -> bool:
+    """An item without a lease id and op id cannot even be reported on: skip it."""
+    if isinstance(item, dict) and type(item.get("lease_id")) is int and \
+            isinstance(item.get("op_id"), str) and item["op_id"]:
+        return True
+    log.error("ignoring a malformed desired-state item: %.200r", item)
+    return False

@@ -169,3 +169,14 @@ def test_a_wiped_lease_leaves_the_journal_once_no_longer_listed(node_state, tmp_
     assert len(outbox.pending()) == 3
     converger.converge([], GPUS)
     assert 40 not in Journal(tmp_path / "journal.json").leases()
+
+
+def test_malformed_items_are_skipped_without_blocking_the_others(node_state):
+    make_converger, _ = node_state
+    reports = make_converger().converge(
+        ["junk", {"op_id": "x"}, {"lease_id": 41}, {**desired(42, "42:running:1"), "cpus": "many"},
+         desired(43, "43:running:1", want="sideways")], GPUS)
+    by_lease = {r["lease_id"]: r for r in reports}
+    assert set(by_lease) == {42, 43}
+    assert by_lease[42]["error"]["code"] == "bad_desired_state"
+    assert by_lease[43]["error"]["code"] == "bad_desired_state"
