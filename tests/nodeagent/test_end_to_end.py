@@ -70,7 +70,7 @@ def test_order_pay_ssh_outage_suspend_resume_release(storefront, customer, opera
         invoice_settle_manually,
         renewal_invoice_create,
     )
-    from fleet.models import NodeAgent
+    from fleet.models import InstanceReport, NodeAgent
     from fleet.services import (
         enrolment_code_create,
         instance_restart,
@@ -128,6 +128,10 @@ def test_order_pay_ssh_outage_suspend_resume_release(storefront, customer, opera
                         "ls /dev/nvidia*; echo checkpoint > /workspace/model.ckpt")
         assert login.returncode == 0, login.stderr
         assert login.stdout.split() == [f"/dev/nvidia{i}" for i in range(len(slots))]
+        # The session's bytes left through the container's network: the node reports them.
+        wait_for(lambda: shared_db(InstanceReport.objects.filter(
+            lease_id=lease.pk, egress_counter__gt=0).exists), timeout=30,
+            what="egress reported", log_path=log)
 
         # Storefront outage: the agent backs off, the paid instance keeps running.
         seen = shared_db(NodeAgent.objects.get, node=node).last_seq
