@@ -161,3 +161,15 @@ def test_host_network_mode_runs_sshd_on_the_lease_port(dockerd, instance_image, 
         assert login.stdout.split() == ["/dev/nvidia0", "/dev/nvidia1"]
     finally:
         runtime.ensure_absent(15)
+
+
+def test_changed_gpus_recreate_the_container_keeping_the_disk(runtime, instance_image, tmp_path):
+    disk = DirectoryDisks(tmp_path / "disks").ensure_ready(16, 10)
+    first = runtime.ensure_running(spec_for(16, instance_image, disk))
+    exec_in(runtime, 16, "echo data > /workspace/d")
+    old_id = runtime.client.containers.get("lease-16").id
+    second = runtime.ensure_running(spec_for(16, instance_image, disk, gpus=GPU_UUIDS[:1]))
+    assert runtime.client.containers.get("lease-16").id != old_id
+    assert second.ssh_port == first.ssh_port
+    assert exec_in(runtime, 16, "ls /dev/nvidia*; cat /workspace/d")[1].split() == [
+        "/dev/nvidia0", "data"]
