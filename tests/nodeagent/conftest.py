@@ -113,6 +113,7 @@ def dockerd(netns, tmp_path_factory):
     finally:
         _stop_daemon(daemon, process)
         log.close()
+        _unmount_under(exec_root)       # dockerd leaves its netns bind mount behind
         shutil.rmtree(exec_root, ignore_errors=True)
         subprocess.run(["rm", "-rf", "--one-file-system", str(home / "data")])
 
@@ -128,6 +129,12 @@ def _wait_for_daemon(daemon, process, log_path, timeout=60):
         except Exception:
             time.sleep(0.3)
     pytest.fail(f"dockerd did not answer within {timeout}s: {log_path.read_text()[-2000:]}")
+
+
+def _unmount_under(root: Path) -> None:
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for mountpoint in sorted((m for m in mounts if m.startswith(f"{root}/")), reverse=True):
+        subprocess.run(["umount", "-l", mountpoint], capture_output=True)
 
 
 def _create_lease_network(daemon):
