@@ -11,7 +11,7 @@ from inventory.models import Incident, Node
 from rental.agent import agent_is_fake
 from rental.models import Lease, LeaseState
 
-from .models import NodeAgent
+from .models import InstanceReport, NodeAgent
 
 RECENT_FAILURES = timedelta(days=7)
 
@@ -85,6 +85,7 @@ class FleetPanel:
     fake_agent: bool
     nodes: list[NodeHealth]
     failed_leases: list[Lease]
+    instance_errors: list[InstanceReport]
 
     @property
     def enrolled(self) -> list[NodeHealth]:
@@ -98,4 +99,9 @@ class FleetPanel:
 def fleet_panel(now: datetime) -> FleetPanel:
     failed = list(Lease.objects.filter(state=LeaseState.FAILED, ended_at__gte=now - RECENT_FAILURES)
                   .select_related("customer", "offer__gpu_model", "site").order_by("-ended_at")[:50])
-    return FleetPanel(fake_agent=agent_is_fake(), nodes=node_health(now), failed_leases=failed)
+    # Live leases whose node says the last operation failed (image missing, GPU gone, …).
+    errors = list(InstanceReport.objects.filter(error__isnull=False, lease__state__in=[
+        LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.SUSPENDED])
+        .select_related("node", "lease").order_by("-reported_at")[:50])
+    return FleetPanel(fake_agent=agent_is_fake(), nodes=node_health(now), failed_leases=failed,
+                      instance_errors=errors)

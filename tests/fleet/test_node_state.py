@@ -132,6 +132,9 @@ def test_instance_error_is_kept_for_the_customer_page(paid_lease, enrol):
                                        "error": {"code": "image_missing", "detail": "no image pytorch"}}])
     assert response.json()["accepted"] == ["instances[0]"]
     assert InstanceReport.objects.get(lease=lease).error == {"code": "image_missing", "detail": "no image pytorch"}
+    from fleet.health import fleet_panel
+
+    assert [r.lease_id for r in fleet_panel(timezone.now()).instance_errors] == [lease.pk]
 
 
 def test_migration_moves_the_instance_and_tells_the_customer(paid_lease, enrol, operator):
