@@ -15,6 +15,8 @@
     network = "bridge"         # docker network with a published port, or "host"
     gpu_mode = "nvidia"        # nvidia (toolkit device requests) | cdi | devices (tests)
     port_range = [22000, 22999]
+    pull_images = true         # pull a configured image missing on the node
+    pids_limit = 32768
 
     [docker.gpu_devices]       # gpu_mode = "devices" only: GPU UUID -> host device node
     "GPU-00000000-0000-0000-0000-000000000000" = "/dev/null"
@@ -45,6 +47,9 @@ class DockerConfig:
     gpu_devices: dict[str, str] = field(default_factory=dict)
     port_range: tuple[int, int] = (22000, 22999)
     stop_timeout: int = 10
+    pull_images: bool = True         # pull a configured image that is not on the node yet
+    pids_limit: int = 32768          # a tenant's fork bomb stays in its container
+    log_max_size: str = "10m"        # container logs (sshd) rotate instead of filling the disk
 
 
 @dataclass

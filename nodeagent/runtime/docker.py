@@ -16,7 +16,7 @@ import time
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import DeviceRequest
+from docker.types import DeviceRequest, LogConfig
 
 from ..config import DockerConfig
 from ..interfaces import InstanceSpec, InstanceStatus, OperationFailed
@@ -112,6 +112,9 @@ class DockerRuntime:
             working_dir=WORKSPACE,
             network=self.config.network,
             restart_policy={"Name": "unless-stopped"},
+            pids_limit=self.config.pids_limit,
+            log_config=LogConfig(type="json-file", config={"max-size": self.config.log_max_size,
+                                                           "max-file": "3"}),
             detach=True,
             **self._gpu_options(spec.gpu_uuids),
         )
@@ -192,10 +195,20 @@ class DockerRuntime:
     def _require_image(self, ref: str) -> None:
         try:
             self.client.images.get(ref)
+            return
         except ImageNotFound:
-            raise OperationFailed("image_missing", f"image {ref!r} is not on this node") from None
+            if not self.config.pull_images:
+                raise OperationFailed("image_missing",
+                                      f"image {ref!r} is not on this node") from None
         except DockerException as exc:
             raise OperationFailed("runtime_error", f"docker: {exc}") from exc
+        try:
+            log.info("pulling image %s", ref)
+            self.client.images.pull(ref)
+        except DockerException as exc:
+            raise OperationFailed("image_missing",
+                                  f"image {ref!r} is not on this node and pulling it failed: "
+                                  f"{exc}") from exc
 
     def _ensure_network(self) -> None:
         name = self.config.network

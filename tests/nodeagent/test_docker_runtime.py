@@ -54,6 +54,10 @@ def test_instance_gets_exactly_its_gpus_limits_disk_and_keys(runtime, instance_i
     assert {d["PathOnHost"] for d in host["Devices"]} == {"/dev/null"}
     assert f"{disk}:/workspace:rw" in host["Binds"]
     assert host["PortBindings"]["22/tcp"][0]["HostPort"] == str(status.ssh_port)
+    assert host["PidsLimit"] == 32768
+    assert host["LogConfig"] == {"Type": "json-file",
+                                 "Config": {"max-size": "10m", "max-file": "3"}}
+    assert host["RestartPolicy"]["Name"] == "unless-stopped"
     assert exec_in(runtime, 7, "cat /root/.ssh/authorized_keys") == (
         0, "ssh-ed25519 AAAAC3Nza alice\n")
     assert exec_in(runtime, 7, "stat -c %a /root/.ssh/authorized_keys")[1].strip() == "600"
@@ -100,7 +104,7 @@ def test_missing_image_is_a_named_failure(runtime, tmp_path):
     with pytest.raises(OperationFailed) as failure:
         runtime.ensure_running(spec_for(11, "no-such-image:1", str(tmp_path)))
     assert failure.value.code == "image_missing"
-    assert "no-such-image:1" in failure.value.detail
+    assert "no-such-image:1" in failure.value.detail and "pulling it failed" in failure.value.detail
     assert runtime.status(11).state == "absent"
 
 
