@@ -10,8 +10,10 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from billing.admin_ops import OpsNodeAdmin
-from inventory.admin_base import ReadOnlyAdmin
+from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from inventory.models import Node
+from rental.admin import LeaseAdmin
+from rental.models import Lease
 
 from .health import NodeHealth
 from .models import Evidence, InstanceReport, NodeAgent
@@ -79,6 +81,28 @@ class FleetNodeAdmin(OpsNodeAdmin):
 if admin.site.is_registered(Node):
     admin.site.unregister(Node)
 admin.site.register(Node, FleetNodeAdmin)
+
+
+class InstanceReportInline(ReadOnlyInlineMixin, admin.TabularInline):
+    model = InstanceReport
+    fields = ("node", "state", "ssh_port", "op_id", "error", "reported_at")
+    verbose_name_plural = _("instance as reported by the nodes")
+
+
+class EvidenceInline(ReadOnlyInlineMixin, admin.TabularInline):
+    model = Evidence
+    fields = ("kind", "node", "op_id", "at", "received_at", "signature")
+    verbose_name_plural = _("signed evidence from the nodes")
+
+
+class FleetLeaseAdmin(LeaseAdmin):
+    """The lease page, plus what its nodes reported and proved."""
+
+    inlines = [*LeaseAdmin.inlines, InstanceReportInline, EvidenceInline]
+
+
+admin.site.unregister(Lease)
+admin.site.register(Lease, FleetLeaseAdmin)
 
 
 @admin.register(NodeAgent)

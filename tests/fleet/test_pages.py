@@ -97,6 +97,15 @@ def test_admin_enrolment_code_is_shown_once_and_works(catalog, operator):
     assert FakeNode(node, Client()).enrol(code).status_code == 200
 
 
+def test_admin_lease_page_shows_reports_and_evidence(active, operator):
+    lease, node = active
+    client = Client()
+    client.force_login(operator)
+    html = client.get(reverse("admin:rental_lease_change", args=[lease.pk])).content.decode()
+    assert "Instance as reported by the nodes" in html and "Signed evidence from the nodes" in html
+    assert f"{lease.pk}:running:1" in html and "instance ready" in html
+
+
 def test_admin_node_health_and_not_reporting_alert(active, operator, settings):
     lease, node = active
     client = Client()
