@@ -1,0 +1,125 @@
+"""The agent loop: GET the desired state, converge, POST a signed report; repeat.
+
+Losing the storefront never stops anything: without an answer the agent changes nothing,
+backs off and retries, and the instances keep running as they are."""
+import logging
+import random
+import threading
+from urllib.parse import urlsplit
+
+from . import __version__
+from .backends import open_disks, open_runtime
+from .client import StorefrontClient, StorefrontRefused, StorefrontUnreachable
+from .config import AgentConfig
+from .converge import Converger
+from .gpu import gpu_report, open_gpu_probe
+from .journal import Journal, utc_now
+from .outbox import Outbox
+from .signing import NodeKey
+from .state import StateDir, read_json, write_json
+
+log = logging.getLogger(__name__)
+REPLAY_SKIP = 1000   # after a restored state dir, jump past the seq the server last saw
+MAX_EVIDENCE_PER_REPORT = 50   # keeps a report well under the storefront's 256 KB limit
+
+
+def warn_if_cleartext(url: str) -> None:
+    host = urlsplit(url).hostname or ""
+    if urlsplit(url).scheme != "https" and host not in ("localhost", "127.0.0.1", "::1"):
+        log.warning("storefront %s is not HTTPS: the node credential travels in clear", url)
+
+
+class NotEnrolled(Exception):
+    """No credential or no signing key: the agent refuses to run (enrol first)."""
+
+
+def load_identity(state: StateDir) -> tuple[dict, NodeKey]:
+    enrolment = read_json(state.enrolment_path, None)
+    if not enrolment or not enrolment.get("credential"):
+        raise NotEnrolled(f"no node credential in {state.enrolment_path}: run "
+                          "`gpu-node-agent enrol --url URL --code CODE` first")
+    if not state.key_path.exists():
+        raise NotEnrolled(f"no signing key at {state.key_path}: enrol again")
+    return enrolment, NodeKey.load(state.key_path)
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, *, runtime=None, disks=None, probe=None):
+        self.config = config
+        self.state = StateDir(config.state_dir)
+        enrolment, self.key = load_identity(self.state)
+        self.node = enrolment["node"]
+        self.poll_seconds = float(enrolment.get("poll_seconds", 15))
+        self.client = StorefrontClient(config.storefront_url or enrolment["url"],
+                                       credential=enrolment["credential"],
+                                       verify=config.tls_verify,
+                                       timeout=config.request_timeout)
+        self.probe = probe or open_gpu_probe(max_temperature_c=config.max_temperature_c)
+        self.outbox = Outbox(self.state.outbox_path)
+        self.converger = Converger(
+            node=self.node, runtime=runtime or open_runtime(config),
+            disks=disks or open_disks(config), journal=Journal(self.state.journal_path),
+            outbox=self.outbox, key=self.key, images=config.images,
+            public_host=config.public_host)
+        self.failures = 0
+
+    def run_forever(self, stop: threading.Event) -> None:
+        log.info("node %s: agent %s polling %s", self.node, __version__, self.client.url)
+        warn_if_cleartext(self.client.url)
+        while not stop.is_set():
+            try:
+                delay = self.run_once()
+            except Exception as exc:  # never exit on a surprise: the instances stay up anyway
+                log.exception("agent round failed")
+                delay = self._back_off(exc)
+            stop.wait(delay)
+
+    def run_once(self) -> float:
+        """One round; returns how long to wait before the next."""
+        try:
+            desired = self.client.desired()
+            self.poll_seconds = float(desired.get("poll_seconds", self.poll_seconds))
+            gpus = self.probe.inventory()
+            instances = self.converger.converge(desired.get("instances", []), gpus)
+            self._send_report(gpus, instances)
+        except (StorefrontUnreachable, StorefrontRefused) as exc:
+            return self._back_off(exc)
+        self.failures = 0
+        return self.poll_seconds
+
+    def _send_report(self, gpus, instances) -> None:
+        evidence = self.outbox.pending()[:MAX_EVIDENCE_PER_REPORT]
+        report = {"seq": self.state.next_seq(), "sent_at": utc_now(),
+                  "agent_version": __version__, "public_host": self.config.public_host,
+                  "gpus": [gpu_report(g) for g in gpus], "gpu_library": self.probe.library,
+                  "instances": instances, "evidence": evidence}
+        try:
+            answer = self.client.report(report, self.key)
+        except StorefrontRefused as exc:
+            if exc.error == "replayed":
+                self.state.skip_seq(REPLAY_SKIP)
+            raise
+        for record, error in self.outbox.settle(evidence, answer):
+            log.error("storefront refused %s evidence for lease %s (%s): dropped",
+                      record.get("kind"), record.get("lease_id"), error)
+        for refused in answer.get("refused", []):
+            if not str(refused.get("item", "")).startswith("evidence["):
+                log.warning("storefront refused %s: %s", refused.get("item"),
+                            refused.get("error"))
+        self._write_status(last_report_at=report["sent_at"], instances=instances,
+                           gpus=report["gpus"], last_error=None)
+
+    def _back_off(self, exc: Exception) -> float:
+        self.failures += 1
+        delay = min(self.config.max_backoff_seconds,
+                    self.poll_seconds * 2 ** min(self.failures - 1, 10))
+        delay *= random.uniform(0.8, 1.0)   # do not let a fleet retry in lockstep
+        log.warning("storefront: %s; instances left as they are, retry in %.0fs", exc, delay)
+        self._write_status(last_error=str(exc))
+        return delay
+
+    def _write_status(self, **facts) -> None:
+        status = read_json(self.state.status_path, {})
+        status.update(facts, node=self.node, storefront=self.client.url, updated_at=utc_now(),
+                      gpu_library=self.probe.library)
+        write_json(self.state.status_path, status)

@@ -1,0 +1,115 @@
+"""`gpu-node-agent enrol | run | status` (console script)."""
+import argparse
+import json
+import logging
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from . import __version__
+from .agent import Agent, NotEnrolled, warn_if_cleartext
+from .client import StorefrontClient, StorefrontRefused, StorefrontUnreachable
+from .config import DEFAULT_CONFIG_PATH, AgentConfig, ConfigError, load_config
+from .interfaces import OperationFailed
+from .signing import NodeKey
+from .state import StateDir, read_json, write_json
+
+log = logging.getLogger("nodeagent")
+EXIT_NOT_ENROLLED, EXIT_CONFIG, EXIT_REFUSED, EXIT_UNREACHABLE = 2, 3, 4, 5
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = _config(args.config)
+        return args.command(config, args)
+    except ConfigError as exc:
+        log.error("configuration: %s", exc)
+        return EXIT_CONFIG
+    except NotEnrolled as exc:
+        log.error("refusing to run: %s", exc)
+        return EXIT_NOT_ENROLLED
+
+
+def enrol(config: AgentConfig, args) -> int:
+    """Generate a fresh Ed25519 key, trade the one-time code for a node credential. The
+    new key replaces the old one only once the storefront accepted it."""
+    state = StateDir(config.state_dir)
+    state.ensure()
+    pending = state.root / "node-key.pending.pem"
+    key = NodeKey.generate(pending)
+    warn_if_cleartext(args.url)
+    client = StorefrontClient(args.url, verify=config.tls_verify, timeout=config.request_timeout)
+    try:
+        answer = client.enrol(code=args.code, public_key=key.public_key_b64(),
+                              hostname=socket.gethostname())
+    except StorefrontRefused as exc:
+        pending.unlink()
+        log.error("enrolment refused (%s): ask the operator for a new code", exc.error)
+        return EXIT_REFUSED
+    except StorefrontUnreachable as exc:
+        pending.unlink()
+        log.error("storefront unreachable: %s", exc)
+        return EXIT_UNREACHABLE
+    pending.replace(state.key_path)
+    write_json(state.enrolment_path, {"url": client.url, "node": answer["node"],
+                                      "credential": answer["credential"],
+                                      "poll_seconds": answer.get("poll_seconds", 15)})
+    print(f"enrolled as node {answer['node']} at {client.url}")
+    return 0
+
+
+def run(config: AgentConfig, args) -> int:
+    try:
+        agent = Agent(config)
+    except OperationFailed as exc:       # e.g. docker not answering: systemd restarts us
+        log.error("cannot start: %s", exc)
+        return 1
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    agent.run_forever(stop)
+    return 0
+
+
+def status(config: AgentConfig, args) -> int:
+    state = StateDir(config.state_dir)
+    enrolment = read_json(state.enrolment_path, {})
+    shown = {"agent_version": __version__, "state_dir": str(state.root),
+             "enrolled": bool(enrolment.get("credential")) and state.key_path.exists(),
+             "node": enrolment.get("node"), "storefront": enrolment.get("url"),
+             **read_json(state.status_path, {})}
+    print(json.dumps(shown, indent=2, sort_keys=True))
+    return 0 if shown["enrolled"] else EXIT_NOT_ENROLLED
+
+
+def _config(path: str | None) -> AgentConfig:
+    if path is None and not Path(DEFAULT_CONFIG_PATH).exists():
+        return AgentConfig()              # enrol/status work before a config exists
+    return load_config(path or DEFAULT_CONFIG_PATH)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu-node-agent",
+                                     description="GPU node agent for the storefront")
+    parser.add_argument("--config", help=f"TOML config file (default {DEFAULT_CONFIG_PATH})")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--version", action="version", version=__version__)
+    commands = parser.add_subparsers(required=True)
+    p = commands.add_parser("enrol", help="exchange a one-time code for a node credential")
+    p.add_argument("--url", required=True, help="the storefront, e.g. https://shop.example")
+    p.add_argument("--code", required=True, help="the enrolment code from the admin")
+    p.set_defaults(command=enrol)
+    commands.add_parser("run", help="the agent loop (systemd runs this)").set_defaults(
+        command=run)
+    commands.add_parser("status", help="enrolment and the last report").set_defaults(
+        command=status)
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

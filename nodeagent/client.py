@@ -1,0 +1,69 @@
+"""HTTPS client for the storefront's /agent/v1 API (PROTOCOL.md). The agent always
+connects out (nodes behind NAT work); network trouble is `StorefrontUnreachable`, which the
+loop answers by backing off and leaving every instance as it is."""
+import json
+
+import requests
+
+from . import __version__
+from .signing import NodeKey
+
+
+class StorefrontUnreachable(Exception):
+    """No usable answer (network error, timeout, 5xx): retry later, change nothing."""
+
+
+class StorefrontRefused(Exception):
+    """A definite 4xx answer, e.g. `enrolment_refused`, `replayed`, `bad_signature`."""
+
+    def __init__(self, status: int, error: str):
+        super().__init__(f"HTTP {status}: {error}")
+        self.status, self.error = status, error
+
+
+class StorefrontClient:
+    def __init__(self, url: str, *, credential: str = "", verify: bool | str = True,
+                 timeout: float = 20.0):
+        self.url = url.rstrip("/")
+        self.credential = credential
+        self.session = requests.Session()
+        self.session.verify = verify
+        self.session.headers["User-Agent"] = f"gpu-node-agent/{__version__}"
+        self.timeout = timeout
+
+    def enrol(self, *, code: str, public_key: str, hostname: str) -> dict:
+        body = {"code": code, "public_key": public_key, "agent_version": __version__,
+                "hostname": hostname}
+        return self._call("POST", "/agent/v1/enrol", data=json.dumps(body).encode())
+
+    def desired(self) -> dict:
+        return self._call("GET", "/agent/v1/desired", headers=self._auth())
+
+    def report(self, report: dict, key: NodeKey) -> dict:
+        body = json.dumps(report, separators=(",", ":")).encode()
+        headers = {**self._auth(), "X-Node-Signature": key.sign(body)}
+        return self._call("POST", "/agent/v1/report", data=body, headers=headers)
+
+    def _auth(self) -> dict:
+        return {"Authorization": f"Node {self.credential}"}
+
+    def _call(self, method: str, path: str, *, data: bytes | None = None,
+              headers: dict | None = None) -> dict:
+        headers = {"Accept": "application/json", **(headers or {})}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            response = self.session.request(method, self.url + path, data=data,
+                                            headers=headers, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise StorefrontUnreachable(f"{method} {path}: {exc}") from exc
+        if response.status_code >= 500:
+            raise StorefrontUnreachable(f"{method} {path}: HTTP {response.status_code}")
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = {}
+        if response.status_code >= 400:
+            error = payload.get("error") if isinstance(payload, dict) else None
+            raise StorefrontRefused(response.status_code, error or response.reason)
+        return payload

@@ -1,0 +1,112 @@
+"""The agent's configuration file (TOML, /etc/gpu-node-agent/config.toml by default).
+
+    storefront_url = "https://shop.example"     # optional: the URL given to `enrol` is kept
+    state_dir = "/var/lib/gpu-node-agent"
+    ca_bundle = "/etc/gpu-node-agent/ca.pem"    # optional: trust this CA for the storefront
+    public_host = "203.0.113.7"                 # the address customers ssh to
+    disk_backend = "luks"                       # or "directory" (development: NOT encrypted)
+    max_temperature_c = 90                      # a hotter GPU is reported unhealthy
+
+    [disks]                                     # options for the disk backend
+    root = "/var/lib/gpu-node-agent/disks"
+
+    [docker]
+    socket = "unix:///var/run/docker.sock"
+    network = "bridge"         # docker network with a published port, or "host"
+    gpu_mode = "nvidia"        # nvidia (toolkit device requests) | cdi | devices (tests)
+    port_range = [22000, 22999]
+    pull_images = true         # pull a configured image missing on the node
+    pids_limit = 32768
+
+    [docker.gpu_devices]       # gpu_mode = "devices" only: GPU UUID -> host device node
+    "GPU-00000000-0000-0000-0000-000000000000" = "/dev/null"
+
+    [images]                   # storefront image slug -> local image reference
+    "ubuntu-22.04-cuda-12.4" = "registry.local/ubuntu-cuda:22.04-12.4"
+"""
+import socket
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_CONFIG_PATH = "/etc/gpu-node-agent/config.toml"
+DEFAULT_STATE_DIR = "/var/lib/gpu-node-agent"
+GPU_MODES = ("nvidia", "cdi", "devices")
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass
+class DockerConfig:
+    socket: str = "unix:///var/run/docker.sock"
+    network: str = "bridge"
+    subnet: str = ""                 # for a user-defined network the agent creates
+    gpu_mode: str = "nvidia"
+    gpu_devices: dict[str, str] = field(default_factory=dict)
+    port_range: tuple[int, int] = (22000, 22999)
+    stop_timeout: int = 10
+    pull_images: bool = True         # pull a configured image that is not on the node yet
+    pids_limit: int = 32768          # a tenant's fork bomb stays in its container
+    log_max_size: str = "10m"        # container logs (sshd) rotate instead of filling the disk
+
+
+@dataclass
+class AgentConfig:
+    path: Path | None = None
+    storefront_url: str = ""
+    state_dir: Path = Path(DEFAULT_STATE_DIR)
+    ca_bundle: str = ""
+    public_host: str = field(default_factory=socket.getfqdn)
+    disk_backend: str = "luks"
+    disks: dict = field(default_factory=dict)
+    docker: DockerConfig = field(default_factory=DockerConfig)
+    images: dict[str, str] = field(default_factory=dict)
+    max_temperature_c: int = 90
+    request_timeout: float = 20.0
+    max_backoff_seconds: float = 300.0
+
+    @property
+    def tls_verify(self) -> bool | str:
+        return self.ca_bundle or True
+
+
+def load_config(path: str | Path) -> AgentConfig:
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+    return parse_config(raw, path)
+
+
+def parse_config(raw: dict, path: Path | None = None) -> AgentConfig:
+    raw = dict(raw)
+    docker = _docker_config(raw.pop("docker", {}))
+    known = AgentConfig.__dataclass_fields__.keys() - {"path", "docker"}
+    unknown = set(raw) - known
+    if unknown:
+        raise ConfigError(f"unknown config keys: {', '.join(sorted(unknown))}")
+    config = AgentConfig(path=path, docker=docker, **raw)
+    config.state_dir = Path(config.state_dir)
+    config.storefront_url = config.storefront_url.rstrip("/")
+    return config
+
+
+def _docker_config(raw: dict) -> DockerConfig:
+    raw = dict(raw)
+    if "port_range" in raw:
+        low, high = raw["port_range"]
+        if not 0 < low <= high < 65536:
+            raise ConfigError(f"docker.port_range {raw['port_range']} is not a port range")
+        raw["port_range"] = (low, high)
+    if raw.get("gpu_mode", "nvidia") not in GPU_MODES:
+        raise ConfigError(f"docker.gpu_mode must be one of {', '.join(GPU_MODES)}")
+    unknown = set(raw) - DockerConfig.__dataclass_fields__.keys()
+    if unknown:
+        raise ConfigError(f"unknown [docker] keys: {', '.join(sorted(unknown))}")
+    return DockerConfig(**raw)
+

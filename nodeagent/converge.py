@@ -1,0 +1,170 @@
+"""Bring each lease of the desired state about, one idempotent step at a time, and say
+what happened: the observed state, the last named failure, signed evidence."""
+import logging
+
+from .interfaces import DiskEvidence, GpuInfo, InstanceSpec, InstanceStatus, OperationFailed
+from .journal import Journal, utc_now
+from .outbox import Outbox
+from .signing import NodeKey
+
+log = logging.getLogger(__name__)
+
+WANTS = ("running", "stopped", "absent")
+DISK_ACTIONS = ("keep", "destroy_key", "wipe")
+
+
+class Converger:
+    def __init__(self, *, node: str, runtime, disks, journal: Journal, outbox: Outbox,
+                 key: NodeKey, images: dict[str, str], public_host: str):
+        self.node, self.runtime, self.disks = node, runtime, disks
+        self.journal, self.outbox, self.key = journal, outbox, key
+        self.images, self.public_host = images, public_host
+
+    def converge(self, instances: list[dict], gpus: list[GpuInfo]) -> list[dict]:
+        """One report item per desired lease, plus the leases this node still runs that
+        the storefront no longer lists (left alone: only `want: absent` removes)."""
+        instances = [item for item in instances if _well_formed(item)]
+        reports = [self._converge_one(item, gpus) for item in instances]
+        listed = {item["lease_id"] for item in instances}
+        for lease_id in self._runtime_leases():
+            if lease_id not in listed:
+                reports.append(self._report(lease_id, "", self.runtime.status(lease_id)))
+        self._forget_finished_leases(listed)
+        return reports
+
+    def _forget_finished_leases(self, listed: set[int]) -> None:
+        """The journal keeps a lease until its disk was wiped and the storefront stopped
+        listing it: nothing can be asked of it any more."""
+        for lease_id in self.journal.leases() - listed:
+            if self.journal.is_done(f"lease:{lease_id}:disk_wiped"):
+                self.journal.forget_lease(lease_id)
+
+    def _converge_one(self, item: dict, gpus: list[GpuInfo]) -> dict:
+        lease_id, op_id = item["lease_id"], item["op_id"]
+        try:
+            status = self.runtime.status(lease_id)
+            if self.journal.is_done(op_id) and _satisfied(item["want"], status.state):
+                return self._report(lease_id, op_id, status)
+            status = self._apply(item, gpus)
+            self.journal.done(lease_id, op_id, state=status.state)
+            log.info("lease %s: %s done (%s)", lease_id, op_id, status.state)
+            return self._report(lease_id, op_id, status)
+        except OperationFailed as exc:
+            log.warning("lease %s: %s failed: %s", lease_id, op_id, exc)
+            self.journal.failed(lease_id, op_id, exc.code, exc.detail)
+        except (KeyError, TypeError, ValueError) as exc:
+            self.journal.failed(lease_id, op_id, "bad_desired_state", repr(exc))
+        except Exception as exc:     # one lease's surprise must not stop the others
+            log.exception("lease %s: %s failed unexpectedly", lease_id, op_id)
+            self.journal.failed(lease_id, op_id, "agent_error", repr(exc))
+        status = self._safe_status(lease_id)
+        report = self._report(lease_id, op_id, status)
+        if not _satisfied(item.get("want"), status.state):
+            report["state"] = "failed"
+        return report
+
+    # -- steps -------------------------------------------------------------------------
+    def _apply(self, item: dict, gpus: list[GpuInfo]) -> InstanceStatus:
+        lease_id, op_id, want = item["lease_id"], item["op_id"], item["want"]
+        disk = item.get("disk", "keep")
+        if want not in WANTS or disk not in DISK_ACTIONS:
+            raise OperationFailed("bad_desired_state", f"want={want!r} disk={disk!r}")
+        if disk != "keep" and want != "absent":
+            raise OperationFailed("disk_error", f"disk {disk} needs the instance absent")
+        if want == "running":
+            status = self._run(item, gpus)
+        elif want == "stopped":
+            status = self.runtime.ensure_stopped(lease_id)
+        else:
+            status = self.runtime.ensure_absent(lease_id)
+            self.disks.detach(lease_id)
+        if disk in ("destroy_key", "wipe"):
+            self._once(lease_id, op_id, "key_destroyed", self.disks.destroy_key)
+        if disk == "wipe":
+            self._once(lease_id, op_id, "disk_wiped", self.disks.wipe)
+        return status
+
+    def _run(self, item: dict, gpus: list[GpuInfo]) -> InstanceStatus:
+        lease_id = item["lease_id"]
+        spec = InstanceSpec(
+            lease_id=lease_id,
+            image=self._image_ref(item["image"]),
+            gpu_uuids=self._gpu_uuids(item["gpus"], gpus),
+            ssh_authorized_keys=tuple(item.get("ssh_authorized_keys", ())),
+            cpus=int(item["cpus"]), memory_gb=int(item["memory_gb"]),
+            shm_gb=int(item.get("shm_gb", 0)),
+            disk_path=self.disks.ensure_ready(lease_id, int(item["disk_gb"])))
+        if self.runtime.status(lease_id).state == "running":
+            # A new op_id for a running instance means "restart" (PROTOCOL.md): files kept.
+            log.info("lease %s: restarting for %s", lease_id, item["op_id"])
+            self.runtime.ensure_stopped(lease_id)
+        status = self.runtime.ensure_running(spec)
+        self._evidence("instance_ready", lease_id, item["op_id"], {
+            "ssh_port": status.ssh_port, "host": self.public_host,
+            "gpus": list(spec.gpu_uuids), "image": item["image"]})
+        return status
+
+    def _once(self, lease_id: int, op_id: str, kind: str, step) -> None:
+        """Key destruction and wipe happen once per lease, whatever op asks again."""
+        marker = f"lease:{lease_id}:{kind}"
+        if self.journal.is_done(marker):
+            return
+        evidence: DiskEvidence = step(lease_id)
+        self._evidence(kind, lease_id, op_id, {
+            **evidence.details,
+            "commands": [{"argv": c.argv, "exit": c.exit} for c in evidence.commands]})
+        self.journal.done(lease_id, marker)
+
+    def _evidence(self, kind: str, lease_id: int, op_id: str, facts: dict) -> None:
+        record = {**facts, "kind": kind, "node": self.node, "lease_id": lease_id,
+                  "op_id": op_id, "at": utc_now()}
+        self.outbox.add(self.key.sign_record(record))
+
+    def _image_ref(self, slug: str) -> str:
+        if slug not in self.images:
+            raise OperationFailed("image_missing",
+                                  f"no local image configured for {slug!r} ([images] in config)")
+        return self.images[slug]
+
+    @staticmethod
+    def _gpu_uuids(slots: list[int], gpus: list[GpuInfo]) -> tuple[str, ...]:
+        by_index = {g.index: g.uuid for g in gpus}
+        missing = [s for s in slots if s not in by_index]
+        if missing:
+            raise OperationFailed("gpu_missing",
+                                  f"GPU slot(s) {missing} not found by NVML on this node")
+        return tuple(by_index[s] for s in slots)
+
+    # -- reporting -----------------------------------------------------------------------
+    def _report(self, lease_id: int, op_id: str, status: InstanceStatus) -> dict:
+        """`op_id` "" for an instance the storefront no longer lists (nothing was asked)."""
+        return {"lease_id": lease_id, "op_id": op_id, "state": status.state,
+                "ssh_port": status.ssh_port, "egress_bytes": status.egress_bytes,
+                "error": self.journal.error_for(lease_id, op_id) if op_id else None}
+
+    def _safe_status(self, lease_id: int) -> InstanceStatus:
+        try:
+            return self.runtime.status(lease_id)
+        except OperationFailed:
+            return InstanceStatus(lease_id=lease_id, state="failed")
+
+    def _runtime_leases(self) -> list[int]:
+        try:
+            return self.runtime.lease_ids()
+        except OperationFailed as exc:
+            log.warning("cannot list instances: %s", exc)
+            return []
+
+
+def _satisfied(want: str | None, state: str) -> bool:
+    """Whether the observed state is what was asked (a never-created instance is stopped)."""
+    return state == want or (want == "stopped" and state == "absent")
+
+
+def _well_formed(item) -> bool:
+    """An item without a lease id and op id cannot even be reported on: skip it."""
+    if isinstance(item, dict) and type(item.get("lease_id")) is int and \
+            isinstance(item.get("op_id"), str) and item["op_id"]:
+        return True
+    log.error("ignoring a malformed desired-state item: %.200r", item)
+    return False

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what tests/nodeagent needs (idempotent; root): a Docker engine to run a private
+# dockerd, debootstrap for the instance image, sshd/ssh, gcc for the NVML stub, iproute2
+# and util-linux (ip netns, nsenter). Exits NON-ZERO when a tool cannot be installed, so
+# CI fails here rather than later. Then pre-builds the cached instance image.
+#   usage: scripts/install-node-tools.sh [--no-image]
+set -euo pipefail
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+
+# package -> a command it provides
+declare -A TOOLS=(
+  [docker.io]=dockerd [debootstrap]=debootstrap [openssh-server]=sshd
+  [openssh-client]=ssh [gcc]=gcc [iproute2]=ip [util-linux]=nsenter
+)
+
+apt_retry() {   # apt may be locked by another apt run: wait and retry
+  local attempt
+  for attempt in $(seq 1 30); do
+    if DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=60 "$@"; then
+      return 0
+    fi
+    echo "install-node-tools: apt-get $* failed (attempt $attempt), retrying" >&2
+    sleep 10
+  done
+  return 1
+}
+
+missing=()
+for pkg in "${!TOOLS[@]}"; do
+  command -v "${TOOLS[$pkg]}" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "${TOOLS[$pkg]}" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-node-tools: installing ${missing[*]}"
+  apt_retry update -qq
+  apt_retry install -y -qq --no-install-recommends "${missing[@]}"
+fi
+for pkg in "${!TOOLS[@]}"; do
+  if ! PATH="$PATH:/usr/sbin:/sbin" command -v "${TOOLS[$pkg]}" >/dev/null 2>&1; then
+    echo "install-node-tools: ${TOOLS[$pkg]} (from $pkg) is still missing" >&2
+    exit 1
+  fi
+done
+if [ "${1:-}" != "--no-image" ]; then
+  "$REPO/scripts/build-node-test-image.sh" >/dev/null
+fi
+echo "install-node-tools: ok"

@@ -1,0 +1,202 @@
+"""Real parts for the node agent's tests, on a machine without a GPU:
+
+- `nvml_stub`: libnvidia-ml.so.1 built here with gcc from nvml_stub/, so pynvml's real
+  code path runs (loaded through LD_LIBRARY_PATH in a subprocess).
+- `netns`: two network namespaces of our own joined by a veth pair: "node" (where the
+  private dockerd, its bridge and its published ports live) and "client" (where the
+  customer's ssh comes from). No address is added to the host's own namespace.
+- `dockerd`: a private Docker daemon (`--bridge=none --iptables=false`, its own data and
+  exec roots and socket) started inside the node namespace. Instances sit on a
+  user-defined bridge network and their sshd port is published by docker's userland
+  proxy, as on a production node (iptables is left alone).
+- `instance_image`: the debootstrap + openssh-server image (scripts/build-node-test-image.sh,
+  cached across runs) imported into that daemon.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.tools import require_tool
+
+ROOT = Path(__file__).resolve().parents[2]
+STUB_SOURCE = Path(__file__).parent / "nvml_stub" / "nvml_stub.c"
+IMAGE_SCRIPT = ROOT / "scripts" / "build-node-test-image.sh"
+LEASE_NETWORK = "gpu-leases"
+LEASE_SUBNET = "10.213.77.0/24"          # inside the node namespace only
+
+
+@pytest.fixture(scope="session")
+def nvml_stub(tmp_path_factory) -> Path:
+    """The directory holding the stub libnvidia-ml.so.1 (for LD_LIBRARY_PATH)."""
+    gcc = require_tool("gcc")
+    out = tmp_path_factory.mktemp("nvml")
+    subprocess.run([gcc, "-shared", "-fPIC", "-Wall", "-Werror", "-O2", "-o",
+                    str(out / "libnvidia-ml.so.1"), str(STUB_SOURCE)], check=True)
+    return out
+
+
+@dataclass
+class NetNamespaces:
+    node: str
+    client: str
+    node_ip: str
+    client_ip: str
+
+    def in_client(self, *argv: str) -> list[str]:
+        return ["ip", "netns", "exec", self.client, *argv]
+
+
+@pytest.fixture(scope="session")
+def netns():
+    require_tool("ip", "iproute2")
+    suffix = os.getpid() % 100000
+    octet = 1 + os.getpid() % 250
+    spaces = NetNamespaces(node=f"gna-node-{suffix}", client=f"gna-client-{suffix}",
+                           node_ip=f"192.168.{octet}.1", client_ip=f"192.168.{octet}.2")
+    veth_node, veth_client = f"gnan{suffix}", f"gnac{suffix}"
+    steps = [
+        ["ip", "netns", "add", spaces.node],
+        ["ip", "netns", "add", spaces.client],
+        ["ip", "link", "add", veth_node, "netns", spaces.node, "type", "veth",
+         "peer", "name", veth_client, "netns", spaces.client],
+    ]
+    for ns, veth, ip in ((spaces.node, veth_node, spaces.node_ip),
+                         (spaces.client, veth_client, spaces.client_ip)):
+        steps += [["ip", "-n", ns, "link", "set", "lo", "up"],
+                  ["ip", "-n", ns, "addr", "add", f"{ip}/30", "dev", veth],
+                  ["ip", "-n", ns, "link", "set", veth, "up"]]
+    try:
+        for argv in steps:
+            subprocess.run(argv, check=True, capture_output=True)
+        yield spaces
+    finally:
+        for ns in (spaces.client, spaces.node):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@dataclass
+class PrivateDockerd:
+    socket: str                  # unix:///…/docker.sock
+    pid: int
+
+    def client(self):
+        import docker
+        return docker.DockerClient(base_url=self.socket, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def dockerd(netns, tmp_path_factory):
+    dockerd_bin = require_tool("dockerd", "docker.io")
+    require_tool("docker", "docker.io")
+    nsenter = require_tool("nsenter", "util-linux")
+    home = tmp_path_factory.mktemp("dockerd")
+    exec_root = Path(f"/tmp/gna{os.getpid()}")   # short: unix socket paths are limited
+    sock = home / "docker.sock"
+    log = open(home / "dockerd.log", "wb")
+    process = subprocess.Popen(
+        [nsenter, f"--net=/run/netns/{netns.node}", dockerd_bin, "--bridge=none",
+         "--iptables=false", "--ip6tables=false", "--data-root", str(home / "data"),
+         "--exec-root", str(exec_root), "-H", f"unix://{sock}", "--shutdown-timeout", "2",
+         "--pidfile", str(home / "docker.pid")],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    daemon = PrivateDockerd(socket=f"unix://{sock}", pid=process.pid)
+    try:
+        _wait_for_daemon(daemon, process, home / "dockerd.log")
+        _create_lease_network(daemon)
+        yield daemon
+    finally:
+        _stop_daemon(daemon, process)
+        log.close()
+        _unmount_under(exec_root)       # dockerd leaves its netns bind mount behind
+        shutil.rmtree(exec_root, ignore_errors=True)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(home / "data")])
+
+
+def _wait_for_daemon(daemon, process, log_path, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"dockerd exited: {log_path.read_text()[-2000:]}")
+        try:
+            if daemon.client().ping():
+                return
+        except Exception:
+            time.sleep(0.3)
+    pytest.fail(f"dockerd did not answer within {timeout}s: {log_path.read_text()[-2000:]}")
+
+
+def _unmount_under(root: Path) -> None:
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for mountpoint in sorted((m for m in mounts if m.startswith(f"{root}/")), reverse=True):
+        subprocess.run(["umount", "-l", mountpoint], capture_output=True)
+
+
+def _create_lease_network(daemon):
+    import docker
+    pool = docker.types.IPAMPool(subnet=LEASE_SUBNET)
+    daemon.client().networks.create(LEASE_NETWORK, driver="bridge",
+                                    ipam=docker.types.IPAMConfig(pool_configs=[pool]))
+
+
+def _stop_daemon(daemon, process):
+    try:
+        for container in daemon.client().containers.list(all=True):
+            container.remove(force=True)
+    except Exception:
+        pass
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="session")
+def instance_image(dockerd) -> str:
+    """The instance image's reference in the private daemon (built once, cached)."""
+    require_tool("debootstrap")
+    build = subprocess.run([str(IMAGE_SCRIPT)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-3000:]
+    tarball = Path(build.stdout.strip())
+    ref = f"gpu-node-test:{tarball.stem.rsplit('-', 1)[-1]}"
+    with open(tarball, "rb") as data:
+        dockerd.client().api.import_image_from_data(data, repository=ref.split(":")[0],
+                                                   tag=ref.split(":")[1])
+    return ref
+
+
+@pytest.fixture
+def ssh_key(tmp_path):
+    """A customer's key pair: (private key path, public key line)."""
+    keygen = require_tool("ssh-keygen", "openssh-client")
+    path = tmp_path / "customer_ed25519"
+    subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-C", "alice@example.org",
+                    "-f", str(path)], check=True)
+    return path, path.with_suffix(".pub").read_text().strip()
+
+
+def ssh_argv(netns: NetNamespaces, key: Path, port: int, command: str) -> list[str]:
+    """ssh from the client namespace to the node's published port."""
+    return netns.in_client(
+        "ssh", "-i", str(key), "-p", str(port), "-o", "BatchMode=yes",
+        "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+        "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR", f"root@{netns.node_ip}", command)
+
+
+def ssh_run(netns, key, port, command, *, attempts=40) -> subprocess.CompletedProcess:
+    """Run `command` over ssh, retrying while sshd is still starting."""
+    for _ in range(attempts):
+        result = subprocess.run(ssh_argv(netns, key, port, command), capture_output=True,
+                                text=True, timeout=30)
+        if result.returncode != 255:       # 255: ssh itself failed (refused, no route)
+            return result
+        time.sleep(0.5)
+    return result

@@ -1,0 +1,182 @@
+"""Convergence with the real Docker runtime and the directory disk backend: the journal
+keeps a restarted agent from redoing finished operations, failures are named."""
+import pytest
+
+from nodeagent.config import DockerConfig
+from nodeagent.converge import Converger
+from nodeagent.directory_disks import DirectoryDisks
+from nodeagent.interfaces import GpuInfo
+from nodeagent.journal import Journal
+from nodeagent.outbox import Outbox
+from nodeagent.runtime.docker import DockerRuntime
+from nodeagent.signing import NodeKey
+
+from .agent_process import IMAGE_SLUG, STUB_GPUS
+from .conftest import LEASE_NETWORK
+
+GPUS = [GpuInfo(index=i, uuid=uuid, name="stand-in", memory_mb=1, driver="", cuda="",
+                temperature_c=None, ecc_uncorrected=0, xid_errors=(), healthy=True)
+        for i, uuid in enumerate(STUB_GPUS)]
+
+
+class RecordingRuntime:
+    """The real runtime, with a log of the state-changing calls made to it."""
+
+    def __init__(self, runtime):
+        self.runtime, self.calls = runtime, []
+
+    def __getattr__(self, name):
+        method = getattr(self.runtime, name)
+        if not name.startswith("ensure_"):
+            return method
+
+        def recorded(*args):
+            self.calls.append(name)
+            return method(*args)
+        return recorded
+
+
+@pytest.fixture
+def node_state(tmp_path, dockerd, instance_image):
+    config = DockerConfig(socket=dockerd.socket, network=LEASE_NETWORK, gpu_mode="devices",
+                          gpu_devices={u: "/dev/null" for u in STUB_GPUS},
+                          port_range=(22300, 22399), stop_timeout=2)
+    key = NodeKey.generate(tmp_path / "key.pem")
+    made = []
+
+    def converger():
+        """A freshly started agent's converger over the same state directory."""
+        runtime = RecordingRuntime(DockerRuntime(config, tmp_path / "runtime"))
+        made.append(runtime)
+        return Converger(node="n1", runtime=runtime, disks=DirectoryDisks(tmp_path / "disks"),
+                         journal=Journal(tmp_path / "journal.json"),
+                         outbox=Outbox(tmp_path / "outbox.json"), key=key,
+                         images={IMAGE_SLUG: instance_image}, public_host="192.0.2.10")
+    yield converger, Outbox(tmp_path / "outbox.json")
+    for lease_id in made[0].runtime.lease_ids():
+        made[0].runtime.ensure_absent(lease_id)
+
+
+def desired(lease_id, op_id, want="running", image=IMAGE_SLUG, gpus=(0, 1)):
+    return {"lease_id": lease_id, "op_id": op_id, "want": want, "disk": "keep",
+            "gpus": list(gpus), "image": image, "ssh_authorized_keys": ["ssh-ed25519 AAAA a"],
+            "disk_gb": 10, "cpus": 1, "memory_gb": 1, "shm_gb": 1}
+
+
+def test_a_restarted_agent_does_not_redo_finished_operations(node_state):
+    make_converger, outbox = node_state
+    first = make_converger()
+    [report] = first.converge([desired(31, "31:running:1")], GPUS)
+    assert report["state"] == "running" and first.runtime.calls == ["ensure_running"]
+    assert [e["kind"] for e in outbox.pending()] == ["instance_ready"]
+
+    restarted = make_converger()                     # new process: journal read from disk
+    [again] = restarted.converge([desired(31, "31:running:1")], GPUS)
+    assert restarted.runtime.calls == []             # nothing redone
+    assert again["state"] == "running" and again["ssh_port"] == report["ssh_port"]
+    assert len(outbox.pending()) == 1                # no second evidence
+
+    restarted.converge([desired(31, "31:stopped:2", want="stopped")], GPUS)
+    assert restarted.runtime.calls == ["ensure_stopped"]
+
+
+def test_a_finished_operation_whose_instance_vanished_is_repaired(node_state):
+    make_converger, _ = node_state
+    converger = make_converger()
+    converger.converge([desired(32, "32:running:1")], GPUS)
+    converger.runtime.runtime.client.containers.get("lease-32").remove(force=True)
+    [report] = make_converger().converge([desired(32, "32:running:1")], GPUS)
+    assert report["state"] == "running"
+
+
+def test_failures_are_named_and_retried(node_state):
+    make_converger, outbox = node_state
+    converger = make_converger()
+    reports = converger.converge([desired(33, "33:running:1", image="not-configured"),
+                                  desired(34, "34:running:1", gpus=(0, 7)),
+                                  desired(35, "35:running:1")], GPUS)
+    by_lease = {r["lease_id"]: r for r in reports}
+    assert by_lease[33]["state"] == "failed"
+    assert by_lease[33]["error"]["code"] == "image_missing"
+    assert "not-configured" in by_lease[33]["error"]["detail"]
+    assert by_lease[34]["error"]["code"] == "gpu_missing"
+    assert by_lease[35]["state"] == "running" and by_lease[35]["error"] is None  # independent
+
+    # a failed op is not journaled: the next round tries it again
+    retried = make_converger().converge([desired(33, "33:running:1", image="not-configured")],
+                                        GPUS)[0]
+    assert retried["lease_id"] == 33 and retried["error"]["code"] == "image_missing"
+
+
+def test_instances_missing_from_the_desired_state_are_left_alone(node_state):
+    make_converger, _ = node_state
+    converger = make_converger()
+    converger.converge([desired(36, "36:running:1")], GPUS)
+    reports = make_converger().converge([], GPUS)      # a confused storefront lists nothing
+    assert reports == [{"lease_id": 36, "op_id": "", "state": "running",
+                        "ssh_port": reports[0]["ssh_port"], "egress_bytes": reports[0][
+                            "egress_bytes"], "error": None}]
+    assert converger.runtime.runtime.status(36).state == "running"
+
+
+def test_disk_actions_need_the_instance_absent(node_state):
+    make_converger, _ = node_state
+    item = {**desired(37, "37:running:1"), "disk": "destroy_key"}
+    [report] = make_converger().converge([item], GPUS)
+    assert report["error"]["code"] == "disk_error"
+
+
+def test_a_new_op_for_a_running_instance_restarts_it_keeping_files(node_state):
+    make_converger, outbox = node_state
+    converger = make_converger()
+    converger.converge([desired(38, "38:running:1")], GPUS)
+    container = converger.runtime.runtime.client.containers.get("lease-38")
+    container.exec_run(["/bin/sh", "-c", "echo kept > /root/file"])
+    started = container.attrs["State"]["StartedAt"]
+
+    restarted = make_converger()
+    [report] = restarted.converge([desired(38, "38:running:2")], GPUS)
+    assert report["state"] == "running"
+    assert restarted.runtime.calls == ["ensure_stopped", "ensure_running"]
+    container.reload()
+    assert container.attrs["State"]["StartedAt"] != started
+    assert container.exec_run(["cat", "/root/file"]).output == b"kept\n"
+    assert [e["op_id"] for e in outbox.pending()] == ["38:running:1", "38:running:2"]
+
+
+def test_stopping_an_instance_that_never_ran_is_done_once(node_state):
+    make_converger, _ = node_state
+    converger = make_converger()
+    [report] = converger.converge([desired(39, "39:stopped:1", want="stopped")], GPUS)
+    assert report["state"] == "absent" and report["error"] is None
+    again = make_converger()
+    again.converge([desired(39, "39:stopped:1", want="stopped")], GPUS)
+    assert again.runtime.calls == []
+
+
+def test_a_wiped_lease_leaves_the_journal_once_no_longer_listed(node_state, tmp_path):
+    make_converger, outbox = node_state
+    converger = make_converger()
+    converger.converge([desired(40, "40:running:1")], GPUS)
+    ended = {**desired(40, "40:wipe:2", want="absent"), "disk": "wipe"}
+    [report] = converger.converge([ended], GPUS)
+    assert report["state"] == "absent" and report["error"] is None
+    assert [e["kind"] for e in outbox.pending()] == ["instance_ready", "key_destroyed",
+                                                     "disk_wiped"]
+    assert not (tmp_path / "disks" / "lease-40").exists()
+    assert 40 in converger.journal.leases()
+    converger.converge([ended], GPUS)                     # still listed: kept, not redone
+    assert len(outbox.pending()) == 3
+    converger.converge([], GPUS)
+    assert 40 not in Journal(tmp_path / "journal.json").leases()
+
+
+def test_malformed_items_are_skipped_without_blocking_the_others(node_state):
+    make_converger, _ = node_state
+    reports = make_converger().converge(
+        ["junk", {"op_id": "x"}, {"lease_id": 41}, {**desired(42, "42:running:1"), "cpus": "many"},
+         desired(43, "43:running:1", want="sideways")], GPUS)
+    by_lease = {r["lease_id"]: r for r in reports}
+    assert set(by_lease) == {42, 43}
+    assert by_lease[42]["error"]["code"] == "bad_desired_state"
+    assert by_lease[43]["error"]["code"] == "bad_desired_state"
