@@ -83,3 +83,16 @@ def test_the_agent_imports_no_django():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+def test_luks_backend_is_built_by_the_disks_package_from_the_config_table(tmp_path):
+    from nodeagent.config import ConfigError
+    from nodeagent.disks import LuksDisks
+    from nodeagent.luks_config import open_luks_disks
+
+    disks = open_luks_disks({"volume_group": "gpu-leases"}, tmp_path)  # lvm is the default carver
+    assert isinstance(disks, LuksDisks)
+    with pytest.raises(ConfigError, match="volume_group"):
+        open_luks_disks({"carver": "lvm"}, tmp_path)
+    with pytest.raises(ConfigError, match="carver"):
+        open_luks_disks({"carver": "floppy"}, tmp_path)
