@@ -39,14 +39,6 @@ DUE = 65 * USD   # $65.00
 Q, X = Quote.State, Quote.Exception_
 
 
-@pytest.fixture(autouse=True)
-def full_window_for_new_accounts(settings):
-    """These tests are about the payment window itself, with a brand-new customer; the
-    shorter hold for accounts that never paid (issue 16) has its own tests in
-    tests/security/test_hoarding.py."""
-    settings.PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES = settings.PAYMENT_WINDOW_MINUTES
-
-
 def balance(customer):
     return account_for(customer).balance_cents
 

@@ -34,13 +34,6 @@ from tests.billing.test_payments import DUE, USD, balance, credits
 Q, X, PS, R = Quote.State, Quote.Exception_, Payment.State, PaymentReview
 
 
-@pytest.fixture(autouse=True)
-def full_window_for_new_accounts(settings):
-    """The payment windows here are the standard 30 minutes; the shorter hold for accounts
-    that never paid (issue 16) has its own tests in tests/security/test_hoarding.py."""
-    settings.PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES = settings.PAYMENT_WINDOW_MINUTES
-
-
 def expire(quote, at):
     run_lifecycle(at)
     sweep_expire_quotes(at)

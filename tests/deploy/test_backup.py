@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 
 from billing.models import LedgerEntry, Payment
-from billing.payments import quote_create
+from billing.payments.services import quote_create
 from billing.services import balance_top_up
 from rental.models import Lease
 from rental.services import account_create
