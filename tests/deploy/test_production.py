@@ -38,6 +38,7 @@ COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 TEST_ONLY_ENV = {"TESTING", "DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE",
                  "CELERY_TASK_ALWAYS_EAGER"}
 OPERATOR, CUSTOMER, PASSWORD = "smoke-operator", "smoke-alice", "correct horse battery 9"
+OPERATOR_TOTP_KEY = "3132333435363738393031323334353637383930"  # RFC 6238's test key: staff must have TOTP
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis,
@@ -54,13 +55,22 @@ from billing.services import checkout_place_order
 from inventory.models import Offer, Site
 from rental.models import Image
 from rental.services import account_create
-User.objects.create_superuser({OPERATOR!r}, password={PASSWORD!r})
+operator = User.objects.create_superuser({OPERATOR!r}, password={PASSWORD!r})
+from django_otp.plugins.otp_totp.models import TOTPDevice
+TOTPDevice.objects.create(user=operator, name="authenticator", key={OPERATOR_TOTP_KEY!r}, confirmed=True)
 alice = account_create(username={CUSTOMER!r}, password={PASSWORD!r})
 lease, _ = checkout_place_order(customer=alice, offer=Offer.objects.get(slug="rtx-3090"),
     site=Site.objects.first(), term="week", image=Image.objects.get(slug="pytorch-2.5-cuda-12.4"),
     ssh_public_key={KEY!r}, pay_from_balance=False, now=timezone.now() - timedelta(hours=2))
 print(lease.pk)
 """
+
+
+def totp_now(key_hex: str) -> str:
+    """The code the operator's authenticator app shows now (django_otp's own TOTP)."""
+    from django_otp.oath import TOTP
+
+    return f"{TOTP(bytes.fromhex(key_hex)).token():06d}"
 
 
 def free_port() -> int:
@@ -330,6 +340,8 @@ def test_lifecycle_tick_by_beat_and_worker_shown_to_the_operator(stack):
                                                               "next": "/admin/"})
     assert login.status == 302, login.text[:500]
     assert all("Secure" in c for c in login.header("Set-Cookie")), login.header("Set-Cookie")
+    code = operator.post_form("/accounts/otp/verify/?next=/admin/", {"code": totp_now(OPERATOR_TOTP_KEY)})
+    assert code.status == 302, code.text[:500]  # the two-factor step every staff account passes
     board = operator.get("/admin/ops/dashboard/")
     assert board.status == 200, board.text[:500]
     row = re.search(r"<tr><td>lifecycle</td><td>([^<]+)</td><td>([^<]+)</td>", board.text)
