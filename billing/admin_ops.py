@@ -15,7 +15,12 @@ from django.utils.translation import gettext_lazy as _
 from inventory.admin import IncidentAdmin, NodeAdmin
 from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from inventory.models import Incident, Node
-from rental.failover import MigrationRefused, incident_migrate, node_evacuate
+from rental.failover import (
+    MigrationRefused,
+    incident_migrate,
+    incident_notify_customers,
+    node_evacuate,
+)
 from rental.models import NetworkVolume, Snapshot, VolumeAttachment
 
 from . import dashboard as dash
@@ -67,6 +72,13 @@ class OpsNodeAdmin(NodeAdmin):
 
 class OpsIncidentAdmin(IncidentAdmin):
     actions = [*IncidentAdmin.actions, "migrate_leases"]
+
+    def save_model(self, request, obj, form, change):
+        """Opening an incident takes hardware out of service: its customers are told."""
+        super().save_model(request, obj, form, change)
+        if not change:
+            sent = incident_notify_customers(incident=Incident.objects.get(pk=obj.pk))
+            self.message_user(request, gettext("%(n)s customer(s) notified.") % {"n": sent}, messages.INFO)
 
     @admin.action(description=_("Migrate the affected leases off the failed node(s)"), permissions=["change"])
     def migrate_leases(self, request, queryset):

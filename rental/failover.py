@@ -128,3 +128,25 @@ def incident_migrate(*, incident: Incident, actor=None, now: datetime | None = N
     pairs = {a.lease_id: a.slot.node for a in allocs}
     return _migrate_all(sorted(pairs.items()), now=now or timezone.now(), actor=actor,
                         reason=f"incident #{incident.pk}: {incident.reason}"[:300])
+
+
+def incident_notify_customers(*, incident: Incident, now: datetime | None = None) -> int:
+    """Tell every customer whose live lease is on the incident's hardware: what is down
+    since when, that downtime counts toward the SLA, and that a failed node's leases are
+    moved. Once per lease and incident (the notice's deadline is the incident's start)."""
+    from django.utils.translation import gettext as _
+
+    from .services import customer_language, notify
+
+    lease_ids = Downtime.objects.filter(incident=incident).values_list("lease_id", flat=True)
+    leases = Lease.objects.filter(pk__in=list(lease_ids), state__in=LIVE_STATES).select_related("customer", "offer__gpu_model")
+    sent = 0
+    for lease in leases:
+        args = {"id": lease.pk, "offer": lease.offer, "since": f"{incident.starts_at:%Y-%m-%d %H:%M}"}
+        with customer_language(lease.customer):
+            subject = _("Lease #%(id)s (%(offer)s): hardware out of service since %(since)s UTC") % args
+            body = _("The hardware of your lease #%(id)s is out of service since %(since)s UTC. The time it is "
+                     "down counts toward your SLA credit. If a server failed, we move your instance to "
+                     "working hardware and send you its new connection line.") % args
+        sent += notify(lease=lease, kind="incident", deadline=incident.starts_at, subject=subject, body=body, now=now)
+    return sent

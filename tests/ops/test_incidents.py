@@ -12,7 +12,7 @@ from inventory.incidents import IncidentRefused, health_report, incident_close, 
 from inventory.models import AuditEntry, Downtime, GpuSlot, Incident, Node, SlotAllocation
 from inventory.selectors import free_gpus_by_model_and_site
 from rental.failover import MigrationRefused, incident_migrate, node_evacuate
-from rental.models import LeaseEvent
+from rental.models import LeaseEvent, Notification
 
 
 def node_of(lease):
@@ -151,6 +151,9 @@ def test_admin_opens_incident_and_migrates(catalog, customer, place, op_client, 
     assert response.status_code == 302, response.context["adminform"].form.errors
     incident = Incident.objects.get()
     assert incident.created_by.username == "op" and Downtime.objects.filter(incident=incident).count() == 1
+    # Taking hardware out of service tells its customers, once per lease and incident.
+    notice = Notification.objects.get(lease=lease, kind="incident")
+    assert notice.deadline == incident.starts_at and "out of service" in notice.subject
     response = op_client.post(reverse("admin:inventory_incident_changelist"), {
         "action": "migrate_leases", ACTION_CHECKBOX_NAME: [str(incident.pk)]}, follow=True)
     text = response.content.decode()
