@@ -16,7 +16,9 @@ def secret_hash(secret: str) -> str:
 
 
 def new_secret() -> str:
-    return secrets.token_urlsafe(32)
+    """256 random bits in hex: typed after `--code` on a shell, so never starting with "-"
+    (a urlsafe token sometimes does, and argparse then takes it for an option)."""
+    return secrets.token_hex(32)
 
 
 def canonical_json(record: dict) -> bytes:

@@ -142,3 +142,13 @@ def test_revoked_credential_is_401(paid_lease, enrol, operator):
     assert node_credential_revoke(node=node.node, actor=operator, now=timezone.now())
     assert node.desired().status_code == 401
     assert node.post(node.body()).status_code == 401
+
+
+def test_enrolment_codes_and_credentials_never_look_like_command_line_options():
+    """The operator types the code after `gpu-node-agent enrol --code`; a leading '-' made
+    argparse refuse it (seen in CI with urlsafe tokens)."""
+    from fleet.crypto import new_secret
+
+    secrets_made = {new_secret() for _ in range(2000)}
+    assert len(secrets_made) == 2000 and not any(s.startswith("-") for s in secrets_made)
+    assert all(len(s) == 64 and set(s) <= set("0123456789abcdef") for s in secrets_made)

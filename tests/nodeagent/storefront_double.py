@@ -48,7 +48,7 @@ class StorefrontDouble:
         return f"http://127.0.0.1:{self.port}"
 
     def enrolment_code(self, node_name: str) -> str:
-        code = secrets.token_urlsafe(12)
+        code = secrets.token_hex(12)  # as the storefront's: never a leading '-'
         self.codes[code] = self.nodes.setdefault(node_name, Node(node_name))
         return code
 
