@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Q, Subquery
 
+from inventory.burnin import pending_for_node
 from inventory.models import Node, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
@@ -120,12 +121,19 @@ def desired_instances(*, node: Node, now: datetime) -> list[dict]:
     return out
 
 
+def desired_burn_ins(*, node: Node) -> list[dict]:
+    """Diagnostics asked of the node: pending burn-ins on its idle cards."""
+    return [{"op_id": b.op_id, "gpu": b.slot.index, "level": settings.BURN_IN_DCGM_LEVEL}
+            for b in pending_for_node(node)]
+
+
 def desired_document(*, node: Node, now: datetime) -> dict:
     return {
         "node": node.name,
         "generated_at": rfc3339(now),
         "poll_seconds": settings.NODE_POLL_SECONDS,
         "instances": desired_instances(node=node, now=now),
+        "burn_in": desired_burn_ins(node=node),
     }
 
 

@@ -47,6 +47,9 @@ def _str(value, max_len: int = 200) -> str:
     return value
 
 
+int_field, str_field = _int, _str   # for the other signed records (fleet/burnin.py)
+
+
 def _check_commands(record: dict) -> None:
     commands = record.get("commands")
     if not isinstance(commands, list) or len(commands) > 100:

@@ -11,12 +11,16 @@ from django.conf import settings
 from django.db import transaction
 
 from billing.ops import egress_record, term_start_at
+from inventory.burnin import slot_health_hold_set
 from inventory.incidents import health_report
-from inventory.models import GpuSlot, SlotAllocation
+from inventory.models import GpuSlot, Node, SlotAllocation
+from inventory.selectors import catalog_changed
 from rental.agent import Instance
 from rental.models import Lease, LeaseState
 from rental.services import lease_connection_update
 
+from .burnin import burn_in_accept
+from .conditions import DRAIN, INCIDENT, split_by_rule
 from .crypto import signature_valid
 from .desired import lease_on_node
 from .evidence import Refused, evidence_accept
@@ -26,6 +30,7 @@ from .timeutil import parse_time
 
 MAX_ITEMS = 256
 HOST_RE = re.compile(r"^[A-Za-z0-9.:\-\[\]]{1,255}$")
+CONDITION_CODE_RE = re.compile(r"^[a-z0-9_]{1,40}$")
 BYTES_PER_TB = 10**12
 
 
@@ -101,7 +106,31 @@ def _gpu_row(item) -> dict:
         row[key] = item[key] if type(item.get(key)) is int and abs(item[key]) < 2**40 else None
     xids = item.get("xid_errors")
     row["xid_errors"] = [x for x in xids[:20] if type(x) is int] if isinstance(xids, list) else []
+    row["conditions"] = _conditions(item.get("conditions"))
+    row["topology"] = _topology(item.get("topology"))
     return row
+
+
+def _conditions(items) -> list[dict] | None:
+    """Named conditions (nodeagent/health.py); None when the agent sends none (an older
+    agent: its `healthy` verdict is used instead)."""
+    if not isinstance(items, list):
+        return None
+    return [{"code": c["code"], "detail": c["detail"][:200] if isinstance(c.get("detail"), str) else ""}
+            for c in items[:20] if isinstance(c, dict) and isinstance(c.get("code"), str)
+            and CONDITION_CODE_RE.match(c["code"])]
+
+
+def _topology(item) -> dict:
+    if not isinstance(item, dict):
+        return {}
+    small_int = lambda v: v if type(v) is int and 0 <= v <= 64 else None  # noqa: E731
+    peers = item.get("nvlink_peers")
+    return {"pcie_gen": small_int(item.get("pcie_gen")), "pcie_max_gen": small_int(item.get("pcie_max_gen")),
+            "pcie_width": small_int(item.get("pcie_width")), "pcie_max_width": small_int(item.get("pcie_max_width")),
+            "nvlink_active": small_int(item.get("nvlink_active")) or 0,
+            "nvlink_peers": [x for x in peers[:16] if small_int(x) is not None] if isinstance(peers, list) else [],
+            "mig": item.get("mig") is True}
 
 
 def _node_facts(agent: NodeAgent, data: dict, now: datetime, outcome: Outcome) -> None:
@@ -124,12 +153,26 @@ def _node_facts(agent: NodeAgent, data: dict, now: datetime, outcome: Outcome) -
             except Refused:
                 continue
         fields["gpus"] = rows
+        _nvlink_reported(agent.node, rows)
     moved_host = agent.public_host and fields.get("public_host", agent.public_host) != agent.public_host
     NodeAgent.objects.filter(pk=agent.pk).update(**fields)
     for key, value in fields.items():
         setattr(agent, key, value)
     if moved_host:
         _follow_new_host(agent, now)
+
+
+def _nvlink_reported(node, rows: list[dict]) -> None:
+    """Whether every GPU of a multi-GPU node reaches a peer over NVLink, as its agent sees
+    it: the recommendation's link rule trusts this over the catalog's label."""
+    reported = [r["topology"] for r in rows if r.get("topology")]
+    if len(reported) < 2:
+        return
+    ok = all(t["nvlink_peers"] for t in reported)
+    if node.nvlink_reported is not ok:
+        Node.objects.filter(pk=node.pk).update(nvlink_reported=ok)
+        node.nvlink_reported = ok
+        transaction.on_commit(catalog_changed)
 
 
 def _follow_new_host(agent: NodeAgent, now: datetime) -> None:
@@ -147,10 +190,15 @@ def _gpu(agent: NodeAgent, item, now: datetime) -> None:
     row = _gpu_row(item)
     if not GpuSlot.objects.filter(node=agent.node, index=row["index"]).exists():
         raise Refused("unknown_gpu")
-    problem = row["problem"] or ("Xid " + ", ".join(map(str, row["xid_errors"])) if row["xid_errors"] else "")
+    healthy, problem = row["healthy"], row["problem"]
+    if row["conditions"] is not None:      # the rules table decides (fleet/conditions.py)
+        by_rule = split_by_rule(row["conditions"])
+        healthy, problem = not by_rule[INCIDENT], "; ".join(c["detail"] for c in by_rule[INCIDENT])
+        slot_health_hold_set(node=agent.node, index=row["index"], codes=[c["code"] for c in by_rule[DRAIN]], now=now)
+    problem = problem or ("Xid " + ", ".join(map(str, row["xid_errors"])) if row["xid_errors"] else "")
     detail = f"GPU {row['index']} ({row['uuid'] or 'no uuid'}) unhealthy: {problem or 'reported by the node agent'}"
-    health_report(node=agent.node, healthy=row["healthy"], at=now, slot_index=row["index"],
-                  detail=detail if not row["healthy"] else "GPU healthy again (node agent)")
+    health_report(node=agent.node, healthy=healthy, at=now, slot_index=row["index"],
+                  detail=detail if not healthy else "GPU healthy again (node agent)")
 
 
 # --- instances ----------------------------------------------------------------------------
@@ -197,4 +245,7 @@ def _meter_egress(lease_id: int, sent: int, now: datetime) -> None:
 
 
 def _evidence(agent: NodeAgent, item, now: datetime) -> None:
+    if isinstance(item, dict) and item.get("kind") == "burn_in":
+        burn_in_accept(agent=agent, record=item, now=now)
+        return
     evidence_accept(agent=agent, record=item, now=now)

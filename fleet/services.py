@@ -8,7 +8,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from inventory.models import Node
+from inventory.burnin import burn_in_gate_on, burn_in_request
+from inventory.models import BurnIn, Node
 from inventory.services import audit_record
 from rental.models import Lease, LeaseState
 from rental.services import TransitionRefused, lease_record
@@ -57,7 +58,18 @@ def node_enrol(*, code: str, public_key: str, agent_version: str, hostname: str,
     NodeAgent.objects.update_or_create(node=row.node, defaults=fields)
     audit_record(actor=None, action="node_enrolled", obj=row.node,
                  detail={"hostname": hostname[:120], "agent_version": agent_version[:40]})
+    _burn_in_before_first_sale(row.node, now)
     return Enrolment(node=row.node, credential=credential)
+
+
+def _burn_in_before_first_sale(node: Node, now: datetime) -> None:
+    """From its agent's enrolment on, the node's cards are sold only after a burn-in;
+    cards that never passed one are asked for it now (a re-enrolment keeps earlier passes)."""
+    if not burn_in_gate_on():
+        return
+    Node.objects.filter(pk=node.pk).update(burn_in_required=True)
+    for slot in node.slots.filter(burn_in_passed_at__isnull=True):
+        burn_in_request(slot=slot, reason=BurnIn.Reason.FIRST_SALE, now=now)
 
 
 @transaction.atomic

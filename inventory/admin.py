@@ -6,9 +6,11 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
+from .burnin import burn_in_request_node
 from .incidents import IncidentRefused, incident_close, incident_open
 from .models import (
     AuditEntry,
+    BurnIn,
     Downtime,
     GpuModel,
     GpuSlot,
@@ -20,7 +22,7 @@ from .models import (
     SlotAllocation,
     StorageProduct,
 )
-from .selectors import nodes_with_free_counts
+from .selectors import SELLABLE_SLOT, nodes_with_free_counts
 from .services import NodeRefused, node_save, node_set_draining
 
 
@@ -46,7 +48,7 @@ class GpuModelAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         open_alloc = SlotAllocation.objects.filter(slot=OuterRef("pk"), released_at__isnull=True)
-        free = GpuSlot.objects.filter(in_service=True, node__draining=False).exclude(Exists(open_alloc))
+        free = GpuSlot.objects.filter(**SELLABLE_SLOT, node__draining=False).exclude(Exists(open_alloc))
         return super().get_queryset(request).annotate(
             _free=Count("nodes__slots", filter=Q(nodes__slots__in=free), distinct=True)
         )
@@ -71,8 +73,8 @@ class GpuSlotInline(admin.TabularInline):
     extra = 0
     max_num = 0
     can_delete = False
-    fields = ("index", "in_service")
-    readonly_fields = ("index",)
+    fields = ("index", "in_service", "burn_in_due", "burn_in_passed_at", "health_hold")
+    readonly_fields = ("index", "burn_in_due", "burn_in_passed_at", "health_hold")
 
 
 class NodeForm(forms.ModelForm):
@@ -96,9 +98,9 @@ class NodeAdmin(admin.ModelAdmin):
     list_display = ("name", "site", "gpu_model", "gpu_count", "free_slots", "vcpus", "host_ram_gb", "draining")
     list_filter = ("site", "gpu_model", "draining")
     search_fields = ("name",)
-    readonly_fields = ("draining",)
+    readonly_fields = ("draining", "burn_in_required", "nvlink_reported")
     inlines = [GpuSlotInline]
-    actions = ["drain", "undrain"]
+    actions = ["drain", "undrain", "burn_in"]
 
     def get_queryset(self, request):
         return nodes_with_free_counts()
@@ -128,6 +130,22 @@ class NodeAdmin(admin.ModelAdmin):
             node_set_draining(node=node, draining=False, actor=request.user, reason="admin action")
         self.message_user(request, gettext("%(count)s node(s) back in service.") % {"count": queryset.count()},
                           messages.SUCCESS)
+
+
+    @admin.action(description=_("Burn-in: test the idle cards of the selected nodes now"), permissions=["change"])
+    def burn_in(self, request, queryset):
+        asked = [b for node in queryset for b in burn_in_request_node(
+            node=node, reason=BurnIn.Reason.OPERATOR, now=timezone.now(), actor=request.user)]
+        self.message_user(request, gettext("Burn-in asked for %(count)s idle card(s); they are out of stock "
+                                           "until they pass.") % {"count": len(asked)}, messages.SUCCESS)
+
+
+@admin.register(BurnIn)
+class BurnInAdmin(ReadOnlyAdmin):
+    list_display = ("op_id", "slot", "reason", "requested_at", "finished_at", "result")
+    list_filter = ("result", "reason")
+    search_fields = ("op_id", "slot__node__name")
+    list_select_related = ("slot__node",)
 
 
 @admin.register(SlotAllocation)

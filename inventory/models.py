@@ -126,6 +126,10 @@ class Node(models.Model):
     host_ram_gb = models.PositiveIntegerField()
     nvme_max_tb = models.PositiveSmallIntegerField(default=30, help_text="Extra local NVMe limit")
     draining = models.BooleanField(default=False, help_text="Takes no new leases")
+    burn_in_required = models.BooleanField(
+        default=False, help_text="Set when a node agent enrols: every card passes a burn-in before each sale")
+    nvlink_reported = models.BooleanField(
+        null=True, blank=True, help_text="From the node agent: every GPU reaches a peer over NVLink (blank: not reported)")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -140,6 +144,11 @@ class GpuSlot(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="slots")
     index = models.PositiveSmallIntegerField()
     in_service = models.BooleanField(default=True, help_text="Off while the card is down or in repair")
+    # Sellable only without a burn-in due (inventory.burnin) and without a health hold: the
+    # drain-rule conditions the node agent reports (fleet/conditions.py), comma-separated.
+    burn_in_due = models.BooleanField(default=False)
+    burn_in_passed_at = models.DateTimeField(null=True, blank=True)
+    health_hold = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         ordering = ["node_id", "index"]
@@ -215,6 +224,7 @@ class Incident(models.Model):
     class Source(models.TextChoices):
         OPERATOR = "operator", _("operator")
         HEALTH_CHECK = "health_check", _("health check")
+        BURN_IN = "burn_in", _("burn-in")
 
     site = models.ForeignKey(Site, null=True, blank=True, on_delete=models.PROTECT, related_name="incidents")
     node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.PROTECT, related_name="incidents")
@@ -285,3 +295,39 @@ class Downtime(models.Model):
 
     def __str__(self) -> str:
         return f"lease #{self.lease_id} down {self.starts_at:%Y-%m-%d %H:%M}–{self.ends_at or '…'}"
+
+
+class BurnIn(models.Model):
+    """One diagnostic of one GPU slot, asked of its node's agent (first sale, after a
+    lease, or by an operator) and answered by a signed `burn_in` record (PROTOCOL.md).
+    Written only through inventory.burnin."""
+
+    class Reason(models.TextChoices):
+        FIRST_SALE = "first_sale", _("before the first sale")
+        AFTER_LEASE = "after_lease", _("after a lease")
+        OPERATOR = "operator", _("operator request")
+
+    class Result(models.TextChoices):
+        PENDING = "", _("pending")
+        PASS = "pass", _("passed")
+        FAIL = "fail", _("failed")
+
+    slot = models.ForeignKey(GpuSlot, on_delete=models.CASCADE, related_name="burn_ins")
+    op_id = models.CharField(max_length=80, unique=True)
+    reason = models.CharField(max_length=12, choices=Reason.choices)
+    requested_at = models.DateTimeField()
+    requested_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = models.CharField(max_length=4, choices=Result.choices, blank=True, default="")
+    record = models.JSONField(default=dict, blank=True)
+    signature = models.CharField(max_length=120, blank=True)
+    signed_text = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["slot"], condition=Q(finished_at__isnull=True),
+                                               name="one_pending_burn_in_per_slot")]
+        indexes = [models.Index(fields=["slot", "-finished_at"], name="burn_in_slot_finished")]
+
+    def __str__(self) -> str:
+        return f"burn-in {self.op_id} ({self.get_result_display()})"

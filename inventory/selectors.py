@@ -25,10 +25,14 @@ def open_allocation_exists():
     return Exists(SlotAllocation.objects.filter(slot=OuterRef("pk"), released_at__isnull=True))
 
 
+#: A slot that may be sold: in service, no burn-in due, no health hold (inventory.burnin).
+SELLABLE_SLOT = {"in_service": True, "burn_in_due": False, "health_hold": ""}
+
+
 def free_slots_queryset():
     """Slots that can take a new lease right now."""
     return GpuSlot.objects.filter(
-        in_service=True, node__draining=False, node__site__is_active=True
+        **SELLABLE_SLOT, node__draining=False, node__site__is_active=True
     ).exclude(open_allocation_exists())
 
 
@@ -236,6 +240,7 @@ def _sizing_candidates(site: str | None) -> list:
     from sizing.recommend import Candidate
 
     rows = _catalog_rows(CatalogFilter(site=site))
+    no_nvlink = _models_without_reported_nvlink()
     return [
         Candidate(
             offer_slug=row.offer.slug,
@@ -244,7 +249,7 @@ def _sizing_candidates(site: str | None) -> list:
             vendor=row.gpu.vendor,
             gpus=row.offer.gpu_count,
             vram_gb=row.gpu.vram_gb,
-            link=row.gpu.interconnect.sharding,
+            link=reported_link(row.gpu.interconnect.sharding, row.gpu.pk in no_nvlink),
             weekly_cents=row.offer.weekly_cents,
             monthly_cents=row.offer.monthly_cents,
             bf16_tflops=float(row.gpu.bf16_tflops),
@@ -252,6 +257,24 @@ def _sizing_candidates(site: str | None) -> list:
         )
         for row in rows
     ]
+
+
+NVLINK_LINKS = ("nvswitch", "nvlink_bridge")
+
+
+def reported_link(catalog_link: str, nodes_see_no_nvlink: bool) -> str:
+    """The recommendation's link rule trusts the node agents: an NVLink card whose nodes
+    all report no NVLink between the cards is sharded as PCIe."""
+    return "pcie" if catalog_link in NVLINK_LINKS and nodes_see_no_nvlink else catalog_link
+
+
+def _models_without_reported_nvlink() -> set[int]:
+    """GPU models whose nodes reported their links, every one without NVLink."""
+    seen: dict[int, bool] = {}
+    for model_id, ok in Node.objects.filter(nvlink_reported__isnull=False).values_list("gpu_model_id",
+                                                                                      "nvlink_reported"):
+        seen[model_id] = seen.get(model_id, False) or ok
+    return {model_id for model_id, any_ok in seen.items() if not any_ok}
 
 
 def gpu_models_with_offers():

@@ -8,7 +8,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from .models import AuditEntry, GpuSlot, Node, Offer, Site, SlotAllocation
-from .selectors import catalog_changed
+from .selectors import SELLABLE_SLOT, catalog_changed
 
 
 def _stock_changed() -> None:
@@ -35,7 +35,7 @@ def slots_allocate(*, offer: Offer, site: Site, lease_id: int, exclude_node_ids=
         )
     )
     free_by_node: dict[int, list[GpuSlot]] = {n.id: [] for n in nodes}
-    for slot in GpuSlot.objects.filter(node__in=nodes, in_service=True).order_by("node_id", "index"):
+    for slot in GpuSlot.objects.filter(node__in=nodes, **SELLABLE_SLOT).order_by("node_id", "index"):
         if slot.id not in taken:
             free_by_node[slot.node_id].append(slot)
     fitting = [slots for slots in free_by_node.values() if len(slots) >= offer.gpu_count]
@@ -58,11 +58,15 @@ def slots_allocate(*, offer: Offer, site: Site, lease_id: int, exclude_node_ids=
 def slots_release(*, lease_id: int, now: datetime | None = None) -> int:
     """Return a lease's slots to stock; idempotent. Returns how many were released. `now`
     is the caller's clock (a simulated one under `manage.py lifecycle --at`)."""
-    released = SlotAllocation.objects.filter(lease_id=lease_id, released_at__isnull=True).update(
-        released_at=now or timezone.now()
-    )
+    from .burnin import burn_in_after_release
+
+    now = now or timezone.now()
+    open_ = SlotAllocation.objects.filter(lease_id=lease_id, released_at__isnull=True)
+    slot_ids = list(open_.values_list("slot_id", flat=True))
+    released = open_.update(released_at=now)
     if released:
         _stock_changed()
+        burn_in_after_release(slot_ids=slot_ids, now=now)
     return released
 
 

@@ -8,6 +8,7 @@ from django.views.decorators.http import require_GET
 
 from sizing.figures import faq_vram_figures
 
+from .burnin import offer_card_facts
 from .forms import CatalogFilterForm
 from .models import GpuModel, Interconnect, Offer, StorageProduct
 from .pagecache import anonymous_page_cache
@@ -98,7 +99,8 @@ def gpu_detail(request, slug: str):
         (offer, sites_with_stock_for(offer))
         for offer in Offer.objects.filter(gpu_model=gpu, is_active=True).select_related("gpu_model")
     ]
-    return render(request, "inventory/gpu_detail.html", {"gpu": gpu, "offers": offers})
+    rows = [(offer, free, offer_card_facts(offer)) for offer, free in offers]
+    return render(request, "inventory/gpu_detail.html", {"gpu": gpu, "offers": offers, "rows": rows})
 
 
 @require_GET

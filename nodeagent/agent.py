@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from . import __version__
 from .backends import open_disks, open_runtime
+from .burnin import BurnInRunner, Diagnostics
 from .client import StorefrontClient, StorefrontRefused, StorefrontUnreachable
 from .config import AgentConfig
 from .converge import Converger
@@ -54,8 +55,12 @@ class Agent:
                                        credential=enrolment["credential"],
                                        verify=config.tls_verify,
                                        timeout=config.request_timeout)
-        self.probe = probe or open_gpu_probe(max_temperature_c=config.max_temperature_c)
+        self.probe = probe or open_gpu_probe(max_temperature_c=config.max_temperature_c,
+                                             min_cuda=config.min_cuda)
         self.outbox = Outbox(self.state.outbox_path)
+        self.burn_in = BurnInRunner(node=self.node, key=self.key, outbox=self.outbox,
+                                    journal=Journal(self.state.root / "burn-in.json"),
+                                    probe=self.probe, diagnostics=Diagnostics(config.burn_in))
         self.converger = Converger(
             node=self.node, runtime=runtime or open_runtime(config),
             disks=disks or open_disks(config), journal=Journal(self.state.journal_path),
@@ -81,6 +86,8 @@ class Agent:
             self.poll_seconds = float(desired.get("poll_seconds", self.poll_seconds))
             gpus = self.probe.inventory()
             instances = self.converger.converge(desired.get("instances", []), gpus)
+            self.burn_in.submit(desired.get("burn_in") or [],
+                                busy_gpus=_gpus_in_use(desired.get("instances", [])))
             self._send_report(gpus, instances)
         except (StorefrontUnreachable, StorefrontRefused) as exc:
             return self._back_off(exc)
@@ -123,3 +130,9 @@ class Agent:
         status.update(facts, node=self.node, storefront=self.client.url, updated_at=utc_now(),
                       gpu_library=self.probe.library)
         write_json(self.state.status_path, status)
+
+
+def _gpus_in_use(instances: list[dict]) -> set[int]:
+    """GPUs an instance holds (or may start on): never given to a diagnostic."""
+    return {g for item in instances if isinstance(item, dict) and item.get("want") != "absent"
+            for g in item.get("gpus") or [] if type(g) is int}

@@ -23,11 +23,19 @@
 
     [images]                   # storefront image slug -> local image reference
     "ubuntu-22.04-cuda-12.4" = "registry.local/ubuntu-cuda:22.04-12.4"
+    min_cuda = "12.4"          # (top level) the CUDA the images need: an older driver drains
+
+    [burn_in]                  # the diagnostic before each sale (nodeagent/burnin.py)
+    dcgmi = "dcgmi"
+    fallback_command = []      # e.g. ["/usr/local/bin/gpu-burn-in", "{uuid}"]
+    timeout_seconds = 3600
 """
 import socket
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .burnin import BurnInConfig
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-node-agent/config.toml"
 DEFAULT_STATE_DIR = "/var/lib/gpu-node-agent"
@@ -64,6 +72,8 @@ class AgentConfig:
     docker: DockerConfig = field(default_factory=DockerConfig)
     images: dict[str, str] = field(default_factory=dict)
     max_temperature_c: int = 90
+    min_cuda: str = ""
+    burn_in: BurnInConfig = field(default_factory=BurnInConfig)
     request_timeout: float = 20.0
     max_backoff_seconds: float = 300.0
 
@@ -86,11 +96,12 @@ def load_config(path: str | Path) -> AgentConfig:
 def parse_config(raw: dict, path: Path | None = None) -> AgentConfig:
     raw = dict(raw)
     docker = _docker_config(raw.pop("docker", {}))
-    known = AgentConfig.__dataclass_fields__.keys() - {"path", "docker"}
+    burn_in = _burn_in_config(raw.pop("burn_in", {}))
+    known = AgentConfig.__dataclass_fields__.keys() - {"path", "docker", "burn_in"}
     unknown = set(raw) - known
     if unknown:
         raise ConfigError(f"unknown config keys: {', '.join(sorted(unknown))}")
-    config = AgentConfig(path=path, docker=docker, **raw)
+    config = AgentConfig(path=path, docker=docker, burn_in=burn_in, **raw)
     config.state_dir = Path(config.state_dir)
     config.storefront_url = config.storefront_url.rstrip("/")
     return config
@@ -110,3 +121,13 @@ def _docker_config(raw: dict) -> DockerConfig:
         raise ConfigError(f"unknown [docker] keys: {', '.join(sorted(unknown))}")
     return DockerConfig(**raw)
 
+
+
+def _burn_in_config(raw: dict) -> BurnInConfig:
+    unknown = set(raw) - BurnInConfig.__dataclass_fields__.keys()
+    if unknown:
+        raise ConfigError(f"unknown [burn_in] keys: {', '.join(sorted(unknown))}")
+    command = raw.get("fallback_command", [])
+    if not isinstance(command, list) or not all(isinstance(part, str) for part in command):
+        raise ConfigError("burn_in.fallback_command must be a list of strings")
+    return BurnInConfig(**raw)

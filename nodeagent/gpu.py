@@ -2,16 +2,18 @@
 libnvidia-ml (or whose driver is not loaded) is the clear state `library = "none"` with no
 GPUs, never a crash."""
 import logging
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 
+from .health import FABRIC_STATES, Condition, conditions_for, legacy_verdict
 from .interfaces import GpuInfo
 
 log = logging.getLogger(__name__)
 
-# Xid codes that mean the card needs an operator (NVIDIA's Xid catalogue): double-bit
-# ECC, fallen off the bus, row-remap failure, uncontained memory errors, GSP/NVLink faults.
-CRITICAL_XIDS = frozenset({48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140})
 XID_EVENT = 0x0000000000000008       # nvmlEventTypeXidCriticalError
+NVLINK_CRC_FLIT = 2                  # NVML_NVLINK_ERROR_DL_CRC_FLIT
+NVLINK_P2P = 2                       # NVML_P2P_CAPS_INDEX_NVLINK
+MAX_NVLINKS = 18                     # per GPU on current parts (NVML allows 36)
 
 
 class NoGpuProbe:
@@ -36,31 +38,67 @@ class NvmlProbe:
     supports events)."""
     library = "nvml"
 
-    def __init__(self, pynvml, *, max_temperature_c: int = 90):
+    def __init__(self, pynvml, *, max_temperature_c: int = 90, min_cuda: str = ""):
         self.nvml = pynvml
         self.max_temperature_c = max_temperature_c
+        self.min_cuda = min_cuda
         self.devices = [_Device(i, pynvml.nvmlDeviceGetHandleByIndex(i))
                         for i in range(pynvml.nvmlDeviceGetCount())]
         self.xids: dict[int, list[int]] = {d.index: [] for d in self.devices}
         self.uuids = {d.index: self._text(pynvml.nvmlDeviceGetUUID(d.handle))
                       for d in self.devices}
+        self.crc_seen: dict[int, int] = {}
+        self._lock = threading.Lock()
         self.events = self._register_xid_events()
 
     def inventory(self) -> list[GpuInfo]:
+        with self._lock:        # the loop and the burn-in worker both read the cards
+            return self._inventory()
+
+    def _inventory(self) -> list[GpuInfo]:
         self._drain_xid_events()
         driver = self._text(self._best_effort(self.nvml.nvmlSystemGetDriverVersion) or "")
         cuda = self._cuda_version()
-        return [self._safe_info(device, driver, cuda) for device in self.devices]
+        infos = [self._safe_info(device, driver, cuda) for device in self.devices]
+        return self._with_conditions(infos, self._nvlink_peers())
+
+    def _with_conditions(self, infos: list[GpuInfo], peers: dict[int, list[int]]) -> list[GpuInfo]:
+        """Conditions need the whole node: a GPU with fewer active NVLinks than its
+        neighbours has a link down."""
+        node_max_links = max(((i.readings.get("nvlink") or {}).get("active", 0) for i in infos),
+                             default=0)
+        out = []
+        for info in infos:
+            readings = {**info.readings, "nvlink_peers": peers.get(info.index, [])}
+            found = list(info.conditions) or conditions_for(
+                readings, max_temperature_c=self.max_temperature_c,
+                node_max_links=node_max_links, min_cuda=self.min_cuda)
+            healthy, problem = legacy_verdict(found)
+            out.append(replace(info, readings=readings, conditions=tuple(found),
+                               healthy=healthy, problem=problem))
+        return out
+
+    def _nvlink_peers(self) -> dict[int, list[int]]:
+        """Which GPUs each one reaches over NVLink (peer-to-peer status), for the buyer's
+        topology and the recommendation's link rule."""
+        peers: dict[int, list[int]] = {d.index: [] for d in self.devices}
+        for a in self.devices:
+            for b in self.devices:
+                if a.index != b.index and self._best_effort(
+                        self.nvml.nvmlDeviceGetP2PStatus, a.handle, b.handle, NVLINK_P2P) == 0:
+                    peers[a.index].append(b.index)
+        return peers
 
     def _safe_info(self, device: _Device, driver: str, cuda: str) -> GpuInfo:
         """A card NVML can no longer read (fallen off the bus, …) is reported unhealthy."""
         try:
             return self._info(device, driver, cuda)
         except self.nvml.NVMLError as exc:
+            lost = Condition("gpu_lost", f"NVML cannot read this GPU: {exc}")
             return GpuInfo(index=device.index, uuid=self.uuids.get(device.index, ""), name="",
                            memory_mb=0, driver=driver, cuda=cuda, temperature_c=None,
                            ecc_uncorrected=0, xid_errors=tuple(self.xids[device.index]),
-                           healthy=False, problem=f"NVML cannot read this GPU: {exc}")
+                           healthy=False, problem=lost.detail, conditions=(lost,))
 
     def _info(self, device: _Device, driver: str, cuda: str) -> GpuInfo:
         nvml, handle = self.nvml, device.handle
@@ -70,25 +108,65 @@ class NvmlProbe:
                                 nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                                 nvml.NVML_VOLATILE_ECC) or 0
         xids = tuple(self.xids[device.index])
-        problem = self._problem(temperature, ecc, xids)
         return GpuInfo(
             index=device.index,
             uuid=self._text(nvml.nvmlDeviceGetUUID(handle)),
             name=self._text(nvml.nvmlDeviceGetName(handle)),
             memory_mb=nvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024),
             driver=driver, cuda=cuda, temperature_c=temperature, ecc_uncorrected=ecc,
-            xid_errors=xids, healthy=not problem, problem=problem)
+            xid_errors=xids, healthy=True,
+            readings={"ecc_uncorrected": ecc, "temperature_c": temperature, "xid_errors": xids,
+                      "cuda": cuda, **self._health_readings(device)})
 
-    def _problem(self, temperature: int | None, ecc: int, xids: tuple[int, ...]) -> str:
-        problems = []
-        if ecc:
-            problems.append(f"{ecc} uncorrected ECC errors")
-        if temperature is not None and temperature >= self.max_temperature_c:
-            problems.append(f"temperature {temperature} C >= {self.max_temperature_c} C")
-        critical = sorted(set(xids) & CRITICAL_XIDS)
-        if critical:
-            problems.append("critical Xid " + ", ".join(map(str, critical)))
-        return "; ".join(problems)
+    def _health_readings(self, device: _Device) -> dict:
+        """Everything beyond ECC; each reading is absent (None) where the card or driver
+        does not support it, never a failure."""
+        nvml, handle = self.nvml, device.handle
+        remap = self._best_effort(nvml.nvmlDeviceGetRemappedRows, handle)
+        mig = self._best_effort(nvml.nvmlDeviceGetMigMode, handle)
+        pcie = {name: self._best_effort(getattr(nvml, fn), handle) for name, fn in (
+            ("gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
+            ("max_gen", "nvmlDeviceGetMaxPcieLinkGeneration"),
+            ("width", "nvmlDeviceGetCurrPcieLinkWidth"),
+            ("max_width", "nvmlDeviceGetMaxPcieLinkWidth"))}
+        return {
+            "remapped_rows": None if remap is None else {
+                "correctable": remap[0], "uncorrectable": remap[1],
+                "pending": bool(remap[2]), "failed": bool(remap[3])},
+            "retired_pages_pending": bool(self._best_effort(
+                nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)),
+            "nvlink": self._nvlink(device),
+            "pcie": pcie,
+            "clock_event_reasons": self._best_effort(
+                nvml.nvmlDeviceGetCurrentClocksEventReasons, handle) or 0,
+            "mig": None if mig is None else {"current": mig[0], "pending": mig[1]},
+            "fabric": self._fabric_state(handle),
+        }
+
+    def _nvlink(self, device: _Device) -> dict:
+        active, crc = 0, 0
+        for link in range(MAX_NVLINKS):
+            state = self._best_effort(self.nvml.nvmlDeviceGetNvLinkState, device.handle, link)
+            if state is None:
+                break
+            active += int(bool(state))
+            crc += self._best_effort(self.nvml.nvmlDeviceGetNvLinkErrorCounter, device.handle,
+                                     link, NVLINK_CRC_FLIT) or 0
+        # CRC counters only grow; what matters is what is new since the last reading.
+        new = max(0, crc - self.crc_seen.get(device.index, crc))
+        self.crc_seen[device.index] = crc
+        return {"active": active, "crc_errors": crc, "crc_errors_new": new}
+
+    def _fabric_state(self, handle) -> str | None:
+        info_type = getattr(self.nvml, "c_nvmlGpuFabricInfo_t", None)
+        if info_type is None:
+            return None
+        import ctypes
+
+        info = info_type()      # pynvml hands the struct to C as given: pass a pointer
+        if self._best_effort(self.nvml.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(info)) is None:
+            return None         # not an NVSwitch system
+        return FABRIC_STATES.get(int(info.state))
 
     def _cuda_version(self) -> str:
         version = self._best_effort(self.nvml.nvmlSystemGetCudaDriverVersion)
@@ -134,7 +212,7 @@ class NvmlProbe:
         return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def open_gpu_probe(*, max_temperature_c: int = 90):
+def open_gpu_probe(*, max_temperature_c: int = 90, min_cuda: str = ""):
     """NVML when the library and driver answer, else the explicit no-GPU probe."""
     try:
         import pynvml
@@ -142,7 +220,7 @@ def open_gpu_probe(*, max_temperature_c: int = 90):
         return NoGpuProbe("nvidia-ml-py is not installed")
     try:
         pynvml.nvmlInit()
-        return NvmlProbe(pynvml, max_temperature_c=max_temperature_c)
+        return NvmlProbe(pynvml, max_temperature_c=max_temperature_c, min_cuda=min_cuda)
     except pynvml.NVMLError as exc:
         log.warning("no GPU library: %s", exc)
         return NoGpuProbe(str(exc))
@@ -153,4 +231,16 @@ def gpu_report(info: GpuInfo) -> dict:
             "memory_mb": info.memory_mb, "driver": info.driver, "cuda": info.cuda,
             "temperature_c": info.temperature_c, "ecc_uncorrected": info.ecc_uncorrected,
             "xid_errors": list(info.xid_errors), "healthy": info.healthy,
-            "problem": info.problem}
+            "problem": info.problem,
+            "conditions": [c.as_json() for c in info.conditions],
+            "topology": topology_report(info.readings)}
+
+
+def topology_report(readings: dict) -> dict:
+    """What a buyer cares about: PCIe link, NVLink peers and links, MIG mode."""
+    pcie = readings.get("pcie") or {}
+    return {"pcie_gen": pcie.get("gen"), "pcie_max_gen": pcie.get("max_gen"),
+            "pcie_width": pcie.get("width"), "pcie_max_width": pcie.get("max_width"),
+            "nvlink_peers": list(readings.get("nvlink_peers") or []),
+            "nvlink_active": (readings.get("nvlink") or {}).get("active", 0),
+            "mig": bool((readings.get("mig") or {}).get("current"))}

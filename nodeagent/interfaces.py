@@ -76,6 +76,8 @@ class GpuInfo:
     xid_errors: tuple[int, ...]
     healthy: bool
     problem: str = ""
+    readings: dict = field(default_factory=dict)     # nodeagent/gpu.py: beyond ECC, topology
+    conditions: tuple = ()                            # nodeagent/health.Condition, named
 
 
 class GpuProbe(Protocol):

@@ -384,6 +384,10 @@ NODE_ENROLMENT_CODE_TTL = timedelta(hours=int(os.environ.get("NODE_ENROLMENT_COD
 # Reports whose sent_at is further than this from the server's clock are refused (replays).
 NODE_REPORT_MAX_SKEW = timedelta(minutes=5)
 NODE_POLL_SECONDS = int(os.environ.get("NODE_POLL_SECONDS", "15"))
+# Issue 32: a card on an enrolled node is sold only with a passing burn-in newer than its
+# last lease (inventory.burnin); the agent runs `dcgmi diag -r BURN_IN_DCGM_LEVEL`.
+BURN_IN_BEFORE_SALE = os.environ.get("BURN_IN_BEFORE_SALE", "1") == "1"
+BURN_IN_DCGM_LEVEL = int(os.environ.get("BURN_IN_DCGM_LEVEL", "2"))
 
 # Sizing pages get the live catalog through this hook, keeping sizing free of imports
 # from inventory (imports flow sizing <- inventory <- rental <- billing).

@@ -19,3 +19,8 @@ if _worker.startswith("gw") and CACHES["default"]["BACKEND"] == "rental.cache.Fa
     _base = int(_url.path.strip("/") or 0)
     _db = (_base - 1 - int(_worker[2:])) % 16
     CACHES["default"]["LOCATION"] = urlunsplit(_url._replace(path=f"/{_db}"))  # noqa: F405
+
+# The burn-in gate (inventory.burnin) is off for the suite's many enrol-then-order tests,
+# whose nodes have no diagnostic; tests/fleet/test_burn_in.py and the agent's end-to-end
+# burn-in test turn it on and drive it through the real agent.
+BURN_IN_BEFORE_SALE = False

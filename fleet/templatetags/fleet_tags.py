@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from django import template
 from django.utils import timezone
 
+from inventory.burnin import last_passed_burn_in
+from inventory.models import SlotAllocation
 from rental.agent import agent_is_fake
 from rental.models import Lease, LeaseState
 
@@ -33,6 +35,12 @@ class InstanceView:
     @property
     def can_start(self) -> bool:
         return self.lease.state == S.ACTIVE and self.stopped_by_customer
+
+    @property
+    def burn_in_passed_at(self):
+        """When the lease's cards last passed a burn-in (before the lease began)."""
+        slots = SlotAllocation.objects.filter(lease_id=self.lease.pk, released_at__isnull=True).values("slot_id")
+        return last_passed_burn_in(slots.values_list("slot_id", flat=True))
 
 
 @register.simple_tag

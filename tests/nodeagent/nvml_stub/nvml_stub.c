@@ -7,6 +7,21 @@
  *   NVML_STUB_TEMP      temperature of every GPU in C (default 41)
  *   NVML_STUB_LOST_GPU  index of a GPU that has "fallen off the bus": its name, memory
  *                       and temperature calls fail with NVML_ERROR_GPU_IS_LOST
+ * Health beyond ECC (issue 32), "index" or "index:value":
+ *   NVML_STUB_REMAP_PENDING / NVML_STUB_REMAP_FAILED   row remapping pending / failed
+ *   NVML_STUB_RETIRED_PENDING                          page retirement pending
+ *   NVML_STUB_NVLINKS   NVLink links per GPU (default 0: a PCIe card, no P2P over NVLink)
+ *   NVML_STUB_NVLINK_DOWN  index of a GPU whose link 0 is inactive
+ *   NVML_STUB_NVLINK_CRC   "index:count" CRC flit errors on that GPU's link 0
+ *   NVML_STUB_PCIE_WIDTH   "index:width" trained link width (default x16 of x16, gen 5 of 5)
+ *   NVML_STUB_THROTTLE     "index:mask" current clocks event reasons
+ *   NVML_STUB_MIG          index of a GPU with MIG mode enabled
+ *   NVML_STUB_FABRIC       fabric state of every GPU (0 not supported, 1 not started,
+ *                          2 in progress, 3 completed)
+ *   NVML_STUB_CUDA         CUDA driver version (default 12040)
+ * Fault schedule: NVML_STUB_FAULTS names a file of KEY=VALUE lines (the names above);
+ * it is re-read on every nvmlSystemGetDriverVersion (once per agent inventory), so a
+ * test can inject or clear a fault while the agent runs.
  * UUIDs are GPU-5ca1ab1e-0000-4000-8000-00000000000<index>. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,10 +48,61 @@ static int ecc_gpu = -1, xid_gpu = -1, lost_gpu = -1, initialised;
 static unsigned long long xid_code;
 static unsigned temperature = 41;
 static struct { int registered; } event_set;
+static int remap_pending_gpu = -1, remap_failed_gpu = -1, retired_pending_gpu = -1;
+static int nvlinks, nvlink_down_gpu = -1, crc_gpu = -1, width_gpu = -1, throttle_gpu = -1;
+static int mig_gpu = -1, fabric_state, cuda_version = 12040;
+static unsigned long long crc_count, throttle_mask;
+static unsigned width_value = 16;
+
+/* The fault schedule file's value for `name`, else the environment's. */
+static char fault_line[256];
+static const char *setting(const char *name) {
+    const char *path = getenv("NVML_STUB_FAULTS");
+    size_t n = strlen(name);
+    if (path && *path) {
+        FILE *file = fopen(path, "r");
+        if (file) {
+            while (fgets(fault_line, sizeof fault_line, file)) {
+                if (strncmp(fault_line, name, n) == 0 && fault_line[n] == '=') {
+                    fclose(file);
+                    fault_line[strcspn(fault_line, "\r\n")] = 0;
+                    return fault_line + n + 1;
+                }
+            }
+            fclose(file);
+        }
+    }
+    return getenv(name);
+}
 
 static int env_int(const char *name, int fallback) {
-    const char *value = getenv(name);
+    const char *value = setting(name);
     return value && *value ? atoi(value) : fallback;
+}
+
+static int env_pair(const char *name, unsigned long long *value) {
+    const char *text = setting(name);
+    int index;
+    if (text && sscanf(text, "%d:%lli", &index, value) == 2) return index;
+    return -1;
+}
+
+static void read_health_settings(void) {
+    remap_pending_gpu = env_int("NVML_STUB_REMAP_PENDING", -1);
+    remap_failed_gpu = env_int("NVML_STUB_REMAP_FAILED", -1);
+    retired_pending_gpu = env_int("NVML_STUB_RETIRED_PENDING", -1);
+    nvlinks = env_int("NVML_STUB_NVLINKS", 0);
+    nvlink_down_gpu = env_int("NVML_STUB_NVLINK_DOWN", -1);
+    crc_gpu = env_pair("NVML_STUB_NVLINK_CRC", &crc_count);
+    unsigned long long width = 16;
+    width_gpu = env_pair("NVML_STUB_PCIE_WIDTH", &width);
+    width_value = (unsigned)width;
+    throttle_gpu = env_pair("NVML_STUB_THROTTLE", &throttle_mask);
+    mig_gpu = env_int("NVML_STUB_MIG", -1);
+    fabric_state = env_int("NVML_STUB_FABRIC", 0);
+    cuda_version = env_int("NVML_STUB_CUDA", 12040);
+    ecc_gpu = env_int("NVML_STUB_ECC_GPU", -1);
+    temperature = (unsigned)env_int("NVML_STUB_TEMP", 41);
 }
 
 nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
@@ -44,9 +110,8 @@ nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
     gpu_count = (unsigned)env_int("NVML_STUB_GPUS", 2);
     if (gpu_count > MAX_GPUS) gpu_count = MAX_GPUS;
     for (unsigned i = 0; i < gpu_count; i++) devices[i].index = i;
-    ecc_gpu = env_int("NVML_STUB_ECC_GPU", -1);
     lost_gpu = env_int("NVML_STUB_LOST_GPU", -1);
-    temperature = (unsigned)env_int("NVML_STUB_TEMP", 41);
+    read_health_settings();
     const char *xid = getenv("NVML_STUB_XID");
     if (xid && sscanf(xid, "%d:%llu", &xid_gpu, &xid_code) != 2) xid_gpu = -1;
     initialised = 1;
@@ -81,11 +146,13 @@ static int valid(nvmlDevice_t device) {
 static int lost(nvmlDevice_t device) { return (int)device->index == lost_gpu; }
 
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned length) {
-    return initialised ? copy_text(version, length, "550.54.15") : ERR_UNINITIALIZED;
+    if (!initialised) return ERR_UNINITIALIZED;
+    read_health_settings();
+    return copy_text(version, length, "550.54.15");
 }
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version) {
     if (!initialised) return ERR_UNINITIALIZED;
-    *version = 12040;
+    *version = cuda_version;
     return OK;
 }
 nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) {
@@ -159,3 +226,81 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
     return OK;
 }
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) { (void)set; return OK; }
+
+/* --- health beyond ECC, topology ------------------------------------------------------- */
+static int is(nvmlDevice_t device, int index) { return (int)device->index == index; }
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned *corr, unsigned *unc,
+                                       unsigned *pending, unsigned *failure) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    *corr = 0;
+    *unc = is(device, remap_failed_gpu) ? 1 : 0;
+    *pending = is(device, remap_pending_gpu) ? 1 : 0;
+    *failure = is(device, remap_failed_gpu) ? 1 : 0;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int *pending) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    *pending = is(device, retired_pending_gpu) ? 1 : 0;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned link, unsigned *active) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    if ((int)link >= nvlinks) return 3;   /* NVML_ERROR_NOT_SUPPORTED */
+    *active = (link == 0 && is(device, nvlink_down_gpu)) ? 0 : 1;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned link, int counter,
+                                             unsigned long long *value) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    if ((int)link >= nvlinks) return 3;
+    /* counter 2 = NVML_NVLINK_ERROR_DL_CRC_FLIT */
+    *value = (counter == 2 && link == 0 && is(device, crc_gpu)) ? crc_count : 0;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, int index, int *status) {
+    if (!valid(a) || !valid(b)) return ERR_INVALID_ARGUMENT;
+    /* index 2 = NVML_P2P_CAPS_INDEX_NVLINK; status 0 = OK, 5 = NOT_SUPPORTED */
+    *status = (index == 2 && nvlinks > 0 && a != b) ? 0 : 5;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned *gen) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    *gen = 5;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned *gen) {
+    return nvmlDeviceGetCurrPcieLinkGeneration(device, gen);
+}
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned *width) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    *width = is(device, width_gpu) ? width_value : 16;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned *width) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    *width = 16;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *mask) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    *mask = is(device, throttle_gpu) ? throttle_mask : 0;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *mask) {
+    return nvmlDeviceGetCurrentClocksEventReasons(device, mask);
+}
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned *current, unsigned *pending) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    *current = *pending = is(device, mig_gpu) ? 1 : 0;
+    return OK;
+}
+struct fabric_info { unsigned char cluster_uuid[16]; int status; unsigned clique; unsigned char state; };
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, struct fabric_info *info) {
+    if (!valid(device) || !info) return ERR_INVALID_ARGUMENT;
+    if (fabric_state == 0) return 3;   /* not an NVSwitch system */
+    memset(info, 0, sizeof *info);
+    info->status = 0;
+    info->state = (unsigned char)fabric_state;
+    return OK;
+}
