@@ -15,6 +15,7 @@ from inventory.models import Node
 from rental.admin import LeaseAdmin
 from rental.models import Lease
 
+from .conditions import rule_for
 from .health import NodeHealth
 from .models import Evidence, InstanceReport, NodeAgent
 from .services import enrolment_code_create, node_credential_revoke
@@ -23,6 +24,7 @@ from .services import enrolment_code_create, node_credential_revoke
 class FleetNodeAdmin(OpsNodeAdmin):
     list_display = (*OpsNodeAdmin.list_display, "agent_version", "last_report", "gpus_reported")
     actions = [*OpsNodeAdmin.actions, "enrolment_code", "revoke_credential"]
+    readonly_fields = (*OpsNodeAdmin.readonly_fields, "reported_gpus")
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("agent")
@@ -57,6 +59,29 @@ class FleetNodeAdmin(OpsNodeAdmin):
         if health.agent.gpu_library == "none":
             return gettext("no GPU library")
         return f"{health.gpus_reported} / {obj.gpu_count}"
+
+    @admin.display(description=_("GPUs as the node reports them"))
+    def reported_gpus(self, obj):
+        """Per GPU: link, NVLink peers, MIG and each named condition with its rule
+        (fleet/conditions.py) — what the operator acts on and what buyers are shown."""
+        agent = getattr(obj, "agent", None)
+        if agent is None or not agent.gpus:
+            return "—"
+        rows = []
+        for gpu in agent.gpus:
+            topo = gpu.get("topology") or {}
+            link = (f"PCIe gen {topo.get('pcie_gen')}/{topo.get('pcie_max_gen')} "
+                    f"x{topo.get('pcie_width')}/{topo.get('pcie_max_width')}") if topo.get("pcie_width") else "—"
+            nvlink = (f"{topo.get('nvlink_active', 0)} links, peers {topo.get('nvlink_peers')}"
+                      if topo.get("nvlink_active") else gettext("no NVLink"))
+            found = ", ".join(f"{c['code']} ({rule_for(c['code'])}): {c['detail']}"
+                              for c in gpu.get("conditions") or []) or gettext("healthy")
+            rows.append(format_html("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                                    gpu.get("index"), gpu.get("name"), link, nvlink,
+                                    "MIG" if topo.get("mig") else "—", found))
+        head = format_html("<tr><th>#</th><th>{}</th><th>PCIe</th><th>NVLink</th><th>MIG</th><th>{}</th></tr>",
+                           gettext("model"), gettext("conditions (rule)"))
+        return format_html("<table>{}{}</table>", head, format_html("".join(["{}"] * len(rows)), *rows))
 
     @admin.action(description=_("New enrolment code (shown once)"))
     def enrolment_code(self, request, queryset):

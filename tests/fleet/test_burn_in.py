@@ -114,7 +114,7 @@ def test_a_record_is_counted_once_only_for_what_was_asked(catalog, gate_on, enro
 
 
 def test_every_lease_end_asks_for_a_new_burn_in_before_the_next_customer(catalog, gate_on, enrol, paid_lease,
-                                                                           settings):
+                                                                           client):
     from inventory.models import BurnIn, GpuSlot, Node
     from inventory.services import slots_release
 
@@ -127,6 +127,9 @@ def test_every_lease_end_asks_for_a_new_burn_in_before_the_next_customer(catalog
     slot = GpuSlot.objects.get(allocations__lease_id=lease.pk, allocations__released_at__isnull=True)
     assert node_of(lease) == node
     assert asked(fake) == []                         # a card in a lease is never tested
+    client.force_login(lease.customer)
+    page = client.get(f"/leases/{lease.pk}/").content.decode()
+    assert "passed a burn-in diagnostic on" in page     # the buyer is told when
     slots_release(lease_id=lease.pk, now=timezone.now())
     slot.refresh_from_db()
     assert slot.burn_in_due
