@@ -18,7 +18,7 @@ from tests.i18n.test_pages import PUBLIC, customer_urls, shop  # noqa: F401 (fix
 # identifiers, shown beside the preset ids) and its inputs' values (all, q_proj) that stay Latin in Chinese product pages (as the Chinese source documents write them).
 ALLOWED = set("""
 GPU GPUs CPU vCPU RAM VRAM NVMe SSD SSH API URL UTC GB TB MB GiB TiB Gbit s h TFLOPS FLOPs FLOPS PFLOPS
-NVIDIA AMD CUDA ROCm NVLink NVSwitch Infinity Fabric PCIe Gen Gen4 Gen5 HGX SXM HBM HBM2e HBM3 HBM3e GDDR6 GDDR6X ECC
+NVIDIA AMD CUDA ROCm NVLink NVSwitch DCGM Infinity Fabric PCIe Gen Gen4 Gen5 HGX SXM HBM HBM2e HBM3 HBM3e GDDR6 GDDR6X ECC
 H100 H200 A100 MI300X L40S RTX A6000 A5000 A40 B200 L4 Ada PCIe
 BTC ETH USDT USDC XMR SOL LTC Bitcoin Ethereum Monero Solana Litecoin
 LoRA QLoRA ZeRO ZeRO-2 ZeRO-3 Adam AdamW FP8 FP16 BF16 bf16 fp16 fp32 int8 bit bits bitsandbytes DeepSpeed FSDP
