@@ -26,6 +26,7 @@ from rental.models import DiskKey, Lease, LeaseState
 
 from .models import Invoice, JobRun, LedgerEntry, PaymentReview, Quote
 from .payments.health import coins_unwell
+from .payments.addresses import wallets_past_gap
 from .payments.services import coins_offered
 from .services import month_start
 
@@ -214,6 +215,7 @@ class Dashboard:
     coins_offered: list[str] = field(default_factory=list)
     coins_unwell: list[tuple[str, str]] = field(default_factory=list)
     payment_reviews: int = 0
+    wallets_past_gap: list[str] = field(default_factory=list)
     wrong_tokens: int = 0
 
     @property
@@ -240,6 +242,9 @@ class Dashboard:
         if self.payment_reviews:
             alerts.append(gettext("%(n)s payment review(s) wait for an operator (held, over the cap, or reversed "
                                   "after settlement)") % {"n": self.payment_reviews})
+        alerts += [gettext("%(coin)s wallet: more unpaid addresses than its gap limit (%(limit)s) past the last paid "
+                           "one; restore it with a larger gap limit to see every payment") %
+                   {"coin": coin, "limit": settings.ADDRESS_GAP_LIMIT} for coin in self.wallets_past_gap]
         if self.wrong_tokens:
             alerts.append(gettext("%(n)s deposit(s) of a token we do not take, to quote addresses, in the last 7 days "
                                   "(audit log: wrong_token_deposit)") % {"n": self.wrong_tokens})
@@ -253,5 +258,6 @@ def dashboard(now: datetime) -> Dashboard:
                      coins_offered=[str(c) for c in coins_offered()],
                      coins_unwell=coins_unwell(now),
                      payment_reviews=PaymentReview.objects.filter(state=PaymentReview.State.OPEN).count(),
+                     wallets_past_gap=wallets_past_gap(),
                      wrong_tokens=AuditEntry.objects.filter(action="wrong_token_deposit",
                                                             at__gte=now - timedelta(days=7)).count())
