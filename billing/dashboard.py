@@ -25,8 +25,8 @@ from inventory.models import AuditEntry, GpuSlot, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
 from .models import Invoice, JobRun, LedgerEntry, PaymentReview, Quote
-from .payments.health import coins_unwell
 from .payments.addresses import wallets_past_gap
+from .payments.health import coins_unwell
 from .payments.services import coins_offered
 from .services import month_start
 

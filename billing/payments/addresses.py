@@ -26,18 +26,13 @@ from .pricing import PaymentError
 log = logging.getLogger("billing.payments")
 
 
-def _wallet_coins(coin: Coin) -> list[str]:
-    wallet = coins_config.wallet_coin(coin)
-    return [str(c) for c in Coin if coins_config.wallet_coin(c) == wallet]
-
-
 def unpaid_addresses(coin: Coin, customer_id: int) -> int:
     """The customer's never-paid addresses past the wallet's last paid index."""
     if coin in (Coin.XMR, Coin.SOL):
         return 0
     wallet = CoinWallet.objects.filter(coin=coins_config.wallet_coin(coin)).values_list(
         "highest_paid_index", flat=True).first()
-    return (Quote.objects.filter(coin__in=_wallet_coins(coin), invoice__customer_id=customer_id,
+    return (Quote.objects.filter(coin__in=coins_config.wallet_coins(coin), invoice__customer_id=customer_id,
                                  derivation_index__gt=-1 if wallet is None else wallet, payments__isnull=True)
             .values("derivation_index").distinct().count())
 

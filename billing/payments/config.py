@@ -75,6 +75,11 @@ def wallet_coin(coin: str) -> str:
     return str(WALLET_OF.get(Coin(coin), Coin(coin)))
 
 
+def wallet_coins(coin: str) -> list[str]:
+    """The coins whose quotes share ``coin``'s receive addresses and counter (ETH, USDT, USDC)."""
+    return [str(c) for c in Coin if wallet_coin(c) == wallet_coin(coin)]
+
+
 def rule(key: str):
     """A payment rule: its one definition is the named setting in rental/settings.py
     ("issue 15"/"issue 27" blocks: environment value or default); read at call time."""

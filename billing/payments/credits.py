@@ -98,8 +98,8 @@ def credit_or_hold(quote: Quote, cents: int, now: datetime, *, kind: str, key: s
 
 
 def review_open(*, quote: Quote, payment: Payment | None, kind: str, amount: int, cents: int | None,
-                now: datetime, clawed_back: int = 0) -> PaymentReview:
-    key = f"{kind}:payment:{payment.pk}" if payment else f"{kind}:quote:{quote.pk}"
+                now: datetime, clawed_back: int = 0, key: str | None = None) -> PaymentReview:
+    key = key or (f"{kind}:payment:{payment.pk}" if payment else f"{kind}:quote:{quote.pk}")
     review, created = PaymentReview.objects.get_or_create(key=key, defaults={
         "quote": quote, "payment": payment, "kind": kind, "amount": amount, "proposed_cents": cents,
         "clawed_back_cents": clawed_back, "created_at": now})
@@ -121,9 +121,10 @@ def payment_review_credit(*, review: PaymentReview, actor, now: datetime) -> Pay
     quote = review.quote
     rate: Decimal | None = None
     cents = review.proposed_cents
+    coin = review.sent_coin or quote.coin  # a misdirected deposit is worth what was sent
     if cents is None:
-        rate = rate_for(Coin(quote.coin), now).usd_per_coin
-        cents = cents_at(int(review.amount), rate, quote.coin)
+        rate = rate_for(Coin(coin), now).usd_per_coin
+        cents = cents_at(int(review.amount), rate, coin)
     if cents <= 0:
         raise PaymentError(gettext("Nothing to credit: the amount is worth less than a cent."))
     ledger_post(customer=quote.invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=cents, now=now,

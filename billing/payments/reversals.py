@@ -74,17 +74,17 @@ def quote_reconcile(quote: Quote, now: datetime) -> int:
     """Post the difference between what the quote put on the balance and what the chain
     still justifies (see the module). Returns the cents posted (negative: taken back)."""
     payments = list(quote.payments.all())
-    if not any(p.state in (PS.REORGED, PS.INVALID) and (p.in_settlement or p.credited_cents) for p in payments):
-        return 0  # nothing that counted ever left: the credits stand as posted
+    taken = -(LedgerEntry.objects.filter(idempotency_key__startswith=f"rec:{quote.pk}:").aggregate(
+        s=Sum("amount_cents"))["s"] or 0)
+    if not taken and not any(p.state in (PS.REORGED, PS.INVALID) and (p.in_settlement or p.credited_cents)
+                             for p in payments):
+        return 0  # nothing that counted left the chain, nothing is owed: the credits stand as posted
     entries = LedgerEntry.objects.filter(quote_entry_keys(quote))
     posted = entries.aggregate(s=Sum("amount_cents"))["s"] or 0
-    taken = -(entries.filter(idempotency_key__startswith=f"rec:{quote.pk}:").aggregate(
-        s=Sum("amount_cents"))["s"] or 0)
     delta = target_cents(quote, payments) - posted
     if delta > 0:
         delta = min(delta, taken)  # give back what reversals took, never more
     if delta == 0:
-        _close_returned(quote, payments, now)
         return 0
     step = entries.filter(idempotency_key__startswith=f"rec:{quote.pk}:").count() + 1
     customer = quote.invoice.customer
@@ -114,12 +114,16 @@ def _alert(quote: Quote, payments: list[Payment], taken: int, now: datetime) -> 
 
 
 def _close_returned(quote: Quote, payments: list[Payment], now: datetime) -> None:
-    """Reviews of reversed payments that are back on the chain and given back: closed."""
+    """Reviews of reversed payments closed once everything taken is given back (the payment
+    is back on the chain, or another filled the settlement in its place)."""
     from .credits import _decide
 
-    back = [p.pk for p in payments if p.state == PS.CONFIRMED]
-    for review in quote.reviews.filter(kind=R.Kind.REVERSED, state=R.State.OPEN, payment_id__in=back):
-        _decide(review, R.State.CLOSED, None, now, "the payment is back on the chain; what was taken is given back")
+    still_taken = LedgerEntry.objects.filter(idempotency_key__startswith=f"rec:{quote.pk}:").aggregate(
+        s=Sum("amount_cents"))["s"] or 0
+    if still_taken < 0:
+        return
+    for review in quote.reviews.filter(kind=R.Kind.REVERSED, state=R.State.OPEN):
+        _decide(review, R.State.CLOSED, None, now, "paid again on the chain; what was taken is given back")
 
 
 # --- the debt and the lease ------------------------------------------------------------------

@@ -53,6 +53,7 @@ from .coins.amounts import usd_cents_to_base_units
 from .coins.base import Coin, DetectedPayment, ScanResult
 from .credits import credit_extra_payment, credit_or_hold, payment_on_time
 from .health import awaiting_watchers, coin_health, coin_health_record
+from .misdirected import misdirected_report
 from .pricing import PaymentError, cents_at, rate_for
 from .reversals import debt_settle, quote_reconcile, settled_note, settlement_units
 
@@ -191,7 +192,8 @@ def payments_apply_scan(*, coin: str, scan: ScanResult, now: datetime) -> ApplyR
         _apply_to_quote(quote_id, by_quote.get(quote_id, []), reorged.get(quote_id, []), dropped.get(quote_id, []),
                         required, now)
     for p in unknown:
-        log.warning("%s payment %s:%d to %s matches no quote", coin, p.txid, p.output_index, p.address)
+        if not misdirected_report(coin=coin, payment=p, required=required, now=now):
+            log.warning("%s payment %s:%d to %s matches no quote", coin, p.txid, p.output_index, p.address)
     for deposit in scan.foreign:
         _report_wrong_token(coin, deposit)
     return ApplyResult(touched, unknown)
@@ -494,8 +496,10 @@ def watch_set(coin: Coin, now: datetime):
     """What the watcher looks for: open quotes, plus quotes closed within LATE_PAYMENT_WATCH_DAYS
     (late payments and overpayments are still credited)."""
     recent = now - coins_config.late_watch()
-    quotes = Quote.objects.filter(coin=coin).filter(Q(state__in=OPEN_QUOTE_STATES) | Q(expires_at__gte=recent)
-                                                    | Q(settled_at__gte=recent))
+    # every quote address of the wallet: money in the wrong coin is reported (``misdirected``)
+    coins = coins_config.wallet_coins(coin)
+    quotes = Quote.objects.filter(coin__in=coins).filter(Q(state__in=OPEN_QUOTE_STATES) | Q(expires_at__gte=recent)
+                                                         | Q(settled_at__gte=recent))
     if coin is Coin.SOL:
         return set(quotes.values_list("reference", flat=True))
     if coin is Coin.XMR:
