@@ -15,7 +15,6 @@ from django.db.models import (
     OuterRef,
     Q,
     Subquery,
-    Sum,
     Value,
     When,
 )
@@ -24,10 +23,11 @@ from django.utils.translation import gettext
 from inventory.models import AuditEntry, GpuSlot, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
-from .models import Invoice, JobRun, LedgerEntry, PaymentReview, Quote
+from .models import Invoice, JobRun, PaymentReview, Quote
 from .payments.addresses import wallets_past_gap
 from .payments.health import coins_unwell
 from .payments.services import coins_offered
+from .revenue import revenue_between
 from .services import month_start
 
 S = LeaseState
@@ -77,17 +77,10 @@ def capacity(now: datetime | None = None) -> list[CapacityRow]:
 
 
 def revenue_this_month(now: datetime) -> dict:
-    """Invoices paid this calendar month (UTC), top-ups excluded (they are not revenue), and
-    the same month's refunds and SLA credits to balances: net is what the month really earned."""
+    """This calendar month (UTC), from the ledger (``billing.revenue``): what balances spent
+    (storage included) and invoices paid from outside, minus refunds and SLA credits."""
     since = month_start(now)
-    agg = (Invoice.objects.filter(state=Invoice.State.PAID, paid_at__gte=since, paid_at__lte=now)
-           .exclude(kind=Invoice.Kind.TOPUP).aggregate(cents=Sum("amount_cents"), invoices=Count("pk")))
-    K = LedgerEntry.Kind
-    given_back = LedgerEntry.objects.filter(at__gte=since, at__lte=now).aggregate(
-        refunds=Sum("amount_cents", filter=Q(kind=K.REFUND)), credits=Sum("amount_cents", filter=Q(kind=K.SLA_CREDIT)))
-    gross, refunds, credits = agg["cents"] or 0, given_back["refunds"] or 0, given_back["credits"] or 0
-    return {"cents": gross, "invoices": agg["invoices"], "since": since, "refunds_cents": refunds,
-            "sla_credits_cents": credits, "net_cents": gross - refunds - credits}
+    return {**revenue_between(since, now), "since": since}
 
 
 def renewals_due(now: datetime) -> dict:
