@@ -76,6 +76,7 @@ class Invoice(models.Model):
     note = models.CharField(max_length=300, blank=True)
     flag = models.CharField(max_length=40, blank=True, db_index=True,
                             help_text="Set when a payment that paid it was reversed (operators decide)")
+    flagged_at = models.DateTimeField(null=True, blank=True, help_text="When the payment that paid it was reversed")
 
     class Meta:
         ordering = ["-created_at", "-id"]

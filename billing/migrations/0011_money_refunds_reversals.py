@@ -3,6 +3,7 @@
 from django.conf import settings
 from django.db import migrations, models
 from django.db.models import F
+from django.utils import timezone
 
 
 def backfill(apps, schema_editor):
@@ -11,6 +12,7 @@ def backfill(apps, schema_editor):
     Invoice = apps.get_model("billing", "Invoice")
     Payment = apps.get_model("billing", "Payment")
     Invoice.objects.filter(refunded_at__isnull=False).update(refunded_cents=F("amount_cents"))
+    Invoice.objects.filter(flag="payment_reversed").update(flagged_at=timezone.now())
     Payment.objects.filter(quote__state="settled", first_seen_at__lte=F("quote__expires_at"),
                            confirmed_at__lte=F("quote__settled_at")).update(in_settlement=True)
 
@@ -32,6 +34,11 @@ class Migration(migrations.Migration):
             model_name='invoice',
             name='refunded_cents',
             field=models.PositiveIntegerField(default=0, help_text='Refunded so far, by every path together'),
+        ),
+        migrations.AddField(
+            model_name='invoice',
+            name='flagged_at',
+            field=models.DateTimeField(blank=True, help_text='When the payment that paid it was reversed', null=True),
         ),
         migrations.AddField(
             model_name='payment',

@@ -23,14 +23,14 @@ import logging
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Min, Q, Sum
+from django.db.models import Sum
 
 from inventory.services import audit_record
 from rental import services as rental
 from rental.lifecycle import BATCH, Transition
 from rental.models import LeaseEvent, LeaseState
 
-from ..models import Account, Invoice, LedgerEntry, Payment, PaymentReview, Quote
+from ..models import Account, Invoice, LatePaymentClaim, LedgerEntry, Payment, PaymentReview, Quote
 from ..services import ledger_post
 from . import config
 from .credits import quote_entry_keys, review_open
@@ -82,8 +82,8 @@ def quote_reconcile(quote: Quote, now: datetime) -> int:
     entries = LedgerEntry.objects.filter(quote_entry_keys(quote))
     posted = entries.aggregate(s=Sum("amount_cents"))["s"] or 0
     delta = target_cents(quote, payments) - posted
-    if delta > 0:
-        delta = min(delta, taken)  # give back what reversals took, never more
+    if delta > 0:  # give back what reversals took, never more — less what an operator forgave meanwhile
+        delta = min(delta, taken - _forgiven_cents(quote))
     if delta == 0:
         return 0
     step = entries.filter(idempotency_key__startswith=f"rec:{quote.pk}:").count() + 1
@@ -101,14 +101,25 @@ def quote_reconcile(quote: Quote, now: datetime) -> int:
     return delta
 
 
+def _forgiven_cents(quote: Quote) -> int:
+    """What operators credited on the quote's reversal reviews (the debt they forgave)."""
+    keys = [f"review:{pk}" for pk in quote.reviews.filter(kind=R.Kind.REVERSED, state=R.State.CREDITED)
+            .values_list("pk", flat=True)]
+    return LedgerEntry.objects.filter(idempotency_key__in=keys).aggregate(s=Sum("amount_cents"))["s"] or 0 if keys else 0
+
+
 def _alert(quote: Quote, payments: list[Payment], taken: int, now: datetime) -> None:
     log.error("quote #%s: a payment left the chain after it counted; %s cents taken back", quote.pk, taken)
     for p in payments:
         if p.state in (PS.REORGED, PS.INVALID) and (p.in_settlement or p.credited_cents):
             review_open(quote=quote, payment=p, kind=R.Kind.REVERSED, amount=int(p.amount), cents=taken, now=now,
                         clawed_back=taken)
+    paid = []
     if any(p.in_settlement and p.state in (PS.REORGED, PS.INVALID) for p in payments):  # it paid the invoice
-        Invoice.objects.filter(pk=quote.invoice_id).update(flag=REVERSED_FLAG)
+        paid.append(quote.invoice_id)
+    # a late payment the customer used to buy the order (late.py): that invoice waits for the money too
+    paid += LatePaymentClaim.objects.filter(quote=quote).values_list("invoice_id", flat=True)
+    Invoice.objects.filter(pk__in=paid).exclude(flag=REVERSED_FLAG).update(flag=REVERSED_FLAG, flagged_at=now)
     audit_record(actor=None, action="payment_reversed", obj=quote.invoice,
                  detail={"quote": quote.pk, "taken_cents": taken})
 
@@ -161,8 +172,8 @@ def sweep_reversed_payments(now: datetime, limit: int = BATCH) -> list[Transitio
         if debt_settle(customer_id=customer_id, now=now):
             done.append(Transition(None, f"reversed payments of customer #{customer_id} paid again"))
     since = now - config.reversal_grace()
-    due = (flagged.filter(lease__state=LeaseState.ACTIVE, customer__billing_account__balance_cents__lt=0)
-           .annotate(reversed_at=Min("quotes__reviews__created_at", filter=Q(quotes__reviews__kind=R.Kind.REVERSED))).filter(reversed_at__lte=since))
+    due = flagged.filter(lease__state=LeaseState.ACTIVE, customer__billing_account__balance_cents__lt=0,
+                         flagged_at__lte=since)
     for invoice in due[:limit]:
         if rental.lease_suspend(lease_id=invoice.lease_id, now=now, reason=SUSPEND_REASON, force=True):
             done.append(Transition(invoice.lease_id, f"suspended: invoice #{invoice.pk}'s payment was reversed"))
