@@ -15,7 +15,6 @@ from django.db.models import (
     OuterRef,
     Q,
     Subquery,
-    Sum,
     Value,
     When,
 )
@@ -24,9 +23,11 @@ from django.utils.translation import gettext
 from inventory.models import AuditEntry, GpuSlot, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
-from .models import Invoice, JobRun, LedgerEntry, PaymentReview, Quote
+from .models import Invoice, JobRun, PaymentReview, Quote
+from .payments.addresses import wallets_past_gap
 from .payments.health import coins_unwell
 from .payments.services import coins_offered
+from .revenue import revenue_between
 from .services import month_start
 
 S = LeaseState
@@ -76,17 +77,10 @@ def capacity(now: datetime | None = None) -> list[CapacityRow]:
 
 
 def revenue_this_month(now: datetime) -> dict:
-    """Invoices paid this calendar month (UTC), top-ups excluded (they are not revenue), and
-    the same month's refunds and SLA credits to balances: net is what the month really earned."""
+    """This calendar month (UTC), from the ledger (``billing.revenue``): what balances spent
+    (storage included) and invoices paid from outside, minus refunds and SLA credits."""
     since = month_start(now)
-    agg = (Invoice.objects.filter(state=Invoice.State.PAID, paid_at__gte=since, paid_at__lte=now)
-           .exclude(kind=Invoice.Kind.TOPUP).aggregate(cents=Sum("amount_cents"), invoices=Count("pk")))
-    K = LedgerEntry.Kind
-    given_back = LedgerEntry.objects.filter(at__gte=since, at__lte=now).aggregate(
-        refunds=Sum("amount_cents", filter=Q(kind=K.REFUND)), credits=Sum("amount_cents", filter=Q(kind=K.SLA_CREDIT)))
-    gross, refunds, credits = agg["cents"] or 0, given_back["refunds"] or 0, given_back["credits"] or 0
-    return {"cents": gross, "invoices": agg["invoices"], "since": since, "refunds_cents": refunds,
-            "sla_credits_cents": credits, "net_cents": gross - refunds - credits}
+    return {**revenue_between(since, now), "since": since}
 
 
 def renewals_due(now: datetime) -> dict:
@@ -214,6 +208,7 @@ class Dashboard:
     coins_offered: list[str] = field(default_factory=list)
     coins_unwell: list[tuple[str, str]] = field(default_factory=list)
     payment_reviews: int = 0
+    wallets_past_gap: list[str] = field(default_factory=list)
     wrong_tokens: int = 0
 
     @property
@@ -240,6 +235,9 @@ class Dashboard:
         if self.payment_reviews:
             alerts.append(gettext("%(n)s payment review(s) wait for an operator (held, over the cap, or reversed "
                                   "after settlement)") % {"n": self.payment_reviews})
+        alerts += [gettext("%(coin)s wallet: more unpaid addresses than its gap limit (%(limit)s) past the last paid "
+                           "one; restore it with a larger gap limit to see every payment") %
+                   {"coin": coin, "limit": settings.ADDRESS_GAP_LIMIT} for coin in self.wallets_past_gap]
         if self.wrong_tokens:
             alerts.append(gettext("%(n)s deposit(s) of a token we do not take, to quote addresses, in the last 7 days "
                                   "(audit log: wrong_token_deposit)") % {"n": self.wrong_tokens})
@@ -253,5 +251,6 @@ def dashboard(now: datetime) -> Dashboard:
                      coins_offered=[str(c) for c in coins_offered()],
                      coins_unwell=coins_unwell(now),
                      payment_reviews=PaymentReview.objects.filter(state=PaymentReview.State.OPEN).count(),
+                     wallets_past_gap=wallets_past_gap(),
                      wrong_tokens=AuditEntry.objects.filter(action="wrong_token_deposit",
                                                             at__gte=now - timedelta(days=7)).count())

@@ -1,5 +1,6 @@
 """CSV exports for accounting: leases (running during the period), invoices (created in
-it) and payments (first seen in it). Streamed row by row with csv.writer, amounts in
+it), payments (first seen in it) and the balance ledger (every entry made in it, with its
+share of revenue: issue 27, ``billing.revenue``). Streamed row by row with csv.writer, amounts in
 integer cents and in USD (exact, two decimals); coin amounts in base units and in coin.
 Served by the admin view /admin/ops/exports/, to staff with the view permission of what
 is exported. Cells are escaped against formula injection (a spreadsheet runs a cell that
@@ -20,10 +21,11 @@ from django.utils.translation import gettext_lazy as _
 from rental.api import usd as decimal_usd
 from rental.models import Lease
 
-from .models import Invoice, Payment
+from .models import Invoice, LedgerEntry, Payment
 from .payments.coins.amounts import format_amount
 from .payments.coins.base import Coin
 from .payments.services import to_usd_cents
+from .revenue import entry_revenue_cents
 
 
 def usd(cents: int | None) -> str:
@@ -69,10 +71,22 @@ def payment_rows(start: datetime, end: datetime):
                p.quote.rate_usd_per_coin, cents, usd(cents), iso(p.first_seen_at), iso(p.confirmed_at)]
 
 
-EXPORTS = {"leases": lease_rows, "invoices": invoice_rows, "payments": payment_rows}
+def ledger_rows(start: datetime, end: datetime):
+    yield ["entry_id", "at", "customer", "kind", "amount_cents", "amount_usd", "balance_after_cents",
+           "revenue_cents", "revenue_usd", "invoice_id", "actor", "memo", "key"]
+    entries = (LedgerEntry.objects.filter(at__gte=start, at__lt=end).select_related("account__customer", "actor")
+               .order_by("at", "pk"))
+    for e in entries.iterator(chunk_size=500):
+        revenue = entry_revenue_cents(e)
+        yield [e.pk, iso(e.at), e.account.customer.username, e.kind, e.amount_cents, usd(e.amount_cents),
+               e.balance_after_cents, revenue, usd(revenue), e.invoice_id or "",
+               e.actor.username if e.actor_id else "", e.memo, e.idempotency_key or ""]
+
+
+EXPORTS = {"leases": lease_rows, "invoices": invoice_rows, "payments": payment_rows, "ledger": ledger_rows}
 # Who may download what: the model's view permission (superusers have all).
 EXPORT_PERMISSIONS = {"leases": "rental.view_lease", "invoices": "billing.view_invoice",
-                      "payments": "billing.view_payment"}
+                      "payments": "billing.view_payment", "ledger": "billing.view_ledgerentry"}
 EARLIEST, LATEST = date(2000, 1, 1), date(2999, 12, 31)
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 PLAIN_NUMBER = re.compile(r"^-?\d+(\.\d+)?$")

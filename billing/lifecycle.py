@@ -16,13 +16,19 @@ from rental.notices import sweep_state_notices
 from .locks import exclusive
 from .models import Invoice
 from .ops import sweep_storage
+from .payments import health as payments_health
+from .payments import reversals as payments_reversals
 from .payments import services as payments
 from .services import lease_fail_and_refund, order_invoice_expire, renewal_invoice_create
 
 
 def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
+    # issue 27: not while a coin watcher has yet to scan past the deadline (a payment the
+    # chain dates on time wins over this sweep, whichever runs first after an outage)
+    waiting = Invoice.objects.filter(payments_health.awaiting_watchers(
+        now, coin_field="quotes__coin", deadline_field="expires_at")).values("pk")
     due = (Invoice.objects.filter(kind=Invoice.Kind.ORDER, state=Invoice.State.OPEN, expires_at__lte=now)
-           .order_by("expires_at")[:limit])
+           .exclude(pk__in=waiting).order_by("expires_at")[:limit])
     return [Transition(inv.lease_id, f"order invoice #{inv.pk} expired → cancelled")
             for inv in due if order_invoice_expire(invoice=inv, now=now)]
 
@@ -81,6 +87,7 @@ SWEEPS = [
     ("suspend", rental_sweeps.sweep_suspend),
     ("release", rental_sweeps.sweep_release),
     ("void_dead_renewals", sweep_void_dead_renewals),
+    ("reversed_payments", payments_reversals.sweep_reversed_payments),
     ("state_notices", sweep_state_notices),
     ("storage", sweep_storage),
     ("key_destruction", rental_sweeps.sweep_key_destruction),

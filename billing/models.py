@@ -1,5 +1,7 @@
 """Money. USD in integer cents; a customer's balance is an append-only ledger whose
-running total is cached on Account under a row lock (never below zero)."""
+running total is cached on Account under a row lock. Spending never takes it below zero;
+only taking back a payment that left the chain may (issue 27: the debt is recovered from
+the next credit, ``billing.payments.reversals``)."""
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -8,10 +10,7 @@ from django.utils.translation import gettext_lazy as _
 
 class Account(models.Model):
     customer = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="billing_account")
-    balance_cents = models.BigIntegerField(default=0)
-
-    class Meta:
-        constraints = [models.CheckConstraint(condition=Q(balance_cents__gte=0), name="balance_never_negative")]
+    balance_cents = models.BigIntegerField(default=0, help_text="Negative only while a reversed payment is owed")
 
     def __str__(self) -> str:
         return f"account of {self.customer}"
@@ -28,6 +27,7 @@ class LedgerEntry(models.Model):
         EXCESS_PAYMENT = "excess_payment", _("overpayment credited")
         ADJUSTMENT = "adjustment", _("operator adjustment")
         CLAWBACK = "clawback", _("reversed payment taken back")
+        RESTORED = "restored", _("reversed payment back on chain")
 
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="entries")
     at = models.DateTimeField(db_index=True)
@@ -70,17 +70,22 @@ class Invoice(models.Model):
     paid_at = models.DateTimeField(null=True, blank=True)
     paid_via = models.CharField(max_length=20, blank=True, help_text="balance, manual, or a coin")
     refunded_at = models.DateTimeField(null=True, blank=True, help_text="Paid, then refunded to the balance")
+    refunded_cents = models.PositiveIntegerField(default=0, help_text="Refunded so far, by every path together")
     settled_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     note = models.CharField(max_length=300, blank=True)
     flag = models.CharField(max_length=40, blank=True, db_index=True,
                             help_text="Set when a payment that paid it was reversed (operators decide)")
+    flagged_at = models.DateTimeField(null=True, blank=True, help_text="When the payment that paid it was reversed")
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["customer", "-created_at"])]
         constraints = [
             models.CheckConstraint(condition=Q(amount_cents__gt=0), name="invoice_amount_positive"),
+            # issue 27: one refundable amount per invoice, whichever path refunds it
+            models.CheckConstraint(condition=Q(refunded_cents__lte=models.F("amount_cents")),
+                                   name="invoice_refunded_at_most_once"),
             models.UniqueConstraint(fields=["lease", "term_start"], condition=Q(kind="renewal"),
                                     name="one_renewal_invoice_per_term"),
             models.UniqueConstraint(fields=["lease"], condition=Q(kind="order"), name="one_order_invoice_per_lease"),
@@ -235,6 +240,8 @@ class Payment(models.Model):
     invalid_reason = models.CharField(max_length=40, blank=True)
     credited_cents = models.BigIntegerField(null=True, blank=True,
                                             help_text="Put on the balance on its own (late or extra payment)")
+    in_settlement = models.BooleanField(default=False,
+                                        help_text="Counted in its quote's settlement (paid the invoice)")
     credit_rate = models.DecimalField(max_digits=20, decimal_places=8, null=True, blank=True,
                                       help_text="USD per coin it was credited at")
 
@@ -255,6 +262,8 @@ class WatcherCursor(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     last_ok_at = models.DateTimeField(null=True, blank=True)
     tip_time = models.DateTimeField(null=True, blank=True, help_text="Time of the node's best block")
+    scanned_to = models.DateTimeField(null=True, blank=True,
+                                      help_text="Last pass that reached the node's tip: payments until then are seen")
     last_error = models.CharField(max_length=300, blank=True)
 
 
@@ -268,6 +277,7 @@ class PaymentReview(models.Model):
         NO_RATE = "no_rate", _("paid late, no fresh rate")
         OVER_CAP = "over_cap", _("over the automatic credit cap")
         REVERSED = "reversed", _("reversed after settlement")
+        MISDIRECTED = "misdirected", _("sent in another coin than quoted")
 
     class State(models.TextChoices):
         OPEN = "open", _("waiting for an operator")
@@ -277,9 +287,11 @@ class PaymentReview(models.Model):
     key = models.CharField(max_length=60, unique=True)
     quote = models.ForeignKey(Quote, on_delete=models.PROTECT, related_name="reviews")
     payment = models.ForeignKey(Payment, null=True, blank=True, on_delete=models.PROTECT, related_name="reviews")
-    kind = models.CharField(max_length=10, choices=Kind.choices)
+    kind = models.CharField(max_length=12, choices=Kind.choices)
     state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN, db_index=True)
     amount = base_units_field(help_text="Base units concerned")
+    sent_coin = models.CharField(max_length=5, blank=True, help_text="Misdirected: the coin actually sent")
+    txid = models.CharField(max_length=128, blank=True, help_text="Misdirected: the transaction")
     proposed_cents = models.BigIntegerField(null=True, blank=True,
                                             help_text="Credit at the rate when it confirmed (none: no fresh rate)")
     clawed_back_cents = models.BigIntegerField(default=0, help_text="Reversed: unspent credit taken back")

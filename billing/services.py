@@ -41,7 +41,10 @@ class RefundLimitReached(BillingError):
 
 
 def payment_window() -> timedelta:
-    return timedelta(minutes=getattr(settings, "PAYMENT_WINDOW_MINUTES", 30))
+    """The standard window (one definition: ``billing.payments.config.quote_window``)."""
+    from .payments.config import quote_window
+
+    return quote_window()
 
 
 def has_paid_history(customer: User) -> bool:
@@ -107,15 +110,17 @@ def account_for(customer: User) -> Account:
 
 @transaction.atomic
 def ledger_post(*, customer: User, kind: str, amount_cents: int, now: datetime, invoice=None, actor=None,
-                memo: str = "", idempotency_key: str | None = None) -> LedgerEntry | None:
+                memo: str = "", idempotency_key: str | None = None, allow_negative: bool = False
+                ) -> LedgerEntry | None:
     """Append one entry under the account's row lock. With an idempotency key, a repeat is
-    a no-op (returns None). Raises InsufficientBalance rather than going below zero."""
+    a no-op (returns None). Raises InsufficientBalance rather than going below zero — except
+    ``allow_negative`` (taking back a payment that left the chain: the customer owes it)."""
     account_for(customer)
     account = Account.objects.select_for_update().get(customer=customer)
     if idempotency_key and LedgerEntry.objects.filter(idempotency_key=idempotency_key).exists():
         return None
     new_balance = account.balance_cents + amount_cents
-    if new_balance < 0:
+    if new_balance < 0 and amount_cents < 0 and not allow_negative:
         raise InsufficientBalance(
             _("Balance %(balance)s does not cover %(amount)s.")
             % {"balance": format_usd(account.balance_cents), "amount": format_usd(-amount_cents)})
@@ -261,12 +266,46 @@ def refunds_left(customer: User, now: datetime | None = None) -> int:
     return max(0, settings.REFUNDS_PER_MONTH - used)
 
 
+def refundable_cents(invoice: Invoice) -> int:
+    """What is left to refund of an invoice: one amount per invoice, whichever path refunds
+    it (the customer's "Cancel and refund", an operator's refund from the customer desk, a
+    lease that failed to provision). Only paid orders and renewals are refundable."""
+    if invoice.state != Invoice.State.PAID or invoice.kind == Invoice.Kind.TOPUP:
+        return 0
+    return max(0, invoice.amount_cents - invoice.refunded_cents)
+
+
+def invoices_refund_claim(*, invoices, now: datetime, cents: int | None = None) -> tuple[int, list[Invoice]]:
+    """Take what is left to refund of these invoices (all of it, or at most ``cents``) under
+    their row locks, and record it on them; the caller posts the one ledger entry. The
+    database refuses more than the invoice's amount (``invoice_refunded_at_most_once``), so
+    two refund paths racing cannot both pay it out. Returns (cents taken, invoices touched)."""
+    taken, touched = 0, []
+    for invoice in Invoice.objects.select_for_update().filter(pk__in=[i.pk for i in invoices]).order_by("pk"):
+        part = refundable_cents(invoice)
+        if cents is not None:
+            part = min(part, cents - taken)
+        if part <= 0:
+            continue
+        Invoice.objects.filter(pk=invoice.pk).update(refunded_cents=F("refunded_cents") + part, refunded_at=now)
+        invoice.refunded_cents += part
+        taken += part
+        touched.append(invoice)
+    return taken, touched
+
+
+def _refund_key(prefix: str, touched: list[Invoice]) -> str:
+    """Unique per refund step: each invoice's refunded total after it."""
+    return f"{prefix}:" + ",".join(f"{i.pk}={i.refunded_cents}" for i in touched)
+
+
 @transaction.atomic
 def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> int:
     """Before `lease.refund_until` (LEASE_REFUND_WINDOW_MINUTES after the order), no questions
-    asked: cancelled, slots freed, key destroyed, what was paid back to the balance. A
-    customer gets REFUNDS_PER_MONTH such refunds of money a month (the account row lock makes
-    two at once count as two); every refund is audited. Returns the cents refunded."""
+    asked: cancelled, slots freed, key destroyed, what was paid and not refunded yet back to
+    the balance. A customer gets REFUNDS_PER_MONTH such refunds of money a month (the account
+    row lock makes two at once count as two); every refund is audited. Returns the cents
+    refunded."""
     now = now or timezone.now()
     lease = Lease.objects.select_for_update().get(pk=lease.pk)
     if lease.customer_id != actor.pk and not actor.is_staff:
@@ -276,8 +315,10 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
                            % {"minutes": settings.LEASE_REFUND_WINDOW_MINUTES})
     if lease.state not in (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE):
         raise BillingError(_("A lease that is %(state)s cannot be refunded.") % {"state": lease.get_state_display()})
-    paid = Invoice.objects.filter(lease=lease, state=Invoice.State.PAID).exclude(kind=Invoice.Kind.TOPUP)
-    amount = sum(paid.values_list("amount_cents", flat=True))
+    # invoices before the account: the customer desk's refund locks in that order too
+    paid = list(Invoice.objects.select_for_update().filter(lease=lease, state=Invoice.State.PAID)
+                .exclude(kind=Invoice.Kind.TOPUP).order_by("pk"))
+    amount = sum(refundable_cents(i) for i in paid)
     by_customer = actor.pk == lease.customer_id
     if amount and by_customer:
         account_for(lease.customer)
@@ -286,16 +327,18 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
             raise RefundLimitReached(
                 _("You have used your %(n)d no-questions refund(s) this month; contact support instead.")
                 % {"n": settings.REFUNDS_PER_MONTH})
-    paid.update(refunded_at=now)
+    amount, touched = invoices_refund_claim(invoices=paid, now=now)
     Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID, note="refunded")
     rental.lease_cancel(lease_id=lease.pk, now=now, actor=actor, reason="refund within the refund window",
                         from_states=[LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE])
     if amount:
         ledger_post(customer=lease.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=amount, now=now,
-                    actor=actor, memo=f"refund of lease #{lease.pk}", idempotency_key=f"refund:{lease.pk}")
+                    invoice=touched[0], actor=actor, memo=f"refund of lease #{lease.pk}",
+                    idempotency_key=_refund_key("refund", touched))
     used_seconds = max(0, (now - lease.started_at).total_seconds()) if lease.started_at else 0
     audit_record(actor=actor, action="lease_refund", obj=lease,
-                 detail={"amount_cents": amount, "by_customer": by_customer, "used_minutes": int(used_seconds // 60)})
+                 detail={"amount_cents": amount, "by_customer": by_customer, "used_minutes": int(used_seconds // 60),
+                         "invoices": [i.pk for i in touched]})
     return amount
 
 
@@ -308,12 +351,13 @@ def lease_fail_and_refund(*, lease: Lease, now: datetime) -> int | None:
                                                                   "deadline"):
         return None
     paid = Invoice.objects.filter(lease=lease, state=Invoice.State.PAID).exclude(kind=Invoice.Kind.TOPUP)
-    amount = sum(paid.values_list("amount_cents", flat=True))
+    amount, touched = invoices_refund_claim(invoices=list(paid), now=now)
     Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID,
                                                                         note="lease failed to provision")
     if amount:
         ledger_post(customer=lease.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=amount, now=now,
-                    memo=f"lease #{lease.pk} could not be provisioned", idempotency_key=f"failed:{lease.pk}")
+                    invoice=touched[0], memo=f"lease #{lease.pk} could not be provisioned",
+                    idempotency_key=_refund_key("failed", touched))
     args = {"id": lease.pk, "offer": lease.offer, "amount": format_usd(amount),
             "minutes": int(settings.NODE_PROVISIONING_DEADLINE.total_seconds() // 60)}
     with rental.customer_language(lease.customer):

@@ -140,7 +140,7 @@ def invoice_list(request):
 def invoice_detail(request, invoice_id: int):
     invoice = get_object_or_404(customer_invoices(request.user).prefetch_related("lines"), pk=invoice_id)
     balance = account_for(request.user).balance_cents
-    coins = coin_choices()
+    coins = coin_choices(request.user)
     context = {"invoice": invoice, "balance_cents": balance, "coins": coins,
                "coin_codes": ", ".join(c.code for c in coins),
                "can_pay_from_balance": invoice.state == Invoice.State.OPEN and invoice.kind != Invoice.Kind.TOPUP

@@ -375,6 +375,21 @@ QUOTES_PER_CUSTOMER_PER_HOUR = int(os.environ.get("QUOTES_PER_CUSTOMER_PER_HOUR"
 # hand-set rate stays). Empty: rates are set by hand only.
 PRICE_SOURCES = os.environ.get("PRICE_SOURCES", "")
 PRICE_SOURCES_MIN = int(os.environ.get("PRICE_SOURCES_MIN", "1"))
+# --- issue 27: every payment rule defined here once (billing.payments.config reads these) ---
+UNDERPAYMENT_TOLERANCE_BPS = int(os.environ.get("UNDERPAYMENT_TOLERANCE_BPS", "0"))
+RATE_MAX_AGE_MINUTES = int(os.environ.get("RATE_MAX_AGE_MINUTES", "15"))
+PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES = int(os.environ.get("PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES", "120"))
+LATE_PAYMENT_WATCH_DAYS = int(os.environ.get("LATE_PAYMENT_WATCH_DAYS", "7"))
+ADDRESS_GAP_LIMIT = int(os.environ.get("ADDRESS_GAP_LIMIT", "20"))
+# Never-paid receive addresses one customer may hold past a wallet's last paid one (the gap
+# limit is then warned about to the operator, never a reason to refuse everybody).
+ADDRESSES_UNPAID_PER_CUSTOMER = int(os.environ.get("ADDRESSES_UNPAID_PER_CUSTOMER", "5"))
+# A lease whose payment was reversed on its chain keeps running this long while the
+# customer's balance is negative; then it is suspended until the debt is paid.
+PAYMENT_REVERSAL_GRACE_MINUTES = int(os.environ.get("PAYMENT_REVERSAL_GRACE_MINUTES", "30"))
+# The expiry sweeps wait at most this long for a coin watcher that has not scanned past an
+# order's deadline, so a payment the chain dates on time wins over the sweep.
+PAYMENT_WATCHER_LAG_MAX_MINUTES = int(os.environ.get("PAYMENT_WATCHER_LAG_MAX_MINUTES", "360"))
 HOST_AGENT_FAKE_DELAY = int(os.environ.get("HOST_AGENT_FAKE_DELAY", "180"))
 # A lease still provisioning this long after payment fails: slots freed, refunded to the balance.
 NODE_PROVISIONING_DEADLINE = timedelta(minutes=int(os.environ.get("NODE_PROVISIONING_DEADLINE_MINUTES", "15")))

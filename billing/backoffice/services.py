@@ -9,7 +9,7 @@ from django.utils.translation import gettext as _
 from inventory.services import audit_record
 
 from ..models import Invoice, LedgerEntry
-from ..services import BillingError, ledger_post
+from ..services import BillingError, invoices_refund_claim, ledger_post
 
 
 def _need_reason(reason: str) -> str:
@@ -32,19 +32,24 @@ def balance_adjust(*, customer: User, amount_cents: int, actor: User, reason: st
 
 
 @transaction.atomic
-def invoice_refund_to_balance(*, invoice: Invoice, actor: User, reason: str, now: datetime) -> LedgerEntry:
-    """Return a paid invoice's amount to the customer's balance, once per invoice. The lease
-    itself is not touched (suspend or release it from its own page if that is wanted)."""
+def invoice_refund_to_balance(*, invoice: Invoice, actor: User, reason: str, now: datetime,
+                              cents: int | None = None) -> LedgerEntry:
+    """Return what is left to refund of a paid invoice (all of it, or ``cents``) to the
+    customer's balance; what any other path refunded already (the customer's "Cancel and
+    refund", a failed provisioning) is not refunded again. The lease itself is not touched
+    (suspend or release it from its own page if that is wanted)."""
     reason = _need_reason(reason)
     invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
     if invoice.state != Invoice.State.PAID or invoice.kind == Invoice.Kind.TOPUP:
         raise BillingError(_("Only a paid order or renewal invoice can be refunded to the balance."))
-    if invoice.refunded_at:
+    if cents is not None and cents <= 0:
+        raise BillingError(_("A refund must be a positive amount."))
+    taken, touched = invoices_refund_claim(invoices=[invoice], now=now, cents=cents)
+    if not taken:
         raise BillingError(_("Invoice #%(id)s was already refunded.") % {"id": invoice.pk})
-    entry = ledger_post(customer=invoice.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=invoice.amount_cents,
+    entry = ledger_post(customer=invoice.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=taken,
                         now=now, invoice=invoice, actor=actor, memo=reason,
-                        idempotency_key=f"refund:invoice:{invoice.pk}")
-    Invoice.objects.filter(pk=invoice.pk).update(refunded_at=now)
+                        idempotency_key=f"refund:invoice:{invoice.pk}={touched[0].refunded_cents}")
     audit_record(actor=actor, action="invoice_refunded", obj=invoice,
-                 detail={"amount_cents": invoice.amount_cents, "reason": reason})
+                 detail={"amount_cents": taken, "reason": reason, "refunded_cents": touched[0].refunded_cents})
     return entry

@@ -31,6 +31,8 @@ class AdjustForm(forms.Form):
 
 class RefundForm(forms.Form):
     invoice = forms.IntegerField(label=gettext_lazy("Invoice #"), min_value=1)
+    amount = forms.DecimalField(label=gettext_lazy("Amount (USD; empty: all that is not refunded yet)"),
+                                max_digits=12, decimal_places=2, min_value=Decimal("0.01"), required=False)
     reason = forms.CharField(label=gettext_lazy("Reason"), max_length=200)
 
 
@@ -89,8 +91,9 @@ def _handle_money_action(request, customer):
             if invoice is None:
                 refund.add_error("invoice", _("This customer has no such invoice."))
                 return adjust, refund, False
+            amount = refund.cleaned_data.get("amount")
             invoice_refund_to_balance(invoice=invoice, actor=request.user, reason=refund.cleaned_data["reason"],
-                                      now=now)
+                                      now=now, cents=None if amount is None else _cents(amount))
         else:
             return adjust, refund, False
     except BillingError as exc:

@@ -75,69 +75,104 @@ def wallet_coin(coin: str) -> str:
     return str(WALLET_OF.get(Coin(coin), Coin(coin)))
 
 
+def wallet_coins(coin: str) -> list[str]:
+    """The coins whose quotes share ``coin``'s receive addresses and counter (ETH, USDT, USDC)."""
+    return [str(c) for c in Coin if wallet_coin(c) == wallet_coin(coin)]
+
+
+def rule(key: str):
+    """A payment rule: its one definition is the named setting in rental/settings.py
+    ("issue 15"/"issue 27" blocks: environment value or default); read at call time."""
+    return getattr(settings, key)
+
+
+def _minutes(key: str) -> timedelta:
+    return timedelta(minutes=int(rule(key)))
+
+
 def tolerance_bps() -> int:
-    return int(setting("UNDERPAYMENT_TOLERANCE_BPS", 0))
+    return int(rule("UNDERPAYMENT_TOLERANCE_BPS"))
 
 
 def quote_window() -> timedelta:
-    return timedelta(minutes=int(setting("PAYMENT_WINDOW_MINUTES", 30)))
+    """The standard payment window: of an order (``billing.services.order_payment_window``
+    shortens it for new accounts), a top-up, and a quote."""
+    return _minutes("PAYMENT_WINDOW_MINUTES")
 
 
 def quote_min_window() -> timedelta:
     """The least time a customer gets to pay a quote, even at the end of an order's window."""
-    return timedelta(minutes=int(setting("PAYMENT_QUOTE_MIN_MINUTES", 10)))
+    return _minutes("PAYMENT_QUOTE_MIN_MINUTES")
 
 
 def quotes_per_hour() -> int:
     """New quotes (fresh addresses) one customer may ask for per hour."""
-    return int(setting("QUOTES_PER_CUSTOMER_PER_HOUR", 20))
+    return int(rule("QUOTES_PER_CUSTOMER_PER_HOUR"))
+
+
+def unpaid_addresses_per_customer() -> int:
+    """Never-paid receive addresses one customer may hold in a wallet's gap at once."""
+    return int(rule("ADDRESSES_UNPAID_PER_CUSTOMER"))
 
 
 def rate_max_age() -> timedelta:
-    return timedelta(minutes=int(setting("RATE_MAX_AGE_MINUTES", 15)))
+    return _minutes("RATE_MAX_AGE_MINUTES")
 
 
 def partial_max_extension() -> timedelta:
-    """How far past its first window a partly paid quote may be extended."""
-    return timedelta(minutes=int(setting("PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES", 120)))
+    """How far past its first window a partly paid quote may be extended (once)."""
+    return _minutes("PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES")
 
 
 def monitoring_window() -> timedelta:
     """How long an unconfirmed payment is watched from its first sighting (chain time):
     an order's slots stay held that long while its confirmations arrive; past it, the
     payment is invalid and the hold released."""
-    return timedelta(minutes=int(setting("PAYMENT_MONITORING_MINUTES", 360)))
+    return _minutes("PAYMENT_MONITORING_MINUTES")
+
+
+def reversal_grace() -> timedelta:
+    """How long a lease keeps running after the payment that paid it was reversed on its
+    chain, while the customer's balance is negative (issue 27); then it is suspended."""
+    return _minutes("PAYMENT_REVERSAL_GRACE_MINUTES")
+
+
+def watcher_lag_max() -> timedelta:
+    """How long the expiry sweeps wait for a coin's watcher that has not scanned past an
+    order's deadline (node or watcher down), so a payment dated on time by the chain still
+    wins; past it the order expires anyway (issue 27)."""
+    return _minutes("PAYMENT_WATCHER_LAG_MAX_MINUTES")
 
 
 def auto_credit_max_percent() -> int:
     """What one quote may credit to the balance automatically, in % of its USD value."""
-    return int(setting("PAYMENT_AUTO_CREDIT_MAX_PERCENT", 100))
+    return int(rule("PAYMENT_AUTO_CREDIT_MAX_PERCENT"))
 
 
 def dust_bps() -> int:
     """Payments below this share of the quote (basis points) never extend a hold."""
-    return int(setting("PAYMENT_DUST_BPS", 100))
+    return int(rule("PAYMENT_DUST_BPS"))
 
 
 def node_max_tip_age() -> timedelta:
-    return timedelta(minutes=int(setting("PAYMENT_NODE_MAX_TIP_AGE_MINUTES", 120)))
+    return _minutes("PAYMENT_NODE_MAX_TIP_AGE_MINUTES")
 
 
 def speed_policy() -> list[tuple[int, int]]:
     """[(usd cents, confirmations)] ascending: a quote worth less than the cents needs that
     many confirmations (BTCPay's speed policy, by amount)."""
-    raw = str(setting("PAYMENT_SPEED_POLICY", ""))
+    raw = str(rule("PAYMENT_SPEED_POLICY"))
     pairs = (item.split(":") for item in raw.split(",") if item.strip())
     return sorted((int(cents), int(confs)) for cents, confs in pairs)
 
 
 def late_watch() -> timedelta:
     """How long expired quotes stay watched, so late payments are still credited."""
-    return timedelta(days=int(setting("LATE_PAYMENT_WATCH_DAYS", 7)))
+    return timedelta(days=int(rule("LATE_PAYMENT_WATCH_DAYS")))
 
 
 def gap_limit() -> int:
-    return int(setting("ADDRESS_GAP_LIMIT", 20))
+    return int(rule("ADDRESS_GAP_LIMIT"))
 
 
 def stable_peg(coin: str):
@@ -151,7 +186,7 @@ def price_sources() -> list[dict]:
     and ``{coin_lower}`` are filled in); empty: rates are set by hand only."""
     import json
 
-    raw = setting("PRICE_SOURCES", "")
+    raw = rule("PRICE_SOURCES")
     if isinstance(raw, (list, tuple)):
         return list(raw)
     return json.loads(raw) if str(raw).strip() else []
@@ -159,4 +194,4 @@ def price_sources() -> list[dict]:
 
 def price_sources_min() -> int:
     """How many sources must answer with a fresh rate before the median is used."""
-    return int(setting("PRICE_SOURCES_MIN", 1))
+    return int(rule("PRICE_SOURCES_MIN"))

@@ -19,12 +19,12 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils.translation import gettext
 
 from inventory.services import audit_record
 
-from ..models import Account, Invoice, LedgerEntry, Payment, PaymentReview, Quote
+from ..models import LedgerEntry, Payment, PaymentReview, Quote
 from ..services import ledger_post
 from . import config
 from .coins.base import Coin
@@ -37,16 +37,28 @@ def auto_credit_cap_cents(quote: Quote) -> int:
     return int(quote.usd_cents) * config.auto_credit_max_percent() // 100
 
 
+def quote_entry_keys(quote: Quote) -> Q:
+    """The ledger entries a quote posted by itself: its settlement's excess (``excess:<quote>``),
+    each extra payment (``payment:<payment>``), and what reconciling it after a reorg took
+    back or gave back (``rec:<quote>:<n>``, ``reversals``)."""
+    payments = [f"payment:{pk}" for pk in quote.payments.values_list("pk", flat=True)]
+    return (Q(idempotency_key=f"excess:{quote.pk}") | Q(idempotency_key__in=payments)
+            | Q(idempotency_key__startswith=f"rec:{quote.pk}:"))
+
+
 def auto_credited_cents(quote: Quote) -> int:
-    """What the quote already put on the balance by itself (per payment + settlement excess)."""
-    per_payment = quote.payments.aggregate(s=Sum("credited_cents"))["s"] or 0
-    excess = LedgerEntry.objects.filter(idempotency_key=f"excess:{quote.pk}").values_list(
-        "amount_cents", flat=True).first() or 0
-    return per_payment + excess
+    """What the quote has on the balance by itself now, net of what reversals took back."""
+    return LedgerEntry.objects.filter(quote_entry_keys(quote)).aggregate(s=Sum("amount_cents"))["s"] or 0
+
+
+def payment_on_time(quote: Quote, payment: Payment) -> bool:
+    """The one late/on-time test: first seen on the chain (chain time) by the quote's expiry."""
+    return payment.first_seen_at <= quote.expires_at
 
 
 def rate_locked_until(quote: Quote) -> datetime:
-    """Payments first seen before this were sent under the quote's locked rate."""
+    """Payments first seen before this were sent under the quote's locked rate: its expiry,
+    or its settlement if that came first (a payment after it is an extra one)."""
     if quote.settled_at and quote.settled_at < quote.expires_at:
         return quote.settled_at
     return quote.expires_at
@@ -86,8 +98,8 @@ def credit_or_hold(quote: Quote, cents: int, now: datetime, *, kind: str, key: s
 
 
 def review_open(*, quote: Quote, payment: Payment | None, kind: str, amount: int, cents: int | None,
-                now: datetime, clawed_back: int = 0) -> PaymentReview:
-    key = f"{kind}:payment:{payment.pk}" if payment else f"{kind}:quote:{quote.pk}"
+                now: datetime, clawed_back: int = 0, key: str | None = None) -> PaymentReview:
+    key = key or (f"{kind}:payment:{payment.pk}" if payment else f"{kind}:quote:{quote.pk}")
     review, created = PaymentReview.objects.get_or_create(key=key, defaults={
         "quote": quote, "payment": payment, "kind": kind, "amount": amount, "proposed_cents": cents,
         "clawed_back_cents": clawed_back, "created_at": now})
@@ -95,44 +107,6 @@ def review_open(*, quote: Quote, payment: Payment | None, kind: str, amount: int
         audit_record(actor=None, action="payment_review_open", obj=review,
                      detail={"kind": kind, "quote": quote.pk, "amount": str(amount), "proposed_cents": cents})
     return review
-
-
-# --- a payment that left the chain after it counted -----------------------------------------
-
-def payment_reversed(quote: Quote, payment: Payment, counted_in_settlement: bool, now: datetime) -> None:
-    """Flag the invoice it paid, take back what it credited that the balance still holds,
-    and open a review (once per payment)."""
-    if PaymentReview.objects.filter(key=f"{R.Kind.REVERSED}:payment:{payment.pk}").exists():
-        return
-    owed = int(payment.credited_cents or 0)
-    if counted_in_settlement:
-        owed += _excess_share(quote, payment)
-        Invoice.objects.filter(pk=quote.invoice_id, state=Invoice.State.PAID).update(flag="payment_reversed")
-    taken = _claw_back(quote, payment, owed, now)
-    review_open(quote=quote, payment=payment, kind=R.Kind.REVERSED, amount=int(payment.amount), cents=taken or None,
-                now=now, clawed_back=taken)
-
-
-def _excess_share(quote: Quote, payment: Payment) -> int:
-    """The part of the settlement's overpayment credit this payment stands for (what other
-    reversed payments of the quote took back already is not taken twice)."""
-    excess = LedgerEntry.objects.filter(idempotency_key=f"excess:{quote.pk}").values_list(
-        "amount_cents", flat=True).first() or 0
-    taken = quote.reviews.filter(kind=R.Kind.REVERSED).aggregate(s=Sum("clawed_back_cents"))["s"] or 0
-    return max(min(excess - taken, cents_at(int(payment.amount), quote.rate_usd_per_coin, quote.coin)), 0)
-
-
-def _claw_back(quote: Quote, payment: Payment, owed: int, now: datetime) -> int:
-    if owed <= 0:
-        return 0
-    customer = quote.invoice.customer
-    held = Account.objects.filter(customer=customer).values_list("balance_cents", flat=True).first() or 0
-    taken = min(owed, held)
-    if taken > 0:
-        ledger_post(customer=customer, kind=LedgerEntry.Kind.CLAWBACK, amount_cents=-taken, now=now,
-                    invoice=quote.invoice, idempotency_key=f"clawback:payment:{payment.pk}",
-                    memo=f"{quote.coin} {payment.txid[:16]}… left the chain after it was credited")
-    return taken
 
 
 # --- operators decide -----------------------------------------------------------------------
@@ -147,9 +121,10 @@ def payment_review_credit(*, review: PaymentReview, actor, now: datetime) -> Pay
     quote = review.quote
     rate: Decimal | None = None
     cents = review.proposed_cents
+    coin = review.sent_coin or quote.coin  # a misdirected deposit is worth what was sent
     if cents is None:
-        rate = rate_for(Coin(quote.coin), now).usd_per_coin
-        cents = cents_at(int(review.amount), rate, quote.coin)
+        rate = rate_for(Coin(coin), now).usd_per_coin
+        cents = cents_at(int(review.amount), rate, coin)
     if cents <= 0:
         raise PaymentError(gettext("Nothing to credit: the amount is worth less than a cent."))
     ledger_post(customer=quote.invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=cents, now=now,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils.translation import gettext
 
 from inventory.services import audit_record
@@ -47,3 +48,24 @@ def coin_health_record(*, coin: str, now: datetime, error: str = "", tip_time: i
     if was_failing != bool(error):
         audit_record(actor=None, action="coin_node_failing" if error else "coin_node_recovered", obj=cursor,
                      detail={"coin": str(coin), "error": error[:300]})
+
+
+# --- issue 27: a watcher's downtime never makes an on-time payment lose to the expiry sweeps ---
+
+def awaiting_watchers(now: datetime, *, coin_field: str, deadline_field: str) -> Q:
+    """Rows (quotes, or order invoices through their quotes) whose deadline the coin's
+    watcher has not scanned past yet — it was down, or still catching up with the chain —
+    for at most PAYMENT_WATCHER_LAG_MAX_MINUTES past the deadline. The expiry sweeps leave
+    them alone, so a payment the chain dates on time is applied before the sweep could
+    cancel the order, in whatever order the two run after an outage."""
+    behind = Q(pk__in=[])
+    for coin in config.adapters():
+        row = WatcherCursor.objects.filter(coin=coin).values("scanned_to").first()
+        if row is None:  # never ran: its first pass starts at the chain's tip, it would see nothing older
+            continue
+        scanned_to = row["scanned_to"]
+        unseen = Q(**{coin_field: str(coin)})
+        if scanned_to is not None:
+            unseen &= Q(**{f"{deadline_field}__gt": scanned_to})
+        behind |= unseen
+    return behind & Q(**{f"{deadline_field}__gt": now - config.watcher_lag_max()})

@@ -35,8 +35,8 @@ class CoinChoice:
     name: str
 
 
-def coin_choices() -> list[CoinChoice]:
-    return [CoinChoice(str(c), COIN_SPECS[c].name) for c in coins_offered()]
+def coin_choices(customer=None) -> list[CoinChoice]:
+    return [CoinChoice(str(c), COIN_SPECS[c].name) for c in coins_offered(customer=customer)]
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext
 
@@ -48,12 +48,14 @@ from ..services import (
     invoice_mark_paid,
 )
 from . import config as coins_config
+from .addresses import receive_address, unpaid_addresses_full, wallet_gap_exceeded  # noqa: F401 - re-exported
 from .coins.amounts import usd_cents_to_base_units
 from .coins.base import Coin, DetectedPayment, ScanResult
-from .coins.utxo import gap_warning
-from .credits import credit_extra_payment, credit_or_hold, payment_reversed
-from .health import coin_health, coin_health_record
+from .credits import credit_extra_payment, credit_or_hold, payment_on_time
+from .health import awaiting_watchers, coin_health, coin_health_record
+from .misdirected import misdirected_report
 from .pricing import PaymentError, cents_at, rate_for
+from .reversals import debt_settle, quote_reconcile, settled_note, settlement_units
 
 log = logging.getLogger("billing.payments")
 
@@ -75,10 +77,13 @@ def coins_watched() -> list[Coin]:
     return sorted(coins_config.adapters(), key=list(Coin).index)
 
 
-def coins_offered(now: datetime | None = None) -> list[Coin]:
-    """The coins a customer may pay with now: configured and their node healthy."""
+def coins_offered(now: datetime | None = None, *, customer=None) -> list[Coin]:
+    """The coins a customer may pay with now: configured, their node healthy, and (for a
+    given customer) able to give them a new address — a coin that cannot take their quote
+    is not offered to them."""
     now = now or timezone.now()
-    return [c for c in coins_watched() if coin_health(c, now) is None]
+    return [c for c in coins_watched() if coin_health(c, now) is None
+            and not (customer is not None and unpaid_addresses_full(c, customer.pk))]
 
 
 @transaction.atomic
@@ -102,7 +107,7 @@ def quote_create(*, invoice: Invoice, coin: str, now: datetime) -> Quote:
     _check_quote_rate_limit(invoice.customer_id, now)
     rate = rate_for(coin, now)
     amount = usd_cents_to_base_units(invoice.amount_cents, rate.usd_per_coin, coin=coin)
-    address, index, reference = _receive_address(adapter, coin)
+    address, index, reference = receive_address(adapter, coin, customer_id=invoice.customer_id)
     quote = Quote.objects.create(
         invoice=invoice, coin=coin, address=address, derivation_index=index, reference=reference,
         amount=amount, usd_cents=invoice.amount_cents, rate_usd_per_coin=rate.usd_per_coin,
@@ -138,41 +143,6 @@ def _coin(coin: str) -> Coin:
         return Coin(str(coin).upper())
     except ValueError:
         raise PaymentError(gettext("Unknown coin %(coin)r.") % {"coin": coin}) from None
-
-
-def _receive_address(adapter, coin: Coin) -> tuple[str, int | None, str]:
-    """(address, derivation index, Solana Pay reference)."""
-    if coin is Coin.XMR:
-        try:
-            address, index = adapter.create_address()
-        except (OSError, RuntimeError, ValueError) as exc:  # wallet-rpc down, refusing, or answering nonsense
-            log.error("XMR: monero-wallet-rpc could not create a subaddress: %s", exc)
-            raise PaymentError(gettext("We cannot create a Monero address right now; please pay with another coin "
-                                       "or try again in a few minutes.")) from None
-        return address, index, ""
-    if coin is Coin.SOL:
-        return adapter.merchant, None, adapter.address_for_index(0)
-    wallet = CoinWallet.objects.get_or_create(coin=coins_config.wallet_coin(coin))[0]
-    wallet = CoinWallet.objects.select_for_update().get(pk=wallet.pk)
-    if wallet.next_index - wallet.highest_paid_index > coins_config.gap_limit():
-        log.error("%s: %d unpaid addresses past the last paid one: not issuing more (the operator's wallet would "
-                  "not see them)", wallet.coin, wallet.next_index - 1 - wallet.highest_paid_index)
-        raise PaymentError(gettext("Too many %(coin)s payment addresses are waiting for payment right now; please "
-                                   "pay with another coin or try again later.") % {"coin": coin})
-    CoinWallet.objects.filter(pk=wallet.pk).update(next_index=F("next_index") + 1)
-    wallet.next_index += 1
-    if wallet_gap_exceeded(wallet):
-        log.warning("%s: %d addresses issued past the last paid one (index %d): raise the wallet's gap limit "
-                    "to see payments to them", wallet.coin, wallet.next_index - 1 - wallet.highest_paid_index,
-                    wallet.highest_paid_index)
-    return adapter.address_for_index(wallet.next_index - 1), wallet.next_index - 1, ""
-
-
-def wallet_gap_exceeded(wallet: CoinWallet) -> bool:
-    """Unpaid addresses run ``ADDRESS_GAP_LIMIT`` (20) or more past the last paid one: a
-    wallet restored from the xpub with the default gap limit would not see the next payment."""
-    issued = wallet.next_index - 1 if wallet.next_index else None
-    return gap_warning(wallet.highest_paid_index, issued, coins_config.gap_limit())
 
 
 # --- amounts ------------------------------------------------------------------------------
@@ -222,7 +192,8 @@ def payments_apply_scan(*, coin: str, scan: ScanResult, now: datetime) -> ApplyR
         _apply_to_quote(quote_id, by_quote.get(quote_id, []), reorged.get(quote_id, []), dropped.get(quote_id, []),
                         required, now)
     for p in unknown:
-        log.warning("%s payment %s:%d to %s matches no quote", coin, p.txid, p.output_index, p.address)
+        if not misdirected_report(coin=coin, payment=p, required=required, now=now):
+            log.warning("%s payment %s:%d to %s matches no quote", coin, p.txid, p.output_index, p.address)
     for deposit in scan.foreign:
         _report_wrong_token(coin, deposit)
     return ApplyResult(touched, unknown)
@@ -279,18 +250,11 @@ def _apply_to_quote(quote_id: int, found: list[DetectedPayment], reorged: list[t
     gone = {pk: (PS.REORGED, reason) for pk, reason in reorged}
     gone.update({pk: (PS.INVALID, reason) for pk, reason in dropped if pk not in gone})
     for row in Payment.objects.filter(pk__in=gone).exclude(state__in=(PS.REORGED, PS.INVALID)).order_by("pk"):
-        _payment_gone(quote, row, *gone[row.pk], now)
+        # A payment left the chain (reorg) or the mempool unmined; if it had counted, the
+        # quote's reconcile (quote_refresh → reversals) takes back what it paid or credited.
+        Payment.objects.filter(pk=row.pk).update(state=gone[row.pk][0], invalid_reason=gone[row.pk][1])
     quote_refresh(quote, now)
-
-
-def _payment_gone(quote: Quote, row: Payment, state: str, reason: str, now: datetime) -> None:
-    """A payment left the chain (reorg) or the mempool unmined. If it had already counted —
-    paid the settled invoice, or was credited — that is reversed (``credits``)."""
-    counted = quote.state == QS.SETTLED and _counted_in_settlement(quote, row)
-    Payment.objects.filter(pk=row.pk).update(state=state, invalid_reason=reason)
-    if counted or row.credited_cents:
-        log.error("quote #%s: payment %s left the chain after it counted (%s)", quote.pk, row, reason)
-        payment_reversed(quote, row, counted, now)
+    debt_settle(customer_id=quote.invoice.customer_id, now=now)
 
 
 def _chain_time(p: DetectedPayment, now: datetime) -> datetime:
@@ -364,32 +328,52 @@ def quote_refresh(quote: Quote, now: datetime) -> Quote:
         if _credit_unsettled(quote, live, now, LedgerEntry.Kind.EXCESS_PAYMENT) and quote.exception != QX.OVER:
             _set_state(quote, QS.SETTLED, QX.OVER)
     elif quote.state == QS.EXPIRED:
-        late = any(p.first_seen_at > quote.expires_at for p in live)
-        exception = QX.LATE if late else (QX.PARTIAL if live else quote.exception)
+        exception = _expired_exception(quote, live) or quote.exception
         if exception != quote.exception:
             _set_state(quote, QS.EXPIRED, exception)
         _credit_unsettled(quote, live, now, LedgerEntry.Kind.LATE_PAYMENT)
+    if quote.state in (QS.SETTLED, QS.EXPIRED):
+        quote_reconcile(quote, now)
     return quote
 
 
+def _expired_exception(quote: Quote, live: list[Payment]) -> str:
+    """The one late/partial test of an expired quote: late when any payment came after the
+    expiry (chain time), partial when only on-time ones did, none without payments."""
+    if any(not payment_on_time(quote, p) for p in live):
+        return QX.LATE
+    return QX.PARTIAL if live else QX.NONE
+
+
 def _advance(quote: Quote, live: list[Payment], seen_any: bool, now: datetime) -> None:
-    on_time = [p for p in live if p.first_seen_at <= quote.expires_at]
+    on_time = [p for p in live if payment_on_time(quote, p)]
     due = amount_due_min(quote)
     if sum(int(p.amount) for p in on_time if p.state == PS.CONFIRMED) >= due:
         return _settle(quote, [p for p in on_time if p.state == PS.CONFIRMED], now)
-    seen = sum(int(p.amount) for p in on_time)
-    substantial = [p for p in on_time if not is_dust(quote, p)]
-    if seen >= due:  # all there, waiting for confirmations: hold the order's slots meanwhile
-        _hold_invoice(quote, (substantial or on_time)[-1].first_seen_at + coins_config.monitoring_window())
+    if sum(int(p.amount) for p in on_time) >= due:
+        # all there, waiting for confirmations: the order's slots are held for the monitoring
+        # window from the payment that completed the amount — later payments (dust, or ones
+        # that never confirm) do not extend it again
+        _hold_invoice(quote, _completed_by(on_time, due).first_seen_at + coins_config.monitoring_window())
         return _set_state(quote, QS.PROCESSING, QX.NONE)
-    if substantial:  # dust never extends the window
-        _extend_partial(quote, substantial[-1].first_seen_at)
+    substantial = [p for p in on_time if not is_dust(quote, p)]
+    if substantial:  # dust never extends the window; the first substantial payment does, once
+        _extend_partial(quote, substantial[0].first_seen_at)
     if now >= quote.expires_at:
-        late = any(p.first_seen_at > quote.expires_at for p in live)
-        return _set_state(quote, QS.EXPIRED, QX.LATE if late else (QX.PARTIAL if on_time else QX.NONE))
+        return _set_state(quote, QS.EXPIRED, _expired_exception(quote, live))
     if on_time:
         return _set_state(quote, QS.PROCESSING, QX.PARTIAL)
     _set_state(quote, QS.INVALID if seen_any else QS.NEW, QX.NONE)
+
+
+def _completed_by(payments: list[Payment], due: int) -> Payment:
+    """The payment (in chain order) with which the amount due was first reached."""
+    total = 0
+    for p in payments:
+        total += int(p.amount)
+        if total >= due:
+            return p
+    return payments[-1]
 
 
 def _set_state(quote: Quote, state: str, exception: str | None) -> None:
@@ -422,9 +406,16 @@ def _release_hold(quote: Quote, now: datetime) -> None:
     if quote.invoice.kind != Invoice.Kind.ORDER or Quote.objects.filter(
             invoice_id=quote.invoice_id, state=QS.PROCESSING).exclude(pk=quote.pk).exists():
         return
-    floor = max(quote.expires_at, quote.invoice.created_at + coins_config.quote_window(), now)
+    floor = max(quote.expires_at, _order_window_end(quote.invoice), now)
     Invoice.objects.filter(pk=quote.invoice_id, state=Invoice.State.OPEN, expires_at__gt=floor).update(
         expires_at=floor)
+
+
+def _order_window_end(invoice: Invoice) -> datetime:
+    """The end of the order's own payment window (the account's: shorter for a new one),
+    which a released hold falls back to."""
+    pay_by = invoice.lease.pay_by if invoice.lease_id else None
+    return pay_by or invoice.created_at + coins_config.quote_window()
 
 
 def _settle(quote: Quote, counted: list[Payment], now: datetime) -> None:
@@ -434,9 +425,12 @@ def _settle(quote: Quote, counted: list[Payment], now: datetime) -> None:
             state=QS.SETTLED, settled_at=now, exception=QX.NONE):
         return
     quote.state, quote.settled_at, quote.exception = QS.SETTLED, now, QX.NONE
+    Payment.objects.filter(pk__in=[p.pk for p in counted]).update(in_settlement=True)
+    for p in counted:
+        p.in_settlement = True
     paid = sum(int(p.amount) for p in counted)
     invoice = quote.invoice
-    if invoice_mark_paid(invoice=invoice, via=quote.coin, now=now, note=f"{quote.coin} quote #{quote.pk}"):
+    if invoice_mark_paid(invoice=invoice, via=quote.coin, now=now, note=settled_note(quote)):
         if paid > int(quote.amount):
             _credit_settlement(quote, paid - int(quote.amount), now, LedgerEntry.Kind.EXCESS_PAYMENT,
                                f"overpayment of {quote.coin} quote #{quote.pk}")
@@ -459,16 +453,20 @@ def _credit_settlement(quote: Quote, base_units: int, now: datetime, kind: str, 
 
 def _credit_unsettled(quote: Quote, live: list[Payment], now: datetime, kind: str) -> bool:
     """Every confirmed payment that did not count towards a settlement: credited on its own
-    (once: keyed by the payment) or held for an operator (``credits``). True when any."""
-    extra = [p for p in live if p.state == PS.CONFIRMED and not _counted_in_settlement(quote, p)]
+    (once: keyed by the payment) or held for an operator (``credits``). True when any.
+    A settled quote whose settlement lost a payment (reorged, double-spent) takes the next
+    confirmed ones into the settlement first, until it is covered again — a fee bump of
+    the reversed payment (same outputs, new txid) pays the invoice, it is no extra credit."""
+    extra = [p for p in live if p.state == PS.CONFIRMED and not p.in_settlement and p.credited_cents is None
+             and not p.reviews.exists()]
+    if quote.state == QS.SETTLED and any(p.in_settlement for p in quote.payments.all()):
+        while extra and settlement_units(live) < amount_due_min(quote):
+            p = extra.pop(0)
+            Payment.objects.filter(pk=p.pk).update(in_settlement=True)
+            p.in_settlement = True
     for p in extra:
         credit_extra_payment(quote, p, now, kind)
     return bool(extra)
-
-
-def _counted_in_settlement(quote: Quote, p: Payment) -> bool:
-    return (quote.state == QS.SETTLED and p.first_seen_at <= quote.expires_at
-            and p.confirmed_at is not None and p.confirmed_at <= quote.settled_at)
 
 
 
@@ -477,7 +475,8 @@ def _counted_in_settlement(quote: Quote, p: Payment) -> bool:
 def sweep_expire_quotes(now: datetime, limit: int = BATCH) -> list[Transition]:
     """Quotes past their expiry that are not fully paid on time → expired (the on-time part
     of a partly paid one goes to the balance once confirmed). For billing.lifecycle.SWEEPS."""
-    due = Quote.objects.filter(state__in=OPEN_QUOTE_STATES, expires_at__lte=now).order_by("expires_at")
+    due = (Quote.objects.filter(state__in=OPEN_QUOTE_STATES, expires_at__lte=now)
+           .exclude(awaiting_watchers(now, coin_field="coin", deadline_field="expires_at")).order_by("expires_at"))
     done = []
     for quote_id, lease_id in due.values_list("pk", "invoice__lease_id")[:limit]:
         if _expire_one(quote_id, now):
@@ -497,8 +496,10 @@ def watch_set(coin: Coin, now: datetime):
     """What the watcher looks for: open quotes, plus quotes closed within LATE_PAYMENT_WATCH_DAYS
     (late payments and overpayments are still credited)."""
     recent = now - coins_config.late_watch()
-    quotes = Quote.objects.filter(coin=coin).filter(Q(state__in=OPEN_QUOTE_STATES) | Q(expires_at__gte=recent)
-                                                    | Q(settled_at__gte=recent))
+    # every quote address of the wallet: money in the wrong coin is reported (``misdirected``)
+    coins = coins_config.wallet_coins(coin)
+    quotes = Quote.objects.filter(coin__in=coins).filter(Q(state__in=OPEN_QUOTE_STATES) | Q(expires_at__gte=recent)
+                                                         | Q(settled_at__gte=recent))
     if coin is Coin.SOL:
         return set(quotes.values_list("reference", flat=True))
     if coin is Coin.XMR:
@@ -522,6 +523,7 @@ def watch_coin(*, coin: str, now: datetime | None = None) -> ApplyResult:
         coin_health_record(coin=coin, now=now, error=f"{exc.__class__.__name__}: {exc}")
         raise
     applied = payments_apply_scan(coin=coin, scan=result, now=now)
-    WatcherCursor.objects.filter(pk=cursor.pk).update(cursor=result.cursor, updated_at=now)
+    caught_up = {"scanned_to": now} if not result.cursor.get("behind") else {}
+    WatcherCursor.objects.filter(pk=cursor.pk).update(cursor=result.cursor, updated_at=now, **caught_up)
     coin_health_record(coin=coin, now=now, tip_time=tip_time)
     return applied

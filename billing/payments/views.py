@@ -29,7 +29,7 @@ def invoice_pay(request, invoice_id: int):
             return redirect("payments:quote", quote_id=quote.pk)
     quotes = invoice.quotes.order_by("-created_at")[:10]
     return render(request, "billing/payments/pay.html",
-                  {"invoice": invoice, "coins": coin_choices(), "quotes": quotes})
+                  {"invoice": invoice, "coins": coin_choices(request.user), "quotes": quotes})
 
 
 @login_required

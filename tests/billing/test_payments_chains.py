@@ -215,8 +215,8 @@ def test_eth_order_paid_through_a_contract_and_a_stray_token_reported(anvil, usd
 
 def test_ltc_payment_reorged_out_and_double_spent_after_settlement(litecoind, catalog, customer, settings):  # noqa: F811
     """Speed policy: a $65 order settles on one confirmation. That block is then orphaned
-    and the payer double-spends the coin: the invoice is flagged, the overpayment credit
-    taken back, and an operator review opened."""
+    and the payer double-spends the coin: the invoice is flagged, the invoice and the
+    overpayment credit taken back, and an operator review opened."""
     from billing.models import PaymentReview
 
     settings.PAYMENT_SPEED_POLICY = "10000:1"
@@ -243,6 +243,7 @@ def test_ltc_payment_reorged_out_and_double_spent_after_settlement(litecoind, ca
     payment = Payment.objects.get()
     assert payment.state == Payment.State.REORGED
     assert fresh(invoice).flag == "payment_reversed"
-    assert LedgerEntry.objects.get(kind="clawback").amount_cents == -1000
+    # issue 27: the invoice it paid and the $10 credit are taken back in full: a debt
+    assert LedgerEntry.objects.get(kind="clawback").amount_cents == -7500
     review = PaymentReview.objects.get()
-    assert (review.kind, review.state, review.clawed_back_cents) == ("reversed", "open", 1000)
+    assert (review.kind, review.state, review.clawed_back_cents) == ("reversed", "open", 7500)

@@ -241,24 +241,48 @@ def test_a_coin_whose_node_fails_or_lags_is_not_offered_and_alerts(catalog, cust
 
 # --- 4. reversal after settlement, speed policy ----------------------------------------------------
 
-def test_reorg_after_settlement_flags_claws_back_unspent_credit_and_waits_for_an_operator(
-        placed, customer, operator, t0):
-    _, invoice, quote = placed
+def test_reorg_after_settlement_takes_everything_back_suspends_after_the_grace_and_recovers(
+        placed, customer, operator, t0, settings):
+    """issue 27's claw-back policy: the invoice it paid and the overpayment credit are taken
+    back in full (the balance goes negative: a debt, not a silent loss), the operator is
+    alerted, the lease is suspended after PAYMENT_REVERSAL_GRACE_MINUTES and resumes once
+    the next credit has paid the debt."""
+    from billing.payments.reversals import sweep_reversed_payments
+    from rental.services import lease_provisioned
+    from rental.agent import Instance
+
+    settings.PAYMENT_REVERSAL_GRACE_MINUTES = 30
+    lease, invoice, quote = placed
     p = paid(quote, DUE + 10 * USD, 6)
     apply(quote, [p], t0 + timedelta(minutes=3))
+    lease_provisioned(lease_id=lease.pk, instance=Instance("10.0.0.5", 2201), now=t0 + timedelta(minutes=4))
     assert fresh(invoice).state == Invoice.State.PAID and balance(customer) == 1000  # $10 overpaid
     ledger_post(customer=customer, kind=LedgerEntry.Kind.ADJUSTMENT, amount_cents=-400,
                 now=t0 + timedelta(minutes=4), memo="$4 of it spent")
     apply(quote, [], t0 + timedelta(minutes=10), reorged=[(p.txid, 0)])
     assert Payment.objects.get().state == PS.REORGED
     assert fresh(invoice).flag == "payment_reversed"
-    assert credits(LedgerEntry.Kind.CLAWBACK) == [-600] and balance(customer) == 0  # what was left of it
+    assert credits(LedgerEntry.Kind.CLAWBACK) == [-7500] and balance(customer) == -6900  # owed, not lost
     review = PaymentReview.objects.get()
-    assert (review.kind, review.clawed_back_cents, review.state) == (R.Kind.REVERSED, 600, R.State.OPEN)
+    assert (review.kind, review.clawed_back_cents, review.state) == (R.Kind.REVERSED, 7500, R.State.OPEN)
     apply(quote, [], t0 + timedelta(minutes=11), reorged=[(p.txid, 0)])  # reported twice: once
-    assert credits(LedgerEntry.Kind.CLAWBACK) == [-600] and PaymentReview.objects.count() == 1
+    assert credits(LedgerEntry.Kind.CLAWBACK) == [-7500] and PaymentReview.objects.count() == 1
     assert any("review" in a for a in dashboard(t0 + timedelta(minutes=12)).alerts)
-    payment_review_close(review=review, actor=operator, now=t0 + timedelta(minutes=20), note="lease suspended")
+    with pytest.raises(Exception, match="does not cover"):  # a negative balance buys nothing
+        ledger_post(customer=customer, kind=LedgerEntry.Kind.ORDER, amount_cents=-1, now=t0, memo="x")
+
+    assert sweep_reversed_payments(t0 + timedelta(minutes=39)) == []  # within the grace
+    assert fresh(lease).state == LeaseState.ACTIVE
+    assert len(sweep_reversed_payments(t0 + timedelta(minutes=41))) == 1
+    assert fresh(lease).state == LeaseState.SUSPENDED
+    balance_top_up(customer=customer, amount_cents=5000, now=t0 + timedelta(minutes=50))
+    sweep_reversed_payments(t0 + timedelta(minutes=51))
+    assert balance(customer) == -1900 and fresh(lease).state == LeaseState.SUSPENDED  # still owes $19
+    balance_top_up(customer=customer, amount_cents=1900, now=t0 + timedelta(minutes=52))
+    run_lifecycle(t0 + timedelta(minutes=53))
+    assert balance(customer) == 0 and fresh(lease).state == LeaseState.ACTIVE
+    assert fresh(invoice).flag == "payment_recovered"
+    payment_review_close(review=review, actor=operator, now=t0 + timedelta(minutes=60), note="paid again")
 
 
 def test_late_credit_reorged_away_is_taken_back(placed, customer, t0):
@@ -336,17 +360,38 @@ def test_quotes_are_rate_limited_per_customer(catalog, customer, other_customer,
     assert quote_create(invoice=theirs, coin="LTC", now=t0)  # others are not limited by it
 
 
-def test_no_address_past_the_wallets_gap_limit(catalog, customer, coins, t0):
+def test_the_gap_limit_is_per_customer_and_a_coin_they_cannot_use_is_not_offered_to_them(
+        catalog, customer, coins, t0, settings, django_user_model):
+    """issue 27: unpaid top-up quotes of one customer used to exhaust the wallet's gap for
+    everybody (ETH, USDT and USDC share one counter). Now that customer alone is refused
+    and no longer offered the wallet's coins; others are served, the operator is warned."""
+    from billing.dashboard import dashboard
     from billing.models import CoinWallet
+    from billing.payments.services import coins_offered, wallet_gap_exceeded
+    from billing.services import topup_invoice_create
 
+    settings.ADDRESSES_UNPAID_PER_CUSTOMER = 3
     set_rate("LTC", "100", t0)
-    CoinWallet.objects.create(coin="LTC", next_index=20, highest_paid_index=-1)  # 0..19 unpaid
-    _, invoice = order(customer, t0, pay=False)
-    with pytest.raises(PaymentError, match="Too many LTC payment addresses"):
-        quote_create(invoice=invoice, coin="LTC", now=t0)
-    assert CoinWallet.objects.get(coin="LTC").next_index == 20
-    CoinWallet.objects.filter(coin="LTC").update(highest_paid_index=3)  # a payment to index 3 arrived
-    assert quote_create(invoice=invoice, coin="LTC", now=t0).derivation_index == 20
+    CoinWallet.objects.create(coin="LTC", next_index=20, highest_paid_index=-1)  # 0..19 unpaid (others')
+    CoinWallet.objects.create(coin="ETH", next_index=0)
+    topups = [topup_invoice_create(customer=customer, amount_cents=1000, now=t0) for _ in range(5)]
+    quote_create(invoice=topups[0], coin="LTC", now=t0)
+    quote_create(invoice=topups[1], coin="USDT", now=t0)  # another wallet: its own count
+    quote_create(invoice=topups[2], coin="LTC", now=t0)
+    quote_create(invoice=topups[3], coin="LTC", now=t0)
+    assert coins_offered(t0, customer=customer) == [Coin.USDT]
+    with pytest.raises(PaymentError, match="3 unpaid LTC payment addresses"):
+        quote_create(invoice=topups[4], coin="LTC", now=t0)
+    assert CoinWallet.objects.get(coin="LTC").next_index == 23
+    other = django_user_model.objects.create_user(username="bob", password="x" * 20)
+    _, theirs = order(other, t0, pay=False)
+    assert coins_offered(t0, customer=other) == [Coin.LTC, Coin.USDT]
+    assert quote_create(invoice=theirs, coin="LTC", now=t0).derivation_index == 23  # not refused
+    assert wallet_gap_exceeded(CoinWallet.objects.get(coin="LTC"))
+    assert any("gap limit" in a for a in dashboard(t0).alerts)
+    first = Quote.objects.get(invoice=topups[0])
+    apply(first, [paid(first, int(first.amount), 0)], t0)  # a payment: its address no longer counts
+    assert quote_create(invoice=topups[4], coin="LTC", now=t0).derivation_index == 24
 
 
 def test_a_quote_taken_late_in_the_order_window_still_gets_the_minimum(catalog, customer, coins, t0, settings):

@@ -43,6 +43,8 @@ def world(catalog, customer, other_customer, place):
     assert lease_release(lease_id=w["old"].pk, now=datetime(2025, 5, 30, tzinfo=UTC))  # wipe by June 3: overdue
     w["pending"] = place(other_customer, NOW - timedelta(minutes=5), term="week", activate=False)
     Invoice.objects.filter(lease=w["pending"]).update(state="open", paid_at=None)  # not paid
+    from billing.models import LedgerEntry
+    LedgerEntry.objects.filter(invoice__lease=w["pending"]).delete()  # ... so nothing was spent on it either
     from rental.models import Lease
     Lease.objects.filter(pk=w["pending"].pk).update(state="pending", started_at=None, ends_at=None)
     # One free DFW-1 RTX 3090 goes down.
@@ -62,7 +64,7 @@ def world(catalog, customer, other_customer, place):
 
 
 def test_figures_match_the_fixture(world, django_assert_max_num_queries):
-    with django_assert_max_num_queries(12):  # + net revenue, coin node health, open payment reviews, wrong tokens
+    with django_assert_max_num_queries(14):  # + net revenue (ledger, outside), coin health, reviews, tokens, wallets
         board = dashboard(NOW)
         board.alerts  # noqa: B018 — everything evaluated inside the block
 
@@ -77,6 +79,7 @@ def test_figures_match_the_fixture(world, django_assert_max_num_queries):
 
     # June's paid orders: active, due24, due72, suspended, released (June 3) = 5 × $65; May's is not counted.
     assert board.revenue == {"cents": 5 * 6500, "invoices": 5, "since": datetime(2025, 6, 1, tzinfo=UTC),
+                             "spent_from_balance_cents": 5 * 6500, "paid_outside_cents": 0,
                              "refunds_cents": 0, "sla_credits_cents": 0, "net_cents": 5 * 6500}
     assert (board.renewals["due_24h"], board.renewals["due_72h"]) == (1, 2)
     assert [x.pk for x in board.renewals["leases"]] == [world["due24"].pk, world["due72"].pk]
@@ -98,7 +101,7 @@ def test_figures_match_the_fixture(world, django_assert_max_num_queries):
 def test_query_count_does_not_grow_with_rows(world, customer, place, django_assert_max_num_queries):
     for _ in range(5):
         place(customer, NOW - timedelta(hours=2), term="week")
-    with django_assert_max_num_queries(12):  # + net revenue, coin node health, open payment reviews, wrong tokens
+    with django_assert_max_num_queries(14):  # + net revenue (ledger, outside), coin health, reviews, tokens, wallets
         dashboard(NOW).alerts  # noqa: B018
 
 

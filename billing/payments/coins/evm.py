@@ -10,7 +10,10 @@ Detection (both remember the last ~100 block hashes in the cursor to detect reor
   (an internal transfer, e.g. from exchanges or smart-contract wallets) is no transaction
   ``to`` the address: it shows as the address's balance growing in the block by more than
   its direct transfers (``eth_getBalance`` at the block vs its parent, by hash); that
-  excess is one payment per (block, address): txid ``<block hash>:<address>``, index -1.
+  excess is attributed to its transactions by tracing the block (``debug_traceBlockByHash``,
+  call tracer): one payment per (transaction, address), txid = the transaction hash,
+  index -1 — so a reorg that re-mines the transaction elsewhere does not make it a new
+  payment. Excess the trace does not explain is reported, not credited.
   ``Transfer`` logs of tokens that are not configured, to watched addresses, are reported
   (``ScanResult.foreign``) for the operators: such deposits cannot be credited.
 * ERC-20: ``Transfer(address,address,uint256)`` logs of the configured token contract
@@ -140,14 +143,54 @@ class EvmAdapter:
         return BlockInfo(bhash, parent, found, int(blk["timestamp"]))
 
     def _internal_inflows(self, bhash: str, parent: str, direct: dict[str, int]) -> list[Found]:
-        """What each watched address received in the block beyond its direct transfers."""
-        found = []
+        """What each watched address received in the block beyond its direct transfers, as
+        one payment per (transaction, address) — found by tracing the block's calls, so the
+        same transaction re-mined in another block after a reorg is the same payment (issue
+        27). Value the trace does not explain (a node that cannot trace, a withdrawal) is
+        reported for the operators, never credited by itself."""
+        excess = {}
         for addr, direct_in in direct.items():
             before = self.w3.eth.get_balance(addr, block_identifier=parent)
             after = self.w3.eth.get_balance(addr, block_identifier=bhash)
             if after - before > direct_in:
-                found.append(Found(f"{bhash}:{addr.lower()}", -1, addr, int(after - before - direct_in)))
+                excess[addr] = int(after - before - direct_in)
+        if not excess:
+            return []
+        traced = self._traced_inflows(bhash, {a.lower(): a for a in excess})
+        found = [Found(txid, -1, addr, value) for (txid, addr), value in sorted(traced.items())]
+        for addr, value in excess.items():
+            unexplained = value - sum(v for (_, a), v in traced.items() if a == addr)
+            if unexplained > 0:
+                self._foreign.append({"token": "ETH", "txid": bhash, "log_index": -1, "to": addr,
+                                      "value": str(unexplained), "untraced": True})
         return found
+
+    def _traced_inflows(self, bhash: str, watched: dict[str, str]) -> dict[tuple[str, str], int]:
+        """{(tx hash, address): wei} sent to watched addresses by calls inside the block's
+        transactions (``debug_traceBlockByHash`` with the call tracer; geth, erigon, anvil);
+        reverted calls and everything under them move nothing. {} when the node cannot trace."""
+        reply = self.w3.provider.make_request("debug_traceBlockByHash", [bhash, {"tracer": "callTracer"}])
+        if not isinstance(reply, dict) or "result" not in reply or not isinstance(reply["result"], list):
+            return {}
+        out: dict[tuple[str, str], int] = {}
+
+        def visit(frame: dict, txid: str, depth: int) -> None:
+            if frame.get("error"):
+                return
+            to = (frame.get("to") or "").lower()
+            value = int(frame.get("value") or "0x0", 16) if isinstance(frame.get("value"), str) else int(
+                frame.get("value") or 0)
+            if depth > 0 and value and to in watched:
+                key = (txid, watched[to])
+                out[key] = out.get(key, 0) + value
+            for child in frame.get("calls") or []:
+                visit(child, txid, depth + 1)
+
+        for item in reply["result"]:
+            txid = item.get("txHash")
+            if txid and isinstance(item.get("result"), dict):
+                visit(item["result"], _hex(txid), 0)
+        return out
 
     def _foreign_transfers(self, bhash: str, watch_lower: dict[str, str]) -> list[dict]:
         """``Transfer``s of any token but ours, to a watched address."""

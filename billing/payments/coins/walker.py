@@ -111,6 +111,7 @@ def walk(
     tracked = {k: t for k, t in tracked.items() if t["height"] > low}
     new_cursor = {
         "height": height,
+        "behind": max(0, tip_h - height),  # blocks left to scan (issue 27: "scanned to" the tip?)
         "hashes": hashes,
         "tracked": sorted(tracked.values(), key=lambda t: (t["height"], t["txid"], t["n"])),
     }

@@ -1,0 +1,180 @@
+"""issue 27: a payment that left the chain after it counted — the claw-back policy.
+
+* **Reconcile, never guess.** What a quote put on the balance by itself is recomputed from
+  the payments still on the chain: the settlement's payments at the locked rate, minus the
+  invoice they paid, plus each extra payment's credit. The difference to what is posted is
+  posted once per step (``rec:<quote>:<n>``): taken back in full — the balance may go
+  negative, the customer owes it — or given back (never more than was taken) when the
+  payment returns: re-mined after the reorg, or replaced by a fee bump that fills the
+  settlement again. One payment on the chain, one credit in the ledger.
+* **The operator is alerted:** the invoice is flagged ``payment_reversed``, a review is
+  opened per reversed payment, an audit row says what was taken.
+* **The lease waits for the money:** while the customer's balance is negative, the lease the
+  invoice paid is suspended once ``PAYMENT_REVERSAL_GRACE_MINUTES`` have passed since the
+  reversal (``sweep_reversed_payments``); the next credit (a payment, a top-up) recovers the
+  debt first, and once the balance is back at zero or above the flag becomes
+  ``payment_recovered`` and the lease resumes (if its term still runs).
+
+Callers of ``quote_reconcile`` hold the quote's row lock.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Sum
+
+from inventory.services import audit_record
+from rental import services as rental
+from rental.lifecycle import BATCH, Transition
+from rental.models import LeaseEvent, LeaseState
+
+from ..models import Account, Invoice, LatePaymentClaim, LedgerEntry, Payment, PaymentReview, Quote
+from ..services import ledger_post
+from . import config
+from .credits import quote_entry_keys, review_open
+from .pricing import cents_at
+
+log = logging.getLogger("billing.payments")
+
+REVERSED_FLAG = "payment_reversed"
+RECOVERED_FLAG = "payment_recovered"
+SUSPEND_REASON = "a payment for it was reversed on its chain and is not paid again"
+PS = Payment.State
+R = PaymentReview
+
+
+def settled_note(quote: Quote) -> str:
+    """The note of the invoice a quote's settlement paid (``services._settle``)."""
+    return f"{quote.coin} quote #{quote.pk}"
+
+
+def _paid_the_invoice(quote: Quote) -> bool:
+    invoice = quote.invoice
+    return invoice.state == Invoice.State.PAID and invoice.paid_via == quote.coin and invoice.note == settled_note(
+        quote)
+
+
+def settlement_units(payments: list[Payment]) -> int:
+    """Base units of the settlement's payments still confirmed on the chain."""
+    return sum(int(p.amount) for p in payments if p.in_settlement and p.state == PS.CONFIRMED)
+
+
+def target_cents(quote: Quote, payments: list[Payment]) -> int:
+    """What the quote should have put on the balance, from the chain as it is now."""
+    target = sum(int(p.credited_cents or 0) for p in payments if p.state == PS.CONFIRMED and not p.in_settlement)
+    if quote.state == Quote.State.SETTLED and any(p.in_settlement for p in payments):
+        covered = cents_at(settlement_units(payments), quote.rate_usd_per_coin, quote.coin)
+        target += covered - (int(quote.usd_cents) if _paid_the_invoice(quote) else 0)
+    return target
+
+
+def quote_reconcile(quote: Quote, now: datetime) -> int:
+    """Post the difference between what the quote put on the balance and what the chain
+    still justifies (see the module). Returns the cents posted (negative: taken back)."""
+    payments = list(quote.payments.all())
+    taken = -(LedgerEntry.objects.filter(idempotency_key__startswith=f"rec:{quote.pk}:").aggregate(
+        s=Sum("amount_cents"))["s"] or 0)
+    if not taken and not any(p.state in (PS.REORGED, PS.INVALID) and (p.in_settlement or p.credited_cents)
+                             for p in payments):
+        return 0  # nothing that counted left the chain, nothing is owed: the credits stand as posted
+    entries = LedgerEntry.objects.filter(quote_entry_keys(quote))
+    posted = entries.aggregate(s=Sum("amount_cents"))["s"] or 0
+    delta = target_cents(quote, payments) - posted
+    if delta > 0:  # give back what reversals took, never more — less what an operator forgave meanwhile
+        delta = min(delta, taken - _forgiven_cents(quote))
+    if delta == 0:
+        return 0
+    step = entries.filter(idempotency_key__startswith=f"rec:{quote.pk}:").count() + 1
+    customer = quote.invoice.customer
+    if delta < 0:
+        ledger_post(customer=customer, kind=LedgerEntry.Kind.CLAWBACK, amount_cents=delta, now=now,
+                    invoice=quote.invoice, idempotency_key=f"rec:{quote.pk}:{step}", allow_negative=True,
+                    memo=f"{quote.coin} quote #{quote.pk}: a payment left the chain after it counted")
+        _alert(quote, payments, -delta, now)
+    else:
+        ledger_post(customer=customer, kind=LedgerEntry.Kind.RESTORED, amount_cents=delta, now=now,
+                    invoice=quote.invoice, idempotency_key=f"rec:{quote.pk}:{step}",
+                    memo=f"{quote.coin} quote #{quote.pk}: the reversed payment is back on the chain")
+        _close_returned(quote, payments, now)
+    return delta
+
+
+def _forgiven_cents(quote: Quote) -> int:
+    """What operators credited on the quote's reversal reviews (the debt they forgave)."""
+    keys = [f"review:{pk}" for pk in quote.reviews.filter(kind=R.Kind.REVERSED, state=R.State.CREDITED)
+            .values_list("pk", flat=True)]
+    return LedgerEntry.objects.filter(idempotency_key__in=keys).aggregate(s=Sum("amount_cents"))["s"] or 0 if keys else 0
+
+
+def _alert(quote: Quote, payments: list[Payment], taken: int, now: datetime) -> None:
+    log.error("quote #%s: a payment left the chain after it counted; %s cents taken back", quote.pk, taken)
+    for p in payments:
+        if p.state in (PS.REORGED, PS.INVALID) and (p.in_settlement or p.credited_cents):
+            review_open(quote=quote, payment=p, kind=R.Kind.REVERSED, amount=int(p.amount), cents=taken, now=now,
+                        clawed_back=taken)
+    paid = []
+    if any(p.in_settlement and p.state in (PS.REORGED, PS.INVALID) for p in payments):  # it paid the invoice
+        paid.append(quote.invoice_id)
+    # a late payment the customer used to buy the order (late.py): that invoice waits for the money too
+    paid += LatePaymentClaim.objects.filter(quote=quote).values_list("invoice_id", flat=True)
+    Invoice.objects.filter(pk__in=paid).exclude(flag=REVERSED_FLAG).update(flag=REVERSED_FLAG, flagged_at=now)
+    audit_record(actor=None, action="payment_reversed", obj=quote.invoice,
+                 detail={"quote": quote.pk, "taken_cents": taken})
+
+
+def _close_returned(quote: Quote, payments: list[Payment], now: datetime) -> None:
+    """Reviews of reversed payments closed once everything taken is given back (the payment
+    is back on the chain, or another filled the settlement in its place)."""
+    from .credits import _decide
+
+    still_taken = LedgerEntry.objects.filter(idempotency_key__startswith=f"rec:{quote.pk}:").aggregate(
+        s=Sum("amount_cents"))["s"] or 0
+    if still_taken < 0:
+        return
+    for review in quote.reviews.filter(kind=R.Kind.REVERSED, state=R.State.OPEN):
+        _decide(review, R.State.CLOSED, None, now, "paid again on the chain; what was taken is given back")
+
+
+# --- the debt and the lease ------------------------------------------------------------------
+
+def debt_settle(*, customer_id: int, now: datetime) -> int:
+    """The customer's balance is back at zero or above: their reversed invoices are
+    recovered and the leases suspended for them resume. Returns how many invoices."""
+    balance = Account.objects.filter(customer_id=customer_id).values_list("balance_cents", flat=True).first() or 0
+    if balance < 0:
+        return 0
+    done = 0
+    for invoice in Invoice.objects.filter(customer_id=customer_id, flag=REVERSED_FLAG):
+        with transaction.atomic():
+            if not Invoice.objects.filter(pk=invoice.pk, flag=REVERSED_FLAG).update(flag=RECOVERED_FLAG):
+                continue
+            done += 1
+            audit_record(actor=None, action="payment_reversal_recovered", obj=invoice, detail={"balance": balance})
+            if invoice.lease_id and _suspended_by_reversal(invoice.lease_id):
+                rental.lease_resume(lease_id=invoice.lease_id, now=now, actor=None,
+                                    reason="the reversed payment is paid again")
+    return done
+
+
+def _suspended_by_reversal(lease_id: int) -> bool:
+    last = LeaseEvent.objects.filter(lease_id=lease_id).order_by("-at", "-pk").values("kind", "reason").first()
+    return bool(last) and last["kind"] == "suspended" and last["reason"] == SUSPEND_REASON
+
+
+def sweep_reversed_payments(now: datetime, limit: int = BATCH) -> list[Transition]:
+    """For billing.lifecycle.SWEEPS: debts recovered → invoices cleared, leases resumed;
+    debts still owed past the grace → the lease they paid for is suspended."""
+    done: list[Transition] = []
+    flagged = Invoice.objects.filter(flag=REVERSED_FLAG).order_by("pk")
+    for customer_id in set(flagged.values_list("customer_id", flat=True)[:limit]):
+        if debt_settle(customer_id=customer_id, now=now):
+            done.append(Transition(None, f"reversed payments of customer #{customer_id} paid again"))
+    since = now - config.reversal_grace()
+    due = flagged.filter(lease__state=LeaseState.ACTIVE, customer__billing_account__balance_cents__lt=0,
+                         flagged_at__lte=since)
+    for invoice in due[:limit]:
+        if rental.lease_suspend(lease_id=invoice.lease_id, now=now, reason=SUSPEND_REASON, force=True):
+            done.append(Transition(invoice.lease_id, f"suspended: invoice #{invoice.pk}'s payment was reversed"))
+    return done

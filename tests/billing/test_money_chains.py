@@ -1,0 +1,335 @@
+"""issue 27 on real local chains (litecoind regtest, anvil): no double credit after a reorg,
+no lost claw-back, on-time payments win over the sweeps after a watcher outage, no stock
+held by dust or by payments that never confirm, misdirected coins reported. Each test
+asserts the ledger, the balance, the invoice and the lease afterwards.
+
+The chain fixtures are the session fixtures of tests/billing/coins/conftest.py (a missing
+litecoind / anvil skips locally and fails under CI=true)."""
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.lifecycle import run_lifecycle
+from billing.models import CoinWallet, Invoice, LedgerEntry, Payment, PaymentReview, Quote
+from billing.payments import config as coins_config
+from billing.payments.coins.base import Coin
+from billing.payments.coins.evm import EvmAdapter
+from billing.payments.coins.utxo import UtxoAdapter
+from billing.payments.services import quote_create, watch_coin
+from billing.services import account_for, topup_invoice_create
+from billing.tasks import watch_payments
+from rental.agent import Instance
+from rental.models import LeaseState
+from rental.services import lease_provisioned
+from tests.billing.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
+from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
+from tests.billing.test_lifecycle import order
+from tests.billing.test_payments_chains import CONTRACT, FORWARDER, ltc_quote, rbf_payment
+
+pytestmark = pytest.mark.django_db(transaction=False)
+
+
+def ledger(customer) -> list[tuple[str, int]]:
+    return [(e.kind, e.amount_cents) for e in LedgerEntry.objects.filter(account__customer=customer).order_by("pk")]
+
+
+def balance(customer) -> int:
+    return account_for(customer).balance_cents
+
+
+def ltc(litecoind):  # noqa: F811
+    return UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
+
+
+def activate(lease, now):
+    lease_provisioned(lease_id=lease.pk, instance=Instance("10.0.0.7", 2207), now=now)
+    assert fresh(lease).state == LeaseState.ACTIVE
+
+
+def steal_back(litecoind, coin):  # noqa: F811
+    """The payer spends the coin the payment spent back to themselves (a double-spend)."""
+    w = litecoind.wallet
+    spend = [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}]
+    raw = w.call("createrawtransaction", spend, {w.call("getnewaddress"): coin["amount"] - Decimal("0.001")})
+    return w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"])
+
+
+# --- double credit -------------------------------------------------------------------------
+
+def test_ltc_settled_then_reorged_then_fee_bumped_is_one_payment_one_credit(
+        litecoind, catalog, customer, settings):  # noqa: F811
+    """The block that settled the order is orphaned, the payment is back in the mempool and
+    the wallet bumps its fee (same outputs, new txid): the bump pays the invoice in the
+    reversed payment's place — it is no "excess" credit on top of a paid invoice."""
+    settings.PAYMENT_SPEED_POLICY = "10000:1"  # a $65 order settles on one confirmation
+    now = timezone.now()
+    with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 8000)
+        watch_payments()
+        old = litecoind.wallet.call("sendtoaddress", quote.address, Decimal("0.65"), "", "", False, True)
+        (block,) = litecoind.mine(1)
+        watch_payments()
+        assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
+        assert fresh(lease).state == LeaseState.PROVISIONING and ledger(customer) == []
+
+        litecoind.rpc.call("invalidateblock", block)  # orphaned: the payment is back in the mempool
+        watch_payments()
+        assert ledger(customer) == []  # still on its way: nothing taken back yet
+        new = litecoind.wallet.call("bumpfee", old)["txid"]
+        watch_payments()
+        assert Payment.objects.get(txid=old).state == Payment.State.INVALID
+        assert ledger(customer) == [("clawback", -6500)] and balance(customer) == -6500  # owed meanwhile
+        assert fresh(invoice).flag == "payment_reversed"
+        litecoind.mine(1, fresh=True)
+        watch_payments()
+        watch_payments()
+
+    bump = Payment.objects.get(txid=new)
+    assert bump.state == Payment.State.CONFIRMED and bump.in_settlement and bump.credited_cents is None
+    assert ledger(customer) == [("clawback", -6500), ("restored", 6500)] and balance(customer) == 0
+    invoice.refresh_from_db()
+    assert (invoice.state, invoice.flag) == (Invoice.State.PAID, "payment_recovered")
+    assert fresh(lease).state == LeaseState.PROVISIONING
+    assert not PaymentReview.objects.filter(state=PaymentReview.State.OPEN).exists()  # given back: closed
+
+
+def test_eth_contract_payment_re_mined_after_a_reorg_is_the_same_payment(
+        anvil, catalog, customer):  # noqa: F811
+    """ETH forwarded by a contract (an internal transfer) is identified by its transaction
+    hash: re-mined in another block after a reorg it is the same payment, credited once;
+    left out of the new chain it is taken back, and given back when it is mined again."""
+    w3, now = anvil, timezone.now()
+    set_rate("ETH", "2000", now)
+    CoinWallet.objects.create(coin="ETH", next_index=9000, highest_paid_index=8999)
+    fwd = w3.eth.contract(abi=FORWARDER["abi"], bytecode=FORWARDER["bytecode"])
+    txh = fwd.constructor().transact({"from": w3.eth.accounts[0]})
+    w3.provider.make_request("anvil_mine", [1])
+    fwd = w3.eth.contract(address=w3.eth.get_transaction_receipt(txh)["contractAddress"], abi=FORWARDER["abi"])
+    with coins_config.use_adapters({Coin.ETH: EvmAdapter(Coin.ETH, eth_account_key(), w3=w3, chain_id=31337)}):
+        lease, invoice = order(customer, now, pay=False)
+        quote = quote_create(invoice=invoice, coin="ETH", now=now)
+        watch_payments()
+        sent = fwd.functions.forward(quote.address).transact({"from": w3.eth.accounts[6], "value": int(quote.amount)})
+        raw = w3.provider.make_request("eth_getRawTransactionByHash", ["0x" + sent.hex().removeprefix("0x")])["result"]
+        w3.provider.make_request("anvil_mine", [12])
+        watch_payments()
+        payment = Payment.objects.get()
+        assert payment.txid == "0x" + sent.hex().removeprefix("0x") and payment.output_index == -1
+        assert fresh(invoice).state == Invoice.State.PAID
+        first_block = payment.block_hash
+
+        w3.provider.make_request("anvil_reorg", [12, [[raw, 0]]])  # 12 new blocks, the same tx in the first
+        watch_payments()
+        watch_payments()
+        payment = Payment.objects.get()  # still one
+        assert payment.block_hash != first_block and payment.state == Payment.State.CONFIRMED
+        assert ledger(customer) == [] and fresh(invoice).flag == ""
+
+        w3.provider.make_request("anvil_reorg", [12, []])  # now a chain without it
+        watch_payments()
+        assert Payment.objects.get().state == Payment.State.REORGED
+        assert ledger(customer) == [("clawback", -6500)] and fresh(invoice).flag == "payment_reversed"
+        pool = w3.provider.make_request("eth_sendRawTransaction", [raw])  # the payer's wallet re-broadcasts
+        assert "result" in pool or "already" in str(pool.get("error", "")).lower(), pool
+        w3.provider.make_request("anvil_mine", [12])
+        watch_payments()
+        watch_payments()
+
+    assert Payment.objects.count() == 1 and Payment.objects.get().state == Payment.State.CONFIRMED
+    assert ledger(customer) == [("clawback", -6500), ("restored", 6500)] and balance(customer) == 0
+    assert fresh(invoice).state == Invoice.State.PAID and fresh(lease).state == LeaseState.PROVISIONING
+
+
+# --- claw-back -----------------------------------------------------------------------------------
+
+def test_ltc_double_spent_after_settlement_suspends_the_lease_until_a_top_up_on_chain_pays_the_debt(
+        litecoind, catalog, customer, settings):  # noqa: F811
+    settings.PAYMENT_SPEED_POLICY = "10000:1"
+    settings.PAYMENT_REVERSAL_GRACE_MINUTES = 0
+    now = timezone.now()
+    with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 8100)
+        watch_payments()
+        _, coin = rbf_payment(litecoind, quote.address, Decimal("0.75"))  # $75 for $65: $10 credited
+        (block,) = litecoind.mine(1)
+        watch_payments()
+        activate(lease, timezone.now())
+        assert ledger(customer) == [("excess_payment", 1000)]
+
+        litecoind.rpc.call("invalidateblock", block)
+        steal_back(litecoind, coin)
+        litecoind.mine(2, fresh=True)
+        watch_payments()
+        watch_payments()
+        assert ledger(customer) == [("excess_payment", 1000), ("clawback", -7500)] and balance(customer) == -6500
+        review = PaymentReview.objects.get()
+        assert (review.kind, review.state, review.clawed_back_cents) == ("reversed", "open", 7500)
+        run_lifecycle(timezone.now())
+        assert fresh(lease).state == LeaseState.SUSPENDED  # no grace configured: at once
+
+        set_rate("LTC", "100", timezone.now())
+        topup = topup_invoice_create(customer=customer, amount_cents=6500, now=timezone.now())
+        tq = quote_create(invoice=topup, coin="LTC", now=timezone.now())
+        litecoind.wallet.call("sendtoaddress", tq.address, Decimal("0.65"))
+        litecoind.mine(1)
+        watch_payments()
+        run_lifecycle(timezone.now())
+
+    assert ledger(customer) == [("excess_payment", 1000), ("clawback", -7500), ("topup", 6500)]
+    assert balance(customer) == 0
+    assert fresh(invoice).flag == "payment_recovered" and fresh(lease).state == LeaseState.ACTIVE
+
+
+# --- watcher downtime ---------------------------------------------------------------------------
+
+def test_ltc_payment_on_time_by_the_chain_wins_over_the_sweep_after_a_watcher_outage(
+        litecoind, catalog, customer, settings):  # noqa: F811
+    now = timezone.now()
+    with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 8200)
+        watch_payments()  # the watcher is up ... then down for hours
+        litecoind.wallet.call("sendtoaddress", quote.address, Decimal("0.65"))
+        litecoind.mine(6)
+        later = quote.expires_at + timedelta(hours=2)
+        run_lifecycle(later)  # the sweep runs first: the watcher has not scanned past the deadline
+        assert fresh(invoice).state == Invoice.State.OPEN and fresh(lease).state == LeaseState.PENDING
+        assert fresh(quote).state == Quote.State.NEW
+        watch_coin(coin="LTC", now=later)  # back: the chain dates the payment on time
+        run_lifecycle(later + timedelta(minutes=1))
+
+        assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
+        assert fresh(lease).state == LeaseState.PROVISIONING and ledger(customer) == []
+
+        # the other order: the watcher first (it catches up), then the sweep
+        lease2, invoice2 = order(customer, now, pay=False, offer="rtx-3090")
+        quote2 = quote_create(invoice=invoice2, coin="LTC", now=now)
+        litecoind.wallet.call("sendtoaddress", quote2.address, Decimal("0.65"))
+        litecoind.mine(6)
+        watch_coin(coin="LTC", now=later + timedelta(minutes=2))
+        run_lifecycle(later + timedelta(minutes=3))
+        assert fresh(invoice2).state == Invoice.State.PAID and fresh(lease2).state == LeaseState.PROVISIONING
+        assert ledger(customer) == []
+
+
+def test_an_order_waits_for_a_dead_watcher_only_so_long(litecoind, catalog, customer, settings):  # noqa: F811
+    settings.PAYMENT_WATCHER_LAG_MAX_MINUTES = 60
+    now = timezone.now()
+    with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 8300)
+        watch_payments()
+        run_lifecycle(invoice.expires_at + timedelta(minutes=59))
+        assert fresh(lease).state == LeaseState.PENDING
+        run_lifecycle(invoice.expires_at + timedelta(minutes=61))
+    assert fresh(lease).state == LeaseState.CANCELLED and fresh(invoice).state == Invoice.State.EXPIRED
+
+
+# --- holding stock ---------------------------------------------------------------------------------
+
+def test_ltc_partial_payments_extend_the_hold_once_and_dust_never(litecoind, catalog, customer):  # noqa: F811
+    now = timezone.now()
+    with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 8400)
+        watch_payments()
+        window_end = fresh(invoice).expires_at
+        dust = litecoind.wallet.call("sendtoaddress", quote.address, Decimal("0.001"))
+        watch_payments()
+        assert fresh(invoice).expires_at == window_end  # dust: no extension
+        first = litecoind.wallet.call("sendtoaddress", quote.address, Decimal("0.1"))
+        watch_payments()
+        litecoind.wallet.call("sendtoaddress", quote.address, Decimal("0.1"))
+        watch_payments()
+        litecoind.wallet.call("sendtoaddress", quote.address, Decimal("0.1"))
+        watch_payments()
+    extended = Payment.objects.get(txid=first).first_seen_at + coins_config.quote_window()
+    assert fresh(quote).expires_at == fresh(invoice).expires_at == max(extended, window_end)
+    assert Payment.objects.get(txid=dust).state == Payment.State.SEEN
+
+
+def test_ltc_unconfirmed_past_the_monitoring_window_releases_the_stock(litecoind, catalog, customer):  # noqa: F811
+    now = timezone.now()
+    with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 8500)
+        watch_payments()
+        litecoind.wallet.call("sendtoaddress", quote.address, Decimal("0.65"))
+        watch_payments()
+        assert fresh(invoice).expires_at > now + timedelta(hours=5)  # held while it confirms
+        later = now + coins_config.monitoring_window() + timedelta(minutes=1)
+        watch_coin(coin="LTC", now=later)  # never mined in six hours
+        run_lifecycle(later)
+    payment = Payment.objects.get()
+    assert (payment.state, payment.invalid_reason) == (Payment.State.INVALID, "unconfirmed_too_long")
+    assert fresh(lease).state == LeaseState.CANCELLED and fresh(invoice).state == Invoice.State.EXPIRED
+    assert ledger(customer) == []
+    litecoind.mine(1)  # leave the shared node's mempool clean
+
+
+def test_ltc_double_spent_order_falls_back_to_the_accounts_own_window(litecoind, catalog, customer, settings):  # noqa: F811
+    settings.PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES = 15  # a customer who never paid: 15, not 30
+    now = timezone.now()
+    with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 8600)
+        assert fresh(invoice).expires_at == lease.pay_by == now + timedelta(minutes=15)
+        watch_payments()
+        _, coin = rbf_payment(litecoind, quote.address, Decimal("0.65"))
+        watch_payments()
+        assert fresh(invoice).expires_at > now + timedelta(hours=5)
+        steal_back(litecoind, coin)
+        watch_payments()
+        assert fresh(quote).state == Quote.State.INVALID
+        assert fresh(invoice).expires_at == now + timedelta(minutes=15)
+        watch_coin(coin="LTC", now=now + timedelta(minutes=16))  # the sweep waits for a pass past the deadline
+        run_lifecycle(now + timedelta(minutes=16))
+    assert fresh(lease).state == LeaseState.CANCELLED and ledger(customer) == []
+    litecoind.mine(1)
+
+
+# --- misdirected coins ------------------------------------------------------------------------------
+
+def test_usdc_to_a_usdt_quote_eth_to_a_token_quote_and_a_token_to_an_eth_quote_are_reported(
+        anvil, catalog, customer, operator, settings):  # noqa: F811
+    from billing.dashboard import dashboard
+    from billing.payments.credits import payment_review_close, payment_review_credit
+
+    w3, now = anvil, timezone.now()
+    settings.MAX_OPEN_UNPAID_ORDERS = 3
+    set_rate("ETH", "2000", now)
+    CoinWallet.objects.create(coin="ETH", next_index=9100, highest_paid_index=9099)
+    tokens = []
+    for _ in range(2):
+        c = w3.eth.contract(abi=CONTRACT["abi"], bytecode=CONTRACT["bytecode"])
+        tx = c.constructor(10**15).transact({"from": w3.eth.accounts[0]})
+        w3.provider.make_request("anvil_mine", [1])
+        tokens.append(w3.eth.contract(address=w3.eth.get_transaction_receipt(tx)["contractAddress"],
+                                      abi=CONTRACT["abi"]))
+    usdt, usdc = tokens
+    key = eth_account_key()
+    known = (usdt.address, usdc.address)
+    adapters = {Coin.ETH: EvmAdapter(Coin.ETH, key, w3=w3, chain_id=31337, known_tokens=known),
+                Coin.USDT: EvmAdapter(Coin.USDT, key, w3=w3, chain_id=31337, token=usdt.address, known_tokens=known),
+                Coin.USDC: EvmAdapter(Coin.USDC, key, w3=w3, chain_id=31337, token=usdc.address, known_tokens=known)}
+    with coins_config.use_adapters(adapters):
+        _, inv_t = order(customer, now, pay=False)
+        _, inv_e = order(customer, now, pay=False)
+        q_usdt = quote_create(invoice=inv_t, coin="USDT", now=now)
+        q_eth = quote_create(invoice=inv_e, coin="ETH", now=now)
+        watch_payments()
+        usdc.functions.transfer(q_usdt.address, 65_000_000).transact({"from": w3.eth.accounts[0]})
+        w3.eth.send_transaction({"from": w3.eth.accounts[7], "to": q_usdt.address, "value": 10**16})
+        usdt.functions.transfer(q_eth.address, 5_000_000).transact({"from": w3.eth.accounts[0]})
+        w3.provider.make_request("anvil_mine", [12])
+        watch_payments()
+        watch_payments()  # reported once
+
+    reviews = {r.sent_coin: r for r in PaymentReview.objects.filter(kind="misdirected")}
+    assert sorted(reviews) == ["ETH", "USDC", "USDT"]
+    assert (reviews["USDC"].quote, int(reviews["USDC"].amount), reviews["USDC"].proposed_cents) == (
+        q_usdt, 65_000_000, 6500)
+    assert (reviews["ETH"].quote, reviews["ETH"].proposed_cents) == (q_usdt, 2000)  # 0.01 ETH at $2000
+    assert (reviews["USDT"].quote, reviews["USDT"].proposed_cents) == (q_eth, 500)
+    assert not Payment.objects.exists() and fresh(inv_t).state == fresh(inv_e).state == Invoice.State.OPEN
+    assert any("review" in a for a in dashboard(timezone.now()).alerts)
+    payment_review_credit(review=reviews["USDC"], actor=operator, now=timezone.now())  # one click: credited
+    payment_review_close(review=reviews["ETH"], actor=operator, now=timezone.now(), note="refunded on chain")
+    assert ledger(customer) == [("late_payment", 6500)] and balance(customer) == 6500

@@ -1,0 +1,118 @@
+"""issue 27: one refundable amount per invoice, whichever path refunds it — the customer's
+"Cancel and refund" within the refund window, the operator's refund from the customer desk
+(all or part), a lease that failed to provision — in either order, and racing on two
+PostgreSQL connections. ($55 paid must never be $110 back.)"""
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from billing.backoffice.services import invoice_refund_to_balance
+from billing.models import Invoice, LedgerEntry
+from billing.services import BillingError, account_for, balance_top_up, lease_refund, refundable_cents, refunds_left
+from rental.models import LeaseState
+from tests.billing.payments_helpers import fresh
+from tests.billing.test_concurrency import in_threads, postgres_only
+from tests.billing.test_lifecycle import order
+
+PRICE = 6500  # rtx-3090, one week
+
+
+def refunds(customer) -> list[int]:
+    return list(LedgerEntry.objects.filter(account__customer=customer, kind="refund").order_by("pk")
+                .values_list("amount_cents", flat=True))
+
+
+def balance(customer) -> int:
+    return account_for(customer).balance_cents
+
+
+@pytest.fixture
+def op_client(client, operator):
+    client.force_login(operator)
+    return client
+
+
+@pytest.fixture
+def paid_order(catalog, customer):
+    now = timezone.now()
+    balance_top_up(customer=customer, amount_cents=10_000, now=now)
+    lease, invoice = order(customer, now)  # paid from the balance: 100 - 65
+    assert balance(customer) == 3500 and fresh(invoice).state == Invoice.State.PAID
+    return lease, invoice
+
+
+def desk_refund(op_client, customer, invoice, amount=""):
+    return op_client.post(reverse("admin:ops_customer", args=[customer.pk]), {
+        "action": "refund", "refund-invoice": str(invoice.pk), "refund-amount": amount,
+        "refund-reason": "goodwill"}, follow=True)
+
+
+def test_operator_refund_then_customer_cancel_and_refund_pays_back_once(
+        paid_order, customer, op_client, client, django_user_model):
+    lease, invoice = paid_order
+    desk_refund(op_client, customer, invoice)
+    assert refunds(customer) == [PRICE] and balance(customer) == 10_000
+    shopper = client.__class__()
+    shopper.force_login(customer)
+    page = shopper.post(reverse("billing:lease_refund", args=[lease.pk]), follow=True)
+    assert page.status_code == 200
+    assert refunds(customer) == [PRICE] and balance(customer) == 10_000  # not $130 back
+    assert fresh(lease).state == LeaseState.CANCELLED  # cancelled all the same
+    assert fresh(invoice).refunded_cents == PRICE and refundable_cents(fresh(invoice)) == 0
+    assert refunds_left(customer) == 1  # refunding nothing used none of the month's refunds
+
+
+def test_customer_refund_then_operator_refund_is_refused(paid_order, customer, op_client):
+    lease, invoice = paid_order
+    assert lease_refund(lease=lease, actor=customer) == PRICE
+    page = desk_refund(op_client, customer, invoice)
+    assert "already refunded" in page.content.decode()
+    assert refunds(customer) == [PRICE] and balance(customer) == 10_000
+
+
+def test_a_partial_desk_refund_leaves_only_the_rest_to_the_customer(paid_order, customer, op_client):
+    lease, invoice = paid_order
+    desk_refund(op_client, customer, invoice, amount="20.00")
+    assert fresh(invoice).refunded_cents == 2000
+    desk_refund(op_client, customer, invoice, amount="50.00")  # more than is left: what is left
+    assert refunds(customer) == [2000, 4500] and fresh(invoice).refunded_cents == PRICE
+    assert lease_refund(lease=lease, actor=customer) == 0
+    assert balance(customer) == 10_000
+
+
+def test_a_failed_provisioning_refunds_only_what_the_operator_did_not(paid_order, customer, operator, settings):
+    from billing.lifecycle import sweep_provisioning_deadline
+
+    lease, invoice = paid_order
+    invoice_refund_to_balance(invoice=invoice, actor=operator, reason="goodwill", now=timezone.now(), cents=1500)
+    later = timezone.now() + settings.NODE_PROVISIONING_DEADLINE + timedelta(minutes=1)
+    assert len(sweep_provisioning_deadline(later)) == 1
+    assert refunds(customer) == [1500, 5000] and balance(customer) == 10_000
+    with pytest.raises(BillingError, match="already refunded"):
+        invoice_refund_to_balance(invoice=invoice, actor=operator, reason="again", now=later)
+
+
+def test_the_database_refuses_refunding_more_than_the_invoice(paid_order):
+    _, invoice = paid_order
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Invoice.objects.filter(pk=invoice.pk).update(refunded_cents=PRICE + 1)
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_operator_and_customer_refunding_at_the_same_moment_pay_back_once(catalog, customer, operator, settings):
+    settings.REFUNDS_PER_MONTH = 10
+    for _ in range(3):
+        now = timezone.now()
+        balance_top_up(customer=customer, amount_cents=PRICE, now=now)
+        lease, invoice = order(customer, now)
+        before = balance(customer)
+        results = in_threads(
+            lambda: lease_refund(lease=lease, actor=customer),
+            lambda: invoice_refund_to_balance(invoice=invoice, actor=operator, reason="race", now=timezone.now()))
+        assert not [r for r in results if isinstance(r, BaseException) and not isinstance(r, BillingError)], results
+        assert balance(customer) - before == PRICE  # once, whoever won
+        assert fresh(invoice).refunded_cents == PRICE
