@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 
 from inventory.services import audit_record
 
-from .models import Invoice
+from .models import Invoice, Quote, WatcherCursor
 from .services import BillingError, invoice_mark_paid
 
 
@@ -30,3 +30,27 @@ def invoice_pay_demo(*, invoice: Invoice, actor: User, now: datetime) -> bool:
     paid = invoice_mark_paid(invoice=invoice, via="demo", now=now, actor=actor, note="demo payment (no money)")
     audit_record(actor=actor, action="invoice_paid_demo", obj=invoice, detail={"amount_cents": invoice.amount_cents})
     return paid
+
+
+@transaction.atomic
+def demo_coin_send(*, quote: Quote, actor: User, now: datetime) -> dict:
+    """The demo wallet pays the customer's own open DEMO quote in full: one transaction on the
+    demo coin's chain (its watcher cursor), which the watcher's pass reports and the payment
+    services credit exactly as they credit a BTC payment. Refused unless demo mode is on."""
+    from .payments.coins.base import Coin
+    from .payments.coins.demo import demo_transaction
+    from .payments.services import OPEN_QUOTE_STATES
+
+    if not demo_payments_enabled():
+        raise BillingError(_("Demo payments are off on this store."))
+    quote = Quote.objects.select_for_update().select_related("invoice").get(pk=quote.pk)
+    if quote.coin != Coin.DEMO or quote.invoice.customer_id != actor.pk or quote.state not in OPEN_QUOTE_STATES:
+        raise BillingError(_("Only an open demo-coin quote of your own can be paid by the demo wallet."))
+    cursor = WatcherCursor.objects.get_or_create(coin=Coin.DEMO)[0]
+    cursor = WatcherCursor.objects.select_for_update().get(pk=cursor.pk)
+    chain = list((cursor.cursor or {}).get("chain", []))
+    tx = demo_transaction(address=quote.address, amount=int(quote.amount), sequence=len(chain), time=int(now.timestamp()))
+    chain.append(tx)
+    WatcherCursor.objects.filter(pk=cursor.pk).update(cursor={**(cursor.cursor or {}), "chain": chain})
+    audit_record(actor=actor, action="demo_coin_sent", obj=quote, detail={"amount": int(quote.amount), "txid": tx["txid"]})
+    return tx

@@ -144,7 +144,7 @@ def base_units_field(**kwargs):
     return models.DecimalField(max_digits=40, decimal_places=0, **kwargs)
 
 
-COIN_CHOICES = [(c, c) for c in ("BTC", "LTC", "ETH", "USDT", "USDC", "XMR", "SOL")]
+COIN_CHOICES = [(c, c) for c in ("BTC", "LTC", "ETH", "USDT", "USDC", "XMR", "SOL", "DEMO")]
 
 
 class CoinRate(models.Model):

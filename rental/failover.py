@@ -51,7 +51,7 @@ def lease_migrate(*, lease_id: int, from_node: Node, now: datetime | None = None
                   failed_since: datetime | None = None, reason: str = "hardware failure") -> dict:
     """Move one lease's allocation off `from_node`. Raises MigrationRefused (nothing changed)."""
     now = now or timezone.now()
-    lease = Lease.objects.select_for_update().select_related("offer", "site").get(pk=lease_id)
+    lease = Lease.objects.select_for_update().select_related("offer__gpu_model", "site", "customer").get(pk=lease_id)
     if lease.state not in LIVE_STATES:
         raise MigrationRefused(f"it is {lease.get_state_display()}")
     old = list(SlotAllocation.objects.filter(lease_id=lease_id, released_at__isnull=True)
@@ -87,12 +87,37 @@ def lease_migrate(*, lease_id: int, from_node: Node, now: datetime | None = None
     _event(lease_id, kind="migrated", now=now, actor=actor, from_state=lease.state, to_state=lease.state,
            reason=reason, data=data)
     downtime_end_for_lease(lease_id=lease_id, at=now)
+    _notify_moved(lease, data, new_address_follows=not copies_disk, now=now)
     # A pull-model agent needs no call: the moved allocation is the target node's desired
     # state, and its instance_ready evidence gives the lease its new connection line.
     if hasattr(agent, "migrate"):
         transaction.on_commit(lambda: agent.migrate(lease_id=lease_id, from_node=from_node.name,
                                                     to_node=to_node.name))
     return {"lease_id": lease_id, **data}
+
+
+def _notify_moved(lease: Lease, data: dict, *, new_address_follows: bool, now: datetime) -> None:
+    """The follow-up the incident notice promised. With the node agent the instance answers
+    at the target node's address once it is ready there: that line comes in the
+    connection-changed notice (rental.services.lease_connection_update); an agent that moves
+    the instance as it is (FakeAgent) keeps the line, given here."""
+    from django.utils.translation import gettext as _
+
+    from .services import customer_language, notify
+
+    args = {"id": lease.pk, "offer": lease.offer, "at": f"{now:%Y-%m-%d %H:%M}", "minutes": data["seconds"] // 60,
+            "command": lease.ssh_command}
+    with customer_language(lease.customer):
+        subject = _("Lease #%(id)s (%(offer)s) moved to working hardware") % args
+        body = _("Your instance of lease #%(id)s was moved to working hardware at %(at)s UTC, %(minutes)s min after "
+                 "the failure; its downtime has ended.") % args
+        if new_address_follows:
+            body += " " + _("The local NVMe was not copied: the new server starts with an empty local disk (network "
+                            "volumes and snapshots are kept). Its new connection line follows in another notice as "
+                            "soon as the instance is ready there.")
+        elif lease.ssh_command:
+            body += " " + _("Connect with: %(command)s") % args
+    notify(lease=lease, kind="migrated", deadline=now, subject=subject, body=body, now=now)
 
 
 def _migrate_all(pairs: list[tuple[int, Node]], *, now, actor, reason) -> MigrationReport:

@@ -17,7 +17,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from .forms import ApiTokenForm, SettingsForm, SignupForm, SshKeyForm
 from .i18n import remember_language
-from .models import ApiToken, Lease, LeaseState, Notification, RecoveryCode, SshKey
+from .lease_page import lease_page_context
+from .models import ApiToken, Lease, Notification, RecoveryCode, SshKey
 from .recovery import account_recovery_codes_issue, show_account_recovery_codes
 from .services import account_create, customer_settings, customer_settings_update
 from .services_customer import (
@@ -84,9 +85,6 @@ def healthz(request):
 # Leases, their timeline and status, account settings, API tokens, notifications. Invoices
 # and refunds on these pages come from billing's template tags (rental never imports billing).
 
-POLLING_STATES = (LeaseState.PENDING, LeaseState.PROVISIONING)
-
-
 def _optional_url(name: str) -> str:
     try:
         return reverse(name)
@@ -113,11 +111,10 @@ def lease_list(request):
 def lease_detail(request, lease_id: int):
     lease = get_object_or_404(_customer_leases(request.user).select_related("disk_key"), pk=lease_id)
     now = timezone.now()
-    context = {"lease": lease, "now": now, "polling": lease.state in POLLING_STATES}
-    if request.htmx:
-        return render(request, "rental/_lease_status.html", context)
-    context.update(timeline=layout(lease_milestones(lease, now), now), events=lease.events.select_related("actor"))
-    return render(request, "rental/lease_detail.html", context)
+    context = {"lease": lease, "now": now, **lease_page_context(lease, now),
+               "timeline": layout(lease_milestones(lease, now), now), "events": lease.events.select_related("actor")}
+    # htmx polls the live region (the whole page but its heading) while something is in progress.
+    return render(request, "rental/_lease_live.html" if request.htmx else "rental/lease_detail.html", context)
 
 
 def _settings_context(request, **extra) -> dict:

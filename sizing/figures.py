@@ -7,25 +7,28 @@ name *what* is sized (model, method, vendor filter); every GB and card comes fro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from django.utils.translation import gettext_lazy
 
 from .engine import Estimate, Job, activation_bytes, estimate, zero_bytes_per_param
-from .frameworks import SOURCE_TABLES_FRAMEWORK
+from .frameworks import DEFAULT_FRAMEWORK
 from .presets import PRESETS
 from .recommend import Candidate, Recommendation, recommend, usable_gb
 
 GB = 1e9
 
-#: First document's settings (sizing/CALIBRATION.md): checkpointing on, seq 2048, batch 1,
-#: rank 16 on all linear layers, eager attention (the document does not assume Flash), and
-#: the memory terms of a loss that upcasts the logits once with no framework extras — the
-#: engine's torchtune terms (``SOURCE_TABLES_FRAMEWORK``; the tables page says so).
-FIRST_DOC_JOB = {"seq": 2048, "batch": 1, "checkpointing": True, "flash_attention": False,
-                 "lora_rank": 16, "framework": SOURCE_TABLES_FRAMEWORK}
-#: Second document: the same with FlashAttention-2.
-SECOND_DOC_JOB = dict(FIRST_DOC_JOB, flash_attention=True)
+#: The one set of assumptions of every figure the pages quote (issue 29): the calculator's
+#: defaults — Hugging Face Trainer/PEFT (the stock stack), FlashAttention-2, gradient
+#: checkpointing, sequence 2,048, micro-batch 1, rank-16 adapters on all linear layers — so
+#: a row of the tables or an FAQ figure opened in the calculator gives the same number. The
+#: source documents' own assumptions (torchtune terms, eager attention) are kept for the
+#: engine's calibration tests (sizing/CALIBRATION.md), not for the pages.
+PAGE_JOB = {"seq": 2048, "batch": 1, "checkpointing": True, "flash_attention": True,
+            "lora_rank": 16, "framework": DEFAULT_FRAMEWORK}
+#: The calculator's parameters for PAGE_JOB (its form's defaults are the same values).
+PAGE_QUERY = {"seq": 2048, "batch": 1, "checkpointing": "on", "flash_attention": "on", "lora_rank": 16,
+              "lora_targets": "all", "framework": DEFAULT_FRAMEWORK}
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,13 @@ class RowSpec:
     vendor: str = "any"
     gpus: int = 1
     zero: int = 0
+
+
+def calculator_query(model: str, method: str, vendor: str = "any", gpus: int = 1, zero: int = 0,
+                     offload: str = "none") -> dict:
+    """The calculator's inputs that reproduce a figure of the pages."""
+    return {"model": model, "method": method, **PAGE_QUERY, "gpus": gpus, "zero": zero, "offload": offload,
+            "vendor": vendor}
 
 
 #: the first document's rows; "7B full" is its "cheapest CUDA path", the rest allow ROCm
@@ -56,7 +66,8 @@ FIRST_DOC_ROWS = (
 SCALE_ROWS = (("7B / 8B", "qwen2.5-7b"), ("14B", "qwen2.5-14b"), ("32B", "qwen2.5-32b"),
               ("72B", "qwen2.5-72b"))
 
-ZERO_EXAMPLE_PARAMS = 32e9
+#: the ZeRO table's example: the 32B of the scale table (qwen2.5-32b) on an 8-card node
+ZERO_EXAMPLE_MODEL = "qwen2.5-32b"
 ZERO_EXAMPLE_GPUS = 8
 ZERO_EXAMPLE_CARD_GB = 80
 ZERO_STAGES = (("ZeRO-1", 1, "none"), ("ZeRO-2", 2, "none"), ("ZeRO-3", 3, "none"),
@@ -75,6 +86,7 @@ class TableRow:
     vendor: str
     need: Estimate
     recommendation: Recommendation
+    query: dict = field(default_factory=dict)  # the calculator's inputs for this row
 
     @property
     def need_gb(self) -> float:
@@ -89,9 +101,10 @@ class TableRow:
 def first_document_table(candidates: list[Candidate]) -> list[TableRow]:
     rows = []
     for r in FIRST_DOC_ROWS:
-        job = job_for(r.model, r.method, FIRST_DOC_JOB, gpus=r.gpus, zero=r.zero)
+        job = job_for(r.model, r.method, PAGE_JOB, gpus=r.gpus, zero=r.zero)
         rec = recommend(job, candidates, vendor=r.vendor)
-        rows.append(TableRow(r.label, r.model, r.method, r.vendor, estimate(job), rec))
+        rows.append(TableRow(r.label, r.model, r.method, r.vendor, estimate(job), rec,
+                             calculator_query(r.model, r.method, r.vendor, r.gpus, r.zero)))
     return rows
 
 
@@ -101,23 +114,31 @@ def scale_table(candidates: list[Candidate]) -> list[dict]:
     for label, model in SCALE_ROWS:
         cells = {}
         for method in ("qlora", "lora"):
-            job = job_for(model, method, SECOND_DOC_JOB)
+            job = job_for(model, method, PAGE_JOB)
             cells[method] = TableRow(label, model, method, "any", estimate(job),
-                                     recommend(job, candidates, vendor="any"))
+                                     recommend(job, candidates, vendor="any"), calculator_query(model, method))
         out.append({"label": label, "model": model, **cells})
     return out
 
 
 def zero_table() -> list[dict]:
-    """32B full fine-tune on 8 cards: model states per card for each ZeRO stage."""
+    """A 32B full fine-tune on 8 cards, per ZeRO stage: the model states each card holds and
+    the whole per-card figure the calculator shows (activations, logits, buffers and runtime
+    on top). "Fits" is that figure against the card's usable memory, the recommender's rule."""
     usable = usable_gb(ZERO_EXAMPLE_CARD_GB)
     rows = []
     for label, stage, offload in ZERO_STAGES:
-        bpp = zero_bytes_per_param("full", stage, ZERO_EXAMPLE_GPUS, offload)
-        gb = bpp * ZERO_EXAMPLE_PARAMS / GB
+        e = estimate(job_for(ZERO_EXAMPLE_MODEL, "full", PAGE_JOB, gpus=ZERO_EXAMPLE_GPUS, zero=stage,
+                             offload=offload))
         rows.append({"label": label, "stage": stage, "offload": offload,
-                     "bytes_per_param": bpp, "per_card_gb": gb, "fits": gb <= usable})
+                     "bytes_per_param": zero_bytes_per_param("full", stage, ZERO_EXAMPLE_GPUS, offload),
+                     "states_gb": e.model_state_gb, "per_card_gb": e.per_gpu_gb, "fits": e.per_gpu_gb <= usable,
+                     "query": calculator_query(ZERO_EXAMPLE_MODEL, "full", "any", ZERO_EXAMPLE_GPUS, stage, offload)})
     return rows
+
+
+def zero_example_params_b() -> int:
+    return round(PRESETS[ZERO_EXAMPLE_MODEL].params / 1e9)
 
 
 def _gb(x: float) -> float:
@@ -127,9 +148,9 @@ def _gb(x: float) -> float:
 def memory_switches() -> dict[str, float]:
     """The figures quoted by the memory-switches explanation (7B = llama-2-7b)."""
     n = PRESETS["llama-2-7b"].params
-    lora = job_for("llama-2-7b", "lora", SECOND_DOC_JOB)
+    lora = job_for("llama-2-7b", "lora", PAGE_JOB)
     no_ckpt = replace(lora, checkpointing=False)
-    full_eager = job_for("llama-2-7b", "full", SECOND_DOC_JOB, checkpointing=False)
+    full_eager = job_for("llama-2-7b", "full", PAGE_JOB, checkpointing=False)
     b1 = estimate(lora).per_gpu_gb
     return {
         "master_moments_gb": 12 * n / GB,
@@ -149,9 +170,9 @@ def memory_switches() -> dict[str, float]:
 
 def faq_vram_figures() -> dict[str, int]:
     """The FAQ's figures in whole GB: 7B (llama-2-7b) QLoRA/LoRA/full, 70B (llama-2-70b)
-    QLoRA/LoRA, first-document settings."""
+    QLoRA/LoRA, under the pages' assumptions (PAGE_JOB, the calculator's defaults)."""
     keys = {"q7": ("llama-2-7b", "qlora"), "l7": ("llama-2-7b", "lora"),
             "f7": ("llama-2-7b", "full"), "q70": ("llama-2-70b", "qlora"),
             "l70": ("llama-2-70b", "lora")}
-    return {k: round(estimate(job_for(m, meth, FIRST_DOC_JOB)).per_gpu_gb)
+    return {k: round(estimate(job_for(m, meth, PAGE_JOB)).per_gpu_gb)
             for k, (m, meth) in keys.items()}

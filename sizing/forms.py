@@ -6,15 +6,15 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from .engine import METHODS
-from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
+from .figures import PAGE_QUERY
+from .frameworks import FRAMEWORKS
 from .inputs import MAX_BATCH, MAX_GPUS, MAX_RANK, MAX_SEQ
 from .presets import PRESETS
 
 #: the 13B LoRA example, shown when the page is opened without a query
-DEFAULTS = {"model": "llama-2-13b", "method": "lora", "seq": 2048, "batch": 1,
-            "checkpointing": "on", "flash_attention": "on", "lora_rank": 16,
-            "lora_targets": "all", "gpus": 1, "zero": "0", "offload": "none",
-            "epochs": 1, "vendor": "cuda", "framework": DEFAULT_FRAMEWORK}
+#: (its memory assumptions are the pages' one set, sizing.figures.PAGE_QUERY)
+DEFAULTS = {"model": "llama-2-13b", "method": "lora", **PAGE_QUERY, "gpus": 1, "zero": "0", "offload": "none",
+            "epochs": 1, "vendor": "cuda"}
 
 METHOD_LABELS = {"full": _("Full fine-tune (AdamW, 16 B/param)"),
                  "full-8bit": _("Full, 8-bit optimizer (10 B/param)"),

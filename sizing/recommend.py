@@ -116,17 +116,20 @@ def overbuy_warning(est: Estimate, candidate: Candidate) -> str | None:
     return None
 
 
-def fewer_cards_warning(opt: Option, est: _Estimator) -> str | None:
-    """A sharded plan that would fit on half the offer's cards or fewer buys idle GPUs."""
+def fewer_cards_warning(opt: Option, est: _Estimator, pool: Iterable[Candidate] = ()) -> str | None:
+    """A sharded plan that would fit on half the offer's cards or fewer buys idle GPUs; said
+    only when an offer with that many of the card exists (advice about offers that do)."""
     c = opt.candidate
     if opt.mode != "zero-3" or c.gpus < 4:
         return None
     usable = usable_gb(c.vram_gb)
-    for n in range(2, c.gpus // 2 + 1):
-        if (need := est(n, 3).per_gpu_gb) <= usable:
-            return (gettext("Overbuy: ZeRO-3 fits this job on %(n)s× %(gpu)s (%(need)s GB per card); this "
-                            "offer has %(gpus)s. Fewer cards, or one of the one-change plans, cost less.")
-                    % {"n": n, "gpu": c.gpu_name, "need": f"{need:.1f}", "gpus": c.gpus})
+    smaller = sorted((o for o in pool if o.gpu_name == c.gpu_name and 2 <= o.gpus <= c.gpus // 2
+                      and can_shard(o.link, o.gpus)), key=lambda o: (o.gpus, o.monthly_cents))
+    for other in smaller:
+        if (need := est(other.gpus, 3).per_gpu_gb) <= usable_gb(other.vram_gb) and need <= usable:
+            return (gettext("Overbuy: ZeRO-3 fits this job on %(offer)s (%(need)s GB per card); this "
+                            "offer has %(gpus)s cards. Fewer cards, or one of the one-change plans, cost less.")
+                    % {"offer": other.offer_name, "need": f"{need:.1f}", "gpus": c.gpus})
     return None
 
 
@@ -220,7 +223,7 @@ def _configure(c: Candidate, est: _Estimator) -> Option:
     return Option(c, whole, mode, False)
 
 
-def _card_warnings(opt: Option, est: _Estimator, own: Estimate) -> tuple[str, ...]:
+def _card_warnings(opt: Option, est: _Estimator, own: Estimate, pool: Iterable[Candidate] = ()) -> tuple[str, ...]:
     w = []
     c, job = opt.candidate, est.job
     if job.method == "qlora":
@@ -232,25 +235,33 @@ def _card_warnings(opt: Option, est: _Estimator, own: Estimate) -> tuple[str, ..
     lw = link_warning(c, job.zero, job.gpus)
     if lw:
         w.append(lw)
-    for overbuy in (overbuy_warning(own, c), fewer_cards_warning(opt, est)):
+    for overbuy in (overbuy_warning(own, c), fewer_cards_warning(opt, est, pool)):
         if overbuy:
             w.append(overbuy)
     return tuple(w)
 
 
-def _with_costs(opt: Option, job: Job, reason: str, est: _Estimator, own: Estimate) -> Option:
-    hours = rental = compute = None
+def run_cost(opt: Option, job: Job) -> tuple[float, int, int] | None:
+    """(hours, cents to rent it long enough, its compute share) of the job on this option,
+    when the job gives its tokens; the rent is whole weeks or whole months, whichever is less."""
+    if job.tokens <= 0:
+        return None
+    c = opt.candidate
+    hours = train_hours(opt.estimate.train_flops, c.gpus, c.bf16_tflops, job.utilisation)
+    weeks, months = math.ceil(hours / HOURS_PER_WEEK), math.ceil(hours / HOURS_PER_MONTH)
+    rental = min(max(weeks, 1) * c.weekly_cents, max(months, 1) * c.monthly_cents)
+    return hours, rental, round(hours * c.monthly_cents / HOURS_PER_MONTH)
+
+
+def _with_costs(opt: Option, job: Job, reason: str, est: _Estimator, own: Estimate,
+                pool: Iterable[Candidate] = ()) -> Option:
     c = opt.candidate
     if opt.mode == "zero-3":
         reason = gettext("%(reason)s · ZeRO-3 across %(n)s cards: each holds 1/%(n)s of the states, about "
                          "1.5× the traffic of data-parallel") % {"reason": reason, "n": c.gpus}
-    if job.tokens > 0:
-        hours = train_hours(opt.estimate.train_flops, c.gpus, c.bf16_tflops, job.utilisation)
-        weeks, months = math.ceil(hours / HOURS_PER_WEEK), math.ceil(hours / HOURS_PER_MONTH)
-        rental = min(max(weeks, 1) * c.weekly_cents, max(months, 1) * c.monthly_cents)
-        compute = round(hours * c.monthly_cents / HOURS_PER_MONTH)
+    hours, rental, compute = run_cost(opt, job) or (None, None, None)
     return replace(opt, reason=reason, run_hours=hours, rental_cost_cents=rental,
-                   compute_cost_cents=compute, warnings=_card_warnings(opt, est, own))
+                   compute_cost_cents=compute, warnings=_card_warnings(opt, est, own, pool))
 
 
 def _eligible(c: Candidate, vendor: str, site: str | None, in_stock: bool) -> bool:
@@ -291,8 +302,10 @@ def _cluster_advice(est: _Estimator, pool: list[Candidate]) -> str:
     else:
         n = 0
     if n and n <= MAX_NODE_GPUS:
-        return (gettext("Nothing listed fits; %(n)s× %(gpu)s with ZeRO-3 would. Ask for a multi-GPU node "
-                        "of that card.") % {"n": n, "gpu": big.gpu_name})
+        largest = max(c.gpus for c in pool if c.gpu_name == big.gpu_name)
+        return (gettext("No offer here runs this job: with ZeRO-3 it needs %(n)s× %(gpu)s or more, and the "
+                        "largest %(gpu)s offer has %(largest)s.")
+                % {"n": n, "gpu": big.gpu_name, "largest": largest})
     need = f"{n}× {big.gpu_name}" if n else gettext("more than 64× %(gpu)s") % {"gpu": big.gpu_name}
     return (gettext("This job needs %(need)s with ZeRO-3: more than one 8-GPU node. Nodes here have at "
                     "most 8 GPUs; an on-demand cluster provider fits better.") % {"need": need})
@@ -301,18 +314,25 @@ def _cluster_advice(est: _Estimator, pool: list[Candidate]) -> str:
 def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
               site: str | None = None, in_stock: bool = False,
               max_alternatives: int = MAX_ALTERNATIVES) -> Recommendation:
-    """Cheapest fitting offer first (by monthly price, then faster), then alternatives."""
+    """Cheapest fitting offer first, then alternatives. Cheapest by monthly price (then
+    faster); when the job gives its tokens (a run-time estimate), by what renting it for the
+    whole run costs, so a faster card that finishes in fewer weeks can win (issue 29)."""
     est = _Estimator(job)
     own = est(job.gpus, job.zero, job.offload)
     pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
     options = [_configure(c, est) for c in pool]
-    fitting = sorted((o for o in options if o.fits),
-                     key=lambda o: (o.candidate.monthly_cents, -o.candidate.total_tflops))
+
+    def price(o: Option) -> tuple:
+        run = run_cost(o, job)
+        return (run[1] if run else o.candidate.monthly_cents, o.candidate.monthly_cents, -o.candidate.total_tflops)
+
+    fitting = sorted((o for o in options if o.fits), key=price)
     advice = list(own.warnings)
     if not fitting:
         advice.append(_cluster_advice(est, pool))
         return Recommendation(own, None, (), tuple(advice), site)
-    best = _with_costs(fitting[0], job, gettext("cheapest that fits"), est, own)
-    alts = tuple(_with_costs(o, job, why, est, own)
+    why_best = gettext("cheapest run") if job.tokens > 0 else gettext("cheapest that fits")
+    best = _with_costs(fitting[0], job, why_best, est, own, pool)
+    alts = tuple(_with_costs(o, job, why, est, own, pool)
                  for o, why in _pick_alternatives(fitting, max_alternatives))
     return Recommendation(own, best, alts, tuple(advice), site)

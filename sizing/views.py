@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET
 
 from . import SizingInputError, figures
 from .forms import DEFAULTS, SizingForm
-from .frameworks import FRAMEWORKS, SOURCE_TABLES_FRAMEWORK
+from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from .memo import Memo
 from .results import candidates, catalog_key, known_sites, run
 
@@ -72,11 +72,13 @@ def _tables_body(cands) -> str:
         "first_rows": figures.first_document_table(cands),
         "scale_rows": figures.scale_table(cands),
         "zero_rows": figures.zero_table(),
-        "zero_params_b": round(figures.ZERO_EXAMPLE_PARAMS / 1e9),
+        "zero_params_b": figures.zero_example_params_b(),
+        "zero_model": figures.ZERO_EXAMPLE_MODEL,
+        "zero_usable_gb": figures.usable_gb(figures.ZERO_EXAMPLE_CARD_GB),
         "zero_gpus": figures.ZERO_EXAMPLE_GPUS,
         "zero_card_gb": figures.ZERO_EXAMPLE_CARD_GB,
         "switches": figures.memory_switches(),
-        "tables_framework": FRAMEWORKS[SOURCE_TABLES_FRAMEWORK],
+        "tables_framework": FRAMEWORKS[DEFAULT_FRAMEWORK],
     })
 
 

@@ -53,7 +53,12 @@ def adapters(*, require_backend: bool = True) -> dict[Coin, CoinAdapter]:
     key = (require_backend, tuple(sorted(config.items())))
     if key not in _cache:
         _cache[key] = build_adapters(config, require_backend=require_backend)
-    return dict(_cache[key])
+    found = dict(_cache[key])
+    if getattr(settings, "DEMO_PAYMENTS", False):  # the demo store's coin (coins/demo.py); never in production
+        from .coins.demo import DemoAdapter
+
+        found[Coin.DEMO] = DemoAdapter()
+    return found
 
 
 def adapter(coin: str) -> CoinAdapter | None:

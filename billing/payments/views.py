@@ -43,6 +43,25 @@ def quote_detail(request, quote_id: int):
 
 @login_required
 @require_POST
+def quote_pay_demo(request, quote_id: int):
+    """Demo store: the demo wallet sends the quote's amount, then the watcher runs its pass
+    at once (the beat would a minute later) and credits it through the real payment path."""
+    from ..demo import demo_coin_send
+    from .services import watch_coin
+
+    quote = get_object_or_404(customer_quotes(request.user), pk=quote_id)
+    try:
+        demo_coin_send(quote=quote, actor=request.user, now=timezone.now())
+    except BillingError as exc:
+        messages.error(request, str(exc))
+    else:
+        watch_coin(coin=quote.coin)
+        messages.success(request, _("Demo wallet: payment sent. The watcher saw it on the demo chain."))
+    return redirect("payments:quote", quote_id=quote.pk)
+
+
+@login_required
+@require_POST
 def quote_confirm_late(request, quote_id: int):
     quote = get_object_or_404(customer_quotes(request.user), pk=quote_id)
     try:

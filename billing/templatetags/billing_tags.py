@@ -28,6 +28,15 @@ def refund_deadline(lease):
 
 
 @register.simple_tag
+def refund_blocked(lease, allowance) -> bool:
+    """The customer's refunds of money are used up this month and this lease was paid for:
+    its one-click refund would be refused, so the button is not offered (cancelling an
+    unpaid order stays possible)."""
+    return allowance["left"] <= 0 and Invoice.objects.filter(
+        lease=lease, state=Invoice.State.PAID).exclude(kind=Invoice.Kind.TOPUP).exists()
+
+
+@register.simple_tag
 def refund_allowance(customer):
     """`{% refund_allowance user as allowance %}` — (left, per month) of the customer's own
     no-questions refunds, shown before they ask for one."""

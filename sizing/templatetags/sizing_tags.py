@@ -89,3 +89,13 @@ def pct(fraction):
 def billions(count):
     """6738415616 → '6.74'."""
     return f"{count / 1e9:,.2f}"
+
+
+@register.simple_tag
+def calculator_url(query: dict) -> str:
+    """The calculator with these inputs: a figure of the pages, opened where it is computed."""
+    from urllib.parse import urlencode
+
+    from django.urls import reverse
+
+    return f"{reverse('sizing')}?{urlencode(query)}"

@@ -30,6 +30,9 @@ class Coin(enum.StrEnum):
     USDC = "USDC"
     XMR = "XMR"
     SOL = "SOL"
+    #: The demo store's coin (DEMO_PAYMENTS, `make run`): worth nothing, on no chain; its
+    #: "chain" is the watcher cursor (coins/demo.py). Never offered with DEMO_PAYMENTS off.
+    DEMO = "DEMO"
 
     @property
     def spec(self) -> CoinSpec:
@@ -59,6 +62,7 @@ COIN_SPECS: dict[Coin, CoinSpec] = {
     Coin.USDC: CoinSpec(Coin.USDC, "USD Coin", 6, "micro-USDC", 12, stablecoin=True),
     Coin.XMR: CoinSpec(Coin.XMR, "Monero", 12, "piconero", 10),
     Coin.SOL: CoinSpec(Coin.SOL, "Solana", 9, "lamport", 1),
+    Coin.DEMO: CoinSpec(Coin.DEMO, "Demo coin (no value)", 6, "micro-DEMO", 1, stablecoin=True),
 }
 
 
