@@ -29,6 +29,9 @@ LABEL_LEASE = "gpu-node-agent.lease"
 LABEL_SPEC = "gpu-node-agent.spec"
 LABEL_PORT = "gpu-node-agent.ssh-port"
 WORKSPACE = "/workspace"
+# Only the agent starts a container, after it mounted the lease's disk (issue 23): with a
+# restart policy dockerd would start it at boot onto the bare mount point.
+NO_RESTART = {"Name": "no"}
 GiB = 1024 ** 3
 
 
@@ -56,6 +59,7 @@ class DockerRuntime:
         if container is None:
             container = self._create(spec)
         self._install_keys(container, spec.ssh_authorized_keys)
+        self._no_restart_policy(container)
         if container.status != "running":
             self._call(container.start)
             self._wait_running(container)
@@ -111,7 +115,7 @@ class DockerRuntime:
             volumes={spec.disk_path: {"bind": WORKSPACE, "mode": "rw"}},
             working_dir=WORKSPACE,
             network=self.config.network,
-            restart_policy={"Name": "unless-stopped"},
+            restart_policy=NO_RESTART,
             pids_limit=self.config.pids_limit,
             log_config=LogConfig(type="json-file", config={"max-size": self.config.log_max_size,
                                                            "max-file": "3"}),
@@ -154,6 +158,14 @@ class DockerRuntime:
             tar.addfile(keys_file, io.BytesIO(content))
         if not self._call(container.put_archive, "/root", archive.getvalue()):
             raise OperationFailed("runtime_error", "could not install authorized_keys")
+
+    def _no_restart_policy(self, container) -> None:
+        """A container made by an older agent (`unless-stopped`) loses its restart
+        policy: dockerd must never start it at boot, before its disk is mounted."""
+        policy = container.attrs.get("HostConfig", {}).get("RestartPolicy", {}).get("Name")
+        if policy not in ("", "no", None):
+            log.info("lease %s: dropping restart policy %s", container.name, policy)
+            self._call(container.update, restart_policy=NO_RESTART)
 
     def _wait_running(self, container, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
