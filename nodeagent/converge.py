@@ -11,6 +11,7 @@ log = logging.getLogger(__name__)
 
 WANTS = ("running", "stopped", "absent")
 DISK_ACTIONS = ("keep", "destroy_key", "wipe")
+PENDING = ("image_pulling",)   # under way beside the loop: the observed state, not "failed"
 
 
 class Converger:
@@ -60,7 +61,8 @@ class Converger:
             self.journal.failed(lease_id, op_id, "agent_error", repr(exc))
         status = self._safe_status(lease_id)
         report = self._report(lease_id, op_id, status)
-        if not _satisfied(item.get("want"), status.state):
+        pending = (report["error"] or {}).get("code") in PENDING
+        if not _satisfied(item.get("want"), status.state) and not pending:
             report["state"] = "failed"
         return report
 

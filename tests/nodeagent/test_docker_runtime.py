@@ -101,6 +101,10 @@ def test_absent_removes_the_container_and_frees_the_port(runtime, instance_image
 
 
 def test_missing_image_is_a_named_failure(runtime, tmp_path):
+    with pytest.raises(OperationFailed) as pulling:          # the pull runs beside the loop
+        runtime.ensure_running(spec_for(11, "no-such-image:1", str(tmp_path)))
+    assert pulling.value.code == "image_pulling"
+    assert runtime.puller.wait_idle(120)
     with pytest.raises(OperationFailed) as failure:
         runtime.ensure_running(spec_for(11, "no-such-image:1", str(tmp_path)))
     assert failure.value.code == "image_missing"
