@@ -1,4 +1,4 @@
-"""`gpu-node-agent enrol | run | status | images pull|prune` (console script)."""
+"""`gpu-node-agent enrol | run | status | images pull|prune | verify-record` (console script)."""
 import argparse
 import json
 import logging
@@ -122,6 +122,22 @@ def images(config: AgentConfig, args) -> int:
     return 1 if failed else 0
 
 
+def verify_record(config: AgentConfig, args) -> int:
+    """Check a sanitization record offline (no enrolment, no network)."""
+    from .records import verify_record as check
+
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            document = json.load(f)
+    except (OSError, ValueError) as exc:
+        log.error("cannot read %s: %s", args.file, exc)
+        return 1
+    results = check(document, node_key=args.node_key)
+    for result in results:
+        print(f"{'OK ' if result.ok else 'BAD'} {result.kind}: {result.summary}")
+    return 0 if all(r.ok for r in results) else 1
+
+
 def _config(path: str | None) -> AgentConfig:
     if path is None and not Path(DEFAULT_CONFIG_PATH).exists():
         return AgentConfig()              # enrol/status work before a config exists
@@ -146,6 +162,10 @@ def _parser() -> argparse.ArgumentParser:
     p = commands.add_parser("images", help="pre-pull the configured images, or prune old ones")
     p.add_argument("action", choices=("pull", "prune"))
     p.set_defaults(command=images)
+    p = commands.add_parser("verify-record", help="check a customer's sanitization record")
+    p.add_argument("file", help="the record (JSON) downloaded from the lease page or the API")
+    p.add_argument("--node-key", help="the node's public key (base64) the record must be signed with")
+    p.set_defaults(command=verify_record)
     return parser
 
 
