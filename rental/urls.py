@@ -7,7 +7,6 @@ from django.urls import include, path
 from billing import api as billing_api
 from billing import views as billing_views
 from billing import views_sla
-from fleet import customer_views as fleet_customer_views
 
 from . import api, i18n, otp_views, recovery, views
 
@@ -57,8 +56,7 @@ api_v1 = [
     path("leases", api.leases, name="api_leases"),
     path("leases/<int:lease_id>", api.lease_detail, name="api_lease"),
     path("leases/<int:lease_id>/refund", billing_api.refund, name="api_lease_refund"),
-    path("leases/<int:lease_id>/sanitization-record", fleet_customer_views.sanitization_record_api,
-         name="api_lease_sanitization_record"),
+    path("leases/<int:lease_id>/sanitization-record", include("fleet.urls_api")),
     path("invoices/<int:invoice_id>", billing_api.invoice_detail, name="api_invoice"),
     path("schema", api.schema, name="api_schema"),
     path("<path:rest>", api.not_found),
