@@ -55,7 +55,7 @@ class NodeBox:
                 "-smp", "2", "-m", str(self.memory_mb), "-nographic", "-monitor", "none",
                 "-serial", f"file:{self.console}", "-rtc", "base=utc",
                 "-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.image / "initrd.img"),
-                "-append", "root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.show_status=0 quiet",
+                "-append", "root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.show_status=0 quiet mitigations=off fsck.mode=skip",
                 "-drive", f"file={self.overlay},if=virtio,format=qcow2,cache=writeback",
                 "-drive", f"file={self.nvme},if=none,id=nvm0,format=raw",
                 "-device", "nvme,serial=GPUNODE0001,drive=nvm0",
@@ -63,7 +63,7 @@ class NodeBox:
         self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=open(self.work / "qemu.stderr", "wb"), start_new_session=True)
 
-    def wait_ssh(self, timeout: float = 600) -> float:
+    def wait_ssh(self, timeout: float = 1800) -> float:
         """Seconds until root's ssh answered."""
         started = time.monotonic()
         while time.monotonic() - started < timeout:
@@ -97,7 +97,7 @@ class NodeBox:
     def boot_id(self) -> str:
         return self.out("cat /proc/sys/kernel/random/boot_id").strip()
 
-    def reboot(self, timeout: float = 600) -> float:
+    def reboot(self, timeout: float = 1800) -> float:
         """`systemctl reboot` in the guest (QEMU stays up); seconds until ssh answered again."""
         before = self.boot_id()
         self.ssh("systemctl reboot", check=False, timeout=30)

@@ -102,6 +102,12 @@ def container_state(box: NodeBox, lease_id: int) -> str:
                    check=False).strip()
 
 
+def progress(times: dict, step: str, since: float) -> None:
+    """Each step's duration, printed as it passes (`-s`): a slow run shows how far it got."""
+    times[step] = time.monotonic() - since
+    print(f"node-in-a-box: {step} after {times[step]:.0f}s", flush=True)
+
+
 @pytest.fixture
 def storefront(live_server, settings, catalog):
     settings.HOST_AGENT = "fleet.driver.NodeAgentDriver"
@@ -127,7 +133,7 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
     times, secret = {}, secrets.token_hex(24)
     started = time.monotonic()
     image = build_image()
-    times["image"] = time.monotonic() - started
+    progress(times, "image", started)
 
     key_path, public_key = ssh_key
     offer = Offer.objects.get(slug="rtx-3090")
@@ -142,7 +148,9 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
     mountpoint = f"/var/lib/gpu-node-agent/mnt/gpu-lease-{lease.pk}"
     box.start()
     try:
-        times["boot"] = box.wait_ssh()
+        step = time.monotonic()
+        box.wait_ssh()
+        progress(times, "boot", step)
         assert box.out("ps -p 1 -o comm=").strip() == "systemd"
         assert box.out("systemctl is-active docker").strip() == "active"
         box.put_tree(ROOT / "nodeagent", "/root/src")
@@ -150,7 +158,7 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
         step = time.monotonic()
         box.ssh(install_script(url=f"http://10.0.2.2:{storefront.thread.port}", code=code,
                                lease_port=lease_port, gpus=node.gpu_count), timeout=1800)
-        times["install"] = time.monotonic() - step
+        progress(times, "install per README, agent enabled", step)
         assert box.out("systemctl is-enabled gpu-node-agent").strip() == "enabled"
         assert box.out("systemctl is-active gpu-node-agent").strip() == "active"
         # The installed venv holds the agent and its dependencies, nothing of the storefront.
@@ -162,7 +170,7 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
         assert shared_db(invoice_settle_manually, invoice=invoice, actor=operator, note="paid")
         wait_for(lambda: lease_state(lease.pk).state == LeaseState.ACTIVE, timeout=900,
                  what="lease active through the guest's agent")
-        times["ready"] = time.monotonic() - step
+        progress(times, "paid to instance ready (LV, LUKS2, mount, container)", step)
         lease = lease_state(lease.pk)
         assert (lease.host, lease.ssh_port) == ("127.0.0.1", lease_port)
         mapper = f"/dev/mapper/gpu-lease-{lease.pk}"
@@ -170,19 +178,23 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
         assert box.out(f"cryptsetup status gpu-lease-{lease.pk} | sed -n 's/ *type: *//p'").strip() == "LUKS2"
         assert box.out(f"docker inspect -f '{{{{.HostConfig.RestartPolicy.Name}}}}' lease-{lease.pk}").strip() == "no"
 
+        step = time.monotonic()
         written = customer_ssh(lease_port, key_path, f"printf %s {secret} > /workspace/secret.txt && sync && "
                                                      "cat /workspace/secret.txt")
         assert written.returncode == 0 and written.stdout == secret, written.stderr
         box.ssh("sync && echo 3 > /proc/sys/vm/drop_caches")
         assert not contains(box.nvme, secret.encode()), "plaintext on the raw NVMe drive"
         assert not contains(box.overlay, secret.encode()), "plaintext on the guest's root filesystem"
+        progress(times, "file written over ssh, not on the raw drive nor the root fs", step)
 
         # Reboot: dockerd starts nothing; the agent re-opens and mounts, then starts.
-        times["reboot"] = box.reboot()
+        step = time.monotonic()
+        box.reboot()
+        progress(times, "reboot", step)
         step = time.monotonic()
         back = wait_for(lambda: customer_ssh(lease_port, key_path, "cat /workspace/secret.txt", attempts=1)
                         .stdout == secret, timeout=900, what="the instance back after the reboot, same data")
-        times["back_after_reboot"] = time.monotonic() - step
+        progress(times, "instance back after the reboot with the data", step)
         assert back
         assert box.out(f"findmnt -n -o SOURCE {mountpoint}").strip() == mapper
         bare = box.out(f"mkdir -p /run/rootview && mount --bind / /run/rootview && "
@@ -192,6 +204,7 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
         assert not contains(box.overlay, secret.encode()) and not contains(box.nvme, secret.encode())
 
         # Suspended (unpaid): the instance stops; renewal paid: resumed, files kept.
+        step = time.monotonic()
         assert shared_db(lease_suspend, lease_id=lease.pk, now=timezone.now(), force=True)
         wait_for(lambda: container_state(box, lease.pk) == "exited", timeout=300, what="instance stopped")
         lease = lease_state(lease.pk)
@@ -199,6 +212,7 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
         assert shared_db(invoice_settle_manually, invoice=renewal, actor=operator, note="renewal")
         wait_for(lambda: customer_ssh(lease_port, key_path, "cat /workspace/secret.txt", attempts=1)
                  .stdout == secret, timeout=600, what="resumed with the files kept")
+        progress(times, "suspend and resume", step)
 
         # Released: the key destroyed (verified evidence), then the wipe.
         lease = lease_state(lease.pk)
@@ -215,7 +229,7 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
         shared_db(Lease.objects.filter(pk=lease.pk).update, wipe_by=timezone.now())
         wait_for(lambda: lease_state(lease.pk).state == LeaseState.WIPED, timeout=600,
                  what="wipe proven by the node")
-        times["release_to_wiped"] = time.monotonic() - step
+        progress(times, "release to wiped (verified evidence)", step)
         assert box.out(f"lvs --noheadings -o lv_name {VG}").strip() == ""      # the LV is gone
         record = shared_db(sanitization_record, lease_state(lease.pk), now=timezone.now())
         checked = verify_record(record)
