@@ -1,17 +1,23 @@
 """The customer's instance actions from the lease page: restart, stop, start. They change
-the node's desired state (fleet.services) and the node applies them on its next poll."""
+the node's desired state (fleet.services) and the node applies them on its next poll.
+And the lease's signed sanitization record (fleet.records): JSON download, printable page,
+API."""
+import json
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
-from django.shortcuts import redirect
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
+from rental.api import api_endpoint, customer_lease, error_response
 from rental.models import Lease
 from rental.services import TransitionRefused
 
+from .records import record_proofs, sanitization_record
 from .services import instance_restart, instance_start, instance_stop
 
 ACTIONS = {
@@ -34,3 +40,40 @@ def instance_action(request, lease_id: int, action: str):
     else:
         messages.success(request, _(done))
     return redirect("lease_detail", lease_id=lease_id)
+
+
+def _record_or_404(lease: Lease) -> dict:
+    record = sanitization_record(lease, now=timezone.now())
+    if record is None:
+        raise Http404
+    return record
+
+
+def _json_attachment(record: dict, lease_id: int) -> HttpResponse:
+    response = HttpResponse(json.dumps(record, indent=1, ensure_ascii=False), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="sanitization-record-lease-{lease_id}.json"'
+    return response
+
+
+@login_required
+@require_GET
+def sanitization_record_download(request, lease_id: int):
+    lease = get_object_or_404(Lease, pk=lease_id, customer=request.user)
+    return _json_attachment(_record_or_404(lease), lease_id)
+
+
+@login_required
+@require_GET
+def sanitization_record_page(request, lease_id: int):
+    """Printable: what was done to the disk, by which node, checked how; the signatures."""
+    lease = get_object_or_404(Lease, pk=lease_id, customer=request.user)
+    _record_or_404(lease)
+    return render(request, "fleet/sanitization_record.html", {"lease": lease, "proofs": record_proofs(lease)})
+
+
+@api_endpoint("GET")
+def sanitization_record_api(request, lease_id: int):
+    record = sanitization_record(customer_lease(request, lease_id), now=timezone.now())
+    if record is None:
+        return error_response(404, "not_yet", _("No key destruction has been proven for this lease yet."))
+    return _json_attachment(record, lease_id)

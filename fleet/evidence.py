@@ -87,16 +87,33 @@ def _verified(verification) -> bool:
     return verification["samples"] > 0
 
 
-def _asked(*, lease_id: int, node_id: int, kind: str) -> bool:
-    """The storefront asked this node for what the evidence proves: a running instance,
-    the key's destruction, the wipe."""
-    want, disk = IssuedOp.objects.filter(lease_id=lease_id, node_id=node_id).values_list("want", "disk").first() \
-        or (None, None)
+def _asked(*, lease_id: int, node_id: int, kind: str, op_id: str) -> None:
+    """The record names the op the storefront issued for this lease on this node, and that
+    op asks for what the evidence proves: a running instance, the key's destruction, the
+    wipe. An older op of the lease (re-sent, e.g. an old `instance_ready` that would move
+    the connection line back) is `stale_op`; any other op or kind is `not_requested`."""
+    issued = IssuedOp.objects.filter(lease_id=lease_id, node_id=node_id).values("want", "disk", "op_id").first()
+    if issued is None:
+        raise Refused("not_requested")
+    if op_id != issued["op_id"]:
+        raise Refused("stale_op" if _earlier_op(op_id, issued["op_id"]) else "not_requested")
+    want, disk = issued["want"], issued["disk"]
     if kind == Evidence.Kind.INSTANCE_READY:
-        return want == "running"
-    if kind == Evidence.Kind.KEY_DESTROYED:
-        return disk in ("destroy_key", "wipe")
-    return disk == "wipe"
+        asked = want == "running"
+    elif kind == Evidence.Kind.KEY_DESTROYED:
+        asked = disk in ("destroy_key", "wipe")
+    else:
+        asked = disk == "wipe"
+    if not asked:
+        raise Refused("not_requested")
+
+
+def _earlier_op(op_id: str, current: str) -> bool:
+    """op_ids are `<lease>:<label>:<counter>` (fleet.desired._issue)."""
+    head, _, counter = op_id.rpartition(":")
+    now_head, _, now_counter = current.rpartition(":")
+    same_lease = head.partition(":")[0] == now_head.partition(":")[0]
+    return same_lease and counter.isdigit() and now_counter.isdigit() and int(counter) < int(now_counter)
 
 
 def last_node_id(lease_id: int) -> int | None:
@@ -124,8 +141,7 @@ def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
     if not signature_valid(public_key=agent.public_key, signature=signature, message=canonical_json(record)):
         raise Refused("bad_signature")
     _check_kind_fields(kind, record)
-    if not _asked(lease_id=lease_id, node_id=agent.node_id, kind=kind):
-        raise Refused("not_requested")
+    _asked(lease_id=lease_id, node_id=agent.node_id, kind=kind, op_id=op_id)
     unsigned = {k: v for k, v in record.items() if k != "signature"}
     with transaction.atomic():
         try:
@@ -133,10 +149,11 @@ def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
                 evidence = Evidence.objects.create(node=agent.node, lease_id=lease_id, kind=kind, op_id=op_id, at=at,
                                                    received_at=now, record=unsigned, signature=signature,
                                                    signed_text=canonical_json(record).decode())
-        except IntegrityError:  # sent again (the agent resends until accepted)
+        except IntegrityError:  # sent again (the agent resends until accepted): counted once
             evidence = Evidence.objects.get(node=agent.node, lease_id=lease_id, kind=kind, op_id=op_id)
             if evidence.signature != signature:
                 raise Refused("conflicting_evidence") from None
+            return evidence
         _apply(evidence, agent=agent, now=now)
     return evidence
 

@@ -26,4 +26,5 @@ def open_disks(config: AgentConfig):
 
 def open_runtime(config: AgentConfig):
     from .runtime.docker import DockerRuntime
-    return DockerRuntime(config.docker, config.state_dir / "runtime")
+    return DockerRuntime(config.docker, config.state_dir / "runtime",
+                         images=frozenset(config.images.values()))

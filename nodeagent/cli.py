@@ -1,4 +1,4 @@
-"""`gpu-node-agent enrol | run | status` (console script)."""
+"""`gpu-node-agent enrol | run | status | images pull|prune | verify-record` (console script)."""
 import argparse
 import json
 import logging
@@ -87,6 +87,57 @@ def status(config: AgentConfig, args) -> int:
     return 0 if shown["enrolled"] else EXIT_NOT_ENROLLED
 
 
+def images(config: AgentConfig, args) -> int:
+    """`images pull`: pull every image of `[images]` that is not on the node yet (before
+    enabling the service, or after changing the table). `images prune`: remove the images
+    the agent pulled that are no longer configured and that no container uses."""
+    from docker.errors import DockerException, ImageNotFound
+
+    from .runtime.images import ImagePuller
+
+    puller = ImagePuller(config.docker.socket, config.state_dir / "runtime" / "images.json",
+                         keep=frozenset(config.images.values()))
+    failed = 0
+    try:
+        if args.action == "prune":
+            for ref in puller.prune():
+                print(f"removed {ref}")
+            return 0
+        for slug, ref in sorted(config.images.items()):
+            try:
+                puller.client().images.get(ref)
+                print(f"{slug}: {ref} present")
+                continue
+            except ImageNotFound:
+                pass
+            try:
+                puller.pull(ref)
+                print(f"{slug}: {ref} pulled")
+            except DockerException as exc:
+                failed += 1
+                log.error("%s: pulling %s failed: %s", slug, ref, exc)
+    except DockerException as exc:
+        log.error("docker at %s: %s", config.docker.socket, exc)
+        return 1
+    return 1 if failed else 0
+
+
+def verify_record(config: AgentConfig, args) -> int:
+    """Check a sanitization record offline (no enrolment, no network)."""
+    from .records import verify_record as check
+
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            document = json.load(f)
+    except (OSError, ValueError) as exc:
+        log.error("cannot read %s: %s", args.file, exc)
+        return 1
+    results = check(document, node_key=args.node_key)
+    for result in results:
+        print(f"{'OK ' if result.ok else 'BAD'} {result.kind}: {result.summary}")
+    return 0 if all(r.ok for r in results) else 1
+
+
 def _config(path: str | None) -> AgentConfig:
     if path is None and not Path(DEFAULT_CONFIG_PATH).exists():
         return AgentConfig()              # enrol/status work before a config exists
@@ -108,6 +159,13 @@ def _parser() -> argparse.ArgumentParser:
         command=run)
     commands.add_parser("status", help="enrolment and the last report").set_defaults(
         command=status)
+    p = commands.add_parser("images", help="pre-pull the configured images, or prune old ones")
+    p.add_argument("action", choices=("pull", "prune"))
+    p.set_defaults(command=images)
+    p = commands.add_parser("verify-record", help="check a customer's sanitization record")
+    p.add_argument("file", help="the record (JSON) downloaded from the lease page or the API")
+    p.add_argument("--node-key", help="the node's public key (base64) the record must be signed with")
+    p.set_defaults(command=verify_record)
     return parser
 
 

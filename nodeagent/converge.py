@@ -11,6 +11,7 @@ log = logging.getLogger(__name__)
 
 WANTS = ("running", "stopped", "absent")
 DISK_ACTIONS = ("keep", "destroy_key", "wipe")
+PENDING = ("image_pulling",)   # under way beside the loop: the observed state, not "failed"
 
 
 class Converger:
@@ -43,7 +44,8 @@ class Converger:
         lease_id, op_id = item["lease_id"], item["op_id"]
         try:
             status = self.runtime.status(lease_id)
-            if self.journal.is_done(op_id) and _satisfied(item["want"], status.state):
+            if self.journal.is_done(op_id) and _satisfied(item["want"], status.state) and \
+                    (status.state != "running" or self.disks.is_ready(lease_id)):
                 return self._report(lease_id, op_id, status)
             status = self._apply(item, gpus)
             self.journal.done(lease_id, op_id, state=status.state)
@@ -59,7 +61,8 @@ class Converger:
             self.journal.failed(lease_id, op_id, "agent_error", repr(exc))
         status = self._safe_status(lease_id)
         report = self._report(lease_id, op_id, status)
-        if not _satisfied(item.get("want"), status.state):
+        pending = (report["error"] or {}).get("code") in PENDING
+        if not _satisfied(item.get("want"), status.state) and not pending:
             report["state"] = "failed"
         return report
 
@@ -85,7 +88,13 @@ class Converger:
         return status
 
     def _run(self, item: dict, gpus: list[GpuInfo]) -> InstanceStatus:
+        """The only path that starts a container: after the disk is opened and mounted,
+        and checked mounted where dockerd sees it. Containers have no restart policy, so
+        after a reboot nothing runs until this has mounted the disk again."""
         lease_id = item["lease_id"]
+        if self.runtime.status(lease_id).state == "running" and not self.disks.is_ready(lease_id):
+            log.error("lease %s: running without its disk mounted: stopping it", lease_id)
+            self.runtime.ensure_stopped(lease_id)
         spec = InstanceSpec(
             lease_id=lease_id,
             image=self._image_ref(item["image"]),
@@ -98,10 +107,16 @@ class Converger:
             # A new op_id for a running instance means "restart" (PROTOCOL.md): files kept.
             log.info("lease %s: restarting for %s", lease_id, item["op_id"])
             self.runtime.ensure_stopped(lease_id)
+        if not self.disks.is_ready(lease_id):
+            raise OperationFailed("disk_not_mounted", f"lease {lease_id}'s disk is not mounted "
+                                  f"at {spec.disk_path} where dockerd sees it: not starting")
         status = self.runtime.ensure_running(spec)
-        self._evidence("instance_ready", lease_id, item["op_id"], {
-            "ssh_port": status.ssh_port, "host": self.public_host,
-            "gpus": list(spec.gpu_uuids), "image": item["image"]})
+        marker = f"{item['op_id']}:instance_ready"
+        if not self.journal.is_done(marker):        # one record per op, not per (re)start
+            self._evidence("instance_ready", lease_id, item["op_id"], {
+                "ssh_port": status.ssh_port, "host": self.public_host,
+                "gpus": list(spec.gpu_uuids), "image": item["image"]})
+            self.journal.done(lease_id, marker)
         return status
 
     def _once(self, lease_id: int, op_id: str, kind: str, step) -> None:

@@ -23,6 +23,9 @@ class DirectoryDisks:
             raise OperationFailed("disk_error", f"{path}: {exc}") from exc
         return str(path)
 
+    def is_ready(self, lease_id: int) -> bool:
+        return self._path(lease_id).is_dir()
+
     def detach(self, lease_id: int) -> None:
         """Nothing is mounted or opened, so there is nothing to close."""
 

@@ -58,6 +58,7 @@ class DiskEvidence:
 
 class Disks(Protocol):
     def ensure_ready(self, lease_id: int, size_gb: int) -> str: ...      # returns mount path
+    def is_ready(self, lease_id: int) -> bool: ...                       # mounted where dockerd sees it
     def detach(self, lease_id: int) -> None: ...                          # unmount + close, key kept
     def destroy_key(self, lease_id: int) -> DiskEvidence: ...             # idempotent, proven
     def wipe(self, lease_id: int) -> DiskEvidence: ...                    # after destroy_key

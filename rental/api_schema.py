@@ -98,6 +98,17 @@ PATHS = {
         "responses": {"200": _json({"type": "object", "properties": {
             "refunded_cents": {"type": "integer"}, "refunded_usd": MONEY, "lease": _ref("Lease")}}, "Refunded"),
             **_errors(401, 403, 404, 409)}}},
+    "/api/v1/leases/{id}/sanitization-record": {"get": {
+        "operationId": "getSanitizationRecord",
+        "summary": "The node-signed proofs that the lease's disk key was destroyed and the disk wiped "
+                   "(check offline: gpu-node-agent verify-record FILE)",
+        "security": SECURED, "parameters": [ID_PARAM],
+        "responses": {"200": _json({"type": "object", "properties": {
+            "format": {"type": "string"}, "lease_id": {"type": "integer"},
+            "proofs": {"type": "array", "items": {"type": "object", "properties": {
+                "kind": {"type": "string"}, "node": {"type": "string"}, "public_key": {"type": "string"},
+                "signed": {"type": "string"}, "signature": {"type": "string"}}}}}},
+            "The record"), **_errors(401, 404)}}},
     "/api/v1/invoices/{id}": {"get": {
         "operationId": "getInvoice", "summary": "One invoice with its lines", "security": SECURED,
         "parameters": [ID_PARAM],

@@ -91,6 +91,9 @@ def lease_milestones(lease: Lease, now: datetime) -> list[Milestone]:
         if lease.ended_at:
             items.append(Milestone("ended", _("Ended: %(state)s") % {"state": lease.get_state_display()},
                                    lease.ended_at))
+        destroyed_at = getattr(getattr(lease, "disk_key", None), "destroyed_at", None)
+        if destroyed_at:
+            items.append(Milestone("key", _("NVMe encryption key destroyed (with receipt)"), destroyed_at))
         if lease.wipe_by:
             items.append(Milestone("wipe", _("Local NVMe wiped (by)"), lease.wipe_by))
         return items

@@ -56,6 +56,7 @@ api_v1 = [
     path("leases", api.leases, name="api_leases"),
     path("leases/<int:lease_id>", api.lease_detail, name="api_lease"),
     path("leases/<int:lease_id>/refund", billing_api.refund, name="api_lease_refund"),
+    path("leases/<int:lease_id>/sanitization-record", include("fleet.urls_api")),
     path("invoices/<int:invoice_id>", billing_api.invoice_detail, name="api_invoice"),
     path("schema", api.schema, name="api_schema"),
     path("<path:rest>", api.not_found),

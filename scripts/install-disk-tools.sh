@@ -7,15 +7,17 @@
 #   lvm2            the LVM carver (lvcreate/lvs/lvremove)
 #   util-linux      blkdiscard, blockdev, losetup, lsblk;  e2fsprogs: mkfs.ext4, blkid
 #   qemu-system-x86, busybox-static: the QEMU guest test (TCG, no KVM needed)
+#   qemu-utils (qemu-img), debootstrap, gcc, openssh-client: the node-in-a-box guest (issue 23:
+#     scripts/build-node-guest-image.sh, tests/nodeagent/test_node_in_a_box.py)
 #   linux-image-amd64: only DOWNLOADED (apt-get download) into the test cache and unpacked
 #     there by the test: installing a kernel on a CI container would run initramfs and
 #     bootloader hooks for nothing; the guest needs only vmlinuz and a few modules.
 set -euo pipefail
 
 CACHE="${GPU_STOREFRONT_TEST_CACHE:-/var/cache/gpu-storefront-tests}"
-PACKAGES=(cryptsetup-bin nvme-cli lvm2 util-linux e2fsprogs qemu-system-x86 busybox-static)
+PACKAGES=(cryptsetup-bin nvme-cli lvm2 util-linux e2fsprogs qemu-system-x86 qemu-utils busybox-static debootstrap gcc openssh-client)
 COMMANDS=(cryptsetup nvme lvm blkdiscard blockdev losetup lsblk mkfs.ext4 blkid
-          qemu-system-x86_64 busybox dpkg-deb)
+          qemu-system-x86_64 qemu-img busybox dpkg-deb debootstrap gcc ssh ssh-keygen)
 export DEBIAN_FRONTEND=noninteractive
 APT_OPTS=(-o DPkg::Lock::Timeout=300 -o Acquire::Retries=3 -y -qq --no-install-recommends)
 

@@ -56,6 +56,15 @@ def instance_view(lease: Lease) -> InstanceView | None:
 
 
 @register.simple_tag
+def sanitization_record_available(lease) -> bool:
+    """Whether the lease's signed sanitization record can be downloaded (a key destruction
+    was proven by a node)."""
+    from ..records import record_proofs
+
+    return isinstance(lease, Lease) and bool(record_proofs(lease))
+
+
+@register.simple_tag
 def host_agent_is_fake() -> bool:
     return agent_is_fake()
 

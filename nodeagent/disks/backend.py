@@ -12,6 +12,7 @@ from nodeagent.interfaces import DiskEvidence, OperationFailed
 from . import luks, wipe
 from .carvers import Carver
 from .keystore import KeyStore, forget
+from .mounts import HOST_MOUNTINFO, mounted_from
 from .nvme import SCOPE_SHARED, choose_method
 from .runner import Runner
 from .state import LeaseDisk, StateDir, evidence_from_dict, evidence_to_dict
@@ -36,6 +37,7 @@ class LuksDisks:
     runner: Runner
     verify_samples: int = VERIFY_SAMPLES
     before_verify: Callable[[str], None] | None = None     # test seam between wipe and read-back
+    host_mountinfo: Path = HOST_MOUNTINFO                   # dockerd's view of the mounts
 
     # -- while the lease lives -------------------------------------------------------
 
@@ -49,6 +51,15 @@ class LuksDisks:
             forget(key)
         self._ensure_filesystem(disk, mapped)
         return self._ensure_mounted(lease_id, mapped)
+
+    def is_ready(self, lease_id: int) -> bool:
+        """The lease's volume is open and mounted at its mount point in the host's mount
+        namespace, where dockerd binds it: the one condition for starting its container."""
+        return mounted_from(self.mountpoint(lease_id), luks.mapper_path(mapping_name(lease_id)),
+                            self.host_mountinfo)
+
+    def mountpoint(self, lease_id: int) -> Path:
+        return self.mount_root / mapping_name(lease_id)
 
     def provision(self, lease_id: int, size_gb: int) -> LeaseDisk:
         """Carve the lease's device and give it a LUKS2 header with a fresh key (once)."""
@@ -105,14 +116,19 @@ class LuksDisks:
         self.state.save(disk)
 
     def _ensure_mounted(self, lease_id: int, mapped: str) -> str:
-        mountpoint = self.mount_root / mapping_name(lease_id)
+        mountpoint = self.mountpoint(lease_id)
         mountpoint.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _is_mountpoint(mountpoint):
             self.runner.run(["mount", "-t", "ext4", "-o", "nodev,nosuid", mapped, str(mountpoint)])
+        if not self.is_ready(lease_id):
+            raise OperationFailed("disk_not_mounted", f"{mapped} is mounted at {mountpoint} for the "
+                                  f"agent but not in the host's view ({self.host_mountinfo}): the "
+                                  "agent runs in a private mount namespace, dockerd would bind the "
+                                  "unencrypted directory underneath")
         return str(mountpoint)
 
     def _unmount(self, runner: Runner, lease_id: int) -> None:
-        mountpoint = self.mount_root / mapping_name(lease_id)
+        mountpoint = self.mountpoint(lease_id)
         if _is_mountpoint(mountpoint):
             runner.run(["umount", str(mountpoint)])
 

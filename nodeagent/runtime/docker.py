@@ -21,6 +21,7 @@ from docker.types import DeviceRequest, LogConfig
 from ..config import DockerConfig
 from ..interfaces import InstanceSpec, InstanceStatus, OperationFailed
 from .egress import EgressMeter
+from .images import ImagePuller
 from .ports import PortBook
 
 log = logging.getLogger(__name__)
@@ -29,11 +30,15 @@ LABEL_LEASE = "gpu-node-agent.lease"
 LABEL_SPEC = "gpu-node-agent.spec"
 LABEL_PORT = "gpu-node-agent.ssh-port"
 WORKSPACE = "/workspace"
+# Only the agent starts a container, after it mounted the lease's disk (issue 23): with a
+# restart policy dockerd would start it at boot onto the bare mount point.
+NO_RESTART = {"Name": "no"}
+IMAGE_PULLING = "image_pulling"     # not a failure: reported until the pull is done
 GiB = 1024 ** 3
 
 
 class DockerRuntime:
-    def __init__(self, config: DockerConfig, state_dir):
+    def __init__(self, config: DockerConfig, state_dir, *, images: frozenset[str] = frozenset()):
         self.config = config
         try:
             self.client = docker.DockerClient(base_url=config.socket, timeout=120)
@@ -43,6 +48,7 @@ class DockerRuntime:
         os.makedirs(state_dir, exist_ok=True)
         self.ports = PortBook(state_dir / "ports.json", config.port_range)
         self.egress = EgressMeter(state_dir / "egress.json")
+        self.puller = ImagePuller(config.socket, state_dir / "images.json", keep=images)
         self._network_ready = False
 
     # -- Runtime interface -------------------------------------------------------------
@@ -56,6 +62,7 @@ class DockerRuntime:
         if container is None:
             container = self._create(spec)
         self._install_keys(container, spec.ssh_authorized_keys)
+        self._no_restart_policy(container)
         if container.status != "running":
             self._call(container.start)
             self._wait_running(container)
@@ -111,7 +118,7 @@ class DockerRuntime:
             volumes={spec.disk_path: {"bind": WORKSPACE, "mode": "rw"}},
             working_dir=WORKSPACE,
             network=self.config.network,
-            restart_policy={"Name": "unless-stopped"},
+            restart_policy=NO_RESTART,
             pids_limit=self.config.pids_limit,
             log_config=LogConfig(type="json-file", config={"max-size": self.config.log_max_size,
                                                            "max-file": "3"}),
@@ -155,6 +162,14 @@ class DockerRuntime:
         if not self._call(container.put_archive, "/root", archive.getvalue()):
             raise OperationFailed("runtime_error", "could not install authorized_keys")
 
+    def _no_restart_policy(self, container) -> None:
+        """A container made by an older agent (`unless-stopped`) loses its restart
+        policy: dockerd must never start it at boot, before its disk is mounted."""
+        policy = container.attrs.get("HostConfig", {}).get("RestartPolicy", {}).get("Name")
+        if policy not in ("", "no", None):
+            log.info("lease %s: dropping restart policy %s", container.name, policy)
+            self._call(container.update, restart_policy=NO_RESTART)
+
     def _wait_running(self, container, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -193,6 +208,8 @@ class DockerRuntime:
         return sum(n.get("tx_bytes", 0) for n in networks.values()) if networks else None
 
     def _require_image(self, ref: str) -> None:
+        """The image is on the node, or a pull runs beside the loop (`image_pulling`, not a
+        failure: the lease is retried every round until the image is there)."""
         try:
             self.client.images.get(ref)
             return
@@ -202,13 +219,12 @@ class DockerRuntime:
                                       f"image {ref!r} is not on this node") from None
         except DockerException as exc:
             raise OperationFailed("runtime_error", f"docker: {exc}") from exc
-        try:
-            log.info("pulling image %s", ref)
-            self.client.images.pull(ref)
-        except DockerException as exc:
-            raise OperationFailed("image_missing",
-                                  f"image {ref!r} is not on this node and pulling it failed: "
-                                  f"{exc}") from exc
+        failure = self.puller.failure(ref)
+        if failure:
+            raise OperationFailed("image_missing", f"image {ref!r} is not on this node and "
+                                  f"pulling it failed: {failure}")
+        self.puller.request(ref)
+        raise OperationFailed(IMAGE_PULLING, f"image {ref!r} is being pulled")
 
     def _ensure_network(self) -> None:
         name = self.config.network

@@ -13,6 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from fleet.crypto import canonical_json
+from fleet.models import IssuedOp
 from fleet.services import enrolment_code_create
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
@@ -51,8 +52,15 @@ class FakeNode:
     def sign(self, data: bytes) -> str:
         return base64.b64encode(self.key.sign(data)).decode()
 
+    def issued_op(self, lease) -> str:
+        """The op the storefront issued this node for `lease` (polled first, as an agent
+        does before acting); evidence counts only for it."""
+        self.desired()
+        return IssuedOp.objects.filter(lease=lease, node=self.node).values_list("op_id", flat=True).first() or ""
+
     def evidence(self, kind: str, lease, op_id: str = "", **fields) -> dict:
-        record = {"kind": kind, "node": self.node.name, "lease_id": lease.pk, "op_id": op_id or f"{lease.pk}:x:1",
+        record = {"kind": kind, "node": self.node.name, "lease_id": lease.pk,
+                  "op_id": op_id or self.issued_op(lease) or f"{lease.pk}:never-issued:1",
                   "at": rfc3339(timezone.now()), **fields}
         return {**record, "signature": self.sign(canonical_json(record))}
 

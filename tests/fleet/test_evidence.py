@@ -229,3 +229,71 @@ def test_provisioning_deadline_fails_refunds_and_frees_the_slots(paid_lease, enr
     run_lifecycle(now + timedelta(days=8))
     assert Account.objects.get(customer=customer).balance_cents == paid
     assert not Invoice.objects.filter(lease=lease, kind="renewal").exists()
+
+
+# -- issue 23: evidence counts only for the op the storefront issued, and only once --------
+
+def test_an_old_instance_ready_sent_again_never_moves_the_connection_back(paid_lease, enrol, customer):
+    from fleet.services import instance_restart
+
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    first_op = op_of(node, lease)
+    first = ready(node, lease, port=22042, op_id=first_op)
+    assert node.report(evidence=[first]).json()["accepted"] == ["evidence[0]"]
+    instance_restart(lease_id=lease.pk, customer=lease.customer, now=timezone.now())
+    second_op = op_of(node, lease)
+    assert second_op != first_op
+    assert node.report(evidence=[ready(node, lease, port=22043, op_id=second_op)]).json()["accepted"] == [
+        "evidence[0]"]
+    lease.refresh_from_db()
+    assert lease.ssh_port == 22043
+
+    # The first record, byte for byte (validly signed, already stored once), sent again.
+    assert node.report(evidence=[first]).json()["refused"] == [{"item": "evidence[0]", "error": "stale_op"}]
+    lease.refresh_from_db()
+    assert lease.ssh_port == 22043 and lease.ssh_command == "ssh -p 22043 root@203.0.113.7"
+    assert lease.events.filter(kind="connection_changed").count() == 1
+
+
+def test_evidence_for_an_op_never_issued_is_refused(paid_lease, enrol):
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    op = op_of(node, lease)
+    lease_part, label, counter = op.split(":")
+    invented = [ready(node, lease, op_id=f"{lease_part}:{label}:{int(counter) + 5}"),
+                ready(node, lease, op_id=f"{lease_part}:running:x"),
+                ready(node, lease, op_id="made-up")]
+    assert [r["error"] for r in node.report(evidence=invented).json()["refused"]] == ["not_requested"] * 3
+    lease.refresh_from_db()
+    assert lease.state == S.PROVISIONING and not Evidence.objects.exists()
+
+
+def test_disk_evidence_counts_once_and_only_for_its_own_op(paid_lease, enrol):
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    lease = released(lease, node, timezone.now())
+    destroy_op = op_of(node, lease)
+    assert ":destroy_key:" in destroy_op
+    # A key_destroyed naming the lease's earlier (running) op is an old op, not this one.
+    old = key_destroyed(node, lease, op_id=destroy_op.replace(":destroy_key:", ":running:").rsplit(":", 1)[0] + ":1")
+    assert node.report(evidence=[old]).json()["refused"] == [{"item": "evidence[0]", "error": "stale_op"}]
+    proof = key_destroyed(node, lease, op_id=destroy_op)
+    assert node.report(evidence=[proof]).json()["accepted"] == ["evidence[0]"]
+    assert DiskKey.objects.get(lease=lease).state == DiskKey.State.DESTROYED
+    Lease.objects.filter(pk=lease.pk).update(wipe_by=timezone.now() - timedelta(minutes=1))
+    wipe_op = op_of(node, lease)
+    assert ":wipe:" in wipe_op
+    # The destroy_key op's record re-sent once the wipe was issued: not this op any more.
+    assert node.report(evidence=[proof]).json()["refused"] == [{"item": "evidence[0]", "error": "stale_op"}]
+    # A disk_wiped naming the destroy_key op (which never asked for a wipe) is refused.
+    assert node.report(evidence=[disk_wiped(node, lease, op_id=destroy_op)]).json()["refused"] == [
+        {"item": "evidence[0]", "error": "stale_op"}]
+    wiped = disk_wiped(node, lease, op_id=wipe_op)
+    assert node.report(evidence=[wiped]).json()["accepted"] == ["evidence[0]"]
+    lease.refresh_from_db()
+    assert lease.state == S.WIPED and lease.events.filter(kind="wiped").count() == 1
+    # Resent until acknowledged (the answer was lost): accepted, applied once.
+    assert node.report(evidence=[wiped]).json()["accepted"] == ["evidence[0]"]
+    assert lease.events.filter(kind="wiped").count() == 1
+    assert Evidence.objects.filter(lease=lease, kind="disk_wiped").count() == 1

@@ -57,7 +57,7 @@ def test_instance_gets_exactly_its_gpus_limits_disk_and_keys(runtime, instance_i
     assert host["PidsLimit"] == 32768
     assert host["LogConfig"] == {"Type": "json-file",
                                  "Config": {"max-size": "10m", "max-file": "3"}}
-    assert host["RestartPolicy"]["Name"] == "unless-stopped"
+    assert host["RestartPolicy"]["Name"] == "no"       # only the agent starts it (issue 23)
     assert exec_in(runtime, 7, "cat /root/.ssh/authorized_keys") == (
         0, "ssh-ed25519 AAAAC3Nza alice\n")
     assert exec_in(runtime, 7, "stat -c %a /root/.ssh/authorized_keys")[1].strip() == "600"
@@ -101,6 +101,10 @@ def test_absent_removes_the_container_and_frees_the_port(runtime, instance_image
 
 
 def test_missing_image_is_a_named_failure(runtime, tmp_path):
+    with pytest.raises(OperationFailed) as pulling:          # the pull runs beside the loop
+        runtime.ensure_running(spec_for(11, "no-such-image:1", str(tmp_path)))
+    assert pulling.value.code == "image_pulling"
+    assert runtime.puller.wait_idle(120)
     with pytest.raises(OperationFailed) as failure:
         runtime.ensure_running(spec_for(11, "no-such-image:1", str(tmp_path)))
     assert failure.value.code == "image_missing"

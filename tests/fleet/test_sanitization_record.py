@@ -1,0 +1,108 @@
+"""Issue 23: the customer downloads the signed sanitization record of their lease (JSON
+with the node's public key and signatures, and a printable page) from the lease page and
+the API; the timeline's "with receipt" links to it; `gpu-node-agent verify-record FILE`
+checks it offline, and a changed byte or another key fails it."""
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from nodeagent.records import verify_record
+from rental.models import Lease, LeaseState
+from rental.services_customer import api_token_create
+
+from .conftest import disk_wiped, key_destroyed, node_of
+from .test_evidence import op_of, released
+
+pytestmark = pytest.mark.django_db
+AGENT = Path(sys.executable).parent / "gpu-node-agent"
+
+
+@pytest.fixture
+def wiped(paid_lease, enrol):
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    lease = released(lease, node, timezone.now())
+    assert node.report(evidence=[key_destroyed(node, lease, op_id=op_of(node, lease))]).json()["accepted"]
+    Lease.objects.filter(pk=lease.pk).update(wipe_by=timezone.now() - timedelta(minutes=1))
+    assert node.report(evidence=[disk_wiped(node, lease, op_id=op_of(node, lease))]).json()["accepted"]
+    lease.refresh_from_db()
+    assert lease.state == LeaseState.WIPED
+    return lease, node
+
+
+def _cli(path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(AGENT), "verify-record", str(path), *extra], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_the_customer_downloads_a_record_anyone_can_check(wiped, customer, tmp_path):
+    lease, node = wiped
+    client = Client()
+    client.force_login(customer)
+    page = client.get(reverse("lease_detail", args=[lease.pk])).content.decode()
+    json_url = reverse("sanitization_record", args=[lease.pk])
+    printable_url = reverse("sanitization_record_page", args=[lease.pk])
+    assert f'href="{json_url}"' in page and f'href="{printable_url}"' in page
+    assert 'class="tl-receipt"' in page                    # the timeline's "with receipt"
+
+    response = client.get(json_url)
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    assert f"sanitization-record-lease-{lease.pk}.json" in response["Content-Disposition"]
+    record = json.loads(response.content)
+    assert [p["kind"] for p in record["proofs"]] == ["key_destroyed", "disk_wiped"]
+    assert {p["public_key"] for p in record["proofs"]} == {node.public_key}
+    assert all(r.ok for r in verify_record(record, node_key=node.public_key))
+
+    path = tmp_path / "record.json"
+    path.write_bytes(response.content)
+    checked = _cli(path, "--node-key", node.public_key)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.count("OK ") == 2 and "discard+overwrite" in checked.stdout
+
+    # One changed byte in what the node signed (the method), or another node's key: refused.
+    forged = json.loads(response.content)
+    forged["proofs"][1]["signed"] = forged["proofs"][1]["signed"].replace("discard+overwrite", "sanitize-crypto")
+    path.write_text(json.dumps(forged))
+    assert _cli(path).returncode == 1 and "BAD disk_wiped" in _cli(path).stdout
+    path.write_bytes(response.content)
+    other_key = record["proofs"][0]["public_key"][:-4] + "AAA="
+    assert _cli(path, "--node-key", other_key).returncode == 1
+
+    printable = client.get(printable_url).content.decode()
+    assert "TEST NVMe" in printable and "discard+overwrite" in printable and node.public_key in printable
+    assert record["proofs"][1]["signature"] in printable
+
+
+def test_the_api_serves_the_same_record_to_its_owner_only(wiped, customer, other_customer):
+    lease, node = wiped
+    token = api_token_create(customer=customer, name="t")[1]
+    url = reverse("api_lease_sanitization_record", args=[lease.pk])
+    response = Client().get(url, HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 200
+    assert all(r.ok for r in verify_record(json.loads(response.content), node_key=node.public_key))
+    other = api_token_create(customer=other_customer, name="o")[1]
+    assert Client().get(url, HTTP_AUTHORIZATION=f"Bearer {other}").status_code == 404
+    assert Client().get(url).status_code == 401
+    browser = Client()
+    browser.force_login(other_customer)
+    assert browser.get(reverse("sanitization_record", args=[lease.pk])).status_code == 404
+
+
+def test_no_record_before_a_proven_key_destruction(paid_lease, enrol, customer):
+    lease = paid_lease()
+    enrol(node_of(lease))
+    client = Client()
+    client.force_login(customer)
+    assert client.get(reverse("sanitization_record", args=[lease.pk])).status_code == 404
+    assert 'id="sanitization-record"' not in client.get(reverse("lease_detail", args=[lease.pk])).content.decode()
+    token = api_token_create(customer=customer, name="t")[1]
+    response = Client().get(reverse("api_lease_sanitization_record", args=[lease.pk]),
+                            HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 404 and response.json()["error"] == "not_yet"

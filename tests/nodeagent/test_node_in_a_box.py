@@ -1,0 +1,247 @@
+"""Issue 23, the production path as the tested path: a GPU server in a QEMU guest (TCG)
+booting Debian with systemd as PID 1 and dockerd; the agent installed the way
+nodeagent/README.md says (its own venv, `pip install ./nodeagent`, the shipped unit
+enabled with systemctl); the `luks` backend with the LVM carver on an emulated NVMe drive;
+the live test storefront on the host over user-mode networking.
+
+An operator enrols the node, a customer orders and pays, logs in with ssh (forwarded port)
+and writes a file in /workspace; neither the raw drive nor the guest's root filesystem
+ever holds the file's bytes; the guest reboots and the instance comes back with the data,
+nothing having been written under the bare mount point; suspend and resume; release: the
+key destroyed (no keyslot left), the disk wiped, each through the agent's signed evidence
+that the storefront verified, and the customer's sanitization record checks out.
+
+Only a real GPU server adds the NVIDIA toolkit and real NVML (here a stub library, one
+per slot) and real NVMe firmware (QEMU's controller; the LV is shared scope: discard +
+zero with read-back)."""
+import json
+import mmap
+import secrets
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from nodeagent.records import verify_record
+from tests.tools import require_tool
+
+from .agent_process import wait_for
+from .node_box import NodeBox, build_image, free_port
+from .test_end_to_end import lease_state, shared_db
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE_SLUG = "pytorch-2.5-cuda-12.4"
+INSTANCE_REF = "gpu-node-test:box"
+VG = "gpu-leases"
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def install_script(*, url: str, code: str, lease_port: int, gpus: int) -> str:
+    """nodeagent/README.md "Install on a GPU server", offline: wheels from the image's
+    wheelhouse, the instance image imported instead of pulled, a stub NVML for the GPUs."""
+    config = f"""public_host = "127.0.0.1"
+disk_backend = "luks"
+[disks]
+carver = "lvm"
+volume_group = "{VG}"
+[docker]
+network = "bridge"
+gpu_mode = "devices"
+port_range = [{lease_port}, {lease_port}]
+pull_images = false
+stop_timeout = 5
+[docker.gpu_devices]
+{chr(10).join(f'"GPU-5ca1ab1e-0000-4000-8000-{i:012d}" = "/dev/null"' for i in range(gpus))}
+[images]
+"{IMAGE_SLUG}" = "{INSTANCE_REF}"
+"""
+    return f"""set -eux
+pvcreate -q /dev/nvme0n1 && vgcreate -q {VG} /dev/nvme0n1
+python3 -m venv /opt/gpu-node-agent
+/opt/gpu-node-agent/bin/pip install -q --no-index --find-links /opt/wheelhouse /root/src/nodeagent
+ln -sf /opt/gpu-node-agent/bin/gpu-node-agent /usr/local/bin/
+install -D -m 0644 /root/src/nodeagent/README.md /usr/share/doc/gpu-node-agent/README.md
+install -d -m 0755 /etc/gpu-node-agent
+cat > /etc/gpu-node-agent/config.toml <<'EOF'
+{config}EOF
+docker import /opt/instance-image.tar {INSTANCE_REF} >/dev/null
+gpu-node-agent images pull
+gpu-node-agent enrol --url {url} --code {code}
+cp /root/src/nodeagent/systemd/gpu-node-agent.service /etc/systemd/system/
+install -d /etc/systemd/system/gpu-node-agent.service.d
+printf '[Service]\\nEnvironment=LD_LIBRARY_PATH=/opt/nvml-stub NVML_STUB_GPUS={gpus}\\n' \\
+  > /etc/systemd/system/gpu-node-agent.service.d/stand-in-gpus.conf
+systemctl daemon-reload && systemctl enable --now gpu-node-agent
+"""
+
+
+def contains(path: Path, needle: bytes) -> bool:
+    with open(path, "rb") as f:
+        if not path.stat().st_size:
+            return False
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(needle) >= 0
+
+
+def customer_ssh(port: int, key: Path, command: str, attempts: int = 60) -> subprocess.CompletedProcess:
+    for _ in range(attempts):
+        result = subprocess.run(["ssh", "-i", str(key), "-p", str(port), "-o", "BatchMode=yes",
+                                 "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                                 "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR", "root@127.0.0.1", command],
+                                capture_output=True, text=True, timeout=120)
+        if result.returncode != 255:
+            return result
+        time.sleep(3)
+    return result
+
+
+def container_state(box: NodeBox, lease_id: int) -> str:
+    return box.out(f"docker ps -a --filter name=^lease-{lease_id}$ --format '{{{{.State}}}}'",
+                   check=False).strip()
+
+
+def progress(times: dict, step: str, since: float) -> None:
+    """Each step's duration, printed as it passes (`-s`): a slow run shows how far it got."""
+    times[step] = time.monotonic() - since
+    print(f"node-in-a-box: {step} after {times[step]:.0f}s", flush=True)
+
+
+@pytest.fixture
+def storefront(live_server, settings, catalog):
+    settings.HOST_AGENT = "fleet.driver.NodeAgentDriver"
+    settings.NODE_POLL_SECONDS = 2
+    settings.ALLOWED_HOSTS = ["*"]        # the guest reaches the live server as 10.0.2.2
+    return live_server
+
+
+def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
+    for tool in ("qemu-system-x86_64", "qemu-img", "debootstrap", "mke2fs", "gcc", "ssh"):
+        require_tool(tool)
+    from billing.services import (
+        checkout_place_order,
+        invoice_settle_manually,
+        renewal_invoice_create,
+    )
+    from fleet.records import sanitization_record
+    from fleet.services import enrolment_code_create
+    from inventory.models import GpuModel, Offer, Site, SlotAllocation
+    from rental.models import DiskKey, Image, Lease, LeaseState
+    from rental.services import lease_release, lease_suspend
+
+    times, secret = {}, secrets.token_hex(24)
+    started = time.monotonic()
+    image = build_image()
+    progress(times, "image", started)
+
+    key_path, public_key = ssh_key
+    offer = Offer.objects.get(slug="rtx-3090")
+    GpuModel.objects.filter(pk=offer.gpu_model_id).update(included_nvme_gb=1)   # the emulated drive is small
+    lease, invoice = checkout_place_order(
+        customer=customer, offer=offer, site=Site.objects.get(code="DFW-1"), term="week",
+        image=Image.objects.get(slug=IMAGE_SLUG), ssh_public_key=public_key, pay_from_balance=False,
+        now=timezone.now())
+    node = SlotAllocation.objects.filter(lease_id=lease.pk, released_at__isnull=True).first().slot.node
+    lease_port = free_port()
+    box = NodeBox(image, tmp_path, lease_port=lease_port)
+    mountpoint = f"/var/lib/gpu-node-agent/mnt/gpu-lease-{lease.pk}"
+    box.start()
+    try:
+        step = time.monotonic()
+        box.wait_ssh()
+        progress(times, "boot", step)
+        assert box.out("ps -p 1 -o comm=").strip() == "systemd"
+        assert box.out("systemctl is-active docker").strip() == "active"
+        box.put_tree(ROOT / "nodeagent", "/root/src")
+        code = shared_db(enrolment_code_create, node=node, actor=operator, now=timezone.now())
+        step = time.monotonic()
+        box.ssh(install_script(url=f"http://10.0.2.2:{storefront.thread.port}", code=code,
+                               lease_port=lease_port, gpus=node.gpu_count), timeout=1800)
+        progress(times, "install per README, agent enabled", step)
+        assert box.out("systemctl is-enabled gpu-node-agent").strip() == "enabled"
+        assert box.out("systemctl is-active gpu-node-agent").strip() == "active"
+        # The installed venv holds the agent and its dependencies, nothing of the storefront.
+        listed = {p["name"].lower() for p in json.loads(box.out("/opt/gpu-node-agent/bin/pip list --format json"))}
+        assert "gpu-node-agent" in listed and not {"django", "celery", "web3", "psycopg"} & listed
+
+        # The customer pays: the agent carves an LV, LUKS-formats, mounts, starts the container.
+        step = time.monotonic()
+        assert shared_db(invoice_settle_manually, invoice=invoice, actor=operator, note="paid")
+        wait_for(lambda: lease_state(lease.pk).state == LeaseState.ACTIVE, timeout=900,
+                 what="lease active through the guest's agent")
+        progress(times, "paid to instance ready (LV, LUKS2, mount, container)", step)
+        lease = lease_state(lease.pk)
+        assert (lease.host, lease.ssh_port) == ("127.0.0.1", lease_port)
+        mapper = f"/dev/mapper/gpu-lease-{lease.pk}"
+        assert box.out(f"findmnt -n -o SOURCE {mountpoint}").strip() == mapper
+        assert box.out(f"cryptsetup status gpu-lease-{lease.pk} | sed -n 's/ *type: *//p'").strip() == "LUKS2"
+        assert box.out(f"docker inspect -f '{{{{.HostConfig.RestartPolicy.Name}}}}' lease-{lease.pk}").strip() == "no"
+
+        step = time.monotonic()
+        written = customer_ssh(lease_port, key_path, f"printf %s {secret} > /workspace/secret.txt && sync && "
+                                                     "cat /workspace/secret.txt")
+        assert written.returncode == 0 and written.stdout == secret, written.stderr
+        box.ssh("sync && echo 3 > /proc/sys/vm/drop_caches")
+        assert not contains(box.nvme, secret.encode()), "plaintext on the raw NVMe drive"
+        assert not contains(box.overlay, secret.encode()), "plaintext on the guest's root filesystem"
+        progress(times, "file written over ssh, not on the raw drive nor the root fs", step)
+
+        # Reboot: dockerd starts nothing; the agent re-opens and mounts, then starts.
+        step = time.monotonic()
+        box.reboot()
+        progress(times, "reboot", step)
+        step = time.monotonic()
+        back = wait_for(lambda: customer_ssh(lease_port, key_path, "cat /workspace/secret.txt", attempts=1)
+                        .stdout == secret, timeout=900, what="the instance back after the reboot, same data")
+        progress(times, "instance back after the reboot with the data", step)
+        assert back
+        assert box.out(f"findmnt -n -o SOURCE {mountpoint}").strip() == mapper
+        bare = box.out(f"mkdir -p /run/rootview && mount --bind / /run/rootview && "
+                       f"ls -A /run/rootview{mountpoint}; umount /run/rootview")
+        assert bare.strip() == "", f"written under the bare mount point during boot: {bare}"
+        box.ssh("sync")
+        assert not contains(box.overlay, secret.encode()) and not contains(box.nvme, secret.encode())
+
+        # Suspended (unpaid): the instance stops; renewal paid: resumed, files kept.
+        step = time.monotonic()
+        assert shared_db(lease_suspend, lease_id=lease.pk, now=timezone.now(), force=True)
+        wait_for(lambda: container_state(box, lease.pk) == "exited", timeout=300, what="instance stopped")
+        lease = lease_state(lease.pk)
+        renewal = shared_db(renewal_invoice_create, lease=lease, now=timezone.now())
+        assert shared_db(invoice_settle_manually, invoice=renewal, actor=operator, note="renewal")
+        wait_for(lambda: customer_ssh(lease_port, key_path, "cat /workspace/secret.txt", attempts=1)
+                 .stdout == secret, timeout=600, what="resumed with the files kept")
+        progress(times, "suspend and resume", step)
+
+        # Released: the key destroyed (verified evidence), then the wipe.
+        lease = lease_state(lease.pk)
+        assert shared_db(lease_suspend, lease_id=lease.pk, now=lease.ends_at)
+        lease = lease_state(lease.pk)
+        assert shared_db(lease_release, lease_id=lease.pk, now=lease.hold_until)
+        step = time.monotonic()
+        wait_for(lambda: shared_db(DiskKey.objects.get, lease_id=lease.pk).state == DiskKey.State.DESTROYED,
+                 timeout=600, what="key destruction proven by the node")
+        lv = f"/dev/{VG}/gpu-lease-{lease.pk}"
+        dump = json.loads(box.out(f"cryptsetup luksDump --dump-json-metadata {lv}"))
+        assert dump["keyslots"] == {}                                         # checked independently
+        assert box.ssh(f"test -e {mapper}", check=False).returncode != 0       # closed
+        shared_db(Lease.objects.filter(pk=lease.pk).update, wipe_by=timezone.now())
+        wait_for(lambda: lease_state(lease.pk).state == LeaseState.WIPED, timeout=600,
+                 what="wipe proven by the node")
+        progress(times, "release to wiped (verified evidence)", step)
+        assert box.out(f"lvs --noheadings -o lv_name {VG}").strip() == ""      # the LV is gone
+        record = shared_db(sanitization_record, lease_state(lease.pk), now=timezone.now())
+        checked = verify_record(record)
+        assert [c.kind for c in checked] == ["key_destroyed", "disk_wiped"] and all(c.ok for c in checked)
+        wiped = json.loads(record["proofs"][1]["signed"])
+        assert wiped["method"] == "discard+overwrite" and wiped["verification"]["nonzero"] == 0
+        assert wiped["device_model"].startswith("QEMU")
+    finally:
+        (tmp_path / "agent-journal.txt").write_text(
+            box.out("journalctl -u gpu-node-agent --no-pager | tail -n 200", check=False, timeout=60)
+            if box.process and box.process.poll() is None else "")
+        box.stop()
+        times["total"] = time.monotonic() - started
+        print("node-in-a-box times (s):", json.dumps({k: round(v) for k, v in times.items()}))
+    assert not contains(box.nvme, secret.encode()) and not contains(box.overlay, secret.encode())
