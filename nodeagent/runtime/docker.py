@@ -121,6 +121,10 @@ class DockerRuntime:
                               ssh_port=int(container.labels[LABEL_PORT]),
                               egress_bytes=egress)
 
+    def guard(self) -> None:
+        """Rewrite the packet filter if it was flushed or changed (each agent round)."""
+        self._sync_filter()
+
     def lease_ids(self) -> list[int]:
         containers = self._call(self.client.containers.list, all=True,
                                 filters={"label": LABEL_LEASE})
