@@ -31,8 +31,10 @@ import struct
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from .interfaces import OperationFailed
+from .state import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +60,10 @@ class LeaseRule:
 
 
 class PacketFilter:
-    def __init__(self, *, blocked_networks, masquerade: bool = True, netns_pid: int | None = None):
+    def __init__(self, *, blocked_networks, masquerade: bool = True,
+                 netns_pid: int | None = None, saved_path: Path | None = None):
         self.blocked = _split_families([*ALWAYS_BLOCKED, *blocked_networks])
+        self.saved_path = saved_path
         self.masquerade = masquerade
         self.netns_pid = netns_pid
         self.nft = shutil.which("nft") or shutil.which("nft", path="/usr/sbin:/sbin")
@@ -110,6 +114,8 @@ class PacketFilter:
     def _apply(self, leases: frozenset) -> None:
         script = f"table inet {TABLE}\ndelete table inet {TABLE}\n" + self.ruleset(leases)
         self._run(["-f", "-"], input=script)
+        if self.saved_path:     # for nftables.service at boot (nodeagent/README.md)
+            write_atomic(self.saved_path, script.encode(), mode=0o644)
 
     def ruleset(self, leases) -> str:
         ordered = sorted(leases, key=lambda r: r.lease_id)

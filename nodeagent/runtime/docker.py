@@ -52,6 +52,8 @@ CAPABILITIES = (
     "AUDIT_WRITE",       # sshd/PAM write login records to the audit log
 )
 SECURITY_OPT = ("no-new-privileges:true",)    # seccomp: Docker's default profile (not set)
+NFT_FILE = "nftables.nft"  # the table as last written, for nftables.service at boot
+ISOLATION_VERSION = 1     # own network per lease, device paths kept (issue #24)
 
 
 class DockerRuntime:
@@ -74,13 +76,14 @@ class DockerRuntime:
             raise OperationFailed("runtime_error", "docker.socket must be the node's own unix "
                                   "socket: the packet filter goes where dockerd's bridges are")
         self.filter = PacketFilter(blocked_networks=config.blocked_networks,
-                                   masquerade=config.masquerade, netns_pid=peer)
+                                   masquerade=config.masquerade, netns_pid=peer,
+                                   saved_path=state_dir / NFT_FILE)
         self._sync_filter(force=True)      # before any instance runs (agent start, reboot)
 
     # -- Runtime interface -------------------------------------------------------------
     def ensure_running(self, spec: InstanceSpec) -> InstanceStatus:
         container = self._container(spec.lease_id)
-        if container is not None and container.labels.get(LABEL_SPEC) != _spec_hash(spec):
+        if container is not None and container.labels.get(LABEL_SPEC) != _spec_hash(spec, self.config.rootfs_size):
             log.info("lease %s: specification changed, recreating its container",
                      spec.lease_id)
             self._remove(container)
@@ -141,7 +144,7 @@ class DockerRuntime:
             name=container_name(spec.lease_id),
             hostname=container_name(spec.lease_id),
             command=["/bin/sh", "-c", _sshd_command(22)],
-            labels={LABEL_LEASE: str(spec.lease_id), LABEL_SPEC: _spec_hash(spec),
+            labels={LABEL_LEASE: str(spec.lease_id), LABEL_SPEC: _spec_hash(spec, self.config.rootfs_size),
                     LABEL_PORT: str(port)},
             nano_cpus=min(spec.cpus, os.cpu_count() or spec.cpus) * 10 ** 9,
             mem_limit=spec.memory_gb * GiB,
@@ -314,10 +317,14 @@ def container_name(lease_id: int) -> str:
     return f"lease-{lease_id}"
 
 
-def _spec_hash(spec: InstanceSpec) -> str:
-    """What requires a new container when it changes (keys do not: they are rewritten)."""
+def _spec_hash(spec: InstanceSpec, rootfs_size: str) -> str:
+    """What requires a new container when it changes (keys do not: they are rewritten).
+    The isolation settings are part of it, so an upgraded agent recreates containers made
+    with weaker ones (the disk and the port are kept)."""
     fields = {"image": spec.image, "gpus": list(spec.gpu_uuids), "cpus": spec.cpus,
-              "memory_gb": spec.memory_gb, "shm_gb": spec.shm_gb, "disk": spec.disk_path}
+              "memory_gb": spec.memory_gb, "shm_gb": spec.shm_gb, "disk": spec.disk_path,
+              "isolation": [ISOLATION_VERSION, list(CAPABILITIES), list(SECURITY_OPT),
+                            rootfs_size]}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 

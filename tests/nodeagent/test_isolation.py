@@ -279,6 +279,19 @@ def test_a_restarted_agent_writes_the_rules_before_anything_else(tenants, netns)
     assert nft_in_node(netns, "list", "table", "inet", TABLE).returncode == 0
     tenants.assert_isolated()
     assert tenants.runtime.lease_ids() == [A, B]
+    # the saved copy (for nftables.service at boot) loads into a fresh namespace as is
+    fresh = f"gna-boot-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", fresh], check=True)
+    try:
+        saved = tenants.runtime.filter.saved_path
+        load = subprocess.run(["ip", "netns", "exec", fresh, "nft", "-f", str(saved)],
+                              capture_output=True, text=True)
+        assert load.returncode == 0, load.stderr
+        listed = subprocess.run(["ip", "netns", "exec", fresh, "nft", "list", "table", "inet",
+                                 TABLE], capture_output=True, text=True).stdout
+        assert f'"gl{A}" : "egress_{A}"' in listed and "@blocked4" in listed
+    finally:
+        subprocess.run(["ip", "netns", "del", fresh])
 
 
 def test_egress_counts_only_traffic_that_left_the_node(tenants):
