@@ -173,12 +173,29 @@ def test_a_reaches_the_internet_and_nothing_else_on_the_node(tenants):
         assert network["Options"]["com.docker.network.bridge.name"] == f"gl{lease_id}"
         assert network["Options"]["com.docker.network.bridge.enable_icc"] == "false"
         assert len(network["Containers"]) == 1
+    # from outside, the instance's own address is closed even with a route to it: only
+    # the published ssh port (the proxy on the node) leads in
+    a_ip, _ = tenants.address(A)
+    netns = tenants.netns
+    route = ["ip", "-n", netns.client, "route", "add", f"{a_ip}/32", "via", netns.node_ip]
+    subprocess.run(route, check=True)
+    try:
+        direct = subprocess.run(netns.in_client(
+            "timeout", "3", "bash", "-c", f"exec 3<>/dev/tcp/{a_ip}/22"), capture_output=True)
+        assert direct.returncode != 0
+    finally:
+        subprocess.run([*route[:4], "del", *route[5:]])
+    assert ssh_run(netns, tenants.key, tenants.port(A), "true").returncode == 0
     subnets = {tenants.runtime.client.api.inspect_network(f"lease-{lease_id}")["IPAM"][
         "Config"][0]["Subnet"] for lease_id in (A, B)}
     assert len(subnets) == 2
 
 
 def test_root_in_a_has_no_raw_socket_mknod_or_host_privilege(tenants):
+    assert_unprivileged(tenants)
+
+
+def assert_unprivileged(tenants):
     raw = tenants.sh(A, "perl -MSocket -e 'socket(S, PF_INET, SOCK_RAW, 1) or die \"$!\\n\"'")
     assert raw[0] != 0 and "Operation not permitted" in raw[1]
     # B's GPU is /dev/nvidia1 (char 1:5): A can neither make its node nor find it
@@ -278,6 +295,7 @@ def test_a_restarted_agent_writes_the_rules_before_anything_else(tenants, netns)
     tenants.runtime = tenants.new_runtime()           # agent restart (or a reboot: no table)
     assert nft_in_node(netns, "list", "table", "inet", TABLE).returncode == 0
     tenants.assert_isolated()
+    assert_unprivileged(tenants)
     assert tenants.runtime.lease_ids() == [A, B]
     # the saved copy (for nftables.service at boot) loads into a fresh namespace as is
     fresh = f"gna-boot-{os.getpid()}"
