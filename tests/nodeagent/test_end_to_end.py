@@ -46,7 +46,9 @@ def container_started_at(dockerd, lease_id):
 
 
 def container_status(dockerd, lease_id):
-    found = dockerd.client().containers.list(all=True, filters={"name": f"lease-{lease_id}"})
+    # sparse: no inspect per container, which races with the agent removing it (404)
+    found = dockerd.client().containers.list(all=True, sparse=True,
+                                             filters={"name": f"lease-{lease_id}"})
     return found[0].status if found else None
 
 
