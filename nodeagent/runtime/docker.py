@@ -83,7 +83,7 @@ class DockerRuntime:
     # -- Runtime interface -------------------------------------------------------------
     def ensure_running(self, spec: InstanceSpec) -> InstanceStatus:
         container = self._container(spec.lease_id)
-        if container is not None and container.labels.get(LABEL_SPEC) != _spec_hash(spec, self.config.rootfs_size):
+        if container is not None and container.labels.get(LABEL_SPEC) != self._spec_hash(spec):
             log.info("lease %s: specification changed, recreating its container",
                      spec.lease_id)
             self._remove(container)
@@ -124,6 +124,9 @@ class DockerRuntime:
                               ssh_port=int(container.labels[LABEL_PORT]),
                               egress_bytes=egress)
 
+    def _spec_hash(self, spec: InstanceSpec) -> str:
+        return _spec_hash(spec, self.config.rootfs_size)
+
     def guard(self) -> None:
         """Rewrite the packet filter if it was flushed or changed (each agent round)."""
         self._sync_filter()
@@ -144,7 +147,7 @@ class DockerRuntime:
             name=container_name(spec.lease_id),
             hostname=container_name(spec.lease_id),
             command=["/bin/sh", "-c", _sshd_command(22)],
-            labels={LABEL_LEASE: str(spec.lease_id), LABEL_SPEC: _spec_hash(spec, self.config.rootfs_size),
+            labels={LABEL_LEASE: str(spec.lease_id), LABEL_SPEC: self._spec_hash(spec),
                     LABEL_PORT: str(port)},
             nano_cpus=min(spec.cpus, os.cpu_count() or spec.cpus) * 10 ** 9,
             mem_limit=spec.memory_gb * GiB,
@@ -279,9 +282,10 @@ class DockerRuntime:
                 raise OperationFailed("runtime_error", f"remove network: {exc}") from exc
 
     def _sync_filter(self, force: bool = False) -> None:
-        containers = self._call(self.client.containers.list, all=True,
+        # the plain listing (no inspect per container: cheap, and no race with a removal)
+        containers = self._call(self.client.api.containers, all=True,
                                 filters={"label": LABEL_LEASE})
-        rules = [LeaseRule(int(c.labels[LABEL_LEASE]), int(c.labels[LABEL_PORT]))
+        rules = [LeaseRule(int(c["Labels"][LABEL_LEASE]), int(c["Labels"][LABEL_PORT]))
                  for c in containers]
         for lease_id, before in self.filter.ensure(rules, force_check=force).items():
             if before is not None:
