@@ -106,10 +106,6 @@ class PacketFilter:
         current = self._list()
         return _counter_bytes(current) if current is not None else {}
 
-    def remove(self) -> None:
-        self._run(["-f", "-"], input=f"table inet {TABLE}\ndelete table inet {TABLE}\n")
-        self._written = None
-
     # -- nft -----------------------------------------------------------------------------
     def _apply(self, leases: frozenset) -> None:
         script = f"table inet {TABLE}\ndelete table inet {TABLE}\n" + self.ruleset(leases)
@@ -191,14 +187,9 @@ def _same_netns(pid: int) -> bool:
 
 
 def _split_families(networks) -> dict[int, list[str]]:
-    split = {4: [], 6: []}
-    for net in ipaddress.collapse_addresses(n for n in map(ipaddress.ip_network, networks)
-                                            if n.version == 4):
-        split[4].append(str(net))
-    for net in ipaddress.collapse_addresses(n for n in map(ipaddress.ip_network, networks)
-                                            if n.version == 6):
-        split[6].append(str(net))
-    return split
+    parsed = [ipaddress.ip_network(n) for n in networks]
+    return {version: [str(n) for n in ipaddress.collapse_addresses(
+        p for p in parsed if p.version == version)] for version in (4, 6)}
 
 
 def _elements(items: str) -> str:
