@@ -1,6 +1,7 @@
 """A TCP listener for the isolation tests, run inside a network namespace: accepts on
-0.0.0.0 (a free port, printed on stdout), answers every connection with "pong\\n", reads
-it to the end and appends the byte count to the file given as argv[1]."""
+0.0.0.0 (a free port, printed on stdout), reads every connection to the end and appends
+its byte count to the file given as argv[1]. It never sends: a client closing with unread
+data would reset the connection and cut what it sent."""
 import socket
 import sys
 import threading
@@ -10,7 +11,6 @@ def serve(connection, log_path):
     received = 0
     with connection:
         try:
-            connection.sendall(b"pong\n")
             while chunk := connection.recv(65536):
                 received += len(chunk)
         except OSError:           # a probe that only connects may reset
