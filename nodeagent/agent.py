@@ -14,6 +14,7 @@ from .client import StorefrontClient, StorefrontRefused, StorefrontUnreachable
 from .config import AgentConfig
 from .converge import Converger
 from .gpu import gpu_report, open_gpu_probe
+from .interfaces import OperationFailed
 from .journal import Journal, utc_now
 from .outbox import Outbox
 from .signing import NodeKey
@@ -81,6 +82,7 @@ class Agent:
 
     def run_once(self) -> float:
         """One round; returns how long to wait before the next."""
+        self._guard()
         try:
             desired = self.client.desired()
             self.poll_seconds = float(desired.get("poll_seconds", self.poll_seconds))
@@ -93,6 +95,13 @@ class Agent:
             return self._back_off(exc)
         self.failures = 0
         return self.poll_seconds
+
+    def _guard(self) -> None:
+        """Tenant isolation is restored every round, also while the storefront is down."""
+        try:
+            self.converger.runtime.guard()
+        except OperationFailed as exc:
+            log.error("isolation: %s", exc)
 
     def _send_report(self, gpus, instances) -> None:
         evidence = self.outbox.pending()[:MAX_EVIDENCE_PER_REPORT]

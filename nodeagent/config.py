@@ -11,8 +11,9 @@
     root = "/var/lib/gpu-node-agent/disks"
 
     [docker]
-    socket = "unix:///var/run/docker.sock"
-    network = "bridge"         # docker network with a published port, or "host"
+    socket = "unix:///var/run/docker.sock"   # the node's own dockerd (with userns-remap)
+    rootfs_size = "50G"        # each instance's writable layer (overlay2 on XFS pquota)
+    blocked_networks = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]  # + link-local
     gpu_mode = "nvidia"        # nvidia (toolkit device requests) | cdi | devices (tests)
     port_range = [22000, 22999]
     pull_images = true         # pull a configured image missing on the node
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .burnin import BurnInConfig
+from .netfilter import DEFAULT_BLOCKED, validate_networks
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-node-agent/config.toml"
 DEFAULT_STATE_DIR = "/var/lib/gpu-node-agent"
@@ -49,8 +51,6 @@ class ConfigError(Exception):
 @dataclass
 class DockerConfig:
     socket: str = "unix:///var/run/docker.sock"
-    network: str = "bridge"
-    subnet: str = ""                 # for a user-defined network the agent creates
     gpu_mode: str = "nvidia"
     gpu_devices: dict[str, str] = field(default_factory=dict)
     port_range: tuple[int, int] = (22000, 22999)
@@ -58,6 +58,11 @@ class DockerConfig:
     pull_images: bool = True         # pull a configured image that is not on the node yet
     pids_limit: int = 32768          # a tenant's fork bomb stays in its container
     log_max_size: str = "10m"        # container logs (sshd) rotate instead of filling the disk
+    # Isolation (nodeagent/netfilter.py, README "Isolation"): each lease on its own bridge.
+    rootfs_size: str = "50G"         # writable layer limit ("" = none: development only)
+    require_userns: bool = True      # refuse a dockerd without userns-remap
+    blocked_networks: tuple[str, ...] = DEFAULT_BLOCKED   # never reachable from instances
+    masquerade: bool = True          # NAT the instances' traffic leaving the node
 
 
 @dataclass
@@ -114,6 +119,14 @@ def _docker_config(raw: dict) -> DockerConfig:
         if not 0 < low <= high < 65536:
             raise ConfigError(f"docker.port_range {raw['port_range']} is not a port range")
         raw["port_range"] = (low, high)
+    if "network" in raw or "subnet" in raw:
+        raise ConfigError("[docker] network/subnet are gone: every lease gets its own bridge "
+                          "network (set dockerd's default-address-pools for the addresses)")
+    if "blocked_networks" in raw:
+        try:
+            raw["blocked_networks"] = tuple(validate_networks(raw["blocked_networks"]))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"docker.blocked_networks: {exc}") from None
     if raw.get("gpu_mode", "nvidia") not in GPU_MODES:
         raise ConfigError(f"docker.gpu_mode must be one of {', '.join(GPU_MODES)}")
     unknown = set(raw) - DockerConfig.__dataclass_fields__.keys()

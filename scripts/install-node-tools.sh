@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what tests/nodeagent needs (idempotent; root): a Docker engine to run a private
 # dockerd, debootstrap for the instance image, sshd/ssh, gcc for the NVML stub, iproute2
-# and util-linux (ip netns, nsenter). Exits NON-ZERO when a tool cannot be installed, so
+# and util-linux (ip netns, nsenter), nftables (the agent's packet filter) and btrfs-progs
+# (the test dockerd's data root, where writable layers get a size limit); the `dockremap`
+# user with subordinate uid/gid ranges for dockerd's userns-remap. Exits NON-ZERO when a tool cannot be installed, so
 # CI fails here rather than later. Then pre-builds the cached instance image.
 #   usage: scripts/install-node-tools.sh [--no-image]
 set -euo pipefail
@@ -11,6 +13,7 @@ REPO="$(cd "$(dirname "$0")/.." && pwd)"
 declare -A TOOLS=(
   [docker.io]=dockerd [debootstrap]=debootstrap [openssh-server]=sshd
   [openssh-client]=ssh [gcc]=gcc [iproute2]=ip [util-linux]=nsenter
+  [nftables]=nft [btrfs-progs]=mkfs.btrfs
 )
 
 apt_retry() {   # apt may be locked by another apt run: wait and retry
@@ -39,6 +42,15 @@ for pkg in "${!TOOLS[@]}"; do
     echo "install-node-tools: ${TOOLS[$pkg]} (from $pkg) is still missing" >&2
     exit 1
   fi
+done
+# dockerd --userns-remap=default maps container root to dockremap's subordinate range
+# (nodeagent/README.md "Node setup"); made here so concurrent test daemons never race on it.
+if ! getent passwd dockremap >/dev/null; then
+  useradd --system --no-create-home --shell /usr/sbin/nologin dockremap
+fi
+for file in /etc/subuid /etc/subgid; do
+  touch "$file"
+  grep -q '^dockremap:' "$file" || echo 'dockremap:231072:65536' >> "$file"
 done
 if [ "${1:-}" != "--no-image" ]; then
   "$REPO/scripts/build-node-test-image.sh" >/dev/null

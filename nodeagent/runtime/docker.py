@@ -2,6 +2,13 @@
 Engine API, with exactly the lease's GPUs, CPU/memory/shm limits, the lease's disk at
 /workspace, the customer's keys in root's authorized_keys and sshd on a published port.
 
+Isolation (issue #24): each lease's container alone on its own bridge network
+(`lease-<id>`, bridge `gl<id>`) behind the agent's nftables table (nodeagent/netfilter.py),
+every capability dropped but `CAPABILITIES`, no-new-privileges, Docker's default seccomp
+profile, a size limit on the writable layer (`rootfs_size`), and a daemon with
+`userns-remap` (container root is an unprivileged host uid; refused otherwise unless
+`require_userns = false`).
+
 GPUs are attached by NVML UUID: NVIDIA Container Toolkit device requests
 (`gpu_mode = "nvidia"`), CDI names `nvidia.com/gpu=<uuid>` (`"cdi"`, preferred where the
 toolkit generated a CDI spec), or plain device nodes from `[docker.gpu_devices]`
@@ -20,6 +27,7 @@ from docker.types import DeviceRequest, LogConfig
 
 from ..config import DockerConfig
 from ..interfaces import InstanceSpec, InstanceStatus, OperationFailed
+from ..netfilter import LeaseRule, PacketFilter, bridge_name, socket_peer_pid
 from .egress import EgressMeter
 from .images import ImagePuller
 from .ports import PortBook
@@ -35,6 +43,22 @@ WORKSPACE = "/workspace"
 NO_RESTART = {"Name": "no"}
 IMAGE_PULLING = "image_pulling"     # not a failure: reported until the pull is done
 GiB = 1024 ** 3
+# Every capability is dropped but these (Docker's default set minus NET_RAW, MKNOD,
+# SETFCAP and SETPCAP); each is what root in an instance needs for sshd and apt:
+CAPABILITIES = (
+    "CHOWN",             # apt/dpkg and tar set file owners
+    "DAC_OVERRIDE",      # root reads/writes files whatever their mode (customer's own)
+    "FOWNER",            # chmod/utime on files owned by other uids (dpkg)
+    "FSETID",            # keep setgid bits when dpkg writes files
+    "KILL",              # signal processes of other uids inside the instance
+    "SETGID", "SETUID",  # sshd's privilege separation, apt's _apt user, su to users
+    "SYS_CHROOT",        # sshd's privilege-separation chroot (/run/sshd)
+    "NET_BIND_SERVICE",  # sshd on port 22, customers' services below 1024
+    "AUDIT_WRITE",       # sshd/PAM write login records to the audit log
+)
+SECURITY_OPT = ("no-new-privileges:true",)    # seccomp: Docker's default profile (not set)
+NFT_FILE = "nftables.nft"  # the table as last written, for nftables.service at boot
+ISOLATION_VERSION = 1     # own network per lease, device paths kept (issue #24)
 
 
 class DockerRuntime:
@@ -45,22 +69,34 @@ class DockerRuntime:
             self.client.ping()
         except DockerException as exc:
             raise OperationFailed("runtime_error", f"docker at {config.socket}: {exc}") from exc
+        self.root_uid = self._remapped_root(config.require_userns)
         os.makedirs(state_dir, exist_ok=True)
         self.ports = PortBook(state_dir / "ports.json", config.port_range)
         self.egress = EgressMeter(state_dir / "egress.json")
         self.puller = ImagePuller(config.socket, state_dir / "images.json", keep=images)
-        self._network_ready = False
+        try:
+            peer = socket_peer_pid(config.socket)
+        except OSError as exc:
+            raise OperationFailed("runtime_error", f"docker at {config.socket}: {exc}") from exc
+        if peer is None:
+            raise OperationFailed("runtime_error", "docker.socket must be the node's own unix "
+                                  "socket: the packet filter goes where dockerd's bridges are")
+        self.filter = PacketFilter(blocked_networks=config.blocked_networks,
+                                   masquerade=config.masquerade, netns_pid=peer,
+                                   saved_path=state_dir / NFT_FILE)
+        self._sync_filter(force=True)      # before any instance runs (agent start, reboot)
 
     # -- Runtime interface -------------------------------------------------------------
     def ensure_running(self, spec: InstanceSpec) -> InstanceStatus:
         container = self._container(spec.lease_id)
-        if container is not None and container.labels.get(LABEL_SPEC) != _spec_hash(spec):
+        if container is not None and container.labels.get(LABEL_SPEC) != self._spec_hash(spec):
             log.info("lease %s: specification changed, recreating its container",
                      spec.lease_id)
             self._remove(container)
             container = None
         if container is None:
             container = self._create(spec)
+        self._sync_filter()                # the lease's rules exist before it starts
         self._install_keys(container, spec.ssh_authorized_keys)
         self._no_restart_policy(container)
         if container.status != "running":
@@ -71,7 +107,6 @@ class DockerRuntime:
     def ensure_stopped(self, lease_id: int) -> InstanceStatus:
         container = self._container(lease_id)
         if container is not None and container.status in ("running", "restarting"):
-            self.egress.observe(lease_id, self._tx_bytes(container))
             self._call(container.stop, timeout=self.config.stop_timeout)
         return self.status(lease_id)
 
@@ -79,6 +114,8 @@ class DockerRuntime:
         container = self._container(lease_id)
         if container is not None:
             self._remove(container)
+        self._remove_network(lease_id)
+        self._sync_filter()
         self.ports.release(lease_id)
         self.egress.forget(lease_id)
         return InstanceStatus(lease_id=lease_id, state="absent")
@@ -88,10 +125,18 @@ class DockerRuntime:
         if container is None:
             return InstanceStatus(lease_id=lease_id, state="absent")
         running = container.status in ("running", "restarting")
-        egress = self.egress.observe(lease_id, self._tx_bytes(container) if running else None)
+        self._sync_filter()
+        egress = self.egress.observe(lease_id, self.filter.egress_bytes().get(lease_id))
         return InstanceStatus(lease_id=lease_id, state="running" if running else "stopped",
                               ssh_port=int(container.labels[LABEL_PORT]),
                               egress_bytes=egress)
+
+    def _spec_hash(self, spec: InstanceSpec) -> str:
+        return _spec_hash(spec, self.config.rootfs_size)
+
+    def guard(self) -> None:
+        """Rewrite the packet filter if it was flushed or changed (each agent round)."""
+        self._sync_filter()
 
     def lease_ids(self) -> list[int]:
         containers = self._call(self.client.containers.list, all=True,
@@ -102,22 +147,25 @@ class DockerRuntime:
     def _create(self, spec: InstanceSpec):
         self._require_image(spec.image)
         port = self.ports.port_for(spec.lease_id)
-        host_mode = self.config.network == "host"
-        if not host_mode:
-            self._ensure_network()
+        network = self._ensure_network(spec.lease_id)
+        self._own_workspace(spec.disk_path)
         kwargs = dict(
             image=spec.image,
             name=container_name(spec.lease_id),
             hostname=container_name(spec.lease_id),
-            command=["/bin/sh", "-c", _sshd_command(port if host_mode else 22)],
-            labels={LABEL_LEASE: str(spec.lease_id), LABEL_SPEC: _spec_hash(spec),
+            command=["/bin/sh", "-c", _sshd_command(22)],
+            labels={LABEL_LEASE: str(spec.lease_id), LABEL_SPEC: self._spec_hash(spec),
                     LABEL_PORT: str(port)},
             nano_cpus=min(spec.cpus, os.cpu_count() or spec.cpus) * 10 ** 9,
             mem_limit=spec.memory_gb * GiB,
             shm_size=spec.shm_gb * GiB,
             volumes={spec.disk_path: {"bind": WORKSPACE, "mode": "rw"}},
             working_dir=WORKSPACE,
-            network=self.config.network,
+            network=network,
+            ports={"22/tcp": port},
+            cap_drop=["ALL"],
+            cap_add=list(CAPABILITIES),
+            security_opt=list(SECURITY_OPT),
             restart_policy=NO_RESTART,
             pids_limit=self.config.pids_limit,
             log_config=LogConfig(type="json-file", config={"max-size": self.config.log_max_size,
@@ -125,9 +173,18 @@ class DockerRuntime:
             detach=True,
             **self._gpu_options(spec.gpu_uuids),
         )
-        if not host_mode:
-            kwargs["ports"] = {"22/tcp": port}
-        return self._call(self.client.containers.create, **kwargs)
+        if self.config.rootfs_size:
+            kwargs["storage_opt"] = {"size": self.config.rootfs_size}
+        try:
+            return self.client.containers.create(**kwargs)
+        except APIError as exc:
+            if "storage-opt" in str(exc) or "storage_opt" in str(exc):
+                raise OperationFailed("runtime_error", "the writable layer cannot be limited "
+                                      "(rootfs_size): dockerd needs overlay2 on XFS mounted "
+                                      f"with pquota, or btrfs: {exc}") from exc
+            raise OperationFailed("runtime_error", f"docker: {exc}") from exc
+        except DockerException as exc:
+            raise OperationFailed("runtime_error", f"docker: {exc}") from exc
 
     def _gpu_options(self, uuids: tuple[str, ...]) -> dict:
         uuids = list(uuids)
@@ -144,8 +201,10 @@ class DockerRuntime:
         if missing:
             raise OperationFailed("gpu_missing",
                                   f"no device node configured for {', '.join(missing)}")
-        return {"devices": [f"{self.config.gpu_devices[u]}:/dev/nvidia{i}:rwm"
-                            for i, u in enumerate(uuids)]}
+        # The node's own path inside too (as the Container Toolkit does): under
+        # userns-remap runc bind-mounts the node from the path it has in the container.
+        return {"devices": [f"{self.config.gpu_devices[u]}:{self.config.gpu_devices[u]}:rwm"
+                            for u in uuids]}
 
     def _install_keys(self, container, keys: tuple[str, ...]) -> None:
         """authorized_keys is written into the container (never baked into an image), and
@@ -199,14 +258,6 @@ class DockerRuntime:
         except DockerException as exc:
             raise OperationFailed("runtime_error", f"docker: {exc}") from exc
 
-    def _tx_bytes(self, container) -> int | None:
-        try:
-            stats = container.stats(stream=False, one_shot=True)
-        except DockerException:
-            return None
-        networks = stats.get("networks") or {}
-        return sum(n.get("tx_bytes", 0) for n in networks.values()) if networks else None
-
     def _require_image(self, ref: str) -> None:
         """The image is on the node, or a pull runs beside the loop (`image_pulling`, not a
         failure: the lease is retried every round until the image is there)."""
@@ -226,17 +277,53 @@ class DockerRuntime:
         self.puller.request(ref)
         raise OperationFailed(IMAGE_PULLING, f"image {ref!r} is being pulled")
 
-    def _ensure_network(self) -> None:
-        name = self.config.network
-        if self._network_ready or name in ("bridge", "default"):
-            return
+    # -- isolation -----------------------------------------------------------------------
+    def _ensure_network(self, lease_id: int) -> str:
+        """The lease's own bridge network: no neighbour on its L2 segment."""
+        name = container_name(lease_id)
         if not self._call(self.client.networks.list, names=[name]):
-            ipam = None
-            if self.config.subnet:
-                ipam = docker.types.IPAMConfig(
-                    pool_configs=[docker.types.IPAMPool(subnet=self.config.subnet)])
-            self._call(self.client.networks.create, name, driver="bridge", ipam=ipam)
-        self._network_ready = True
+            self._call(self.client.networks.create, name, driver="bridge",
+                       labels={LABEL_LEASE: str(lease_id)},
+                       options={"com.docker.network.bridge.name": bridge_name(lease_id),
+                                "com.docker.network.bridge.enable_icc": "false"})
+        return name
+
+    def _remove_network(self, lease_id: int) -> None:
+        for network in self._call(self.client.networks.list, names=[container_name(lease_id)]):
+            try:
+                network.remove()
+            except NotFound:
+                pass
+            except APIError as exc:
+                raise OperationFailed("runtime_error", f"remove network: {exc}") from exc
+
+    def _sync_filter(self, force: bool = False) -> None:
+        # the plain listing (no inspect per container: cheap, and no race with a removal)
+        containers = self._call(self.client.api.containers, all=True,
+                                filters={"label": LABEL_LEASE})
+        rules = [LeaseRule(int(c["Labels"][LABEL_LEASE]), int(c["Labels"][LABEL_PORT]))
+                 for c in containers]
+        for lease_id, before in self.filter.ensure(rules, force_check=force).items():
+            if before is not None:
+                self.egress.observe(lease_id, before)
+            self.egress.observe(lease_id, 0)          # a new counter starts from zero
+
+    def _remapped_root(self, required: bool) -> int:
+        """The host uid of container root: dockerd's `userns-remap` range (its data root
+        is then `<uid>.<gid>`), or 0 without a user namespace."""
+        info = self._call(self.client.info)
+        if any("name=userns" in opt for opt in info.get("SecurityOptions") or ()):
+            return int(os.path.basename(info["DockerRootDir"]).split(".")[0])
+        if required:
+            raise OperationFailed("runtime_error", "dockerd runs without userns-remap: "
+                                  "container root would be host root (see nodeagent/README.md, "
+                                  "or set docker.require_userns = false for development)")
+        return 0
+
+    def _own_workspace(self, path: str) -> None:
+        """The lease's disk belongs to container root (a remapped uid on the host)."""
+        if self.root_uid and os.stat(path).st_uid == 0:
+            os.chown(path, self.root_uid, self.root_uid)
 
     @staticmethod
     def _call(fn, *args, **kwargs):
@@ -250,10 +337,14 @@ def container_name(lease_id: int) -> str:
     return f"lease-{lease_id}"
 
 
-def _spec_hash(spec: InstanceSpec) -> str:
-    """What requires a new container when it changes (keys do not: they are rewritten)."""
+def _spec_hash(spec: InstanceSpec, rootfs_size: str) -> str:
+    """What requires a new container when it changes (keys do not: they are rewritten).
+    The isolation settings are part of it, so an upgraded agent recreates containers made
+    with weaker ones (the disk and the port are kept)."""
     fields = {"image": spec.image, "gpus": list(spec.gpu_uuids), "cpus": spec.cpus,
-              "memory_gb": spec.memory_gb, "shm_gb": spec.shm_gb, "disk": spec.disk_path}
+              "memory_gb": spec.memory_gb, "shm_gb": spec.shm_gb, "disk": spec.disk_path,
+              "isolation": [ISOLATION_VERSION, list(CAPABILITIES), list(SECURITY_OPT),
+                            rootfs_size]}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 

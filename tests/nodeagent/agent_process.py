@@ -20,7 +20,8 @@ AGENT = Path(sys.executable).parent / "gpu-node-agent"
 def write_config(path: Path, *, state_dir: Path, dockerd, image_ref: str, public_host: str,
                  storefront_url: str = "", port_range=(22200, 22299), gpu_count: int = 2,
                  image_slugs: tuple[str, ...] = ()) -> Path:
-    devices = "\n".join(f'"{stub_uuid(i)}" = "/dev/null"' for i in range(gpu_count))
+    # stand-in device nodes of the private dockerd's /dev (tests/nodeagent/private_dev.sh)
+    devices = "\n".join(f'"{stub_uuid(i)}" = "/dev/nvidia{i}"' for i in range(gpu_count))
     images = "\n".join(f'"{slug}" = "{image_ref}"' for slug in (image_slugs or (IMAGE_SLUG,)))
     url_line = f'storefront_url = "{storefront_url}"\n' if storefront_url else ""
     path.write_text(f"""{url_line}state_dir = "{state_dir}"
@@ -32,7 +33,6 @@ root = "{state_dir}/disks"
 
 [docker]
 socket = "{dockerd.socket}"
-network = "gpu-leases"
 gpu_mode = "devices"
 port_range = [{port_range[0]}, {port_range[1]}]
 stop_timeout = 2

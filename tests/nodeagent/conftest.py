@@ -5,10 +5,13 @@
 - `netns`: two network namespaces of our own joined by a veth pair: "node" (where the
   private dockerd, its bridge and its published ports live) and "client" (where the
   customer's ssh comes from). No address is added to the host's own namespace.
-- `dockerd`: a private Docker daemon (`--bridge=none --iptables=false`, its own data and
-  exec roots and socket) started inside the node namespace. Instances sit on a
-  user-defined bridge network and their sshd port is published by docker's userland
-  proxy, as on a production node (iptables is left alone).
+- `dockerd`: a private Docker daemon configured as a production node (nodeagent/README.md
+  "Node setup"): `--userns-remap=default`, `--iptables=false`, no default bridge, its own
+  socket, exec root and data root — a btrfs file system on a loop device, so the
+  instances' writable layers get a size limit (this kernel's XFS has no project quota) —
+  started inside the node namespace and in a mount namespace whose /dev holds stand-in
+  GPU nodes /dev/nvidia0..7 (private_dev.sh). Every lease gets its own bridge network
+  from `LEASE_POOL`; the agent's nftables table goes into the node namespace.
 - `instance_image`: the debootstrap + openssh-server image (scripts/build-node-test-image.sh,
   cached across runs) imported into that daemon.
 """
@@ -16,19 +19,29 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.tools import require_tool
+from tests.tools import require, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 STUB_SOURCE = Path(__file__).parent / "nvml_stub" / "nvml_stub.c"
 IMAGE_SCRIPT = ROOT / "scripts" / "build-node-test-image.sh"
-LEASE_NETWORK = "gpu-leases"
-LEASE_SUBNET = "10.213.77.0/24"          # inside the node namespace only
+LEASE_POOL = "10.213.0.0/16"             # per-lease /28 networks, node namespace only
+PRIVATE_DEV = Path(__file__).parent / "private_dev.sh"
+STAND_IN_GPUS = tuple(f"/dev/nvidia{i}" for i in range(8))   # see private_dev.sh
+
+
+def stand_in_devices(uuids) -> dict[str, str]:
+    """`[docker.gpu_devices]` for these GPU UUIDs: the i-th gets /dev/nvidia<i>."""
+    return {uuid: STAND_IN_GPUS[i] for i, uuid in enumerate(uuids)}
+
+
+DATA_FS_BYTES = 8 * 1024 ** 3            # sparse
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +52,27 @@ def nvml_stub(tmp_path_factory) -> Path:
     subprocess.run([gcc, "-shared", "-fPIC", "-Wall", "-Werror", "-O2", "-o",
                     str(out / "libnvidia-ml.so.1"), str(STUB_SOURCE)], check=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def node_tmp_root():
+    """Temporary files of the node tests, outside /tmp/pytest-of-root (which every pytest
+    session resets to 0700): container root is an unprivileged host uid under
+    userns-remap and must pass through the directories above its data root and the lease
+    disks (search only, mode 0711), as on a node where /var/lib/docker is 0711."""
+    root = Path(tempfile.mkdtemp(prefix=f"gna-{os.getpid()}-", dir="/tmp"))
+    root.chmod(0o711)
+    yield root
+    subprocess.run(["rm", "-rf", "--one-file-system", str(root)])
+
+
+@pytest.fixture
+def tmp_path(node_tmp_root, request):
+    """pytest's tmp_path, under `node_tmp_root` (see there)."""
+    name = "".join(c if c.isalnum() else "_" for c in request.node.name)[:40]
+    path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=node_tmp_root))
+    path.chmod(0o711)
+    return path
 
 
 @dataclass
@@ -91,31 +125,47 @@ class PrivateDockerd:
 
 
 @pytest.fixture(scope="session")
-def dockerd(netns, tmp_path_factory):
+def dockerd(netns, node_tmp_root):
     dockerd_bin = require_tool("dockerd", "docker.io")
     require_tool("docker", "docker.io")
     nsenter = require_tool("nsenter", "util-linux")
-    home = tmp_path_factory.mktemp("dockerd")
+    unshare = require_tool("unshare", "util-linux")
+    require_tool("nft", "nftables")
+    mkfs = require_tool("mkfs.btrfs", "btrfs-progs")
+    require(_has_subordinate_ids("dockremap"), "no dockremap user with /etc/subuid and "
+            "/etc/subgid ranges (scripts/install-node-tools.sh makes them)")
+    home = node_tmp_root / "dockerd"
+    home.mkdir(mode=0o711)
     exec_root = Path(f"/tmp/gna{os.getpid()}")   # short: unix socket paths are limited
     sock = home / "docker.sock"
+    data = home / "data"
+    image = home / "data.btrfs"
+    with open(image, "wb") as sparse:
+        sparse.truncate(DATA_FS_BYTES)
+    subprocess.run([mkfs, "-q", str(image)], check=True, capture_output=True)
+    data.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(image), str(data)], check=True,
+                   capture_output=True)
     log = open(home / "dockerd.log", "wb")
     process = subprocess.Popen(
-        [nsenter, f"--net=/run/netns/{netns.node}", dockerd_bin, "--bridge=none",
-         "--iptables=false", "--ip6tables=false", "--data-root", str(home / "data"),
-         "--exec-root", str(exec_root), "-H", f"unix://{sock}", "--shutdown-timeout", "2",
-         "--pidfile", str(home / "docker.pid")],
+        [unshare, "--mount", "--propagation", "slave", str(PRIVATE_DEV),
+         nsenter, f"--net=/run/netns/{netns.node}", dockerd_bin, "--bridge=none",
+         "--iptables=false", "--ip6tables=false", "--userns-remap=default",
+         "--storage-driver=btrfs", "--default-address-pool", f"base={LEASE_POOL},size=28",
+         "--data-root", str(data), "--exec-root", str(exec_root), "-H", f"unix://{sock}",
+         "--shutdown-timeout", "2", "--pidfile", str(home / "docker.pid")],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     daemon = PrivateDockerd(socket=f"unix://{sock}", pid=process.pid)
     try:
         _wait_for_daemon(daemon, process, home / "dockerd.log")
-        _create_lease_network(daemon)
         yield daemon
     finally:
         _stop_daemon(daemon, process)
         log.close()
         _unmount_under(exec_root)       # dockerd leaves its netns bind mount behind
         shutil.rmtree(exec_root, ignore_errors=True)
-        subprocess.run(["rm", "-rf", "--one-file-system", str(home / "data")])
+        subprocess.run(["umount", "-l", str(data)], capture_output=True)
+        image.unlink(missing_ok=True)
 
 
 def _wait_for_daemon(daemon, process, log_path, timeout=60):
@@ -137,11 +187,12 @@ def _unmount_under(root: Path) -> None:
         subprocess.run(["umount", "-l", mountpoint], capture_output=True)
 
 
-def _create_lease_network(daemon):
-    import docker
-    pool = docker.types.IPAMPool(subnet=LEASE_SUBNET)
-    daemon.client().networks.create(LEASE_NETWORK, driver="bridge",
-                                    ipam=docker.types.IPAMConfig(pool_configs=[pool]))
+def _has_subordinate_ids(user: str) -> bool:
+    try:
+        return all(any(line.split(":")[0] == user for line in Path(f).read_text().splitlines())
+                   for f in ("/etc/subuid", "/etc/subgid"))
+    except FileNotFoundError:
+        return False
 
 
 def _stop_daemon(daemon, process):

@@ -3,9 +3,11 @@ double: enrolment, refusal without credential or key, desired state -> container
 signed reports and evidence, storefront outage, removal with key destruction and wipe."""
 import os
 import stat
+import subprocess
 
 import pytest
 
+from nodeagent.netfilter import TABLE
 from tests.tools import require_tool
 
 from .agent_process import (
@@ -113,6 +115,13 @@ def test_agent_process_serves_a_lease_through_an_outage(node, storefront, netns,
         assert agent.poll() is None
         assert dockerd.client().containers.get("lease-21").status == "running"
         assert ssh_run(netns, key_path, ready["ssh_port"], "cat /workspace/f").stdout == "kept\n"
+        # The packet filter flushed by hand (mid-outage) is back at the agent's next round.
+        in_node = ["ip", "netns", "exec", netns.node, "nft"]
+        assert subprocess.run([*in_node, "flush", "ruleset"]).returncode == 0
+        wait_for(lambda: "restoring it" in log.read_text(), timeout=30,
+                 what="packet filter restored", log_path=log)
+        assert subprocess.run([*in_node, "list", "table", "inet", TABLE],
+                              capture_output=True).returncode == 0
         storefront.start()
         wait_for(lambda: double_node.last_seq > seq_before, timeout=60,
                  what="reports after the outage", log_path=log)

@@ -12,7 +12,7 @@ from nodeagent.runtime.docker import DockerRuntime
 from nodeagent.signing import NodeKey
 
 from .agent_process import IMAGE_SLUG, STUB_GPUS
-from .conftest import LEASE_NETWORK
+from .conftest import stand_in_devices
 
 GPUS = [GpuInfo(index=i, uuid=uuid, name="stand-in", memory_mb=1, driver="", cuda="",
                 temperature_c=None, ecc_uncorrected=0, xid_errors=(), healthy=True)
@@ -38,8 +38,8 @@ class RecordingRuntime:
 
 @pytest.fixture
 def node_state(tmp_path, dockerd, instance_image):
-    config = DockerConfig(socket=dockerd.socket, network=LEASE_NETWORK, gpu_mode="devices",
-                          gpu_devices={u: "/dev/null" for u in STUB_GPUS},
+    config = DockerConfig(socket=dockerd.socket, gpu_mode="devices",
+                          gpu_devices=stand_in_devices(STUB_GPUS),
                           port_range=(22300, 22399), stop_timeout=2)
     key = NodeKey.generate(tmp_path / "key.pem")
     made = []

@@ -1,5 +1,6 @@
-"""The Docker runtime against a real (private) dockerd, two stand-in GPUs (/dev/null
-mapped as /dev/nvidia0 and /dev/nvidia1) and the debootstrap instance image."""
+"""The Docker runtime against a real (private, userns-remapped) dockerd, two stand-in GPUs
+(device nodes /dev/nvidia0 and /dev/nvidia1 of dockerd's private /dev) and the debootstrap
+instance image. Isolation between tenants: test_isolation.py."""
 import pytest
 
 from nodeagent.config import DockerConfig
@@ -8,7 +9,7 @@ from nodeagent.interfaces import InstanceSpec, OperationFailed
 from nodeagent.runtime.docker import DockerRuntime
 from tests.tools import require_tool
 
-from .conftest import LEASE_NETWORK, ssh_run
+from .conftest import ssh_run, stand_in_devices
 
 GPU_UUIDS = ("GPU-5ca1ab1e-0000-4000-8000-000000000000",
              "GPU-5ca1ab1e-0000-4000-8000-000000000001")
@@ -18,8 +19,8 @@ OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOt4yjHbQhGXpxr8tQyq6x1bT3Sx4n2
 
 @pytest.fixture
 def runtime(dockerd, tmp_path):
-    config = DockerConfig(socket=dockerd.socket, network=LEASE_NETWORK, gpu_mode="devices",
-                          gpu_devices={u: "/dev/null" for u in GPU_UUIDS},
+    config = DockerConfig(socket=dockerd.socket, gpu_mode="devices",
+                          gpu_devices=stand_in_devices(GPU_UUIDS),
                           port_range=(22100, 22199), stop_timeout=2)
     runtime = DockerRuntime(config, tmp_path / "runtime")
     yield runtime
@@ -51,7 +52,7 @@ def test_instance_gets_exactly_its_gpus_limits_disk_and_keys(runtime, instance_i
     assert host["ShmSize"] == 1 * GiB
     assert sorted(d["PathInContainer"] for d in host["Devices"]) == ["/dev/nvidia0",
                                                                      "/dev/nvidia1"]
-    assert {d["PathOnHost"] for d in host["Devices"]} == {"/dev/null"}
+    assert sorted(d["PathOnHost"] for d in host["Devices"]) == ["/dev/nvidia0", "/dev/nvidia1"]
     assert f"{disk}:/workspace:rw" in host["Binds"]
     assert host["PortBindings"]["22/tcp"][0]["HostPort"] == str(status.ssh_port)
     assert host["PidsLimit"] == 32768
@@ -148,27 +149,6 @@ def test_ssh_with_another_key_is_refused(runtime, instance_image, netns, ssh_key
             break
         attempt = ssh_run(netns, key_path, status.ssh_port, "true", attempts=1)
     assert attempt.returncode == 255 and "Permission denied" in attempt.stderr
-
-
-def test_host_network_mode_runs_sshd_on_the_lease_port(dockerd, instance_image, netns,
-                                                       ssh_key, tmp_path):
-    """Without a bridge (network = "host") sshd listens on the lease's port itself."""
-    require_tool("ssh", "openssh-client")
-    key_path, public_key = ssh_key
-    config = DockerConfig(socket=dockerd.socket, network="host", gpu_mode="devices",
-                          gpu_devices={u: "/dev/null" for u in GPU_UUIDS},
-                          port_range=(22600, 22699), stop_timeout=2)
-    runtime = DockerRuntime(config, tmp_path / "runtime")
-    disk = DirectoryDisks(tmp_path / "disks").ensure_ready(15, 10)
-    try:
-        status = runtime.ensure_running(spec_for(15, instance_image, disk, keys=(public_key,)))
-        host = runtime.client.api.inspect_container("lease-15")["HostConfig"]
-        assert host["NetworkMode"] == "host" and not host.get("PortBindings")
-        login = ssh_run(netns, key_path, status.ssh_port, "ls /dev/nvidia*")
-        assert login.returncode == 0, login.stderr
-        assert login.stdout.split() == ["/dev/nvidia0", "/dev/nvidia1"]
-    finally:
-        runtime.ensure_absent(15)
 
 
 def test_changed_gpus_recreate_the_container_keeping_the_disk(runtime, instance_image, tmp_path):

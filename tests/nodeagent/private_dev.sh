@@ -1,0 +1,24 @@
+#!/bin/sh
+# Run "$@" (the tests' private dockerd) in a mount namespace of its own whose /dev is the
+# host's plus stand-in GPU device nodes /dev/nvidia0..7 (character devices of the null,
+# zero, full, random and urandom drivers), without creating anything in the host's /dev.
+# Under userns-remap runc bind-mounts a container's device nodes from the path they have
+# in the container, so a stand-in must exist at that very path for dockerd.
+#   usage: unshare --mount --propagation slave private_dev.sh COMMAND...
+set -eu
+old=$(mktemp -d /tmp/gna-dev.XXXXXX)
+mount --rbind /dev "$old"
+mount -t tmpfs -o mode=0755,nosuid tmpfs /dev
+for entry in "$old"/* "$old"/.[!.]*; do
+  [ -e "$entry" ] || [ -L "$entry" ] || continue
+  name=${entry##*/}
+  if [ -L "$entry" ]; then cp -a "$entry" "/dev/$name"
+  elif [ -d "$entry" ]; then mkdir "/dev/$name"; mount --rbind "$entry" "/dev/$name"
+  else touch "/dev/$name"; mount --bind "$entry" "/dev/$name"; fi
+done
+i=0
+for minor in 3 5 7 8 9 3 5 7; do
+  mknod -m 0666 "/dev/nvidia$i" c 1 "$minor"
+  i=$((i + 1))
+done
+exec "$@"
