@@ -7,6 +7,7 @@ from django.urls import include, path
 from billing import api as billing_api
 from billing import views as billing_views
 from billing import views_sla
+from fleet import api as fleet_api
 
 from . import api, i18n, otp_views, recovery, views
 
@@ -34,6 +35,7 @@ accounts = [
 customer = [
     path("leases/", views.lease_list, name="lease_list"),
     path("leases/<int:lease_id>/", views.lease_detail, name="lease_detail"),
+    path("leases/<int:lease_id>/auto-renew/", views.lease_auto_renew, name="lease_auto_renew"),  # issue 30
     # Restart / stop / start through the node's desired state (fleet, the node agent).
     path("leases/<int:lease_id>/instance/", include("fleet.urls_customer")),
     path("account/settings/", views.account_settings, name="account_settings"),
@@ -58,6 +60,17 @@ api_v1 = [
     path("leases/<int:lease_id>/refund", billing_api.refund, name="api_lease_refund"),
     path("invoices/<int:invoice_id>", billing_api.invoice_detail, name="api_invoice"),
     path("schema", api.schema, name="api_schema"),
+    # issue 30: what the command-line client (cli/) needs
+    path("account", billing_api.account, name="api_account"),
+    path("invoices", billing_api.invoices, name="api_invoices"),
+    path("invoices/<int:invoice_id>/quote", billing_api.invoice_quote, name="api_invoice_quote"),
+    path("leases/<int:lease_id>/extend", billing_api.lease_extend, name="api_lease_extend"),
+    path("leases/<int:lease_id>/auto-renew", api.lease_auto_renew, name="api_lease_auto_renew"),
+    path("leases/<int:lease_id>/<str:action>", fleet_api.instance_action, name="api_instance_action"),
+    path("keys", api.ssh_keys, name="api_keys"),
+    path("keys/<int:key_id>", api.ssh_key_detail, name="api_key"),
+    path("volumes", api.volumes, name="api_volumes"),
+    path("snapshots", api.snapshots, name="api_snapshots"),
     path("<path:rest>", api.not_found),
 ]
 
