@@ -17,7 +17,7 @@ from inventory.services import audit_record
 from inventory.templatetags.money import format_usd
 from rental import services as rental
 from rental.models import Image, Lease, LeaseState, Term
-from rental.notifications.services import event_emit, lease_event_emit
+from rental.notifications.services import event_emit, lease_data, lease_event_emit
 from rental.services_customer import lease_auto_renews
 
 from .models import Account, Invoice, InvoiceLine, LedgerEntry
@@ -223,7 +223,8 @@ def invoice_mark_paid(*, invoice: Invoice, via: str, now: datetime, actor=None, 
         return False
     invoice.refresh_from_db()
     event_emit(event="invoice.paid", term=f"invoice:{invoice.pk}", customer=invoice.customer, now=now,
-               lease=invoice.lease, data={"invoice": invoice_data(invoice)})
+               lease=invoice.lease, data=lambda: {"invoice": invoice_data(invoice),
+                                                  **({"lease": lease_data(invoice.lease)} if invoice.lease_id else {})})
     delivered = _deliver(invoice, now=now, actor=actor)
     if not delivered:
         ledger_post(customer=invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=invoice.amount_cents,

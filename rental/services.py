@@ -344,20 +344,28 @@ def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: s
     the in-app notice in one transaction, e-mailed when the customer gave an address, and
     sent as the matching webhook event. `now` is the sweep's clock (a simulated one under
     `manage.py lifecycle --at`)."""
-    from .notifications.services import dispatch_claim, lease_event_emit, lease_term, notice_event
+    from .notifications.services import (
+        dispatch_claim,
+        event_emit,
+        lease_data,
+        lease_term,
+        notice_event,
+    )
 
     now = now or timezone.now()
+    term = f"{lease_term(lease, deadline)}/{kind}"  # a 3-day and a 1-day reminder are two messages
     try:
         with transaction.atomic():
-            if dispatch_claim(recipient=f"user:{lease.customer_id}", event=kind, term=lease_term(lease, deadline),
+            if dispatch_claim(recipient=f"user:{lease.customer_id}", event=kind, term=term,
                               now=now, customer=lease.customer, lease=lease) is None:
                 return False
             note = Notification.objects.create(lease=lease, customer_id=lease.customer_id, kind=kind,
                                                deadline=deadline, subject=subject, body=body, created_at=now)
     except IntegrityError:
         return False
-    lease_event_emit(event=notice_event(kind), lease=lease, at=deadline, now=now,
-                     notice={"kind": kind, "subject": subject, "body": body, "deadline": deadline.isoformat()})
+    event_emit(event=notice_event(kind), term=term, customer=lease.customer, lease=lease, now=now,
+               data=lambda: {"lease": lease_data(lease), "notice": {"kind": kind, "subject": subject, "body": body,
+                                                                      "deadline": deadline.isoformat()}})
     email = lease.customer.email
     if email:
         def send():

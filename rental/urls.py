@@ -43,6 +43,7 @@ customer = [
     path("account/ssh-keys/", views.ssh_key_create, name="ssh_key_create"),
     path("account/ssh-keys/<int:key_id>/delete/", views.ssh_key_remove, name="ssh_key_delete"),
     path("account/tokens/<int:token_id>/revoke/", views.token_revoke, name="token_revoke"),
+    path("account/webhooks/", include("rental.notifications.urls")),  # issue 30
     path("account/notifications/read/", views.notification_read, name="notifications_read_all"),
     path("account/notifications/<int:notification_id>/read/", views.notification_read, name="notification_read"),
     path("order/<slug:offer_slug>/", billing_views.order, name="order"),
