@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 from .models import SECRET_PREFIX
 
@@ -52,13 +53,13 @@ def check_url(url: str) -> tuple[str, str, int]:
     """(scheme, host, port) of an acceptable URL, else Refused."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Refused("the URL must be http:// or https:// with a host name")
+        raise Refused(_("the URL must be http:// or https:// with a host name"))
     if parts.username or parts.password:
-        raise Refused("the URL must not contain a user name or password")
+        raise Refused(_("the URL must not contain a user name or password"))
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
-        raise Refused("the URL's port is not valid") from exc
+        raise Refused(_("the URL's port is not valid")) from exc
     return parts.scheme, parts.hostname, port
 
 
@@ -68,11 +69,12 @@ def resolve(host: str, port: int) -> str:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
-        raise Refused(f"{host} does not resolve") from exc
+        raise Refused(_("%(host)s does not resolve") % {"host": host}) from exc
     addresses = [info[4][0] for info in infos]
     for address in addresses:
         if not address_allowed(ipaddress.ip_address(address.split("%", 1)[0])):
-            raise Refused(f"{host} resolves to {address}, a private, loopback or link-local address")
+            raise Refused(_("%(host)s resolves to %(address)s, a private, loopback or link-local address")
+                          % {"host": host, "address": address})
     return addresses[0]
 
 

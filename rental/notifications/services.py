@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from inventory.services import audit_record
 
@@ -185,7 +186,7 @@ def webhook_url_validate(url: str) -> str:
     url = url.strip()
     check_url(url)  # raises Refused
     if len(url) > 500:
-        raise Refused("the URL is longer than 500 characters")
+        raise Refused(_("the URL is longer than 500 characters"))
     return url
 
 

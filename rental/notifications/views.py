@@ -11,7 +11,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from .models import WebhookDelivery, WebhookEndpoint
-from .sending import Refused, resolve
+from .sending import Refused, check_url, resolve
 from .services import (
     delivery_redeliver,
     event_emit,
@@ -39,8 +39,6 @@ def _with_secret(request, secret: str):
 def webhook_save(request):
     url = request.POST.get("url", "")
     try:
-        from .sending import check_url
-
         _scheme, host, port = check_url(url.strip())
         resolve(host, port)  # a URL that resolves to a private address is refused now, not at each event
         endpoint, secret = webhook_endpoint_save(customer=request.user, url=url)
