@@ -7,7 +7,6 @@ from django.urls import include, path
 from billing import api as billing_api
 from billing import views as billing_views
 from billing import views_sla
-from fleet import api as fleet_api
 
 from . import api, i18n, otp_views, recovery, views
 
@@ -67,7 +66,7 @@ api_v1 = [
     path("invoices/<int:invoice_id>/quote", billing_api.invoice_quote, name="api_invoice_quote"),
     path("leases/<int:lease_id>/extend", billing_api.lease_extend, name="api_lease_extend"),
     path("leases/<int:lease_id>/auto-renew", api.lease_auto_renew, name="api_lease_auto_renew"),
-    path("leases/<int:lease_id>/<str:action>", fleet_api.instance_action, name="api_instance_action"),
+    path("leases/<int:lease_id>/", include("fleet.api")),  # restart, stop, start
     path("keys", api.ssh_keys, name="api_keys"),
     path("keys/<int:key_id>", api.ssh_key_detail, name="api_key"),
     path("volumes", api.volumes, name="api_volumes"),

@@ -11,6 +11,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.utils import timezone
@@ -210,16 +211,16 @@ def one_at_a_time(monkeypatch):
 
     from django.core.handlers.wsgi import WSGIHandler
 
-    lock, handle = threading.Lock(), WSGIHandler.__call__
-    lock.paths = []  # what the client asked for, in order
+    gate = SimpleNamespace(lock=threading.Lock(), paths=[])  # paths: what the client asked for
+    handle = WSGIHandler.__call__
 
     def serialized(self, environ, start_response):
-        with lock:
-            lock.paths.append(environ["PATH_INFO"])
+        with gate.lock:
+            gate.paths.append(environ["PATH_INFO"])
             return handle(self, environ, start_response)
 
     monkeypatch.setattr(WSGIHandler, "__call__", serialized)
-    return lock
+    return gate
 
 
 def test_create_wait_shows_progress_until_the_instance_is_ready(cli, catalog, customer, settings, one_at_a_time):
@@ -233,7 +234,7 @@ def test_create_wait_shows_progress_until_the_instance_is_ready(cli, catalog, cu
     started = time.monotonic()
     while proc.poll() is None and time.monotonic() < started + 60:
         time.sleep(0.5)
-        with one_at_a_time:  # the client has seen it provisioning before the lifecycle runs
+        with one_at_a_time.lock:  # the client has seen it provisioning before the lifecycle runs
             if any(p.startswith("/api/v1/leases/") for p in one_at_a_time.paths):
                 run_lifecycle(timezone.now())  # what beat does every minute
     out, err = proc.communicate(timeout=30)

@@ -32,7 +32,7 @@ def test_a_worker_delivers_each_delivery_once_however_often_it_is_queued(
                for i in (1, 2)]
     try:
         for worker in workers:
-            worker.wait_ready()
+            worker.wait_ready(timeout=120)  # a loaded machine starts workers slowly
         webhook_endpoint_save(customer=customer, url=receiver.url)
         now = timezone.now()
         [delivery] = event_emit(event="webhook.test", term="worker", customer=customer, data={"n": 1}, now=now)
