@@ -27,7 +27,9 @@ from .services import (
     InsufficientBalance,
     RefundLimitReached,
     TooManyOpenOrders,
+    account_for,
     checkout_place_order,
+    lease_extend_order,
     lease_refund,
 )
 
@@ -124,3 +126,80 @@ def refund(request, lease_id: int):
         raise ApiError(409, "refund_refused", str(exc)) from exc
     lease.refresh_from_db()
     return JsonResponse({"refunded_cents": cents, "refunded_usd": usd(cents), "lease": lease_json(lease)})
+
+
+# --- issue 30: what the command-line client needs ---------------------------------------------
+
+@api_endpoint("GET")
+def account(request):
+    """Who the token belongs to, what it may do and the balance (the CLI's `login` check)."""
+    user, token = request.api_user, request.api_token
+    balance = account_for(user).balance_cents
+    return JsonResponse({"username": user.username, "token": {"name": token.name, "prefix": token.prefix,
+                                                              "scopes": sorted(token.scope_set)},
+                         "balance_cents": balance, "balance_usd": usd(balance)})
+
+
+@api_endpoint("GET")
+def invoices(request):
+    """The customer's invoices, newest first; ?state=open|paid|expired|void filters."""
+    rows = Invoice.objects.filter(customer=request.api_user).prefetch_related("lines")
+    state = request.GET.get("state", "")
+    if state:
+        if state not in Invoice.State.values:
+            raise field_errors({"state": [_("Give one of: %(states)s.") % {"states": ", ".join(Invoice.State.values)}]})
+        rows = rows.filter(state=state)
+    return JsonResponse({"invoices": [invoice_json(inv) for inv in rows[:200]]})
+
+
+@api_endpoint("POST", scope="order")
+def lease_extend(request, lease_id: int):
+    """Pay the next term now: the renewal invoice of the term starting at the current end
+    (one per term, the same the renewal sweep makes), paid from the balance when asked."""
+    lease = customer_lease(request, lease_id)
+    data = json_body(request)
+    from_balance = data.get("pay_from_balance", False)
+    if not isinstance(from_balance, bool):
+        raise field_errors({"pay_from_balance": [_("Give true or false.")]})
+    if from_balance:
+        require_scope(request, "pay")
+    try:
+        invoice = lease_extend_order(lease=lease, actor=request.api_user, pay_from_balance=from_balance)
+    except InsufficientBalance as exc:
+        raise ApiError(402, "insufficient_balance", str(exc)) from exc
+    except BillingError as exc:
+        raise ApiError(409, "extend_refused", str(exc)) from exc
+    lease.refresh_from_db()
+    invoice = Invoice.objects.prefetch_related("lines").get(pk=invoice.pk)
+    return JsonResponse({"lease": lease_json(lease), "invoice": invoice_json(invoice)}, status=201)
+
+
+@api_endpoint("POST", scope="order")
+def invoice_quote(request, invoice_id: int):
+    """{"coin": "LTC"}: the crypto payment details of an open invoice (address, exact
+    amount, payment URI, expiry); an unpaid quote for the same coin is reused."""
+    from django.utils import timezone
+
+    from .payments.coins.amounts import format_amount
+    from .payments.coins.base import Coin
+    from .payments.pricing import PaymentError
+    from .payments.services import coins_offered, quote_create
+
+    invoice = Invoice.objects.filter(pk=invoice_id, customer=request.api_user).first()
+    if invoice is None:
+        raise Http404
+    coin = json_body(request).get("coin")
+    offered = [str(c) for c in coins_offered()]
+    if not isinstance(coin, str) or coin.upper() not in offered:
+        raise field_errors({"coin": [_("Give one of the coins accepted now: %(coins)s.")
+                                     % {"coins": ", ".join(offered) or "—"}]})
+    try:
+        quote = quote_create(invoice=invoice, coin=coin.upper(), now=timezone.now())
+    except PaymentError as exc:
+        raise ApiError(409, "quote_refused", str(exc)) from exc
+    return JsonResponse({"id": quote.pk, "invoice": invoice.pk, "coin": quote.coin, "address": quote.address,
+                         "amount": format_amount(int(quote.amount), Coin(quote.coin).decimals),
+                         "amount_base_units": str(quote.amount), "uri": quote.uri, "state": quote.state,
+                         "expires_at": iso(quote.expires_at),
+                         "page": request.build_absolute_uri(reverse("payments:quote", args=[quote.pk]))},
+                        status=201)

@@ -12,6 +12,7 @@ from rental.agent import FakeAgent, agent_override
 from rental.lifecycle import BATCH, Transition
 from rental.models import Lease, LeaseState
 from rental.notices import sweep_state_notices
+from rental.notifications.services import sweep_webhooks
 
 from .locks import exclusive
 from .models import Invoice
@@ -92,6 +93,7 @@ SWEEPS = [
     ("storage", sweep_storage),
     ("key_destruction", rental_sweeps.sweep_key_destruction),
     ("wipe", rental_sweeps.sweep_wipe),
+    ("webhooks", sweep_webhooks),  # issue 30: due deliveries and retries
 ]
 
 

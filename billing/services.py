@@ -17,6 +17,8 @@ from inventory.services import audit_record
 from inventory.templatetags.money import format_usd
 from rental import services as rental
 from rental.models import Image, Lease, LeaseState, Term
+from rental.notifications.services import event_emit, lease_data, lease_event_emit
+from rental.services_customer import lease_auto_renews
 
 from .models import Account, Invoice, InvoiceLine, LedgerEntry
 
@@ -102,6 +104,13 @@ def _create_invoice(*, customer, kind, lines: list[Line], now, lease=None, term_
     return invoice
 
 
+def invoice_data(invoice: Invoice) -> dict:
+    """An invoice in webhook payloads (issue 30)."""
+    return {"id": invoice.pk, "kind": invoice.kind, "state": invoice.state, "lease": invoice.lease_id,
+            "amount_cents": invoice.amount_cents, "term_start": invoice.term_start.isoformat() if invoice.term_start
+            else None, "paid_via": invoice.paid_via or None}
+
+
 # --- balance ----------------------------------------------------------------------------
 
 def account_for(customer: User) -> Account:
@@ -176,6 +185,7 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
     )
     invoice = _create_invoice(customer=customer, kind=Invoice.Kind.ORDER, lines=lines, now=now, lease=lease,
                               expires_at=now + window)
+    lease_event_emit(event="order.placed", lease=lease, at=None, now=now, invoice=invoice_data(invoice))
     if pay_from_balance:
         invoice_pay_from_balance(invoice=invoice, now=now, actor=customer)
     return lease, invoice
@@ -217,6 +227,9 @@ def invoice_mark_paid(*, invoice: Invoice, via: str, now: datetime, actor=None, 
     if not changed:
         return False
     invoice.refresh_from_db()
+    event_emit(event="invoice.paid", term=f"invoice:{invoice.pk}", customer=invoice.customer, now=now,
+               lease=invoice.lease, data=lambda: {"invoice": invoice_data(invoice),
+                                                  **({"lease": lease_data(invoice.lease)} if invoice.lease_id else {})})
     delivered = _deliver(invoice, now=now, actor=actor)
     if not delivered:
         ledger_post(customer=invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=invoice.amount_cents,
@@ -374,7 +387,25 @@ def lease_fail_and_refund(*, lease: Lease, now: datetime) -> int | None:
 @transaction.atomic
 def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
     """The renewal for the term starting at the current end, at the locked price; once per
-    term (database constraint). Auto-paid from the balance when the customer allows it."""
+    term (database constraint). Auto-paid from the balance when the lease's auto-renew
+    (its own, else the account's default) allows it."""
+    invoice, created = renewal_invoice_issue(lease=lease, now=now)
+    if not created:
+        return None
+    if lease_auto_renews(lease):
+        try:
+            with transaction.atomic():
+                invoice_pay_from_balance(invoice=invoice, now=now)
+        except InsufficientBalance:
+            pass
+    return invoice
+
+
+@transaction.atomic
+def renewal_invoice_issue(*, lease: Lease, now: datetime) -> tuple[Invoice, bool]:
+    """The renewal invoice of the term starting at the lease's current end: made (with its
+    notice) when there is none, else the one that exists — one per (lease, term start),
+    whether the sweep or the customer's "extend" asked first. Returns (invoice, created)."""
     with rental.customer_language(lease.customer):
         lines = [Line(_("Renewal of lease #%(id)s: %(offer)s, %(term)s")
                       % {"id": lease.pk, "offer": lease.offer, "term": Term(lease.term).label}, 1, lease.price_cents)]
@@ -386,7 +417,7 @@ def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
             invoice = _create_invoice(customer=lease.customer, kind=Invoice.Kind.RENEWAL, lines=lines, now=now,
                                       lease=lease, term_start=lease.ends_at)
     except IntegrityError:
-        return None
+        return Invoice.objects.get(lease=lease, kind=Invoice.Kind.RENEWAL, term_start=lease.ends_at), False
     with rental.customer_language(lease.customer):
         rental.notify(lease=lease, kind="renewal_invoice", deadline=lease.ends_at,
                       subject=_("Renewal invoice #%(invoice)s for lease #%(lease)s")
@@ -394,12 +425,38 @@ def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
                       body=_("Renewal of lease #%(lease)s: %(amount)s, due before %(due)s UTC.")
                       % {"lease": lease.pk, "amount": format_usd(invoice.amount_cents),
                          "due": f"{lease.ends_at:%Y-%m-%d %H:%M}"}, now=now)
-    if rental.customer_settings(lease.customer).auto_renew:
-        try:
-            with transaction.atomic():
-                invoice_pay_from_balance(invoice=invoice, now=now)
-        except InsufficientBalance:
-            pass
+    return invoice, True
+
+
+EXTENDABLE = (LeaseState.ACTIVE, LeaseState.SUSPENDED)
+
+
+@transaction.atomic
+def lease_extend_order(*, lease: Lease, actor: User, pay_from_balance: bool = False,
+                       now: datetime | None = None) -> Invoice:
+    """The customer pays the next term now ("extend by a week/month"): the renewal invoice
+    of the term that starts at the current end, at the locked price (the same invoice the
+    renewal sweep makes, so asking twice, or the sweep and the customer at once, make one),
+    paid from the balance when asked. Once paid the term is added and the next "extend"
+    invoices the term after it. Raises BillingError (InsufficientBalance) with the reason."""
+    now = now or timezone.now()
+    lease = Lease.objects.select_for_update().select_related("customer", "offer__gpu_model").get(pk=lease.pk)
+    if lease.customer_id != actor.pk:
+        raise BillingError(_("Only the lease's customer can extend it."))
+    if lease.state not in EXTENDABLE or lease.ends_at is None:
+        raise BillingError(_("Lease #%(id)s is %(state)s: only a running or suspended lease can be extended.")
+                           % {"id": lease.pk, "state": lease.get_state_display()})
+    ahead = lease.ends_at - now
+    if ahead > timedelta(days=settings.LEASE_EXTEND_MAX_AHEAD_DAYS):
+        raise BillingError(_("Lease #%(id)s is paid until %(end)s UTC; extend it again closer to that date.")
+                           % {"id": lease.pk, "end": f"{lease.ends_at:%Y-%m-%d %H:%M}"})
+    invoice, created = renewal_invoice_issue(lease=lease, now=now)
+    audit_record(actor=actor, action="lease_extend_order", obj=lease,
+                 detail={"invoice": invoice.pk, "term_start": lease.ends_at.isoformat(), "created": created,
+                         "pay_from_balance": pay_from_balance})
+    if pay_from_balance and invoice.state == Invoice.State.OPEN:
+        invoice_pay_from_balance(invoice=invoice, now=now, actor=actor)
+    invoice.refresh_from_db()
     return invoice
 
 

@@ -26,6 +26,7 @@ from .services import (
     account_for,
     checkout_place_order,
     invoice_pay_from_balance,
+    lease_extend_order,
     lease_refund,
     order_payment_window,
     price_lines,
@@ -211,3 +212,27 @@ def refund(request, lease_id: int):
         messages.success(request, _("Lease #%(id)d cancelled; $%(amount)s returned to your balance.")
                          % {"id": lease.pk, "amount": f"{cents // 100:,}.{cents % 100:02d}"})
     return redirect("lease_detail", lease_id=lease.pk)
+
+
+# --- issue 30: pay the next term now ------------------------------------------------------
+
+@login_required
+@require_POST
+def lease_extend(request, lease_id: int):
+    """The lease page's "Extend by one term" form (no JavaScript needed): pays the next term
+    from the balance, or opens its invoice for a crypto payment."""
+    lease = get_object_or_404(Lease.objects.filter(customer=request.user), pk=lease_id)
+    from_balance = request.POST.get("pay") == "balance"
+    try:
+        invoice = lease_extend_order(lease=lease, actor=request.user, pay_from_balance=from_balance)
+    except BillingError as exc:
+        messages.error(request, _("Not extended: %(why)s") % {"why": exc})
+        return redirect("lease_detail", lease_id=lease.pk)
+    if invoice.state == Invoice.State.PAID:
+        lease.refresh_from_db()
+        messages.success(request, _("Lease #%(id)d extended: paid until %(end)s UTC.")
+                         % {"id": lease.pk, "end": f"{lease.ends_at:%Y-%m-%d %H:%M}"})
+        return redirect("lease_detail", lease_id=lease.pk)
+    messages.info(request, _("Invoice #%(id)d is the next term; the lease is extended when it is paid.")
+                  % {"id": invoice.pk})
+    return redirect("payments:invoice", invoice_id=invoice.pk)

@@ -292,3 +292,6 @@ class ImageAdmin(admin.ModelAdmin):
     list_filter = ("vendor", "is_active")
     search_fields = ("name", "slug")
     prepopulated_fields = {"slug": ("name",)}
+
+
+from .notifications import admin as _notifications_admin  # noqa: E402,F401 (issue 30: registers its screens)

@@ -17,8 +17,15 @@ from django.views.decorators.csrf import csrf_exempt
 from inventory.selectors import catalog_rows
 
 from .api_schema import build_schema
-from .models import Lease
-from .services_customer import api_token_authenticate
+from .models import Lease, NetworkVolume, Snapshot, SshKey
+from .services_customer import (
+    SshKeyRefused,
+    api_token_authenticate,
+    lease_auto_renew_set,
+    lease_auto_renews,
+    ssh_key_add,
+    ssh_key_delete,
+)
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_JSON_DEPTH = 20  # our bodies nest 2 deep; deeper is an attack on the parser
@@ -174,6 +181,8 @@ def lease_json(lease: Lease, *, events: bool = False) -> dict:
         "hold_until": iso(lease.hold_until), "wipe_by": iso(lease.wipe_by), "ended_at": iso(lease.ended_at),
         "ssh": {"host": lease.host, "port": lease.ssh_port, "command": lease.ssh_command} if lease.ssh_command else None,
         "url": reverse("api_lease", args=[lease.pk]),
+        # issue 30: this lease's own choice (null: the account's default) and what applies.
+        "auto_renew_setting": lease.auto_renew, "auto_renew": lease_auto_renews(lease),
     }
     if events:
         data["events"] = [{"at": iso(e.at), "kind": e.kind, "from": e.from_state, "to": e.to_state,
@@ -203,6 +212,69 @@ def lease_detail(request, lease_id: int):
 @api_endpoint("GET", auth=False)
 def schema(request):
     return JsonResponse(build_schema(), json_dumps_params={"indent": 1})
+
+
+# --- issue 30: what the command-line client needs ---------------------------------------------
+
+@api_endpoint("POST", scope="order")
+def lease_auto_renew(request, lease_id: int):
+    """{"auto_renew": true | false | null}: null follows the account's default."""
+    lease = customer_lease(request, lease_id)
+    value = json_body(request).get("auto_renew", "missing")
+    if value not in (True, False, None):
+        raise field_errors({"auto_renew": [_("Give true, false or null (the account's default).")]})
+    if not lease_auto_renew_set(customer=request.api_user, lease_id=lease.pk, auto_renew=value):
+        raise ApiError(409, "lease_ended", _("Lease #%(id)s has ended.") % {"id": lease.pk})
+    lease.refresh_from_db()
+    return JsonResponse(lease_json(lease))
+
+
+def ssh_key_json(key: SshKey) -> dict:
+    return {"id": key.pk, "name": key.name, "fingerprint": key.fingerprint, "public_key": key.public_key,
+            "created_at": iso(key.created_at)}
+
+
+@api_endpoint("GET", "POST")
+def ssh_keys(request):
+    """GET: the saved SSH keys; POST {"name", "public_key"} saves one (scope order)."""
+    if request.method == "GET":
+        return JsonResponse({"keys": [ssh_key_json(k) for k in SshKey.objects.filter(customer=request.api_user)]})
+    require_scope(request, "order")
+    data = json_body(request)
+    name, public_key = data.get("name", ""), data.get("public_key")
+    if not isinstance(name, str) or not isinstance(public_key, str) or not public_key.strip():
+        raise field_errors({"public_key": [_("Give the public key line, e.g. the contents of ~/.ssh/id_ed25519.pub.")]})
+    try:
+        key = ssh_key_add(customer=request.api_user, name=name, public_key=public_key)
+    except SshKeyRefused as exc:
+        raise ApiError(400, "invalid", str(exc), fields={"public_key": [str(exc)]}) from exc
+    return JsonResponse(ssh_key_json(key), status=201)
+
+
+@api_endpoint("DELETE", scope="order")
+def ssh_key_detail(request, key_id: int):
+    if not ssh_key_delete(customer=request.api_user, key_id=key_id):
+        raise Http404
+    return JsonResponse({"deleted": key_id})
+
+
+@api_endpoint("GET")
+def volumes(request):
+    rows = (NetworkVolume.objects.filter(customer=request.api_user).select_related("site")
+            .prefetch_related("attachments")[:200])
+    return JsonResponse({"volumes": [{
+        "id": v.pk, "name": v.name, "site": v.site.code, "size_tb": v.size_tb, "state": v.state,
+        "created_at": iso(v.created_at), "paid_until": iso(v.paid_until), "deleted_at": iso(v.deleted_at),
+        "attached_to": [a.lease_id for a in v.attachments.all() if a.detached_at is None]} for v in rows]})
+
+
+@api_endpoint("GET")
+def snapshots(request):
+    rows = Snapshot.objects.filter(customer=request.api_user)[:200]
+    return JsonResponse({"snapshots": [{
+        "id": s.pk, "lease": s.source_lease_id, "region": s.region, "size_tb": s.size_tb, "state": s.state,
+        "created_at": iso(s.created_at), "paid_until": iso(s.paid_until), "deleted_at": iso(s.deleted_at)}
+        for s in rows]})
 
 
 @api_endpoint("GET", "POST", "PUT", "PATCH", "DELETE", auth=False)

@@ -119,6 +119,88 @@ PATHS = {
 }
 
 
+# --- issue 30: the endpoints the command-line client (cli/) uses -------------------------------
+SCHEMAS["Lease"]["properties"].update({
+    "auto_renew": {"type": "boolean", "description": "Whether the renewal is paid from the balance"},
+    "auto_renew_setting": {"type": ["boolean", "null"], "description": "This lease's choice; null: the account's"}})
+SCHEMAS.update({
+    "SshKey": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "name": {"type": "string"}, "fingerprint": {"type": "string"},
+        "public_key": {"type": "string"}, "created_at": STAMP}},
+    "Quote": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "invoice": {"type": "integer"}, "coin": {"type": "string"},
+        "address": {"type": "string"}, "amount": {"type": "string", "description": "Exact, in the coin"},
+        "amount_base_units": {"type": "string"}, "uri": {"type": "string"}, "state": {"type": "string"},
+        "expires_at": STAMP, "page": {"type": "string"}}},
+})
+_LEASE_AND_INVOICE = {"type": "object", "properties": {"lease": _ref("Lease"), "invoice": _ref("Invoice")}}
+KEY_ID_PARAM = {"name": "key_id", "in": "path", "required": True, "schema": {"type": "integer"}}
+PATHS.update({
+    "/api/v1/account": {"get": {
+        "operationId": "getAccount", "summary": "The token's account, its scopes and the balance", "security": SECURED,
+        "responses": {"200": _json({"type": "object", "properties": {
+            "username": {"type": "string"}, "balance_cents": {"type": "integer"}, "balance_usd": MONEY,
+            "token": {"type": "object", "properties": {"name": {"type": "string"}, "prefix": {"type": "string"},
+                                                        "scopes": {"type": "array", "items": {"type": "string"}}}}}},
+            "The account"), **_errors(401)}}},
+    "/api/v1/invoices": {"get": {
+        "operationId": "listInvoices", "summary": "Your invoices, newest first", "security": SECURED,
+        "parameters": [{"name": "state", "in": "query", "required": False,
+                        "schema": {"enum": ["open", "paid", "expired", "void"]}}],
+        "responses": {"200": _json({"type": "object", "properties": {
+            "invoices": {"type": "array", "items": _ref("Invoice")}}}, "Your invoices"), **_errors(400, 401)}}},
+    "/api/v1/invoices/{id}/quote": {"post": {
+        "operationId": "quoteInvoice", "summary": "Crypto payment details of an open invoice in one coin",
+        "security": SECURED, "parameters": [ID_PARAM],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["coin"], "properties": {"coin": {"type": "string", "examples": ["LTC"]}}}}}},
+        "responses": {"201": _json(_ref("Quote"), "The quote (reused while unpaid)"),
+                      **_errors(400, 401, 403, 404, 409)}}},
+    "/api/v1/leases/{id}/extend": {"post": {
+        "operationId": "extendLease",
+        "summary": "Pay the next term now: the renewal invoice of the term after the current end (one per term)",
+        "security": SECURED, "parameters": [ID_PARAM],
+        "requestBody": {"required": False, "content": {"application/json": {"schema": {
+            "type": "object", "properties": {"pay_from_balance": {"type": "boolean", "default": False}}}}}},
+        "responses": {"201": _json(_LEASE_AND_INVOICE, "The lease and the invoice of its next term"),
+                      **_errors(400, 401, 402, 403, 404, 409)}}},
+    "/api/v1/leases/{id}/auto-renew": {"post": {
+        "operationId": "setLeaseAutoRenew", "summary": "Renew from the balance: true, false or null (the account's)",
+        "security": SECURED, "parameters": [ID_PARAM],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["auto_renew"], "properties": {"auto_renew": {"type": ["boolean", "null"]}}}}}},
+        "responses": {"200": _json(_ref("Lease"), "The lease"), **_errors(400, 401, 403, 404, 409)}}},
+    **{f"/api/v1/leases/{{id}}/{action}": {"post": {
+        "operationId": f"{action}Instance", "summary": f"{action.capitalize()} the instance (files kept)",
+        "security": SECURED, "parameters": [ID_PARAM],
+        "responses": {"202": _json({"type": "object", "properties": {
+            "action": {"type": "string"}, "message": {"type": "string"}, "lease": _ref("Lease")}}, "Requested"),
+            **_errors(401, 403, 404, 409)}}} for action in ("restart", "stop", "start")},
+    "/api/v1/keys": {
+        "get": {"operationId": "listKeys", "summary": "Saved SSH keys", "security": SECURED,
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "keys": {"type": "array", "items": _ref("SshKey")}}}, "Saved keys"), **_errors(401)}},
+        "post": {"operationId": "addKey", "summary": "Save an SSH public key", "security": SECURED,
+                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                     "type": "object", "required": ["public_key"], "properties": {
+                         "name": {"type": "string"}, "public_key": {"type": "string"}}}}}},
+                 "responses": {"201": _json(_ref("SshKey"), "Saved"), **_errors(400, 401, 403)}}},
+    "/api/v1/keys/{key_id}": {"delete": {
+        "operationId": "deleteKey", "summary": "Delete a saved key (leases keep theirs)", "security": SECURED,
+        "parameters": [KEY_ID_PARAM],
+        "responses": {"200": _json({"type": "object", "properties": {"deleted": {"type": "integer"}}}, "Deleted"),
+                      **_errors(401, 403, 404)}}},
+    "/api/v1/volumes": {"get": {
+        "operationId": "listVolumes", "summary": "Your network volumes", "security": SECURED,
+        "responses": {"200": _json({"type": "object", "properties": {"volumes": {"type": "array", "items": {
+            "type": "object"}}}}, "Your volumes"), **_errors(401)}}},
+    "/api/v1/snapshots": {"get": {
+        "operationId": "listSnapshots", "summary": "Your snapshots", "security": SECURED,
+        "responses": {"200": _json({"type": "object", "properties": {"snapshots": {"type": "array", "items": {
+            "type": "object"}}}}, "Your snapshots"), **_errors(401)}}},
+})
+
+
 def _contributions() -> list:
     found = []
     for app in API_APPS_WITH_PATHS:

@@ -8,3 +8,4 @@ class RentalConfig(AppConfig):
 
     def ready(self):
         from . import signals  # noqa: F401 (connects the receivers)
+        from .notifications import checks  # noqa: F401 (issue 30: registers the deploy check)

@@ -89,6 +89,9 @@ class Lease(models.Model):
     # Instance
     host = models.CharField(max_length=120, blank=True)
     ssh_port = models.PositiveIntegerField(null=True, blank=True)
+    #: issue 30: pay this lease's renewals from the balance (None: the account's default).
+    auto_renew = models.BooleanField(null=True, blank=True,
+                                     help_text="Renew from balance; empty follows the account's setting")
 
     class Meta:
         ordering = ["-created_at"]
@@ -325,3 +328,7 @@ class SshKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.fingerprint})"
+
+
+# Issue 30: the notifications ledger and the webhooks live in their own package.
+from .notifications.models import Dispatch, WebhookDelivery, WebhookEndpoint  # noqa: E402,F401

@@ -135,10 +135,15 @@ def lease_node_name(lease_id: int) -> str:
 def lease_provisioned(*, lease_id: int, instance: Instance, now: datetime) -> bool:
     """provisioning → active; the first term starts now."""
     term = Lease.objects.get(pk=lease_id).term_length
-    return bool(_transition(lease_id, to=S.ACTIVE, from_states=[S.PROVISIONING], now=now, kind="provisioned",
-                            reason="host agent reports SSH ready", host=instance.host, ssh_port=instance.ssh_port,
-                            started_at=now, ends_at=now + term,
-                            data={"host": instance.host, "port": instance.ssh_port}))
+    left = _transition(lease_id, to=S.ACTIVE, from_states=[S.PROVISIONING], now=now, kind="provisioned",
+                       reason="host agent reports SSH ready", host=instance.host, ssh_port=instance.ssh_port,
+                       started_at=now, ends_at=now + term, data={"host": instance.host, "port": instance.ssh_port})
+    if left:
+        from .notifications.services import lease_event_emit
+
+        lease_event_emit(event="instance.ready", lease=Lease.objects.select_related("customer").get(pk=lease_id),
+                         at=now, now=now)
+    return bool(left)
 
 
 @transaction.atomic
@@ -316,6 +321,10 @@ def disk_key_complete_destroy(*, lease_id: int, now: datetime) -> bool:
                                              destruction_proof=receipt)
     _event(lease_id, kind="key_destroyed", now=now, reason="LUKS2 key destroyed by host agent",
            data={"receipt": receipt})
+    from .notifications.services import lease_event_emit
+
+    lease_event_emit(event="key.destroyed", lease=Lease.objects.select_related("customer").get(pk=lease_id), at=None,
+                     now=now, key={"destroyed_at": now.isoformat(), "proof": receipt})
     return True
 
 
@@ -331,15 +340,32 @@ def customer_language(user) -> "translation.override":
 
 def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: str,
            now: datetime | None = None) -> bool:
-    """Once per (lease, kind, deadline); e-mailed when the customer gave an address. `now`
-    is the sweep's clock (a simulated one under `manage.py lifecycle --at`)."""
+    """Once per (lease, kind, deadline): claimed in the notifications ledger (issue 30) with
+    the in-app notice in one transaction, e-mailed when the customer gave an address, and
+    sent as the matching webhook event. `now` is the sweep's clock (a simulated one under
+    `manage.py lifecycle --at`)."""
+    from .notifications.services import (
+        dispatch_claim,
+        event_emit,
+        lease_data,
+        lease_term,
+        notice_event,
+    )
+
     now = now or timezone.now()
+    term = f"{lease_term(lease, deadline)}/{kind}"  # a 3-day and a 1-day reminder are two messages
     try:
         with transaction.atomic():
+            if dispatch_claim(recipient=f"user:{lease.customer_id}", event=kind, term=term,
+                              now=now, customer=lease.customer, lease=lease) is None:
+                return False
             note = Notification.objects.create(lease=lease, customer_id=lease.customer_id, kind=kind,
                                                deadline=deadline, subject=subject, body=body, created_at=now)
     except IntegrityError:
         return False
+    event_emit(event=notice_event(kind), term=term, customer=lease.customer, lease=lease, now=now,
+               data=lambda: {"lease": lease_data(lease), "notice": {"kind": kind, "subject": subject, "body": body,
+                                                                      "deadline": deadline.isoformat()}})
     email = lease.customer.email
     if email:
         def send():

@@ -132,3 +132,35 @@ def ssh_key_delete(*, customer: User, key_id: int) -> bool:
     audit_record(actor=customer, action="ssh_key_delete", obj=key, detail={"fingerprint": key.fingerprint})
     key.delete()
     return True
+
+
+# --- issue 30: per-lease auto-renew -------------------------------------------------------
+
+def lease_auto_renews(lease) -> bool:
+    """Whether this lease's renewal is paid from the balance: its own choice, else the
+    account-wide default (the settings page's checkbox)."""
+    if lease.auto_renew is not None:
+        return lease.auto_renew
+    from .models import CustomerSettings
+
+    default = CustomerSettings.objects.filter(user_id=lease.customer_id).values_list("auto_renew", flat=True).first()
+    return True if default is None else default
+
+
+@transaction.atomic
+def lease_auto_renew_set(*, customer: User, lease_id: int, auto_renew: bool | None,
+                         now: datetime | None = None) -> bool:
+    """Sets (True/False) or clears (None: follow the account) a lease's auto-renew; audited
+    as a lease event. False when the lease is not the customer's or has ended."""
+    from .models import LIVE_STATES, Lease
+    from .services import lease_record
+
+    lease = Lease.objects.select_for_update().filter(pk=lease_id, customer=customer, state__in=LIVE_STATES).first()
+    if lease is None:
+        return False
+    if lease.auto_renew != auto_renew:
+        Lease.objects.filter(pk=lease.pk).update(auto_renew=auto_renew)
+        lease_record(lease_id=lease.pk, kind="auto_renew_set", now=now or timezone.now(), actor=customer,
+                     reason="auto-renew " + {True: "on", False: "off", None: "follows the account"}[auto_renew],
+                     data={"auto_renew": auto_renew})
+    return True

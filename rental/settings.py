@@ -435,3 +435,15 @@ STATUS_PAGE_DAYS = int(os.environ.get("STATUS_PAGE_DAYS", "30"))
 # Demo payment mode (`make run` turns it on): a "simulate payment" button settles invoices
 # without money. Never in production: `check --deploy` refuses it (billing/checks.py).
 DEMO_PAYMENTS = env_bool("DEMO_PAYMENTS")
+
+# --- issue 30: extensions, webhooks and the notifications ledger ----------------------------
+# A customer may pay terms ahead ("extend") while the paid end is at most this far away.
+LEASE_EXTEND_MAX_AHEAD_DAYS = int(os.environ.get("LEASE_EXTEND_MAX_AHEAD_DAYS", "93"))
+# Outgoing webhook requests: connect + read timeout, and the retry back-off after each failed
+# attempt (BTCPay's: 10 s, 1 min, then 10 min six times), in seconds.
+WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOK_TIMEOUT_SECONDS", "5"))
+WEBHOOK_RETRY_SECONDS = [int(s) for s in env_list("WEBHOOK_RETRY_SECONDS", "10,60,600,600,600,600,600,600")]
+# Webhooks never go to private, loopback or link-local addresses (SSRF). Only tests turn this
+# on, for their local receiver; `check --deploy` refuses it.
+WEBHOOK_ALLOW_PRIVATE_ADDRESSES = env_bool("WEBHOOK_ALLOW_PRIVATE_ADDRESSES")
+CELERY_IMPORTS = ["rental.notifications.tasks"]  # the webhook delivery task

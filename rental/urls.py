@@ -34,6 +34,7 @@ accounts = [
 customer = [
     path("leases/", views.lease_list, name="lease_list"),
     path("leases/<int:lease_id>/", views.lease_detail, name="lease_detail"),
+    path("leases/<int:lease_id>/auto-renew/", views.lease_auto_renew, name="lease_auto_renew"),  # issue 30
     # Restart / stop / start through the node's desired state (fleet, the node agent).
     path("leases/<int:lease_id>/instance/", include("fleet.urls_customer")),
     path("account/settings/", views.account_settings, name="account_settings"),
@@ -41,6 +42,7 @@ customer = [
     path("account/ssh-keys/", views.ssh_key_create, name="ssh_key_create"),
     path("account/ssh-keys/<int:key_id>/delete/", views.ssh_key_remove, name="ssh_key_delete"),
     path("account/tokens/<int:token_id>/revoke/", views.token_revoke, name="token_revoke"),
+    path("account/webhooks/", include("rental.notifications.urls")),  # issue 30
     path("account/notifications/read/", views.notification_read, name="notifications_read_all"),
     path("account/notifications/<int:notification_id>/read/", views.notification_read, name="notification_read"),
     path("order/<slug:offer_slug>/", billing_views.order, name="order"),
@@ -59,6 +61,17 @@ api_v1 = [
     path("leases/<int:lease_id>/sanitization-record", include("fleet.urls_api")),
     path("invoices/<int:invoice_id>", billing_api.invoice_detail, name="api_invoice"),
     path("schema", api.schema, name="api_schema"),
+    # issue 30: what the command-line client (cli/) needs
+    path("account", billing_api.account, name="api_account"),
+    path("invoices", billing_api.invoices, name="api_invoices"),
+    path("invoices/<int:invoice_id>/quote", billing_api.invoice_quote, name="api_invoice_quote"),
+    path("leases/<int:lease_id>/extend", billing_api.lease_extend, name="api_lease_extend"),
+    path("leases/<int:lease_id>/auto-renew", api.lease_auto_renew, name="api_lease_auto_renew"),
+    path("leases/<int:lease_id>/", include("fleet.api")),  # restart, stop, start
+    path("keys", api.ssh_keys, name="api_keys"),
+    path("keys/<int:key_id>", api.ssh_key_detail, name="api_key"),
+    path("volumes", api.volumes, name="api_volumes"),
+    path("snapshots", api.snapshots, name="api_snapshots"),
     path("<path:rest>", api.not_found),
 ]
 

@@ -26,6 +26,8 @@ from .services_customer import (
     TokenLimit,
     api_token_create,
     api_token_revoke,
+    lease_auto_renew_set,
+    lease_auto_renews,
     notification_mark_read,
     ssh_key_add,
     ssh_key_delete,
@@ -112,7 +114,9 @@ def lease_detail(request, lease_id: int):
     lease = get_object_or_404(_customer_leases(request.user).select_related("disk_key"), pk=lease_id)
     now = timezone.now()
     context = {"lease": lease, "now": now, **lease_page_context(lease, now),
-               "timeline": layout(lease_milestones(lease, now), now), "events": lease.events.select_related("actor")}
+               "timeline": layout(lease_milestones(lease, now), now), "events": lease.events.select_related("actor"),
+               "auto_renews": lease_auto_renews(lease),
+               "account_auto_renew": customer_settings(request.user).auto_renew}
     # htmx polls the live region (the whole page but its heading) while something is in progress.
     return render(request, "rental/_lease_live.html" if request.htmx else "rental/lease_detail.html", context)
 
@@ -202,3 +206,20 @@ def token_revoke(request, token_id: int):
 def notification_read(request, notification_id: int | None = None):
     notification_mark_read(customer=request.user, notification_id=notification_id)
     return redirect(reverse("account_settings") + "#notifications")
+
+
+AUTO_RENEW_CHOICES = {"on": True, "off": False, "default": None}
+
+
+@login_required
+@require_POST
+def lease_auto_renew(request, lease_id: int):
+    """Issue 30: the lease page's auto-renew choice (on, off, or the account's default)."""
+    choice = request.POST.get("auto_renew", "")
+    if choice not in AUTO_RENEW_CHOICES:
+        messages.error(request, _("Choose on, off or the account's default."))
+    elif not lease_auto_renew_set(customer=request.user, lease_id=lease_id, auto_renew=AUTO_RENEW_CHOICES[choice]):
+        raise Http404
+    else:
+        messages.success(request, _("Auto-renew saved for this lease."))
+    return redirect("lease_detail", lease_id=lease_id)

@@ -41,3 +41,18 @@ def refund_allowance(customer):
     """`{% refund_allowance user as allowance %}` — (left, per month) of the customer's own
     no-questions refunds, shown before they ask for one."""
     return {"left": refunds_left(customer), "per_month": settings.REFUNDS_PER_MONTH}
+
+
+@register.simple_tag
+def lease_extension(lease):
+    """`{% lease_extension lease as ext %}` (issue 30) — whether "extend by one term" is
+    offered now, its price and the balance that could pay it; None when it is not."""
+    from billing.services import EXTENDABLE, account_for
+
+    if lease.state not in EXTENDABLE or lease.ends_at is None:
+        return None
+    ahead = lease.ends_at - timezone.now()
+    if ahead.total_seconds() > settings.LEASE_EXTEND_MAX_AHEAD_DAYS * 86400:
+        return None
+    return {"price_cents": lease.price_cents, "balance_cents": account_for(lease.customer).balance_cents,
+            "new_end": lease.ends_at + lease.term_length}

@@ -31,6 +31,7 @@ EVENT_TEXT = {
     "volume_detached": _("Network volume detached"),
     "snapshot_taken": _("Snapshot taken"),
     "snapshot_restored": _("Snapshot restored"),
+    "auto_renew_set": _("Auto-renew changed"),  # issue 30
 }
 
 # Reasons the services store; listed so that makemessages finds them and the page can
@@ -44,6 +45,8 @@ KNOWN_REASONS = [
     gettext_noop("detached"), gettext_noop("lease ended"), gettext_noop("volume unpaid"),
     gettext_noop("volume deleted"), gettext_noop("deleted by the customer"),
     gettext_noop("quote expired unpaid"), gettext_noop("order expired unpaid"),
+    # issue 30
+    gettext_noop("auto-renew on"), gettext_noop("auto-renew off"), gettext_noop("auto-renew follows the account"),
 ]
 
 

@@ -1,0 +1,248 @@
+"""Every write of the notifications ledger and the webhooks (see the package doc)."""
+import json
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from inventory.services import audit_record
+
+from .models import Dispatch, WebhookDelivery, WebhookEndpoint, new_secret
+from .sending import Refused, check_url, post
+
+log = logging.getLogger(__name__)
+D = WebhookDelivery.State
+
+#: The events a webhook receives (the notice kinds map onto them in `notice_event`).
+EVENTS = ("order.placed", "invoice.paid", "instance.ready", "invoice.renewal", "lease.reminder", "lease.suspended",
+          "lease.released", "key.destroyed", "incident", "lease.migrated", "lease.failed", "webhook.test")
+NOTICE_EVENTS = {"renewal_invoice": "invoice.renewal", "suspended": "lease.suspended", "released": "lease.released",
+                 "connection_changed": "lease.migrated", "migration": "lease.migrated", "incident": "incident",
+                 "provisioning_failed": "lease.failed"}
+
+
+def notice_event(kind: str) -> str:
+    if kind.startswith("reminder_"):
+        return "lease.reminder"
+    if kind.startswith("migrat"):
+        return "lease.migrated"
+    return NOTICE_EVENTS.get(kind, f"notice.{kind}")
+
+
+def lease_term(lease, at: datetime | None) -> str:
+    """The ledger's term of a lease event: the lease and the moment the event is about."""
+    return f"lease:{lease.pk}@{at.isoformat()}" if at else f"lease:{lease.pk}"
+
+
+# --- the ledger -----------------------------------------------------------------------------
+
+def dispatch_claim(*, recipient: str, event: str, term: str, now: datetime, customer=None,
+                   lease=None) -> Dispatch | None:
+    """The ledger row for this message, or None when it was claimed before (then it has
+    been or is being sent and must not be sent again). A savepoint, so the caller's
+    transaction carries on either way; under concurrency the unique constraint decides."""
+    try:
+        with transaction.atomic():
+            return Dispatch.objects.create(recipient=recipient, event=event, term=term[:120], created_at=now,
+                                           customer=customer, lease=lease)
+    except IntegrityError:
+        return None
+
+
+def dispatch_mark_sent(*, dispatch_id: int, now: datetime) -> None:
+    Dispatch.objects.filter(pk=dispatch_id, sent_at__isnull=True).update(sent_at=now)
+
+
+# --- events ---------------------------------------------------------------------------------
+
+def _endpoints_for(customer_id: int | None):
+    scope = Q(scope=WebhookEndpoint.Scope.OPERATOR)
+    if customer_id:
+        scope |= Q(scope=WebhookEndpoint.Scope.CUSTOMER, owner_id=customer_id)
+    return WebhookEndpoint.objects.filter(scope, is_active=True, owner__is_active=True)
+
+
+def event_emit(*, event: str, term: str, customer, data, now: datetime | None = None,
+               lease=None) -> list[WebhookDelivery]:
+    """The event goes to the customer's endpoint and every operator endpoint, once per
+    (endpoint, event, term); deliveries start when the caller's transaction commits.
+    `data` is the payload's data, or a callable making it (only called when some endpoint
+    listens, so an event nobody receives costs one query)."""
+    now = now or timezone.now()
+    made = []
+    customer_id = getattr(customer, "pk", customer)
+    endpoints = list(_endpoints_for(customer_id))
+    if endpoints and callable(data):
+        data = data()
+    for endpoint in endpoints:
+        dispatch = dispatch_claim(recipient=f"webhook:{endpoint.pk}", event=event, term=term, now=now,
+                                  customer=customer if getattr(customer, "pk", None) else None, lease=lease)
+        if dispatch is None:
+            continue
+        made.append(_delivery_create(dispatch=dispatch, endpoint=endpoint, event=event, now=now,
+                                     data={**data, "customer": getattr(customer, "username", None)}))
+    return made
+
+
+def _delivery_create(*, dispatch: Dispatch, endpoint: WebhookEndpoint, event: str, now: datetime, data: dict,
+                     redelivery_of: WebhookDelivery | None = None, actor=None) -> WebhookDelivery:
+    delivery = WebhookDelivery(dispatch=dispatch, endpoint=endpoint, event=event, created_at=now,
+                               next_attempt_at=now, redelivery_of=redelivery_of,
+                               requested_by=actor if getattr(actor, "pk", None) else None)
+    delivery.payload = {"id": str(delivery.delivery_id), "type": event, "created_at": now.isoformat(),
+                        "term": dispatch.term, "data": data}
+    delivery.save()
+    transaction.on_commit(lambda: _queue(delivery.pk, now))
+    return delivery
+
+
+def _queue(delivery_id: int, at: datetime, countdown: float = 0) -> None:
+    from .tasks import webhook_deliver
+
+    if countdown and settings.CELERY_TASK_ALWAYS_EAGER:
+        return  # eager (tests, `make run` without a worker): the sweep retries when it is due
+    try:
+        webhook_deliver.apply_async((delivery_id, at.isoformat()), countdown=countdown)
+    except Exception:  # a broker outage must not undo the event: the sweep delivers it
+        log.exception("could not queue webhook delivery %s", delivery_id)
+
+
+# --- deliveries -----------------------------------------------------------------------------
+
+def retry_delay(attempts: int) -> timedelta | None:
+    """After the n-th failed attempt, the wait before the next (None: no more)."""
+    schedule = settings.WEBHOOK_RETRY_SECONDS
+    return timedelta(seconds=schedule[attempts - 1]) if attempts <= len(schedule) else None
+
+
+def delivery_attempt(*, delivery_id: int, now: datetime) -> str | None:
+    """One attempt, if the delivery is due and nobody else holds it: claimed with a guarded
+    update (pending → sending), posted outside any transaction, then recorded. Returns
+    the new state, or None when there was nothing to do (delivered, not due, claimed)."""
+    claimed = WebhookDelivery.objects.filter(pk=delivery_id, state=D.PENDING, next_attempt_at__lte=now).update(
+        state=D.SENDING, claimed_at=now)
+    if not claimed:
+        return None
+    delivery = WebhookDelivery.objects.select_related("endpoint").get(pk=delivery_id)
+    body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True).encode()
+    outcome = post(url=delivery.endpoint.url, secret=delivery.endpoint.secret, msg_id=str(delivery.delivery_id),
+                   event=delivery.event, timestamp=int(now.timestamp()), body=body)
+    attempts = delivery.attempts + 1
+    fields = {"attempts": attempts, "last_status": outcome.status, "last_error": outcome.error[:300],
+              "claimed_at": None}
+    if outcome.ok:
+        state = D.DELIVERED
+        fields.update(delivered_at=now, next_attempt_at=None)
+        dispatch_mark_sent(dispatch_id=delivery.dispatch_id, now=now)
+    elif (delay := retry_delay(attempts)) is not None and delivery.endpoint.is_active:
+        state = D.PENDING
+        fields["next_attempt_at"] = now + delay
+    else:
+        state = D.FAILED
+        fields["next_attempt_at"] = None
+    WebhookDelivery.objects.filter(pk=delivery_id, state=D.SENDING).update(state=state, **fields)
+    if state == D.PENDING:
+        _queue(delivery_id, fields["next_attempt_at"], countdown=(fields["next_attempt_at"] - now).total_seconds())
+    return state
+
+
+def sweep_webhooks(now: datetime, limit: int = 200) -> list:
+    """Due deliveries are queued (a lost queue message, a retry whose countdown a worker
+    restart dropped; eager Celery attempts them at once); one claimed by a worker that
+    died long ago is freed first. Queuing twice is harmless: an attempt claims the row."""
+    from rental.lifecycle import Transition
+
+    stale = now - timedelta(seconds=settings.WEBHOOK_TIMEOUT_SECONDS * 4 + 60)
+    WebhookDelivery.objects.filter(state=D.SENDING, claimed_at__lt=stale).update(state=D.PENDING, claimed_at=None)
+    due = (WebhookDelivery.objects.filter(state=D.PENDING, next_attempt_at__lte=now).order_by("next_attempt_at")
+           .values_list("pk", "dispatch__lease_id")[:limit])
+    done = []
+    for pk, lease_id in due:
+        _queue(pk, now)
+        done.append(Transition(lease_id or 0, f"webhook delivery {pk} attempted"))
+    return done
+
+
+@transaction.atomic
+def delivery_redeliver(*, delivery: WebhookDelivery, actor, now: datetime | None = None) -> WebhookDelivery:
+    """"Redeliver" (settings page, admin): a new delivery of the same event and payload data
+    with a new delivery id — the one way the same event reaches an endpoint twice."""
+    now = now or timezone.now()
+    original = WebhookDelivery.objects.select_related("dispatch", "endpoint").get(pk=delivery.pk)
+    again = _delivery_create(dispatch=original.dispatch, endpoint=original.endpoint, event=original.event, now=now,
+                             data=original.payload.get("data", {}), redelivery_of=original, actor=actor)
+    audit_record(actor=actor, action="webhook_redeliver", obj=again,
+                 detail={"of": str(original.delivery_id), "event": original.event})
+    return again
+
+
+# --- endpoints ------------------------------------------------------------------------------
+
+def webhook_url_validate(url: str) -> str:
+    url = url.strip()
+    check_url(url)  # raises Refused
+    if len(url) > 500:
+        raise Refused(_("the URL is longer than 500 characters"))
+    return url
+
+
+@transaction.atomic
+def webhook_endpoint_save(*, customer, url: str, now: datetime | None = None) -> tuple[WebhookEndpoint, str | None]:
+    """The customer's endpoint (one per account): created with a new secret (returned, to
+    show once) or its URL changed (secret kept: None). Raises Refused for a bad URL."""
+    url = webhook_url_validate(url)
+    now = now or timezone.now()
+    endpoint = WebhookEndpoint.objects.select_for_update().filter(
+        owner=customer, scope=WebhookEndpoint.Scope.CUSTOMER).first()
+    if endpoint is None:
+        endpoint = WebhookEndpoint.objects.create(owner=customer, url=url, created_at=now)
+        audit_record(actor=customer, action="webhook_endpoint_create", obj=endpoint, detail={"url": url})
+        return endpoint, endpoint.secret
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(url=url, is_active=True)
+    audit_record(actor=customer, action="webhook_endpoint_update", obj=endpoint, detail={"url": url})
+    endpoint.refresh_from_db()
+    return endpoint, None
+
+
+@transaction.atomic
+def webhook_secret_rotate(*, endpoint: WebhookEndpoint, actor) -> str:
+    secret = new_secret()
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(secret=secret)
+    audit_record(actor=actor, action="webhook_secret_rotate", obj=endpoint)
+    return secret
+
+
+@transaction.atomic
+def webhook_endpoint_delete(*, customer) -> bool:
+    endpoint = WebhookEndpoint.objects.filter(owner=customer, scope=WebhookEndpoint.Scope.CUSTOMER).first()
+    if endpoint is None:
+        return False
+    audit_record(actor=customer, action="webhook_endpoint_delete", obj=endpoint, detail={"url": endpoint.url})
+    endpoint.delete()
+    return True
+
+
+__all__ = ["EVENTS", "Refused", "dispatch_claim", "event_emit", "delivery_attempt", "delivery_redeliver",
+           "sweep_webhooks", "webhook_endpoint_save", "webhook_secret_rotate", "webhook_endpoint_delete"]
+
+
+def lease_data(lease) -> dict:
+    """What every lease event's payload says about the lease (no secrets), as it is now."""
+    from rental.api import iso
+    from rental.models import Lease
+
+    lease = Lease.objects.select_related("offer", "site").get(pk=lease.pk)
+    return {"id": lease.pk, "state": lease.state, "offer": lease.offer.slug, "site": lease.site.code,
+            "term": lease.term, "price_cents": lease.price_cents, "ends_at": iso(lease.ends_at),
+            "hold_until": iso(lease.hold_until), "wipe_by": iso(lease.wipe_by),
+            "ssh": lease.ssh_command or None}
+
+
+def lease_event_emit(*, event: str, lease, at: datetime | None, now: datetime, **extra) -> list[WebhookDelivery]:
+    """A lease's event to its customer's and the operators' endpoints, once per term."""
+    return event_emit(event=event, term=lease_term(lease, at), customer=lease.customer, lease=lease, now=now,
+                      data=lambda: {"lease": lease_data(lease), **extra})

@@ -1,0 +1,93 @@
+"""The settings page's webhook section (issue 30): the endpoint URL, its secret (shown once
+when made or rotated), the delivery log and "redeliver". Plain forms, no JavaScript."""
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from .models import WebhookDelivery, WebhookEndpoint
+from .sending import Refused, check_url, resolve
+from .services import (
+    delivery_redeliver,
+    event_emit,
+    webhook_endpoint_delete,
+    webhook_endpoint_save,
+    webhook_secret_rotate,
+)
+
+SECTION = "#webhooks"
+
+
+def _back():
+    return redirect(reverse("account_settings") + SECTION)
+
+
+def _with_secret(request, secret: str):
+    from rental.views import _settings_context
+
+    return render(request, "rental/settings.html", _settings_context(request, new_webhook_secret=secret))
+
+
+@never_cache
+@login_required
+@require_POST
+def webhook_save(request):
+    url = request.POST.get("url", "")
+    try:
+        _scheme, host, port = check_url(url.strip())
+        resolve(host, port)  # a URL that resolves to a private address is refused now, not at each event
+        endpoint, secret = webhook_endpoint_save(customer=request.user, url=url)
+    except Refused as exc:
+        messages.error(request, _("Webhook URL refused: %(why)s.") % {"why": exc})
+        return _back()
+    if secret:
+        return _with_secret(request, secret)
+    messages.success(request, _("Webhook URL saved."))
+    return _back()
+
+
+@never_cache
+@login_required
+@require_POST
+def webhook_rotate(request):
+    endpoint = WebhookEndpoint.objects.filter(owner=request.user, scope=WebhookEndpoint.Scope.CUSTOMER).first()
+    if endpoint is None:
+        raise Http404
+    return _with_secret(request, webhook_secret_rotate(endpoint=endpoint, actor=request.user))
+
+
+@login_required
+@require_POST
+def webhook_delete(request):
+    if not webhook_endpoint_delete(customer=request.user):
+        raise Http404
+    messages.success(request, _("Webhook removed: no more events are sent."))
+    return _back()
+
+
+@login_required
+@require_POST
+def webhook_test(request):
+    now = timezone.now()
+    if not event_emit(event="webhook.test", term=f"test@{now.isoformat()}", customer=request.user, now=now,
+                      data={"message": "test event from the settings page"}):
+        raise Http404
+    messages.success(request, _("Test event queued; see the delivery log."))
+    return _back()
+
+
+@login_required
+@require_POST
+def webhook_redeliver(request, delivery_id: int):
+    delivery = WebhookDelivery.objects.filter(pk=delivery_id, endpoint__owner=request.user,
+                                              endpoint__scope=WebhookEndpoint.Scope.CUSTOMER).first()
+    if delivery is None:
+        raise Http404
+    delivery_redeliver(delivery=delivery, actor=request.user)
+    messages.success(request, _("Queued again with a new delivery id."))
+    return _back()
