@@ -4,8 +4,10 @@ pass time, time and database queries per due lease, each sweep's share, and whet
 pass finished the batch (else how many passes it took: how long the last lease waited).
 Targets: ≤ 5 ms of pass time per due lease; for 10,000 due, one pass within the
 lifecycle interval (LIFECYCLE_INTERVAL_SECONDS), so no due lease waits more than one."""
+import os
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 from django.db import connection
 from lifecycle_fill import DUE_GROUP, fill_due
@@ -14,12 +16,15 @@ TARGET_MS_PER_LEASE = 5.0
 
 
 @contextmanager
-def counted_queries():
-    """The number of statements sent to the database inside the block."""
+def counted_queries(log=None):
+    """The number of statements sent to the database inside the block (and, with `log`,
+    each one's SQL appended to it)."""
     counter = {"n": 0}
 
     def count(execute, sql, params, many, context):
         counter["n"] += 1
+        if log is not None:
+            log.append(sql)
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(count):
@@ -27,8 +32,8 @@ def counted_queries():
 
 
 @contextmanager
-def timed_sweeps(times: dict[str, float]):
-    """billing.lifecycle.SWEEPS with each sweep's time added up into `times`."""
+def timed_sweeps(times: dict[str, float], queries: dict[str, int]):
+    """billing.lifecycle.SWEEPS with each sweep's time and queries added up."""
     from billing import lifecycle
 
     original = list(lifecycle.SWEEPS)
@@ -37,9 +42,11 @@ def timed_sweeps(times: dict[str, float]):
         def run(now, *a, **kw):
             started = time.perf_counter()
             try:
-                return sweep(now, *a, **kw)
+                with counted_queries() as counter:
+                    return sweep(now, *a, **kw)
             finally:
                 times[name] = times.get(name, 0.0) + time.perf_counter() - started
+                queries[name] = queries.get(name, 0) + counter["n"]
         return run
 
     lifecycle.SWEEPS[:] = [(name, timed(name, sweep)) for name, sweep in original]
@@ -75,10 +82,11 @@ def due_case(args, fill, common) -> None:
         for user in User.objects.filter(pk__in=common["customers"][0::2]):  # the even g's customers pay
             balance_top_up(customer=user, amount_cents=6500 * due, now=now)
         print(f"\n{due:,} due leases over {args.history:,} (filled in {time.perf_counter() - started:.1f} s)")
-        passes, times, queries, pass_seconds = 0, {}, 0, []
+        passes, times, per_sweep, queries, pass_seconds = 0, {}, {}, 0, []
+        sql_log = [] if os.environ.get("BENCH_SQL_LOG") else None
         while True:
             passes += 1
-            with timed_sweeps(times), counted_queries() as counter:
+            with timed_sweeps(times, per_sweep), counted_queries(sql_log) as counter:
                 started = time.perf_counter()
                 run_lifecycle(now)
                 pass_seconds.append(time.perf_counter() - started)
@@ -89,9 +97,11 @@ def due_case(args, fill, common) -> None:
             if not any(left.values()) or passes == 20:
                 break
         per_lease = 1000 * pass_seconds[0] / due
-        shares = ", ".join(f"{name} {1000 * s / due:.2f}" for name, s in sorted(times.items(), key=lambda i: -i[1])
-                           if s * 1000 / due >= 0.01)
-        print(f"  per due lease, ms of pass time: {shares}")
+        shares = ", ".join(f"{name} {1000 * s / due:.2f} ms / {per_sweep[name] / due:.1f} q"
+                           for name, s in sorted(times.items(), key=lambda i: -i[1]) if per_sweep[name] >= due / 10)
+        print(f"  per due lease, by sweep (time, queries): {shares}")
+        if sql_log is not None:
+            Path(os.environ["BENCH_SQL_LOG"]).write_text("\n".join(sql_log))
         rows.append((due, pass_seconds[0], per_lease, queries / due, passes))
         print(f"due {due:,}: first pass {pass_seconds[0]:.2f} s, {per_lease:.2f} ms per due lease (target "
               f"≤ {TARGET_MS_PER_LEASE:.0f}), {queries / due:.1f} queries per due lease, "

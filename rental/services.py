@@ -46,8 +46,19 @@ def account_create(*, username: str, password: str, email: str = "") -> User:
     return user
 
 
+def _loaded_settings(user) -> CustomerSettings | None:
+    """The customer's settings row when it came with the user (select_related, as the
+    lifecycle sweeps read it), else None: the caller queries it."""
+    if user is None or not User.rental_settings.is_cached(user):
+        return None
+    try:
+        return user.rental_settings
+    except CustomerSettings.DoesNotExist:
+        return None
+
+
 def customer_settings(user: User) -> CustomerSettings:
-    return CustomerSettings.objects.get_or_create(user=user)[0]
+    return _loaded_settings(user) or CustomerSettings.objects.get_or_create(user=user)[0]
 
 
 def customer_settings_update(*, user: User, email: str, auto_renew: bool) -> CustomerSettings:
@@ -324,7 +335,8 @@ def disk_key_complete_destroy(*, lease_id: int, now: datetime) -> bool:
 def customer_language(user) -> "translation.override":
     """Notices are written in the language the customer last chose on the site (stored by
     the language switcher), else the site default; use as ``with customer_language(user):``."""
-    lang = CustomerSettings.objects.filter(user_id=getattr(user, "pk", None)).values_list(
+    loaded = _loaded_settings(user)
+    lang = loaded.language if loaded else CustomerSettings.objects.filter(user_id=getattr(user, "pk", None)).values_list(
         "language", flat=True).first()
     return translation.override(lang or settings.LANGUAGE_CODE)
 
