@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.mail import send_mail
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
@@ -346,19 +346,31 @@ def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: s
     """Once per (lease, kind, deadline); e-mailed when the customer gave an address. `now`
     is the sweep's clock (a simulated one under `manage.py lifecycle --at`)."""
     now = now or timezone.now()
-    try:
-        with transaction.atomic():
-            note = Notification.objects.create(lease=lease, customer_id=lease.customer_id, kind=kind,
-                                               deadline=deadline, subject=subject, body=body, created_at=now)
-    except IntegrityError:
+    note_id = _insert_once(Notification(lease=lease, customer_id=lease.customer_id, kind=kind, deadline=deadline,
+                                        subject=subject, body=body, created_at=now))
+    if note_id is None:
         return False
     email = lease.customer.email
     if email:
         def send():
             send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [email], fail_silently=True)
-            Notification.objects.filter(pk=note.pk).update(emailed_at=now)
+            Notification.objects.filter(pk=note_id).update(emailed_at=now)
         transaction.on_commit(send)
     return True
+
+
+def _insert_once(note: Notification) -> int | None:
+    """INSERT … ON CONFLICT DO NOTHING RETURNING id: the new row's id, or None when the
+    (lease, kind, deadline) notice exists. One statement (PostgreSQL, SQLite ≥ 3.35) where
+    a savepoint around a failing INSERT took three — sweeps send one notice per due lease."""
+    fields = [f for f in Notification._meta.concrete_fields if not f.primary_key]
+    quote = connection.ops.quote_name
+    sql = (f"INSERT INTO {quote(Notification._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+           f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING RETURNING {quote('id')}")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [f.get_db_prep_save(f.pre_save(note, True), connection) for f in fields])
+        row = cursor.fetchone()
+    return row[0] if row else None
 
 
 # --- operator actions (admin, management commands) --------------------------------------
