@@ -10,9 +10,19 @@ and orders cancelled unpaid. Nothing is due. It then times lifecycle passes
 the ratio 1M / 10k (≈ 1 when each sweep reads its due rows through a partial index, not
 the ended table), and, at the largest size, the EXPLAIN of every sweep's selecting query.
 
+Then the due-work case (issue 35): over `--history` rows (default 1,000,000) of the same
+fill, `--due` leases (default 1,000 and 10,000) each with work for the next pass — renewal
+invoices (half paid from the balance: the lease is extended) with their reminders,
+suspensions, releases (key destroyed, disk wiped). One pass (billing.lifecycle.run_lifecycle)
+is timed: pass time, time and queries per due lease, per sweep, and whether that one pass
+finished the batch (else how many passes, i.e. how long the last due lease waited).
+
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/lifecycle.py
     … bench/lifecycle.py 10000 100000      # other sizes
+    … bench/lifecycle.py --due-only --due 1000,10000 --history 1000000
+    … bench/lifecycle.py --smoke           # seconds: the smallest sizes (CI, tests/bench)
 """
+import argparse
 import os
 import statistics
 import sys
@@ -21,12 +31,27 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 BASE = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(BASE))
+sys.path[:0] = [str(BASE), str(BASE / "bench")]
 
-SIZES = tuple(int(n) for n in sys.argv[1:]) or (10_000, 100_000, 1_000_000)
 ACTIVE, SUSPENDED, VOLUMES = 5_000, 500, 20
 PASSES = 11
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P bench@host"
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sizes", nargs="*", type=int, help="idle case: leases in the table (10000 100000 1000000)")
+    parser.add_argument("--due", default="1000,10000", help="due case: due leases per run, comma-separated")
+    parser.add_argument("--history", type=int, default=1_000_000, help="due case: rows of history under them")
+    parser.add_argument("--due-only", action="store_true", help="skip the idle case")
+    parser.add_argument("--idle-only", action="store_true", help="skip the due case")
+    parser.add_argument("--smoke", action="store_true", help="smallest sizes, 2 passes: checks it runs (CI)")
+    args = parser.parse_args()
+    args.sizes = tuple(args.sizes) or (10_000, 100_000, 1_000_000)
+    args.due = tuple(int(n) for n in args.due.split(",") if n)
+    args.passes = PASSES
+    if args.smoke:
+        args.sizes, args.due, args.history, args.passes = (ACTIVE + SUSPENDED + 500,), (40,), ACTIVE + SUSPENDED + 500, 2
+    return args
 
 
 def with_db(url: str, name: str) -> str:
@@ -34,6 +59,7 @@ def with_db(url: str, name: str) -> str:
 
 
 def main() -> None:
+    args = parse_args()
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres://", "postgresql://")):
         sys.exit("Set DATABASE_URL to a PostgreSQL server, e.g. postgres://postgres@127.0.0.1:5432/postgres")
@@ -52,7 +78,7 @@ def main() -> None:
         os.environ.setdefault("HOST_AGENT", "rental.agent.FakeAgent")  # no GPU servers: hosts simulated
         os.environ.setdefault("LOG_LEVEL", "WARNING")
         os.environ["DB_CONN_MAX_AGE"] = "0"
-        run()
+        run(args)
     finally:
         from django.db import connections
 
@@ -62,57 +88,6 @@ def main() -> None:
         print(f"dropped {name}")
 
 
-# One row per lease; `live` rows first (ids 1..ACTIVE+SUSPENDED), the rest history.
-FILL_LEASES = """
-INSERT INTO rental_lease (customer_id, offer_id, site_id, image_id, term, state, price_cents, extra_nvme_tb,
-    network_volume_tb, snapshot_tb, ssh_public_key, created_at, pay_by, provisioning_started_at, started_at,
-    ends_at, suspended_at, hold_until, wipe_by, ended_at, host, ssh_port)
-SELECT c.customer, c.offer, c.site, c.image, 'week', s.state, 6500, 0, 0, 0, %(key)s,
-       s.created, s.created + interval '30 minutes',
-       CASE WHEN s.state = 'cancelled' THEN NULL ELSE s.created END,
-       CASE WHEN s.state = 'cancelled' THEN NULL ELSE s.ends - interval '7 days' END,
-       CASE WHEN s.state = 'cancelled' THEN NULL ELSE s.ends END,
-       CASE WHEN s.state IN ('suspended', 'wiped') THEN s.ends END,
-       CASE WHEN s.state = 'suspended' THEN %(now)s + interval '1 hour' + (g %% 4000) * interval '1 minute'
-            WHEN s.state = 'wiped' THEN s.ends + interval '72 hours' END,
-       CASE WHEN s.state = 'active' THEN NULL WHEN s.state = 'cancelled' THEN s.created + interval '30 minutes'
-            ELSE s.ends + interval '7 days' END,
-       CASE WHEN s.state = 'wiped' THEN s.ends + interval '72 hours'
-            WHEN s.state = 'cancelled' THEN s.created + interval '30 minutes' END,
-       CASE WHEN s.state IN ('active', 'suspended') THEN 'bench.local' ELSE '' END,
-       CASE WHEN s.state IN ('active', 'suspended') THEN 22000 END
-FROM generate_series(1, %(total)s) AS g
-CROSS JOIN LATERAL (SELECT
-    CASE WHEN g <= %(active)s THEN 'active' WHEN g <= %(active)s + %(suspended)s THEN 'suspended'
-         WHEN g %% 10 = 0 THEN 'cancelled' ELSE 'wiped' END AS state,
-    CASE WHEN g <= %(active)s THEN %(now)s + interval '4 days' + (g %% 26) * interval '1 day'
-         WHEN g <= %(active)s + %(suspended)s THEN %(now)s - interval '1 day'
-         ELSE %(now)s - interval '12 days' - (g %% 700) * interval '1 day' END AS ends,
-    %(now)s - interval '8 days' - (g %% 730) * interval '1 day' AS created) AS s
-CROSS JOIN LATERAL (SELECT
-    (%(customers)s)[1 + g %% array_length(%(customers)s, 1)] AS customer,
-    (%(offers)s)[1 + g %% array_length(%(offers)s, 1)] AS offer,
-    (%(sites)s)[1 + g %% array_length(%(sites)s, 1)] AS site, %(image)s AS image) AS c
-"""
-FILL_KEYS = """
-INSERT INTO rental_diskkey (lease_id, key_ref, state, created_at, destroy_reason, destroyed_at, destruction_proof)
-SELECT id, md5(id::text), CASE WHEN state IN ('active', 'suspended') THEN 'active' ELSE 'destroyed' END,
-       created_at, '', CASE WHEN state IN ('active', 'suspended') THEN NULL ELSE ended_at END, ''
-FROM rental_lease
-"""
-FILL_INVOICES = """
-INSERT INTO billing_invoice (customer_id, lease_id, kind, state, amount_cents, created_at, expires_at, paid_at,
-                             paid_via, note)
-SELECT customer_id, id, 'order', CASE WHEN state = 'cancelled' THEN 'expired' ELSE 'paid' END, 6500, created_at,
-       created_at + interval '30 minutes', CASE WHEN state = 'cancelled' THEN NULL ELSE created_at END,
-       CASE WHEN state = 'cancelled' THEN '' ELSE 'balance' END, ''
-FROM rental_lease
-"""
-FILL_NOTICES = """
-INSERT INTO rental_notification (lease_id, customer_id, kind, deadline, created_at, subject, body)
-SELECT id, customer_id, 'suspended', hold_until, suspended_at, 'suspended', '' FROM rental_lease
-WHERE state = 'suspended'
-"""
 FILLED_TABLES = ("rental_lease", "rental_diskkey", "billing_invoice", "rental_notification")
 INDEXES = """
 SELECT indexdef, indexname FROM pg_indexes
@@ -120,13 +95,13 @@ WHERE schemaname = 'public' AND tablename = ANY(%s) AND indexname NOT IN (SELECT
 """
 
 
-def run() -> None:
+def run(args) -> None:
     import django
 
     django.setup()
     from django.core.management import call_command
     from django.db import connection
-    from django.utils import timezone
+    from lifecycle_fill import fill_history  # bench/ is on sys.path
 
     from inventory.demo import load_demo_catalog
     from inventory.models import Offer, Site
@@ -141,23 +116,24 @@ def run() -> None:
     offers = list(Offer.objects.filter(gpu_count=1).values_list("pk", flat=True)[:5])
     site = Site.objects.get(code="DFW-1")
     image = Image.objects.get(slug="pytorch-2.5-cuda-12.4").pk
+    common = {"customers": customers, "offers": offers, "sites": [site.pk], "image": image}
 
-    def fill(total: int, now) -> None:
+    def fill(total: int, now, then=None) -> None:
         with connection.cursor() as cur:
             cur.execute("TRUNCATE rental_leaseevent, rental_notification, rental_diskkey, billing_invoiceline, "
                         "billing_ledgerentry, billing_invoice, rental_volumeattachment, rental_networkvolume, "
                         "rental_lease RESTART IDENTITY CASCADE")
+            cur.execute("UPDATE billing_account SET balance_cents = 0")
             # Bulk load without the secondary indexes, then build them in one go: several
             # times faster than maintaining ~20 indexes row by row.
             cur.execute(INDEXES, [list(FILLED_TABLES)])
             indexes = cur.fetchall()
             for _definition, name in indexes:
                 cur.execute(f'DROP INDEX "{name}"')
-            cur.execute(FILL_LEASES, {"key": KEY, "now": now, "total": total, "active": ACTIVE,
-                                      "suspended": SUSPENDED, "customers": customers, "offers": offers,
-                                      "sites": [site.pk], "image": image})
-            for sql in (FILL_KEYS, FILL_INVOICES, FILL_NOTICES):
-                cur.execute(sql)
+        fill_history(now=now, total=total, active=ACTIVE, suspended=SUSPENDED, **common)
+        if then:
+            then()
+        with connection.cursor() as cur:
             for definition, _name in indexes:
                 cur.execute(definition)
         for i, lease in enumerate(Lease.objects.filter(state="active").order_by("pk")[:VOLUMES]):
@@ -167,30 +143,44 @@ def run() -> None:
         with connection.cursor() as cur:
             cur.execute("VACUUM ANALYZE")
 
-    results = {}
+    if not args.due_only:
+        idle_case(args, fill)
+    if not args.idle_only:
+        from lifecycle_due import due_case
+
+        due_case(args, fill, common)
+
+
+def idle_case(args, fill) -> None:
+    import django
+    from django.utils import timezone
+
+    from rental.models import Lease
+
+    sizes, results = args.sizes, {}
     # The smallest size again at the end: the machine's load drifts (figures on a shared
     # machine move by ±50 %), so the small size's times are the mean of a run before and after.
-    for run_number, total in enumerate((*SIZES, SIZES[0])):
+    for run_number, total in enumerate((*sizes, sizes[0])):
         now = timezone.now().replace(microsecond=0)
         started = time.perf_counter()
         fill(total, now)
         states = dict(Lease.objects.values_list("state").annotate(n=django.db.models.Count("id")))
         print(f"\n{total:,} leases {states}, filled in {time.perf_counter() - started:.1f} s")
-        median, fastest, pages, sweeps = figures = timed_passes(now)
-        if run_number and total == SIZES[0]:
+        median, fastest, pages, sweeps = figures = timed_passes(now, args.passes)
+        if run_number and total == sizes[0]:
             results[total] = tuple((a + b) / 2 for a, b in zip(results[total][:3], figures[:3], strict=True))
         else:
             results[total] = figures
         slow = ", ".join(f"{name} {ms:.2f}" for name, ms in sweeps.items())
-        print(f"one pass, nothing due: median {median:.1f} ms, fastest {fastest:.1f} ms of {PASSES}; "
+        print(f"one pass, nothing due: median {median:.1f} ms, fastest {fastest:.1f} ms of {args.passes}; "
               f"{pages:,.0f} buffer pages touched per pass (per sweep, median ms: {slow})")
-        if run_number == len(SIZES) - 1:
+        if run_number == len(sizes) - 1:
             explain(now)
-    for total in SIZES:
+    for total in sizes:
         median, fastest, pages = results[total][:3]
         print(f"{total:>9,} leases: median pass {median:6.1f} ms, fastest {fastest:6.1f} ms, {pages:5.0f} pages")
-    small, big = results[SIZES[0]], results[SIZES[-1]]
-    print(f"\n{SIZES[-1]:,} / {SIZES[0]:,} leases: median pass {big[0] / small[0]:.2f}×, fastest pass "
+    small, big = results[sizes[0]], results[sizes[-1]]
+    print(f"\n{sizes[-1]:,} / {sizes[0]:,} leases: median pass {big[0] / small[0]:.2f}×, fastest pass "
           f"{big[1] / small[1]:.2f}×, pages touched {big[2] / small[2]:.2f}× "
           f"({big[2]:,.0f} / {small[2]:,.0f}); 1.0 = the cost follows the due rows, not the table")
 
@@ -206,13 +196,13 @@ def blocks_touched() -> int:
         return cur.fetchone()[0]
 
 
-def timed_passes(now) -> tuple[float, float, float, dict[str, float]]:
+def timed_passes(now, passes: int) -> tuple[float, float, float, dict[str, float]]:
     """(median ms, fastest ms, pages touched per pass, median ms per sweep)."""
     from billing.lifecycle import SWEEPS
 
     totals, per_sweep = [], {name: [] for name, _ in SWEEPS}
     blocks_before = blocks_touched()
-    for _ in range(PASSES):
+    for _ in range(passes):
         started = time.perf_counter()
         for name, sweep in SWEEPS:
             t = time.perf_counter()
@@ -220,7 +210,7 @@ def timed_passes(now) -> tuple[float, float, float, dict[str, float]]:
             per_sweep[name].append((time.perf_counter() - t) * 1000)
             assert not done, (name, done)  # nothing is due: a transition would mean a bad fixture
         totals.append((time.perf_counter() - started) * 1000)
-    pages = (blocks_touched() - blocks_before) / PASSES
+    pages = (blocks_touched() - blocks_before) / passes
     return (statistics.median(totals), min(totals), pages,
             {name: statistics.median(v) for name, v in per_sweep.items()})
 

@@ -1,6 +1,6 @@
 """Benchmark: the calculator page's htmx response and /api/v1/estimate, in process.
 
-Run: ``.venv/bin/python bench/sizing_page.py [N]``. Builds the demo catalog in a throw-away
+Run: ``.venv/bin/python bench/sizing_page.py [N | --smoke]`` (``--smoke``: 5 requests each — CI). Builds the demo catalog in a throw-away
 SQLite database (temporary VAR_DIR), then times full Django requests through the test
 client (middleware, URL routing, the two catalog queries, engine, template/JSON). Prints
 median/p99 ms per request and the ratio to a trivial view measured in the same run.
@@ -85,4 +85,5 @@ def main(n: int = 300) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 300)
+    arg = sys.argv[1] if len(sys.argv) > 1 else "300"
+    main(5 if arg == "--smoke" else int(arg))

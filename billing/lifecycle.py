@@ -1,5 +1,7 @@
 """One lifecycle pass: every sweep once, in dependency order. Called every minute by
-Celery beat (billing.tasks.lifecycle_tick) and by `manage.py lifecycle`."""
+Celery beat (billing.tasks.lifecycle_tick) and by `manage.py lifecycle`. The sweeps read
+customers with their settings (language, auto-renew) in the same query as the due leases."""
+import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -9,7 +11,7 @@ from django.db.models import Exists, OuterRef
 from rental import lifecycle as rental_sweeps
 from rental import rules
 from rental.agent import FakeAgent, agent_override
-from rental.lifecycle import BATCH, Transition
+from rental.lifecycle import BATCH, DUE_LEASE_RELATED, Transition
 from rental.models import Lease, LeaseState
 from rental.notices import sweep_state_notices
 from rental.notifications.services import sweep_webhooks
@@ -54,7 +56,7 @@ def sweep_renewal_invoices(now: datetime, limit: int = BATCH) -> list[Transition
     invoiced = Invoice.objects.filter(lease=OuterRef("pk"), kind=Invoice.Kind.RENEWAL, term_start=OuterRef("ends_at"))
     # Only active leases have a term: one still provisioning has not started it.
     due = (Lease.objects.filter(state=LeaseState.ACTIVE, ends_at__lte=now + rules.renewal_lead())
-           .exclude(Exists(invoiced)).select_related("customer", "offer__gpu_model").order_by("ends_at")[:limit])
+           .exclude(Exists(invoiced)).select_related(*DUE_LEASE_RELATED).order_by("ends_at")[:limit])
     made = []
     for lease in due:
         if invoice := renewal_invoice_create(lease=lease, now=now):
@@ -125,7 +127,16 @@ def run_lifecycle_exclusive(now: datetime, on_start=None) -> list[tuple[str, Tra
 
 
 def _run_sweeps(now: datetime) -> list[tuple[str, Transition]]:
+    """Each sweep in bounded batches (BATCH rows a query): a full batch means more may be
+    due, so the sweep runs again, until a batch comes back short or the pass has used
+    LIFECYCLE_PASS_BUDGET_SECONDS (the rest is the next pass's). So a burst of terms
+    ending in the same hour is done in one pass, not BATCH per minute."""
     results: list[tuple[str, Transition]] = []
+    deadline = time.monotonic() + settings.LIFECYCLE_PASS_BUDGET_SECONDS
     for name, sweep in SWEEPS:
-        results.extend((name, t) for t in sweep(now))
+        while True:
+            batch = sweep(now, limit=BATCH)
+            results.extend((name, t) for t in batch)
+            if len(batch) < BATCH or time.monotonic() >= deadline:
+                break
     return results

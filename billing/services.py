@@ -124,8 +124,7 @@ def ledger_post(*, customer: User, kind: str, amount_cents: int, now: datetime, 
     """Append one entry under the account's row lock. With an idempotency key, a repeat is
     a no-op (returns None). Raises InsufficientBalance rather than going below zero — except
     ``allow_negative`` (taking back a payment that left the chain: the customer owes it)."""
-    account_for(customer)
-    account = Account.objects.select_for_update().get(customer=customer)
+    account = Account.objects.select_for_update().get_or_create(customer=customer)[0]  # one query once it exists
     if idempotency_key and LedgerEntry.objects.filter(idempotency_key=idempotency_key).exists():
         return None
     new_balance = account.balance_cents + amount_cents

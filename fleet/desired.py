@@ -4,7 +4,9 @@ stop/restart, and the disk key's state. Moving a slot allocation (a migration) t
 moves the instance: the new node sees the lease `running`, the old one `absent`.
 
 Disk work is asked only of the node the lease was on last, and only once rental asked for
-it (DiskKey destroy requested, wipe due): nothing here can destroy a paid lease's disk."""
+it (DiskKey destroy requested; the wipe as soon as the key is destroyed — `wipe_by` is only
+the deadline alerts watch, as README and rental.lifecycle promise): nothing here can destroy
+a paid lease's disk."""
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,7 +35,7 @@ class Wanted:
     disk: str   # keep | destroy_key | wipe
 
 
-def _wanted(lease: Lease, *, here_now: bool, last_here: bool, stopped_by_customer: bool, now: datetime) -> Wanted:
+def _wanted(lease: Lease, *, here_now: bool, last_here: bool, stopped_by_customer: bool) -> Wanted:
     if here_now and lease.state == S.SUSPENDED:
         return Wanted("stopped", "keep")
     if here_now and lease.state in (S.PROVISIONING, S.ACTIVE):
@@ -42,9 +44,9 @@ def _wanted(lease: Lease, *, here_now: bool, last_here: bool, stopped_by_custome
         # Moved to another node: this copy goes (the instance, then its disk key).
         return Wanted("absent", "destroy_key")
     key_state = lease.disk_key.state
-    if key_state == DiskKey.State.DESTROYED and lease.wipe_by and lease.wipe_by <= now:
+    if key_state == DiskKey.State.DESTROYED:
         return Wanted("absent", "wipe")
-    if key_state in (DiskKey.State.DESTROY_REQUESTED, DiskKey.State.DESTROYED):
+    if key_state == DiskKey.State.DESTROY_REQUESTED:
         return Wanted("absent", "destroy_key")
     return Wanted("absent", "keep")
 
@@ -105,7 +107,7 @@ def desired_instances(*, node: Node, now: datetime) -> list[dict]:
         intent = intents.get(lease.pk)
         gpus = current.get(lease.pk, [])
         wanted = _wanted(lease, here_now=bool(gpus), last_here=lease.last_node_id == node.pk,
-                         stopped_by_customer=bool(intent and intent.stopped_by_customer), now=now)
+                         stopped_by_customer=bool(intent and intent.stopped_by_customer))
         restarts = intent.restarts if intent else 0
         out.append({
             "lease_id": lease.pk,

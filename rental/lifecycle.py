@@ -23,6 +23,9 @@ from .services import (
 
 S = LeaseState
 BATCH = 500
+#: What the sweeps that write to customers read with each due lease: the notice's language
+#: and the auto-renew choice come from the customer's settings row, not a query per lease.
+DUE_LEASE_RELATED = ("customer__rental_settings", "offer__gpu_model")
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ def sweep_reminders(now: datetime, limit: int = BATCH) -> list[Transition]:
         already = Notification.objects.filter(lease=OuterRef("pk"), kind__in=list(sent_kinds),
                                               deadline=OuterRef("ends_at"))
         due = (Lease.objects.filter(state=S.ACTIVE, ends_at__gt=now, ends_at__lte=now + lead)
-               .exclude(Exists(already)).select_related("customer", "offer__gpu_model").order_by("ends_at")[:limit])
+               .exclude(Exists(already)).select_related(*DUE_LEASE_RELATED).order_by("ends_at")[:limit])
         for lease in due:
             if _remind(lease, kind=kind, now=now):
                 done.append(Transition(lease.pk, kind))

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.mail import send_mail
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
@@ -46,8 +46,19 @@ def account_create(*, username: str, password: str, email: str = "") -> User:
     return user
 
 
+def _loaded_settings(user) -> CustomerSettings | None:
+    """The customer's settings row when it came with the user (select_related, as the
+    lifecycle sweeps read it), else None: the caller queries it."""
+    if user is None or not User.rental_settings.is_cached(user):
+        return None
+    try:
+        return user.rental_settings
+    except CustomerSettings.DoesNotExist:
+        return None
+
+
 def customer_settings(user: User) -> CustomerSettings:
-    return CustomerSettings.objects.get_or_create(user=user)[0]
+    return _loaded_settings(user) or CustomerSettings.objects.get_or_create(user=user)[0]
 
 
 def customer_settings_update(*, user: User, email: str, auto_renew: bool) -> CustomerSettings:
@@ -333,7 +344,8 @@ def disk_key_complete_destroy(*, lease_id: int, now: datetime) -> bool:
 def customer_language(user) -> "translation.override":
     """Notices are written in the language the customer last chose on the site (stored by
     the language switcher), else the site default; use as ``with customer_language(user):``."""
-    lang = CustomerSettings.objects.filter(user_id=getattr(user, "pk", None)).values_list(
+    loaded = _loaded_settings(user)
+    lang = loaded.language if loaded else CustomerSettings.objects.filter(user_id=getattr(user, "pk", None)).values_list(
         "language", flat=True).first()
     return translation.override(lang or settings.LANGUAGE_CODE)
 
@@ -354,14 +366,12 @@ def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: s
 
     now = now or timezone.now()
     term = f"{lease_term(lease, deadline)}/{kind}"  # a 3-day and a 1-day reminder are two messages
-    try:
-        with transaction.atomic():
-            if dispatch_claim(recipient=f"user:{lease.customer_id}", event=kind, term=term,
-                              now=now, customer=lease.customer, lease=lease) is None:
-                return False
-            note = Notification.objects.create(lease=lease, customer_id=lease.customer_id, kind=kind,
-                                               deadline=deadline, subject=subject, body=body, created_at=now)
-    except IntegrityError:
+    if dispatch_claim(recipient=f"user:{lease.customer_id}", event=kind, term=term, now=now,
+                      customer=lease.customer, lease=lease) is None:
+        return False
+    note_id = _insert_once(Notification(lease=lease, customer_id=lease.customer_id, kind=kind, deadline=deadline,
+                                        subject=subject, body=body, created_at=now))
+    if note_id is None:
         return False
     event_emit(event=notice_event(kind), term=term, customer=lease.customer, lease=lease, now=now,
                data=lambda: {"lease": lease_data(lease), "notice": {"kind": kind, "subject": subject, "body": body,
@@ -370,9 +380,23 @@ def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: s
     if email:
         def send():
             send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [email], fail_silently=True)
-            Notification.objects.filter(pk=note.pk).update(emailed_at=now)
+            Notification.objects.filter(pk=note_id).update(emailed_at=now)
         transaction.on_commit(send)
     return True
+
+
+def _insert_once(note: Notification) -> int | None:
+    """INSERT … ON CONFLICT DO NOTHING RETURNING id: the new row's id, or None when the
+    (lease, kind, deadline) notice exists. One statement (PostgreSQL, SQLite ≥ 3.35) where
+    a savepoint around a failing INSERT took three — sweeps send one notice per due lease."""
+    fields = [f for f in Notification._meta.concrete_fields if not f.primary_key]
+    quote = connection.ops.quote_name
+    sql = (f"INSERT INTO {quote(Notification._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+           f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING RETURNING {quote('id')}")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [f.get_db_prep_save(f.pre_save(note, True), connection) for f in fields])
+        row = cursor.fetchone()
+    return row[0] if row else None
 
 
 # --- operator actions (admin, management commands) --------------------------------------

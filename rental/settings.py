@@ -303,6 +303,10 @@ LIFECYCLE_INTERVAL_SECONDS = float(os.environ.get("LIFECYCLE_INTERVAL_SECONDS", 
 # many seconds after its last renewal (every third of it while the pass runs): a holder
 # killed mid-pass blocks the next passes for at most this long.
 LIFECYCLE_LOCK_SECONDS = float(os.environ.get("LIFECYCLE_LOCK_SECONDS", "60"))
+# issue 35: a pass runs each sweep in batches until its due work is done or it has run this
+# long (the rest is the next pass's): under the interval, so the next tick is not skipped.
+LIFECYCLE_PASS_BUDGET_SECONDS = float(os.environ.get("LIFECYCLE_PASS_BUDGET_SECONDS",
+                                                     str(0.8 * LIFECYCLE_INTERVAL_SECONDS)))
 # The beat touches this file on every scheduler tick; its healthcheck fails when older than
 # BEAT_HEARTBEAT_MAX_AGE_SECONDS (beat ticks at least every beat_max_loop_interval).
 CELERY_BEAT_SCHEDULER = "rental.beat:HeartbeatScheduler"

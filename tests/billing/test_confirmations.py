@@ -1,6 +1,11 @@
 """Confirmation counts by behaviour: for every coin, a payment one confirmation short of
 what the coin requires is seen but not credited (the invoice stays open, the lease
-unpaid); the same payment at the required count pays the invoice and starts the lease."""
+unpaid); the same payment at the required count pays the invoice and starts the lease.
+
+The counts are pinned here, not read from the code under test (issue 34: halving one went
+unnoticed): Bitcoin 2, Litecoin 6 (cheap blocks, deeper), Ethereum and its tokens 12,
+Monero 10 (its outputs unlock after 10 blocks), Solana 1 (= finalized). SPEC.md carries no
+table of them; these are the defaults the operator's `<COIN>_CONFIRMATIONS` settings override."""
 from datetime import timedelta
 from decimal import Decimal
 
@@ -27,14 +32,25 @@ def quote_for(invoice, coin: Coin, now) -> Quote:
         uri=f"{coin.value.lower()}:{address}", created_at=now, expires_at=now + timedelta(minutes=30))
 
 
-@pytest.mark.parametrize("coin", list(Coin), ids=[c.value for c in Coin])
-def test_one_confirmation_short_is_not_credited_the_required_count_is(catalog, customer, coin):
-    now = timezone.now().replace(microsecond=0)
-    lease, invoice = checkout_place_order(
+REQUIRED = {Coin.BTC: 2, Coin.LTC: 6, Coin.ETH: 12, Coin.USDT: 12, Coin.USDC: 12, Coin.XMR: 10, Coin.SOL: 1}
+
+
+def test_every_coin_has_a_pinned_count():
+    assert set(REQUIRED) == set(Coin)
+
+
+def order(customer, now):
+    return checkout_place_order(
         customer=customer, offer=Offer.objects.get(slug="rtx-3090"), site=Site.objects.get(code="DFW-1"),
         term="week", image=Image.objects.get(slug="pytorch-2.5-cuda-12.4"), ssh_public_key=KEY, now=now)
+
+
+@pytest.mark.parametrize("coin,required", REQUIRED.items(), ids=[c.value for c in REQUIRED])
+def test_one_confirmation_short_is_not_credited_the_required_count_is(catalog, customer, coin, required):
+    now = timezone.now().replace(microsecond=0)
+    lease, invoice = order(customer, now)
     quote = quote_for(invoice, coin, now)
-    required, tx = coin.spec.required_confirmations, txid()
+    tx = txid()
 
     apply(quote, [paid(quote, quote.amount, required - 1, tx=tx)], now + timedelta(minutes=1))
     assert fresh(invoice).state == Invoice.State.OPEN and fresh(lease).state == LeaseState.PENDING
@@ -42,4 +58,18 @@ def test_one_confirmation_short_is_not_credited_the_required_count_is(catalog, c
 
     apply(quote, [paid(quote, quote.amount, required, tx=tx)], now + timedelta(minutes=2))
     assert Payment.objects.get(txid=tx).state == Payment.State.CONFIRMED
+    assert fresh(invoice).state == Invoice.State.PAID and fresh(lease).state == LeaseState.PROVISIONING
+
+
+def test_the_speed_policy_never_goes_below_one_confirmation(catalog, customer, settings):
+    """An operator's policy of 0 confirmations for small amounts still waits for one: an
+    unconfirmed (mempool) payment can be double-spent, so it never pays an invoice."""
+    settings.PAYMENT_SPEED_POLICY = "100000:0"  # under $1,000: "no confirmation needed"
+    now = timezone.now().replace(microsecond=0)
+    lease, invoice = order(customer, now)
+    quote, tx = quote_for(invoice, Coin.BTC, now), txid()
+    apply(quote, [paid(quote, quote.amount, 0, tx=tx)], now + timedelta(minutes=1))
+    assert Payment.objects.get(txid=tx).state == Payment.State.SEEN
+    assert fresh(invoice).state == Invoice.State.OPEN and fresh(lease).state == LeaseState.PENDING
+    apply(quote, [paid(quote, quote.amount, 1, tx=tx)], now + timedelta(minutes=2))
     assert fresh(invoice).state == Invoice.State.PAID and fresh(lease).state == LeaseState.PROVISIONING

@@ -122,3 +122,29 @@ def test_customer_desk_needs_permissions(client, catalog, customer, django_user_
     url = reverse("admin:ops_customer", args=[customer.pk])
     assert client.get(url).status_code == 403
     assert client.post(url, {"action": "adjust", "adjust-amount": "5", "adjust-reason": "x"}).status_code == 403
+
+
+def test_customer_desk_reading_does_not_allow_moving_money(client, catalog, customer, django_user_model):
+    """Staff who may read the desk (auth.view_user) see it, and are refused both money
+    actions: what refuses them is the money permission, the read check having passed."""
+    from django.contrib.auth.models import Permission
+    from django.utils import timezone
+
+    from billing.models import Account, LedgerEntry
+    from billing.services import balance_top_up
+    from tests.billing.test_pages import place
+    from tests.otp import authenticator_for
+
+    staff = django_user_model.objects.create_user(username="reader", password="x" * 12, is_staff=True)
+    authenticator_for(staff)
+    staff.user_permissions.add(Permission.objects.get(content_type__app_label="auth", codename="view_user"))
+    balance_top_up(customer=customer, amount_cents=100_00, now=timezone.now())
+    _lease, invoice = place(customer, pay=True)
+    before = LedgerEntry.objects.count(), Account.objects.get(customer=customer).balance_cents
+    client.force_login(staff)
+    url = reverse("admin:ops_customer", args=[customer.pk])
+    assert client.get(url).status_code == 200
+    assert client.post(url, {"action": "adjust", "adjust-amount": "5", "adjust-reason": "x"}).status_code == 403
+    assert client.post(url, {"action": "refund", "refund-invoice": str(invoice.pk),
+                             "refund-reason": "x"}).status_code == 403
+    assert (LedgerEntry.objects.count(), Account.objects.get(customer=customer).balance_cents) == before

@@ -16,7 +16,7 @@ from fleet.driver import NodeAgentDriver
 from fleet.models import Evidence
 from inventory.models import Incident
 from rental.lifecycle import sweep_provisioning
-from rental.models import DiskKey, Lease, LeaseState, Notification
+from rental.models import DiskKey, LeaseState, Notification
 from rental.services import lease_release, lease_suspend
 
 from .conftest import disk_wiped, key_destroyed, node_of, ready
@@ -170,7 +170,6 @@ def test_disk_wiped_after_the_key_wipes_the_lease(paid_lease, enrol):
     lease = released(lease, node, timezone.now())
     node.desired()
     node.report(evidence=[key_destroyed(node, lease)])
-    Lease.objects.filter(pk=lease.pk).update(wipe_by=timezone.now() - timedelta(minutes=1))
     wanted = node.desired().json()["instances"][0]
     assert (wanted["want"], wanted["disk"]) == ("absent", "wipe")
     unproven = disk_wiped(node, lease, op_id=wanted["op_id"] + "-x",
@@ -190,7 +189,6 @@ def test_a_failed_wipe_quarantines_the_node(paid_lease, enrol):
     lease = released(lease, node, timezone.now())
     node.desired()
     node.report(evidence=[key_destroyed(node, lease)])
-    Lease.objects.filter(pk=lease.pk).update(wipe_by=timezone.now() - timedelta(minutes=1))
     node.desired()
     assert node.report(evidence=[disk_wiped(node, lease, result="failed")]).json()["accepted"] == ["evidence[0]"]
     node.node.refresh_from_db()
