@@ -350,6 +350,28 @@ REFUNDS_PER_MONTH = int(os.environ.get("REFUNDS_PER_MONTH", "1"))
 RECOVERY_ATTEMPTS_PER_IP = int(os.environ.get("RECOVERY_ATTEMPTS_PER_IP", "10"))
 RECOVERY_WINDOW_MINUTES = int(os.environ.get("RECOVERY_WINDOW_MINUTES", "15"))
 
+# --- issue 28: throttles and hold limits found by the attack on the production-like stack ---
+# Password-reset e-mails per client address and per address mailed, within the window.
+PASSWORD_RESETS_PER_IP = int(os.environ.get("PASSWORD_RESETS_PER_IP", "5"))
+PASSWORD_RESETS_PER_EMAIL = int(os.environ.get("PASSWORD_RESETS_PER_EMAIL", "3"))
+PASSWORD_RESET_WINDOW_MINUTES = int(os.environ.get("PASSWORD_RESET_WINDOW_MINUTES", "60"))
+# Password checks inside a session (password change, new recovery codes, enrolling an
+# authenticator) per account within the window.
+PASSWORD_CHECKS_PER_USER = int(os.environ.get("PASSWORD_CHECKS_PER_USER", "5"))
+PASSWORD_CHECK_WINDOW_MINUTES = int(os.environ.get("PASSWORD_CHECK_WINDOW_MINUTES", "15"))
+# Sign-up form posts per client address (valid or not: "that username exists" answers) in
+# SIGNUP_WINDOW_MINUTES; SIGNUPS_PER_IP still counts the accounts made.
+SIGNUP_ATTEMPTS_PER_IP = int(os.environ.get("SIGNUP_ATTEMPTS_PER_IP", "20"))
+# Unpaid orders hold at most this many GPUs per account and per client address; after an
+# unpaid order expires its account and address wait this long before holding GPUs again.
+MAX_UNPAID_GPUS_PER_ACCOUNT = int(os.environ.get("MAX_UNPAID_GPUS_PER_ACCOUNT", "8"))
+MAX_UNPAID_GPUS_PER_IP = int(os.environ.get("MAX_UNPAID_GPUS_PER_IP", "8"))
+UNPAID_EXPIRY_COOLDOWN_MINUTES = int(os.environ.get("UNPAID_EXPIRY_COOLDOWN_MINUTES", "30"))
+# The node agents' API: enrolment attempts per client address, and requests per node
+# credential, per minute.
+NODE_ENROLMENTS_PER_IP_PER_MINUTE = int(os.environ.get("NODE_ENROLMENTS_PER_IP_PER_MINUTE", "10"))
+NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE = int(os.environ.get("NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE", "120"))
+
 # --- issue 15: payments never lose money nor hold stock for a payment that will not come ---
 # Late and extra payments are credited at the rate when they confirm; one quote credits at
 # most this percentage of its USD value automatically, the rest waits for an operator.
