@@ -7,4 +7,4 @@ class RentalConfig(AppConfig):
     verbose_name = "Leases"
 
     def ready(self):
-        from . import signals  # noqa: F401 (connects the receivers)
+        from . import checks, signals  # noqa: F401 (registers the deploy checks, connects the receivers)
