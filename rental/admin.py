@@ -18,7 +18,6 @@ from django.utils.translation import gettext_lazy as _
 from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 
 from . import rules, services
-from .permissions import ops_view
 from .models import (
     WIPE_PENDING,
     DiskKey,
@@ -28,6 +27,7 @@ from .models import (
     LeaseState,
     Notification,
 )
+from .permissions import ops_view
 from .timeline import lease_milestones
 
 S = LeaseState

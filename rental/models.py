@@ -77,6 +77,8 @@ class Lease(models.Model):
     snapshot_tb = models.PositiveSmallIntegerField(default=0)
     ssh_public_key = models.TextField()
     created_at = models.DateTimeField(default=timezone.now)
+    # The client address the order came from (issue 28: unpaid holds are counted per address).
+    ordered_from = models.GenericIPAddressField(null=True, blank=True, db_index=True)
     # Deadlines (UTC, indexed for the sweeps)
     pay_by = models.DateTimeField(db_index=True, help_text="Pending: slots held until then")
     provisioning_started_at = models.DateTimeField(null=True, blank=True, db_index=True)

@@ -83,3 +83,13 @@ def throttle_posts(scope: str, *, limit: str, window_minutes: str, key=None):
         return guarded
 
     return decorate
+
+
+def order_address(request) -> str | None:
+    """The client's address as stored on an order (a valid IP address), or None."""
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_address(get_client_ip_address(request) or ""))
+    except ValueError:
+        return None
