@@ -10,6 +10,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from . import rules
+from .addresses import ssh_command
 
 
 class Term(models.TextChoices):
@@ -135,7 +136,7 @@ class Lease(models.Model):
     def ssh_command(self) -> str:
         if self.state != LeaseState.ACTIVE or not self.host:
             return ""
-        return f"ssh -p {self.ssh_port} root@{self.host}"
+        return ssh_command(self.host, self.ssh_port)  # "" unless both are valid (issue 28)
 
 
 class LeaseEvent(models.Model):

@@ -17,6 +17,7 @@ from inventory.models import Offer, Site
 from inventory.services import audit_record, slots_allocate, slots_release
 
 from . import rules
+from .addresses import ssh_command
 from .agent import Instance, get_agent
 from .models import (
     ENDED_ON_HOST,
@@ -249,7 +250,7 @@ def lease_connection_update(*, lease_id: int, instance: Instance, now: datetime,
     _event(lease_id, kind="connection_changed", now=now, from_state=lease.state, to_state=lease.state,
            reason=reason, data={"old": f"{lease.host}:{lease.ssh_port}", "host": instance.host,
                                 "port": instance.ssh_port})
-    args = {"id": lease.pk, "command": f"ssh -p {instance.ssh_port} root@{instance.host}"}
+    args = {"id": lease.pk, "command": ssh_command(instance.host, instance.ssh_port)}
     with customer_language(lease.customer):
         subject = _("Lease #%(id)s: new connection details") % args
         body = _("The instance of lease #%(id)s answers at a new address (it moved to another server). "

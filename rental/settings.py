@@ -381,6 +381,10 @@ UNPAID_EXPIRY_COOLDOWN_MINUTES = int(os.environ.get("UNPAID_EXPIRY_COOLDOWN_MINU
 # credential, per minute.
 NODE_ENROLMENTS_PER_IP_PER_MINUTE = int(os.environ.get("NODE_ENROLMENTS_PER_IP_PER_MINUTE", "10"))
 NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE = int(os.environ.get("NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE", "120"))
+# An egress counter is refused when it grew more than the link allows since the last report:
+# the offer's network_gbps (else NODE_LINK_GBPS) × the seconds elapsed, plus the slack.
+NODE_LINK_GBPS = int(os.environ.get("NODE_LINK_GBPS", "100"))
+EGRESS_SLACK_BYTES = int(os.environ.get("EGRESS_SLACK_BYTES", str(10**9)))
 
 # --- issue 15: payments never lose money nor hold stock for a payment that will not come ---
 # Late and extra payments are credited at the rate when they confirm; one quote credits at
