@@ -7,4 +7,4 @@ class RentalConfig(AppConfig):
     verbose_name = "Leases"
 
     def ready(self):
-        from . import checks, signals  # noqa: F401 (registers the deploy checks, connects the receivers)
+        from . import checks, login_limits, signals  # noqa: F401 (deploy checks; receivers)

@@ -14,9 +14,9 @@ def _key(scope: str, request) -> str:
     return f"throttle:{scope}:{client_address(request)}"
 
 
-def throttled(scope: str, request, *, limit: int) -> bool:
-    """True when this address already used up `limit` in the current window."""
-    return (cache.get(_key(scope, request)) or 0) >= limit
+def throttled(scope: str, request, *, limit: int, key: str | None = None) -> bool:
+    """True when this address (or `key`) already used up `limit` in the current window."""
+    return (cache.get(_scoped(scope, request, key)) or 0) >= limit
 
 
 def throttle_hit(scope: str, request, *, window_seconds: int) -> int:
