@@ -181,7 +181,7 @@ def test_an_integer_above_float_range_is_a_clean_400(client, catalog, key):
     r = client.post(URL, data=json.dumps(cfg), content_type="application/json")
     assert r.status_code == 400 and r.json()["field"] == f"config.{key}", r.content[:300]
     r = client.get("/size/", {"config": json.dumps(cfg)})
-    assert r.status_code == 400 and f'id="id_config-error"' in r.content.decode()
+    assert r.status_code == 400 and 'id="id_config-error"' in r.content.decode()
 
 
 @pytest.mark.parametrize("extra", [{"rope_scaling": {"rope_type": "yarn", "factor": HUGE}},
