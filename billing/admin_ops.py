@@ -5,7 +5,6 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
@@ -22,6 +21,7 @@ from rental.failover import (
     node_evacuate,
 )
 from rental.models import NetworkVolume, Snapshot, VolumeAttachment
+from rental.permissions import ops_view
 
 from . import dashboard as dash
 from .admin import dollars
@@ -181,19 +181,17 @@ class SlaClaimAdmin(admin.ModelAdmin):
 
 # --- admin views under /admin/ops/ ------------------------------------------------------------
 
+@ops_view(read=OPS_DASHBOARD_PERMISSION)
 def dashboard_view(request):
-    if not request.user.has_perm(OPS_DASHBOARD_PERMISSION):
-        raise PermissionDenied
     board = dash.dashboard(timezone.now())
     context = {**admin.site.each_context(request), "title": gettext("Operations dashboard"), "board": board,
                "totals": board.capacity_totals}
     return TemplateResponse(request, "admin/ops/dashboard.html", context)
 
 
+@ops_view(read="rental.view_lease")
 def holds_view(request):
     """Who holds what: unpaid orders and the GPUs they keep from sale until pay_by."""
-    if not request.user.has_perm("rental.view_lease"):
-        raise PermissionDenied
     context = {**admin.site.each_context(request), "title": gettext("Unpaid orders holding GPUs"),
                "holds": dash.unpaid_holds(), "limit": settings.MAX_OPEN_UNPAID_ORDERS}
     return TemplateResponse(request, "admin/ops/holds.html", context)

@@ -20,6 +20,7 @@ from rental.api import (
 )
 from rental.forms import ADDON_FIELDS, OrderForm, default_image
 from rental.models import Image
+from rental.throttle import order_address
 
 from .models import Invoice
 from .services import (
@@ -93,7 +94,8 @@ def orders(request):
         lease, invoice = checkout_place_order(
             customer=request.api_user, offer=offer, site=site, term=form.cleaned_data["term"],
             image=form.cleaned_data["image"], ssh_public_key=form.cleaned_data["ssh_public_key"],
-            addons=form.addons(), pay_from_balance=form.cleaned_data["pay_from_balance"])
+            addons=form.addons(), pay_from_balance=form.cleaned_data["pay_from_balance"],
+            client_address=order_address(request))
     except SoldOut as exc:
         raise ApiError(409, "sold_out", _("Just sold out: nothing was charged."), offer=offer.slug,
                        site=site.code, free_by_site=sites_with_stock_for(offer)) from exc

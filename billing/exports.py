@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy as _
 
 from rental.api import usd as decimal_usd
 from rental.models import Lease
+from rental.permissions import ops_view
 
 from .models import Invoice, LedgerEntry, Payment
 from .payments.coins.amounts import format_amount
@@ -128,9 +129,8 @@ def stream_csv(rows, filename: str) -> StreamingHttpResponse:
     return response
 
 
+@ops_view(read=tuple(EXPORT_PERMISSIONS.values()))
 def export_view(request):
-    if not any(request.user.has_perm(perm) for perm in EXPORT_PERMISSIONS.values()):
-        raise PermissionDenied
     form = ExportForm(request.GET or None)
     if request.GET and form.is_valid():
         d = form.cleaned_data

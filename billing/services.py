@@ -20,6 +20,7 @@ from rental.models import Image, Lease, LeaseState, Term
 from rental.notifications.services import event_emit, lease_data, lease_event_emit
 from rental.services_customer import lease_auto_renews
 
+from .holds import hold_refusal
 from .models import Account, Invoice, InvoiceLine, LedgerEntry
 
 TERM_DAYS = {Term.WEEK: 7, Term.MONTH: 30}
@@ -170,17 +171,20 @@ def addons_validate(addons: dict) -> dict[str, int]:
 @transaction.atomic
 def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str, image: Image, ssh_public_key: str,
                          addons: dict[str, int] | None = None, pay_from_balance: bool = False,
-                         now: datetime | None = None) -> tuple[Lease, Invoice]:
+                         now: datetime | None = None, client_address: str | None = None) -> tuple[Lease, Invoice]:
     """A pending lease holding its slots + its invoice, atomically; optionally paid from the
-    balance at once. Raises inventory.services.SoldOut (nothing is created or charged)."""
+    balance at once. Raises inventory.services.SoldOut (nothing is created or charged).
+    `client_address`: where the order came from (counted by billing.holds)."""
     now = now or timezone.now()
     addons = addons_validate(addons or {})
     lines = price_lines(offer=offer, term=term, addons=addons)
-    _refuse_hoarding(customer, pay_from_balance=pay_from_balance)
+    _refuse_hoarding(customer, pay_from_balance=pay_from_balance, gpus=offer.gpu_count, client_address=client_address,
+                     now=now)
     window = order_payment_window(customer)
     lease = rental.lease_create_pending(
         customer=customer, offer=offer, site=site, term=term, image=image, ssh_public_key=ssh_public_key,
-        price_cents=sum(line.amount_cents for line in lines), pay_window=window, now=now, **addons,
+        price_cents=sum(line.amount_cents for line in lines), pay_window=window, now=now,
+        ordered_from=client_address, **addons,
     )
     invoice = _create_invoice(customer=customer, kind=Invoice.Kind.ORDER, lines=lines, now=now, lease=lease,
                               expires_at=now + window)
@@ -190,17 +194,24 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
     return lease, invoice
 
 
-def _refuse_hoarding(customer: User, *, pay_from_balance: bool) -> None:
-    """At most MAX_OPEN_UNPAID_ORDERS pending orders per account. The account row is locked
-    so that concurrent orders of one customer count one after the other. An order paid from
-    the balance at once holds nothing unpaid, so it is not refused."""
+def _refuse_hoarding(customer: User, *, pay_from_balance: bool, gpus: int, client_address: str | None,
+                     now: datetime) -> None:
+    """At most MAX_OPEN_UNPAID_ORDERS pending orders per account, and the GPU counts and
+    cool-down of billing.holds. The account row is locked so that concurrent orders of one
+    customer count one after the other. An order paid from the balance at once holds
+    nothing unpaid, so it is not refused."""
     account_for(customer)
     Account.objects.select_for_update().get(customer=customer)
+    if pay_from_balance:
+        return
     limit = settings.MAX_OPEN_UNPAID_ORDERS
-    if not pay_from_balance and open_unpaid_orders(customer) >= limit:
+    if open_unpaid_orders(customer) >= limit:
         raise TooManyOpenOrders(
             _("You already have %(n)d unpaid orders holding GPUs: pay or cancel one before ordering more.")
             % {"n": limit})
+    refusal = hold_refusal(customer=customer, gpus=gpus, client_address=client_address, now=now)
+    if refusal:
+        raise TooManyOpenOrders(refusal)
 
 
 @transaction.atomic

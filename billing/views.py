@@ -14,6 +14,7 @@ from inventory.selectors import sites_with_stock_for
 from inventory.services import SoldOut
 from rental.forms import ADDON_FIELDS, ADDON_LIMITS, OrderForm
 from rental.models import TERM_LENGTH, Image, Lease, Term
+from rental.throttle import order_address
 from rental.timeline import layout, order_milestones
 
 from .demo import invoice_pay_demo
@@ -114,7 +115,8 @@ def _place_order(request, offer: Offer, form: OrderForm, stock: dict):
     try:
         lease, _invoice = checkout_place_order(
             customer=request.user, offer=offer, site=data["site"], term=data["term"], image=data["image"],
-            ssh_public_key=data["ssh_public_key"], addons=form.addons(), pay_from_balance=data["pay_from_balance"])
+            ssh_public_key=data["ssh_public_key"], addons=form.addons(), pay_from_balance=data["pay_from_balance"],
+            client_address=order_address(request))
     except SoldOut:
         return _render_order(request, offer, form, sites_with_stock_for(offer), status=409, sold_out=True)
     except InsufficientBalance as exc:

@@ -83,7 +83,12 @@ class FleetNodeAdmin(OpsNodeAdmin):
                            gettext("model"), gettext("conditions (rule)"))
         return format_html("<table>{}{}</table>", head, format_html("".join(["{}"] * len(rows)), *rows))
 
-    @admin.action(description=_("New enrolment code (shown once)"))
+    def has_enrol_permission(self, request):
+        """Minting a code or revoking a credential decides which machine gets the customers'
+        SSH keys and connection lines: the node's and the agent's change permissions."""
+        return request.user.has_perms(["inventory.change_node", "fleet.change_nodeagent"])
+
+    @admin.action(description=_("New enrolment code (shown once)"), permissions=["enrol"])
     def enrolment_code(self, request, queryset):
         now = timezone.now()
         codes = [{"node": node, "code": enrolment_code_create(node=node, actor=request.user, now=now),
@@ -96,7 +101,7 @@ class FleetNodeAdmin(OpsNodeAdmin):
         response["Cache-Control"] = "no-store"
         return response
 
-    @admin.action(description=_("Revoke the node agent's credential"))
+    @admin.action(description=_("Revoke the node agent's credential"), permissions=["enrol"])
     def revoke_credential(self, request, queryset):
         revoked = sum(node_credential_revoke(node=node, actor=request.user, now=timezone.now()) for node in queryset)
         self.message_user(request, gettext("%(count)s credential(s) revoked.") % {"count": revoked},

@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from inventory.incidents import incident_open
 from inventory.models import Incident, SlotAllocation
 from inventory.services import node_set_draining
+from rental.addresses import valid_host, valid_port
 from rental.agent import Instance, agent_override
 from rental.models import DiskKey
 from rental.services import (
@@ -48,6 +49,11 @@ def _str(value, max_len: int = 200) -> str:
 
 
 int_field, str_field = _int, _str   # for the other signed records (fleet/burnin.py)
+def _check_address(record: dict) -> None:
+    """Issue 28: the host and port an instance is reached at become the customer's ssh
+    line, so they are a host name or an IP address and a port number, nothing else."""
+    if valid_host(record.get("host")) is None or valid_port(record.get("ssh_port")) is None:
+        raise Refused("invalid_address")
 
 
 def _check_commands(record: dict) -> None:
@@ -62,8 +68,7 @@ def _check_commands(record: dict) -> None:
 
 def _check_kind_fields(kind: str, record: dict) -> None:
     if kind == Evidence.Kind.INSTANCE_READY:
-        _int(record.get("ssh_port"), 1, 65535)
-        _str(record.get("host"), 255)
+        _check_address(record)
     elif kind == Evidence.Kind.KEY_DESTROYED:
         _check_commands(record)
         if _int(record.get("keyslots_after"), 0, 64) != 0 or _int(record.get("test_passphrase_exit"), -255, 255) == 0:

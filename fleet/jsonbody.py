@@ -26,6 +26,21 @@ def parse_json(body: bytes):
     if _too_deep(body):
         raise ValueError("JSON nested too deeply")
     try:
-        return json.loads(body)
+        value = json.loads(body)
     except (UnicodeDecodeError, RecursionError) as exc:
         raise ValueError(str(exc)) from None
+    if _has_nul(value):
+        raise ValueError("JSON holds a NUL character")
+    return value
+
+
+def _has_nul(value) -> bool:
+    """Issue 28: a NUL in any key or string (an agent version, a GPU problem, an instance
+    error) cannot be stored in PostgreSQL text: refused like bad JSON, never a 500."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False

@@ -2,7 +2,6 @@
 as a whole (signature over the raw body, then seq and sent_at, so a replay or a forgery
 changes nothing), then every item on its own — GPUs (health → incidents), instances
 (observed state, egress metering) and evidence — and one bad item never blocks the others."""
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -15,6 +14,7 @@ from inventory.burnin import slot_health_hold_set
 from inventory.incidents import health_report
 from inventory.models import GpuSlot, Node, SlotAllocation
 from inventory.selectors import catalog_changed
+from rental.addresses import valid_host
 from rental.agent import Instance
 from rental.models import Lease, LeaseState
 from rental.services import lease_connection_update
@@ -29,7 +29,6 @@ from .models import EgressMeter, InstanceReport, NodeAgent
 from .timeutil import parse_time
 
 MAX_ITEMS = 256
-HOST_RE = re.compile(r"^[A-Za-z0-9.:\-\[\]]{1,255}$")
 CONDITION_CODE_RE = re.compile(r"^[a-z0-9_]{1,40}$")
 BYTES_PER_TB = 10**12
 
@@ -138,8 +137,8 @@ def _node_facts(agent: NodeAgent, data: dict, now: datetime, outcome: Outcome) -
     version, host, library = data.get("agent_version"), data.get("public_host"), data.get("gpu_library")
     if isinstance(version, str) and len(version) <= 40:
         fields["agent_version"] = version
-    if isinstance(host, str) and HOST_RE.match(host):
-        fields["public_host"] = host
+    if valid_host(host) is not None:  # issue 28: a host name or an IP address, never an ssh option
+        fields["public_host"] = valid_host(host)
     elif host is not None:
         outcome.refused.append({"item": "public_host", "error": "invalid"})
     if library in ("nvml", "none"):
@@ -224,6 +223,8 @@ def _instance(agent: NodeAgent, item, now: datetime) -> None:
         error = {"code": error["code"][:40], "detail": str(error.get("detail") or "")[:500]}
     report = InstanceReport.objects.select_for_update().filter(lease_id=lease_id, node=agent.node).first()
     previous = report.egress_counter if report else 0
+    if (egress - previous if egress >= previous else egress) > egress_ceiling(lease_id, report, now):
+        raise Refused("egress_implausible")  # nothing stored: the last plausible counter stays
     values = {"state": state, "ssh_port": port, "op_id": op_id, "error": error, "egress_counter": egress,
               "reported_at": now}
     InstanceReport.objects.update_or_create(lease_id=lease_id, node=agent.node, defaults=values)
@@ -231,6 +232,17 @@ def _instance(agent: NodeAgent, item, now: datetime) -> None:
     sent = egress - previous if egress >= previous else egress
     if sent > 0:
         _meter_egress(lease_id, sent, now)
+
+
+def egress_ceiling(lease_id: int, report: InstanceReport | None, now: datetime) -> int:
+    """Issue 28: the most an instance can have sent since its last report, at its link speed
+    (the offer's network_gbps, else NODE_LINK_GBPS) for the time elapsed, plus
+    EGRESS_SLACK_BYTES; a node once reported 1 PB in a minute."""
+    lease = Lease.objects.select_related("offer").get(pk=lease_id)
+    since = report.reported_at if report else (lease.started_at or lease.provisioning_started_at or lease.created_at)
+    seconds = max(0.0, (now - since).total_seconds())
+    gbps = lease.offer.network_gbps or settings.NODE_LINK_GBPS
+    return int(gbps * 10**9 / 8 * seconds) + settings.EGRESS_SLACK_BYTES
 
 
 def _meter_egress(lease_id: int, sent: int, now: datetime) -> None:

@@ -8,6 +8,8 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
+from rental.throttle import throttle_take
+
 from .desired import desired_document
 from .jsonbody import parse_json
 from .models import NodeAgent
@@ -33,6 +35,25 @@ def _authenticated(request) -> NodeAgent | None:
     return node_for_credential(credential.strip())
 
 
+def _rate_limited(request, *, scope: str, limit: int, key: str | None = None) -> JsonResponse | None:
+    """Issue 28: the agents' API is rate limited — enrolment and unauthenticated calls per
+    client address, a node's calls per credential — with a JSON 429 the agent retries."""
+    if throttle_take(scope, request, limit=limit, window_seconds=60, key=key):
+        return None
+    response = _error(429, "rate_limited")
+    response["Retry-After"] = "60"
+    return response
+
+
+def _agent_or_refusal(request) -> tuple[NodeAgent | None, JsonResponse | None]:
+    agent = _authenticated(request)
+    if agent is None:
+        return None, (_rate_limited(request, scope="node-unauthorized",
+                                    limit=settings.NODE_ENROLMENTS_PER_IP_PER_MINUTE) or _error(401, "unauthorized"))
+    return agent, _rate_limited(request, scope="node-requests", key=f"node:{agent.pk}",
+                                limit=settings.NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE)
+
+
 def _text(data: dict, key: str, max_len: int) -> str:
     value = data.get(key, "")
     return value[:max_len] if isinstance(value, str) else ""
@@ -41,6 +62,9 @@ def _text(data: dict, key: str, max_len: int) -> str:
 @csrf_exempt
 @require_POST
 def enrol(request):
+    limited = _rate_limited(request, scope="node-enrol", limit=settings.NODE_ENROLMENTS_PER_IP_PER_MINUTE)
+    if limited:
+        return limited
     body = _body(request)
     if body is None:
         return _error(413, "too_large")
@@ -66,9 +90,9 @@ def enrol(request):
 @csrf_exempt
 @require_GET
 def desired(request):
-    agent = _authenticated(request)
-    if agent is None:
-        return _error(401, "unauthorized")
+    agent, refusal = _agent_or_refusal(request)
+    if refusal:
+        return refusal
     now = timezone.now()
     NodeAgent.objects.filter(pk=agent.pk).update(last_seen_at=now)
     return JsonResponse(desired_document(node=agent.node, now=now))
@@ -77,9 +101,9 @@ def desired(request):
 @csrf_exempt
 @require_POST
 def report(request):
-    agent = _authenticated(request)
-    if agent is None:
-        return _error(401, "unauthorized")
+    agent, refusal = _agent_or_refusal(request)
+    if refusal:
+        return refusal
     body = _body(request)
     if body is None:
         return _error(413, "too_large")

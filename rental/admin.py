@@ -27,6 +27,7 @@ from .models import (
     LeaseState,
     Notification,
 )
+from .permissions import ops_view
 from .timeline import lease_milestones
 
 S = LeaseState
@@ -295,3 +296,43 @@ class ImageAdmin(admin.ModelAdmin):
 
 
 from .notifications import admin as _notifications_admin  # noqa: E402,F401 (issue 30: registers its screens)
+# --- django-axes' lockouts (issue 28): its clean-up action deletes rows, so it needs the
+# delete permission (axes declares none: any staff who may view lockouts could run it).
+def _guard_axes_admin():
+    from axes.admin import AccessAttemptAdmin
+    from axes.models import AccessAttempt
+
+    class GuardedAccessAttemptAdmin(AccessAttemptAdmin):
+        @admin.action(description=_("Clean up expired attempts"), permissions=["delete"])
+        def cleanup_expired_attempts(self, request, queryset):
+            return AccessAttemptAdmin.cleanup_expired_attempts(self, request, queryset)
+
+    if admin.site.is_registered(AccessAttempt):
+        admin.site.unregister(AccessAttempt)
+        admin.site.register(AccessAttempt, GuardedAccessAttemptAdmin)
+
+
+# django-otp's pages showing an authenticator's secret (its QR code and otpauth:// URL) open
+# with the view permission: whoever sees the secret makes the codes. They need the change one.
+TOTP_SECRET_VIEWS = {"otp_totp_totpdevice_config", "otp_totp_totpdevice_qrcode"}
+
+
+def _guard_totp_admin():
+    from django_otp.plugins.otp_totp.admin import TOTPDeviceAdmin
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    class GuardedTOTPDeviceAdmin(TOTPDeviceAdmin):
+        def get_urls(self):
+            urls = super().get_urls()
+            for url in urls:
+                if url.name in TOTP_SECRET_VIEWS:
+                    url.callback = ops_view(read="otp_totp.change_totpdevice")(url.callback)
+            return urls
+
+    if admin.site.is_registered(TOTPDevice):
+        admin.site.unregister(TOTPDevice)
+        admin.site.register(TOTPDevice, GuardedTOTPDeviceAdmin)
+
+
+_guard_axes_admin()
+_guard_totp_admin()

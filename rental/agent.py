@@ -14,11 +14,18 @@ from typing import Protocol
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from .addresses import valid_host, valid_port
+
 
 @dataclass(frozen=True)
 class Instance:
     host: str
     ssh_port: int
+
+    def __post_init__(self):
+        """Only a checked host and port become a customer's connection (issue 28)."""
+        if valid_host(self.host) is None or valid_port(self.ssh_port) is None:
+            raise ValueError(f"not a valid host and port: {self.host!r}:{self.ssh_port!r}")
 
 
 class HostAgent(Protocol):

@@ -7,5 +7,5 @@ class RentalConfig(AppConfig):
     verbose_name = "Leases"
 
     def ready(self):
-        from . import signals  # noqa: F401 (connects the receivers)
-        from .notifications import checks  # noqa: F401 (issue 30: registers the deploy check)
+        from . import checks, login_limits, signals  # noqa: F401 (deploy checks; receivers)
+        from .notifications import checks as webhook_checks  # noqa: F401 (issue 30: the deploy check)

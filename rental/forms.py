@@ -4,6 +4,7 @@ from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
 from .models import ApiScope
+from .usernames import validate_username_distinct
 
 
 class SignupForm(UserCreationForm):
@@ -17,6 +18,12 @@ class SignupForm(UserCreationForm):
     class Meta(UserCreationForm.Meta):
         model = User
         fields = ("username", "email")
+
+    def clean_username(self):
+        username = super().clean_username()
+        if username:
+            validate_username_distinct(username)
+        return username
 
 
 # --- ordering -----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from . import rules
+from .addresses import ssh_command
 
 
 class Term(models.TextChoices):
@@ -77,6 +78,8 @@ class Lease(models.Model):
     snapshot_tb = models.PositiveSmallIntegerField(default=0)
     ssh_public_key = models.TextField()
     created_at = models.DateTimeField(default=timezone.now)
+    # The client address the order came from (issue 28: unpaid holds are counted per address).
+    ordered_from = models.GenericIPAddressField(null=True, blank=True, db_index=True)
     # Deadlines (UTC, indexed for the sweeps)
     pay_by = models.DateTimeField(db_index=True, help_text="Pending: slots held until then")
     provisioning_started_at = models.DateTimeField(null=True, blank=True, db_index=True)
@@ -136,7 +139,7 @@ class Lease(models.Model):
     def ssh_command(self) -> str:
         if self.state != LeaseState.ACTIVE or not self.host:
             return ""
-        return f"ssh -p {self.ssh_port} root@{self.host}"
+        return ssh_command(self.host, self.ssh_port)  # "" unless both are valid (issue 28)
 
 
 class LeaseEvent(models.Model):

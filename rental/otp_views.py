@@ -28,6 +28,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 from django_otp import login as otp_login
 
+from .throttle import per_user, throttle_posts
 from .two_factor import (
     is_enrolled,
     matching_device,
@@ -51,8 +52,16 @@ class CurrentCodeForm(forms.Form):
                                    max_length=40, widget=forms.TextInput(attrs={"autocomplete": "one-time-code"}))
 
 
-class EnrolForm(CodeForm, CurrentCodeForm):
-    field_order = ["current_code", "code"]
+class SetupForm(CodeForm):
+    """Enrolling an authenticator also asks for the password (issue 28): a stolen session
+    alone cannot tie the account to the thief's phone."""
+    password = forms.CharField(label=gettext_lazy("Your password"), strip=False,
+                               widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}))
+    field_order = ["password", "code"]
+
+
+class EnrolForm(SetupForm, CurrentCodeForm):
+    field_order = ["password", "current_code", "code"]
 
 
 class VerifyForm(forms.Form):
@@ -82,14 +91,18 @@ def _show_recovery_codes(request, codes: list[str], *, first: bool):
 @never_cache
 @login_required
 @require_http_methods(["GET", "POST"])
+@throttle_posts("password-check", limit="PASSWORD_CHECKS_PER_USER", window_minutes="PASSWORD_CHECK_WINDOW_MINUTES",
+                key=per_user)
 def otp_setup(request):
     enrolled = is_enrolled(request.user)
     if enrolled and not request.user.is_verified():
         return redirect(reverse("otp_verify") + "?next=" + reverse("otp_setup"))
     device = pending_device(request.user)
-    form = (EnrolForm if enrolled else CodeForm)(request.POST or None)
+    form = (EnrolForm if enrolled else SetupForm)(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        if enrolled and not matching_device(request.user, form.cleaned_data["current_code"]):
+        if not request.user.check_password(form.cleaned_data["password"]):
+            form.add_error("password", _("That is not your password."))
+        elif enrolled and not matching_device(request.user, form.cleaned_data["current_code"]):
             form.add_error("current_code", _("That is not a current code or an unused recovery code."))
         elif not device.verify_token(form.cleaned_data["code"].strip()):
             form.add_error("code", _("That code is not right (or too old); try the current one."))

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_http_methods
 from inventory.services import audit_record
 
 from .models import RecoveryCode
-from .throttle import throttle_hit, throttled
+from .throttle import per_user, throttle_hit, throttle_posts, throttled
 from .two_factor import display_code, normalize_code
 
 CODE_COUNT = 10
@@ -127,6 +127,8 @@ class PasswordConfirmForm(forms.Form):
 @never_cache
 @login_required
 @require_http_methods(["GET", "POST"])
+@throttle_posts("password-check", limit="PASSWORD_CHECKS_PER_USER", window_minutes="PASSWORD_CHECK_WINDOW_MINUTES",
+                key=per_user)
 def recovery_codes_regenerate(request):
     form = PasswordConfirmForm(request.POST or None)
     if request.method == "POST" and form.is_valid():

@@ -17,6 +17,7 @@ from inventory.models import Offer, Site
 from inventory.services import audit_record, slots_allocate, slots_release
 
 from . import rules
+from .addresses import ssh_command
 from .agent import Instance, get_agent
 from .models import (
     ENDED_ON_HOST,
@@ -105,9 +106,10 @@ def _transition(lease_id: int, *, to: str, from_states, now: datetime, kind: str
 @transaction.atomic
 def lease_create_pending(*, customer: User, offer: Offer, site: Site, term: str, image: Image, ssh_public_key: str,
                          extra_nvme_tb: int = 0, network_volume_tb: int = 0, snapshot_tb: int = 0,
-                         price_cents: int, pay_window: timedelta, now: datetime) -> Lease:
+                         price_cents: int, pay_window: timedelta, now: datetime,
+                         ordered_from: str | None = None) -> Lease:
     """A pending lease that holds its GPU slots until `pay_by`. Raises inventory's SoldOut."""
-    lease = Lease.objects.create(
+    lease = Lease.objects.create(ordered_from=ordered_from or None,
         customer=customer, offer=offer, site=site, term=Term(term), image=image,
         ssh_public_key=ssh_public_key.strip(), extra_nvme_tb=extra_nvme_tb,
         network_volume_tb=network_volume_tb, snapshot_tb=snapshot_tb, price_cents=price_cents,
@@ -264,7 +266,7 @@ def lease_connection_update(*, lease_id: int, instance: Instance, now: datetime,
     _event(lease_id, kind="connection_changed", now=now, from_state=lease.state, to_state=lease.state,
            reason=reason, data={"old": f"{lease.host}:{lease.ssh_port}", "host": instance.host,
                                 "port": instance.ssh_port})
-    args = {"id": lease.pk, "command": f"ssh -p {instance.ssh_port} root@{instance.host}"}
+    args = {"id": lease.pk, "command": ssh_command(instance.host, instance.ssh_port)}
     with customer_language(lease.customer):
         subject = _("Lease #%(id)s: new connection details") % args
         body = _("The instance of lease #%(id)s answers at a new address (it moved to another server). "

@@ -170,6 +170,7 @@ else:
 
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
+    "rental.login_limits.UsernameLimitBackend",  # issue 28: a limit per username too
     "django.contrib.auth.backends.ModelBackend",
 ]
 PASSWORD_HASHERS = [
@@ -192,6 +193,8 @@ LOGOUT_REDIRECT_URL = "home"
 AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("AXES_COOLOFF_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# issue 28: and a username from any address after this many failures (rental/login_limits.py).
+AXES_USERNAME_FAILURE_LIMIT = int(os.environ.get("AXES_USERNAME_FAILURE_LIMIT", "20"))
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
@@ -232,7 +235,17 @@ STORAGES = {
     },
 }
 
-EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# issue 28: the console backend prints password-reset links into the web log, so it is the
+# default only for development and tests; production sends by SMTP (EMAIL_HOST etc.) and
+# `check --deploy` refuses the console and in-memory backends (rental/checks.py).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend" if DEBUG or TESTING
+                               else "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = os.environ.get("EMAIL_USE_TLS", "0") == "1"
+EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", str(VAR_DIR / "mail"))
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "billing@localhost")
 
 # --- Security headers (django-csp for CSP; Django for the rest) ---
@@ -353,6 +366,32 @@ REFUNDS_PER_MONTH = int(os.environ.get("REFUNDS_PER_MONTH", "1"))
 # Forgot-password attempts with a recovery code, per client address within the window.
 RECOVERY_ATTEMPTS_PER_IP = int(os.environ.get("RECOVERY_ATTEMPTS_PER_IP", "10"))
 RECOVERY_WINDOW_MINUTES = int(os.environ.get("RECOVERY_WINDOW_MINUTES", "15"))
+
+# --- issue 28: throttles and hold limits found by the attack on the production-like stack ---
+# Password-reset e-mails per client address and per address mailed, within the window.
+PASSWORD_RESETS_PER_IP = int(os.environ.get("PASSWORD_RESETS_PER_IP", "5"))
+PASSWORD_RESETS_PER_EMAIL = int(os.environ.get("PASSWORD_RESETS_PER_EMAIL", "3"))
+PASSWORD_RESET_WINDOW_MINUTES = int(os.environ.get("PASSWORD_RESET_WINDOW_MINUTES", "60"))
+# Password checks inside a session (password change, new recovery codes, enrolling an
+# authenticator) per account within the window.
+PASSWORD_CHECKS_PER_USER = int(os.environ.get("PASSWORD_CHECKS_PER_USER", "5"))
+PASSWORD_CHECK_WINDOW_MINUTES = int(os.environ.get("PASSWORD_CHECK_WINDOW_MINUTES", "15"))
+# Sign-up form posts per client address (valid or not: "that username exists" answers) in
+# SIGNUP_WINDOW_MINUTES; SIGNUPS_PER_IP still counts the accounts made.
+SIGNUP_ATTEMPTS_PER_IP = int(os.environ.get("SIGNUP_ATTEMPTS_PER_IP", "20"))
+# Unpaid orders hold at most this many GPUs per account and per client address; after an
+# unpaid order expires its account and address wait this long before holding GPUs again.
+MAX_UNPAID_GPUS_PER_ACCOUNT = int(os.environ.get("MAX_UNPAID_GPUS_PER_ACCOUNT", "8"))
+MAX_UNPAID_GPUS_PER_IP = int(os.environ.get("MAX_UNPAID_GPUS_PER_IP", "8"))
+UNPAID_EXPIRY_COOLDOWN_MINUTES = int(os.environ.get("UNPAID_EXPIRY_COOLDOWN_MINUTES", "30"))
+# The node agents' API: enrolment attempts per client address, and requests per node
+# credential, per minute.
+NODE_ENROLMENTS_PER_IP_PER_MINUTE = int(os.environ.get("NODE_ENROLMENTS_PER_IP_PER_MINUTE", "10"))
+NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE = int(os.environ.get("NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE", "120"))
+# An egress counter is refused when it grew more than the link allows since the last report:
+# the offer's network_gbps (else NODE_LINK_GBPS) × the seconds elapsed, plus the slack.
+NODE_LINK_GBPS = int(os.environ.get("NODE_LINK_GBPS", "100"))
+EGRESS_SLACK_BYTES = int(os.environ.get("EGRESS_SLACK_BYTES", str(10**9)))
 
 # --- issue 15: payments never lose money nor hold stock for a payment that will not come ---
 # Late and extra payments are credited at the rate when they confirm; one quote credits at

@@ -14,14 +14,37 @@ def _key(scope: str, request) -> str:
     return f"throttle:{scope}:{client_address(request)}"
 
 
-def throttled(scope: str, request, *, limit: int) -> bool:
-    """True when this address already used up `limit` in the current window."""
-    return (cache.get(_key(scope, request)) or 0) >= limit
+def throttled(scope: str, request, *, limit: int, key: str | None = None) -> bool:
+    """True when this address (or `key`) already used up `limit` in the current window."""
+    return (cache.get(_scoped(scope, request, key)) or 0) >= limit
 
 
 def throttle_hit(scope: str, request, *, window_seconds: int) -> int:
     """Counts one use; the window starts with the first."""
-    key = _key(scope, request)
+    return _hit(_key(scope, request), window_seconds)
+
+
+# --- issue 28: reserve-then-act, and throttles declared on a view -----------------------------
+
+def throttle_take(scope: str, request, *, limit: int, window_seconds: int, key: str | None = None) -> bool:
+    """Counts one use first and answers whether it is within `limit`: concurrent requests
+    cannot all pass a check made before any of them counted (the counter is one atomic
+    increment in Redis). Give it back with throttle_give_back when the use did not happen."""
+    return _hit(_scoped(scope, request, key), window_seconds) <= limit
+
+
+def throttle_give_back(scope: str, request, *, key: str | None = None) -> None:
+    try:
+        cache.decr(_scoped(scope, request, key))
+    except ValueError:  # the window ended meanwhile
+        pass
+
+
+def _scoped(scope: str, request, key: str | None) -> str:
+    return f"throttle:{scope}:{key}" if key is not None else _key(scope, request)
+
+
+def _hit(key: str, window_seconds: int) -> int:
     if cache.add(key, 1, timeout=window_seconds):
         return 1
     try:
@@ -29,3 +52,44 @@ def throttle_hit(scope: str, request, *, window_seconds: int) -> int:
     except ValueError:  # expired between add and incr
         cache.set(key, 1, timeout=window_seconds)
         return 1
+
+
+def per_user(request) -> str:
+    return f"user:{request.user.pk}"
+
+
+def per_posted_email(request) -> str:
+    return "email:" + request.POST.get("email", "").strip().lower()[:254]
+
+
+def throttle_posts(scope: str, *, limit: str, window_minutes: str, key=None):
+    """Decorates a view: each POST counts against the named settings `limit` per
+    `window_minutes` (per client address, or per `key(request)`); past it the POST is a
+    429 page and the view does not run. Settings are read at request time."""
+    from functools import wraps
+
+    from django.conf import settings
+    from django.shortcuts import render
+
+    def decorate(view):
+        @wraps(view)
+        def guarded(request, *args, **kwargs):
+            if request.method == "POST" and not throttle_take(
+                    scope, request, limit=getattr(settings, limit),
+                    window_seconds=getattr(settings, window_minutes) * 60, key=key(request) if key else None):
+                return render(request, "registration/throttled.html", status=429)
+            return view(request, *args, **kwargs)
+
+        return guarded
+
+    return decorate
+
+
+def order_address(request) -> str | None:
+    """The client's address as stored on an order (a valid IP address), or None."""
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_address(get_client_ip_address(request) or ""))
+    except ValueError:
+        return None

@@ -38,16 +38,19 @@ def pending_device(user) -> TOTPDevice:
     return device or TOTPDevice.objects.create(user=user, name=PENDING, confirmed=False)
 
 
+@transaction.atomic
 def matching_device(user, code: str):
     """The confirmed device (authenticator, or recovery codes) that accepts `code`, or None.
-    A recovery code is consumed by the match; a TOTP code cannot be replayed."""
+    A recovery code is consumed by the match; a TOTP code cannot be replayed. The device
+    rows are locked while the code is checked and spent (issue 28): six sessions sending one
+    code at once queue here, and each one after the first sees it used."""
     code = normalize_code(code)
     if not code:
         return None
     if code.isdigit() and len(code) == 6:
-        devices = TOTPDevice.objects.filter(user=user, confirmed=True)
+        devices = TOTPDevice.objects.select_for_update().filter(user=user, confirmed=True).order_by("pk")
     else:
-        devices = StaticDevice.objects.filter(user=user, confirmed=True)
+        devices = StaticDevice.objects.select_for_update().filter(user=user, confirmed=True).order_by("pk")
     for device in devices:
         if device.verify_token(code):
             return device

@@ -9,18 +9,26 @@ from billing import views as billing_views
 from billing import views_sla
 
 from . import api, i18n, otp_views, recovery, views
+from .throttle import per_posted_email, per_user, throttle_posts
 
 accounts = [
     path("signup/", views.signup, name="signup"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    path("password/", throttle_posts("password-check", limit="PASSWORD_CHECKS_PER_USER",
+                                     window_minutes="PASSWORD_CHECK_WINDOW_MINUTES", key=per_user)(
+        auth_views.PasswordChangeView.as_view()), name="password_change"),
     path("password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     # Account recovery (issue 16): with a recovery code, or by e-mail where an address is set.
     path("recover/", recovery.forgot_password, name="forgot_password"),
     path("recovery-codes/", recovery.recovery_codes_regenerate, name="recovery_codes"),
-    path("password/reset/", auth_views.PasswordResetView.as_view(
-        email_template_name="registration/password_reset_email.txt"), name="password_reset"),
+    # Reset requests are throttled per client address and per address mailed (issue 28).
+    path("password/reset/", throttle_posts("password-reset", limit="PASSWORD_RESETS_PER_IP",
+                                           window_minutes="PASSWORD_RESET_WINDOW_MINUTES")(
+        throttle_posts("password-reset-email", limit="PASSWORD_RESETS_PER_EMAIL",
+                       window_minutes="PASSWORD_RESET_WINDOW_MINUTES", key=per_posted_email)(
+            auth_views.PasswordResetView.as_view(email_template_name="registration/password_reset_email.txt"))),
+         name="password_reset"),
     path("password/reset/sent/", auth_views.PasswordResetDoneView.as_view(), name="password_reset_done"),
     path("password/reset/<uidb64>/<token>/", auth_views.PasswordResetConfirmView.as_view(),
          name="password_reset_confirm"),

@@ -32,7 +32,7 @@ from .services_customer import (
     ssh_key_add,
     ssh_key_delete,
 )
-from .throttle import throttle_hit, throttled
+from .throttle import throttle_give_back, throttle_take, throttled
 from .timeline import layout, lease_milestones
 from .two_factor import is_enrolled
 
@@ -47,20 +47,35 @@ def _safe_next(request) -> str:
 
 
 @require_http_methods(["GET", "POST"])
+def _signup_refused(request):
+    messages.error(request, _("Too many new accounts from your address; try again later."))
+    return render(request, "registration/signup.html", {"form": SignupForm()}, status=429)
+
+
 def signup(request):
     if request.user.is_authenticated:
         return redirect(_safe_next(request))
     form = SignupForm(request.POST or None)
-    if request.method == "POST" and throttled("signup", request, limit=settings.SIGNUPS_PER_IP):
-        messages.error(request, _("Too many new accounts from your address; try again later."))
-        return render(request, "registration/signup.html", {"form": SignupForm()}, status=429)
+    window = settings.SIGNUP_WINDOW_MINUTES * 60
+    # Every post counts (so "that username exists" cannot be asked without end), and an
+    # account is reserved against the address's limit before it is made (issue 28:
+    # concurrent sign-ups cannot all pass a check made before any of them counted).
+    if request.method == "POST" and (
+            not throttle_take("signup-attempt", request, limit=settings.SIGNUP_ATTEMPTS_PER_IP, window_seconds=window)
+            or throttled("signup", request, limit=settings.SIGNUPS_PER_IP)):
+        return _signup_refused(request)
     if request.method == "POST" and form.is_valid():
-        user = account_create(
-            username=form.cleaned_data["username"],
-            password=form.cleaned_data["password1"],
-            email=form.cleaned_data.get("email", ""),
-        )
-        throttle_hit("signup", request, window_seconds=settings.SIGNUP_WINDOW_MINUTES * 60)
+        if not throttle_take("signup", request, limit=settings.SIGNUPS_PER_IP, window_seconds=window):
+            return _signup_refused(request)
+        try:
+            user = account_create(
+                username=form.cleaned_data["username"],
+                password=form.cleaned_data["password1"],
+                email=form.cleaned_data.get("email", ""),
+            )
+        except Exception:
+            throttle_give_back("signup", request)
+            raise
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         remember_language(user, request.LANGUAGE_CODE)  # notices in the language they signed up in
         # The recovery codes first (shown once), then on to the page that asked for an account.

@@ -16,8 +16,13 @@ case "${1:-}" in
     python manage.py check --deploy
     exec python manage.py migrate --noinput ;;
   web)
+    # issue 28: the client's address and no reset token in the access log
+    # (rental/accesslog.py); no control socket: nothing but the master manages workers.
     exec gunicorn rental.wsgi:application --bind "${GUNICORN_BIND:-0.0.0.0:8000}" \
-      --workers "${WEB_CONCURRENCY:-4}" --worker-tmp-dir /dev/shm --access-logfile - ;;
+      --workers "${WEB_CONCURRENCY:-4}" --worker-tmp-dir /dev/shm --access-logfile - \
+      --logger-class rental.accesslog.AccessLogger \
+      --access-logformat '%(h)s via %({peer}e)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"' \
+      --no-control-socket ;;
   worker)
     exec celery -A rental worker --loglevel=INFO --concurrency="${CELERY_CONCURRENCY:-4}" ;;
   beat)

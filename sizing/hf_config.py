@@ -57,8 +57,9 @@ def _int(cfg: Mapping, key: str, hi: int, default=None, lo: int = 1) -> int:
         if default is None:
             raise _err(key, gettext("is missing"))
         return default
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or value != int(value)):
+    # An int is checked as an int: 10**309 has no float (math.isfinite would overflow).
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and (not math.isfinite(value) or value != int(value))):
         raise _err(key, gettext("must be a whole number"))
     if not lo <= value <= hi:
         raise _err(key, gettext("must be between %(lo)s and %(hi)s") % {"lo": lo, "hi": hi})
@@ -152,7 +153,7 @@ def _rope(cfg: Mapping, context: int) -> RopeScaling | None:
     original = rs.get("original_max_position_embeddings")
     if original is None:  # transformers: max_position_embeddings is then the trained length
         original = context
-    if isinstance(original, bool) or not isinstance(original, int) or original < 1:
+    if isinstance(original, bool) or not isinstance(original, int) or not 1 <= original <= 100 * MAX_SEQ:
         raise _err("rope_scaling", gettext("original_max_position_embeddings must be a whole number"))
     return RopeScaling(kind=kind.lower(), factor=float(factor), original_context=original)
 

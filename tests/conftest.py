@@ -37,6 +37,15 @@ def pytest_runtest_setup(item):
         require(HAS_REDIS, "REDIS_URL is not set: this test needs Redis and a real Celery worker")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_throttles():
+    """Issue 28: throttles count per user id too, and a rolled-back test's ids come back in
+    the next test (SQLite): every test starts with empty counters."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def catalog(db):
     """The demo catalog from SPEC.md's figures, with the demo images."""

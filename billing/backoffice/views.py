@@ -6,7 +6,6 @@ from decimal import Decimal, InvalidOperation
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
@@ -15,6 +14,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from rental.models import ApiToken, Lease
+from rental.permissions import ops_view
 
 from ..models import Invoice, LedgerEntry, Payment
 from ..services import BillingError, account_for
@@ -36,13 +36,8 @@ class RefundForm(forms.Form):
     reason = forms.CharField(label=gettext_lazy("Reason"), max_length=200)
 
 
-def _require(request, perm: str) -> None:
-    if not request.user.has_perm(perm):
-        raise PermissionDenied
-
-
+@ops_view(read=READ_PERM)
 def customer_list(request):
-    _require(request, READ_PERM)
     q = request.GET.get("q", "").strip()[:150].replace("\x00", "")
     customers = User.objects.filter(is_staff=False).order_by("username")
     if q:
@@ -51,12 +46,11 @@ def customer_list(request):
     return TemplateResponse(request, "admin/ops/customer_list.html", context)
 
 
+@ops_view(read=READ_PERM, write=MONEY_PERM)
 def customer_detail(request, user_id: int):
-    _require(request, READ_PERM)
     customer = get_object_or_404(User, pk=user_id, is_staff=False)
     adjust, refund = AdjustForm(prefix="adjust"), RefundForm(prefix="refund")
     if request.method == "POST":
-        _require(request, MONEY_PERM)
         adjust, refund, done = _handle_money_action(request, customer)
         if done:
             return redirect("admin:ops_customer", user_id=customer.pk)

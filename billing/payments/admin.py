@@ -169,7 +169,7 @@ class PaymentReviewAdmin(ReadOnlyAdmin):
     def clawed_back(self, obj):
         return dollars(obj.clawed_back_cents)
 
-    @admin.action(description=_("Credit to the customer's balance…"))
+    @admin.action(description=_("Credit to the customer's balance…"), permissions=["operate"])
     def credit_reviews(self, request, queryset):
         form, page = confirm_with_form(
             self, request, queryset, action="credit_reviews", title=gettext("Credit held payments"),
@@ -181,7 +181,7 @@ class PaymentReviewAdmin(ReadOnlyAdmin):
         self._decide(request, queryset, lambda review: payment_review_credit(
             review=review, actor=request.user, now=timezone.now()), gettext("Credited: %(ids)s."))
 
-    @admin.action(description=_("Close without a credit…"))
+    @admin.action(description=_("Close without a credit…"), permissions=["operate"])
     def close_reviews(self, request, queryset):
         form, page = confirm_with_form(
             self, request, queryset, action="close_reviews", title=gettext("Close reviews without a credit"),

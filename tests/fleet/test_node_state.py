@@ -1,9 +1,11 @@
 """What a node is told (desired state from the database) and what its reports change:
 GPU health → incidents, egress counters → egress metering, a migration → the new node runs
 the lease and the customer gets the new connection line."""
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db.models import F
 from django.utils import timezone
 
 from billing.models import EgressUsage
@@ -104,9 +106,16 @@ def test_egress_counters_feed_the_egress_metering(paid_lease, enrol):
         return [{"lease_id": lease.pk, "op_id": f"{lease.pk}:running:1", "state": "running", "ssh_port": 22042,
                  "egress_bytes": sent, "error": None}]
 
+    def ten_hours_later():  # the link bounds what a report can add (fleet.reports.egress_ceiling)
+        InstanceReport.objects.filter(lease=lease).update(reported_at=F("reported_at") - timedelta(hours=10))
+
+    node.report(instances=instance(0))
+    ten_hours_later()
     node.report(instances=instance(5 * 10**12))
+    ten_hours_later()
     node.report(instances=instance(7 * 10**12))
     assert EgressUsage.objects.get(lease=lease).tb_used == Decimal("7.000")
+    ten_hours_later()
     node.report(instances=instance(10**12))  # a new container: its counter starts again
     assert EgressUsage.objects.get(lease=lease).tb_used == Decimal("8.000")
     report = InstanceReport.objects.get(lease=lease)

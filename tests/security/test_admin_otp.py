@@ -38,7 +38,7 @@ def enrol(client, user, **extra) -> tuple[TOTPDevice, list[str]]:
     html = page.content.decode()
     assert "<svg" in html and re.search(r"<code class=\"secret\">[A-Z2-7=]{32,}</code>", html)
     device = TOTPDevice.objects.get(user=user, confirmed=False)
-    response = client.post(reverse("otp_setup"), {"code": code_for(device), **extra})
+    response = client.post(reverse("otp_setup"), {"code": code_for(device), "password": STAFF_PASSWORD, **extra})
     assert response.status_code == 200, response.content[:800]
     assert response["Cache-Control"] == "no-store"
     codes = re.findall(r"<li><code>([a-z2-7-]+)</code></li>", response.content.decode())
@@ -80,7 +80,7 @@ def test_enrolment_needs_a_right_code(client, bare_operator):
     client.get(reverse("otp_setup"))
     device = TOTPDevice.objects.get(user=bare_operator, confirmed=False)
     wrong = f"{(int(code_for(device)) + 1) % 1_000_000:06d}"
-    response = client.post(reverse("otp_setup"), {"code": wrong})
+    response = client.post(reverse("otp_setup"), {"code": wrong, "password": STAFF_PASSWORD})
     assert response.status_code == 400 and not TOTPDevice.objects.filter(confirmed=True).exists()
     assert "<svg" in response.content.decode()
 
@@ -129,9 +129,10 @@ def test_a_new_authenticator_needs_the_current_one_or_a_recovery_code(client, ba
     # The session is verified, yet a new device still needs proof from the current one.
     client.get(reverse("otp_setup"))
     new = TOTPDevice.objects.get(user=bare_operator, confirmed=False)
-    response = client.post(reverse("otp_setup"), {"code": code_for(new)})
+    response = client.post(reverse("otp_setup"), {"code": code_for(new), "password": STAFF_PASSWORD})
     assert response.status_code == 400
-    response = client.post(reverse("otp_setup"), {"code": code_for(new), "current_code": "12345678"})
+    response = client.post(reverse("otp_setup"), {"code": code_for(new), "current_code": "12345678",
+                                                    "password": STAFF_PASSWORD})
     assert response.status_code == 400 and not TOTPDevice.objects.filter(pk=new.pk, confirmed=True).exists()
 
     StaticDevice.objects.get(user=bare_operator).throttle_reset()  # the wrong code locked it for a second
@@ -170,7 +171,7 @@ def test_staff_cannot_turn_two_factor_off(client, operator):
 def test_customers_choose_two_factor_and_then_need_a_code(client, customer):
     password_login(client, "alice", "correct horse battery 9")
     assert client.get(reverse("account_settings")).status_code == 200  # optional for customers
-    device, codes = enrol(client, customer)
+    device, codes = enrol(client, customer, password="correct horse battery 9")
     client.logout()
 
     password_login(client, "alice", "correct horse battery 9")

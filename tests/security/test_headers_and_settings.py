@@ -37,6 +37,18 @@ def test_production_settings_pass_check_deploy():
     assert "no issues" in result.stdout
 
 
+@pytest.mark.parametrize("backend", ["django.core.mail.backends.console.EmailBackend",
+                                     "django.core.mail.backends.locmem.EmailBackend"])
+def test_production_refuses_an_email_backend_that_writes_reset_links_to_the_log(backend):
+    """Issue 28: with the console backend a password-reset link landed in the web log."""
+    env = {k: v for k, v in os.environ.items() if k not in TEST_ONLY_ENV}
+    env.update(PRODUCTION_ENV, SECRET_KEY="x" * 20 + "prod-like-secret-key-with-enough-entropy-Q7#kP",
+               EMAIL_BACKEND=backend)
+    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "rental.E001" in result.stderr and backend in result.stderr, result.stderr
+
+
 def test_production_sends_hsts_and_secure_cookies():
     env = {k: v for k, v in os.environ.items() if k not in TEST_ONLY_ENV}
     env.update(PRODUCTION_ENV, SECRET_KEY="s" * 60)

@@ -113,3 +113,76 @@ def test_operators_see_who_holds_what(client, operator, catalog, customer, other
     assert {(h.lease.pk, h.customer_open_orders, len(h.slots)) for h in holds} == {
         (mine.pk, 2, 1), (second.pk, 2, 1), (theirs.pk, 1, 1)}
     assert reverse("admin:ops_holds") in client.get(reverse("admin:index")).content.decode()
+
+
+# --- issue 28: GPUs, not orders; per account and per address; a cool-down after an expiry --------
+
+def order(customer, slug, *, address=None, now=None):
+    from billing.services import checkout_place_order
+    from inventory.models import Offer, Site
+    from inventory.selectors import sites_with_stock_for
+    from rental.models import Image
+    from tests.billing.test_pages import ED25519
+
+    offer = Offer.objects.get(slug=slug)
+    site = Site.objects.get(code=sorted(sites_with_stock_for(offer))[0])
+    return checkout_place_order(customer=customer, offer=offer, site=site, term="week", now=now,
+                                image=Image.objects.filter(vendor=offer.gpu_model.vendor).first(),
+                                ssh_public_key=ED25519, client_address=address)
+
+
+def test_the_unpaid_limit_counts_gpus_per_account(catalog, customer, settings):
+    settings.MAX_UNPAID_GPUS_PER_ACCOUNT = 3
+    order(customer, "2x-a100-sxm")
+    with pytest.raises(TooManyOpenOrders, match="already hold 2 GPUs"):
+        order(customer, "2x-a100-sxm")  # one order only, but 4 GPUs
+    order(customer, "rtx-3090")  # 3 GPUs: within the limit
+    assert Lease.objects.filter(customer=customer, state=LeaseState.PENDING).count() == 2
+
+
+def test_accounts_from_one_address_share_its_gpu_limit(catalog, customer, other_customer, settings):
+    settings.MAX_UNPAID_GPUS_PER_IP = 8
+    third = User.objects.create_user(username="carol", password=PASSWORD)
+    first, _ = order(customer, "8x-h100-sxm", address="203.0.113.7")
+    assert first.ordered_from == "203.0.113.7"
+    with pytest.raises(TooManyOpenOrders, match="your address"):
+        order(other_customer, "8x-h100-sxm", address="203.0.113.7")
+    order(third, "8x-h100-sxm", address="198.51.100.2")  # another address is not affected
+    assert Lease.objects.filter(state=LeaseState.PENDING).count() == 2
+
+
+def test_after_an_unpaid_order_expires_account_and_address_wait_a_cool_down(catalog, customer, other_customer,
+                                                                              settings):
+    from billing.services import order_invoice_expire
+
+    settings.UNPAID_EXPIRY_COOLDOWN_MINUTES = 30
+    t0 = timezone.now()
+    lease, invoice = order(customer, "8x-mi300x", address="203.0.113.7", now=t0)
+    expired_at = invoice.expires_at + timedelta(seconds=1)
+    assert order_invoice_expire(invoice=invoice, now=expired_at)
+    one_tick_later = invoice.expires_at + timedelta(minutes=1)
+    with pytest.raises(TooManyOpenOrders, match="expired at"):
+        order(customer, "8x-mi300x", address="198.51.100.2", now=one_tick_later)
+    with pytest.raises(TooManyOpenOrders, match="expired at"):
+        order(other_customer, "8x-mi300x", address="203.0.113.7", now=one_tick_later)
+    assert not Lease.objects.filter(state=LeaseState.PENDING).exists()
+    later = invoice.expires_at + timedelta(minutes=31)
+    order(customer, "8x-mi300x", address="203.0.113.7", now=later)
+    # Paying from the balance holds nothing unpaid: never refused by the cool-down.
+    balance_top_up(customer=other_customer, amount_cents=100_000_00, now=t0)
+    paid, _ = place(other_customer, pay=True)
+    paid.refresh_from_db()
+    assert paid.state != LeaseState.PENDING
+
+
+def test_the_order_page_records_and_counts_the_client_address(catalog, customer, other_customer, settings):
+    settings.MAX_UNPAID_GPUS_PER_IP = 1
+    first = Client(REMOTE_ADDR="203.0.113.9")
+    first.force_login(customer)
+    assert first.post(order_url(), form_data()).status_code == 302
+    assert Lease.objects.get(customer=customer).ordered_from == "203.0.113.9"
+    second = Client(REMOTE_ADDR="203.0.113.9")
+    second.force_login(other_customer)
+    response = second.post(order_url(), form_data())
+    assert response.status_code == 409 and "your address" in response.content.decode()
+    assert not Lease.objects.filter(customer=other_customer).exists()

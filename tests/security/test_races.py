@@ -38,3 +38,42 @@ def test_concurrent_refunds_count_one_after_the_other(catalog, settings):
     assert [r for r in results if not isinstance(r, BillingError)] == [6500]
     assert all(isinstance(r, (int, RefundLimitReached)) for r in results)
     assert Lease.objects.filter(customer=customer, state=LeaseState.CANCELLED).count() == 1
+
+
+# --- issue 28: one code, many sessions at once ---------------------------------------------------
+
+def test_one_totp_code_sent_by_six_sessions_at_once_lets_one_in(customer):
+    from rental.two_factor import matching_device
+    from tests.otp import authenticator_for, code_for
+
+    device = authenticator_for(customer)
+    code = code_for(device)
+    results = in_threads(*[lambda: matching_device(customer, code) for _ in range(6)])
+    assert sum(r is not None and not isinstance(r, BaseException) for r in results) == 1, results
+
+
+def test_one_recovery_code_sent_by_six_sessions_at_once_lets_one_in(customer):
+    from rental.two_factor import matching_device, recovery_codes_issue
+
+    code = recovery_codes_issue(user=customer)[0]
+    results = in_threads(*[lambda: matching_device(customer, code) for _ in range(6)])
+    assert sum(r is not None and not isinstance(r, BaseException) for r in results) == 1, results
+
+
+def test_concurrent_sign_ups_from_one_address_cannot_pass_its_limit(settings):
+    from django.contrib.auth.models import User
+    from django.core.cache import cache
+    from django.test import Client
+
+    settings.SIGNUPS_PER_IP = 5
+    cache.clear()
+
+    def sign_up(n):
+        return Client(REMOTE_ADDR="198.51.100.9").post("/accounts/signup/", {
+            "username": f"sock{n}", "password1": "correct horse battery 9",
+            "password2": "correct horse battery 9"}).status_code
+
+    results = in_threads(*[lambda n=n: sign_up(n) for n in range(8)])
+    assert sorted(results) == [200] * 5 + [429] * 3, results
+    assert User.objects.filter(username__startswith="sock").count() == 5
+    cache.clear()

@@ -166,3 +166,35 @@ def test_random_queries_never_500(client, catalog, query):
         assert body["error"] == "bad_request"  # the NUL guard answers before the view (issue 16)
     else:
         assert "field" in body
+
+
+# --- issue 28: integers above float range ---------------------------------------------------------
+
+HUGE = 10**309  # no float holds it: float(HUGE) raises OverflowError
+HUGE_KEYS = ["hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "intermediate_size",
+             "vocab_size", "max_position_embeddings", "head_dim", "num_local_experts", "kv_lora_rank"]
+
+
+@pytest.mark.parametrize("key", HUGE_KEYS)
+def test_an_integer_above_float_range_is_a_clean_400(client, catalog, key):
+    cfg = dict(LLAMA_2_7B_CONFIG, **{key: HUGE})
+    r = client.post(URL, data=json.dumps(cfg), content_type="application/json")
+    assert r.status_code == 400 and r.json()["field"] == f"config.{key}", r.content[:300]
+    r = client.get("/size/", {"config": json.dumps(cfg)})
+    assert r.status_code == 400 and 'id="id_config-error"' in r.content.decode()
+
+
+@pytest.mark.parametrize("extra", [{"rope_scaling": {"rope_type": "yarn", "factor": HUGE}},
+                                   {"rope_scaling": {"rope_type": "yarn", "factor": 2,
+                                                     "original_max_position_embeddings": HUGE}},
+                                   {"vision_config": {"hidden_size": HUGE, "num_hidden_layers": 2}},
+                                   {"text_config": {"hidden_size": HUGE}}])
+def test_huge_integers_in_nested_config_are_400s(client, catalog, extra):
+    r = client.post(URL, data=json.dumps(dict(LLAMA_2_7B_CONFIG, **extra)), content_type="application/json")
+    assert r.status_code == 400 and r.json()["field"].startswith("config"), r.content[:300]
+
+
+@pytest.mark.parametrize("param", ["params", "seq", "batch", "gpus", "zero"])
+def test_huge_integers_in_the_query_are_400s(client, catalog, param):
+    r = client.get(URL, {"model": "llama-2-7b", param: str(HUGE)})
+    assert r.status_code == 400 and r.json()["field"] == param
