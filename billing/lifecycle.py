@@ -18,6 +18,7 @@ from .models import Invoice
 from .ops import sweep_storage
 from .payments import services as payments
 from .services import lease_fail_and_refund, order_invoice_expire, renewal_invoice_create
+from .storage.sweeps import sweep_ceph
 
 
 def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
@@ -83,6 +84,7 @@ SWEEPS = [
     ("void_dead_renewals", sweep_void_dead_renewals),
     ("state_notices", sweep_state_notices),
     ("storage", sweep_storage),
+    ("ceph", sweep_ceph),  # issue 25: caps, purges, object storage metering (billing/storage)
     ("key_destruction", rental_sweeps.sweep_key_destruction),
     ("wipe", rental_sweeps.sweep_wipe),
 ]

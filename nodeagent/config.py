@@ -66,6 +66,7 @@ class AgentConfig:
     max_temperature_c: int = 90
     request_timeout: float = 20.0
     max_backoff_seconds: float = 300.0
+    volume_client: str = "auto"      # network volumes: "kernel" CephFS client, "fuse" (ceph-fuse), "auto"
 
     @property
     def tls_verify(self) -> bool | str:

@@ -29,6 +29,7 @@ LABEL_LEASE = "gpu-node-agent.lease"
 LABEL_SPEC = "gpu-node-agent.spec"
 LABEL_PORT = "gpu-node-agent.ssh-port"
 WORKSPACE = "/workspace"
+VOLUMES = "/volumes"
 GiB = 1024 ** 3
 
 
@@ -118,6 +119,8 @@ class DockerRuntime:
             detach=True,
             **self._gpu_options(spec.gpu_uuids),
         )
+        if spec.volumes_path:  # network volumes (nodeagent/volumes.py), mounted later appear too
+            kwargs["volumes"][spec.volumes_path] = {"bind": VOLUMES, "mode": "rw,rslave"}
         if not host_mode:
             kwargs["ports"] = {"22/tcp": port}
         return self._call(self.client.containers.create, **kwargs)
@@ -238,6 +241,8 @@ def _spec_hash(spec: InstanceSpec) -> str:
     """What requires a new container when it changes (keys do not: they are rewritten)."""
     fields = {"image": spec.image, "gpus": list(spec.gpu_uuids), "cpus": spec.cpus,
               "memory_gb": spec.memory_gb, "shm_gb": spec.shm_gb, "disk": spec.disk_path}
+    if spec.volumes_path:
+        fields["volumes"] = spec.volumes_path
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -41,3 +41,25 @@ def ceph_cluster(ceph_cluster_running):
         while cluster.ceph("osd", "stat")["num_up_osds"] != 3 and time.monotonic() < deadline:
             time.sleep(0.5)
     return cluster
+
+
+# The node agent's real parts (private dockerd in its own network namespace, the cached
+# instance image, the NVML stub, a customer's ssh key), shared with tests/nodeagent.
+from tests.nodeagent.conftest import dockerd, instance_image, netns, nvml_stub, ssh_key  # noqa: E402,F401
+
+
+def admin_key(cluster) -> str:
+    return (cluster.dir / "keyring").read_text().split("key = ")[1].split()[0]
+
+
+@pytest.fixture
+def site_cluster(db, catalog, ceph_cluster, settings):
+    """DFW-1's storage is the test cluster (the storefront's client: client.admin here)."""
+    from billing.storage.models import StorageCluster
+    from inventory.models import Site
+
+    settings.STORAGE_QUOTA_BYTES_PER_TB = 8 * 2**20     # 1 "TB" = 8 MiB: a quota a test can fill
+    settings.STORAGE_SIMULATED = False
+    return StorageCluster.objects.create(
+        site=Site.objects.get(code="DFW-1"), mon_host=ceph_cluster.mon_host, client_name="client.admin",
+        client_key=admin_key(ceph_cluster), fs_name=ceph_cluster.fs, rgw_endpoint=ceph_cluster.rgw_endpoint)
