@@ -20,6 +20,7 @@ from rental.storage import snapshot_restore as _snapshot_restore
 
 from .ops import snapshot_order, volume_order
 from .services import InsufficientBalance, account_for
+from .storage.views import storage_context
 from .storage.volumes import volume_attachments_changed, volume_store_purge_start
 
 S = LeaseState
@@ -78,9 +79,12 @@ def _page(request, *, volume_form=None, snapshot_form=None, status=200):
     for a in VolumeAttachment.objects.filter(volume__in=volumes, detached_at__isnull=True).select_related(
             "lease__offer__gpu_model", "lease__site"):
         attached.setdefault(a.volume_id, []).append(a.lease)
+    ceph = storage_context(user)
     volume_rows = []
     for v in volumes:
         on = attached.get(v.pk, [])
+        for lease in on:
+            lease.mount = ceph["mounts"].get((v.pk, lease.pk))
         ids = {lease.pk for lease in on}
         targets = [lease for lease in running if lease.site_id == v.site_id and lease.pk not in ids]
         volume_rows.append({"volume": v, "leases": on, "targets": targets})
@@ -94,6 +98,7 @@ def _page(request, *, volume_form=None, snapshot_form=None, status=200):
         "snapshot_form": snapshot_form or SnapshotForm(customer=user),
         "balance_cents": account_for(user).balance_cents,
         "volume_price": _price(StorageProduct.Kind.NETWORK_VOLUME), "snapshot_price": _price(StorageProduct.Kind.SNAPSHOT),
+        **ceph,
     }
     return render(request, "billing/storage/mine.html", context, status=status)
 

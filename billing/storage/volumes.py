@@ -306,12 +306,15 @@ def desired_volumes(*, node: Node, lease_ids: list[int]) -> dict[int, list[dict]
 
 
 def desired_storage(*, node: Node) -> dict | None:
-    """How the node reaches its site's CephFS, or None (no cluster, nothing granted)."""
+    """How the node reaches its site's CephFS (None: the site has no cluster). Sent before
+    any volume is granted (key ""), so instances get their /volumes from the start and an
+    attach later needs no restart."""
     cluster = cluster_of(node.site)
-    key = NodeStorageKey.objects.filter(node=node).first()
-    if cluster is None or key is None or not key.key:
+    if cluster is None:
         return None
-    return {"mon_host": cluster.mon_host, "client_id": key.auth_id, "key": key.key, "fs_name": cluster.fs_name}
+    key = NodeStorageKey.objects.filter(node=node).first()
+    return {"mon_host": cluster.mon_host, "client_id": key.auth_id if key else auth_id_for(node),
+            "key": key.key if key else "", "fs_name": cluster.fs_name}
 
 
 def mounts_record(*, node: Node, lease_id: int, items: list, now: datetime) -> None:
