@@ -23,6 +23,7 @@ from .payments import health as payments_health
 from .payments import reversals as payments_reversals
 from .payments import services as payments
 from .services import lease_fail_and_refund, order_invoice_expire, renewal_invoice_create
+from .storage.sweeps import sweep_ceph
 
 
 def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
@@ -93,6 +94,7 @@ SWEEPS = [
     ("reversed_payments", payments_reversals.sweep_reversed_payments),
     ("state_notices", sweep_state_notices),
     ("storage", sweep_storage),
+    ("ceph", sweep_ceph),  # issue 25: caps, purges, object storage metering (billing/storage)
     ("key_destruction", rental_sweeps.sweep_key_destruction),
     ("wipe", rental_sweeps.sweep_wipe),
     ("webhooks", sweep_webhooks),  # issue 30: due deliveries and retries

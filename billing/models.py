@@ -379,3 +379,15 @@ class EgressUsage(models.Model):
 
     def __str__(self) -> str:
         return f"egress lease #{self.lease_id} from {self.term_start:%Y-%m-%d}: {self.tb_used} TB"
+
+
+# Issue 25: storage on the site's Ceph cluster (models in their own package)
+from .storage.models import (  # noqa: E402,F401
+    NodeStorageKey,
+    S3Account,
+    S3Key,
+    StorageCharge,
+    StorageCluster,
+    VolumeMount,
+    VolumeStore,
+)

@@ -254,15 +254,55 @@ def _charge_term(obj, *, kind: str, term_start: datetime, now: datetime) -> bool
     return entry is not None
 
 
-@transaction.atomic
 def volume_order(*, customer, site, name: str, size_tb: int, now: datetime):
-    """Create a network volume and pay its first 30 days from the balance (or nothing)."""
-    from rental.storage import volume_create
+    """Create a network volume and pay its first 30 days from the balance (or nothing):
+    the subvolume is created on the site's Ceph first (billing.storage.volumes), so what is
+    charged exists; a short balance is refused before Ceph is asked."""
+    from .services import InsufficientBalance, account_for
+    from .storage.models import StorageCharge
+    from .storage.volumes import volume_provision
 
-    volume = volume_create(customer=customer, site=site, name=name, size_tb=size_tb, paid_until=now + STORAGE_TERM,
-                           now=now)
-    _charge_term(volume, kind="network_volume", term_start=now, now=now)
-    return volume
+    cents = _storage_price("network_volume", size_tb)
+    if account_for(customer).balance_cents < cents:
+        raise InsufficientBalance(_("Your balance does not cover this volume's first 30 days."))
+
+    def charge(volume):
+        _charge_term(volume, kind="network_volume", term_start=now, now=now)
+        _storage_charge_site(volume, kind=StorageCharge.Kind.VOLUME, term_start=now)
+
+    return volume_provision(customer=customer, site=site, name=name, size_tb=size_tb, now=now, charge=charge)
+
+
+def volume_grow_order(*, volume, size_tb: int, now: datetime, actor=None):
+    """More TB for a volume: the extra TB for the rest of its paid term, pro rata, then
+    the quota raised (billing.storage.volumes.volume_grow)."""
+    from .storage.models import StorageCharge
+    from .storage.volumes import volume_grow
+
+    def charge(vol, new_size):
+        from inventory.models import StorageProduct
+
+        remaining = max(0, int((vol.paid_until - now).total_seconds()))
+        extra = (new_size - vol.size_tb) * StorageProduct.objects.get(kind="network_volume").cents_per_tb_month
+        cents = _ceil_div(extra * remaining, int(STORAGE_TERM.total_seconds()))
+        entry = ledger_post(customer=vol.customer, kind=LedgerEntry.Kind.ORDER, amount_cents=-cents, now=now,
+                            actor=actor, memo=f"network volume #{vol.pk}: {vol.size_tb} → {new_size} TB until "
+                                              f"{vol.paid_until:%Y-%m-%d}",
+                            idempotency_key=f"network_volume_grow:{vol.pk}:{new_size}:{now:%Y%m%dT%H%M%S}")
+        if entry is not None:
+            StorageCharge.objects.create(entry=entry, site=vol.site, kind=StorageCharge.Kind.VOLUME, object_id=vol.pk)
+
+    return volume_grow(volume=volume, size_tb=size_tb, now=now, actor=actor, charge=charge)
+
+
+def _storage_charge_site(obj, *, kind: str, term_start: datetime) -> None:
+    """Tie the term's ledger entry to the volume's site (revenue per site)."""
+    from .storage.models import StorageCharge
+
+    entry = LedgerEntry.objects.filter(idempotency_key=f"network_volume:{obj.pk}:{term_start:%Y%m%dT%H%M%S}").first()
+    if entry is not None:
+        StorageCharge.objects.get_or_create(entry=entry, defaults={"site_id": obj.site_id, "kind": kind,
+                                                                   "object_id": obj.pk})
 
 
 @transaction.atomic
@@ -297,6 +337,10 @@ def sweep_storage(now: datetime, limit: int = 500) -> list:
         try:
             with transaction.atomic():
                 _charge_term(obj, kind=kind, term_start=obj.paid_until, now=now)
+                if kind == "network_volume":
+                    from .storage.models import StorageCharge
+
+                    _storage_charge_site(obj, kind=StorageCharge.Kind.VOLUME, term_start=obj.paid_until)
                 storage_extend(obj=obj, paid_until=obj.paid_until, new_until=obj.paid_until + STORAGE_TERM)
             done.append(Transition(0, f"{obj} renewed"))
         except InsufficientBalance:

@@ -20,6 +20,8 @@ from rental.storage import snapshot_restore as _snapshot_restore
 
 from .ops import snapshot_order, volume_order
 from .services import InsufficientBalance, account_for
+from .storage.views import storage_context
+from .storage.volumes import volume_attachments_changed, volume_store_purge_start
 
 S = LeaseState
 ATTACHABLE = (S.PROVISIONING, S.ACTIVE)  # rental.storage: volumes attach to and restore onto running leases
@@ -77,9 +79,12 @@ def _page(request, *, volume_form=None, snapshot_form=None, status=200):
     for a in VolumeAttachment.objects.filter(volume__in=volumes, detached_at__isnull=True).select_related(
             "lease__offer__gpu_model", "lease__site"):
         attached.setdefault(a.volume_id, []).append(a.lease)
+    ceph = storage_context(user)
     volume_rows = []
     for v in volumes:
         on = attached.get(v.pk, [])
+        for lease in on:
+            lease.mount = ceph["mounts"].get((v.pk, lease.pk))
         ids = {lease.pk for lease in on}
         targets = [lease for lease in running if lease.site_id == v.site_id and lease.pk not in ids]
         volume_rows.append({"volume": v, "leases": on, "targets": targets})
@@ -93,6 +98,7 @@ def _page(request, *, volume_form=None, snapshot_form=None, status=200):
         "snapshot_form": snapshot_form or SnapshotForm(customer=user),
         "balance_cents": account_for(user).balance_cents,
         "volume_price": _price(StorageProduct.Kind.NETWORK_VOLUME), "snapshot_price": _price(StorageProduct.Kind.SNAPSHOT),
+        **ceph,
     }
     return render(request, "billing/storage/mine.html", context, status=status)
 
@@ -155,6 +161,7 @@ def volume_attach_view(request, volume_id: int):
         except StorageRefused as exc:
             messages.error(request, _("Refused: %(why)s") % {"why": exc})
         else:
+            volume_attachments_changed(volume=volume, now=timezone.now())
             messages.success(request, _("Volume “%(name)s” attached to lease #%(id)d.")
                              % {"name": volume.name, "id": lease.pk})
     return _back()
@@ -166,6 +173,7 @@ def volume_detach_view(request, volume_id: int, lease_id: int):
     volume = get_object_or_404(_volumes(request.user), pk=volume_id)
     lease = get_object_or_404(_leases(request.user), pk=lease_id)
     if volume_detach(volume=volume, lease_id=lease.pk, now=timezone.now(), actor=request.user):
+        volume_attachments_changed(volume=volume, now=timezone.now())
         messages.success(request, _("Volume “%(name)s” detached from lease #%(id)d.")
                          % {"name": volume.name, "id": lease.pk})
     else:
@@ -229,6 +237,9 @@ def _delete(request, obj, *, done: str):
         return render(request, "billing/storage/confirm_delete.html",
                       {"obj": obj, "is_volume": isinstance(obj, NetworkVolume)})
     if storage_delete(obj=obj, now=timezone.now(), actor=request.user, reason="deleted by the customer"):
+        if isinstance(obj, NetworkVolume):
+            volume_attachments_changed(volume=obj, now=timezone.now())
+            volume_store_purge_start(volume=obj, now=timezone.now())
         messages.success(request, done)
     return _back()
 

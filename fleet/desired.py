@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Q, Subquery
 
+from billing.storage.volumes import desired_storage, desired_volumes
 from inventory.burnin import pending_for_node
 from inventory.models import Node, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
@@ -102,6 +103,7 @@ def _resources(node: Node, gpus: list[int]) -> dict:
 def desired_instances(*, node: Node, now: datetime) -> list[dict]:
     leases, current = _leases_on(node)
     intents = {i.lease_id: i for i in InstanceIntent.objects.filter(lease__in=[le.pk for le in leases])}
+    volumes = desired_volumes(node=node, lease_ids=list(current))
     out = []
     for lease in leases:
         intent = intents.get(lease.pk)
@@ -119,6 +121,7 @@ def desired_instances(*, node: Node, now: datetime) -> list[dict]:
             "ssh_authorized_keys": [k.strip() for k in lease.ssh_public_key.splitlines() if k.strip()],
             "disk_gb": lease.offer.gpu_model.included_nvme_gb + 1000 * lease.extra_nvme_tb,
             **_resources(node, gpus),
+            "volumes": volumes.get(lease.pk, []) if wanted.want == "running" else [],
         })
     return out
 
@@ -136,6 +139,7 @@ def desired_document(*, node: Node, now: datetime) -> dict:
         "poll_seconds": settings.NODE_POLL_SECONDS,
         "instances": desired_instances(node=node, now=now),
         "burn_in": desired_burn_ins(node=node),
+        "storage": desired_storage(node=node),
     }
 
 

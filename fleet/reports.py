@@ -2,6 +2,7 @@
 as a whole (signature over the raw body, then seq and sent_at, so a replay or a forgery
 changes nothing), then every item on its own — GPUs (health → incidents), instances
 (observed state, egress metering) and evidence — and one bad item never blocks the others."""
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -10,6 +11,7 @@ from django.conf import settings
 from django.db import transaction
 
 from billing.ops import egress_record, term_start_at
+from billing.storage.volumes import mounts_record
 from inventory.burnin import slot_health_hold_set
 from inventory.incidents import health_report
 from inventory.models import GpuSlot, Node, SlotAllocation
@@ -228,6 +230,8 @@ def _instance(agent: NodeAgent, item, now: datetime) -> None:
     values = {"state": state, "ssh_port": port, "op_id": op_id, "error": error, "egress_counter": egress,
               "reported_at": now}
     InstanceReport.objects.update_or_create(lease_id=lease_id, node=agent.node, defaults=values)
+    if isinstance(item.get("volumes"), list):  # issue 25: mounted, or the named failure
+        mounts_record(node=agent.node, lease_id=lease_id, items=item["volumes"], now=now)
     # The counter restarts at 0 with a new instance (a migration, a re-created container).
     sent = egress - previous if egress >= previous else egress
     if sent > 0:

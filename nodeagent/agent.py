@@ -19,6 +19,7 @@ from .journal import Journal, utc_now
 from .outbox import Outbox
 from .signing import NodeKey
 from .state import StateDir, read_json, write_json
+from .volumes import Volumes
 
 log = logging.getLogger(__name__)
 REPLAY_SKIP = 1000   # after a restored state dir, jump past the seq the server last saw
@@ -66,7 +67,8 @@ class Agent:
             node=self.node, runtime=runtime or open_runtime(config),
             disks=disks or open_disks(config), journal=Journal(self.state.journal_path),
             outbox=self.outbox, key=self.key, images=config.images,
-            public_host=config.public_host)
+            public_host=config.public_host,
+            volumes=Volumes(config.state_dir / "volumes", client=config.volume_client))
         self.failures = 0
 
     def run_forever(self, stop: threading.Event) -> None:
@@ -87,7 +89,8 @@ class Agent:
             desired = self.client.desired()
             self.poll_seconds = float(desired.get("poll_seconds", self.poll_seconds))
             gpus = self.probe.inventory()
-            instances = self.converger.converge(desired.get("instances", []), gpus)
+            instances = self.converger.converge(desired.get("instances", []), gpus,
+                                                desired.get("storage"))
             self.burn_in.submit(desired.get("burn_in") or [],
                                 busy_gpus=_gpus_in_use(desired.get("instances", [])))
             self._send_report(gpus, instances)

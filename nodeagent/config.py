@@ -81,6 +81,7 @@ class AgentConfig:
     burn_in: BurnInConfig = field(default_factory=BurnInConfig)
     request_timeout: float = 20.0
     max_backoff_seconds: float = 300.0
+    volume_client: str = "auto"      # network volumes: "kernel" CephFS client, "fuse" (ceph-fuse), "auto"
 
     @property
     def tls_verify(self) -> bool | str:

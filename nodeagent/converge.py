@@ -16,16 +16,19 @@ PENDING = ("image_pulling",)   # under way beside the loop: the observed state, 
 
 class Converger:
     def __init__(self, *, node: str, runtime, disks, journal: Journal, outbox: Outbox,
-                 key: NodeKey, images: dict[str, str], public_host: str):
+                 key: NodeKey, images: dict[str, str], public_host: str, volumes=None):
         self.node, self.runtime, self.disks = node, runtime, disks
         self.journal, self.outbox, self.key = journal, outbox, key
         self.images, self.public_host = images, public_host
+        self.volumes = volumes          # nodeagent.volumes.Volumes: network volumes (issue 25)
+        self.storage = None             # the desired state's `storage` (how to reach the CephFS)
 
-    def converge(self, instances: list[dict], gpus: list[GpuInfo]) -> list[dict]:
+    def converge(self, instances: list[dict], gpus: list[GpuInfo], storage: dict | None = None) -> list[dict]:
         """One report item per desired lease, plus the leases this node still runs that
         the storefront no longer lists (left alone: only `want: absent` removes)."""
+        self.storage = storage if isinstance(storage, dict) else None
         instances = [item for item in instances if _well_formed(item)]
-        reports = [self._converge_one(item, gpus) for item in instances]
+        reports = [self._with_volumes(item, self._converge_one(item, gpus)) for item in instances]
         listed = {item["lease_id"] for item in instances}
         for lease_id in self._runtime_leases():
             if lease_id not in listed:
@@ -80,6 +83,8 @@ class Converger:
             status = self.runtime.ensure_stopped(lease_id)
         else:
             status = self.runtime.ensure_absent(lease_id)
+            if self.volumes is not None:
+                self.volumes.release(lease_id)
             self.disks.detach(lease_id)
         if disk in ("destroy_key", "wipe"):
             self._once(lease_id, op_id, "key_destroyed", self.disks.destroy_key)
@@ -102,7 +107,8 @@ class Converger:
             ssh_authorized_keys=tuple(item.get("ssh_authorized_keys", ())),
             cpus=int(item["cpus"]), memory_gb=int(item["memory_gb"]),
             shm_gb=int(item.get("shm_gb", 0)),
-            disk_path=self.disks.ensure_ready(lease_id, int(item["disk_gb"])))
+            disk_path=self.disks.ensure_ready(lease_id, int(item["disk_gb"])),
+            volumes_path=self.volumes.prepare(lease_id) if self.volumes and self.storage else "")
         if self.runtime.status(lease_id).state == "running":
             # A new op_id for a running instance means "restart" (PROTOCOL.md): files kept.
             log.info("lease %s: restarting for %s", lease_id, item["op_id"])
@@ -118,6 +124,29 @@ class Converger:
                 "gpus": list(spec.gpu_uuids), "image": item["image"]})
             self.journal.done(lease_id, marker)
         return status
+
+    def _with_volumes(self, item: dict, report: dict) -> dict:
+        """Every pass, whatever the op: the running lease's volumes mounted as listed (an
+        attach or detach does not change the op_id); a failed mount is a named failure."""
+        if self.volumes is None or item.get("want") != "running" or report.get("state") != "running":
+            return report
+        wanted = item.get("volumes") if isinstance(item.get("volumes"), list) else []
+        if not wanted and not self.volumes.lease_dir(item["lease_id"]).is_dir():
+            return report
+        from .volumes import Access
+
+        access = Access.from_desired(self.storage)
+        if access is not None and not access.key:
+            access = None
+        try:
+            report["volumes"] = self.volumes.sync(item["lease_id"], wanted, access)
+        except OperationFailed as exc:
+            report["volumes"] = [{"volume_id": w.get("volume_id"), "mounted": False,
+                                  "error": {"code": exc.code, "detail": exc.detail}} for w in wanted]
+        failed = [v["error"] for v in report["volumes"] if v.get("error")]
+        if failed and not report.get("error"):
+            report["error"] = failed[0]
+        return report
 
     def _once(self, lease_id: int, op_id: str, kind: str, step) -> None:
         """Key destruction and wipe happen once per lease, whatever op asks again."""

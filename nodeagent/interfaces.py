@@ -24,6 +24,7 @@ class InstanceSpec:
     memory_gb: int
     shm_gb: int
     disk_path: str                   # host path of the lease's mounted disk
+    volumes_path: str = ""           # host dir of its network volumes, bound at /volumes (issue 25)
 
 
 @dataclass(frozen=True)

@@ -296,6 +296,8 @@ class ImageAdmin(admin.ModelAdmin):
 
 
 from .notifications import admin as _notifications_admin  # noqa: E402,F401 (issue 30: registers its screens)
+
+
 # --- django-axes' lockouts (issue 28): its clean-up action deletes rows, so it needs the
 # delete permission (axes declares none: any staff who may view lockouts could run it).
 def _guard_axes_admin():

@@ -490,3 +490,15 @@ WEBHOOK_RETRY_SECONDS = [int(s) for s in env_list("WEBHOOK_RETRY_SECONDS", "10,6
 # on, for their local receiver; `check --deploy` refuses it.
 WEBHOOK_ALLOW_PRIVATE_ADDRESSES = env_bool("WEBHOOK_ALLOW_PRIVATE_ADDRESSES")
 CELERY_IMPORTS = ["rental.notifications.tasks"]  # the webhook delivery task
+# --- issue 25: storage on each site's Ceph cluster (billing/storage, README "Storage") ---
+# Without a configured cluster a site's storage is simulated (nothing is stored; the pages
+# say so) — only for the demo and tests; in production such a site sells no storage.
+STORAGE_SIMULATED = env_bool("STORAGE_SIMULATED", DEBUG or TESTING)
+# Object storage, billed per GB-month in arrears (SPEC's second price list: 0.015/GB-month).
+OBJECT_STORAGE_CENTS_PER_TB_MONTH = int(os.environ.get("OBJECT_STORAGE_CENTS_PER_TB_MONTH", "1500"))
+# Seconds a Ceph command may take before the cluster counts as unavailable.
+STORAGE_CEPH_TIMEOUT_SECONDS = int(os.environ.get("STORAGE_CEPH_TIMEOUT_SECONDS", "30"))
+# A subvolume whose purge failed is retried on the next storage sweep, at most this often.
+STORAGE_RETRY_SECONDS = int(os.environ.get("STORAGE_RETRY_SECONDS", "60"))
+# Quota bytes per TB sold (decimal TB; an operator may add headroom). Tests shrink it.
+STORAGE_QUOTA_BYTES_PER_TB = int(os.environ.get("STORAGE_QUOTA_BYTES_PER_TB", str(10 ** 12)))

@@ -2,7 +2,8 @@
 # Everything outside Python that the test suite drives for real: Debian's chromium (browser
 # tests), gettext (catalog tests), the local chains (litecoind, monero, anvil), the node
 # agent's tools (docker, debootstrap, sshd, gcc, iproute2), the disk tools (cryptsetup,
-# nvme-cli, lvm2, qemu) and the deploy tools (caddy, pg_dump). Idempotent; root.
+# nvme-cli, lvm2, qemu), the deploy tools (caddy, pg_dump) and Ceph (install-ceph.sh: the
+# test cluster of tests/storage). Idempotent; root.
 # Exits non-zero when any install fails, so CI never passes by skipping what is missing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ status=0
 apt_install_all chromium gettext postgresql-client || status=1
 # issue 35: tests/bench runs bench/load.py at its smallest size (wrk drives gunicorn).
 apt_install_all wrk || status=1
-for part in install-chain-tools install-node-tools install-disk-tools install-deploy-tools; do
+for part in install-chain-tools install-node-tools install-disk-tools install-deploy-tools install-ceph; do
   if [ -f "scripts/$part.sh" ]; then
     echo "== scripts/$part.sh"
     bash "scripts/$part.sh" || { echo "!! scripts/$part.sh failed" >&2; status=1; }

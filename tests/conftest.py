@@ -15,7 +15,8 @@ HAS_REDIS = bool(os.environ.get("REDIS_URL"))
 # of real Celery workers, instead of one per xdist worker competing for the same cores.
 XDIST_GROUPS = {"browser": {"browser", "new_context", "shop"},
                 "chains": {"litecoind", "anvil", "monero_regtest"},
-                "celery-workers": {"queue", "scan_queue"}}
+                "celery-workers": {"queue", "scan_queue"},
+                "ceph": {"ceph_cluster", "ceph_cluster_running"}}  # issue 25: one test cluster
 
 
 def pytest_collection_modifyitems(config, items):

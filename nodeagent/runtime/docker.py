@@ -42,6 +42,7 @@ WORKSPACE = "/workspace"
 # restart policy dockerd would start it at boot onto the bare mount point.
 NO_RESTART = {"Name": "no"}
 IMAGE_PULLING = "image_pulling"     # not a failure: reported until the pull is done
+VOLUMES = "/volumes"
 GiB = 1024 ** 3
 # Every capability is dropped but these (Docker's default set minus NET_RAW, MKNOD,
 # SETFCAP and SETPCAP); each is what root in an instance needs for sshd and apt:
@@ -173,6 +174,8 @@ class DockerRuntime:
             detach=True,
             **self._gpu_options(spec.gpu_uuids),
         )
+        if spec.volumes_path:  # network volumes (nodeagent/volumes.py), mounted later appear too
+            kwargs["volumes"][spec.volumes_path] = {"bind": VOLUMES, "mode": "rw,rslave"}
         if self.config.rootfs_size:
             kwargs["storage_opt"] = {"size": self.config.rootfs_size}
         try:
@@ -345,6 +348,8 @@ def _spec_hash(spec: InstanceSpec, rootfs_size: str) -> str:
               "memory_gb": spec.memory_gb, "shm_gb": spec.shm_gb, "disk": spec.disk_path,
               "isolation": [ISOLATION_VERSION, list(CAPABILITIES), list(SECURITY_OPT),
                             rootfs_size]}
+    if spec.volumes_path:
+        fields["volumes"] = spec.volumes_path
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 

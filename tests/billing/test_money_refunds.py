@@ -11,7 +11,14 @@ from django.utils import timezone
 
 from billing.backoffice.services import invoice_refund_to_balance
 from billing.models import Invoice, LedgerEntry
-from billing.services import BillingError, account_for, balance_top_up, lease_refund, refundable_cents, refunds_left
+from billing.services import (
+    BillingError,
+    account_for,
+    balance_top_up,
+    lease_refund,
+    refundable_cents,
+    refunds_left,
+)
 from rental.models import LeaseState
 from tests.billing.payments_helpers import fresh
 from tests.billing.test_concurrency import in_threads, postgres_only

@@ -1,0 +1,58 @@
+"""The storage page's Ceph parts without a cluster (the demo's simulated storage): the page
+says storage is simulated, a volume grows with a pro-rata charge, object storage opens with
+a quota, a key's secret is shown once (never again on the page), rotate and revoke; another
+customer's key is a 404. Against the real cluster: tests/storage/test_objects.py."""
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from billing.models import S3Account, S3Key, StorageCharge
+from billing.ops import volume_order
+from billing.services import balance_top_up
+from inventory.models import Site
+
+INDEX = "storage_mine:index"
+
+
+@pytest.fixture
+def alice(client, customer, catalog):
+    client.force_login(customer)
+    balance_top_up(customer=customer, amount_cents=100_000, now=timezone.now())
+    return client
+
+
+def test_simulated_notice_and_grow(alice, customer):
+    page = alice.get(reverse(INDEX))
+    assert page.status_code == 200 and b'id="storage-simulated"' in page.content
+    volume = volume_order(customer=customer, site=Site.objects.get(code="DFW-1"), name="data", size_tb=1,
+                          now=timezone.now())
+    assert volume.store.simulated
+    grown = alice.post(reverse("storage_mine:volume_grow", args=[volume.pk]), {"size_tb": 3}, follow=True)
+    assert "is now 3 TB" in grown.content.decode()
+    volume.refresh_from_db()
+    assert volume.size_tb == 3 and StorageCharge.objects.filter(object_id=volume.pk, kind="volume").count() == 2
+    bad = alice.post(reverse("storage_mine:volume_grow", args=[volume.pk]), {"size_tb": "lots"}, follow=True)
+    assert bad.status_code == 200 and "whole number of TB" in bad.content.decode()
+
+
+def test_s3_key_shown_once_rotate_revoke(alice, customer, other_customer, client):
+    opened = alice.post(reverse("storage_mine:s3_open"), {"site": "DFW-1", "quota_gb": 50}, follow=True)
+    assert "quota 50 GB" in opened.content.decode()
+    account = S3Account.objects.get(customer=customer)
+    shown = alice.post(reverse("storage_mine:s3_key_new", args=[account.pk]))
+    secret = shown.context["secret_key"]
+    assert secret in shown.content.decode() and "s3 sync" in shown.content.decode()
+    page = alice.get(reverse(INDEX)).content.decode()
+    key = S3Key.objects.get(account=account)
+    assert key.access_key in page and secret not in page
+    rotated = alice.post(reverse("storage_mine:s3_key_rotate", args=[key.pk]))
+    assert rotated.context["access_key"] != key.access_key
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    new = S3Key.objects.get(account=account, revoked_at__isnull=True)
+    client.force_login(other_customer)
+    assert client.post(reverse("storage_mine:s3_key_revoke", args=[new.pk])).status_code == 404
+    client.force_login(customer)
+    revoked = client.post(reverse("storage_mine:s3_key_revoke", args=[new.pk]), follow=True)
+    assert "revoked" in revoked.content.decode()
+    assert not S3Key.objects.filter(account=account, revoked_at__isnull=True).exists()
