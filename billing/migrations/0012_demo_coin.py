@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('billing', '0010_payments_held_reviews_chain_time_node_health'),
+        ('billing', '0011_money_refunds_reversals'),
     ]
 
     operations = [

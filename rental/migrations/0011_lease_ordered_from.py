@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('rental', '0008_recovery_codes_and_token_scopes'),
+        ('rental', '0010_notifications_ledger_and_webhooks'),
     ]
 
     operations = [

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('billing', '0010_payments_held_reviews_chain_time_node_health'),
+        ('billing', '0012_demo_coin'),
         ('inventory', '0004_offer_instance_specs'),
         ('rental', '0008_recovery_codes_and_token_scopes'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
