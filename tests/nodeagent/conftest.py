@@ -144,11 +144,13 @@ def dockerd(netns, node_tmp_root):
         sparse.truncate(DATA_FS_BYTES)
     subprocess.run([mkfs, "-q", str(image)], check=True, capture_output=True)
     data.mkdir()
+    host_dev = home / "host-dev"
+    host_dev.mkdir()
     subprocess.run(["mount", "-o", "loop", str(image), str(data)], check=True,
                    capture_output=True)
     log = open(home / "dockerd.log", "wb")
     process = subprocess.Popen(
-        [unshare, "--mount", "--propagation", "slave", str(PRIVATE_DEV),
+        [unshare, "--mount", "--propagation", "slave", str(PRIVATE_DEV), str(host_dev),
          nsenter, f"--net=/run/netns/{netns.node}", dockerd_bin, "--bridge=none",
          "--iptables=false", "--ip6tables=false", "--userns-remap=default",
          "--storage-driver=btrfs", "--default-address-pool", f"base={LEASE_POOL},size=28",
