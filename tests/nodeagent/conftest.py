@@ -164,8 +164,11 @@ def dockerd(netns, node_tmp_root):
     finally:
         _stop_daemon(daemon, process)
         log.close()
-        _unmount_under(exec_root)       # dockerd leaves its netns bind mount behind
-        shutil.rmtree(exec_root, ignore_errors=True)
+        # dockerd leaves its netns bind mount behind; under userns-remap it also makes
+        # <exec root>.<uid>.<gid> beside the exec root
+        for root in (exec_root, *exec_root.parent.glob(f"{exec_root.name}.*")):
+            _unmount_under(root)
+            shutil.rmtree(root, ignore_errors=True)
         subprocess.run(["umount", "-l", str(data)], capture_output=True)
         image.unlink(missing_ok=True)
 
