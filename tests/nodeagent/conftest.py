@@ -144,11 +144,13 @@ def dockerd(netns, node_tmp_root):
         sparse.truncate(DATA_FS_BYTES)
     subprocess.run([mkfs, "-q", str(image)], check=True, capture_output=True)
     data.mkdir()
+    host_dev = home / "host-dev"
+    host_dev.mkdir()
     subprocess.run(["mount", "-o", "loop", str(image), str(data)], check=True,
                    capture_output=True)
     log = open(home / "dockerd.log", "wb")
     process = subprocess.Popen(
-        [unshare, "--mount", "--propagation", "slave", str(PRIVATE_DEV),
+        [unshare, "--mount", "--propagation", "slave", str(PRIVATE_DEV), str(host_dev),
          nsenter, f"--net=/run/netns/{netns.node}", dockerd_bin, "--bridge=none",
          "--iptables=false", "--ip6tables=false", "--userns-remap=default",
          "--storage-driver=btrfs", "--default-address-pool", f"base={LEASE_POOL},size=28",
@@ -162,8 +164,11 @@ def dockerd(netns, node_tmp_root):
     finally:
         _stop_daemon(daemon, process)
         log.close()
-        _unmount_under(exec_root)       # dockerd leaves its netns bind mount behind
-        shutil.rmtree(exec_root, ignore_errors=True)
+        # dockerd leaves its netns bind mount behind; under userns-remap it also makes
+        # <exec root>.<uid>.<gid> beside the exec root
+        for root in (exec_root, *exec_root.parent.glob(f"{exec_root.name}.*")):
+            _unmount_under(root)
+            shutil.rmtree(root, ignore_errors=True)
         subprocess.run(["umount", "-l", str(data)], capture_output=True)
         image.unlink(missing_ok=True)
 

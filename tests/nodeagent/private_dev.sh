@@ -4,9 +4,11 @@
 # zero, full, random and urandom drivers), without creating anything in the host's /dev.
 # Under userns-remap runc bind-mounts a container's device nodes from the path they have
 # in the container, so a stand-in must exist at that very path for dockerd.
-#   usage: unshare --mount --propagation slave private_dev.sh COMMAND...
+#   usage: unshare --mount --propagation slave private_dev.sh EMPTY_DIR COMMAND...
+# (EMPTY_DIR: where the host's /dev is seen from inside; the caller removes it)
 set -eu
-old=$(mktemp -d /tmp/gna-dev.XXXXXX)
+old=$1
+shift
 mount --rbind /dev "$old"
 mount -t tmpfs -o mode=0755,nosuid tmpfs /dev
 for entry in "$old"/* "$old"/.[!.]*; do
