@@ -125,7 +125,8 @@ class Volumes:
         for path, text in ((keyring, f"[client.{access.client_id}]\n\tkey = {access.key}\n"),
                            (secret, access.key + "\n"),
                            (conf, f"[global]\nmon host = {access.mon_host}\nlog file = /dev/null\n"
-                                  "admin socket = \nfuse allow other = true\nclient quota = true\n")):
+                                  "admin socket = \nfuse allow other = true\nclient quota = true\n"
+                                  "client mount timeout = 20\n")):
             if not path.exists() or path.read_text() != text:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 with os.fdopen(fd, "w") as f:
@@ -137,8 +138,12 @@ class Volumes:
             return True
         if self.client == "fuse":
             return False
-        return Path("/sys/module/ceph").exists() or \
-            subprocess.run(["modprobe", "-q", "ceph"], capture_output=True).returncode == 0
+        if Path("/sys/module/ceph").exists():
+            return True
+        try:
+            return subprocess.run(["modprobe", "-q", "ceph"], capture_output=True, timeout=30).returncode == 0
+        except (FileNotFoundError, subprocess.TimeoutExpired):
+            return False
 
     def _mount(self, target: Path, path: str, access: Access, mounts: dict[str, str]) -> None:
         if mounts.get(str(target)) in ("ceph", "fuse.ceph-fuse", "fuse"):

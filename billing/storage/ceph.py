@@ -5,9 +5,11 @@ Django here: `ClusterConfig` is what the operator configured (billing.storage.mo
 Every call fails in one of two named ways: `CephUnavailable` (the cluster did not answer:
 down, unreachable, timed out) or `CephError` (it answered no; `.errno` is Ceph's). Both
 carry the command's stderr for the operator; the customer sees a translated message."""
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -76,6 +78,7 @@ class _Files:
         path = cls._dirs.get(digest)
         if path is None or not (path / "ceph.conf").exists():
             path = Path(tempfile.mkdtemp(prefix="storefront-ceph-"))
+            atexit.register(shutil.rmtree, path, True)
             (path / "keyring").write_text(f"[{config.client_name}]\n\tkey = {config.client_key}\n")
             os.chmod(path / "keyring", 0o600)
             (path / "ceph.conf").write_text(

@@ -38,7 +38,9 @@ def test_desired_state_contents(paid_lease, enrol, settings):
         "gpus": slot_indexes(lease), "image": "pytorch-2.5-cuda-12.4", "ssh_authorized_keys": [KEY],
         "disk_gb": lease.offer.gpu_model.included_nvme_gb + 2000,
         "cpus": int(node.node.vcpus * share), "memory_gb": memory, "shm_gb": memory // 4,
+        "volumes": [],                  # issue 25: no network volume attached
     }
+    assert doc["storage"] is None       # no Ceph cluster at the site
     assert len(wanted["gpus"]) == 2
     # Asking again changes nothing: the same op_id, so the agent does nothing new.
     assert node.desired().json()["instances"] == [wanted]

@@ -56,3 +56,32 @@ def test_s3_key_shown_once_rotate_revoke(alice, customer, other_customer, client
     revoked = client.post(reverse("storage_mine:s3_key_revoke", args=[new.pk]), follow=True)
     assert "revoked" in revoked.content.decode()
     assert not S3Key.objects.filter(account=account, revoked_at__isnull=True).exists()
+
+
+def test_lease_page_names_a_failed_mount(alice, customer, settings):
+    from billing.services import checkout_place_order
+    from billing.storage.volumes import mounts_record
+    from inventory.models import Offer, SlotAllocation
+    from rental.lifecycle import sweep_provisioning
+    from rental.models import Image
+    from rental.storage import volume_attach
+    from tests.billing.test_storage_pages import KEY
+
+    settings.HOST_AGENT_FAKE_DELAY = 0
+    now = timezone.now()
+    lease, _ = checkout_place_order(customer=customer, offer=Offer.objects.get(slug="rtx-3090"),
+                                    site=Site.objects.get(code="DFW-1"), term="week",
+                                    image=Image.objects.get(slug="pytorch-2.5-cuda-12.4"), ssh_public_key=KEY,
+                                    pay_from_balance=True, now=now)
+    sweep_provisioning(now)
+    lease.refresh_from_db()
+    volume = volume_order(customer=customer, site=Site.objects.get(code="DFW-1"), name="data", size_tb=1, now=now)
+    volume_attach(volume=volume, lease=lease, now=now, actor=customer)
+    node = SlotAllocation.objects.filter(lease_id=lease.pk).first().slot.node
+    mounts_record(node=node, lease_id=lease.pk, now=now, items=[
+        {"volume_id": volume.pk, "mounted": False,
+         "error": {"code": "volume_mount_failed", "detail": "data: ceph-fuse: exit 1"}}])
+    page = alice.get(reverse("lease_detail", args=[lease.pk])).content.decode()
+    assert "volume_mount_failed" in page and "ceph-fuse: exit 1" in page
+    mounts_record(node=node, lease_id=lease.pk, now=now, items=[{"volume_id": volume.pk, "mounted": True}])
+    assert "mounted at /volumes" in alice.get(reverse("lease_detail", args=[lease.pk])).content.decode()

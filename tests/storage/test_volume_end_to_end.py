@@ -89,8 +89,7 @@ def test_volume_mounted_shared_quota_scoped_survives_osd_loss_and_detach(
             config = write_config(tmp_path / f"config-{i}.toml", state_dir=state, dockerd=dockerd,
                                   image_ref=instance_image, public_host=netns.node_ip, gpu_count=node.gpu_count,
                                   image_slugs=(IMAGE,), port_range=(22500 + 50 * i, 22549 + 50 * i))
-            with open(config, "a") as f:
-                f.write('volume_client = "fuse"\n')
+            config.write_text('volume_client = "fuse"\n' + config.read_text())   # top level, before [disks]
             env = agent_env(nvml_stub, gpu_count=node.gpu_count)
             code = shared_db(enrolment_code_create, node=node, actor=operator, now=timezone.now())
             enrolled = agent_cli(config, "enrol", "--url", storefront.url, "--code", code, env=env)
