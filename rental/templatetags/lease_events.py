@@ -31,6 +31,10 @@ EVENT_TEXT = {
     "volume_detached": _("Network volume detached"),
     "snapshot_taken": _("Snapshot taken"),
     "snapshot_restored": _("Snapshot restored"),
+    "connection_changed": _("New connection line"),
+    "instance_restart": _("Restart requested"),
+    "instance_stop": _("Stop requested"),
+    "instance_start": _("Start requested"),
 }
 
 # Reasons the services store; listed so that makemessages finds them and the page can
@@ -44,6 +48,7 @@ KNOWN_REASONS = [
     gettext_noop("detached"), gettext_noop("lease ended"), gettext_noop("volume unpaid"),
     gettext_noop("volume deleted"), gettext_noop("deleted by the customer"),
     gettext_noop("quote expired unpaid"), gettext_noop("order expired unpaid"),
+    gettext_noop("refund within the refund window"),
 ]
 
 
