@@ -2,14 +2,20 @@
 language; a favicon; invoice lines in the reader's language whatever the order's; the
 operator sees a lease's node and GPU slots and a node's leases, and the incident form's
 constraint error as a sentence; /storage/ says "up to 30 TB per node" once."""
+import pytest
 from django.urls import reverse
 
 from tests.billing.test_pages import place
 from tests.experience.scenes import node_of, running_lease
-from tests.experience.test_operator_day import op_client  # noqa: F401 (fixture)
 from tests.i18n.conftest import ZH
 
 FRIENDLY = "rental.middleware.FriendlyNotFoundMiddleware"
+
+
+@pytest.fixture
+def op_client(client, operator):
+    client.force_login(operator)
+    return client
 
 
 def test_the_demo_stores_404_is_the_sites_own_page(rf, customer):

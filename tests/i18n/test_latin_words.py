@@ -3,13 +3,12 @@ allow-list of product names, units and technical terms that Chinese texts keep i
 letters. This catches stored English (event reasons, link descriptions, GPU notes, invoice
 lines, sizing modes), not only untranslated template strings."""
 import html
-
-from django.utils import timezone
 import re
 
 import pytest
 from django.conf import settings
 from django.urls import reverse
+from django.utils import timezone
 
 from inventory.models import GpuModel
 from tests.i18n.conftest import ZH
@@ -71,10 +70,9 @@ def test_the_new_pages_of_issue_29_in_chinese(client, catalog, customer, setting
     from billing.payments.services import quote_create
     from billing.services import lease_refund
     from rental.failover import incident_migrate
+    from rental.i18n import remember_language
     from rental.services import customer_settings_update
     from tests.experience.scenes import node_down, renewal_due, running_lease
-
-    from rental.i18n import remember_language
 
     settings.HOST_AGENT_FAKE_DELAY = 0
     settings.DEMO_PAYMENTS = True
