@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from inventory.models import Offer, Site, StorageProduct
@@ -81,7 +81,11 @@ class Line:
 def price_lines(*, offer: Offer, term: str, addons: dict[str, int]) -> list[Line]:
     """The offer for one term plus add-ons priced per TB-month, pro rata for a week
     (rounded up to the cent)."""
-    term = Term(term)
+    with translation.override("en"):  # stored in English, shown in the reader's language (billing/display)
+        return _price_lines(offer=offer, term=Term(term), addons=addons)
+
+
+def _price_lines(*, offer: Offer, term: Term, addons: dict[str, int]) -> list[Line]:
     base = offer.weekly_cents if term == Term.WEEK else offer.monthly_cents
     lines = [Line(f"{offer.display_name}, {term.label}", 1, base)]
     products = {p.kind: p for p in StorageProduct.objects.filter(kind__in=ADDON_PRODUCTS.values())}
@@ -271,7 +275,7 @@ def topup_invoice_create(*, customer: User, amount_cents: int, now: datetime | N
         raise BillingError(_("A top-up is between $1 and $10,000,000."))
     now = now or timezone.now()
     return _create_invoice(customer=customer, kind=Invoice.Kind.TOPUP, now=now, expires_at=now + payment_window(),
-                           lines=[Line(_("Balance top-up"), 1, amount_cents)])
+                           lines=[Line("Balance top-up", 1, amount_cents)])
 
 
 # --- refunds ----------------------------------------------------------------------------
@@ -416,7 +420,7 @@ def renewal_invoice_issue(*, lease: Lease, now: datetime) -> tuple[Invoice, bool
     """The renewal invoice of the term starting at the lease's current end: made (with its
     notice) when there is none, else the one that exists — one per (lease, term start),
     whether the sweep or the customer's "extend" asked first. Returns (invoice, created)."""
-    with rental.customer_language(lease.customer):
+    with translation.override("en"):  # stored in English, shown in the reader's language (billing/display)
         lines = [Line(_("Renewal of lease #%(id)s: %(offer)s, %(term)s")
                       % {"id": lease.pk, "offer": lease.offer, "term": Term(lease.term).label}, 1, lease.price_cents)]
     try:

@@ -1,7 +1,9 @@
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, Exists, OuterRef, Q
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html_join
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -98,9 +100,24 @@ class NodeAdmin(admin.ModelAdmin):
     list_display = ("name", "site", "gpu_model", "gpu_count", "free_slots", "vcpus", "host_ram_gb", "draining")
     list_filter = ("site", "gpu_model", "draining")
     search_fields = ("name",)
-    readonly_fields = ("draining", "burn_in_required", "nvlink_reported")
+    readonly_fields = ("draining", "leases_here", "burn_in_required", "nvlink_reported")
     inlines = [GpuSlotInline]
     actions = ["drain", "undrain", "burn_in"]
+
+    @admin.display(description=_("leases on this node"))
+    def leases_here(self, obj):
+        """Every live lease holding a slot of this node, with its slots (issue 29)."""
+        if obj is None or obj.pk is None:
+            return "—"
+        held: dict[int, list[int]] = {}
+        for lease_id, index in (SlotAllocation.objects.filter(slot__node=obj, released_at__isnull=True)
+                                .order_by("lease_id", "slot__index").values_list("lease_id", "slot__index")):
+            held.setdefault(lease_id, []).append(index)
+        if not held:
+            return gettext("none")
+        return format_html_join(", ", '<a href="{}">#{}</a> ({})', (
+            (reverse("admin:rental_lease_change", args=[lease_id]), lease_id,
+             ", ".join(f"gpu{i}" for i in indexes)) for lease_id, indexes in held.items()))
 
     def get_queryset(self, request):
         return nodes_with_free_counts()
@@ -186,6 +203,26 @@ class IncidentForm(forms.ModelForm):
         if starts and ends and ends < starts:
             raise forms.ValidationError(gettext("An incident cannot end before it starts."))
         return data
+
+    #: the model's constraints in words (Django says "Constraint “…” is violated.", issue 29)
+    CONSTRAINT_SENTENCES = {"incident_exactly_one_scope": _("Pick exactly one of site, node or GPU slot."),
+                            "incident_ends_after_start": _("An incident cannot end before it starts.")}
+
+    def _post_clean(self):
+        super()._post_clean()
+        errors = self._errors.get(forms.forms.NON_FIELD_ERRORS) if self._errors else None
+        if not errors:
+            return
+        sentences = []
+        for error in errors.as_data():
+            for message in error.messages:
+                for name, sentence in self.CONSTRAINT_SENTENCES.items():
+                    if f"“{name}”" in message or f'"{name}"' in message:
+                        message = str(sentence)
+                if message not in sentences:
+                    sentences.append(message)
+        self._errors[forms.forms.NON_FIELD_ERRORS] = self.error_class(sentences, error_class="nonfield",
+                                                                      renderer=self.renderer)
 
 
 class DowntimeInline(ReadOnlyInlineMixin, admin.TabularInline):

@@ -81,7 +81,7 @@ MULTI_GPU_OFFERS = [
 ]
 
 STORAGE = [
-    ("extra_nvme", 900, 0, 30, gettext_noop("Extra local NVMe on the same host, encrypted, up to 30 TB per node")),
+    ("extra_nvme", 900, 0, 30, gettext_noop("Extra local NVMe on the same host, encrypted")),
     ("network_volume", 1400, 0, None,
      gettext_noop("Three replicas in the region, attachable to several instances, survives release")),
     ("snapshot", 600, 0, None,

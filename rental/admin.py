@@ -10,6 +10,7 @@ from django.contrib.admin import helpers
 from django.db.models import Q
 from django.template import engines
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext
@@ -155,7 +156,7 @@ class LeaseAdmin(admin.ModelAdmin):
     inlines = [DiskKeyInline, LeaseEventInline]
     actions = ["extend_free", "suspend_now", "resume", "release"]
     fieldsets = [
-        (None, {"fields": ("customer", "offer", "site", "image", "term", "state", "price_cents",
+        (None, {"fields": ("customer", "offer", "site", "hardware", "image", "term", "state", "price_cents",
                            ("extra_nvme_tb", "network_volume_tb", "snapshot_tb"), "ssh_public_key",
                            ("host", "ssh_port"))}),
         (_("Deadlines (UTC)"), {"fields": ("created_at", "pay_by", "provisioning_started_at", "started_at", "ends_at",
@@ -164,7 +165,29 @@ class LeaseAdmin(admin.ModelAdmin):
     ]
 
     def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in Lease._meta.fields] + ["timeline"]
+        return [f.name for f in Lease._meta.fields] + ["timeline", "hardware"]
+
+    @admin.display(description=_("node and GPU slots"))
+    def hardware(self, obj):
+        """Where the lease runs now (and ran before a migration), linked to the node (issue 29)."""
+        from inventory.models import SlotAllocation
+
+        rows = (SlotAllocation.objects.filter(lease_id=obj.pk).select_related("slot__node")
+                .order_by("released_at", "slot__node__name", "slot__index"))
+        now_on: dict = {}
+        before: dict = {}
+        for alloc in rows:
+            (before if alloc.released_at else now_on).setdefault(alloc.slot.node, []).append(alloc.slot.index)
+        def fmt(groups):
+            return format_html_join(", ", '<a href="{}">{}</a>: {}', (
+                (reverse("admin:inventory_node_change", args=[node.pk]), node.name,
+                 ", ".join(f"gpu{i}" for i in indexes)) for node, indexes in groups.items()))
+        if not now_on and not before:
+            return gettext("no GPU slot held")
+        parts = [fmt(now_on) if now_on else gettext("none now")]
+        if before:
+            parts.append(format_html(" <span class=\"help\">({} {})</span>", gettext("before:"), fmt(before)))
+        return format_html("{}{}", parts[0], parts[1] if len(parts) > 1 else "")
 
     def has_add_permission(self, request):
         return False  # leases are ordered through checkout, never typed in

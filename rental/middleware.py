@@ -148,3 +148,25 @@ class NulByteGuardMiddleware:
             sources.append(request.POST)
         return any("\x00" in key or any("\x00" in v for v in values)
                    for source in sources for key, values in source.lists())
+
+
+class FriendlyNotFoundMiddleware:
+    """The demo store (`make run`, DEBUG=1) answers an unknown page with the site's own
+    404 page in the reader's language, not Django's debug page listing every URL pattern
+    (issue 29). Installed only with DEBUG (settings); DEBUG_TECHNICAL_404=1 brings the debug
+    page back for development. JSON answers (the API's 404) are left alone."""
+
+    DEBUG_PAGE = b"<title>Page not found at "  # django/views/templates/technical_404.html
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if response.status_code == 404 and self.DEBUG_PAGE in getattr(response, "content", b"")[:2000]:
+            from django.template.response import TemplateResponse
+
+            page = TemplateResponse(request, "404.html", status=404)
+            page.render()
+            return page
+        return response

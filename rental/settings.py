@@ -114,6 +114,10 @@ MIDDLEWARE = [
     # Last, so that it sees failed logins from every view (django-axes requirement).
     "axes.middleware.AxesMiddleware",
 ]
+# The demo store's 404 is the site's own page, not the debug page (issue 29).
+if DEBUG and not env_bool("DEBUG_TECHNICAL_404"):
+    MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.messages.middleware.MessageMiddleware") + 1,
+                      "rental.middleware.FriendlyNotFoundMiddleware")
 
 ROOT_URLCONF = "rental.urls"
 WSGI_APPLICATION = "rental.wsgi.application"

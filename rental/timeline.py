@@ -35,6 +35,8 @@ class Point:
 def countdown(at: datetime, now: datetime) -> str:
     """'in 3 d 4 h', 'in 25 min', '2 d 1 h ago'."""
     seconds = int((at - now).total_seconds())
+    if abs(seconds) < 60:
+        return _("now")  # not "in 0 min" (or "0 分钟后") for what is happening this minute
     days, rest = divmod(abs(seconds), 86_400)
     hours, rest = divmod(rest, 3600)
     minutes = rest // 60

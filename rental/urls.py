@@ -2,7 +2,9 @@
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from billing import api as billing_api
 from billing import views as billing_views
@@ -85,6 +87,8 @@ api_v1 = [
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
+    # Browsers ask for /favicon.ico whatever the page links (issue 29: it was a 404 on every page).
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("agent/v1/", include("fleet.urls")),  # the node agents' API (nodeagent/PROTOCOL.md)
     path("admin/", admin.site.urls),
     # Language switcher: Django's set_language (cookie + next), also remembered for notices.

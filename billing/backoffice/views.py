@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from rental.models import ApiToken, Lease
+from rental.models import ApiToken, Lease, LeaseState, NetworkVolume, Snapshot
 from rental.permissions import ops_view
 
 from ..models import Invoice, LedgerEntry, Payment
@@ -34,6 +34,21 @@ class RefundForm(forms.Form):
     amount = forms.DecimalField(label=gettext_lazy("Amount (USD; empty: all that is not refunded yet)"),
                                 max_digits=12, decimal_places=2, min_value=Decimal("0.01"), required=False)
     reason = forms.CharField(label=gettext_lazy("Reason"), max_length=200)
+    lease_keeps_running = forms.BooleanField(
+        label=gettext_lazy("I know its lease keeps running (refund anyway)"), required=False,
+        help_text=gettext_lazy("Asked when the invoice's lease is still live: the refund returns the money, it "
+                               "does not stop the lease."))
+
+
+def _running_lease_warning(invoice: Invoice) -> str | None:
+    """Refunding the invoice of a live lease gives the money back and leaves the lease running:
+    the operator is told first and confirms (issue 29)."""
+    lease = invoice.lease
+    if lease is None or lease.state not in (LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.SUSPENDED):
+        return None
+    return _("Lease #%(id)s of invoice #%(invoice)s is %(state)s: the refund returns the money to the balance but "
+             "does not stop the lease, which keeps its GPUs until its term ends. Tick the box to refund anyway, or "
+             "release the lease first.") % {"id": lease.pk, "invoice": invoice.pk, "state": lease.get_state_display()}
 
 
 @ops_view(read=READ_PERM)
@@ -63,6 +78,8 @@ def customer_detail(request, user_id: int):
                     .order_by("-id")[:100],
         "entries": LedgerEntry.objects.filter(account__customer=customer).order_by("-at")[:100],
         "tokens": ApiToken.objects.filter(customer=customer).order_by("-created_at"),
+        "volumes": NetworkVolume.objects.filter(customer=customer).select_related("site").order_by("-created_at")[:100],
+        "snapshots": Snapshot.objects.filter(customer=customer).order_by("-created_at")[:100],
     }, status=400 if (adjust.errors or refund.errors) else 200)
 
 
@@ -81,9 +98,12 @@ def _handle_money_action(request, customer):
             refund = RefundForm(request.POST, prefix="refund")
             if not refund.is_valid():
                 return adjust, refund, False
-            invoice = Invoice.objects.filter(customer=customer, pk=refund.cleaned_data["invoice"]).first()
+            invoice = Invoice.objects.filter(customer=customer, pk=refund.cleaned_data["invoice"]).select_related("lease").first()
             if invoice is None:
                 refund.add_error("invoice", _("This customer has no such invoice."))
+                return adjust, refund, False
+            if (warning := _running_lease_warning(invoice)) and not refund.cleaned_data["lease_keeps_running"]:
+                refund.add_error("lease_keeps_running", warning)
                 return adjust, refund, False
             amount = refund.cleaned_data.get("amount")
             invoice_refund_to_balance(invoice=invoice, actor=request.user, reason=refund.cleaned_data["reason"],

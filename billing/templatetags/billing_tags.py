@@ -27,6 +27,14 @@ def refund_deadline(lease):
     return lease.refund_until if timezone.now() < lease.refund_until else None
 
 
+@register.filter
+def invoice_line(description: str) -> str:
+    """An invoice line in the reader's language (stored in English)."""
+    from billing.display.lines import line_text
+
+    return line_text(description)
+
+
 @register.simple_tag
 def refund_blocked(lease, allowance) -> bool:
     """The customer's refunds of money are used up this month and this lease was paid for:

@@ -16,6 +16,15 @@ PATTERNS = [  # (stored form, translatable form with the same named numbers)
      _("invoice #%(id)s not paid within the payment window")),
     (re.compile(r"^invoice #(?P<id>\d+)$"), _("invoice #%(id)s")),
     (re.compile(r"^refund of lease #(?P<id>\d+)$"), _("refund of lease #%(id)s")),
+    # storage terms from the balance (billing.ops._charge_term) and other ledger memos (issue 29)
+    (re.compile(r"^network volume #(?P<id>\d+), (?P<tb>\d+) TB × 30 days from (?P<start>[\d-]+)$"),
+     _("network volume #%(id)s, %(tb)s TB × 30 days from %(start)s")),
+    (re.compile(r"^snapshot #(?P<id>\d+), (?P<tb>\d+) TB × 30 days from (?P<start>[\d-]+)$"),
+     _("snapshot #%(id)s, %(tb)s TB × 30 days from %(start)s")),
+    (re.compile(r"^lease #(?P<id>\d+) could not be provisioned$"), _("lease #%(id)s could not be provisioned")),
+    # lease event reasons with numbers or names in them
+    (re.compile(r"^incident #(?P<id>\d+): .*$"), _("incident #%(id)s: hardware out of service")),
+    (re.compile(r"^instance ready on node (?P<node>[\w.-]+)$"), _("instance ready on server %(node)s")),
 ]
 
 

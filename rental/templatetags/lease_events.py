@@ -32,6 +32,10 @@ EVENT_TEXT = {
     "snapshot_taken": _("Snapshot taken"),
     "snapshot_restored": _("Snapshot restored"),
     "auto_renew_set": _("Auto-renew changed"),  # issue 30
+    "connection_changed": _("New connection line"),
+    "instance_restart": _("Restart requested"),
+    "instance_stop": _("Stop requested"),
+    "instance_start": _("Start requested"),
 }
 
 # Reasons the services store; listed so that makemessages finds them and the page can
@@ -47,6 +51,7 @@ KNOWN_REASONS = [
     gettext_noop("quote expired unpaid"), gettext_noop("order expired unpaid"),
     # issue 30
     gettext_noop("auto-renew on"), gettext_noop("auto-renew off"), gettext_noop("auto-renew follows the account"),
+    gettext_noop("refund within the refund window"),
 ]
 
 

@@ -1,6 +1,10 @@
 """The header's notice indicator: the signed-in customer's unread notices (once per request,
 though the nav is rendered twice: inline and in the phone menu)."""
+import re
+
 from django import template
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
 
 from ..lease_page import unread_notices
 
@@ -15,3 +19,12 @@ def unread_notice_count(context) -> int:
     if not hasattr(request, "_unread_notices"):
         request._unread_notices = unread_notices(request.user)
     return request._unread_notices
+
+
+_COMMAND = re.compile(r"(ssh -p \d+ [\w.@-]+)")
+
+
+@register.filter
+def notice_body(body: str) -> str:
+    """A notice's text with its connection command set as code (copyable, not prose)."""
+    return mark_safe(_COMMAND.sub(r"<code>\1</code>", str(escape(body))))  # noqa: S308 - escaped first

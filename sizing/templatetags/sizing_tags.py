@@ -1,6 +1,7 @@
 """Template helpers for the sizing pages: the server-rendered SVG memory bar."""
 
 from django import template
+from django.utils.translation import pgettext_lazy
 
 from ..recommend import usable_gb
 from ..results import BREAKDOWN_LABELS
@@ -99,3 +100,24 @@ def calculator_url(query: dict) -> str:
     from django.urls import reverse
 
     return f"{reverse('sizing')}?{urlencode(query)}"
+
+
+#: The engine's mode and method codes, as a reader of the page's language says them; English
+#: keeps the codes (they are the API's values), Chinese gets words (issue 29).
+MODE_WORDS = {"single": pgettext_lazy("sizing mode", "single"),
+              "data-parallel": pgettext_lazy("sizing mode", "data-parallel"),
+              "zero-3": pgettext_lazy("sizing mode", "zero-3")}
+METHOD_WORDS = {"full": pgettext_lazy("sizing method", "full"),
+                "full-8bit": pgettext_lazy("sizing method", "full-8bit"),
+                "lora": pgettext_lazy("sizing method", "lora"),
+                "qlora": pgettext_lazy("sizing method", "qlora")}
+
+
+@register.filter
+def sizing_mode(code: str) -> str:
+    return str(MODE_WORDS.get(code, code))
+
+
+@register.filter
+def sizing_method(code: str) -> str:
+    return str(METHOD_WORDS.get(code, code))

@@ -8,6 +8,7 @@ import re
 import pytest
 from django.conf import settings
 from django.urls import reverse
+from django.utils import timezone
 
 from inventory.models import GpuModel
 from tests.i18n.conftest import ZH
@@ -20,13 +21,13 @@ ALLOWED = set("""
 GPU GPUs CPU vCPU RAM VRAM NVMe SSD SSH API URL UTC GB TB MB GiB TiB Gbit s h TFLOPS FLOPs FLOPS PFLOPS
 NVIDIA AMD CUDA ROCm NVLink NVSwitch DCGM Infinity Fabric PCIe Gen Gen4 Gen5 HGX SXM HBM HBM2e HBM3 HBM3e GDDR6 GDDR6X ECC
 H100 H200 A100 MI300X L40S RTX A6000 A5000 A40 B200 L4 Ada PCIe
-BTC ETH USDT USDC XMR SOL LTC Bitcoin Ethereum Monero Solana Litecoin
+BTC ETH USDT USDC XMR SOL LTC DEMO Bitcoin Ethereum Monero Solana Litecoin
 LoRA QLoRA ZeRO ZeRO-2 ZeRO-3 Adam AdamW FP8 FP16 BF16 bf16 fp16 fp32 int8 bit bits bitsandbytes DeepSpeed FSDP
 Llama Mistral Mixtral Qwen Gemma Phi DeepSeek Falcon Yi PyTorch Hugging Face Transformers PEFT TRL Unsloth
 Ubuntu Docker JSON CSV PDF QR SLA LUKS LUKS2 OpenAPI Bearer Authorization IP TOTP htmx
 DFW IAD PDX LAS ORD Dallas Ashburn Hillsboro InfiniBand English B rank checkpoint CSRF Cookie ID
 Tether USD base W read order pay FlashAttention FlashAttention-2 Liger Kernel Trainer axolotl torchtune
-torchao logit logits Logits config json epoch token offload ZeRO-Offload ZeRO-0 ZeRO-1 N all framework
+torchao logit logits Logits config json epoch token offload ZeRO-Offload ZeRO-0 ZeRO-1 N all framework hf
 lora qlora full single zero-3 config.json ssh-ed25519 ssh-rsa ecdsa-sha2-nistp256 ecdsa-sha2-nistp384 ecdsa-sha2-nistp521 T
 """.split()) | set(settings.OPERATOR_NAME.split())
 LATIN_WORD = re.compile(r"(?<![\w.])[A-Za-z][\w.]*(?:[-'][\w.]+)*")
@@ -59,4 +60,45 @@ def test_no_latin_words_outside_the_allow_list_on_chinese_pages(zh_pages):
     offenders = {url: sorted(latin_words(r.content.decode())) for url, r in zh_pages.items()
                  if r.status_code == 200}
     offenders = {url: words for url, words in offenders.items() if words}
+    assert not offenders, offenders
+
+
+def test_the_new_pages_of_issue_29_in_chinese(client, catalog, customer, settings):
+    """The Chinese walk over issue 29's pages: a lease whose node is down, then moved, with a
+    renewal due; its renewal invoice (ordered in English, read in Chinese); the DEMO coin's
+    quote page; the refund limit used up; the 404 page."""
+    from billing.payments.services import quote_create
+    from billing.services import lease_refund
+    from rental.failover import incident_migrate
+    from rental.i18n import remember_language
+    from rental.services import customer_settings_update
+    from tests.experience.scenes import node_down, renewal_due, running_lease
+
+    settings.HOST_AGENT_FAKE_DELAY = 0
+    settings.DEMO_PAYMENTS = True
+    remember_language(customer, "zh-hans")  # a Chinese customer: notices are written in Chinese
+    lease_refund(lease=running_lease(customer), actor=customer)
+    customer_settings_update(user=customer, email="", auto_renew=False)
+    lease = running_lease(customer)
+    incident = node_down(lease)
+    client.force_login(customer)
+    pages = {"lease, node down": client.get(reverse("lease_detail", args=[lease.pk]), **ZH)}
+    incident_migrate(incident=incident)
+    invoice = renewal_due(lease)
+    quote = quote_create(invoice=invoice, coin="DEMO", now=timezone.now())
+    pages |= {
+        "lease, moved, renewal due": client.get(reverse("lease_detail", args=[lease.pk]), **ZH),
+        "renewal invoice": client.get(reverse("billing:invoice", args=[invoice.pk]), **ZH),
+        "demo quote": client.get(reverse("payments:quote", args=[quote.pk]), **ZH),
+        "order, refund used": client.get(reverse("order", args=["rtx-3090"]), **ZH),
+        "settings with notices": client.get(reverse("account_settings"), **ZH),
+        "sizing tables": client.get(reverse("sizing_tables"), **ZH),
+    }
+    page = pages["lease, moved, renewal due"].content.decode()
+    assert "已迁移到正常硬件" in page and "续费：支付账单" in page
+    assert "RTX 3090，1 周（7 天）" in pages["renewal invoice"].content.decode() or "续费租约" in pages[
+        "renewal invoice"].content.decode()
+    assert "演示——不是真实地址" in pages["demo quote"].content.decode()
+    offenders = {name: sorted(latin_words(r.content.decode())) for name, r in pages.items()}
+    offenders = {name: words for name, words in offenders.items() if words}
     assert not offenders, offenders

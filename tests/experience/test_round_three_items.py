@@ -1,0 +1,87 @@
+"""Issue 29's smaller promises: the demo store's 404 is the site's own page in the reader's
+language; a favicon; invoice lines in the reader's language whatever the order's; the
+operator sees a lease's node and GPU slots and a node's leases, and the incident form's
+constraint error as a sentence; /storage/ says "up to 30 TB per node" once."""
+import pytest
+from django.urls import reverse
+
+from tests.billing.test_pages import place
+from tests.experience.scenes import node_of, running_lease
+from tests.i18n.conftest import ZH
+
+FRIENDLY = "rental.middleware.FriendlyNotFoundMiddleware"
+
+
+@pytest.fixture
+def op_client(client, operator):
+    client.force_login(operator)
+    return client
+
+
+def test_the_demo_stores_404_is_the_sites_own_page(rf, customer):
+    from django.http import HttpResponse, JsonResponse
+    from django.utils import translation
+
+    from rental.middleware import FriendlyNotFoundMiddleware
+
+    debug_page = HttpResponse(b"<html><head><title>Page not found at /x/</title></head>Using the URLconf", status=404)
+    request = rf.get("/x/")
+    request.user = customer
+    with translation.override("zh-hans"):
+        response = FriendlyNotFoundMiddleware(lambda r: debug_page)(request)
+    body = response.content.decode()
+    assert response.status_code == 404 and "页面不存在" in body and "URLconf" not in body
+    api = JsonResponse({"error": "not_found"}, status=404)  # the API's own 404 is left alone
+    assert FriendlyNotFoundMiddleware(lambda r: api)(request) is api
+
+
+def test_make_run_installs_it_only_with_debug():
+    import subprocess
+    import sys
+
+    code = "import django, os; django.setup(); from django.conf import settings; print('{}' in settings.MIDDLEWARE)"
+    env = {"DJANGO_SETTINGS_MODULE": "rental.settings", "PATH": "/usr/bin:/bin"}
+    on = subprocess.run([sys.executable, "-c", code.format(FRIENDLY)], env={**env, "DEBUG": "1"},
+                        capture_output=True, text=True, timeout=60)
+    assert on.stdout.strip() == "True", on.stderr
+
+
+def test_favicon_is_linked_and_served(client, catalog):
+    page = client.get(reverse("home")).content.decode()
+    assert '<link rel="icon" href="/static/favicon.svg"' in page
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"] == "/static/favicon.svg"
+
+
+def test_invoice_lines_in_the_readers_language(client, catalog, customer):
+    from django.utils import translation
+
+    with translation.override("zh-hans"):  # ordered by a customer browsing in Chinese
+        _lease, invoice = place(customer)
+    assert invoice.lines.first().description == "RTX 3090, 1 week (7 days)"  # stored in English
+    client.force_login(customer)
+    en = client.get(reverse("billing:invoice", args=[invoice.pk]), HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    zh = client.get(reverse("billing:invoice", args=[invoice.pk]), **ZH).content.decode()
+    assert "<td>RTX 3090, 1 week (7 days)</td>" in en and "<td>RTX 3090，1 周（7 天）</td>" in zh
+
+
+def test_admin_lease_shows_its_node_and_slots_and_the_node_its_leases(op_client, catalog, customer, settings):
+    settings.HOST_AGENT_FAKE_DELAY = 0
+    lease = running_lease(customer)
+    node = node_of(lease)
+    lease_page = op_client.get(reverse("admin:rental_lease_change", args=[lease.pk])).content.decode()
+    assert f'<a href="{reverse("admin:inventory_node_change", args=[node.pk])}">{node.name}</a>: gpu' in lease_page
+    node_page = op_client.get(reverse("admin:inventory_node_change", args=[node.pk])).content.decode()
+    assert f'<a href="{reverse("admin:rental_lease_change", args=[lease.pk])}">#{lease.pk}</a> (gpu' in node_page
+
+
+def test_incident_form_says_the_constraint_in_words(op_client, catalog):
+    response = op_client.post(reverse("admin:inventory_incident_add"), {
+        "kind": "down", "starts_at_0": "2026-01-01", "starts_at_1": "10:00:00", "reason": "PSU"})
+    body = response.content.decode()
+    assert response.status_code == 200 and "Pick exactly one of site, node or GPU slot." in body
+    assert "is violated" not in body
+
+
+def test_storage_page_says_the_node_limit_once(client, catalog):
+    assert client.get(reverse("storage")).content.decode().count("up to 30 TB per node") == 1
