@@ -50,6 +50,13 @@ def invoice_json(invoice: Invoice) -> dict:
     }
 
 
+def lease_and_invoice(lease, invoice: Invoice) -> JsonResponse:
+    """201 with both as they are now (an order, an extension)."""
+    lease.refresh_from_db()
+    invoice = Invoice.objects.prefetch_related("lines").get(pk=invoice.pk)
+    return JsonResponse({"lease": lease_json(lease), "invoice": invoice_json(invoice)}, status=201)
+
+
 def _order_offer(data: dict) -> Offer:
     slug = data.get("offer")
     if not isinstance(slug, str) or not slug:
@@ -103,9 +110,7 @@ def orders(request):
         raise ApiError(402, "insufficient_balance", str(exc)) from exc
     except TooManyOpenOrders as exc:
         raise ApiError(409, "too_many_unpaid_orders", str(exc)) from exc
-    lease.refresh_from_db()
-    invoice = Invoice.objects.prefetch_related("lines").get(pk=invoice.pk)
-    return JsonResponse({"lease": lease_json(lease), "invoice": invoice_json(invoice)}, status=201)
+    return lease_and_invoice(lease, invoice)
 
 
 @api_endpoint("GET")
@@ -171,9 +176,7 @@ def lease_extend(request, lease_id: int):
         raise ApiError(402, "insufficient_balance", str(exc)) from exc
     except BillingError as exc:
         raise ApiError(409, "extend_refused", str(exc)) from exc
-    lease.refresh_from_db()
-    invoice = Invoice.objects.prefetch_related("lines").get(pk=invoice.pk)
-    return JsonResponse({"lease": lease_json(lease), "invoice": invoice_json(invoice)}, status=201)
+    return lease_and_invoice(lease, invoice)
 
 
 @api_endpoint("POST", scope="order")

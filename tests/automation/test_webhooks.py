@@ -230,3 +230,20 @@ def test_admin_redeliver_action(client, catalog, customer, operator, t0, loopbac
     assert response.status_code == 302
     assert WebhookDelivery.objects.filter(redelivery_of=delivery, state="delivered").count() == 1
     assert len(receiver.requests) == 2
+
+
+def test_incident_and_migration_notices_are_webhook_events(catalog, customer, t0, loopback_allowed, receiver):
+    """The incident notice (rental.failover.incident_notify_customers sends it with notify)
+    and the new connection line after a migration reach the endpoint as their events."""
+    from rental.agent import Instance
+    from rental.services import lease_connection_update, notify
+
+    lease = active_lease(customer, t0)
+    webhook_endpoint_save(customer=customer, url=receiver.url)
+    for _ in range(2):
+        notify(lease=lease, kind="incident", deadline=t0, subject="down", body="hardware out of service", now=t0)
+    assert lease_connection_update(lease_id=lease.pk, instance=Instance(host="198.51.100.9", ssh_port=2222), now=t0,
+                                   reason="migrated")
+    assert [event for event, _term in receiver.events()] == ["incident", "lease.migrated"]
+    moved = receiver.requests[1]["json"]["data"]
+    assert moved["lease"]["ssh"] == "ssh -p 2222 root@198.51.100.9" and "198.51.100.9" in moved["notice"]["body"]
