@@ -14,7 +14,9 @@ from datetime import timedelta
 
 import pytest
 from django.db import transaction
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from billing.backoffice.services import invoice_refund_to_balance
 from billing.lifecycle import run_lifecycle

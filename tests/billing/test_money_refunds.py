@@ -11,7 +11,14 @@ from django.utils import timezone
 
 from billing.backoffice.services import invoice_refund_to_balance
 from billing.models import Invoice, LedgerEntry
-from billing.services import BillingError, account_for, balance_top_up, lease_refund, refundable_cents, refunds_left
+from billing.services import (
+    BillingError,
+    account_for,
+    balance_top_up,
+    lease_refund,
+    refundable_cents,
+    refunds_left,
+)
 from rental.models import LeaseState
 from tests.billing.payments_helpers import fresh
 from tests.billing.test_concurrency import in_threads, postgres_only
@@ -111,8 +118,9 @@ def test_operator_and_customer_refunding_at_the_same_moment_pay_back_once(catalo
         lease, invoice = order(customer, now)
         before = balance(customer)
         results = in_threads(
-            lambda: lease_refund(lease=lease, actor=customer),
-            lambda: invoice_refund_to_balance(invoice=invoice, actor=operator, reason="race", now=timezone.now()))
+            lambda lease=lease: lease_refund(lease=lease, actor=customer),
+            lambda invoice=invoice: invoice_refund_to_balance(invoice=invoice, actor=operator, reason="race",
+                                                              now=timezone.now()))
         assert not [r for r in results if isinstance(r, BaseException) and not isinstance(r, BillingError)], results
         assert balance(customer) - before == PRICE  # once, whoever won
         assert fresh(invoice).refunded_cents == PRICE

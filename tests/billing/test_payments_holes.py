@@ -248,8 +248,8 @@ def test_reorg_after_settlement_takes_everything_back_suspends_after_the_grace_a
     alerted, the lease is suspended after PAYMENT_REVERSAL_GRACE_MINUTES and resumes once
     the next credit has paid the debt."""
     from billing.payments.reversals import sweep_reversed_payments
-    from rental.services import lease_provisioned
     from rental.agent import Instance
+    from rental.services import lease_provisioned
 
     settings.PAYMENT_REVERSAL_GRACE_MINUTES = 30
     lease, invoice, quote = placed

@@ -11,7 +11,7 @@ from django.urls import reverse
 from billing.dashboard import dashboard
 from billing.models import Invoice, LedgerEntry
 from billing.ops import volume_order
-from billing.services import balance_top_up, invoice_mark_paid, ledger_post, lease_refund
+from billing.services import balance_top_up, invoice_mark_paid, lease_refund, ledger_post
 from inventory.models import Site
 from tests.billing.test_lifecycle import order
 
