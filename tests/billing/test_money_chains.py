@@ -26,7 +26,7 @@ from rental.services import lease_provisioned
 from tests.billing.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
 from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
 from tests.billing.test_lifecycle import order
-from tests.billing.test_payments_chains import CONTRACT, FORWARDER, ltc_quote, rbf_payment
+from tests.billing.test_payments_chains import CONTRACT, FORWARDER, deploy, ltc_quote, rbf_payment
 
 pytestmark = pytest.mark.django_db(transaction=False)
 
@@ -103,10 +103,7 @@ def test_eth_contract_payment_re_mined_after_a_reorg_is_the_same_payment(
     w3, now = anvil, timezone.now()
     set_rate("ETH", "2000", now)
     CoinWallet.objects.create(coin="ETH", next_index=9000, highest_paid_index=8999)
-    fwd = w3.eth.contract(abi=FORWARDER["abi"], bytecode=FORWARDER["bytecode"])
-    txh = fwd.constructor().transact({"from": w3.eth.accounts[0]})
-    w3.provider.make_request("anvil_mine", [1])
-    fwd = w3.eth.contract(address=w3.eth.get_transaction_receipt(txh)["contractAddress"], abi=FORWARDER["abi"])
+    fwd = deploy(w3, FORWARDER)
     with coins_config.use_adapters({Coin.ETH: EvmAdapter(Coin.ETH, eth_account_key(), w3=w3, chain_id=31337)}):
         lease, invoice = order(customer, now, pay=False)
         quote = quote_create(invoice=invoice, coin="ETH", now=now)
@@ -296,14 +293,7 @@ def test_usdc_to_a_usdt_quote_eth_to_a_token_quote_and_a_token_to_an_eth_quote_a
     settings.MAX_OPEN_UNPAID_ORDERS = 3
     set_rate("ETH", "2000", now)
     CoinWallet.objects.create(coin="ETH", next_index=9100, highest_paid_index=9099)
-    tokens = []
-    for _ in range(2):
-        c = w3.eth.contract(abi=CONTRACT["abi"], bytecode=CONTRACT["bytecode"])
-        tx = c.constructor(10**15).transact({"from": w3.eth.accounts[0]})
-        w3.provider.make_request("anvil_mine", [1])
-        tokens.append(w3.eth.contract(address=w3.eth.get_transaction_receipt(tx)["contractAddress"],
-                                      abi=CONTRACT["abi"]))
-    usdt, usdc = tokens
+    usdt, usdc = deploy(w3, CONTRACT, 10**15), deploy(w3, CONTRACT, 10**15)
     key = eth_account_key()
     known = (usdt.address, usdc.address)
     adapters = {Coin.ETH: EvmAdapter(Coin.ETH, key, w3=w3, chain_id=31337, known_tokens=known),

@@ -118,8 +118,9 @@ def test_operator_and_customer_refunding_at_the_same_moment_pay_back_once(catalo
         lease, invoice = order(customer, now)
         before = balance(customer)
         results = in_threads(
-            lambda: lease_refund(lease=lease, actor=customer),
-            lambda: invoice_refund_to_balance(invoice=invoice, actor=operator, reason="race", now=timezone.now()))
+            lambda lease=lease: lease_refund(lease=lease, actor=customer),
+            lambda invoice=invoice: invoice_refund_to_balance(invoice=invoice, actor=operator, reason="race",
+                                                              now=timezone.now()))
         assert not [r for r in results if isinstance(r, BaseException) and not isinstance(r, BillingError)], results
         assert balance(customer) - before == PRICE  # once, whoever won
         assert fresh(invoice).refunded_cents == PRICE

@@ -186,16 +186,21 @@ def test_ltc_not_offered_while_its_node_is_unreachable_or_behind(litecoind, cata
 FORWARDER = json.loads((Path(__file__).parent / "coins" / "contracts" / "Forwarder.json").read_text())
 
 
+def deploy(w3, artifact: dict, *args):
+    """A contract of the tests' artifacts (TestUSD, Forwarder) on anvil, mined."""
+    tx = w3.eth.contract(abi=artifact["abi"], bytecode=artifact["bytecode"]).constructor(*args).transact(
+        {"from": w3.eth.accounts[0]})
+    w3.provider.make_request("anvil_mine", [1])
+    return w3.eth.contract(address=w3.eth.get_transaction_receipt(tx)["contractAddress"], abi=artifact["abi"])
+
+
 def test_eth_order_paid_through_a_contract_and_a_stray_token_reported(anvil, usdt_token, catalog, customer):  # noqa: F811
     from billing.dashboard import dashboard
 
     w3, now = anvil, timezone.now()
     set_rate("ETH", "2000", now)
     CoinWallet.objects.create(coin="ETH", next_index=7000, highest_paid_index=6999)
-    fwd = w3.eth.contract(abi=FORWARDER["abi"], bytecode=FORWARDER["bytecode"])
-    txh = fwd.constructor().transact({"from": w3.eth.accounts[0]})
-    w3.provider.make_request("anvil_mine", [1])
-    fwd = w3.eth.contract(address=w3.eth.get_transaction_receipt(txh)["contractAddress"], abi=FORWARDER["abi"])
+    fwd = deploy(w3, FORWARDER)
     adapter = EvmAdapter(Coin.ETH, eth_account_key(), w3=w3, chain_id=31337)  # no token configured
     with coins_config.use_adapters({Coin.ETH: adapter}):
         lease, invoice = order(customer, now, pay=False)
