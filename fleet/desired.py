@@ -7,6 +7,8 @@ Disk work is asked only of the node the lease was on last, and only once rental 
 it (DiskKey destroy requested; the wipe as soon as the key is destroyed — `wipe_by` is only
 the deadline alerts watch, as README and rental.lifecycle promise): nothing here can destroy
 a paid lease's disk."""
+import hashlib
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -69,9 +71,14 @@ def _leases_on(node: Node):
     return leases, current
 
 
-def _issue(*, lease: Lease, node: Node, wanted: Wanted, restarts: int, now: datetime) -> str:
+def _issue(*, lease: Lease, node: Node, wanted: Wanted, restarts: int, now: datetime,
+           known: IssuedOp | None = None) -> str:
     """The op_id for this (want, disk, restarts): the stored one while nothing changed,
-    else the next counter."""
+    else the next counter. `known` is the row as read without a lock by this poll: when it
+    already says the same, the poll writes nothing and takes no lock (issue 31: a steady
+    fleet's polls are reads)."""
+    if known is not None and (known.want, known.disk, known.restarts) == (wanted.want, wanted.disk, restarts):
+        return known.op_id
     label = wanted.want if wanted.disk == "keep" else wanted.disk
     with transaction.atomic():
         op = IssuedOp.objects.select_for_update().filter(lease=lease, node=node).first()
@@ -104,6 +111,7 @@ def desired_instances(*, node: Node, now: datetime) -> list[dict]:
     leases, current = _leases_on(node)
     intents = {i.lease_id: i for i in InstanceIntent.objects.filter(lease__in=[le.pk for le in leases])}
     volumes = desired_volumes(node=node, lease_ids=list(current))
+    issued = {op.lease_id: op for op in IssuedOp.objects.filter(node=node, lease__in=[le.pk for le in leases])}
     out = []
     for lease in leases:
         intent = intents.get(lease.pk)
@@ -113,7 +121,8 @@ def desired_instances(*, node: Node, now: datetime) -> list[dict]:
         restarts = intent.restarts if intent else 0
         out.append({
             "lease_id": lease.pk,
-            "op_id": _issue(lease=lease, node=node, wanted=wanted, restarts=restarts, now=now),
+            "op_id": _issue(lease=lease, node=node, wanted=wanted, restarts=restarts, now=now,
+                            known=issued.get(lease.pk)),
             "want": wanted.want,
             "disk": wanted.disk,
             "gpus": gpus,
@@ -130,6 +139,14 @@ def desired_burn_ins(*, node: Node) -> list[dict]:
     """Diagnostics asked of the node: pending burn-ins on its idle cards."""
     return [{"op_id": b.op_id, "gpu": b.slot.index, "level": settings.BURN_IN_DCGM_LEVEL}
             for b in pending_for_node(node)]
+
+
+def desired_etag(document: dict) -> str:
+    """A strong validator over everything but the clock: the same desired state, the same
+    ETag, so an agent that has it gets `304 Not Modified` (PROTOCOL.md, issue 31)."""
+    unchanging = {k: v for k, v in document.items() if k != "generated_at"}
+    digest = hashlib.sha256(json.dumps(unchanging, sort_keys=True, separators=(",", ":")).encode())
+    return f'"{digest.hexdigest()[:32]}"'
 
 
 def desired_document(*, node: Node, now: datetime) -> dict:

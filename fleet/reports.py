@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 
 from django.conf import settings
 from django.db import transaction
@@ -14,7 +15,7 @@ from billing.ops import egress_record, term_start_at
 from billing.storage.volumes import mounts_record
 from inventory.burnin import slot_health_hold_set
 from inventory.incidents import health_report
-from inventory.models import GpuSlot, Node, SlotAllocation
+from inventory.models import GpuSlot, Incident, Node, SlotAllocation
 from inventory.selectors import catalog_changed
 from rental.addresses import valid_host
 from rental.agent import Instance
@@ -78,7 +79,8 @@ def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetim
     data = _envelope(agent, body, signature, now)
     outcome = Outcome()
     _node_facts(agent, data, now, outcome)
-    for name, apply in (("gpus", _gpu), ("instances", _instance), ("evidence", _evidence)):
+    gpus = partial(_gpu, slots=_GpuSlots(agent.node))
+    for name, apply in (("gpus", gpus), ("instances", _instance), ("evidence", _evidence)):
         items = data.get(name) or []
         if not isinstance(items, list) or len(items) > MAX_ITEMS:
             outcome.refused.append({"item": name, "error": "invalid"})
@@ -185,17 +187,33 @@ def _follow_new_host(agent: NodeAgent, now: datetime) -> None:
                                 now=now, reason=f"node {agent.node.name} now answers at {agent.public_host}")
 
 
-def _gpu(agent: NodeAgent, item, now: datetime) -> None:
+class _GpuSlots:
+    """The node's slots and which have an open health-check incident, read once per report
+    (issue 31: a steady report of 8 healthy GPUs reads two rows sets, writes nothing)."""
+
+    def __init__(self, node):
+        self.by_index = {s.index: s for s in GpuSlot.objects.filter(node=node)}
+        self.with_incident = set(Incident.objects.filter(
+            source=Incident.Source.HEALTH_CHECK, ends_at__isnull=True, slot__node=node).values_list("slot_id", flat=True))
+
+
+def _gpu(agent: NodeAgent, item, now: datetime, *, slots: _GpuSlots) -> None:
     """healthy=false opens a GPU incident on the slot (once while it lasts); healthy
-    again closes it (inventory.incidents.health_report)."""
+    again closes it (inventory.incidents.health_report). Nothing is written while the
+    slot's state already says what the report says."""
     row = _gpu_row(item)
-    if not GpuSlot.objects.filter(node=agent.node, index=row["index"]).exists():
+    slot = slots.by_index.get(row["index"])
+    if slot is None:
         raise Refused("unknown_gpu")
     healthy, problem = row["healthy"], row["problem"]
     if row["conditions"] is not None:      # the rules table decides (fleet/conditions.py)
         by_rule = split_by_rule(row["conditions"])
         healthy, problem = not by_rule[INCIDENT], "; ".join(c["detail"] for c in by_rule[INCIDENT])
-        slot_health_hold_set(node=agent.node, index=row["index"], codes=[c["code"] for c in by_rule[DRAIN]], now=now)
+        codes = [c["code"] for c in by_rule[DRAIN]]
+        if ",".join(sorted(set(codes))) != slot.health_hold:
+            slot_health_hold_set(node=agent.node, index=row["index"], codes=codes, now=now)
+    if healthy != (slot.pk in slots.with_incident):
+        return                             # healthy and no incident, or unhealthy and one open
     problem = problem or ("Xid " + ", ".join(map(str, row["xid_errors"])) if row["xid_errors"] else "")
     detail = f"GPU {row['index']} ({row['uuid'] or 'no uuid'}) unhealthy: {problem or 'reported by the node agent'}"
     health_report(node=agent.node, healthy=healthy, at=now, slot_index=row["index"],

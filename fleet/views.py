@@ -3,14 +3,14 @@
 is a 4xx with {"error": code}, never a 500."""
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import JsonResponse
+from django.http import HttpResponseNotModified, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from rental.throttle import throttle_take
 
-from .desired import desired_document
+from .desired import desired_document, desired_etag
 from .jsonbody import parse_json
 from .models import NodeAgent
 from .reports import ReportRefused, report_accept
@@ -95,7 +95,14 @@ def desired(request):
         return refusal
     now = timezone.now()
     NodeAgent.objects.filter(pk=agent.pk).update(last_seen_at=now)
-    return JsonResponse(desired_document(node=agent.node, now=now))
+    document = desired_document(node=agent.node, now=now)
+    etag = desired_etag(document)
+    if etag in [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]:
+        response = HttpResponseNotModified()      # the agent's copy is current: no body
+    else:
+        response = JsonResponse(document)
+    response["ETag"] = etag
+    return response
 
 
 @csrf_exempt

@@ -8,6 +8,8 @@ import requests
 from . import __version__
 from .signing import NodeKey
 
+NOT_MODIFIED = object()     # a 304 answer: the copy the client holds is current
+
 
 class StorefrontUnreachable(Exception):
     """No usable answer (network error, timeout, 5xx): retry later, change nothing."""
@@ -30,6 +32,9 @@ class StorefrontClient:
         self.session.verify = verify
         self.session.headers["User-Agent"] = f"gpu-node-agent/{__version__}"
         self.timeout = timeout
+        self._desired: dict | None = None
+        self._desired_etag = ""
+        self._last_etag = ""
 
     def enrol(self, *, code: str, public_key: str, hostname: str) -> dict:
         body = {"code": code, "public_key": public_key, "agent_version": __version__,
@@ -37,7 +42,16 @@ class StorefrontClient:
         return self._call("POST", "/agent/v1/enrol", data=json.dumps(body).encode())
 
     def desired(self) -> dict:
-        return self._call("GET", "/agent/v1/desired", headers=self._auth())
+        """The desired state; sent with the ETag of the last one, so an unchanged state is
+        a bodiless `304` (PROTOCOL.md) and the copy kept here is returned."""
+        headers = self._auth()
+        if self._desired is not None:
+            headers["If-None-Match"] = self._desired_etag
+        document = self._call("GET", "/agent/v1/desired", headers=headers)
+        if document is NOT_MODIFIED:
+            return self._desired
+        self._desired, self._desired_etag = document, self._last_etag
+        return document
 
     def report(self, report: dict, key: NodeKey) -> dict:
         body = json.dumps(report, separators=(",", ":")).encode()
@@ -57,6 +71,9 @@ class StorefrontClient:
                                             headers=headers, timeout=self.timeout)
         except requests.RequestException as exc:
             raise StorefrontUnreachable(f"{method} {path}: {exc}") from exc
+        self._last_etag = response.headers.get("ETag", "")
+        if response.status_code == 304:
+            return NOT_MODIFIED
         if response.status_code >= 500:
             raise StorefrontUnreachable(f"{method} {path}: HTTP {response.status_code}")
         try:

@@ -1,0 +1,317 @@
+"""How many nodes can one storefront serve? (issue 31)
+
+Creates a throwaway PostgreSQL database (bench_fleet_<pid>, dropped at the end), migrates it,
+loads the demo catalog, and for each size N enrols N simulated nodes straight into the
+database — real Ed25519 keys, real hashed credentials, 8 GPU slots each, two running leases
+per node — then starts gunicorn with production settings (DEBUG=0, NodeAgentDriver,
+Redis cache) and drives the real endpoints at the poll rate: every node, at its own offset in
+the interval, GETs /agent/v1/desired (with the ETag of its last answer, as the agent does)
+and POSTs a report signed over its raw bytes with an increasing seq (8 GPUs, 2 instances
+with growing egress). The load generator (asyncio + aiohttp, one process) measures itself.
+
+Per size it prints the request rate asked and sustained, p50/p99 of both endpoints, errors,
+the rows written and the queries per poll (measured in-process on the same database), the
+bare Django view's rate on the same server (wrk) and the ratio, and one line that scripts
+read:
+
+    fleet: N nodes at S s poll: R req/s, p99 desired D ms, p99 report P ms
+
+At the largest size it prints EXPLAIN of every query a poll and a report make.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/13 \\
+        .venv/bin/python bench/fleet.py                 # 100, 1,000, 10,000 nodes, 15 s poll, 30 s each
+    ... bench/fleet.py 100 1000 --duration 20 --poll 15
+    ... bench/fleet.py --smoke                          # seconds: 20 nodes (CI, tests/bench)
+"""
+import argparse
+import asyncio
+import base64
+import json
+import os
+import random
+import resource
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+BASE = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(BASE), str(BASE / "bench")]
+
+from load import Gunicorn, manage, production_env, run_wrk, wait_http, with_db  # noqa: E402
+
+LEASES_PER_NODE = 2   # each of the demo's largest offer that fits twice on an 8-GPU node
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sizes", nargs="*", type=int, help="nodes per run (default 100 1000 10000)")
+    parser.add_argument("--poll", type=float, default=15.0, help="seconds between a node's polls (NODE_POLL_SECONDS)")
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of load per size")
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
+    parser.add_argument("--connections", type=int, default=64, help="the generator's open connections")
+    parser.add_argument("--smoke", action="store_true", help="20 nodes, 2 s poll, 4 s: checks it runs (CI)")
+    args = parser.parse_args()
+    args.sizes = tuple(args.sizes) or (100, 1_000, 10_000)
+    if args.smoke:
+        args.sizes, args.poll, args.duration, args.workers, args.connections = (20,), 2.0, 4.0, 1, 8
+    return args
+
+
+# --- the fleet, straight into the database -------------------------------------------------
+
+def enrol_fleet(n: int, offset: int) -> list[dict]:
+    """N nodes with agents and two running leases each; returns each node's credential and
+    private key (raw) for the generator."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        NoEncryption,
+        PrivateFormat,
+        PublicFormat,
+    )
+    from django.contrib.auth.models import User
+    from django.utils import timezone
+
+    from fleet.crypto import secret_hash
+    from fleet.models import NodeAgent
+    from inventory.models import GpuSlot, Node, Offer, Site, SlotAllocation
+    from rental.models import Image, Lease, LeaseState
+
+    now = timezone.now()
+    offer = (Offer.objects.filter(gpu_count__lte=8 // LEASES_PER_NODE).select_related("gpu_model")
+             .order_by("-gpu_count").first())
+    per_lease = offer.gpu_count
+    gpu, site, image = offer.gpu_model, Site.objects.first(), Image.objects.first()
+    customer, _ = User.objects.get_or_create(username="bench-fleet")
+    nodes = Node.objects.bulk_create([
+        Node(site=site, name=f"bench-{offset + i:06d}", gpu_model=gpu, gpu_count=8, vcpus=128, host_ram_gb=1024)
+        for i in range(n)], batch_size=2000)
+    slots = GpuSlot.objects.bulk_create([GpuSlot(node=node, index=i) for node in nodes for i in range(8)],
+                                        batch_size=5000)
+    leases = Lease.objects.bulk_create([
+        Lease(customer=customer, offer=offer, site=site, image=image, state=LeaseState.ACTIVE, term="week",
+              price_cents=offer.weekly_cents, ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBench bench",
+              pay_by=now, started_at=now, ends_at=now + timedelta(days=7), provisioning_started_at=now,
+              host="203.0.113.7", ssh_port=22000 + j)
+        for node in nodes for j in range(LEASES_PER_NODE)], batch_size=2000)
+    SlotAllocation.objects.bulk_create([
+        SlotAllocation(slot=slots[8 * k + per_lease * j + g], lease_id=leases[LEASES_PER_NODE * k + j].pk)
+        for k in range(n) for j in range(LEASES_PER_NODE) for g in range(per_lease)], batch_size=5000)
+    fleet, agents = [], []
+    for k, node in enumerate(nodes):
+        key = Ed25519PrivateKey.generate()
+        credential = base64.b16encode(os.urandom(24)).decode().lower()
+        public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+        agents.append(NodeAgent(node=node, credential_hash=secret_hash(credential), public_key=public,
+                                enrolled_at=now, last_seq=0, agent_version="0.1.0", hostname=node.name,
+                                gpu_library="nvml"))
+        fleet.append({"node": node.name, "credential": credential,
+                      "key": key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()),
+                      "leases": [leases[LEASES_PER_NODE * k + j].pk for j in range(LEASES_PER_NODE)]})
+    NodeAgent.objects.bulk_create(agents, batch_size=2000)
+    return fleet
+
+
+def report_body(node: dict, seq: int, op_ids: dict[int, str], egress: int) -> bytes:
+    from django.utils import timezone
+
+    from fleet.timeutil import rfc3339
+
+    gpus = [{"index": i, "uuid": f"GPU-{node['node']}-{i}", "name": "NVIDIA H100 80GB HBM3", "memory_mb": 81559,
+             "driver": "550.54.15", "cuda": "12.4", "temperature_c": 40 + i, "ecc_uncorrected": 0, "xid_errors": [],
+             "healthy": True, "problem": "", "conditions": [],
+             "topology": {"pcie_gen": 5, "pcie_max_gen": 5, "pcie_width": 16, "pcie_max_width": 16,
+                          "nvlink_active": 18, "nvlink_peers": [j for j in range(8) if j != i], "mig": False}}
+            for i in range(8)]
+    instances = [{"lease_id": lease, "op_id": op_ids.get(lease, ""), "state": "running", "ssh_port": 22000 + j,
+                  "egress_bytes": egress, "error": None} for j, lease in enumerate(node["leases"])]
+    return json.dumps({"seq": seq, "sent_at": rfc3339(timezone.now()), "agent_version": "0.1.0",
+                       "public_host": "203.0.113.7", "gpu_library": "nvml", "gpus": gpus,
+                       "instances": instances, "evidence": []}, separators=(",", ":")).encode()
+
+
+def per_poll_costs(fleet: list[dict], explain: bool) -> dict:
+    """Queries and rows written by one desired poll and one report, through Django's test
+    client on the same database (the served path, minus the network)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    node = fleet[len(fleet) // 2]
+    auth = {"HTTP_AUTHORIZATION": f"Node {node['credential']}"}
+    client, out = Client(HTTP_HOST="127.0.0.1"), {}
+    client.get("/agent/v1/desired", **auth)          # the first poll issues the ops
+    with CaptureQueriesContext(connection) as desired:
+        document = client.get("/agent/v1/desired", **auth).json()
+    ops = {i["lease_id"]: i["op_id"] for i in document["instances"]}
+    key = Ed25519PrivateKey.from_private_bytes(node["key"])
+    client.post("/agent/v1/report", report_body(node, 10**9, ops, 1000), content_type="application/json",
+                HTTP_X_NODE_SIGNATURE=base64.b64encode(key.sign(report_body(node, 10**9, ops, 1000))).decode(), **auth)
+    body = report_body(node, 10**9 + 1, ops, 2000)
+    with CaptureQueriesContext(connection) as report:
+        client.post("/agent/v1/report", body, content_type="application/json",
+                    HTTP_X_NODE_SIGNATURE=base64.b64encode(key.sign(body)).decode(), **auth)
+    for name, captured in (("desired", desired), ("report", report)):
+        sqls = [q["sql"] for q in captured.captured_queries]
+        if os.environ.get("BENCH_FLEET_SQL"):
+            print(f"-- {name}:\n" + "\n".join(f"  {q[:160]}" for q in sqls))
+        out[name] = {"queries": len(sqls),
+                     "writes": sum(s.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")) for s in sqls)}
+        if explain:
+            print(f"EXPLAIN of one {name} ({len(sqls)} queries):")
+            with connection.cursor() as cursor:
+                for sql in sqls:
+                    if not sql.lstrip().upper().startswith("SELECT"):
+                        continue
+                    cursor.execute("EXPLAIN " + sql)
+                    plan = [row[0] for row in cursor.fetchall()]
+                    scans = [line.strip() for line in plan if "Seq Scan" in line]
+                    print(f"  {sql[:110]}…\n    {plan[0].strip()}" + (f"\n    !! {'; '.join(scans)}" if scans else ""))
+    return out
+
+
+# --- the load generator ----------------------------------------------------------------------
+
+def percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
+
+
+async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, connections: int) -> dict:
+    import aiohttp
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    lat = {"desired": [], "report": []}
+    stats = {"errors": 0, "not_modified": 0, "requests": 0, "late": 0}
+    keys = [Ed25519PrivateKey.from_private_bytes(n["key"]) for n in fleet]
+    deadline = time.monotonic() + duration
+    connector = aiohttp.TCPConnector(limit=connections)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+
+        async def one_node(k: int, node: dict):
+            auth = {"Authorization": f"Node {node['credential']}"}
+            etag, ops, seq, egress = "", {}, 0, 0
+            next_at = time.monotonic() + random.uniform(0, poll)
+            while True:
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                if time.monotonic() >= deadline:
+                    return
+                if time.monotonic() - next_at > poll:
+                    stats["late"] += 1              # the generator (or server) fell a whole poll behind
+                next_at += poll
+                t = time.perf_counter()
+                async with session.get(f"{base}/agent/v1/desired",
+                                       headers={**auth, **({"If-None-Match": etag} if etag else {})}) as r:
+                    body = await r.read()
+                    stats["requests"] += 1
+                    if r.status == 200:
+                        ops = {i["lease_id"]: i["op_id"] for i in json.loads(body)["instances"]}
+                        etag = r.headers.get("ETag", "")
+                    elif r.status == 304:
+                        stats["not_modified"] += 1
+                    else:
+                        stats["errors"] += 1
+                lat["desired"].append((time.perf_counter() - t) * 1000)
+                seq, egress = seq + 1, egress + random.randint(10**6, 10**8)
+                data = report_body(node, seq, ops, egress)
+                t = time.perf_counter()
+                async with session.post(f"{base}/agent/v1/report", data=data, headers={
+                        **auth, "Content-Type": "application/json",
+                        "X-Node-Signature": base64.b64encode(keys[k].sign(data)).decode()}) as r:
+                    await r.read()
+                    stats["requests"] += 1
+                    stats["errors"] += r.status != 200
+                lat["report"].append((time.perf_counter() - t) * 1000)
+
+        cpu0, t0 = time.process_time(), time.monotonic()
+        await asyncio.gather(*(one_node(k, n) for k, n in enumerate(fleet)))
+        elapsed = time.monotonic() - t0
+    return {**stats, "lat": lat, "elapsed": elapsed, "generator_cpu": time.process_time() - cpu0}
+
+
+def main() -> None:
+    args = parse_args()
+    url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")) or not redis_url:
+        raise SystemExit("Set DATABASE_URL (a PostgreSQL server) and REDIS_URL, e.g.\n"
+                         "  DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/13")
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install -y wrk")
+    import psycopg
+
+    name, var_dir = f"bench_fleet_{os.getpid()}", tempfile.mkdtemp(prefix="bench-fleet-")
+    admin_url = with_db(url, "postgres")
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    server = None
+    try:
+        env = production_env(with_db(url, name), redis_url, var_dir, NODE_POLL_SECONDS=str(int(args.poll) or 1),
+                             NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE="1000")
+        env["HOST_AGENT"] = "fleet.driver.NodeAgentDriver"      # production's driver: real nodes
+        manage(env, "migrate", "--noinput")
+        manage(env, "load_demo")
+        os.environ.update({k: v for k, v in env.items() if k not in ("PYTHONPATH",)})
+        import django
+        django.setup()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = Gunicorn(env, port, args.workers, "sync", 1, Path(var_dir) / "gunicorn.log")
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/healthz")
+        fleet: list[dict] = []
+        for size in sorted(args.sizes):
+            t = time.perf_counter()
+            fleet += enrol_fleet(size - len(fleet), len(fleet))
+            print(f"== {size} nodes ({size * 8:,} GPUs, {size * LEASES_PER_NODE:,} leases) enrolled in "
+                  f"{time.perf_counter() - t:.1f} s", flush=True)
+            costs = per_poll_costs(fleet, explain=size == max(args.sizes) and not args.smoke)
+            with psycopg.connect(with_db(url, name), autocommit=True) as db:
+                row = "SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database WHERE datname = %s"
+                before = db.execute(row, (name,)).fetchone()[0]
+                run = asyncio.run(drive(base, fleet, poll=args.poll, duration=args.duration,
+                                        connections=args.connections))
+                time.sleep(0.6)                 # pg_stat counters are flushed every 500 ms
+                rows = db.execute(row, (name,)).fetchone()[0] - before
+            bare = run_wrk(base + "/bench/bare", [], max(2, int(args.duration // 6)), 16, 1)
+            rate = run["requests"] / run["elapsed"]
+            polls = max(1, len(run["lat"]["desired"]))
+            d99, r99 = percentile(run["lat"]["desired"], 99), percentile(run["lat"]["report"], 99)
+            print(f"  asked {2 * size / args.poll:.1f} req/s, sustained {rate:.1f} req/s over {run['elapsed']:.1f} s; "
+                  f"errors {run['errors']}, polls late by a whole interval {run['late']}, "
+                  f"304 answers {run['not_modified']} of {polls}")
+            print(f"  desired p50 {percentile(run['lat']['desired'], 50):.1f} ms p99 {d99:.1f} ms; "
+                  f"report p50 {percentile(run['lat']['report'], 50):.1f} ms p99 {r99:.1f} ms")
+            print(f"  per poll: desired {costs['desired']['queries']} queries ({costs['desired']['writes']} writes), "
+                  f"report {costs['report']['queries']} queries ({costs['report']['writes']} writes); "
+                  f"rows written {rows / polls:.1f} per poll+report")
+            print(f"  generator CPU {run['generator_cpu']:.1f} s of {run['elapsed']:.1f} s "
+                  f"({100 * run['generator_cpu'] / run['elapsed']:.0f}% of a core); bare Django view "
+                  f"{bare['rps']:.0f} req/s; ratio sustained/bare {rate / bare['rps']:.2f}")
+            print(f"fleet: {size} nodes at {args.poll:g} s poll: {rate:.1f} req/s, p99 desired {d99:.1f} ms, "
+                  f"p99 report {r99:.1f} ms", flush=True)
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        print(f"(server and tools CPU: {usage.ru_utime + usage.ru_stime:.1f} s)")
+    finally:
+        if server:
+            server.stop()
+        if "django.db" in sys.modules:
+            from django.conf import settings
+            if settings.configured:
+                from django.db import connections
+                connections.close_all()
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        shutil.rmtree(var_dir, ignore_errors=True)
+        print(f"dropped {name}")
+
+
+if __name__ == "__main__":
+    main()

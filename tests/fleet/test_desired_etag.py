@@ -1,0 +1,76 @@
+"""Issue 31: an unchanged desired state costs the storefront reads only and the agent a
+bodiless `304 Not Modified` (ETag / If-None-Match); any change — the customer's restart, a
+suspension — is a new ETag and the full document. Also over real HTTP with the agent's own
+client, which keeps the last document and hands it to the loop on a 304."""
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from .conftest import node_of
+
+pytestmark = pytest.mark.django_db
+
+
+def test_same_state_same_etag_and_a_304_without_body(paid_lease, enrol):
+    from fleet.services import instance_restart
+
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    first = node.desired()
+    etag = first["ETag"]
+    assert first.status_code == 200 and etag.startswith('"') and first.json()["instances"]
+    again = node.client.get("/agent/v1/desired", HTTP_IF_NONE_MATCH=etag, **node.auth)
+    assert again.status_code == 304 and again.content == b"" and again["ETag"] == etag
+    stale = node.client.get("/agent/v1/desired", HTTP_IF_NONE_MATCH='"not-it"', **node.auth)
+    assert stale.status_code == 200 and stale["ETag"] == etag
+
+    from rental.agent import Instance
+    from rental.services import lease_provisioned
+    assert lease_provisioned(lease_id=lease.pk, instance=Instance(host="203.0.113.7", ssh_port=22042),
+                             now=timezone.now())
+    instance_restart(lease_id=lease.pk, customer=lease.customer, now=timezone.now())
+    changed = node.client.get("/agent/v1/desired", HTTP_IF_NONE_MATCH=etag, **node.auth)
+    assert changed.status_code == 200 and changed["ETag"] != etag
+    assert changed.json()["instances"][0]["op_id"] != first.json()["instances"][0]["op_id"]
+
+
+def test_a_steady_poll_takes_no_lock_and_writes_only_the_heartbeat(paid_lease, enrol):
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    assert node.desired().status_code == 200          # the first poll issues the op
+    with CaptureQueriesContext(connection) as queries:
+        assert node.desired().status_code == 200
+    statements = [q["sql"].upper() for q in queries.captured_queries]
+    writes = [s for s in statements if s.startswith(("INSERT", "UPDATE", "DELETE"))]
+    assert [w.split()[1].strip('"') for w in writes] == ["FLEET_NODEAGENT"]      # last_seen_at
+    assert not [s for s in statements if "FOR UPDATE" in s]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_agent_client_keeps_its_copy_on_a_304(live_server, paid_lease, operator):
+    from fleet.services import enrolment_code_create
+    from nodeagent.client import StorefrontClient
+    from nodeagent.signing import NodeKey
+
+    lease = paid_lease()
+    node = node_of(lease)
+    code = enrolment_code_create(node=node, actor=operator, now=timezone.now())
+    import tempfile
+    from pathlib import Path
+    key = NodeKey.generate(Path(tempfile.mkdtemp()) / "key.pem")
+    enrolled = StorefrontClient(live_server.url).enrol(code=code, public_key=key.public_key_b64(), hostname="n")
+    client = StorefrontClient(live_server.url, credential=enrolled["credential"])
+    seen = []
+    original = client.session.request
+
+    def spy(method, url, **kwargs):
+        response = original(method, url, **kwargs)
+        seen.append((kwargs["headers"].get("If-None-Match"), response.status_code))
+        return response
+
+    client.session.request = spy
+    first = client.desired()
+    second = client.desired()
+    assert second == first and second["instances"][0]["lease_id"] == lease.pk
+    assert seen[0] == (None, 200) and seen[1][1] == 304 and seen[1][0]
