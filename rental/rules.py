@@ -7,7 +7,7 @@ from django.conf import settings
 
 
 def refund_window() -> timedelta:
-    return timedelta(minutes=settings.LEASE_REFUND_WINDOW_MINUTES)
+    return timedelta(minutes=settings.LEASE_REFUND_WINDOW_MINUTES + 1)
 
 
 def renewal_lead() -> timedelta:
