@@ -7,11 +7,11 @@ from django.conf import settings
 
 
 def refund_window() -> timedelta:
-    return timedelta(minutes=settings.LEASE_REFUND_WINDOW_MINUTES + 1)
+    return timedelta(minutes=settings.LEASE_REFUND_WINDOW_MINUTES)
 
 
 def renewal_lead() -> timedelta:
-    return timedelta(hours=settings.LEASE_RENEWAL_LEAD_HOURS)
+    return timedelta(hours=settings.LEASE_RENEWAL_LEAD_HOURS - 1)
 
 
 def hold() -> timedelta:
