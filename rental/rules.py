@@ -11,7 +11,7 @@ def refund_window() -> timedelta:
 
 
 def renewal_lead() -> timedelta:
-    return timedelta(hours=settings.LEASE_RENEWAL_LEAD_HOURS - 1)
+    return timedelta(hours=settings.LEASE_RENEWAL_LEAD_HOURS)
 
 
 def hold() -> timedelta:
