@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: run test lint setup clean-var
+.PHONY: run test lint setup clean-var mutate
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -24,3 +24,9 @@ lint: setup
 
 clean-var:
 	rm -rf var
+
+# issue 34: mutation testing of the rule modules ([tool.mutmut] in pyproject.toml), not CI:
+# hours for all of them. `make mutate` prints killed/survived; survivors: mutmut results.
+mutate: setup
+	$(BIN)/pip install -q -e '.[mutate]'
+	$(BIN)/mutmut run $(MUTATE_ARGS) ; $(BIN)/mutmut results

@@ -24,6 +24,7 @@ finished the batch (else how many passes, i.e. how long the last due lease waite
 """
 import argparse
 import os
+import signal
 import statistics
 import sys
 import time
@@ -60,6 +61,7 @@ def with_db(url: str, name: str) -> str:
 
 def main() -> None:
     args = parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` still drops the database
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres://", "postgresql://")):
         sys.exit("Set DATABASE_URL to a PostgreSQL server, e.g. postgres://postgres@127.0.0.1:5432/postgres")

@@ -1,4 +1,4 @@
-"""One lifecycle pass: every sweep once, in dependency order. Called every minute by
+"""One lifecycle pass: every sweep, in dependency order, in committed batches. Called every minute by
 Celery beat (billing.tasks.lifecycle_tick) and by `manage.py lifecycle`. The sweeps read
 customers with their settings (language, auto-renew) in the same query as the due leases."""
 import time
@@ -129,16 +129,23 @@ def run_lifecycle_exclusive(now: datetime, on_start=None) -> list[tuple[str, Tra
 
 
 def _run_sweeps(now: datetime) -> list[tuple[str, Transition]]:
-    """Each sweep in bounded batches (BATCH rows a query): a full batch means more may be
-    due, so the sweep runs again, until a batch comes back short or the pass has used
-    LIFECYCLE_PASS_BUDGET_SECONDS (the rest is the next pass's). So a burst of terms
-    ending in the same hour is done in one pass, not BATCH per minute."""
+    """Each sweep in bounded batches of LIFECYCLE_BATCH due rows, each batch one
+    transaction: its transitions (guarded updates, each with its audit row) commit together,
+    and what they trigger on the host or by e-mail runs once it committed. A commit per
+    batch instead of per lease (a commit waits for the WAL flush: it was most of a due
+    lease's cost). A full batch means more may be due, so the sweep runs again, until a
+    batch comes back short or the pass has used LIFECYCLE_PASS_BUDGET_SECONDS (the rest is
+    the next pass's): a burst of terms ending in the same hour is done in one pass.
+    A worker killed mid-pass keeps every batch it committed; the next pass redoes the
+    rest (every transition is guarded, so nothing is done twice)."""
     results: list[tuple[str, Transition]] = []
+    size = settings.LIFECYCLE_BATCH
     deadline = time.monotonic() + settings.LIFECYCLE_PASS_BUDGET_SECONDS
     for name, sweep in SWEEPS:
         while True:
-            batch = sweep(now, limit=BATCH)
+            with transaction.atomic():
+                batch = sweep(now, limit=size)
             results.extend((name, t) for t in batch)
-            if len(batch) < BATCH or time.monotonic() >= deadline:
+            if len(batch) < size or time.monotonic() >= deadline:
                 break
     return results

@@ -324,6 +324,8 @@ LIFECYCLE_LOCK_SECONDS = float(os.environ.get("LIFECYCLE_LOCK_SECONDS", "60"))
 # long (the rest is the next pass's): under the interval, so the next tick is not skipped.
 LIFECYCLE_PASS_BUDGET_SECONDS = float(os.environ.get("LIFECYCLE_PASS_BUDGET_SECONDS",
                                                      str(0.8 * LIFECYCLE_INTERVAL_SECONDS)))
+# Due rows a sweep handles per query and per transaction (billing.lifecycle._run_sweeps).
+LIFECYCLE_BATCH = int(os.environ.get("LIFECYCLE_BATCH", "100"))
 # The beat touches this file on every scheduler tick; its healthcheck fails when older than
 # BEAT_HEARTBEAT_MAX_AGE_SECONDS (beat ticks at least every beat_max_loop_interval).
 CELERY_BEAT_SCHEDULER = "rental.beat:HeartbeatScheduler"

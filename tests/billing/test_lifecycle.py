@@ -219,6 +219,16 @@ def test_refund_window_counts_from_the_order_time(catalog, customer, t0):
         lease_refund(lease=lease, actor=customer, now=t0)
 
 
+def test_refund_window_ends_exactly_when_the_setting_says(catalog, customer, t0, settings):
+    settings.LEASE_REFUND_WINDOW_MINUTES = 25  # not the default: a retyped 60 shows
+    balance_top_up(customer=customer, amount_cents=2 * 6500, now=t0)
+    late, _ = order(customer, t0)
+    with pytest.raises(BillingError, match="within 25 minutes"):
+        lease_refund(lease=late, actor=customer, now=t0 + timedelta(minutes=25))
+    on_time, _ = order(customer, t0)
+    assert lease_refund(lease=on_time, actor=customer, now=t0 + timedelta(minutes=25) - timedelta(seconds=1)) == 6500
+
+
 def test_key_destruction_is_refused_while_a_term_is_paid(catalog, customer, operator, t0, settings):
     from rental.services import TransitionRefused, lease_release, lease_suspend
 

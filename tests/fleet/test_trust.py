@@ -96,6 +96,18 @@ def test_node_sees_and_reports_only_its_own_leases(paid_lease, enrol):
     assert lease_b.state == LeaseState.PROVISIONING
 
 
+def test_a_node_asking_for_another_nodes_desired_state_gets_its_own(paid_lease, enrol):
+    lease_a = paid_lease(offer="2x-a100-sxm")
+    lease_b = paid_lease(offer="rtx-3090")
+    node_a, node_b = enrol(node_of(lease_a)), enrol(node_of(lease_b))
+    for query in ({"node": node_a.node.name}, {"node": str(node_a.node.pk)}, {"node_id": node_a.node.pk}):
+        response = node_b.client.get("/agent/v1/desired", query, **node_b.auth)
+        assert response.status_code == 200
+        document = response.json()
+        assert document["node"] == node_b.node.name, query
+        assert [i["lease_id"] for i in document["instances"]] == [lease_b.pk], query
+
+
 def test_forged_signature_is_refused_and_changes_nothing(paid_lease, enrol):
     lease = paid_lease()
     node = enrol(node_of(lease))
