@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +9,7 @@ from tests.tools import require
 
 ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 HAS_REDIS = bool(os.environ.get("REDIS_URL"))
+TESTS = Path(__file__).resolve().parent
 
 
 # Tests that must not run twice at once on a 2-core machine share one xdist worker
@@ -19,8 +21,16 @@ XDIST_GROUPS = {"browser": {"browser", "new_context", "shop"},
                 "ceph": {"ceph_cluster", "ceph_cluster_running"}}  # issue 25: one test cluster
 
 
+# Tests that stand up real infrastructure (a node with dockerd, a QEMU guest, a Ceph
+# cluster, the benchmarks' own servers) are marked `infra`: CI runs them once, in its
+# PostgreSQL pass — the storefront production runs on — not again on SQLite (.ci/run).
+INFRA_DIRS = ("nodeagent", "storage", "bench")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if Path(str(item.fspath)).relative_to(TESTS).parts[0] in INFRA_DIRS:
+            item.add_marker(pytest.mark.infra)
         for group, fixtures in XDIST_GROUPS.items():
             if fixtures & set(getattr(item, "fixturenames", ())):
                 item.add_marker(pytest.mark.xdist_group(group))
