@@ -50,8 +50,10 @@ def _agent_or_refusal(request) -> tuple[NodeAgent | None, JsonResponse | None]:
     if agent is None:
         return None, (_rate_limited(request, scope="node-unauthorized",
                                     limit=settings.NODE_ENROLMENTS_PER_IP_PER_MINUTE) or _error(401, "unauthorized"))
-    return agent, _rate_limited(request, scope="node-requests", key=f"node:{agent.pk}",
-                                limit=settings.NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE)
+    # Never below what the poll interval the server gives asks for (desired + report, and
+    # retries): 4 calls per interval.
+    limit = max(settings.NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE, 4 * 60 // max(1, settings.NODE_POLL_SECONDS))
+    return agent, _rate_limited(request, scope="node-requests", key=f"node:{agent.pk}", limit=limit)
 
 
 def _text(data: dict, key: str, max_len: int) -> str:

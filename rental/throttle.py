@@ -2,6 +2,8 @@
 django-axes resolves it (one rule for "the client's address"). Logins are django-axes'
 job; this guards sign-ups and the forgot-password form. With the cache down it fails open:
 the limits are a brake on abuse, never a reason to refuse a real customer."""
+import hashlib
+
 from axes.helpers import get_client_ip_address
 from django.core.cache import cache
 
@@ -41,7 +43,10 @@ def throttle_give_back(scope: str, request, *, key: str | None = None) -> None:
 
 
 def _scoped(scope: str, request, key: str | None) -> str:
-    return f"throttle:{scope}:{key}" if key is not None else _key(scope, request)
+    """A given key (a username, an e-mail address) is hashed: any text makes a safe cache key."""
+    if key is None:
+        return _key(scope, request)
+    return f"throttle:{scope}:{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:40]}"
 
 
 def _hit(key: str, window_seconds: int) -> int:

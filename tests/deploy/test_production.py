@@ -242,12 +242,17 @@ def stack(tmp_path_factory):
         GUNICORN_BIND=f"127.0.0.1:{port}", HEALTHCHECK_BIND=f"127.0.0.1:{port}",
         PYTHONDONTWRITEBYTECODE="1", WEB_CONCURRENCY="2", CELERY_CONCURRENCY="1", HOST_AGENT_FAKE_DELAY="0",
         LIFECYCLE_INTERVAL_SECONDS="2",  # a beat tick within seconds, not a minute
-        SITE_ADDRESS="localhost", CADDY_TLS="internal", UPSTREAM=f"127.0.0.1:{port}", CADDY_ADMIN="off",
+        SITE_ADDRESS="localhost", CADDY_TLS="internal", UPSTREAM=f"127.0.0.1:{port}",
+        # issue 28: the Caddyfile's own default for the admin API (off), gunicorn's control
+        # socket would land under HOME; reset mails to files (SMTP is the production default).
+        HOME=str(tmp / "home"), EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
+        EMAIL_FILE_PATH=str(tmp / "mail"),
         CADDY_HTTPS_PORT=str(https_port), CADDY_HTTP_PORT=str(http_port),
         XDG_DATA_HOME=str(tmp / "caddy-data"), XDG_CONFIG_HOME=str(tmp / "caddy-config"),
     )
     logs = tmp / "logs"
     logs.mkdir()
+    (tmp / "home").mkdir()
     stack = Stack(env=env, https_port=https_port, http_port=http_port, database_url=database_url,
                   ca_file=tmp / "caddy-data/caddy/pki/authorities/local/root.crt", logs=logs)
     try:
@@ -365,6 +370,62 @@ def test_axes_locks_each_client_behind_the_proxy_separately(stack):
     assert welcome.status == 302, (welcome.status, welcome.text[:300])
     addresses = stack.query("SELECT DISTINCT host(ip_address) FROM axes_accessattempt WHERE username = %s", CUSTOMER)
     assert addresses == [("127.0.0.2",)]
+
+
+# --- issue 28: what the attack did not reach ---------------------------------------------------
+def listening(pid: int) -> list[str]:
+    """Every socket (TCP, UDP, Unix) process `pid` listens on, as `ss` prints them."""
+    out = subprocess.run(["ss", "-lntuxp"], capture_output=True, text=True, timeout=30).stdout
+    return [line for line in out.splitlines() if f"pid={pid}," in line]
+
+
+def descendants(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    children = [int(p) for p in out.split()]
+    return [pid] + [d for c in children for d in descendants(c)]
+
+
+def test_the_access_log_names_the_client_not_the_proxy(stack):
+    Browser(stack, source="127.0.0.7").get("/gpus/?from=issue28")
+    wait_for(lambda: "/gpus/?from=issue28" in stack.log("web"), 20, "the access log line")
+    [line] = [x for x in stack.log("web").splitlines() if "/gpus/?from=issue28" in x]
+    assert line.startswith("127.0.0.7 via 127.0.0.1 "), line
+    # A client cannot put another address there: Caddy replaces X-Forwarded-For.
+    Browser(stack, source="127.0.0.8").get("/gpus/?from=forged", headers={"X-Forwarded-For": "203.0.113.9"})
+    wait_for(lambda: "/gpus/?from=forged" in stack.log("web"), 20, "the forged request's line")
+    [line] = [x for x in stack.log("web").splitlines() if "/gpus/?from=forged" in x]
+    assert line.startswith("127.0.0.8 via ") and "203.0.113.9" not in line, line
+
+
+def test_a_password_reset_token_never_reaches_the_access_log(stack):
+    stack.query("UPDATE auth_user SET email = 'alice@example.org' WHERE username = %s RETURNING id", CUSTOMER)
+    browser = Browser(stack, source="127.0.0.9")
+    assert browser.post_form("/accounts/password/reset/", {"email": "alice@example.org"}).status == 302
+    mail_dir = Path(stack.env["EMAIL_FILE_PATH"])
+    wait_for(lambda: mail_dir.exists() and any(mail_dir.iterdir()), 20, "the reset mail")
+    text = "".join(p.read_text() for p in mail_dir.iterdir())
+    uid, token = re.search(r"/accounts/password/reset/([\w-]+)/([\w-]+)/", text).groups()
+    response = browser.get(f"/accounts/password/reset/{uid}/{token}/")
+    assert response.status == 302 and "set-password" in response.header("Location")[0]
+    time.sleep(0.5)
+    log = stack.log("web")
+    assert token not in log and f"/accounts/password/reset/{uid}/[redacted]/" in log
+    assert "alice@example.org" not in log and "/accounts/password/reset/" not in stack.log("worker")
+
+
+def test_caddy_has_no_admin_api_listening(stack):
+    caddy = stack.procs["caddy"][0].pid
+    sockets = listening(caddy)
+    ports = {int(m) for line in sockets for m in re.findall(r":(\d+)\s", line)}
+    assert ports and ports <= {stack.https_port, stack.http_port}, sockets
+    assert not [line for line in sockets if line.startswith("u_")], sockets
+
+
+def test_gunicorn_has_no_control_socket(stack):
+    pids = descendants(stack.procs["web"][0].pid)
+    unix = [line for pid in pids for line in listening(pid) if line.startswith("u_")]
+    assert unix == [], unix
+    assert not (Path(stack.env["HOME"]) / ".gunicorn").exists()
 
 
 SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".chain-tools"}

@@ -17,6 +17,7 @@ from inventory.models import Node
 from rental.permissions import OpsPermissions, is_view_permission
 from tests.fleet.conftest import FakeNode
 from tests.otp import authenticator_for
+from tests.security.test_staff_permissions import grant
 
 pytestmark = pytest.mark.django_db
 
@@ -141,13 +142,6 @@ def test_staff_with_every_view_permission_cannot_post_to_any_ops_view(client, vi
 
 
 # --- the cases the attack used ------------------------------------------------------------------
-
-def grant(user, *perms):
-    for perm in perms:
-        app, codename = perm.split(".")
-        user.user_permissions.add(Permission.objects.get(content_type__app_label=app, codename=codename))
-    return type(user).objects.get(pk=user.pk)
-
 
 @pytest.fixture
 def staff(django_user_model):

