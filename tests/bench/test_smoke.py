@@ -42,7 +42,8 @@ CASES = {
     "load": ("load.py", ["--smoke"], True,
              [rf"\| {label} \| `[^`]+` \| {NUMBER} \| {NUMBER} \| {NUMBER}[^|]* \| 0 \| 0 \| {NUMBER}"
               for label in ("bare Django view", "home page", "catalog, filtered", "calculator \\(htmx\\)",
-                            "sizing tables", "GET /api/v1/estimate")] + [r"dropped bench_load_\d+"]),
+                            "sizing tables", "GET /api/v1/estimate",
+                            "calculator \\(htmx\\) \\(varied\\)", "GET /api/v1/estimate \\(varied\\)")] + [r"dropped bench_load_\d+"]),
 }
 
 
