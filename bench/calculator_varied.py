@@ -11,41 +11,22 @@ wall clock is noisy) per request, median and p99, next to a trivial view's.
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlencode
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ["VAR_DIR"] = tempfile.mkdtemp(prefix="calc-varied-")
-os.environ.pop("DATABASE_URL", None)
-os.environ.pop("REDIS_URL", None)
-os.environ["DJANGO_SETTINGS_MODULE"] = "rental.test_settings"
-
-import django  # noqa: E402
-
-django.setup()
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# bench/sizing_page.py's set-up: a throw-away SQLite database, Django, the trivial view's URLconf
+import sizing_page  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.http import HttpResponse  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 from django.test.utils import _TestState, setup_test_environment  # noqa: E402
-from django.urls import include, path  # noqa: E402
 
 from sizing.engine import METHODS  # noqa: E402
 from sizing.presets import PRESETS  # noqa: E402
-
-
-def baseline(request):
-    return HttpResponse("ok", content_type="text/plain")
-
-
-urlpatterns = [path("bench/baseline", baseline), path("", include("rental.urls"))]
 
 SEQS = (256, 512, 1024, 2048, 3072, 4096, 8192)
 BATCHES = (1, 2, 4, 8, 16)
@@ -99,7 +80,7 @@ def main(n: int, profile: bool) -> None:
         "calculator htmx (varied)": lambda i: client.get("/size/?" + queries[i], HTTP_HX_REQUEST="true"),
         "API GET estimate (varied)": lambda i: client.get("/api/v1/estimate?" + queries[n + i]),
     }
-    with override_settings(ROOT_URLCONF=__name__, CATALOG_CACHE_SECONDS=600):
+    with override_settings(ROOT_URLCONF=sizing_page.__name__, CATALOG_CACHE_SECONDS=600):
         client.get("/size/?" + queries[-1], HTTP_HX_REQUEST="true")  # templates, URL resolver
         client.get("/api/v1/estimate?" + queries[-2])
         if profile:
