@@ -46,22 +46,25 @@ def _size(form: SizingForm, cands):
         return None, 400
 
 
-def _calculator_parts(query, cands) -> tuple[int, str, str]:
-    """(status, results fragment HTML, form HTML) for this query and catalog."""
+def _calculator_parts(query, cands, *, with_form: bool) -> tuple[int, str, str | None]:
+    """(status, results fragment HTML, form HTML or None) for this query and catalog. The
+    htmx fragment needs no form HTML: rendering its ~20 widgets is most of a cold render."""
     sites = known_sites(cands)
     form = SizingForm(query, sites=sites) if _bound(query) else SizingForm(initial=DEFAULTS, sites=sites)
     result, status = _size(form, cands)
     context = {"form": form, "result": result}
     return (status, render_to_string("sizing/_results.html", context),
-            render_to_string("sizing/_form.html", context))
+            render_to_string("sizing/_form.html", context) if with_form else None)
 
 
 @require_GET
 def calculator(request):
     cands = candidates()
-    key = ("calculator", get_language(), _query_key(request.GET), catalog_key(cands))
-    status, results_html, form_html = RENDERED.get(key, lambda: _calculator_parts(request.GET, cands))
-    if request.htmx:
+    htmx = bool(request.htmx)
+    key = ("calculator", htmx, get_language(), _query_key(request.GET), catalog_key(cands))
+    status, results_html, form_html = RENDERED.get(
+        key, lambda: _calculator_parts(request.GET, cands, with_form=not htmx))
+    if htmx:
         return HttpResponse(results_html, status=status)
     context = {"results_html": mark_safe(results_html), "form_html": mark_safe(form_html)}  # noqa: S308 - our templates' output
     return render(request, "sizing/calculator.html", context, status=status)

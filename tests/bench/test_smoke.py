@@ -27,6 +27,9 @@ CASES = {
                     [rf"{name}\s+median\s+{NUMBER} ms\s+p99\s+{NUMBER} ms\s+ratio\s+{NUMBER}×"
                      for name in ("baseline \\(trivial view\\)", "calculator htmx", "calculator full page",
                                   "API GET estimate", "API POST config.json")]),
+    "calculator_varied": ("calculator_varied.py", ["--smoke"], False,
+                          [rf"{name}\s+median\s+{NUMBER} ms\s+p99\s+{NUMBER} ms\s+ratio\s+{NUMBER}×"
+                           for name in ("calculator htmx \\(varied\\)", "API GET estimate \\(varied\\)")]),
     "payments_block": ("payments.py", ["--txs", "200", "--watched", "200", "--paid", "20", "--repeat", "2"], False,
                        [rf"watcher pass \(match \+ 20 payments \+ cursor\): {NUMBER} ms",
                         rf"ratio watcher/baseline: {NUMBER}x"]),
@@ -42,7 +45,8 @@ CASES = {
     "load": ("load.py", ["--smoke"], True,
              [rf"\| {label} \| `[^`]+` \| {NUMBER} \| {NUMBER} \| {NUMBER}[^|]* \| 0 \| 0 \| {NUMBER}"
               for label in ("bare Django view", "home page", "catalog, filtered", "calculator \\(htmx\\)",
-                            "sizing tables", "GET /api/v1/estimate")] + [r"dropped bench_load_\d+"]),
+                            "sizing tables", "GET /api/v1/estimate",
+                            "calculator \\(htmx\\) \\(varied\\)", "GET /api/v1/estimate \\(varied\\)")] + [r"dropped bench_load_\d+"]),
 }
 
 

@@ -1,0 +1,107 @@
+"""Benchmark: the calculator's htmx fragment and GET /api/v1/estimate on *varied* inputs
+(issue 31), in process: every request is a new (model, method, seq, batch, vendor) the
+render memo has never seen, so the cold path is what is measured.
+
+Run: ``.venv/bin/python bench/calculator_varied.py [N] [--profile] [--smoke]``. Builds the
+demo catalog in a throw-away SQLite database, then renders N random inputs through the
+Django test client and prints the CPU time (``time.process_time``: a loaded machine's
+wall clock is noisy) per request, median and p99, next to a trivial view's.
+``--profile`` prints the cProfile top 30 of the fragment's renders.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# bench/sizing_page.py's set-up: a throw-away SQLite database, Django, the trivial view's URLconf
+import sizing_page  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.test import Client, override_settings  # noqa: E402
+from django.test.utils import _TestState, setup_test_environment  # noqa: E402
+
+from sizing.engine import METHODS  # noqa: E402
+from sizing.presets import PRESETS  # noqa: E402
+
+SEQS = (256, 512, 1024, 2048, 3072, 4096, 8192)
+BATCHES = (1, 2, 4, 8, 16)
+
+
+def varied_queries(n: int, seed: int = 31) -> list[str]:
+    """n distinct random calculator queries (the same generator as bench/varied.lua)."""
+    rng = random.Random(seed)
+    models, seen, out = sorted(PRESETS), set(), []
+    while len(out) < n:
+        q = {"model": rng.choice(models), "method": rng.choice(METHODS), "seq": rng.choice(SEQS),
+             "batch": rng.choice(BATCHES), "vendor": rng.choice(("cuda", "any"))}
+        if rng.random() < 0.3:
+            q["tokens"] = rng.choice((10**7, 2 * 10**7, 10**8))
+        key = urlencode(q)
+        if key not in seen:
+            seen.add(key)
+            out.append(key)
+    return out
+
+
+def _cpu(fn, n: int) -> tuple[float, float]:
+    out = []
+    for i in range(n):
+        t0 = time.process_time_ns()
+        response = fn(i)
+        out.append((time.process_time_ns() - t0) / 1e6)
+        assert response.status_code in (200, 400), response.status_code
+    out.sort()
+    return statistics.median(out), out[int(0.99 * (len(out) - 1))]
+
+
+def main(n: int, profile: bool) -> None:
+    setup_test_environment()
+    # Measure the templates as production renders them (not the test runner's signal-sending
+    # wrapper), and the catalog as a steady shop serves it (no stock change during the run).
+    from django.template import Template
+
+    Template._render = _TestState.saved_data.template_render
+    import inventory.selectors
+
+    inventory.selectors.GENERATION_LOCAL_SECONDS = 3600.0
+    call_command("migrate", verbosity=0)
+    from inventory.demo import load_demo_catalog
+
+    load_demo_catalog()
+    client = Client()
+    queries = varied_queries(3 * n)
+    cases = {
+        "baseline (trivial view)": lambda i: client.get("/bench/baseline"),
+        "calculator htmx (varied)": lambda i: client.get("/size/?" + queries[i], HTTP_HX_REQUEST="true"),
+        "API GET estimate (varied)": lambda i: client.get("/api/v1/estimate?" + queries[n + i]),
+    }
+    with override_settings(ROOT_URLCONF=sizing_page.__name__, CATALOG_CACHE_SECONDS=600):
+        client.get("/size/?" + queries[-1], HTTP_HX_REQUEST="true")  # templates, URL resolver
+        client.get("/api/v1/estimate?" + queries[-2])
+        if profile:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile(time.process_time)
+            prof.enable()
+            for i in range(n):
+                client.get("/size/?" + queries[2 * n + i], HTTP_HX_REQUEST="true")
+            prof.disable()
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        results = {name: _cpu(fn, n) for name, fn in cases.items()}
+    base = results["baseline (trivial view)"][0]
+    print(f"{n} distinct random inputs each, in-process Django test client, SQLite demo catalog, CPU time")
+    for name, (med, p99) in results.items():
+        print(f"{name:27s} median {med:7.2f} ms  p99 {p99:7.2f} ms  ratio {med / base:6.1f}×")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    count = 5 if "--smoke" in args else int(next((a for a in args if a.isdigit()), "200"))
+    main(count, "--profile" in args)
