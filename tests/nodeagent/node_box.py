@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+ATTEMPTS = 6
 BUILD = ROOT / "scripts" / "build-node-guest-image.sh"
 SSH_OPTS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR", "-o", "ServerAliveInterval=15"]
+            "-o", "ConnectTimeout=60", "-o", "LogLevel=ERROR", "-o", "ServerAliveInterval=15"]
 
 
 def free_port() -> int:
@@ -76,9 +77,13 @@ class NodeBox:
 
     def ssh(self, command: str, *, timeout: float = 300, check: bool = True,
             stdin: bytes | None = None) -> subprocess.CompletedProcess:
-        result = subprocess.run(["ssh", "-i", str(self.key), "-p", str(self.ssh_port), *SSH_OPTS,
-                                 "root@127.0.0.1", command], input=stdin, capture_output=True,
-                                timeout=timeout)
+        for _ in range(ATTEMPTS):       # a starved guest's sshd may miss the banner deadline
+            result = subprocess.run(["ssh", "-i", str(self.key), "-p", str(self.ssh_port), *SSH_OPTS,
+                                     "root@127.0.0.1", command], input=stdin, capture_output=True,
+                                    timeout=timeout)
+            if result.returncode != 255 or result.stdout or b"banner" not in result.stderr:
+                break
+            time.sleep(5)
         if check and result.returncode != 0:
             raise AssertionError(f"guest: {command!r} exited {result.returncode}: "
                                  f"{result.stdout.decode(errors='replace')[-2000:]}"
