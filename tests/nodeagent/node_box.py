@@ -70,8 +70,11 @@ class NodeBox:
         while time.monotonic() - started < timeout:
             if self.process.poll() is not None:
                 raise AssertionError(f"QEMU exited {self.process.returncode}: {self.tail()}")
-            if self.ssh("true", timeout=30, check=False).returncode == 0:
-                return time.monotonic() - started
+            try:
+                if self.ssh("true", timeout=120, check=False).returncode == 0:
+                    return time.monotonic() - started
+            except subprocess.TimeoutExpired:
+                pass
             time.sleep(3)
         raise AssertionError(f"the guest's sshd did not answer within {timeout}s: {self.tail()}")
 
