@@ -123,7 +123,10 @@ class NodeBox:
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
-        self.ssh("systemctl poweroff", check=False, timeout=30)
+        try:
+            self.ssh("systemctl poweroff", check=False, timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
         try:
             self.process.wait(120)
         except subprocess.TimeoutExpired:
