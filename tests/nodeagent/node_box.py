@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+ATTEMPTS = 6
 BUILD = ROOT / "scripts" / "build-node-guest-image.sh"
 SSH_OPTS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR", "-o", "ServerAliveInterval=15"]
+            "-o", "ConnectTimeout=60", "-o", "LogLevel=ERROR", "-o", "ServerAliveInterval=15"]
 
 
 def free_port() -> int:
@@ -69,16 +70,23 @@ class NodeBox:
         while time.monotonic() - started < timeout:
             if self.process.poll() is not None:
                 raise AssertionError(f"QEMU exited {self.process.returncode}: {self.tail()}")
-            if self.ssh("true", timeout=30, check=False).returncode == 0:
-                return time.monotonic() - started
+            try:
+                if self.ssh("true", timeout=120, check=False).returncode == 0:
+                    return time.monotonic() - started
+            except subprocess.TimeoutExpired:
+                pass
             time.sleep(3)
         raise AssertionError(f"the guest's sshd did not answer within {timeout}s: {self.tail()}")
 
     def ssh(self, command: str, *, timeout: float = 300, check: bool = True,
             stdin: bytes | None = None) -> subprocess.CompletedProcess:
-        result = subprocess.run(["ssh", "-i", str(self.key), "-p", str(self.ssh_port), *SSH_OPTS,
-                                 "root@127.0.0.1", command], input=stdin, capture_output=True,
-                                timeout=timeout)
+        for _ in range(ATTEMPTS):       # a starved guest's sshd may miss the banner deadline
+            result = subprocess.run(["ssh", "-i", str(self.key), "-p", str(self.ssh_port), *SSH_OPTS,
+                                     "root@127.0.0.1", command], input=stdin, capture_output=True,
+                                    timeout=timeout)
+            if result.returncode != 255 or result.stdout or b"banner" not in result.stderr:
+                break
+            time.sleep(5)
         if check and result.returncode != 0:
             raise AssertionError(f"guest: {command!r} exited {result.returncode}: "
                                  f"{result.stdout.decode(errors='replace')[-2000:]}"
@@ -115,7 +123,10 @@ class NodeBox:
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
-        self.ssh("systemctl poweroff", check=False, timeout=30)
+        try:
+            self.ssh("systemctl poweroff", check=False, timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
         try:
             self.process.wait(120)
         except subprocess.TimeoutExpired:
