@@ -21,7 +21,7 @@ from nodeagent.signing import NodeKey
 from tests.tools import require, require_tool
 
 from .agent_process import IMAGE_SLUG, STUB_GPUS, agent_cli, agent_env, write_config
-from .conftest import LEASE_NETWORK
+from .conftest import stand_in_devices
 from .storefront_double import StorefrontDouble
 from .test_converge import GPUS, RecordingRuntime, desired
 
@@ -87,8 +87,8 @@ def loop_disk(tmp_path):
 
 @pytest.fixture
 def converger_for(tmp_path, dockerd, instance_image, loop_disk):
-    config = DockerConfig(socket=dockerd.socket, network=LEASE_NETWORK, gpu_mode="devices",
-                          gpu_devices={u: "/dev/null" for u in STUB_GPUS},
+    config = DockerConfig(socket=dockerd.socket, gpu_mode="devices",
+                          gpu_devices=stand_in_devices(STUB_GPUS),
                           port_range=(22400, 22499), stop_timeout=2)
     key = NodeKey.generate(tmp_path / "key.pem")
     runtimes = []

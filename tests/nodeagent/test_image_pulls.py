@@ -18,7 +18,7 @@ from nodeagent.runtime.docker import DockerRuntime
 from nodeagent.signing import NodeKey
 
 from .agent_process import IMAGE_SLUG, STUB_GPUS, agent_cli, agent_env, write_config
-from .conftest import IMAGE_SCRIPT, LEASE_NETWORK
+from .conftest import IMAGE_SCRIPT, stand_in_devices
 from .test_converge import GPUS, desired
 
 REGISTRY = Path(__file__).with_name("registry.py")
@@ -67,8 +67,8 @@ def runtime_for(dockerd, tmp_path):
     made = []
 
     def make(images: dict) -> DockerRuntime:
-        config = DockerConfig(socket=dockerd.socket, network=LEASE_NETWORK, gpu_mode="devices",
-                              gpu_devices={u: "/dev/null" for u in STUB_GPUS},
+        config = DockerConfig(socket=dockerd.socket, gpu_mode="devices",
+                              gpu_devices=stand_in_devices(STUB_GPUS),
                               port_range=(22500, 22599), stop_timeout=2)
         runtime = DockerRuntime(config, tmp_path / "runtime", images=frozenset(images.values()))
         made.append(runtime)

@@ -35,7 +35,10 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGE_SLUG = "pytorch-2.5-cuda-12.4"
 INSTANCE_REF = "gpu-node-test:box"
 VG = "gpu-leases"
-pytestmark = pytest.mark.django_db(transaction=True)
+# Not finished (issue 23 stays open): about 45–60 min under TCG on a loaded 2-core machine, and
+# the scenario past "unit enabled" has not passed yet. .ci/run deselects it (marker node_box);
+# run it by hand with `-m node_box`.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.node_box]
 
 
 def install_script(*, url: str, code: str, lease_port: int, gpus: int) -> str:
