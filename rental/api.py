@@ -20,6 +20,7 @@ from .api_schema import build_schema
 from .models import Lease, NetworkVolume, Snapshot, SshKey
 from .services_customer import (
     SshKeyRefused,
+    account_auto_renew,
     api_token_authenticate,
     lease_auto_renew_set,
     lease_auto_renews,
@@ -168,7 +169,7 @@ def offer_json(row) -> dict:
     }
 
 
-def lease_json(lease: Lease, *, events: bool = False) -> dict:
+def lease_json(lease: Lease, *, events: bool = False, account_default: bool | None = None) -> dict:
     data = {
         "id": lease.pk, "state": lease.state, "offer": lease.offer.slug, "site": lease.site.code,
         "image": lease.image.slug, "term": lease.term, "price_cents": lease.price_cents,
@@ -182,7 +183,8 @@ def lease_json(lease: Lease, *, events: bool = False) -> dict:
         "ssh": {"host": lease.host, "port": lease.ssh_port, "command": lease.ssh_command} if lease.ssh_command else None,
         "url": reverse("api_lease", args=[lease.pk]),
         # issue 30: this lease's own choice (null: the account's default) and what applies.
-        "auto_renew_setting": lease.auto_renew, "auto_renew": lease_auto_renews(lease),
+        "auto_renew_setting": lease.auto_renew,
+        "auto_renew": lease_auto_renews(lease, account_default=account_default),
     }
     if events:
         data["events"] = [{"at": iso(e.at), "kind": e.kind, "from": e.from_state, "to": e.to_state,
@@ -201,7 +203,8 @@ def offers(request):
 def leases(request):
     rows = (Lease.objects.filter(customer=request.api_user)
             .select_related("offer__gpu_model", "site", "image").order_by("-created_at")[:200])
-    return JsonResponse({"leases": [lease_json(lease) for lease in rows]})
+    default = account_auto_renew(request.api_user.pk)       # one read for the whole list
+    return JsonResponse({"leases": [lease_json(lease, account_default=default) for lease in rows]})
 
 
 @api_endpoint("GET")

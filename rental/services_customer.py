@@ -136,14 +136,18 @@ def ssh_key_delete(*, customer: User, key_id: int) -> bool:
 
 # --- issue 30: per-lease auto-renew -------------------------------------------------------
 
-def lease_auto_renews(lease) -> bool:
+def lease_auto_renews(lease, *, account_default: bool | None = None) -> bool:
     """Whether this lease's renewal is paid from the balance: its own choice, else the
-    account-wide default (the settings page's checkbox)."""
+    account-wide default (the settings page's checkbox; pass it when listing many leases)."""
     if lease.auto_renew is not None:
         return lease.auto_renew
+    return account_auto_renew(lease.customer_id) if account_default is None else account_default
+
+
+def account_auto_renew(customer_id: int) -> bool:
     from .models import CustomerSettings
 
-    default = CustomerSettings.objects.filter(user_id=lease.customer_id).values_list("auto_renew", flat=True).first()
+    default = CustomerSettings.objects.filter(user_id=customer_id).values_list("auto_renew", flat=True).first()
     return True if default is None else default
 
 

@@ -13,6 +13,14 @@ from billing import views_sla
 from . import api, i18n, otp_views, recovery, views
 from .throttle import per_posted_email, per_user, throttle_posts
 
+
+class FaviconRedirect(RedirectView):
+    """The hashed static URL, looked up per request: at import time production's manifest
+    storage may not be readable yet (`check --deploy` runs before collectstatic)."""
+
+    def get_redirect_url(self, *args, **kwargs):
+        return static("favicon.svg")
+
 accounts = [
     path("signup/", views.signup, name="signup"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
@@ -88,7 +96,7 @@ api_v1 = [
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     # Browsers ask for /favicon.ico whatever the page links (issue 29: it was a 404 on every page).
-    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+    path("favicon.ico", FaviconRedirect.as_view(permanent=True)),
     path("agent/v1/", include("fleet.urls")),  # the node agents' API (nodeagent/PROTOCOL.md)
     path("admin/", admin.site.urls),
     # Language switcher: Django's set_language (cookie + next), also remembered for notices.

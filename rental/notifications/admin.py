@@ -38,7 +38,11 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields]
 
-    @admin.action(description=_("Redeliver (a new delivery of the same event)"))
+    def has_redeliver_permission(self, request):
+        """A redelivery posts the event again: the delivery's change permission (issue 28)."""
+        return request.user.has_perm("rental.change_webhookdelivery")
+
+    @admin.action(description=_("Redeliver (a new delivery of the same event)"), permissions=["redeliver"])
     def redeliver(self, request, queryset):
         for delivery in queryset:
             delivery_redeliver(delivery=delivery, actor=request.user)

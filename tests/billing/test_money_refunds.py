@@ -54,7 +54,7 @@ def paid_order(catalog, customer):
 def desk_refund(op_client, customer, invoice, amount=""):
     return op_client.post(reverse("admin:ops_customer", args=[customer.pk]), {
         "action": "refund", "refund-invoice": str(invoice.pk), "refund-amount": amount,
-        "refund-reason": "goodwill"}, follow=True)
+        "refund-reason": "goodwill", "refund-lease_keeps_running": "on"}, follow=True)  # the desk's warning, confirmed
 
 
 def test_operator_refund_then_customer_cancel_and_refund_pays_back_once(

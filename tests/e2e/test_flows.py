@@ -120,7 +120,7 @@ def test_signup_size_order_pay_settle_and_the_lease_turns_active(new_context, co
     # The customer's lease page is polling; one lifecycle pass provisions the instance.
     page.goto(f"/leases/{lease.pk}/")
     assert page.locator(".steps li.current").inner_text().strip() == "Provisioning"
-    assert page.locator("#lease-status").get_attribute("hx-trigger") == "every 3s"
+    assert page.locator("#lease-live").get_attribute("hx-trigger") == "every 3s"
     run_lifecycle(timezone.now())
     ssh = page.locator("#ssh-line")
     ssh.wait_for(timeout=10_000)  # swapped in by the poll, no reload

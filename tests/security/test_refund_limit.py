@@ -76,7 +76,8 @@ def test_the_lease_page_shows_the_allowance_and_the_api_refuses_over_it(client, 
     client.post(reverse("billing:lease_refund", args=[first.pk]))
     second, _ = place(funded, pay=True)
     page = client.get(reverse("lease_detail", args=[second.pk])).content.decode()
-    assert "Refunds of money: 0 of 1 left this month" in page
+    # None left (issue 29): no refund button, a sentence that says why; a forged POST is refused.
+    assert "no-questions refund of money this month" in page and "Cancel and refund…" not in page
     response = client.post(reverse("billing:lease_refund", args=[second.pk]), follow=True)
     assert "no-questions refund" in response.content.decode()
 

@@ -115,7 +115,8 @@ def test_adapters_satisfy_protocol():
 # -- amounts -------------------------------------------------------------------------------
 def test_specs():
     assert {c: s.decimals for c, s in COIN_SPECS.items()} == {
-        Coin.BTC: 8, Coin.LTC: 8, Coin.ETH: 18, Coin.USDT: 6, Coin.USDC: 6, Coin.XMR: 12, Coin.SOL: 9}
+        Coin.BTC: 8, Coin.LTC: 8, Coin.ETH: 18, Coin.USDT: 6, Coin.USDC: 6, Coin.XMR: 12, Coin.SOL: 9,
+        Coin.DEMO: 6}  # the demo store's coin (DEMO_PAYMENTS only)
     # Confirmation counts are tested by behaviour in tests/billing/test_confirmations.py.
 
 
