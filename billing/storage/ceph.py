@@ -195,7 +195,14 @@ class Ceph:
         self._fs("rm", name, "--group_name", self.config.subvolume_group, "--force")
 
     def subvolume_names(self) -> list[str]:
-        return [row["name"] for row in self._fs("ls", "--group_name", self.config.subvolume_group) or []]
+        """The storefront's subvolumes; none before the first one made their group."""
+        try:
+            rows = self._fs("ls", "--group_name", self.config.subvolume_group) or []
+        except CephError as exc:
+            if "does not exist" in str(exc):
+                return []
+            raise
+        return [row["name"] for row in rows]
 
     # -- cephx for nodes: a key scoped to exactly the subvolumes attached to a node's leases ------
     def subvolume_grant(self, name: str) -> "Grant":

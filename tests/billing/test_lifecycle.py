@@ -2,7 +2,7 @@
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from billing.lifecycle import run_lifecycle
 from billing.models import Account, Invoice, LedgerEntry
@@ -215,7 +215,7 @@ def test_refund_by_another_customer_is_refused(catalog, customer, other_customer
 def test_refund_window_counts_from_the_order_time(catalog, customer, t0):
     lease, _ = order(customer, t0 - timedelta(hours=2), pay=False)
     assert lease.created_at == t0 - timedelta(hours=2)
-    with pytest.raises(BillingError, match="within 60 minutes"):
+    with translation.override("en"), pytest.raises(BillingError, match="within 60 minutes"):
         lease_refund(lease=lease, actor=customer, now=t0)
 
 

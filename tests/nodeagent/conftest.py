@@ -16,6 +16,7 @@
   cached across runs) imported into that daemon.
 """
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -89,8 +90,10 @@ class NetNamespaces:
 @pytest.fixture(scope="session")
 def netns():
     require_tool("ip", "iproute2")
-    suffix = os.getpid() % 100000
-    octet = 1 + os.getpid() % 250
+    # Random, not the pid: tests/storage re-imports this session fixture, so one process can
+    # hold two instances at once, and one's teardown must not delete the other's namespaces.
+    suffix = secrets.token_hex(3)
+    octet = 1 + secrets.randbelow(250)
     spaces = NetNamespaces(node=f"gna-node-{suffix}", client=f"gna-client-{suffix}",
                            node_ip=f"192.168.{octet}.1", client_ip=f"192.168.{octet}.2")
     veth_node, veth_client = f"gnan{suffix}", f"gnac{suffix}"
@@ -136,7 +139,7 @@ def dockerd(netns, node_tmp_root):
             "/etc/subgid ranges (scripts/install-node-tools.sh makes them)")
     home = node_tmp_root / "dockerd"
     home.mkdir(mode=0o711)
-    exec_root = Path(f"/tmp/gna{os.getpid()}")   # short: unix socket paths are limited
+    exec_root = Path(f"/tmp/gna{secrets.token_hex(3)}")   # short: unix socket paths are limited
     sock = home / "docker.sock"
     data = home / "data"
     image = home / "data.btrfs"
