@@ -45,7 +45,15 @@ def ceph_cluster(ceph_cluster_running):
 
 # The node agent's real parts (private dockerd in its own network namespace, the cached
 # instance image, the NVML stub, a customer's ssh key), shared with tests/nodeagent.
-from tests.nodeagent.conftest import dockerd, instance_image, netns, nvml_stub, ssh_key  # noqa: E402,F401
+from tests.nodeagent.conftest import (  # noqa: E402,F401
+    dockerd,
+    instance_image,
+    netns,
+    node_tmp_root,
+    nvml_stub,
+    ssh_key,
+    tmp_path,
+)
 
 
 def admin_key(cluster) -> str:
