@@ -151,7 +151,8 @@ def test_worker_killed_mid_task_is_redelivered_and_ends_like_a_clean_run(catalog
     # The killed worker's lifecycle lock (issue 14) expires 1.5 s after its last renewal,
     # before the fresh worker has started, so the redelivered tick runs instead of skipping.
     slow = Worker("slow", name, tmp_path / "slow.log", HOST_AGENT="tests.billing.slow_agent.SlowAgent",
-                  SLOW_AGENT_SECONDS="0.4", CELERY_VISIBILITY_TIMEOUT="4", LIFECYCLE_LOCK_SECONDS="1.5")
+                  SLOW_AGENT_SECONDS="0.4", CELERY_VISIBILITY_TIMEOUT="4", LIFECYCLE_LOCK_SECONDS="1.5",
+                  LIFECYCLE_BATCH="1")  # a commit per lease: the kill lands between two (issue 35 batches them)
     fresh = None
     try:
         slow.wait_ready()
