@@ -42,6 +42,9 @@ CASES = {
                    rf"due 40: first pass {NUMBER} s, {NUMBER} ms per due lease .*, {NUMBER} queries per due "
                    r"lease, finished in one pass",
                    r"dropped bench_lifecycle_\d+"]),
+    "fleet": ("fleet.py", ["--smoke"], True,
+              [rf"fleet: 20 nodes at 2 s poll: {NUMBER} req/s, p99 desired {NUMBER} ms, p99 report {NUMBER} ms",
+               r"dropped bench_fleet_\d+"]),
     "load": ("load.py", ["--smoke"], True,
              [rf"\| {label} \| `[^`]+` \| {NUMBER} \| {NUMBER} \| {NUMBER}[^|]* \| 0 \| 0 \| {NUMBER}"
               for label in ("bare Django view", "home page", "catalog, filtered", "calculator \\(htmx\\)",
@@ -73,9 +76,9 @@ def test_bench_runs_anywhere(case):
 @pytest.mark.parametrize("case", [name for name, case in CASES.items() if case[2]])
 def test_bench_runs_on_postgres(case):
     script, args, _pg, lines = CASES[case]
-    if case == "load":
+    if case in ("load", "fleet"):
         require_tool("wrk", "scripts/install-test-tools.sh installs it")
-        require(HAS_REDIS, "bench/load.py serves with the Redis cache: set REDIS_URL")
+        require(HAS_REDIS, f"bench/{case}.py serves with the Redis cache: set REDIS_URL")
     out = run_bench(script, args, dict(os.environ))
     missing = [line for line in lines if not re.search(line, out)]
     assert not missing, f"{script} did not print {missing}:\n{out[-3000:]}"
