@@ -1,6 +1,6 @@
 """issue 14: one holder at a time for a named job, across processes and hosts.
 
-With REDIS_URL: `SET key token NX PX ttl` and a compare-and-delete release, so a holder
+With REDIS_URL: `SET key token NX PX ttl` (the key names the database) and a compare-and-delete release, so a holder
 whose lock expired never deletes its successor's. Without Redis: a JobLock row taken by a
 guarded UPDATE (`WHERE expires_at <= now`), which PostgreSQL re-checks after a concurrent
 writer commits and SQLite serialises; released only by the token that took it.
@@ -37,7 +37,9 @@ class RedisLock:
 
     @staticmethod
     def key(name: str) -> str:
-        return f"joblock:{name}"
+        """Scoped to the database the job works on: storefronts (or test databases) sharing
+        one Redis do not hold each other's locks."""
+        return f"joblock:{connections['default'].settings_dict['NAME']}:{name}"
 
     def acquire(self, name: str, token: str, ttl: timedelta) -> bool:
         return bool(self.client.set(self.key(name), token, nx=True, px=int(ttl.total_seconds() * 1000)))

@@ -57,6 +57,19 @@ def _fresh_throttles():
     cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def _default_language():
+    """A request served in Chinese leaves zh-hans active in the worker thread (Django's
+    LocaleMiddleware activates and never deactivates it); every test starts in the site's
+    default language, whichever test ran before it on the same xdist worker."""
+    from django.conf import settings
+    from django.utils import translation
+
+    translation.activate(settings.LANGUAGE_CODE)
+    yield
+    translation.activate(settings.LANGUAGE_CODE)
+
+
 @pytest.fixture
 def catalog(db):
     """The demo catalog from SPEC.md's figures, with the demo images."""

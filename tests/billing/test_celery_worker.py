@@ -174,7 +174,7 @@ def test_worker_killed_mid_task_is_redelivered_and_ends_like_a_clean_run(catalog
         if fresh:
             fresh.stop()
     assert "billing.lifecycle_tick" in fresh.text()
-    assert JobRun.objects.get(name="lifecycle").last_finished_at is not None
+    assert JobRun.objects.get(name="lifecycle").last_finished_at is not None, fresh.text()[-4000:]
     result = outcome(crashed, t0)
 
     # A fresh copy of the same scenario, one clean pass in process, compared relative to its start.
