@@ -19,8 +19,10 @@ run: setup
 test: setup
 	scripts/test.sh
 
+# issue 33: ruff, then the import contracts in pyproject.toml (layers, Django-free agent and CLI).
 lint: setup
 	$(BIN)/ruff check .
+	PYTHONPATH=cli $(BIN)/lint-imports
 
 clean-var:
 	rm -rf var

@@ -38,7 +38,7 @@ def baseline(request):
     return HttpResponse("ok", content_type="text/plain")
 
 
-urlpatterns = [path("bench/baseline", baseline), path("", include("rental.urls"))]
+urlpatterns = [path("bench/baseline", baseline), path("", include("storefront.urls"))]
 
 CONFIG = json.dumps({
     "hidden_size": 5120, "intermediate_size": 13824, "num_hidden_layers": 40,

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from inventory.services import audit_record
+from inventory.audit import audit_record
 
 from .models import Invoice, Quote, WatcherCursor
 from .services import BillingError, invoice_mark_paid

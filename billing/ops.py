@@ -28,8 +28,8 @@ from django.db.models import Q
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
+from inventory.audit import audit_record
 from inventory.models import Downtime, Incident
-from inventory.services import audit_record
 from rental.models import Lease
 
 from .models import LedgerEntry, SlaClaim

@@ -12,8 +12,8 @@ from django.db.models import F
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+from inventory.audit import audit_record
 from inventory.models import Offer, Site, StorageProduct
-from inventory.services import audit_record
 from inventory.templatetags.money import format_usd
 from rental import services as rental
 from rental.models import Image, Lease, LeaseState, Term

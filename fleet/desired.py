@@ -20,6 +20,7 @@ from django.db.models import OuterRef, Q, Subquery
 from billing.storage.volumes import desired_storage, desired_volumes
 from inventory.burnin import pending_for_node
 from inventory.models import Node, SlotAllocation
+from rental.agent import Instance
 from rental.models import DiskKey, Lease, LeaseState
 
 from .models import InstanceIntent, IssuedOp
@@ -163,6 +164,18 @@ def desired_document(*, node: Node, now: datetime) -> dict:
 def lease_on_node(*, lease_id: int, node: Node) -> bool:
     """The lease held (or holds) slots on this node: the only leases it may report on."""
     return SlotAllocation.objects.filter(lease_id=lease_id, slot__node=node).exists()
+
+
+def last_node_id(lease_id: int) -> int | None:
+    """The node that last held the lease's slots (its disk), even once released."""
+    return (SlotAllocation.objects.filter(lease_id=lease_id).order_by("-allocated_at", "-id")
+            .values_list("slot__node_id", flat=True).first())
+
+
+def instance_of(evidence) -> Instance:
+    """Customers connect to the node's public host at the port the node reported."""
+    host = getattr(getattr(evidence.node, "agent", None), "public_host", "") or evidence.record["host"]
+    return Instance(host=host, ssh_port=evidence.record["ssh_port"])
 
 
 def current_node_id(lease_id: int) -> int | None:

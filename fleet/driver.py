@@ -10,8 +10,7 @@ from datetime import datetime
 from rental.agent import Instance
 from rental.models import Lease
 
-from .desired import current_node_id
-from .evidence import instance_of, last_node_id
+from .desired import current_node_id, instance_of, last_node_id
 from .models import Evidence
 
 

@@ -10,10 +10,10 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 
 from inventory.incidents import incident_open
-from inventory.models import Incident, SlotAllocation
+from inventory.models import Incident
 from inventory.services import node_set_draining
 from rental.addresses import valid_host, valid_port
-from rental.agent import Instance, agent_override
+from rental.agent import agent_override
 from rental.models import DiskKey
 from rental.services import (
     disk_key_complete_destroy,
@@ -23,7 +23,8 @@ from rental.services import (
 )
 
 from .crypto import canonical_json, signature_valid
-from .desired import current_node_id, lease_on_node
+from .desired import current_node_id, instance_of, last_node_id, lease_on_node
+from .driver import NodeAgentDriver
 from .models import Evidence, IssuedOp, NodeAgent
 from .timeutil import parse_time
 
@@ -121,11 +122,6 @@ def _earlier_op(op_id: str, current: str) -> bool:
     return same_lease and counter.isdigit() and now_counter.isdigit() and int(counter) < int(now_counter)
 
 
-def last_node_id(lease_id: int) -> int | None:
-    return (SlotAllocation.objects.filter(lease_id=lease_id).order_by("-allocated_at", "-id")
-            .values_list("slot__node_id", flat=True).first())
-
-
 def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
     """Verify, store and apply one record; raises Refused with a code."""
     if not isinstance(record, dict):
@@ -163,15 +159,7 @@ def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
     return evidence
 
 
-def instance_of(evidence: Evidence) -> Instance:
-    """Customers connect to the node's public host at the port the node reported."""
-    host = getattr(getattr(evidence.node, "agent", None), "public_host", "") or evidence.record["host"]
-    return Instance(host=host, ssh_port=evidence.record["ssh_port"])
-
-
 def _apply(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
-    from .driver import NodeAgentDriver
-
     lease_id = evidence.lease_id
     if evidence.kind == Evidence.Kind.INSTANCE_READY:
         if current_node_id(lease_id) != agent.node_id:

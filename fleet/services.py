@@ -8,9 +8,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.translation import gettext as _
 
+from inventory.audit import audit_record
 from inventory.burnin import burn_in_gate_on, burn_in_request
 from inventory.models import BurnIn, Node
-from inventory.services import audit_record
 from rental.models import Lease, LeaseState
 from rental.services import TransitionRefused, lease_record
 

@@ -12,10 +12,10 @@ from datetime import datetime
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from .audit import audit_record
 from .incidents import incident_close, incident_open
 from .models import BurnIn, GpuSlot, Incident, Node, SlotAllocation
 from .selectors import catalog_changed
-from .services import audit_record
 
 
 def burn_in_gate_on() -> bool:

@@ -13,9 +13,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from .audit import audit_record
 from .models import Downtime, GpuSlot, Incident, IncidentSlot, Node, Site, SlotAllocation
 from .selectors import catalog_changed
-from .services import audit_record
 
 
 class IncidentRefused(Exception):

@@ -7,7 +7,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from .models import AuditEntry, GpuSlot, Node, Offer, Site, SlotAllocation
+from .audit import audit_record
+from .models import GpuSlot, Node, Offer, Site, SlotAllocation
 from .selectors import SELLABLE_SLOT, catalog_changed
 
 
@@ -68,17 +69,6 @@ def slots_release(*, lease_id: int, now: datetime | None = None) -> int:
         _stock_changed()
         burn_in_after_release(slot_ids=slot_ids, now=now)
     return released
-
-
-def audit_record(*, actor, action: str, obj, detail: dict | None = None, at: datetime | None = None) -> AuditEntry:
-    return AuditEntry.objects.create(
-        at=at or timezone.now(),
-        actor=actor if getattr(actor, "pk", None) else None,
-        action=action,
-        object_type=obj._meta.label,
-        object_id=str(obj.pk),
-        detail=detail or {},
-    )
 
 
 @transaction.atomic

@@ -2,7 +2,7 @@
 at sign-up (and again, new ones, from the settings page with the password); with one of
 them, "forgot password" sets a new password. Only SHA-256 hashes are stored (the codes are
 80 random bits, like API tokens). Customers with an e-mail address can also use Django's
-password reset by e-mail (rental/urls.py). Every write is audited; attempts are throttled
+password reset by e-mail (storefront/urls.py). Every write is audited; attempts are throttled
 per client address (rental.throttle)."""
 import base64
 import hashlib
@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from inventory.services import audit_record
+from inventory.audit import audit_record
 
 from .models import RecoveryCode
 from .throttle import per_user, throttle_hit, throttle_posts, throttled

@@ -13,8 +13,9 @@ from django.db.models import Q
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+from inventory.audit import audit_record
 from inventory.models import Offer, Site
-from inventory.services import audit_record, slots_allocate, slots_release
+from inventory.services import slots_allocate, slots_release
 
 from . import rules
 from .addresses import ssh_command

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.services import audit_record
+from inventory.audit import audit_record
 
 from .models import ApiScope, ApiToken, Notification, SshKey
 

@@ -119,7 +119,7 @@ if DEBUG and not env_bool("DEBUG_TECHNICAL_404"):
     MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.messages.middleware.MessageMiddleware") + 1,
                       "rental.middleware.FriendlyNotFoundMiddleware")
 
-ROOT_URLCONF = "rental.urls"
+ROOT_URLCONF = "storefront.urls"
 WSGI_APPLICATION = "rental.wsgi.application"
 
 TEMPLATES = [
@@ -303,13 +303,15 @@ if REDIS_URL:
                                            "unacked_restore_interval": max(1, min(10, _visibility // 2))}
 else:
     _broker_dir = VAR_DIR / "celery-broker"
-    for sub in ("out", "processed"):
+    for sub in ("out", "processed", "control"):
         (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
         "data_folder_processed": str(_broker_dir / "processed"),
+        # kombu's default is ./control: broadcast files landed in whatever the cwd was
+        "control_folder": str(_broker_dir / "control"),
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", TESTING)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

@@ -7,8 +7,8 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import Q
 
+from inventory.audit import audit_record
 from inventory.models import Site
-from inventory.services import audit_record
 
 from .models import Lease, LeaseState, NetworkVolume, Snapshot, VolumeAttachment
 from .services import _event

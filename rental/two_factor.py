@@ -12,7 +12,7 @@ from django.db import transaction
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from inventory.services import audit_record
+from inventory.audit import audit_record
 
 PENDING = "pending (unconfirmed)"
 AUTHENTICATOR = "authenticator"

@@ -8,8 +8,9 @@ Public API::
     overbuy_warning(estimate, candidate) -> str | None
 """
 
-from .engine import Estimate, Job, estimate, train_flops, train_hours, zero_bytes_per_param
+from .engine import Estimate, Job, train_flops, train_hours, zero_bytes_per_param
 from .errors import SizingInputError
+from .estimation import estimate
 from .hf_config import parse_hf_config
 from .inputs import SizingRequest, parse_request
 from .presets import PRESETS, Architecture, infer_llama_shape

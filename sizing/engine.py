@@ -248,7 +248,7 @@ def frozen_weight_bytes(arch: Architecture, method: str, upcast: bool = False) -
     return vision
 
 
-def _model_states(job: Job) -> tuple[dict[str, float], float]:
+def model_states(job: Job) -> tuple[dict[str, float], float]:
     """Per-GPU model-state bytes by breakdown key, and bytes moved to host RAM (total)."""
     n, stage, off = job.gpus, job.zero, job.offload
     out = dict.fromkeys(("frozen_weights", "trainable_weights", "gradients", "fp32_master",
@@ -400,34 +400,3 @@ def active_params(arch: Architecture) -> int:
     m = arch.moe
     idle = (m.experts - m.per_token) * 3 * arch.hidden * m.intermediate * arch.moe_layers
     return arch.params - idle
-
-
-# --- the estimate ------------------------------------------------------------------------------
-
-def estimate(job: Job) -> Estimate:
-    """Peak GPU memory of one training step, per GPU and in total (all GPUs)."""
-    from .job_warnings import job_warnings
-
-    states, host = _model_states(job)
-    bd = dict(states)
-    bd["sharding_buffers"] = sharding_buffer_bytes(job)
-    bd["quant_buffers"] = quant_buffer_bytes(job)
-    bd["activations"] = activation_bytes(job)
-    bd["logits"] = logits_bytes(job.arch, job.seq, job.batch, job.loss_kind)
-    if job.checkpointing and job.stack.offloads_checkpoints:
-        host += checkpoint_input_bytes(job) * job.gpus
-    allocated = sum(bd.values())
-    bd["cuda_context"] = CUDA_CONTEXT_GB * GB
-    bd["allocator_margin"] = ALLOCATOR_MARGIN * allocated
-    per_gpu = sum(bd.values())
-    n_adapter = 0 if job.method in ADAM_STATE_BYTES else adapter_params(
-        job.arch, job.lora_rank, job.lora_targets)
-    return Estimate(
-        model=job.arch.name, method=job.method, params=job.arch.params, gpus=job.gpus,
-        zero=job.zero, offload=job.offload, per_gpu_gb=per_gpu / GB,
-        total_gb=per_gpu * job.gpus / GB, host_ram_gb=host / GB,
-        breakdown_gb={k: bd[k] / GB for k in BREAKDOWN_KEYS},
-        checkpoint_gb=checkpoint_gb(job, n_adapter), adapter_params=n_adapter,
-        train_flops=train_flops(active_params(job.arch), job.tokens, job.epochs),
-        warnings=tuple(job_warnings(job)), framework=job.framework,
-    )

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 
 from django.utils.translation import gettext_lazy
 
-from .engine import Estimate, Job, activation_bytes, estimate, zero_bytes_per_param
+from .engine import Estimate, Job, activation_bytes, zero_bytes_per_param
+from .estimation import estimate
 from .frameworks import DEFAULT_FRAMEWORK
 from .presets import PRESETS
 from .recommend import Candidate, Recommendation, recommend, usable_gb

@@ -95,7 +95,7 @@ HIGH_RATIO = 1.6
 
 def ratio(row: Measured) -> float:
     """engine per-GPU GB / measured GB."""
-    from .engine import estimate
+    from .estimation import estimate
     from .inputs import parse_request
 
     return estimate(parse_request(row.job).job).per_gpu_gb / row.measured_gb
@@ -109,7 +109,7 @@ def summary() -> dict:
 
 def markdown() -> str:
     """The CALIBRATION.md table (engine figures computed, never typed)."""
-    from .engine import estimate
+    from .estimation import estimate
     from .inputs import parse_request
 
     lines = ["| source | setup | framework | measured GB | engine GB | engine/measured | confidence |",

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 
 from django.utils.translation import gettext
 
-from .engine import MAX_NODE_GPUS, Estimate, Job, estimate, train_hours
+from .engine import MAX_NODE_GPUS, Estimate, Job, train_hours
+from .estimation import estimate
 
 LINKS = ("nvswitch", "infinity_fabric", "nvlink_bridge", "pcie_p2p", "pcie")
 HEADROOM_MIN_GB = 2.0

@@ -6,7 +6,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from inventory.services import audit_record
+from inventory.audit import audit_record
 
 from ..models import Invoice, LedgerEntry
 from ..services import BillingError, invoices_refund_claim, ledger_post

@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models import Q, Sum
 from django.utils.translation import gettext
 
-from inventory.services import audit_record
+from inventory.audit import audit_record
 
 from ..models import LedgerEntry, Payment, PaymentReview, Quote
 from ..services import ledger_post

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils.translation import gettext
 
-from inventory.services import audit_record
+from inventory.audit import audit_record
 
 from ..models import WatcherCursor
 from . import config

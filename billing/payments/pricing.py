@@ -88,7 +88,7 @@ def rates_refresh(*, coins, now: datetime) -> dict[str, str]:
 @transaction.atomic
 def coin_rate_set(*, coin: str, usd_per_coin: Decimal, actor, now: datetime, source: str = MANUAL_SOURCE) -> CoinRate:
     """An operator sets a coin's rate (USD per whole coin); dated now, audited."""
-    from inventory.services import audit_record
+    from inventory.audit import audit_record
 
     try:
         coin = Coin(str(coin).upper())

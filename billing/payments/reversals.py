@@ -25,7 +25,7 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import Sum
 
-from inventory.services import audit_record
+from inventory.audit import audit_record
 from rental import services as rental
 from rental.lifecycle import BATCH, Transition
 from rental.models import LeaseEvent, LeaseState

@@ -202,8 +202,8 @@ def payments_apply_scan(*, coin: str, scan: ScanResult, now: datetime) -> ApplyR
 def _report_wrong_token(coin: Coin, deposit: dict) -> None:
     """A token we do not take, sent to a quote's address: the operators see it on the
     dashboard (it cannot be credited; the customer may ask for it back). Once per log."""
+    from inventory.audit import audit_record
     from inventory.models import AuditEntry
-    from inventory.services import audit_record
 
     quote = Quote.objects.filter(coin__in=(Coin.ETH, Coin.USDT, Coin.USDC), address__iexact=deposit["to"]).first()
     if quote is None or AuditEntry.objects.filter(action=WRONG_TOKEN, object_id=str(quote.pk),

@@ -11,8 +11,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.translation import gettext as _
 
+from inventory.audit import audit_record
 from inventory.models import Site
-from inventory.services import audit_record
 from rental.storage import StorageRefused
 
 from .ceph import CephError, CephUnavailable

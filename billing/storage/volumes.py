@@ -15,8 +15,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils.translation import gettext as _
 
+from inventory.audit import audit_record
 from inventory.models import Node, Site, SlotAllocation
-from inventory.services import audit_record
 from rental.models import LeaseState, NetworkVolume, VolumeAttachment
 from rental.storage import StorageRefused
 

@@ -9,7 +9,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.services import audit_record
+from inventory.audit import audit_record
 
 from .models import Dispatch, WebhookDelivery, WebhookEndpoint, new_secret
 from .sending import Refused, check_url, post

@@ -1,7 +1,7 @@
-"""The root URLconf plus /pay/ (until rental/urls.py mounts billing.payments.urls itself)."""
+"""The root URLconf plus /pay/ (until storefront/urls.py mounts billing.payments.urls itself)."""
 from django.urls import include, path
 
-from rental.urls import urlpatterns as root
+from storefront.urls import urlpatterns as root
 
 mounted = any(getattr(p, "namespace", None) == "payments" for p in root)
 urlpatterns = root if mounted else [path("pay/", include("billing.payments.urls")), *root]

@@ -1,6 +1,6 @@
-"""The root URLconf plus the ops includes the lead adds to rental/urls.py."""
+"""The root URLconf plus the ops includes the lead adds to storefront/urls.py."""
 from django.urls import include, path
 
-from rental.urls import urlpatterns as root
+from storefront.urls import urlpatterns as root
 
 urlpatterns = [path("billing/sla/", include("billing.urls_sla")), *root]

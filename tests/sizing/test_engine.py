@@ -2,7 +2,8 @@
 
 import pytest
 
-from sizing.engine import Job, estimate, train_flops, train_hours, zero_bytes_per_param
+from sizing.engine import Job, train_flops, train_hours, zero_bytes_per_param
+from sizing.estimation import estimate
 from sizing.frameworks import SOURCE_TABLES_FRAMEWORK
 from sizing.inputs import parse_request
 from sizing.presets import PRESETS

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sizing.engine import KORTHIKANTI_MLP, KORTHIKANTI_NON_MLP, Job, estimate, layer_factor
+from sizing.engine import KORTHIKANTI_MLP, KORTHIKANTI_NON_MLP, Job, layer_factor
 from sizing.errors import SizingInputError
+from sizing.estimation import estimate
 from sizing.hf_config import parse_hf_config
 from sizing.presets import PRESETS
 

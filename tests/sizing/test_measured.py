@@ -2,7 +2,7 @@
 
 import pytest
 
-from sizing.engine import estimate
+from sizing.estimation import estimate
 from sizing.inputs import parse_request
 from sizing.measured import HIGH_RATIO, MIN_RATIO, ROWS, markdown, ratio, summary
 

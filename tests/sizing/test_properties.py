@@ -7,7 +7,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sizing.engine import METHODS, Job, estimate
+from sizing.engine import METHODS, Job
+from sizing.estimation import estimate
 from sizing.inputs import SizingInputError, parse_request
 from sizing.presets import PRESETS
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from sizing.engine import Job, estimate
+from sizing.engine import Job
+from sizing.estimation import estimate
 from sizing.frameworks import SOURCE_TABLES_FRAMEWORK
 from sizing.presets import PRESETS
 from sizing.recommend import can_shard, overbuy_warning, recommend, usable_gb

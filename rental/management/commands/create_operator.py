@@ -3,7 +3,7 @@ import secrets
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 
-from inventory.services import audit_record
+from inventory.audit import audit_record
 
 
 class Command(BaseCommand):

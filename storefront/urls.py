@@ -1,4 +1,4 @@
-"""Root URLconf: mounts every app's urls."""
+"""Root URLconf: mounts every app's urls (the only module that sees every layer)."""
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
@@ -9,9 +9,8 @@ from django.views.generic import RedirectView
 from billing import api as billing_api
 from billing import views as billing_views
 from billing import views_sla
-
-from . import api, i18n, otp_views, recovery, views
-from .throttle import per_posted_email, per_user, throttle_posts
+from rental import api, i18n, otp_views, recovery, views
+from rental.throttle import per_posted_email, per_user, throttle_posts
 
 
 class FaviconRedirect(RedirectView):
