@@ -10,7 +10,9 @@
   socket, exec root and data root — a btrfs file system on a loop device, so the
   instances' writable layers get a size limit (this kernel's XFS has no project quota) —
   started inside the node namespace and in a mount namespace whose /dev holds stand-in
-  GPU nodes /dev/nvidia0..7 (private_dev.sh). Every lease gets its own bridge network
+  GPU nodes /dev/nvidia0..7 (private_dev.sh). That namespace is a slave of the host's and
+  the tests' files are below a shared mount (`node_tmp_root`), so dockerd sees the
+  agent's mounts there (lease disks, network volumes) as on a node. Every lease gets its own bridge network
   from `LEASE_POOL`; the agent's nftables table goes into the node namespace.
 - `instance_image`: the debootstrap + openssh-server image (scripts/build-node-test-image.sh,
   cached across runs) imported into that daemon.
@@ -60,11 +62,31 @@ def node_tmp_root():
     """Temporary files of the node tests, outside /tmp/pytest-of-root (which every pytest
     session resets to 0700): container root is an unprivileged host uid under
     userns-remap and must pass through the directories above its data root and the lease
-    disks (search only, mode 0711), as on a node where /var/lib/docker is 0711."""
+    disks (search only, mode 0711), as on a node where /var/lib/docker is 0711.
+
+    It is a shared mount (see `_share_mounts_below`), so that what the agent mounts here
+    in the host's namespace reaches the private dockerd's."""
     root = Path(tempfile.mkdtemp(prefix=f"gna-{os.getpid()}-", dir="/tmp"))
     root.chmod(0o711)
-    yield root
-    subprocess.run(["rm", "-rf", "--one-file-system", str(root)])
+    _share_mounts_below(root)
+    try:
+        yield root
+    finally:
+        # lazily: also detaches whatever a failed test left mounted below, so rm sees
+        # only the plain directories underneath
+        subprocess.run(["umount", "-l", str(root)], capture_output=True)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(root)])
+
+
+def _share_mounts_below(root: Path) -> None:
+    """Make `root` a mount point of its own with shared propagation. On a node systemd
+    makes / shared and dockerd runs in the host's mount namespace, so it sees the lease
+    disks the agent mounts and accepts the `rslave` bind of a lease's /volumes (its source
+    must be on a shared or slave mount). Here / is private and the test dockerd runs in a
+    mount namespace of its own (private_dev.sh), a slave of the host's: only mounts made
+    below a shared mount reach a slave, so the tests' files live below this one."""
+    subprocess.run(["mount", "--bind", str(root), str(root)], check=True, capture_output=True)
+    subprocess.run(["mount", "--make-rshared", str(root)], check=True, capture_output=True)
 
 
 @pytest.fixture

@@ -4,6 +4,9 @@
 # zero, full, random and urandom drivers), without creating anything in the host's /dev.
 # Under userns-remap runc bind-mounts a container's device nodes from the path they have
 # in the container, so a stand-in must exist at that very path for dockerd.
+# The namespace is a slave of the host's: mounts made later below a shared mount of the
+# host (the tests' node_tmp_root) appear here too, as they would for a node's dockerd; the
+# /dev mounts made here stay here.
 #   usage: unshare --mount --propagation slave private_dev.sh EMPTY_DIR COMMAND...
 # (EMPTY_DIR: where the host's /dev is seen from inside; the caller removes it)
 set -eu

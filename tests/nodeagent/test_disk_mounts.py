@@ -2,7 +2,10 @@
 while its disk is not mounted. Real parts: loop devices with ext4 (this host kernel has no
 device-mapper, so the LUKS layer itself runs in the QEMU guest tests), mounts in the host
 namespace and under `unshare --mount --propagation slave`, the private dockerd, and the
-real agent process."""
+real agent process. The private dockerd has a mount namespace of its own (for its stand-in
+/dev), a slave of the host's, and the tests' files are below a shared mount
+(tests/nodeagent/conftest.py): a mount made in the host's namespace reaches dockerd as it
+does on a node, where dockerd shares the host's namespace."""
 import configparser
 import os
 import subprocess
@@ -76,12 +79,6 @@ class LoopDisk:
         self.unmount()
         subprocess.run(["losetup", "--detach", self.device], check=False)
 
-
-# Issue 23, not green after the merge: the isolation work runs the test dockerd in a private
-# mount namespace (for its stand-in /dev), so a mount the agent makes on the host is not in
-# dockerd's view here as it is on a node. Deselected by .ci/run (marker node_box) until the
-# fixture's namespace is made a slave of the host's; run by hand with -m node_box.
-pytestmark = pytest.mark.node_box
 
 @pytest.fixture
 def loop_disk(tmp_path):

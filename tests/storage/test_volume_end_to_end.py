@@ -25,11 +25,11 @@ from tests.nodeagent.test_end_to_end import shared_db
 from tests.tools import require_tool
 
 IMAGE = "pytorch-2.5-cuda-12.4"
-# Not green after the merge: the isolation work's test dockerd runs in a private mount
-# namespace, where the agent's `rslave` bind of /volumes is refused ("not a shared or slave
-# mount"). Deselected by .ci/run (marker node_box, with issue 23's mount tests) until that
-# fixture's namespace is a slave of the host's; it passed on the storage branch alone.
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.node_box]
+# The test dockerd's mount namespace is a slave of the host's and the agent's state is below
+# a shared mount (tests/nodeagent/conftest.py `node_tmp_root`): the ceph-fuse mounts the
+# agent makes on the host reach dockerd, and the `rslave` bind of /volumes finds its source
+# on a slave mount (dockerd refuses it on a private one: "not a shared or slave mount").
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
