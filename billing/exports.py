@@ -27,7 +27,12 @@ from .models import Invoice, LedgerEntry, Payment
 from .payments.coins.amounts import format_amount
 from .payments.coins.base import Coin
 from .payments.services import to_usd_cents
-from .revenue import entries_attributed, entry_revenue_cents, entry_storage_cents, storage_lines_cents
+from .revenue import (
+    entries_attributed,
+    entry_revenue_cents,
+    entry_storage_cents,
+    storage_lines_cents,
+)
 
 
 def usd(cents: int | None) -> str:

@@ -24,7 +24,17 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import CharField, Count, Exists, IntegerField, OuterRef, Q, Subquery, Sum, Value
+from django.db.models import (
+    CharField,
+    Count,
+    Exists,
+    IntegerField,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.functions import Cast, Coalesce, Concat
 
 from .models import Invoice, InvoiceLine, LedgerEntry, SlaClaim

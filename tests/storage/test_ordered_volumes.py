@@ -57,9 +57,20 @@ def _node_of(lease) -> Node:
 
 
 def test_paid_addon_is_a_real_volume_attached_to_the_lease(site_cluster, customer, client, settings):
+    """Ordered on the order page, paid from the balance."""
     settings.HOST_AGENT_FAKE_DELAY = 0
-    lease, invoice, part = _order(customer, volume_tb=2)
-    assert part == 2 * 327  # $14/TB-month for 7 of 30 days, rounded up to the cent, per TB
+    part = 2 * 327  # $14/TB-month for 7 of 30 days, rounded up to the cent, per TB
+    balance_top_up(customer=customer, amount_cents=6500 + part, now=timezone.now())
+    client.force_login(customer)
+    page = client.get(reverse("order", args=["rtx-3090"])).content.decode()
+    assert "Created when the order is paid and mounted in the instance at /volumes" in page
+    response = client.post(reverse("order", args=["rtx-3090"]), {
+        "site": "DFW-1", "term": "week", "extra_nvme_tb": "0", "network_volume_tb": "2", "snapshot_tb": "0",
+        "image": "pytorch-2.5-cuda-12.4", "ssh_public_key": KEY, "pay_from_balance": "on"})
+    lease = Lease.objects.get(customer=customer)
+    assert response.status_code == 302 and response["Location"] == reverse("lease_detail", args=[lease.pk])
+    invoice = lease.invoices.get()
+    assert invoice.state == "paid" and invoice.amount_cents == 6500 + part
     ordered = OrderedVolume.objects.get(lease=lease)
     assert ordered.state == "created" and ordered.cents == part
     volume = ordered.volume
@@ -86,7 +97,6 @@ def test_paid_addon_is_a_real_volume_attached_to_the_lease(site_cluster, custome
     assert mine["volumes"] == [{"volume_id": volume.pk, "name": f"lease-{lease.pk}", "path": store.path}]
 
     # The lease page shows the volume with its real size, not "network volume 0 TB".
-    client.force_login(customer)
     page = client.get(reverse("lease_detail", args=[lease.pk])).content.decode()
     assert f"lease-{lease.pk} (2 TB)" in page and "network volume 0 TB" not in page
 
