@@ -12,7 +12,12 @@ class BillingConfig(AppConfig):
     verbose_name = "Billing"
 
     def ready(self):
+        from rental.storage import lease_volumes_released
+
         from . import checks  # noqa: F401  (registers the deploy checks)
+        from .storage.volumes import lease_volumes_released as take_node_access_away
+
+        lease_volumes_released.connect(take_node_access_away, dispatch_uid="billing.storage.lease_volumes_released")
 
         for module in EXTRA_ADMIN_MODULES:
             if importlib.util.find_spec(module):

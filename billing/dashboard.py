@@ -27,7 +27,7 @@ from .models import Invoice, JobRun, PaymentReview, Quote
 from .payments.addresses import wallets_past_gap
 from .payments.health import coins_unwell
 from .payments.services import coins_offered
-from .revenue import revenue_between
+from .revenue import SiteRevenue, revenue_between, revenue_by_site
 from .services import month_start
 
 S = LeaseState
@@ -210,6 +210,7 @@ class Dashboard:
     payment_reviews: int = 0
     wallets_past_gap: list[str] = field(default_factory=list)
     wrong_tokens: int = 0
+    revenue_sites: list[SiteRevenue] = field(default_factory=list)
 
     @property
     def capacity_totals(self) -> dict:
@@ -253,4 +254,5 @@ def dashboard(now: datetime) -> Dashboard:
                      payment_reviews=PaymentReview.objects.filter(state=PaymentReview.State.OPEN).count(),
                      wallets_past_gap=wallets_past_gap(),
                      wrong_tokens=AuditEntry.objects.filter(action="wrong_token_deposit",
-                                                            at__gte=now - timedelta(days=7)).count())
+                                                            at__gte=now - timedelta(days=7)).count(),
+                     revenue_sites=revenue_by_site(month_start(now), now))

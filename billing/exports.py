@@ -1,6 +1,7 @@
 """CSV exports for accounting: leases (running during the period), invoices (created in
 it), payments (first seen in it) and the balance ledger (every entry made in it, with its
-share of revenue: issue 27, ``billing.revenue``). Streamed row by row with csv.writer, amounts in
+share of revenue: issue 27, ``billing.revenue``, its site and the storage part of that
+share: issue 25). Streamed row by row with csv.writer, amounts in
 integer cents and in USD (exact, two decimals); coin amounts in base units and in coin.
 Served by the admin view /admin/ops/exports/, to staff with the view permission of what
 is exported. Cells are escaped against formula injection (a spreadsheet runs a cell that
@@ -26,7 +27,12 @@ from .models import Invoice, LedgerEntry, Payment
 from .payments.coins.amounts import format_amount
 from .payments.coins.base import Coin
 from .payments.services import to_usd_cents
-from .revenue import entry_revenue_cents
+from .revenue import (
+    entries_attributed,
+    entry_revenue_cents,
+    entry_storage_cents,
+    storage_lines_cents,
+)
 
 
 def usd(cents: int | None) -> str:
@@ -49,13 +55,14 @@ def lease_rows(start: datetime, end: datetime):
 
 
 def invoice_rows(start: datetime, end: datetime):
-    yield ["invoice_id", "customer", "lease_id", "kind", "state", "term_start", "amount_cents", "amount_usd",
-           "created_at", "paid_at", "paid_via", "note"]
-    invoices = (Invoice.objects.filter(created_at__gte=start, created_at__lt=end).select_related("customer")
-                .order_by("created_at", "pk"))
+    yield ["invoice_id", "customer", "lease_id", "site", "kind", "state", "term_start", "amount_cents", "amount_usd",
+           "storage_cents", "created_at", "paid_at", "paid_via", "note"]
+    invoices = (Invoice.objects.filter(created_at__gte=start, created_at__lt=end).select_related("customer", "lease__site")
+                .annotate(storage_cents=storage_lines_cents("pk")).order_by("created_at", "pk"))
     for x in invoices.iterator(chunk_size=500):
-        yield [x.pk, x.customer.username, x.lease_id or "", x.kind, x.state, iso(x.term_start), x.amount_cents,
-               usd(x.amount_cents), iso(x.created_at), iso(x.paid_at), x.paid_via, x.note]
+        yield [x.pk, x.customer.username, x.lease_id or "", x.lease.site.code if x.lease_id else "", x.kind, x.state,
+               iso(x.term_start), x.amount_cents, usd(x.amount_cents), x.storage_cents, iso(x.created_at),
+               iso(x.paid_at), x.paid_via, x.note]
 
 
 def payment_rows(start: datetime, end: datetime):
@@ -73,15 +80,26 @@ def payment_rows(start: datetime, end: datetime):
 
 
 def ledger_rows(start: datetime, end: datetime):
-    yield ["entry_id", "at", "customer", "kind", "amount_cents", "amount_usd", "balance_after_cents",
-           "revenue_cents", "revenue_usd", "invoice_id", "actor", "memo", "key"]
-    entries = (LedgerEntry.objects.filter(at__gte=start, at__lt=end).select_related("account__customer", "actor")
-               .order_by("at", "pk"))
+    yield ["entry_id", "at", "customer", "site", "kind", "product", "amount_cents", "amount_usd",
+           "balance_after_cents", "revenue_cents", "revenue_usd", "storage_revenue_cents", "storage_revenue_usd",
+           "invoice_id", "actor", "memo", "key"]
+    entries = entries_attributed(LedgerEntry.objects.filter(at__gte=start, at__lt=end)
+                                 .select_related("account__customer", "actor").order_by("at", "pk"))
     for e in entries.iterator(chunk_size=500):
-        revenue = entry_revenue_cents(e)
-        yield [e.pk, iso(e.at), e.account.customer.username, e.kind, e.amount_cents, usd(e.amount_cents),
-               e.balance_after_cents, revenue, usd(revenue), e.invoice_id or "",
-               e.actor.username if e.actor_id else "", e.memo, e.idempotency_key or ""]
+        revenue, storage = entry_revenue_cents(e), entry_storage_cents(e)
+        yield [e.pk, iso(e.at), e.account.customer.username, e.site_code or "", e.kind, _product(e), e.amount_cents,
+               usd(e.amount_cents), e.balance_after_cents, revenue, usd(revenue), storage, usd(storage),
+               e.invoice_id or "", e.actor.username if e.actor_id else "", e.memo, e.idempotency_key or ""]
+
+
+def _product(entry) -> str:
+    """What the entry paid for: a storage product (volume, snapshot, object), an invoice
+    (the lease and its add-ons), or nothing (deposits, corrections)."""
+    if entry.storage_kind:
+        return entry.storage_kind
+    if (entry.idempotency_key or "").startswith("ordered_volume:"):
+        return "volume"
+    return "invoice" if entry.invoice_id else ""
 
 
 EXPORTS = {"leases": lease_rows, "invoices": invoice_rows, "payments": payment_rows, "ledger": ledger_rows}

@@ -384,6 +384,7 @@ class EgressUsage(models.Model):
 # Issue 25: storage on the site's Ceph cluster (models in their own package)
 from .storage.models import (  # noqa: E402,F401
     NodeStorageKey,
+    OrderedVolume,
     S3Account,
     S3Key,
     StorageCharge,

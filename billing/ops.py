@@ -251,6 +251,8 @@ def _charge_term(obj, *, kind: str, term_start: datetime, now: datetime) -> bool
     entry = ledger_post(customer=obj.customer, kind=LedgerEntry.Kind.ORDER, amount_cents=-cents, now=now,
                         memo=f"{label} #{obj.pk}, {obj.size_tb} TB × 30 days from {term_start:%Y-%m-%d}",
                         idempotency_key=f"{kind}:{obj.pk}:{term_start:%Y%m%dT%H%M%S}")
+    if entry is not None:
+        _storage_charge_site(obj, entry=entry)
     return entry is not None
 
 
@@ -259,7 +261,6 @@ def volume_order(*, customer, site, name: str, size_tb: int, now: datetime):
     the subvolume is created on the site's Ceph first (billing.storage.volumes), so what is
     charged exists; a short balance is refused before Ceph is asked."""
     from .services import InsufficientBalance, account_for
-    from .storage.models import StorageCharge
     from .storage.volumes import volume_provision
 
     cents = _storage_price("network_volume", size_tb)
@@ -268,7 +269,6 @@ def volume_order(*, customer, site, name: str, size_tb: int, now: datetime):
 
     def charge(volume):
         _charge_term(volume, kind="network_volume", term_start=now, now=now)
-        _storage_charge_site(volume, kind=StorageCharge.Kind.VOLUME, term_start=now)
 
     return volume_provision(customer=customer, site=site, name=name, size_tb=size_tb, now=now, charge=charge)
 
@@ -295,14 +295,19 @@ def volume_grow_order(*, volume, size_tb: int, now: datetime, actor=None):
     return volume_grow(volume=volume, size_tb=size_tb, now=now, actor=actor, charge=charge)
 
 
-def _storage_charge_site(obj, *, kind: str, term_start: datetime) -> None:
-    """Tie the term's ledger entry to the volume's site (revenue per site)."""
+def _storage_charge_site(obj, *, entry: LedgerEntry) -> None:
+    """Tie a term's ledger entry to its site (storage income per site: the dashboard, the
+    ledger export): a volume's site, a snapshot's lease's site."""
+    from rental.models import NetworkVolume
+
     from .storage.models import StorageCharge
 
-    entry = LedgerEntry.objects.filter(idempotency_key=f"network_volume:{obj.pk}:{term_start:%Y%m%dT%H%M%S}").first()
-    if entry is not None:
-        StorageCharge.objects.get_or_create(entry=entry, defaults={"site_id": obj.site_id, "kind": kind,
-                                                                   "object_id": obj.pk})
+    if isinstance(obj, NetworkVolume):
+        kind, site_id = StorageCharge.Kind.VOLUME, obj.site_id
+    else:
+        kind, site_id = StorageCharge.Kind.SNAPSHOT, Lease.objects.values_list("site_id", flat=True).get(
+            pk=obj.source_lease_id)
+    StorageCharge.objects.get_or_create(entry=entry, defaults={"site_id": site_id, "kind": kind, "object_id": obj.pk})
 
 
 @transaction.atomic
@@ -337,10 +342,6 @@ def sweep_storage(now: datetime, limit: int = 500) -> list:
         try:
             with transaction.atomic():
                 _charge_term(obj, kind=kind, term_start=obj.paid_until, now=now)
-                if kind == "network_volume":
-                    from .storage.models import StorageCharge
-
-                    _storage_charge_site(obj, kind=StorageCharge.Kind.VOLUME, term_start=obj.paid_until)
                 storage_extend(obj=obj, paid_until=obj.paid_until, new_until=obj.paid_until + STORAGE_TERM)
             done.append(Transition(0, f"{obj} renewed"))
         except InsufficientBalance:

@@ -11,15 +11,33 @@
 
 Top-ups, late and excess payment credits are deposits, not revenue: they count when spent.
 ``entry_revenue_cents`` gives one entry's share, for the ledger export; ``revenue_between``
-the totals, for the dashboard."""
+the totals, for the dashboard.
+
+Per site (issue 25): an entry belongs to the site of what it paid — a storage charge's site
+(volumes, snapshots, object storage: ``StorageCharge``), else its invoice's lease's site,
+else an SLA credit's lease's site. Its **storage** share is all of a storage charge, the
+storage add-on lines (network volume, snapshots) of an invoice it paid, and the refund of
+an add-on that could not be created (``ordered_volume:<lease>``)."""
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import CharField, Count, Exists, OuterRef, Q, Sum, Value
-from django.db.models.functions import Cast, Concat
+from django.db.models import (
+    CharField,
+    Count,
+    Exists,
+    IntegerField,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Cast, Coalesce, Concat
 
-from .models import Invoice, LedgerEntry
+from .models import Invoice, InvoiceLine, LedgerEntry, SlaClaim
 
 K = LedgerEntry.Kind
 #: debits that are no sale
@@ -62,3 +80,78 @@ def revenue_between(start: datetime, end: datetime) -> dict:
 
 def _late_key():
     return Concat(Value("late:"), Cast("pk", CharField()))
+
+
+# --- per site, and the storage share (issue 25) ------------------------------------------------
+
+#: an order invoice's storage add-on lines, as billing.services.price_lines stores them
+STORAGE_LINE = r"^(Network volume|Snapshot), .+, per TB$"
+ADDON_REFUND_KEY = "ordered_volume:"
+PAYS_INVOICE = (K.ORDER, K.RENEWAL)
+
+
+def storage_lines_cents(invoice_ref: str):
+    """The storage add-on lines of the invoice `invoice_ref` points at, in cents (a subquery)."""
+    lines = (InvoiceLine.objects.filter(invoice=OuterRef(invoice_ref), description__regex=STORAGE_LINE)
+             .values("invoice").annotate(s=Sum("amount_cents")).values("s"))
+    return Coalesce(Subquery(lines, output_field=IntegerField()), Value(0))
+
+
+def entries_attributed(entries):
+    """Ledger entries annotated with `site_code` and `invoice_storage_cents` (one query)."""
+    sla_site = SlaClaim.objects.filter(ledger_entry=OuterRef("pk")).values("lease__site__code")[:1]
+    return entries.annotate(
+        site_code=Coalesce("storage_charge__site__code", "invoice__lease__site__code", Subquery(sla_site),
+                           output_field=CharField()),
+        storage_kind=Coalesce("storage_charge__kind", Value(""), output_field=CharField()),
+        invoice_storage_cents=storage_lines_cents("invoice_id"))
+
+
+def entry_storage_cents(entry: LedgerEntry) -> int:
+    """The storage part of an entry's revenue share (needs `entries_attributed`)."""
+    revenue = entry_revenue_cents(entry)
+    if entry.storage_kind or (entry.idempotency_key or "").startswith(ADDON_REFUND_KEY):
+        return revenue
+    if revenue > 0 and entry.invoice_id and entry.kind in PAYS_INVOICE:
+        return min(revenue, entry.invoice_storage_cents)
+    return 0
+
+
+@dataclass
+class SiteRevenue:
+    site: str                 # "" : an entry tied to no site (e.g. an operator's correction)
+    booked_cents: int = 0     # spent from balances + invoices paid from outside
+    storage_cents: int = 0    # of which storage (volumes, snapshots, object storage), net
+    given_back_cents: int = 0  # refunds and SLA credits
+
+    @property
+    def net_cents(self) -> int:
+        return self.booked_cents - self.given_back_cents
+
+
+def revenue_by_site(start: datetime, end: datetime) -> list[SiteRevenue]:
+    """``revenue_between``'s net revenue for [start, end], per site (two queries); the rows'
+    net adds up to its ``net_cents``."""
+    rows: dict[str, SiteRevenue] = defaultdict(lambda: SiteRevenue(site=""))
+    counted = LedgerEntry.objects.filter(at__gte=start, at__lte=end).filter(
+        SPENT | Q(amount_cents__gt=0, kind__in=GIVEN_BACK))
+    for entry in entries_attributed(counted):
+        row = rows[entry.site_code or ""]
+        revenue = entry_revenue_cents(entry)
+        if revenue > 0:
+            row.booked_cents += revenue
+        else:
+            row.given_back_cents -= revenue
+        row.storage_cents += entry_storage_cents(entry)
+    to_balance = LedgerEntry.objects.filter(idempotency_key=OuterRef("late_key"))
+    outside = (Invoice.objects.filter(state=Invoice.State.PAID, paid_at__gte=start, paid_at__lte=end)
+               .exclude(kind=Invoice.Kind.TOPUP).exclude(paid_via="balance")
+               .alias(late_key=_late_key()).exclude(Exists(to_balance))
+               .annotate(storage=storage_lines_cents("pk")).values_list("lease__site__code", "amount_cents", "storage"))
+    for code, cents, storage in outside:
+        row = rows[code or ""]
+        row.booked_cents += cents
+        row.storage_cents += storage
+    for code, row in rows.items():
+        row.site = code
+    return sorted(rows.values(), key=lambda r: (r.site == "", r.site))

@@ -258,7 +258,13 @@ def _deliver(invoice: Invoice, *, now: datetime, actor) -> bool:
                     invoice=invoice, memo=f"invoice #{invoice.pk}", idempotency_key=f"topup:{invoice.pk}")
         return True
     if invoice.kind == Invoice.Kind.ORDER:
-        return rental.lease_start_term(lease_id=invoice.lease_id, now=now, actor=actor, reason=f"invoice #{invoice.pk}")
+        started = rental.lease_start_term(lease_id=invoice.lease_id, now=now, actor=actor,
+                                          reason=f"invoice #{invoice.pk}")
+        if started:  # the order page's network volume add-on is created now (issue 25)
+            from .storage.orders import ordered_volume_due
+
+            ordered_volume_due(invoice=invoice, now=now)
+        return started
     return rental.lease_extend(lease_id=invoice.lease_id, term_start=invoice.term_start, now=now, actor=actor,
                                reason=f"renewal invoice #{invoice.pk} paid")
 
@@ -326,6 +332,26 @@ def _refund_key(prefix: str, touched: list[Invoice]) -> str:
     return f"{prefix}:" + ",".join(f"{i.pk}={i.refunded_cents}" for i in touched)
 
 
+def _volume_kept_cents(lease: Lease) -> int:
+    from .storage.orders import ordered_volume_kept_cents
+
+    return ordered_volume_kept_cents(lease)
+
+
+def _lease_refund_claim(lease: Lease, paid: list[Invoice], *, now: datetime) -> tuple[int, list[Invoice]]:
+    """Everything paid for the lease and not refunded yet, but a network volume created
+    with the order: that is the customer's and survives the lease (its part stays paid).
+    An add-on not created yet is refunded on its own (and never created)."""
+    from .storage.orders import ordered_volume_cancel
+
+    ordered_volume_cancel(lease=lease, now=now)
+    kept = _volume_kept_cents(lease)
+    if not kept:
+        return invoices_refund_claim(invoices=paid, now=now)
+    left = sum(refundable_cents(i) for i in Invoice.objects.filter(pk__in=[i.pk for i in paid]))
+    return invoices_refund_claim(invoices=paid, now=now, cents=max(0, left - kept))
+
+
 @transaction.atomic
 def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> int:
     """Before `lease.refund_until` (LEASE_REFUND_WINDOW_MINUTES after the order), no questions
@@ -345,7 +371,7 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
     # invoices before the account: the customer desk's refund locks in that order too
     paid = list(Invoice.objects.select_for_update().filter(lease=lease, state=Invoice.State.PAID)
                 .exclude(kind=Invoice.Kind.TOPUP).order_by("pk"))
-    amount = sum(refundable_cents(i) for i in paid)
+    amount = max(0, sum(refundable_cents(i) for i in paid) - _volume_kept_cents(lease))
     by_customer = actor.pk == lease.customer_id
     if amount and by_customer:
         account_for(lease.customer)
@@ -354,7 +380,7 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
             raise RefundLimitReached(
                 _("You have used your %(n)d no-questions refund(s) this month; contact support instead.")
                 % {"n": settings.REFUNDS_PER_MONTH})
-    amount, touched = invoices_refund_claim(invoices=paid, now=now)
+    amount, touched = _lease_refund_claim(lease, paid, now=now)
     Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID, note="refunded")
     rental.lease_cancel(lease_id=lease.pk, now=now, actor=actor, reason="refund within the refund window",
                         from_states=[LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE])
@@ -378,7 +404,7 @@ def lease_fail_and_refund(*, lease: Lease, now: datetime) -> int | None:
                                                                   "deadline"):
         return None
     paid = Invoice.objects.filter(lease=lease, state=Invoice.State.PAID).exclude(kind=Invoice.Kind.TOPUP)
-    amount, touched = invoices_refund_claim(invoices=list(paid), now=now)
+    amount, touched = _lease_refund_claim(lease, list(paid), now=now)
     Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID,
                                                                         note="lease failed to provision")
     if amount:

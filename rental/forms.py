@@ -48,7 +48,10 @@ class OrderForm(forms.Form):
     extra_nvme_tb = forms.IntegerField(label=_("Extra local NVMe (TB)"), min_value=0,
                                        max_value=ADDON_LIMITS["extra_nvme_tb"], initial=0)
     network_volume_tb = forms.IntegerField(label=_("Network volume (TB)"), min_value=0,
-                                           max_value=ADDON_LIMITS["network_volume_tb"], initial=0)
+                                           max_value=ADDON_LIMITS["network_volume_tb"], initial=0,
+                                           help_text=_("Created when the order is paid and mounted in the instance at "
+                                                       "/volumes; it is yours beyond this lease, renewed every 30 "
+                                                       "days from your balance (My storage)."))
     snapshot_tb = forms.IntegerField(label=_("Snapshots (TB)"), min_value=0,
                                      max_value=ADDON_LIMITS["snapshot_tb"], initial=0)
     image = forms.ModelChoiceField(label=_("Image"), queryset=None, to_field_name="slug", empty_label=None)

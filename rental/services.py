@@ -220,8 +220,15 @@ def lease_release(*, lease_id: int, now: datetime, actor=None, reason="hold expi
     if not left:
         return False
     slots_release(lease_id=lease_id, now=now)
+    _volumes_let_go(lease_id, now=now, reason="lease ended")
     disk_key_request_destroy(lease_id=lease_id, now=now, actor=actor, reason=reason)
     return True
+
+
+def _volumes_let_go(lease_id: int, *, now: datetime, reason: str) -> None:
+    from .storage import lease_volumes_detach  # rental.storage imports this module
+
+    lease_volumes_detach(lease_id=lease_id, now=now, reason=reason)
 
 
 @transaction.atomic
@@ -232,6 +239,7 @@ def lease_cancel(*, lease_id: int, now: datetime, from_states, actor=None, reaso
     if not left:
         return False
     slots_release(lease_id=lease_id, now=now)
+    _volumes_let_go(lease_id, now=now, reason="lease ended")
     disk_key_request_destroy(lease_id=lease_id, now=now, actor=actor, reason=reason)
     if left != S.PENDING:
         transaction.on_commit(lambda: get_agent().stop(lease_id=lease_id))
@@ -250,6 +258,7 @@ def lease_fail(*, lease_id: int, now: datetime, reason: str) -> bool:
     if not left:
         return False
     slots_release(lease_id=lease_id)
+    _volumes_let_go(lease_id, now=now, reason="lease ended")
     disk_key_request_destroy(lease_id=lease_id, now=now, reason=reason)
     transaction.on_commit(lambda: get_agent().stop(lease_id=lease_id))
     return True

@@ -510,3 +510,10 @@ STORAGE_CEPH_TIMEOUT_SECONDS = int(os.environ.get("STORAGE_CEPH_TIMEOUT_SECONDS"
 STORAGE_RETRY_SECONDS = int(os.environ.get("STORAGE_RETRY_SECONDS", "60"))
 # Quota bytes per TB sold (decimal TB; an operator may add headroom). Tests shrink it.
 STORAGE_QUOTA_BYTES_PER_TB = int(os.environ.get("STORAGE_QUOTA_BYTES_PER_TB", str(10 ** 12)))
+# A subvolume in the storefront's group that no live volume owns (a delete that failed half
+# way, a volume row removed by hand) is purged by the storage sweep once it is this old: a
+# volume being ordered has its subvolume a moment before its database row commits.
+STORAGE_ORPHAN_GRACE_SECONDS = int(os.environ.get("STORAGE_ORPHAN_GRACE_SECONDS", "3600"))
+# An order's network volume add-on left pending (a crash between payment and Ceph) is
+# retried by the storage sweep once it is this old.
+STORAGE_ORDERED_VOLUME_RETRY_SECONDS = int(os.environ.get("STORAGE_ORDERED_VOLUME_RETRY_SECONDS", "120"))

@@ -5,7 +5,8 @@ renewed and released with the lease."""
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
+from django.dispatch import Signal
 
 from inventory.audit import audit_record
 from inventory.models import Site
@@ -19,6 +20,11 @@ RUNNING = (S.PROVISIONING, S.ACTIVE)
 
 class StorageRefused(Exception):
     """Not allowed; the message says why."""
+
+
+#: Sent after the commit of a lease's end with the volumes it let go of (`volume_ids`),
+#: so that billing.storage takes the node's access to them away at once.
+lease_volumes_released = Signal()
 
 
 @transaction.atomic
@@ -58,6 +64,34 @@ def volume_detach(*, volume: NetworkVolume, lease_id: int, now: datetime, actor=
     if changed:
         _event(lease_id, kind="volume_detached", now=now, actor=actor, reason=reason, data={"volume": volume.pk})
     return changed
+
+
+def lease_volumes_detach(*, lease_id: int, now: datetime, reason: str) -> list[int]:
+    """The lease ended (cancelled, released, failed): its volumes are detached now, not at
+    the next sweep; the volumes themselves survive. Returns the volumes let go of."""
+    ids = list(VolumeAttachment.objects.filter(lease_id=lease_id, detached_at__isnull=True)
+               .values_list("volume_id", flat=True))
+    for volume in NetworkVolume.objects.filter(pk__in=ids):
+        volume_detach(volume=volume, lease_id=lease_id, now=now, reason=reason)
+    if ids:
+        transaction.on_commit(lambda: lease_volumes_released.send(sender=Lease, lease_id=lease_id, volume_ids=ids,
+                                                                  now=now))
+    return ids
+
+
+@transaction.atomic
+def lease_volume_addon_settled(*, lease_id: int, cents: int, now: datetime, outcome: str) -> None:
+    """The order's network volume add-on is settled (created: from now on the volume is
+    renewed on its own term from the balance; or refunded): the lease's renewals no longer
+    include it, so its price drops by the add-on's part."""
+    lease = Lease.objects.select_for_update().get(pk=lease_id)
+    cents = min(cents, lease.price_cents - 1)  # a price stays positive (database constraint)
+    if cents <= 0:
+        return
+    Lease.objects.filter(pk=lease_id).update(price_cents=F("price_cents") - cents)
+    audit_record(actor=None, action="lease_volume_addon_settled", obj=lease,
+                 detail={"price_cents_before": lease.price_cents, "price_cents": lease.price_cents - cents,
+                         "outcome": outcome}, at=now)
 
 
 def attachments_of_ended_leases_detach(*, now: datetime, limit: int = 500) -> int:

@@ -3,7 +3,7 @@ read-only views of what the storefront created there."""
 from django import forms
 from django.contrib import admin
 
-from .models import NodeStorageKey, S3Account, StorageCluster, VolumeStore
+from .models import NodeStorageKey, OrderedVolume, S3Account, StorageCluster, VolumeStore
 
 
 class StorageClusterForm(forms.ModelForm):
@@ -44,3 +44,17 @@ class NodeStorageKeyAdmin(admin.ModelAdmin):
 class S3AccountAdmin(admin.ModelAdmin):
     list_display = ("uid", "customer", "site", "quota_gb", "bytes_stored", "state", "simulated")
     readonly_fields = ("uid", "customer", "site", "bytes_stored", "metered_at", "billed_at", "unbilled_byte_seconds")
+
+
+@admin.register(OrderedVolume)
+class OrderedVolumeAdmin(admin.ModelAdmin):
+    """The order page's volume add-ons: created, or refunded as not created (and why)."""
+    list_display = ("lease", "size_tb", "cents", "state", "volume", "created_at", "settled_at", "reason")
+    list_filter = ("state",)
+    readonly_fields = [f.name for f in OrderedVolume._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

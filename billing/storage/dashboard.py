@@ -1,18 +1,17 @@
 """The ops dashboard's storage panel: each site's cluster (health, replicas, full, alert)
-and this month's storage income per site, from the ledger entries that paid for storage."""
+and this month's storage income per site — the storage share of net revenue
+(billing.revenue: volumes, snapshots and object storage paid from the balance, the order
+page's storage add-ons, less the add-ons refunded as not created)."""
 from datetime import datetime
 
-from django.db.models import Sum
-
+from ..revenue import revenue_by_site
 from ..services import month_start
-from .models import StorageCharge, StorageCluster, VolumeStore
+from .models import StorageCluster, VolumeStore
 
 
 def storage_panel(now: datetime) -> dict:
     since = month_start(now)
-    income = {row["site__code"]: -(row["cents"] or 0) for row in
-              StorageCharge.objects.filter(entry__at__gte=since, entry__at__lte=now)
-              .values("site__code").annotate(cents=Sum("entry__amount_cents"))}
+    income = {r.site: r.storage_cents for r in revenue_by_site(since, now) if r.site and r.storage_cents}
     clusters = list(StorageCluster.objects.select_related("site").order_by("site__code"))
     sites = sorted(set(income) | {c.site.code for c in clusters})
     by_site = {c.site.code: c for c in clusters}

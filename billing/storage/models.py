@@ -129,8 +129,32 @@ class StorageCharge(models.Model):
     class Kind(models.TextChoices):
         VOLUME = "volume", _("network volume")
         OBJECT = "object", _("object storage")
+        SNAPSHOT = "snapshot", _("snapshot")
 
     entry = models.OneToOneField("billing.LedgerEntry", on_delete=models.PROTECT, related_name="storage_charge")
     site = models.ForeignKey("inventory.Site", on_delete=models.PROTECT, related_name="storage_charges")
     kind = models.CharField(max_length=10, choices=Kind.choices)
     object_id = models.PositiveIntegerField()
+
+
+class OrderedVolume(models.Model):
+    """The order page's "network volume" add-on of one lease: created on the site's Ceph
+    once the order is paid and attached to the lease; when the storage cannot create it
+    (down, full), the add-on's part of the invoice goes back to the balance instead."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", _("being created")
+        CREATED = "created", _("created")
+        REFUNDED = "refunded", _("not created, refunded")
+
+    lease = models.OneToOneField("rental.Lease", on_delete=models.PROTECT, related_name="ordered_volume")
+    invoice = models.ForeignKey("billing.Invoice", on_delete=models.PROTECT, related_name="+")
+    size_tb = models.PositiveSmallIntegerField()
+    cents = models.PositiveIntegerField(help_text="The add-on's part of the order invoice")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING, db_index=True)
+    volume = models.OneToOneField("rental.NetworkVolume", null=True, blank=True, on_delete=models.PROTECT,
+                                  related_name="ordered_with")
+    reason = models.CharField(max_length=300, blank=True, help_text="Why it was not created (for the operator)")
+    created_at = models.DateTimeField()
+    settled_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)

@@ -1,8 +1,9 @@
 """The storage sweep (part of the lifecycle pass): check each cluster, bring node keys in
 line with the attachments, purge deleted volumes' subvolumes (retried until done), read
 object storage usage from RGW and bill it."""
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Q
 
 from inventory.models import Node
@@ -12,10 +13,12 @@ from rental.models import NetworkVolume
 from .ceph import CephError, CephUnavailable
 from .models import NodeStorageKey, S3Account, StorageCluster, VolumeStore
 from .objects import BILLING_PERIOD, s3_bill, s3_meter, s3_usage_read
+from .orders import ordered_volumes_retry
 from .volumes import (
     cluster_check,
     node_access_sync,
     node_wanted_stores,
+    orphan_subvolumes_purge,
     volume_store_purge,
     volume_store_purge_start,
 )
@@ -28,6 +31,11 @@ def sweep_ceph(now: datetime, limit: int = 200) -> list[Transition]:
         cluster = cluster_check(cluster=cluster, now=now)
         if cluster.alert and cluster.alert != before:
             done.append(Transition(0, f"storage at {cluster.site.code}: {cluster.alert}"))
+        if cluster.health != "unreachable":
+            done += [Transition(0, f"storage at {cluster.site.code}: orphan subvolume {name} purged")
+                     for name in orphan_subvolumes_purge(cluster=cluster, now=now)]
+    retry_after = timedelta(seconds=settings.STORAGE_ORDERED_VOLUME_RETRY_SECONDS)
+    done += [Transition(0, text) for text in ordered_volumes_retry(now=now, older_than=retry_after, limit=limit)]
     # Node caps: any key whose grants differ from its leases' attachments (attach, detach,
     # lease ended or moved, volume lapsed or deleted), or left dirty by a failed sync.
     for node in Node.objects.filter(site__storage_cluster__isnull=False).select_related("site")[:limit]:

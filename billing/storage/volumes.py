@@ -8,7 +8,7 @@ database moved on (caps, purge) are retried by the storage sweep."""
 import logging
 import re
 import secrets
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -108,9 +108,11 @@ def _unavailable(site: Site, exc: Exception) -> StorageUnavailable:
 
 # --- volumes -----------------------------------------------------------------------------------
 
-def volume_provision(*, customer, site: Site, name: str, size_tb: int, now: datetime, charge) -> NetworkVolume:
+def volume_provision(*, customer, site: Site, name: str, size_tb: int, now: datetime, charge,
+                     term: timedelta | None = None) -> NetworkVolume:
     """Create the subvolume, then (one transaction) the volume, its store row and the
-    charge `charge(volume)`. If the transaction fails the subvolume is removed again."""
+    charge `charge(volume)`, paid for `term` (the storage term unless an order's add-on
+    paid another). If the transaction fails the subvolume is removed again."""
     from rental.storage import volume_create
 
     cluster = _cluster_ready(site, now=now)
@@ -125,7 +127,7 @@ def volume_provision(*, customer, site: Site, name: str, size_tb: int, now: date
     try:
         with transaction.atomic():
             volume = volume_create(customer=customer, site=site, name=name, size_tb=size_tb,
-                                   paid_until=now + settings_term(), now=now)
+                                   paid_until=now + (term or settings_term()), now=now)
             store = VolumeStore.objects.create(volume=volume, subvolume=subvolume, path=path, quota_bytes=quota,
                                                simulated=cluster is None, created_at=now)
             audit_record(actor=customer, action="volume_store_create", obj=store,
@@ -216,6 +218,53 @@ def volume_store_purge(*, store: VolumeStore, now: datetime) -> bool:
     return True
 
 
+# --- orphans: subvolumes no live volume owns ------------------------------------------------
+
+SUBVOLUME_PREFIX = "nv-"  # volume_provision's names; anything else in the group is left alone
+
+
+def _owned_subvolumes(names: list[str]) -> set[str]:
+    """Subvolumes a volume row still owns: not purged yet, or its volume not deleted (a
+    paid or lapsed volume's subvolume is never an orphan, whatever its store row says)."""
+    rows = VolumeStore.objects.filter(subvolume__in=names)
+    return set(rows.exclude(state=VolumeStore.State.PURGED).values_list("subvolume", flat=True)) | set(
+        rows.exclude(volume__state=NetworkVolume.State.DELETED).values_list("subvolume", flat=True))
+
+
+def _subvolume_created_at(info: dict) -> datetime | None:
+    try:  # "2026-12-01 21:30:05" (the cluster's clock, UTC)
+        return datetime.fromisoformat(str(info["created_at"])).replace(tzinfo=UTC)
+    except (KeyError, ValueError):
+        return None
+
+
+def orphan_subvolumes_purge(*, cluster: StorageCluster, now: datetime, limit: int = 50) -> list[str]:
+    """Purge the subvolumes of the storefront's group that no live volume owns (a delete
+    that failed half way, a volume row removed) once older than STORAGE_ORPHAN_GRACE_SECONDS,
+    each with an audit row. Ceph not answering: nothing is done (next pass)."""
+    ceph = ceph_for(cluster)
+    grace = timedelta(seconds=settings.STORAGE_ORPHAN_GRACE_SECONDS)
+    purged = []
+    try:
+        names = [n for n in ceph.subvolume_names() if n.startswith(SUBVOLUME_PREFIX)]
+        candidates = [n for n in names if n not in _owned_subvolumes(names)][:limit]
+        for name in candidates:
+            info = ceph.subvolume_info(name)
+            created = _subvolume_created_at(info) if info else None
+            if created is None or now - created < grace or _owned_subvolumes([name]):
+                continue
+            ceph.subvolume_remove(name)
+            store = VolumeStore.objects.filter(subvolume=name).first()
+            audit_record(actor=None, action="volume_orphan_purged", obj=cluster,
+                         detail={"subvolume": name, "created_at": created.isoformat(),
+                                 "store": store.pk if store else None,
+                                 "bytes_used": int(info.get("bytes_used") or 0)}, at=now)
+            purged.append(name)
+    except (CephUnavailable, CephError) as exc:
+        log.warning("storage at %s: orphan sweep stopped: %s", cluster.site_id, exc)
+    return purged
+
+
 # --- node access (cephx caps = the attachments of the node's leases) --------------------------
 
 def auth_id_for(node: Node) -> str:
@@ -273,6 +322,16 @@ def volume_attachments_changed(*, volume: NetworkVolume, now: datetime) -> None:
                  if store.subvolume in k.granted}
     for node in Node.objects.filter(pk__in=node_ids).select_related("site"):
         node_access_sync(node=node, now=now)
+
+
+def lease_volumes_released(sender, *, lease_id: int, volume_ids: list[int], now: datetime, **kwargs) -> None:
+    """rental.storage.lease_volumes_released: a lease ended and let go of these volumes;
+    its node's key loses them now (a failure stays dirty for the sweep)."""
+    for volume in NetworkVolume.objects.filter(pk__in=volume_ids).select_related("site"):
+        try:
+            volume_attachments_changed(volume=volume, now=now)
+        except Exception:  # noqa: BLE001 - the lease has ended whatever Ceph says; the sweep retries
+            log.exception("volume %s: node access not updated after lease #%s ended", volume.pk, lease_id)
 
 
 # --- what a node is told (fleet.desired) and what it reports (fleet.reports) -----------------

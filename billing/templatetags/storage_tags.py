@@ -14,9 +14,10 @@ def storage_panel():
 @register.inclusion_tag("billing/storage/_lease_volumes.html")
 def lease_volumes(lease):
     """The network volumes attached to a lease, each with its mount as the node reported it."""
-    from billing.storage.models import VolumeMount
+    from billing.storage.models import OrderedVolume, VolumeMount
     from rental.models import VolumeAttachment
 
     rows = list(VolumeAttachment.objects.filter(lease=lease, detached_at__isnull=True).select_related("volume"))
     mounts = {m.volume_id: m for m in VolumeMount.objects.filter(lease=lease)}
-    return {"rows": [{"volume": a.volume, "mount": mounts.get(a.volume_id)} for a in rows]}
+    return {"rows": [{"volume": a.volume, "mount": mounts.get(a.volume_id)} for a in rows],
+            "ordered": OrderedVolume.objects.filter(lease=lease).first()}
