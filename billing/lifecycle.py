@@ -101,14 +101,21 @@ SWEEPS = [
 ]
 
 
+#: Sweeps a dry run leaves out: they act on a storage cluster (purge an orphan subvolume,
+#: create a paid volume), which a rolled-back transaction cannot undo.
+UNPREVIEWABLE_SWEEPS = frozenset({"ceph"})
+
+
 def run_lifecycle(now: datetime, *, dry_run: bool = False) -> list[tuple[str, Transition]]:
     """Run every sweep once; each transition commits on its own, so a worker killed
     mid-pass keeps what it did and the next pass finishes the rest. A dry run does the
-    same work inside one transaction that it rolls back, with hosts left alone."""
+    same work inside one transaction that it rolls back, with hosts and storage clusters
+    left alone (UNPREVIEWABLE_SWEEPS are not run)."""
     if not dry_run:
         return _run_sweeps(now)
+    previewable = [(name, sweep) for name, sweep in SWEEPS if name not in UNPREVIEWABLE_SWEEPS]
     with agent_override(FakeAgent()), transaction.atomic():
-        results = _run_sweeps(now)
+        results = _run_sweeps(now, previewable)
         transaction.set_rollback(True)
     return results
 
@@ -128,7 +135,7 @@ def run_lifecycle_exclusive(now: datetime, on_start=None) -> list[tuple[str, Tra
         return run_lifecycle(now)
 
 
-def _run_sweeps(now: datetime) -> list[tuple[str, Transition]]:
+def _run_sweeps(now: datetime, sweeps=SWEEPS) -> list[tuple[str, Transition]]:
     """Each sweep in bounded batches of LIFECYCLE_BATCH due rows, each batch one
     transaction: its transitions (guarded updates, each with its audit row) commit together,
     and what they trigger on the host or by e-mail runs once it committed. A commit per
@@ -141,7 +148,7 @@ def _run_sweeps(now: datetime) -> list[tuple[str, Transition]]:
     results: list[tuple[str, Transition]] = []
     size = settings.LIFECYCLE_BATCH
     deadline = time.monotonic() + settings.LIFECYCLE_PASS_BUDGET_SECONDS
-    for name, sweep in SWEEPS:
+    for name, sweep in sweeps:
         while True:
             with transaction.atomic():
                 batch = sweep(now, limit=size)

@@ -72,3 +72,20 @@ def test_orphan_pass_does_nothing_when_ceph_does_not_answer(site_cluster):
     assert "nv-0rphan0down" in ceph_for(StorageCluster.objects.get(pk=site_cluster.pk)).subvolume_names()
     sweep_ceph(timezone.now() + timedelta(days=1))
     assert "nv-0rphan0down" not in ceph_for(site_cluster).subvolume_names()
+
+
+def test_a_dry_run_previews_no_cluster_work(site_cluster):
+    """`manage.py lifecycle --dry-run` rolls its transaction back; a purged subvolume could
+    not come back, so the dry run leaves the storage sweep out and says so."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    ceph_for(site_cluster).subvolume_create("nv-0rphandry0", size_bytes=MIB)
+    out = StringIO()
+    call_command("lifecycle", "--dry-run", "--at", (timezone.now() + timedelta(days=1)).isoformat(), stdout=out)
+    assert "not previewed (they act on the storage cluster): ceph" in out.getvalue()
+    assert "nv-0rphandry0" in ceph_for(site_cluster).subvolume_names()
+    assert not AuditEntry.objects.filter(action="volume_orphan_purged").exists()
+    sweep_ceph(timezone.now() + timedelta(days=1))  # the real pass does purge it
+    assert "nv-0rphandry0" not in ceph_for(site_cluster).subvolume_names()

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from billing.lifecycle import SKIPPED, run_lifecycle, run_lifecycle_exclusive
+from billing.lifecycle import SKIPPED, UNPREVIEWABLE_SWEEPS, run_lifecycle, run_lifecycle_exclusive
 
 
 def parse_at(value: str) -> datetime:
@@ -39,5 +39,7 @@ class Command(BaseCommand):
             return
         for sweep, transition in results:
             self.stdout.write(f"{sweep} lease#{transition.lease_id} {transition.what}")
+        if dry_run:
+            self.stdout.write(f"not previewed (they act on the storage cluster): {', '.join(sorted(UNPREVIEWABLE_SWEEPS))}")
         verb = "would be made (dry run, rolled back)" if dry_run else "made"
         self.stdout.write(f"{len(results)} transition(s) {verb} at {now.isoformat()}")
