@@ -1,6 +1,6 @@
-"""Races on PostgreSQL with real threads, each on its own connection: the last card, a
-renewal payment against the suspend sweep, two lifecycle passes at once, and a pass that
-dies half-way. Each must end like one clean run (DESIGN: "the database is the last line
+"""Races on PostgreSQL with real threads, each on its own connection: the last card, five
+free cards for five (and six) customers at once, a renewal payment against the suspend
+sweep, two lifecycle passes at once, and a pass that dies half-way. Each must end like one clean run (DESIGN: "the database is the last line
 of defence"). The crash test also runs on SQLite."""
 import threading
 from collections import Counter
