@@ -19,7 +19,9 @@ from inventory.models import GpuSlot, Offer, Site, SlotAllocation
 from inventory.services import SoldOut
 from rental.models import CustomerSettings, DiskKey, Image, Lease, LeaseEvent, LeaseState
 from rental.services import account_create
+from tests.billing.test_pages import form_data, order_url
 from tests.conftest import ON_POSTGRES
+from tests.otp import TwoFactorClient
 
 S = LeaseState
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
@@ -126,9 +128,6 @@ def test_five_customers_at_once_get_the_five_free_cards(catalog):
 def test_six_customers_at_once_on_the_order_page_for_five_cards(catalog):
     """Five get their lease; the sixth gets the page's "just sold out" answer (409), is
     charged nothing, and keeps the form to choose another site."""
-    from tests.billing.test_pages import form_data, order_url
-    from tests.otp import TwoFactorClient
-
     offer, site = Offer.objects.get(slug="rtx-3090"), Site.objects.get(code="DFW-1")
     leave_free(5, offer, site)
     customers = [new_customer(f"six{i}", balance=PRICE) for i in range(6)]
