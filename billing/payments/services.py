@@ -29,7 +29,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext
@@ -268,16 +268,16 @@ def _chain_time(p: DetectedPayment, now: datetime) -> datetime:
 def _payment_upsert(quote: Quote, p: DetectedPayment, required: int, now: datetime) -> Payment:
     confirmed = p.confirmations >= required
     chain = {"confirmations": p.confirmations, "block_hash": p.block_hash or "", "block_height": p.block_height}
-    try:
-        with transaction.atomic():
-            row, created = Payment.objects.get_or_create(
-                coin=p.coin, txid=p.txid, output_index=p.output_index,
-                defaults={"quote": quote, "address": p.address, "amount": p.amount,
-                          "first_seen_at": _chain_time(p, now),
-                          "state": PS.CONFIRMED if confirmed else PS.SEEN,
-                          "confirmed_at": now if confirmed else None, **chain})
-    except IntegrityError:  # another watcher inserted it between our read and write
-        row, created = Payment.objects.get(coin=p.coin, txid=p.txid, output_index=p.output_index), False
+    # Two watchers can both miss the row only for two quotes (each holds its own quote's
+    # lock): one Solana transfer carrying two quotes' references. The unique constraint then
+    # refuses the second insert, and get_or_create reads the winner's row instead (its own
+    # IntegrityError handling, in a savepoint): the payment counts for one quote, once.
+    row, created = Payment.objects.get_or_create(
+        coin=p.coin, txid=p.txid, output_index=p.output_index,
+        defaults={"quote": quote, "address": p.address, "amount": p.amount,
+                  "first_seen_at": _chain_time(p, now),
+                  "state": PS.CONFIRMED if confirmed else PS.SEEN,
+                  "confirmed_at": now if confirmed else None, **chain})
     if created:
         _mark_index_paid(quote)
     else:

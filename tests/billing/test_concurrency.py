@@ -1,6 +1,6 @@
-"""Races on PostgreSQL with real threads, each on its own connection: the last card, a
-renewal payment against the suspend sweep, two lifecycle passes at once, and a pass that
-dies half-way. Each must end like one clean run (DESIGN: "the database is the last line
+"""Races on PostgreSQL with real threads, each on its own connection: the last card, five
+free cards for five (and six) customers at once, a renewal payment against the suspend
+sweep, two lifecycle passes at once, and a pass that dies half-way. Each must end like one clean run (DESIGN: "the database is the last line
 of defence"). The crash test also runs on SQLite."""
 import threading
 from collections import Counter
@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.db import connections
 from django.db.models import Count, Sum
+from django.urls import reverse
 from django.utils import timezone
 
 from billing.lifecycle import run_lifecycle
@@ -18,7 +19,9 @@ from inventory.models import GpuSlot, Offer, Site, SlotAllocation
 from inventory.services import SoldOut
 from rental.models import CustomerSettings, DiskKey, Image, Lease, LeaseEvent, LeaseState
 from rental.services import account_create
+from tests.billing.test_pages import form_data, order_url
 from tests.conftest import ON_POSTGRES
+from tests.otp import TwoFactorClient
 
 S = LeaseState
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
@@ -91,6 +94,63 @@ def test_twenty_customers_race_for_the_last_card(catalog):
                .annotate(n=Count("id")).filter(n__gt=1))
     assert not doubled.exists()
     assert not LedgerEntry.objects.exists()  # nobody charged
+
+
+def leave_free(n, offer, site):
+    """Take every in-service card of `offer`'s model at `site` but `n` (held by leases that
+    are not in this test); return the `n` left free."""
+    slots = list(GpuSlot.objects.filter(node__site=site, node__gpu_model=offer.gpu_model, in_service=True)
+                 .order_by("node_id", "index"))
+    assert len(slots) > n
+    SlotAllocation.objects.bulk_create([SlotAllocation(slot=s, lease_id=10**9 + i) for i, s in enumerate(slots[n:])])
+    return slots[:n]
+
+
+@postgres_only
+def test_five_customers_at_once_get_the_five_free_cards(catalog):
+    """The row lock's own job: orders that arrive together wait for each other instead of
+    all choosing the same free card, so nobody is told "sold out" while cards are free."""
+    offer, site = Offer.objects.get(slug="rtx-3090"), Site.objects.get(code="DFW-1")
+    free = leave_free(5, offer, site)
+    customers = [new_customer(f"five{i}", balance=PRICE) for i in range(5)]
+    now = timezone.now()
+
+    results = in_threads(*[lambda c=c: order(c, now, site=site) for c in customers])
+
+    assert all(isinstance(r, tuple) for r in results), results
+    held = SlotAllocation.objects.filter(released_at__isnull=True, lease_id__in=[r[0].pk for r in results])
+    assert sorted(held.values_list("slot_id", flat=True)) == sorted(s.pk for s in free)
+    assert Counter(Lease.objects.values_list("state", flat=True)) == {S.PROVISIONING: 5}
+    assert LedgerEntry.objects.filter(kind="order").count() == 5
+
+
+@postgres_only
+def test_six_customers_at_once_on_the_order_page_for_five_cards(catalog):
+    """Five get their lease; the sixth gets the page's "just sold out" answer (409), is
+    charged nothing, and keeps the form to choose another site."""
+    offer, site = Offer.objects.get(slug="rtx-3090"), Site.objects.get(code="DFW-1")
+    leave_free(5, offer, site)
+    customers = [new_customer(f"six{i}", balance=PRICE) for i in range(6)]
+
+    def order_on_the_page(customer):
+        browser = TwoFactorClient()
+        browser.force_login(customer)
+        return customer, browser.post(order_url(), form_data(pay_from_balance="on"))
+
+    results = in_threads(*[lambda c=c: order_on_the_page(c) for c in customers])
+
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    statuses = Counter(response.status_code for _, response in results)
+    assert statuses == {302: 5, 409: 1}, statuses
+    [(loser, page)] = [(c, r) for c, r in results if r.status_code == 409]
+    assert "Just sold out — this card was taken a moment ago; nothing was charged" in page.content.decode()
+    assert not Lease.objects.filter(customer=loser).exists()
+    assert not LedgerEntry.objects.filter(account__customer=loser).exclude(kind="topup").exists()
+    winners = [(c, r) for c, r in results if r.status_code == 302]
+    for customer, response in winners:
+        lease = Lease.objects.get(customer=customer)
+        assert response["Location"] == reverse("lease_detail", args=[lease.pk])
+        assert lease.state == S.PROVISIONING
 
 
 # --- (b) a renewal payment racing the suspend sweep --------------------------------------

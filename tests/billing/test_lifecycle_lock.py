@@ -4,7 +4,12 @@ Two real passes race on PostgreSQL (threads, each on its own connection) with th
 the database and in Redis: one sweeps, the other returns "skipped" at once. A holder
 killed with SIGKILL (a subprocess) blocks passes until its lock expires, then the next
 pass runs. Two overlapping wipes / key destructions of the same leases call the host
-once per lease."""
+once per lease.
+
+The overlaps are made, not hoped for (issue 34): the running pass waits in its start hook
+until the other one has returned; the first host call waits until PostgreSQL shows the
+other caller blocked on that lease's row. The tests assert the order of what happened,
+never a duration."""
 import os
 import signal
 import subprocess
@@ -12,15 +17,17 @@ import sys
 import threading
 import time
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.utils import timezone
 
 from billing.lifecycle import SKIPPED, run_lifecycle, run_lifecycle_exclusive
 from billing.locks import DatabaseLock, RedisLock, exclusive, lock_backend
+from billing.models import JobLock
 from rental.agent import FakeAgent, agent_override
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState
 from rental.services import disk_key_complete_destroy, lease_wipe
@@ -47,16 +54,49 @@ def backend(request, settings):
         lock_backend().client.delete(RedisLock.key("lifecycle"))
 
 
-class CountingAgent(FakeAgent):
-    """Counts host calls per lease; slow enough that overlapping callers really overlap."""
+class Events:
+    """What happened, in order, across threads."""
 
-    def __init__(self, delay=0.0):
-        self.delay, self.calls, self.mutex = delay, Counter(), threading.Lock()
+    def __init__(self):
+        self.seen, self.mutex = [], threading.Lock()
+
+    def __call__(self, what):
+        with self.mutex:
+            self.seen.append(what)
+
+
+def wait_until(condition, timeout=10.0, every=0.01):
+    """Poll a condition (a state change, not a pace) until true or the timeout; returns it."""
+    deadline = time.monotonic() + timeout
+    while not (met := condition()) and time.monotonic() < deadline:
+        time.sleep(every)
+    return met
+
+
+def another_connection_waits_for_my_locks() -> bool:
+    """PostgreSQL's own view: a backend is blocked on a lock this connection holds."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted"
+                       " AND pg_backend_pid() = ANY(pg_blocking_pids(pid)))")
+        return cursor.fetchone()[0]
+
+
+class CountingAgent(FakeAgent):
+    """Counts host calls per lease. With `events`, its first call holds the lease's row until
+    the other caller is seen waiting for it, so the two callers really overlap."""
+
+    def __init__(self, events=None):
+        self.calls, self.mutex, self.events = Counter(), threading.Lock(), events
 
     def _count(self, action, lease_id):
         with self.mutex:
             self.calls[(action, lease_id)] += 1
-        time.sleep(self.delay)
+            first = sum(self.calls.values()) == 1
+        if first and self.events:
+            self.events(f"{action} {lease_id} started")
+            waited = wait_until(another_connection_waits_for_my_locks)
+            self.events("the other caller waits for the lease" if waited else "nobody waited")
+            self.events(f"{action} {lease_id} done")
 
     def poll_ready(self, *, lease_id, started_at, now):
         self._count("poll", lease_id)
@@ -71,27 +111,36 @@ class CountingAgent(FakeAgent):
         return super().wipe(lease_id=lease_id, at=at)
 
 
-def timed(target):
-    def run():
-        started = time.monotonic()
-        return target(), time.monotonic() - started
-    return run
-
-
 def test_second_concurrent_pass_is_skipped_at_once(catalog, settings, backend):
     settings.HOST_AGENT_FAKE_DELAY = 0
     t0 = timezone.now().replace(microsecond=0) - timedelta(days=30)
     build_due_leases(20, t0, prefix=f"lock-{backend}")
     now = t0 + timedelta(minutes=1)  # twenty paid leases to provision (a term starts when it is ready)
-    agent = CountingAgent(delay=0.05)  # 20 polls: the pass takes at least a second
+    agent, events = CountingAgent(), Events()
+    inside, second_done = threading.Event(), threading.Event()
+
+    def holds_the_lock_until_the_second_returned(_now):
+        events("first pass holds the lock")
+        inside.set()
+        events("first pass sweeps" if second_done.wait(30) else "the second pass never returned")
+
+    def first():
+        result = run_lifecycle_exclusive(now, on_start=holds_the_lock_until_the_second_returned)
+        events("first pass done")
+        return result
+
+    def second():
+        assert inside.wait(30), "the first pass never started"
+        result = run_lifecycle_exclusive(now)
+        events("second pass skipped" if result is None else "second pass ran too")
+        second_done.set()
+        return result
 
     with agent_override(agent):
-        first, second = in_threads(timed(lambda: run_lifecycle_exclusive(now)),
-                                   timed(lambda: run_lifecycle_exclusive(now)))
-    assert not isinstance(first, BaseException) and not isinstance(second, BaseException), (first, second)
-    (ran, ran_secs), (skipped, skipped_secs) = sorted([first, second], key=lambda r: r[0] is None)
-    assert skipped is None and len(ran) == 20, (first, second)
-    assert ran_secs >= 1.0 and skipped_secs < ran_secs / 3, (ran_secs, skipped_secs)
+        ran, skipped = in_threads(first, second)
+    assert skipped is None and len(ran) == 20, (ran, skipped)
+    assert events.seen == ["first pass holds the lock", "second pass skipped", "first pass sweeps",
+                           "first pass done"]
     assert set(agent.calls.values()) == {1} and len(agent.calls) == 20  # each lease polled once
     kinds = Counter(LeaseEvent.objects.values_list("kind", flat=True))
     assert kinds["provisioned"] == 20
@@ -109,7 +158,7 @@ def test_command_reports_skipped_while_a_pass_runs(catalog, settings, backend, c
 
 
 HOLD_AND_WAIT = """
-import django, sys, time; from datetime import timedelta
+import django, sys, time; from datetime import UTC, datetime, timedelta
 django.setup()
 from billing.locks import exclusive
 with exclusive("lifecycle", ttl=timedelta(seconds=float(sys.argv[1]))) as held:
@@ -118,24 +167,34 @@ with exclusive("lifecycle", ttl=timedelta(seconds=float(sys.argv[1]))) as held:
 """
 
 
+def lock_expiry(backend) -> datetime:
+    """When the lifecycle lock expires, as the backend stores it."""
+    if backend == "redis":
+        expires_ms = lock_backend().client.pexpiretime(RedisLock.key("lifecycle"))
+        return datetime.fromtimestamp(expires_ms / 1000, tz=UTC)
+    return JobLock.objects.get(name="lifecycle").expires_at
+
+
 def test_lock_of_a_killed_holder_expires(catalog, settings, backend):
-    ttl = 3.0
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "rental.test_settings", "TESTING": "1",
            "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL, "PYTHONPATH": str(BASE)}
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_AND_WAIT, str(ttl)], cwd=BASE, env=env,
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_AND_WAIT, "3"], cwd=BASE, env=env,
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        time.sleep(ttl * 1.5)  # longer than the ttl: the holder's renewal keeps it
+        first_expiry = lock_expiry(backend)
+        # The holder's renewal pushes the expiry back: past its first expiry it still holds.
+        assert wait_until(lambda: timezone.now() > first_expiry and lock_expiry(backend) > timezone.now())
         assert run_lifecycle_exclusive(timezone.now()) is None
         os.killpg(holder.pid, signal.SIGKILL)  # no release, no more renewals
-        killed_at = time.monotonic()
         holder.wait(10)
-        assert run_lifecycle_exclusive(timezone.now()) is None  # still held until it expires
-        while (result := run_lifecycle_exclusive(timezone.now())) is None:
-            assert time.monotonic() - killed_at < ttl + 5, "the killed holder's lock never expired"
-            time.sleep(0.2)
-        assert result == [] and time.monotonic() - killed_at >= ttl / 3
+        left_at = lock_expiry(backend)  # the expiry the killed holder left behind
+        assert run_lifecycle_exclusive(timezone.now()) is None  # still held until then
+        ran = wait_until(lambda: run_lifecycle_exclusive(timezone.now()) is not None,
+                         timeout=(left_at - timezone.now()).total_seconds() + 5, every=0.1)
+        ran_by = timezone.now()
+        assert ran, "the killed holder's lock never expired"
+        assert ran_by >= left_at  # and not before the expiry it left
     finally:
         if holder.poll() is None:
             os.killpg(holder.pid, signal.SIGKILL)
@@ -171,7 +230,8 @@ def released_unwiped(prefix):
 def test_overlapping_wipes_call_the_host_once_per_lease(catalog, settings):
     settings.HOST_AGENT_FAKE_DELAY = 0
     released, wipe_at = released_unwiped("wipe")
-    agent = CountingAgent(delay=0.02)
+    events = Events()
+    agent = CountingAgent(events)
 
     def wipe_all():
         return sum(lease_wipe(lease_id=pk, now=wipe_at) for pk in released)
@@ -179,6 +239,8 @@ def test_overlapping_wipes_call_the_host_once_per_lease(catalog, settings):
     with agent_override(agent):
         first, second = in_threads(wipe_all, wipe_all)
     assert first + second == 20, (first, second)
+    assert events.seen == [f"wipe {released[0]} started", "the other caller waits for the lease",
+                           f"wipe {released[0]} done"]
     assert agent.calls == Counter({("wipe", pk): 1 for pk in released})
     assert LeaseEvent.objects.filter(kind="wiped").count() == 20
 
@@ -187,7 +249,8 @@ def test_overlapping_key_destructions_call_the_host_once_per_lease(catalog, sett
     settings.HOST_AGENT_FAKE_DELAY = 0
     released, _ = released_unwiped("key")
     DiskKey.objects.filter(lease_id__in=released).update(state=DiskKey.State.DESTROY_REQUESTED)
-    agent = CountingAgent(delay=0.02)
+    events = Events()
+    agent = CountingAgent(events)
     now = timezone.now()
 
     def destroy_all():
@@ -196,4 +259,6 @@ def test_overlapping_key_destructions_call_the_host_once_per_lease(catalog, sett
     with agent_override(agent):
         first, second = in_threads(destroy_all, destroy_all)
     assert first + second == 20, (first, second)
+    assert events.seen == [f"destroy_key {released[0]} started", "the other caller waits for the lease",
+                           f"destroy_key {released[0]} done"]
     assert agent.calls == Counter({("destroy_key", pk): 1 for pk in released})
