@@ -7,7 +7,8 @@ the totals of test_engine.py stay within their tolerance."""
 
 import pytest
 
-from sizing.engine import Job, estimate
+from sizing.engine import Job
+from sizing.estimation import estimate
 from sizing.presets import PRESETS
 
 H, MLP, LAYERS, HEADS, VOCAB = 4096, 11008, 32, 32, 32000
