@@ -1,24 +1,40 @@
-"""Fault drills against the production stack on this machine: disruptive, so a script and
-not a test. Prints figures; exits non-zero when an expectation fails.
+"""Fault drills against the production stack: disruptive, so a script and not a test. Prints
+figures; exits non-zero when an expectation fails.
 
-  pg     PostgreSQL restarted under load (`pg_ctlcluster <ver> main restart`): gunicorn keeps
-         running; while the database is away answers are clean 503s with Retry-After (never
-         500s), and every endpoint answers 200 again within seconds, with no gunicorn restart
-         (same master, same workers; CONN_HEALTH_CHECKS drops the dead connections).
+  pg     PostgreSQL restarted under load (a fast-mode restart: `pg_ctl restart -m fast`, or
+         `pg_ctlcluster <ver> main restart` on the system's cluster): gunicorn keeps running;
+         while the database is away answers are clean 503s with Retry-After (never 500s), and
+         every endpoint answers 200 again within seconds, with no gunicorn restart (same
+         master, same workers; CONN_HEALTH_CHECKS drops the dead connections).
   redis  Redis stopped for --redis-seconds (default 60) while pages are under load and a
          real Celery worker + beat run the lifecycle every 5 s: pages keep answering 200 (the
          cache fails open, rental/cache.py); beat and worker reconnect by themselves; leases
          whose term ended during the outage are suspended after it — each exactly once — and
          the leases that renewed from their balance are extended once, never twice.
 
-Like bench/load.py it makes a throwaway database (bench_faults_<pid>, dropped at the end)
-with the demo catalog, and serves it with gunicorn (4 sync workers) on 127.0.0.1. Redis
-and PostgreSQL are always left running when the script ends, whatever happens.
+By default the drill brings its own servers (bench/private_services.py): a PostgreSQL
+cluster `initdb`-ed into a temp dir (Debian's /usr/lib/postgresql/<ver>/bin; run as the
+`postgres` user when we are root) and a `redis-server`, each on a free loopback port. It
+restarts and stops only those, so the machine's shared PostgreSQL and Redis — and every test
+or agent using them — never notice. They are removed at the end whatever happens: finally
+blocks and atexit, SIGTERM/SIGHUP handled like Ctrl-C, and a watchdog process that cleans up
+if the script is SIGKILLed. DATABASE_URL and REDIS_URL are then ignored.
 
+--use-system-services drills the machine's own cluster instead (`pg_ctlcluster`, Redis on
+6379, as DATABASE_URL and REDIS_URL name them), for an operator who wants exactly that box
+tested; both are left running when the script ends, whatever happens.
+
+Either way it makes a throwaway database (bench_faults_<pid>, dropped at the end) with the
+demo catalog, and serves it with gunicorn (4 sync workers, production settings) on a
+free port of 127.0.0.1.
+
+    .venv/bin/python bench/faults.py pg redis [--load-seconds 30] [--redis-seconds 60]
+    .venv/bin/python bench/faults.py pg redis --smoke          # seconds: checks it runs (CI)
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/13 \\
-        .venv/bin/python bench/faults.py pg redis [--redis-seconds 60]
+        .venv/bin/python bench/faults.py pg redis --use-system-services
 """
 import argparse
+import atexit
 import http.client
 import os
 import shutil
@@ -33,9 +49,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load import BASE, PY, Gunicorn, manage, production_env, wait_http, with_db  # noqa: E402
+from private_services import PrivatePostgres, PrivateRedis, free_port, start_watchdog  # noqa: E402
 
 CELERY = str(Path(PY).with_name("celery"))
-PORT = 8766
+PORT = free_port()  # gunicorn: never a port another run or service holds
 PG_VERSION = sorted(os.listdir("/etc/postgresql"))[0] if os.path.isdir("/etc/postgresql") else "15"
 REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", "6379", "--save", "",
                "--appendonly", "no", "--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log"]
@@ -102,27 +119,107 @@ def summary(records, label: str) -> Counter:
 
 # --- environment --------------------------------------------------------------------------------
 
-def pg_ready() -> bool:
-    return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"]).returncode == 0
+class SystemServices:
+    """--use-system-services: the machine's own PostgreSQL cluster (`pg_ctlcluster`) and its
+    Redis on 6379, as DATABASE_URL and REDIS_URL name them. Everything else on the machine
+    sees them go away: for an operator's box, never next to other tests."""
+
+    label = "the machine's own PostgreSQL and Redis"
+
+    def __init__(self, database_url: str, redis_url: str):
+        if not database_url.startswith(("postgres://", "postgresql://")) or not redis_url:
+            raise SystemExit("--use-system-services: set DATABASE_URL (PostgreSQL server) and REDIS_URL, e.g.\n"
+                             "  DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres "
+                             "REDIS_URL=redis://127.0.0.1:6379/13")
+        if shutil.which("pg_ctlcluster") is None:
+            raise SystemExit("pg_ctlcluster not found: --use-system-services restarts the local Debian cluster")
+        self.database_url, self.redis_url = database_url, redis_url
+        self.restart_command = f"pg_ctlcluster {PG_VERSION} main restart"
+
+    def pg_restart(self) -> None:
+        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", "restart"], check=True,
+                       timeout=120)
+
+    def pg_ready(self) -> bool:
+        return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"]).returncode == 0
+
+    def redis_ready(self) -> bool:
+        return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", "6379", "ping"], capture_output=True,
+                              text=True).stdout.strip() == "PONG"
+
+    def redis_stop(self) -> None:
+        subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", "6379", "shutdown", "nosave"], capture_output=True)
+
+    def redis_start(self) -> None:
+        subprocess.run(REDIS_START, check=True)
+
+    def close(self) -> str:
+        """Both are always left running, whatever happened."""
+        if not self.pg_ready():
+            subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", "start"], check=False)
+        if not self.redis_ready():
+            os.makedirs("/var/lib/redis", exist_ok=True)
+            os.makedirs("/var/log/redis", exist_ok=True)
+            subprocess.run(REDIS_START, check=False)
+        for _ in range(60):
+            if self.pg_ready() and self.redis_ready():
+                break
+            time.sleep(0.5)
+        else:
+            print("!! PostgreSQL or Redis did not come back: start them by hand", flush=True)
+        return f"PostgreSQL {'up' if self.pg_ready() else 'DOWN'}, Redis {'up' if self.redis_ready() else 'DOWN'}"
 
 
-def redis_ready() -> bool:
-    return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", "6379", "ping"], capture_output=True,
-                          text=True).stdout.strip() == "PONG"
+class PrivateServices:
+    """The default: a PostgreSQL cluster and a Redis server of the drill's own, on free
+    ports, removed at the end (bench/private_services.py), so nothing else is disturbed."""
+
+    def __init__(self):
+        self.postgres, self.redis = PrivatePostgres(), PrivateRedis()
+        self.watchdog = start_watchdog([self.postgres.root, self.redis.root])
+        atexit.register(self.close)
+        self.postgres.start()
+        self.redis.start()
+        self.database_url, self.redis_url = self.postgres.url, self.redis.url
+        self.label = (f"private PostgreSQL {self.postgres.version} on 127.0.0.1:{self.postgres.port} and "
+                      f"Redis on 127.0.0.1:{self.redis.port}")
+        self.restart_command = "pg_ctl restart -m fast"
+
+    def pg_restart(self) -> None:
+        self.postgres.restart()
+
+    def pg_ready(self) -> bool:
+        return self.postgres.ready()
+
+    def redis_ready(self) -> bool:
+        return self.redis.ready()
+
+    def redis_stop(self) -> None:
+        self.redis.shutdown()
+
+    def redis_start(self) -> None:
+        subprocess.run(self.redis.command, check=True)
+
+    def close(self) -> str:
+        self.postgres.stop()
+        self.redis.stop()
+        if self.watchdog.poll() is None:
+            self.watchdog.terminate()
+            self.watchdog.wait(5)
+        return "private PostgreSQL and Redis stopped and removed"
 
 
-def ensure_services() -> None:
-    if not pg_ready():
-        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", "start"], check=False)
-    if not redis_ready():
-        os.makedirs("/var/lib/redis", exist_ok=True)
-        os.makedirs("/var/log/redis", exist_ok=True)
-        subprocess.run(REDIS_START, check=False)
-    for _ in range(60):
-        if pg_ready() and redis_ready():
-            return
-        time.sleep(0.5)
-    print("!! PostgreSQL or Redis did not come back: start them by hand", flush=True)
+def exit_on_signals() -> None:
+    """SIGTERM and SIGHUP end the script like Ctrl-C does: through the finally blocks and
+    atexit, which stop gunicorn, Celery and the servers (a second signal cannot cut that
+    teardown short)."""
+    def handler(signum, _frame):
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
 
 
 def worker_pids(gunicorn: Gunicorn) -> set[int]:
@@ -164,8 +261,9 @@ def django_setup(env: dict) -> None:
 
 # --- drills -------------------------------------------------------------------------------------
 
-def drill_postgres(gunicorn: Gunicorn, token: str, load_seconds: float) -> None:
-    print(f"\n== PostgreSQL {PG_VERSION} restarted under load (gunicorn pid {gunicorn.pid})", flush=True)
+def drill_postgres(services, gunicorn: Gunicorn, token: str, load_seconds: float) -> None:
+    print(f"\n== PostgreSQL restarted under load ({services.restart_command}; gunicorn pid {gunicorn.pid})",
+          flush=True)
     from django.db import connections
 
     connections.close_all()
@@ -176,13 +274,12 @@ def drill_postgres(gunicorn: Gunicorn, token: str, load_seconds: float) -> None:
     time.sleep(5)
     t_restart = load.now()
     started = time.monotonic()
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", "restart"], check=True,
-                   timeout=120)
+    services.pg_restart()
     restart_took = time.monotonic() - started
     t_back = load.now()
     time.sleep(max(0.0, load_seconds - load.now()))
     records = load.finish()
-    print(f"  pg_ctlcluster restart took {restart_took:.1f} s (t = {t_restart:.1f} → {t_back:.1f} s of "
+    print(f"  {services.restart_command} took {restart_took:.1f} s (t = {t_restart:.1f} → {t_back:.1f} s of "
           f"{load.now():.0f} s of load)")
     before = [r for r in records if r[0] < t_restart]
     during = [r for r in records if t_restart <= r[0] < t_back]
@@ -225,9 +322,9 @@ def median(values):
     return values[len(values) // 2] if values else 0.0
 
 
-def seed_leases(n: int, first_end_in: float, spread: float):
-    """n paid 1-week leases on demo stock whose terms end between first_end_in and
-    first_end_in + spread seconds from now; even ones can auto-renew from their balance."""
+def seed_leases(n: int):
+    """n paid 1-week leases on demo stock, ordered a week ago; even ones can auto-renew from
+    their balance (it holds two weeks)."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -239,10 +336,8 @@ def seed_leases(n: int, first_end_in: float, spread: float):
 
     offer, image = Offer.objects.get(slug="rtx-3090"), Image.objects.get(slug="pytorch-2.5-cuda-12.4")
     sites = list(Site.objects.all())
-    now, leases = timezone.now(), []
+    start, leases = timezone.now() - timedelta(days=7), []
     for i in range(n):
-        end = now + timedelta(seconds=first_end_in + spread * i / max(1, n - 1))
-        start = end - timedelta(days=7)
         customer = account_create(username=f"fault{i}", password="faults password 123")
         balance_top_up(customer=customer, amount_cents=(2 if i % 2 == 0 else 1) * offer.weekly_cents, now=start)
         lease, _invoice = checkout_place_order(customer=customer, offer=offer, site=sites[i % len(sites)],
@@ -250,6 +345,23 @@ def seed_leases(n: int, first_end_in: float, spread: float):
                                                now=start)
         leases.append(lease.pk)
     return leases
+
+
+def end_terms(ids: list[int], first_end_in: float, spread: float) -> None:
+    """The drill's clock: a lease's first term starts when it becomes active (a week from
+    then), so the terms of the freshly provisioned leases are moved to end between
+    first_end_in and first_end_in + spread seconds from now, as if that week had passed.
+    Only the dates move; every transition after this is the lifecycle's own."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from rental.models import Lease
+
+    now = timezone.now()
+    for i, pk in enumerate(ids):
+        end = now + timedelta(seconds=first_end_in + spread * i / max(1, len(ids) - 1))
+        Lease.objects.filter(pk=pk).update(started_at=end - timedelta(days=7), ends_at=end)
 
 
 def lease_report(ids):
@@ -268,20 +380,28 @@ def lease_report(ids):
     return events, renewals, charged, states
 
 
-def drill_redis(env: dict, gunicorn: Gunicorn, var_dir: Path, outage: int, tick: float) -> None:
+def lifecycle_finished_at():
+    """When beat's lifecycle tick last finished; the epoch's start when it never has (on a
+    busy machine the leases can be provisioned before the first tick completes)."""
+    from datetime import UTC, datetime
+
+    from billing.models import JobRun
+
+    run = JobRun.objects.filter(name="lifecycle").first()
+    return run.last_finished_at if run and run.last_finished_at else datetime.min.replace(tzinfo=UTC)
+
+
+def drill_redis(services, env: dict, var_dir: Path, outage: int, tick: float, settle: float) -> None:
     print(f"\n== Redis stopped for {outage} s under load, with a Celery worker and beat (tick {tick:g} s)", flush=True)
     from django.db import connections
     from django.utils import timezone
 
-    from billing.models import JobRun
     from rental.models import Lease, LeaseEvent
 
     celery_env = {**env, "DJANGO_SETTINGS_MODULE": "faults_settings", "FAULTS_TICK": str(tick),
                   "PYTHONPATH": f"{BASE / 'bench'}:{BASE}", "HOST_AGENT_FAKE_DELAY": "0", "DB_CONN_MAX_AGE": "0"}
     n = 10
-    # Terms end during the outage (which starts ~20 s from now): their suspension/extension
-    # is due while beat cannot reach the broker.
-    ids = seed_leases(n, first_end_in=30, spread=max(5, outage - 20))
+    ids = seed_leases(n)
     connections.close_all()
     worker = Proc("worker", [CELERY, "-A", "rental", "worker", "--pool=solo", "-n", "faults@%h", "--without-gossip",
                              "--without-mingle", "-l", "info"], celery_env, var_dir / "worker.log")
@@ -294,27 +414,35 @@ def drill_redis(env: dict, gunicorn: Gunicorn, var_dir: Path, outage: int, tick:
         connections.close_all()
         expect(Lease.objects.filter(pk__in=ids, state="active").count() == n,
                f"before the outage: the worker provisioned all {n} leases")
-        runs_before = JobRun.objects.get(name="lifecycle").last_finished_at
+        # The outage starts 20 s after the worker did, and at least two ticks from now (the
+        # renewal invoices are made before it); the terms end inside it, a margin from
+        # either edge (10 s of a minute's outage, 1 s of a smoke run's 5 s), so their
+        # suspension is due while beat cannot reach the broker.
+        outage_in = max(2 * tick + 1, 20 - (time.monotonic() - (deadline - 60)))
+        margin = min(10.0, outage / 5)
+        end_terms(ids, first_end_in=outage_in + margin, spread=outage - 2 * margin)
+        outage_at = time.monotonic() + outage_in
+        runs_before = lifecycle_finished_at()
         pages = [("/", {}), ("/gpus/?vendor=nvidia&min_vram=40", {}), ("/gpus/rtx-3090/", {}), ("/faq/", {}),
                  ("/api/v1/estimate?model=llama-2-13b&method=lora", {}), ("/api/v1/offers", {}),
                  ("/size/?model=llama-2-13b&method=lora", {"HX-Request": "true"}), ("/healthz", {})]
         load = Load(pages, threads=6, max_seconds=outage + 90)
-        time.sleep(max(0.0, 20 - (time.monotonic() - (deadline - 60))))
+        time.sleep(max(0.0, outage_at - time.monotonic()))
         connections.close_all()
         t_stop = load.now()
-        subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", "6379", "shutdown", "nosave"], capture_output=True)
+        services.redis_stop()
         stopped_at = timezone.now()
         time.sleep(1)
-        expect(not redis_ready(), "Redis is down")
+        expect(not services.redis_ready(), "Redis is down")
         time.sleep(max(0, outage - 1))
-        subprocess.run(REDIS_START, check=True)
+        services.redis_start()
         for _ in range(40):
-            if redis_ready():
+            if services.redis_ready():
                 break
             time.sleep(0.25)
         t_start, started_at = load.now(), timezone.now()
         print(f"  Redis down from t = {t_stop:.1f} to {t_start:.1f} s", flush=True)
-        time.sleep(15)
+        time.sleep(settle)
         records = load.finish()
         during = [r for r in records if t_stop <= r[0] < t_start]
         s_during = summary(during, "pages while Redis was down")
@@ -328,16 +456,16 @@ def drill_redis(env: dict, gunicorn: Gunicorn, var_dir: Path, outage: int, tick:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             due = Lease.objects.filter(pk__in=ids, ends_at__lte=timezone.now(), state="active").count()
-            if not due and JobRun.objects.get(name="lifecycle").last_finished_at > started_at:
+            if not due and lifecycle_finished_at() > started_at:
                 break
             time.sleep(1)
         time.sleep(2 * tick)  # and two more ticks, which must change nothing
         connections.close_all()
         events, renewals, charged, states = lease_report(ids)
-        run = JobRun.objects.get(name="lifecycle")
+        last_run = lifecycle_finished_at()
         expect(worker.alive() and beat.alive(), "worker and beat are still the same processes (reconnected)")
-        expect(run.last_finished_at > started_at and run.last_finished_at > runs_before,
-               f"the lifecycle ran again after Redis returned (last at {run.last_finished_at:%H:%M:%S})")
+        expect(last_run > started_at and last_run > runs_before,
+               f"the lifecycle ran again after Redis returned (last at {last_run:%H:%M:%S})")
         suspended = [i for i in ids if states[i] == "suspended"]
         extended = [i for i in ids if events[(i, "extended")]]
         expect(sorted(suspended) == sorted(ids[1::2]), f"the {n // 2} leases without balance are suspended "
@@ -362,32 +490,60 @@ def drill_redis(env: dict, gunicorn: Gunicorn, var_dir: Path, outage: int, tick:
     finally:
         worker.stop()
         beat.stop()
+        if FAILED:  # the temp dir goes at the end: what the worker said is the first clue
+            print("  worker log (tail):\n" + "\n".join(
+                Path(worker.log_path).read_text(errors="replace").splitlines()[-40:]), flush=True)
 
 
-def main() -> None:
+SMOKE = {"load_seconds": 20, "redis_seconds": 5, "settle": 5}  # seconds: it runs, the figures mean nothing
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("drills", nargs="+", choices=["pg", "redis"])
     parser.add_argument("--load-seconds", type=float, default=30, help="load around the PostgreSQL restart")
     parser.add_argument("--redis-seconds", type=int, default=60, help="how long Redis stays down (10..300)")
     parser.add_argument("--tick", type=float, default=5, help="lifecycle tick for the redis drill (s)")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"the smallest size, to check it runs (CI): {SMOKE}")
+    parser.add_argument("--use-system-services", action="store_true",
+                        help="drill the machine's own PostgreSQL (pg_ctlcluster) and Redis on 6379, as "
+                             "DATABASE_URL and REDIS_URL name them, instead of private ones")
     args = parser.parse_args()
-    if not 10 <= args.redis_seconds <= 300 or not 10 <= args.load_seconds <= 300:
+    args.settle = 15  # seconds of load after Redis returned
+    if args.smoke:
+        vars(args).update(SMOKE)
+    elif not 10 <= args.redis_seconds <= 300 or not 10 <= args.load_seconds <= 300:
         raise SystemExit("keep --redis-seconds and --load-seconds within 10..300")
-    url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")) or not redis_url:
-        raise SystemExit("Set DATABASE_URL (PostgreSQL server) and REDIS_URL, e.g.\n"
-                         "  DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/13")
-    if shutil.which("pg_ctlcluster") is None:
-        raise SystemExit("pg_ctlcluster not found: this drill restarts the local Debian PostgreSQL cluster")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    exit_on_signals()
+    if args.use_system_services:
+        services = SystemServices(os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", ""))
+    else:
+        services = PrivateServices()
+    try:
+        run_drills(services, args)
+    finally:
+        print(services.close(), flush=True)
+    print("\nall expectations met" if not FAILED else f"\n{len(FAILED)} expectation(s) failed: {FAILED}")
+    sys.exit(1 if FAILED else 0)
+
+
+def run_drills(services, args: argparse.Namespace) -> None:
     import psycopg
 
+    url = services.database_url
     name, admin_url = f"bench_faults_{os.getpid()}", with_db(url, "postgres")
     var_dir = Path(tempfile.mkdtemp(prefix="bench-faults-"))
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     gunicorn = None
     try:
-        env = production_env(with_db(url, name), redis_url, str(var_dir))
+        env = production_env(with_db(url, name), services.redis_url, str(var_dir))
         manage(env, "migrate", "--noinput")
         manage(env, "load_demo")
         manage(env, "collectstatic", "--noinput")
@@ -398,26 +554,33 @@ def main() -> None:
         token = api_token_create(customer=account_create(username="apiuser", password="faults password 123"),
                                  name="faults")[1]
         gunicorn = Gunicorn(env, PORT, 4, "sync", 1, var_dir / "gunicorn.log")
-        wait_http(f"http://127.0.0.1:{PORT}/healthz")
-        print(f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores; database {name}; "
+        try:
+            wait_http(f"http://127.0.0.1:{PORT}/healthz", timeout=90)  # 4 workers' imports on a busy box
+        except SystemExit:
+            print(gunicorn_log(gunicorn)[-3000:], flush=True)
+            raise
+        print(f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores; {services.label}; database {name}; "
               f"gunicorn 4 sync workers on 127.0.0.1:{PORT}", flush=True)
         if "pg" in args.drills:
-            drill_postgres(gunicorn, token, args.load_seconds)
+            drill_postgres(services, gunicorn, token, args.load_seconds)
         if "redis" in args.drills:
-            drill_redis(env, gunicorn, var_dir, args.redis_seconds, args.tick)
+            drill_redis(services, env, var_dir, args.redis_seconds, args.tick, args.settle)
     finally:
         if gunicorn:
             gunicorn.stop()
-        ensure_services()
-        from django.db import connections
+        if isinstance(services, SystemServices):
+            services.close()  # the database must be up to drop ours
+        if "django" in sys.modules:
+            from django.db import connections
 
-        connections.close_all()
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            connections.close_all()
         shutil.rmtree(var_dir, ignore_errors=True)
-        print(f"dropped {name}; PostgreSQL {'up' if pg_ready() else 'DOWN'}, Redis {'up' if redis_ready() else 'DOWN'}")
-    print("\nall expectations met" if not FAILED else f"\n{len(FAILED)} expectation(s) failed: {FAILED}")
-    sys.exit(1 if FAILED else 0)
+        try:
+            with psycopg.connect(admin_url, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            print(f"dropped {name}", flush=True)
+        except psycopg.OperationalError as error:  # a private cluster goes with its database anyway
+            print(f"!! could not drop {name}: {error}", flush=True)
 
 
 if __name__ == "__main__":

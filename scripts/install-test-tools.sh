@@ -13,6 +13,8 @@ status=0
 apt_install_all chromium gettext postgresql-client || status=1
 # issue 35: tests/bench runs bench/load.py at its smallest size (wrk drives gunicorn).
 apt_install_all wrk || status=1
+# issue 35: bench/faults.py's smoke run initdb-s its own cluster and starts its own redis-server.
+apt_install_all postgresql redis-server || status=1
 for part in install-chain-tools install-node-tools install-disk-tools install-deploy-tools install-ceph; do
   if [ -f "scripts/$part.sh" ]; then
     echo "== scripts/$part.sh"

@@ -111,6 +111,6 @@ urlpatterns = [
 handler500 = "rental.middleware.server_error"  # a database outage is a 503 there too
 
 if settings.BENCH_BASELINE_VIEW:  # bench/load.py's bare-Django baseline
-    from . import bench_views
+    from rental import bench_views
 
     urlpatterns.insert(0, path("bench/bare", bench_views.bare))

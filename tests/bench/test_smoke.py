@@ -2,9 +2,16 @@
 breaks a benchmark fails CI like any other test. Each runs as a subprocess exactly as the
 README/BENCHMARKS.md commands run it, and must exit 0 and print its figure lines; no
 timing is asserted (the figures on a shared CI machine mean nothing). The PostgreSQL ones
-run in CI's PostgreSQL pass, each in a throwaway database of its own on that server."""
+run in CI's PostgreSQL pass, each in a throwaway database of its own on that server.
+
+bench/faults.py restarts PostgreSQL and stops Redis, so it runs without DATABASE_URL and
+REDIS_URL, on the private cluster and Redis server it starts itself (initdb, redis-server):
+the shared ones every other test uses are never touched. Like every tests/bench test it is
+`infra`, so CI runs it once, in the PostgreSQL pass."""
+import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +57,31 @@ CASES = {
               for label in ("bare Django view", "home page", "catalog, filtered", "calculator \\(htmx\\)",
                             "sizing tables", "GET /api/v1/estimate",
                             "calculator \\(htmx\\) \\(varied\\)", "GET /api/v1/estimate \\(varied\\)")] + [r"dropped bench_load_\d+"]),
+    # Needs the PostgreSQL and Redis binaries, not the shared servers: runs with neither URL.
+    "faults": ("faults.py", ["pg", "redis", "--smoke"], False,
+               [r"private PostgreSQL \d+ on 127\.0\.0\.1:\d+ and Redis on 127\.0\.0\.1:\d+",
+                rf"pg_ctl restart -m fast took {NUMBER} s \(t = {NUMBER} → {NUMBER} s of {NUMBER} s of load\)",
+                r"during the restart: \d+ requests, statuses \{",
+                rf"every endpoint answering 200 again {NUMBER} s after the restart returned",
+                rf"503s: \d+; p50/max latency during the restart: {NUMBER} / {NUMBER} ms",
+                rf"Redis down from t = {NUMBER} to {NUMBER} s",
+                r"pages while Redis was down: \d+ requests, statuses \{200: \d+\}",
+                rf"page latency before: p50 {NUMBER} ms; while down: p50 {NUMBER} ms, max {NUMBER} ms",
+                r"beat log: \d+ ticks sent, \d+ error lines",
+                r"dropped bench_faults_\d+", r"all expectations met",
+                r"private PostgreSQL and Redis stopped and removed"]),
 }
+
+
+def require_private_servers() -> None:
+    """bench/faults.py initdb-s a cluster (Debian keeps initdb off PATH, under
+    /usr/lib/postgresql/<ver>/bin) and starts a redis-server; as root it runs PostgreSQL as
+    the postgres user through runuser."""
+    initdb = glob.glob("/usr/lib/postgresql/*/bin/initdb") or shutil.which("initdb")
+    require(bool(initdb), "initdb is not installed (apt-get install postgresql)")
+    require_tool("redis-server", "apt-get install redis-server")
+    if os.geteuid() == 0:
+        require_tool("runuser", "util-linux")
 
 
 def run_bench(script: str, args: list[str], env: dict) -> str:
@@ -65,6 +96,8 @@ def run_bench(script: str, args: list[str], env: dict) -> str:
 @pytest.mark.parametrize("case", [name for name, case in CASES.items() if not case[2]])
 def test_bench_runs_anywhere(case):
     script, args, _pg, lines = CASES[case]
+    if case == "faults":
+        require_private_servers()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     out = run_bench(script, args, env)
     missing = [line for line in lines if not re.search(line, out)]
