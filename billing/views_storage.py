@@ -201,8 +201,13 @@ def snapshot_create(request):
     except StorageRefused as exc:
         messages.error(request, _("Refused: %(why)s") % {"why": exc})
         return _page(request, snapshot_form=form, status=400)
-    messages.success(request, _("Snapshot #%(id)d of lease #%(lease)d taken: %(size)d TB, paid for 30 days.")
-                     % {"id": snap.pk, "lease": lease.pk, "size": snap.size_tb})
+    if snap.state == Snapshot.State.CREATING:
+        messages.success(request, _("Snapshot #%(id)d of lease #%(lease)d is being taken: %(size)d TB, paid for 30 "
+                                    "days. Its progress shows below; it is ready once the node has copied the disk.")
+                         % {"id": snap.pk, "lease": lease.pk, "size": snap.size_tb})
+    else:
+        messages.success(request, _("Snapshot #%(id)d of lease #%(lease)d taken: %(size)d TB, paid for 30 days.")
+                         % {"id": snap.pk, "lease": lease.pk, "size": snap.size_tb})
     return _back()
 
 

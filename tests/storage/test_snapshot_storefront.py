@@ -1,0 +1,198 @@
+"""Snapshots through the storefront (issue 26) on real parts: PostgreSQL, the test
+cluster's RGW, a private dockerd and the agent's real converger and restic, speaking the
+real agent endpoints (`/agent/v1/desired` and the signed `/agent/v1/report`) through
+Django's test client. The agent's loop runs in-process without network volumes because the
+test dockerd's private mount namespace refuses their `rslave` bind (see
+test_volume_end_to_end.py); everything the snapshot touches is the production path.
+
+The customer presses "snapshot" on the storage page (no JS); the snapshot is `creating`
+with its own RGW user and sealed password until the node's signed `snapshot_taken`
+arrives, then ready with its stored size. A new lease ordered "from the snapshot" on
+another node gets the files byte for byte before its instance starts; one whose disk is
+too small is refused before anything is created. Deleting the snapshot purges its objects
+and forgets its password, recorded."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from nodeagent.config import DockerConfig
+from nodeagent.converge import Converger
+from nodeagent.directory_disks import DirectoryDisks
+from nodeagent.interfaces import GpuInfo
+from nodeagent.journal import Journal, utc_now
+from nodeagent.outbox import Outbox
+from nodeagent.runtime.docker import DockerRuntime
+from nodeagent.signing import NodeKey
+from tests.nodeagent.agent_process import stub_uuid
+from tests.nodeagent.conftest import stand_in_devices
+from tests.tools import require_tool
+
+pytestmark = pytest.mark.django_db(transaction=True)
+IMAGE = "pytorch-2.5-cuda-12.4"
+CHECKPOINT_MB = 64
+
+
+class NodeLoop:
+    """One node's agent loop, in-process: desired state in, converge, signed report out."""
+
+    def __init__(self, client, node, root, dockerd, image_ref, ports):
+        from fleet.services import enrolment_code_create, node_enrol
+
+        self.client, self.node, self.seq = client, node, 0
+        self.key = NodeKey.generate(root / "key.pem")
+        code = enrolment_code_create(node=node, actor=None, now=timezone.now())
+        self.credential = node_enrol(code=code, public_key=self.key.public_key_b64(), agent_version="0.1.0",
+                                     hostname=node.name, now=timezone.now()).credential
+        self.gpus = [GpuInfo(index=i, uuid=stub_uuid(i), name="stand-in", memory_mb=1, driver="", cuda="",
+                             temperature_c=None, ecc_uncorrected=0, xid_errors=(), healthy=True)
+                     for i in range(node.gpu_count)]
+        config = DockerConfig(socket=dockerd.socket, gpu_mode="devices", port_range=ports, stop_timeout=2,
+                              gpu_devices=stand_in_devices([g.uuid for g in self.gpus]))
+        self.outbox = Outbox(root / "outbox.json")
+        self.runtime = DockerRuntime(config, root / "runtime")
+        self.converger = Converger(node=node.name, runtime=self.runtime, disks=DirectoryDisks(root / "disks"),
+                                   journal=Journal(root / "journal.json"), outbox=self.outbox, key=self.key,
+                                   images={IMAGE: image_ref}, public_host="192.0.2.7")
+
+    def once(self) -> dict:
+        auth = {"HTTP_AUTHORIZATION": f"Node {self.credential}"}
+        desired = self.client.get("/agent/v1/desired", **auth)
+        assert desired.status_code == 200, desired.content
+        instances = self.converger.converge(desired.json()["instances"], self.gpus, None)
+        self.seq += 1
+        evidence = self.outbox.pending()
+        body = json.dumps({"seq": self.seq, "sent_at": utc_now(), "agent_version": "0.1.0",
+                           "public_host": "192.0.2.7", "gpus": [], "gpu_library": "nvml",
+                           "instances": instances, "evidence": evidence}).encode()
+        answer = self.client.post("/agent/v1/report", body, content_type="application/json",
+                                  HTTP_X_NODE_SIGNATURE=self.key.sign(body), **auth)
+        assert answer.status_code == 200, answer.content
+        self.outbox.settle(evidence, answer.json())
+        return {"desired": desired.json(), "instances": instances, "answer": answer.json()}
+
+    def until(self, condition, *, timeout=240, what="condition"):
+        deadline, last = time.monotonic() + timeout, None
+        while time.monotonic() < deadline:
+            last = self.once()
+            if condition():
+                return last
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}: {last}")
+
+    def remove_all(self):
+        for lease_id in self.runtime.lease_ids():
+            self.runtime.ensure_absent(lease_id)
+
+
+def _restic_can_read(repo: dict) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ["PATH"], "HOME": "/root", "RESTIC_REPOSITORY": repo["url"],
+           "RESTIC_PASSWORD": repo["password"], "AWS_ACCESS_KEY_ID": repo["access_key"],
+           "AWS_SECRET_ACCESS_KEY": repo["secret_key"]}
+    return subprocess.run(["restic", "--no-cache", "snapshots"], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def _exec(dockerd, lease_id, command) -> str:
+    done = dockerd.client().containers.get(f"lease-{lease_id}").exec_run(["sh", "-c", command])
+    assert done.exit_code == 0, done.output
+    return done.output.decode()
+
+
+def test_snapshot_button_restore_into_new_lease_on_another_node_and_delete(
+        site_cluster, ceph_cluster, customer, client, dockerd, instance_image, tmp_path, settings):
+    require_tool("restic", "scripts/install-node-tools.sh")
+    from billing.services import balance_top_up, checkout_place_order
+    from inventory.models import AuditEntry, Offer, Site, SlotAllocation
+    from inventory.services import node_set_draining
+    from rental.models import Image, Lease, LeaseEvent, LeaseState, Snapshot
+    from rental.storage import StorageRefused, snapshot_repository, snapshot_restore_check
+
+    settings.HOST_AGENT = "fleet.driver.NodeAgentDriver"
+    settings.STORAGE_QUOTA_BYTES_PER_TB = 2**30            # the snapshot's RGW quota: 1 GiB per "TB" here
+    site = Site.objects.get(code="DFW-1")
+    balance_top_up(customer=customer, amount_cents=900_000, now=timezone.now())
+    offer, image = Offer.objects.get(slug="rtx-3090"), Image.objects.get(slug=IMAGE)
+
+    def order(**extra):
+        lease, _invoice = checkout_place_order(customer=customer, offer=offer, site=site, term="week", image=image,
+                                               ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA alice",
+                                               pay_from_balance=True, now=timezone.now(), **extra)
+        node = SlotAllocation.objects.filter(lease_id=lease.pk, released_at__isnull=True).first().slot.node
+        return lease, node
+
+    def state_of(lease):
+        return Lease.objects.get(pk=lease.pk).state
+
+    lease_a, node_a = order()
+    loop_a = NodeLoop(client, node_a, tmp_path / "a", dockerd, instance_image, (22600, 22649))
+    loops = [loop_a]
+    try:
+        loop_a.until(lambda: state_of(lease_a) == LeaseState.ACTIVE, what="lease A active")
+        digest = _exec(dockerd, lease_a.pk, f"mkdir -p /workspace/run && head -c {CHECKPOINT_MB}M /dev/urandom "
+                                            "> /workspace/run/ckpt.pt && sha256sum /workspace/run/ckpt.pt").split()[0]
+
+        # The customer's button on the storage page (a plain form POST).
+        client.force_login(customer)
+        response = client.post(reverse("storage_mine:snapshot_create"), {"lease": lease_a.pk, "size_tb": 1})
+        assert response.status_code == 302
+        snap = Snapshot.objects.get(source_lease=lease_a)
+        assert snap.state == Snapshot.State.CREATING and snap.repository.startswith("s3:http")
+        assert snap.sealed_secrets and snapshot_repository(snap)["password"] not in snap.sealed_secrets
+        client.logout()
+
+        started = time.monotonic()
+        seen = loop_a.until(lambda: Snapshot.objects.get(pk=snap.pk).state == Snapshot.State.AVAILABLE,
+                            what="snapshot ready")
+        snapshot_seconds = time.monotonic() - started
+        snap.refresh_from_db()
+        assert snap.content_bytes >= CHECKPOINT_MB * 2**20 and snap.stored_bytes >= CHECKPOINT_MB * 2**20
+        assert snap.restic_snapshot and snap.ready_at and snap.progress is None and snap.error is None
+        assert AuditEntry.objects.filter(action="snapshot_ready", object_id=str(snap.pk)).exists()
+        assert "evidence[0]" in seen["answer"]["accepted"] or not seen["answer"]["refused"]
+        loop_a.once()                                   # the op is no longer sent once the snapshot is ready
+        assert "snapshot" not in loop_a.once()["desired"]["instances"][0]
+
+        # Larger than the new disk: refused before anything is created or paid.
+        with pytest.raises(StorageRefused, match="more than this lease"):
+            snapshot_restore_check(snapshot=snap, customer=customer, site=site, disk_bytes=10 * 2**20)
+
+        # A new lease from the snapshot, on another node (node A takes no new leases).
+        node_set_draining(node=node_a, draining=True, reason="test: lease B goes elsewhere")
+        lease_b, node_b = order(restore_from=snap)
+        assert node_b.pk != node_a.pk
+        loop_b = NodeLoop(client, node_b, tmp_path / "b", dockerd, instance_image, (22650, 22699))
+        loops.append(loop_b)
+        started = time.monotonic()
+        loop_b.until(lambda: state_of(lease_b) == LeaseState.ACTIVE, what="lease B active")
+        restore_seconds = time.monotonic() - started
+        lease_b.refresh_from_db()
+        assert lease_b.restore_from_id == snap.pk and lease_b.restored_at is not None
+        assert lease_b.restored_at <= lease_b.started_at or lease_b.restored_at <= timezone.now()
+        assert LeaseEvent.objects.filter(lease=lease_b, kind="snapshot_restored").exists()
+        assert _exec(dockerd, lease_b.pk, "sha256sum /workspace/run/ckpt.pt").split()[0] == digest
+
+        # Deleting the snapshot destroys its key: objects purged, password forgotten, recorded.
+        repo = snapshot_repository(snap)
+        assert _restic_can_read(repo).returncode == 0
+        client.force_login(customer)
+        response = client.post(reverse("storage_mine:snapshot_delete", args=[snap.pk]))
+        assert response.status_code == 302
+        snap.refresh_from_db()
+        assert snap.state == Snapshot.State.DELETED and snap.key_destroyed_at and not snap.sealed_secrets
+        destroyed = AuditEntry.objects.get(action="snapshot_key_destroyed", object_id=str(snap.pk))
+        assert destroyed.detail["objects_purged"] is True and destroyed.detail["password_forgotten"] is True
+        gone = _restic_can_read(repo)
+        assert gone.returncode != 0
+        buckets = subprocess.run(["radosgw-admin", "-c", ceph_cluster.conf, "-k", ceph_cluster.keyring,
+                                  "bucket", "list"], capture_output=True, text=True, check=True).stdout
+        assert snap.rgw_uid not in buckets
+        print(f"\nstorefront: snapshot of {CHECKPOINT_MB} MB ready in {snapshot_seconds:.1f} s; "
+              f"lease from it active in {restore_seconds:.1f} s")
+    finally:
+        for loop in loops:
+            loop.remove_all()
