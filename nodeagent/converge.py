@@ -167,6 +167,8 @@ class Converger:
             self.journal.done(lease_id, op_id, snapshot_id=wanted.get("snapshot_id"))
             self.jobs.forget(key)
             return {"op_id": op_id, "state": "done", "error": None}
+        if isinstance(item.get("restore"), dict) and not self.journal.is_done(f"lease:{lease_id}:restored"):
+            return {"op_id": op_id, "state": "waiting", "error": None}     # copy what was restored, not half
         if job is None or job.op_id != op_id or self.jobs.due_again(key):
             job = Job("snapshot", op_id)
             try:

@@ -9,10 +9,12 @@ The customer presses "snapshot" on the storage page (no JS); the snapshot is `cr
 with its own RGW user and sealed password until the node's signed `snapshot_taken`
 arrives, then ready with its stored size. A new lease ordered "from the snapshot" on
 another node gets the files byte for byte before its instance starts; one whose disk is
-too small is refused before anything is created. Deleting the snapshot purges its objects
-and forgets its password, recorded."""
+too small is refused before anything is created. When the first node dies with its disk,
+the lease moves and its new node restores the snapshot; the customer's notice names its
+point in time. Deleting the snapshot purges its objects and forgets its password, recorded."""
 import json
 import os
+import shutil
 import subprocess
 import time
 
@@ -107,9 +109,10 @@ def test_snapshot_button_restore_into_new_lease_on_another_node_and_delete(
         site_cluster, ceph_cluster, customer, client, dockerd, instance_image, tmp_path, settings):
     require_tool("restic", "scripts/install-node-tools.sh")
     from billing.services import balance_top_up, checkout_place_order
-    from inventory.models import AuditEntry, Offer, Site, SlotAllocation
+    from inventory.models import AuditEntry, Node, Offer, Site, SlotAllocation
     from inventory.services import node_set_draining
-    from rental.models import Image, Lease, LeaseEvent, LeaseState, Snapshot
+    from rental.failover import lease_migrate
+    from rental.models import Image, Lease, LeaseEvent, LeaseState, Notification, Snapshot
     from rental.storage import StorageRefused, snapshot_repository, snapshot_restore_check
 
     settings.HOST_AGENT = "fleet.driver.NodeAgentDriver"
@@ -136,13 +139,17 @@ def test_snapshot_button_restore_into_new_lease_on_another_node_and_delete(
         digest = _exec(dockerd, lease_a.pk, f"mkdir -p /workspace/run && head -c {CHECKPOINT_MB}M /dev/urandom "
                                             "> /workspace/run/ckpt.pt && sha256sum /workspace/run/ckpt.pt").split()[0]
 
-        # The customer's button on the storage page (a plain form POST).
+        # The customer's button on the lease page (a plain form POST, no JS needed).
         client.force_login(customer)
+        page = client.get(reverse("lease_detail", args=[lease_a.pk])).content.decode()
+        assert "Snapshot this disk" in page and reverse("storage_mine:snapshot_create") in page
         response = client.post(reverse("storage_mine:snapshot_create"), {"lease": lease_a.pk, "size_tb": 1})
         assert response.status_code == 302
         snap = Snapshot.objects.get(source_lease=lease_a)
         assert snap.state == Snapshot.State.CREATING and snap.repository.startswith("s3:http")
         assert snap.sealed_secrets and snapshot_repository(snap)["password"] not in snap.sealed_secrets
+        page = client.get(reverse("lease_detail", args=[lease_a.pk])).content.decode()
+        assert "being taken" in page and 'hx-trigger="every 3s"' in page      # progress polled meanwhile
         client.logout()
 
         started = time.monotonic()
@@ -153,6 +160,10 @@ def test_snapshot_button_restore_into_new_lease_on_another_node_and_delete(
         assert snap.content_bytes >= CHECKPOINT_MB * 2**20 and snap.stored_bytes >= CHECKPOINT_MB * 2**20
         assert snap.restic_snapshot and snap.ready_at and snap.progress is None and snap.error is None
         assert AuditEntry.objects.filter(action="snapshot_ready", object_id=str(snap.pk)).exists()
+        client.force_login(customer)
+        page = client.get(reverse("storage_mine:index")).content.decode()
+        assert "stored" in page and f'id="snapshot-{snap.pk}"' in page and "ready" in page
+        client.logout()
         assert "evidence[0]" in seen["answer"]["accepted"] or not seen["answer"]["refused"]
         loop_a.once()                                   # the op is no longer sent once the snapshot is ready
         assert "snapshot" not in loop_a.once()["desired"]["instances"][0]
@@ -175,6 +186,25 @@ def test_snapshot_button_restore_into_new_lease_on_another_node_and_delete(
         assert lease_b.restored_at <= lease_b.started_at or lease_b.restored_at <= timezone.now()
         assert LeaseEvent.objects.filter(lease=lease_b, kind="snapshot_restored").exists()
         assert _exec(dockerd, lease_b.pk, "sha256sum /workspace/run/ckpt.pt").split()[0] == digest
+
+        # Node A dies with its disk; lease A moves and its new node restores the snapshot: the
+        # customer is told which point in time they got back.
+        loop_a.remove_all()
+        shutil.rmtree(tmp_path / "a" / "disks")
+        loops.remove(loop_a)
+        moved = lease_migrate(lease_id=lease_a.pk, from_node=node_a, now=timezone.now(), reason="test: node A died")
+        assert moved["restored_snapshot"] == {"snapshot": snap.pk, "taken_at": snap.ready_at.isoformat()}
+        target = loop_b if moved["to_node"] == node_b.name else None
+        if target is None:
+            target = NodeLoop(client, Node.objects.get(name=moved["to_node"]), tmp_path / "c", dockerd,
+                              instance_image, (22700, 22749))
+            loops.append(target)
+        target.until(lambda: Lease.objects.get(pk=lease_a.pk).restored_at is not None
+                     and dockerd.client().containers.list(filters={"name": f"lease-{lease_a.pk}"}),
+                     what="lease A restored on its new node")
+        assert _exec(dockerd, lease_a.pk, "sha256sum /workspace/run/ckpt.pt").split()[0] == digest
+        notice = Notification.objects.get(lease=lease_a, kind="migrated")
+        assert f"snapshot #{snap.pk}" in notice.body and f"{snap.ready_at:%Y-%m-%d %H:%M:%S}" in notice.body
 
         # Deleting the snapshot destroys its key: objects purged, password forgotten, recorded.
         repo = snapshot_repository(snap)
