@@ -216,7 +216,10 @@ def snapshot_create(request):
 def snapshot_restore(request, snapshot_id: int):
     snap = get_object_or_404(_snapshots(request.user), pk=snapshot_id)
     lease = get_object_or_404(_leases(request.user), pk=_int(request.POST.get("lease")))
-    if snap.state != Snapshot.State.AVAILABLE:
+    if snap.repository:     # a real copy (issue 26): restored only into a new lease's empty disk
+        messages.error(request, _("Snapshot #%(id)d is restored into a new lease: choose it under “Start from "
+                                  "snapshot” when you order a machine at %(site)s.") % {"id": snap.pk, "site": snap.site.code})
+    elif snap.state != Snapshot.State.AVAILABLE:
         messages.error(request, _("Snapshot #%(id)d is %(state)s; it cannot be restored.")
                        % {"id": snap.pk, "state": snap.get_state_display()})
     elif lease.site.region != snap.region:

@@ -223,7 +223,7 @@ def snapshot_restore_check(*, snapshot: Snapshot, customer, site, disk_bytes: in
                              % {"id": snapshot.pk, "state": snapshot.get_state_display()})
     if snapshot.site_id != site.pk:
         raise StorageRefused(_("Snapshot #%(id)d is stored at %(there)s; a lease at %(here)s cannot start from "
-                               "it.") % {"id": snapshot.pk, "there": snapshot.site_id, "here": site.pk})
+                               "it.") % {"id": snapshot.pk, "there": snapshot.site.code if snapshot.site_id else "?", "here": site.code})
     if (snapshot.content_bytes or 0) > disk_bytes:
         raise StorageRefused(_("Snapshot #%(id)d holds %(need)s GB, more than this lease's %(have)s GB disk: "
                                "add extra NVMe or choose a larger machine.")

@@ -37,6 +37,7 @@ from tests.tools import require_tool
 pytestmark = pytest.mark.django_db(transaction=True)
 IMAGE = "pytorch-2.5-cuda-12.4"
 CHECKPOINT_MB = 64
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIC0FpbGmAodSM8zcXsymaWbQuYjSezzZsRDuhJOvzk3F alice"
 
 
 class NodeLoop:
@@ -121,10 +122,9 @@ def test_snapshot_button_restore_into_new_lease_on_another_node_and_delete(
     balance_top_up(customer=customer, amount_cents=900_000, now=timezone.now())
     offer, image = Offer.objects.get(slug="rtx-3090"), Image.objects.get(slug=IMAGE)
 
-    def order(**extra):
+    def order():
         lease, _invoice = checkout_place_order(customer=customer, offer=offer, site=site, term="week", image=image,
-                                               ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA alice",
-                                               pay_from_balance=True, now=timezone.now(), **extra)
+                                               ssh_public_key=SSH_KEY, pay_from_balance=True, now=timezone.now())
         node = SlotAllocation.objects.filter(lease_id=lease.pk, released_at__isnull=True).first().slot.node
         return lease, node
 
@@ -174,7 +174,14 @@ def test_snapshot_button_restore_into_new_lease_on_another_node_and_delete(
 
         # A new lease from the snapshot, on another node (node A takes no new leases).
         node_set_draining(node=node_a, draining=True, reason="test: lease B goes elsewhere")
-        lease_b, node_b = order(restore_from=snap)
+        client.force_login(customer)
+        response = client.post(reverse("order", args=[offer.slug]), {
+            "site": site.code, "term": "week", "image": image.slug, "extra_nvme_tb": 0, "network_volume_tb": 0,
+            "snapshot_tb": 0, "ssh_public_key": SSH_KEY, "pay_from_balance": "on", "restore_from": snap.pk})
+        assert response.status_code == 302, response.content.decode()[-2000:]
+        client.logout()
+        lease_b = Lease.objects.exclude(pk=lease_a.pk).get(customer=customer)
+        node_b = SlotAllocation.objects.filter(lease_id=lease_b.pk, released_at__isnull=True).first().slot.node
         assert node_b.pk != node_a.pk
         loop_b = NodeLoop(client, node_b, tmp_path / "b", dockerd, instance_image, (22650, 22699))
         loops.append(loop_b)
@@ -226,3 +233,38 @@ def test_snapshot_button_restore_into_new_lease_on_another_node_and_delete(
     finally:
         for loop in loops:
             loop.remove_all()
+
+
+def test_order_page_refuses_a_snapshot_larger_than_the_disk_before_payment(catalog, customer, client):
+    """The order page's "Start from snapshot": a snapshot that does not fit the new disk is
+    refused with the reason, and nothing is ordered or charged."""
+    from billing.services import account_for, balance_top_up
+    from inventory.models import Offer, Site
+    from rental.models import Image, Lease, Snapshot
+
+    site, offer = Site.objects.get(code="DFW-1"), Offer.objects.get(slug="rtx-3090")
+    balance_top_up(customer=customer, amount_cents=900_000, now=timezone.now())
+    source, _invoice = _placed(customer, offer, site)
+    big = Snapshot.objects.create(customer=customer, source_lease=source, region=site.region, site=site, size_tb=100,
+                                  created_at=timezone.now(), paid_until=timezone.now(), ready_at=timezone.now(),
+                                  state=Snapshot.State.AVAILABLE, restic_snapshot="0123abcd",
+                                  repository="s3:http://rgw.invalid/snap", content_bytes=90 * 10**12)
+    before, leases = account_for(customer).balance_cents, Lease.objects.count()
+    client.force_login(customer)
+    page = client.get(reverse("order", args=[offer.slug])).content.decode()
+    assert "Start from snapshot" in page and f'value="{big.pk}"' in page
+    response = client.post(reverse("order", args=[offer.slug]), {
+        "site": site.code, "term": "week", "image": Image.objects.filter(vendor="nvidia").first().slug,
+        "extra_nvme_tb": 0, "network_volume_tb": 0, "snapshot_tb": 0, "ssh_public_key": SSH_KEY,
+        "pay_from_balance": "on", "restore_from": big.pk})
+    assert response.status_code == 400 and "more than this lease" in response.content.decode()
+    assert Lease.objects.count() == leases and account_for(customer).balance_cents == before
+
+
+def _placed(customer, offer, site):
+    from billing.services import checkout_place_order
+    from rental.models import Image
+
+    return checkout_place_order(customer=customer, offer=offer, site=site, term="week",
+                                image=Image.objects.get(slug=IMAGE), ssh_public_key=SSH_KEY, pay_from_balance=True,
+                                now=timezone.now())
