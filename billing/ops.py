@@ -312,7 +312,7 @@ def _storage_charge_site(obj, *, entry: LedgerEntry) -> None:
 
 @transaction.atomic
 def snapshot_order(*, lease: Lease, size_tb: int, now: datetime, actor=None):
-    from rental.storage import snapshot_take
+    from .storage.snapshots import snapshot_take
 
     snap = snapshot_take(lease=lease, size_tb=size_tb, paid_until=now + STORAGE_TERM, now=now, actor=actor)
     _charge_term(snap, kind="snapshot", term_start=now, now=now)

@@ -175,12 +175,20 @@ def addons_validate(addons: dict) -> dict[str, int]:
 @transaction.atomic
 def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str, image: Image, ssh_public_key: str,
                          addons: dict[str, int] | None = None, pay_from_balance: bool = False,
-                         now: datetime | None = None, client_address: str | None = None) -> tuple[Lease, Invoice]:
+                         now: datetime | None = None, client_address: str | None = None,
+                         restore_from=None) -> tuple[Lease, Invoice]:
     """A pending lease holding its slots + its invoice, atomically; optionally paid from the
     balance at once. Raises inventory.services.SoldOut (nothing is created or charged).
-    `client_address`: where the order came from (counted by billing.holds)."""
+    `client_address`: where the order came from (counted by billing.holds). `restore_from`:
+    a snapshot the disk starts from (issue 26), refused (StorageRefused) before anything is
+    created if it is not the customer's ready snapshot at this site or does not fit."""
+    from rental.storage import lease_restore_from_set, snapshot_restore_check
+
     now = now or timezone.now()
     addons = addons_validate(addons or {})
+    if restore_from is not None:
+        disk_gb = offer.gpu_model.included_nvme_gb + 1000 * addons.get("extra_nvme_tb", 0)
+        snapshot_restore_check(snapshot=restore_from, customer=customer, site=site, disk_bytes=disk_gb * 10**9)
     lines = price_lines(offer=offer, term=term, addons=addons)
     _refuse_hoarding(customer, pay_from_balance=pay_from_balance, gpus=offer.gpu_count, client_address=client_address,
                      now=now)
@@ -190,6 +198,8 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
         price_cents=sum(line.amount_cents for line in lines), pay_window=window, now=now,
         ordered_from=client_address, **addons,
     )
+    if restore_from is not None:
+        lease_restore_from_set(lease=lease, snapshot=restore_from, now=now, actor=customer)
     invoice = _create_invoice(customer=customer, kind=Invoice.Kind.ORDER, lines=lines, now=now, lease=lease,
                               expires_at=now + window)
     lease_event_emit(event="order.placed", lease=lease, at=None, now=now, invoice=invoice_data(invoice))

@@ -14,6 +14,7 @@ from inventory.selectors import sites_with_stock_for
 from inventory.services import SoldOut
 from rental.forms import ADDON_FIELDS, ADDON_LIMITS, OrderForm
 from rental.models import TERM_LENGTH, Image, Lease, Term
+from rental.storage import StorageRefused
 from rental.throttle import order_address
 from rental.timeline import layout, order_milestones
 
@@ -98,7 +99,8 @@ def order(request, offer_slug: str):
     if request.method == "GET":
         if not stock:
             return render(request, "billing/sold_out.html", {"offer": offer})
-        initial = {k: v for k, v in request.GET.items() if k in ("site", "term", "image", *ADDON_FIELDS)}
+        initial = {k: v for k, v in request.GET.items()
+                   if k in ("site", "term", "image", "restore_from", *ADDON_FIELDS)}
         initial["pay_from_balance"] = _balance_covers(request.user, offer, request.GET)
         return _render_order(request, offer, _order_form(request, offer, stock, initial=initial), stock)
     if "preview" in request.POST:
@@ -116,7 +118,10 @@ def _place_order(request, offer: Offer, form: OrderForm, stock: dict):
         lease, _invoice = checkout_place_order(
             customer=request.user, offer=offer, site=data["site"], term=data["term"], image=data["image"],
             ssh_public_key=data["ssh_public_key"], addons=form.addons(), pay_from_balance=data["pay_from_balance"],
-            client_address=order_address(request))
+            client_address=order_address(request), restore_from=data.get("restore_from"))
+    except StorageRefused as exc:       # the snapshot is not restorable here or does not fit the disk
+        form.add_error("restore_from", str(exc))
+        return _render_order(request, offer, form, stock, status=400)
     except SoldOut:
         return _render_order(request, offer, form, sites_with_stock_for(offer), status=409, sold_out=True)
     except InsufficientBalance as exc:

@@ -201,8 +201,13 @@ def snapshot_create(request):
     except StorageRefused as exc:
         messages.error(request, _("Refused: %(why)s") % {"why": exc})
         return _page(request, snapshot_form=form, status=400)
-    messages.success(request, _("Snapshot #%(id)d of lease #%(lease)d taken: %(size)d TB, paid for 30 days.")
-                     % {"id": snap.pk, "lease": lease.pk, "size": snap.size_tb})
+    if snap.state == Snapshot.State.CREATING:
+        messages.success(request, _("Snapshot #%(id)d of lease #%(lease)d is being taken: %(size)d TB, paid for 30 "
+                                    "days. Its progress shows below; it is ready once the node has copied the disk.")
+                         % {"id": snap.pk, "lease": lease.pk, "size": snap.size_tb})
+    else:
+        messages.success(request, _("Snapshot #%(id)d of lease #%(lease)d taken: %(size)d TB, paid for 30 days.")
+                         % {"id": snap.pk, "lease": lease.pk, "size": snap.size_tb})
     return _back()
 
 
@@ -211,7 +216,10 @@ def snapshot_create(request):
 def snapshot_restore(request, snapshot_id: int):
     snap = get_object_or_404(_snapshots(request.user), pk=snapshot_id)
     lease = get_object_or_404(_leases(request.user), pk=_int(request.POST.get("lease")))
-    if snap.state != Snapshot.State.AVAILABLE:
+    if snap.repository:     # a real copy (issue 26): restored only into a new lease's empty disk
+        messages.error(request, _("Snapshot #%(id)d is restored into a new lease: choose it under “Start from "
+                                  "snapshot” when you order a machine at %(site)s.") % {"id": snap.pk, "site": snap.site.code})
+    elif snap.state != Snapshot.State.AVAILABLE:
         messages.error(request, _("Snapshot #%(id)d is %(state)s; it cannot be restored.")
                        % {"id": snap.pk, "state": snap.get_state_display()})
     elif lease.site.region != snap.region:

@@ -21,7 +21,8 @@ from billing.storage.volumes import desired_storage, desired_volumes
 from inventory.burnin import pending_for_node
 from inventory.models import Node, SlotAllocation
 from rental.agent import Instance
-from rental.models import DiskKey, Lease, LeaseState
+from rental.models import DiskKey, Lease, LeaseState, Snapshot
+from rental.storage import snapshot_repository
 
 from .models import InstanceIntent, IssuedOp
 from .timeutil import rfc3339
@@ -68,7 +69,7 @@ def _leases_on(node: Node):
     leases = (Lease.objects.filter(Q(pk__in=list(current)) | Q(pk__in=Subquery(past)))
               .exclude(state__in=[S.PENDING, S.WIPED]).exclude(provisioning_started_at__isnull=True)
               .annotate(last_node_id=Subquery(last_node))
-              .select_related("offer__gpu_model", "image", "disk_key").order_by("pk"))
+              .select_related("offer__gpu_model", "image", "disk_key", "restore_from").order_by("pk"))
     return leases, current
 
 
@@ -113,6 +114,7 @@ def desired_instances(*, node: Node, now: datetime) -> list[dict]:
     intents = {i.lease_id: i for i in InstanceIntent.objects.filter(lease__in=[le.pk for le in leases])}
     volumes = desired_volumes(node=node, lease_ids=list(current))
     issued = {op.lease_id: op for op in IssuedOp.objects.filter(node=node, lease__in=[le.pk for le in leases])}
+    snapshots = _snapshots_to_take(list(current))
     out = []
     for lease in leases:
         intent = intents.get(lease.pk)
@@ -132,8 +134,34 @@ def desired_instances(*, node: Node, now: datetime) -> list[dict]:
             "disk_gb": lease.offer.gpu_model.included_nvme_gb + 1000 * lease.extra_nvme_tb,
             **_resources(node, gpus),
             "volumes": volumes.get(lease.pk, []) if wanted.want == "running" else [],
+            **_snapshot_ops(lease, wanted, snapshots.get(lease.pk)),
         })
     return out
+
+
+def _snapshots_to_take(lease_ids: list[int]) -> dict[int, Snapshot]:
+    """Per lease on the node now: its oldest snapshot still being taken (one at a time)."""
+    out: dict[int, Snapshot] = {}
+    for snap in (Snapshot.objects.filter(source_lease_id__in=lease_ids, state=Snapshot.State.CREATING,
+                                         key_destroyed_at__isnull=True).exclude(repository="")
+                 .order_by("created_at", "pk")):
+        out.setdefault(snap.source_lease_id, snap)
+    return out
+
+
+def _snapshot_ops(lease: Lease, wanted: Wanted, snap: Snapshot | None) -> dict:
+    """Issue 26: `snapshot` (take this snapshot of the lease's disk) and `restore` (the new
+    lease's disk starts from a snapshot, before its instance first starts). Only the op
+    carries the repository's key and password; the node keeps them nowhere."""
+    ops = {}
+    if snap is not None and wanted.want in ("running", "stopped"):
+        ops["snapshot"] = {"op_id": snap.op_id, "snapshot_id": snap.pk, "repository": snapshot_repository(snap)}
+    source = lease.restore_from
+    if source is not None and lease.restored_at is None and wanted.want == "running" and \
+            source.key_destroyed_at is None and source.restic_snapshot:
+        ops["restore"] = {"snapshot_id": source.pk, "restic_snapshot": source.restic_snapshot,
+                          "repository": snapshot_repository(source)}
+    return ops
 
 
 def desired_burn_ins(*, node: Node) -> list[dict]:

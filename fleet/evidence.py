@@ -14,13 +14,14 @@ from inventory.models import Incident
 from inventory.services import node_set_draining
 from rental.addresses import valid_host, valid_port
 from rental.agent import agent_override
-from rental.models import DiskKey
+from rental.models import DiskKey, Lease, Snapshot
 from rental.services import (
     disk_key_complete_destroy,
     lease_connection_update,
     lease_provisioned,
     lease_wipe,
 )
+from rental.storage import lease_restored, snapshot_ready
 
 from .crypto import canonical_json, signature_valid
 from .desired import current_node_id, instance_of, last_node_id, lease_on_node
@@ -70,6 +71,12 @@ def _check_commands(record: dict) -> None:
 def _check_kind_fields(kind: str, record: dict) -> None:
     if kind == Evidence.Kind.INSTANCE_READY:
         _check_address(record)
+    elif kind in SNAPSHOT_KINDS:
+        _int(record.get("snapshot_id"), 1, 2**62)
+        _str(record.get("restic_snapshot"), 80)
+        _int(record.get("bytes"), 0, 2**62)
+        if kind == Evidence.Kind.SNAPSHOT_TAKEN:
+            _int(record.get("stored_bytes"), 0, 2**62)
     elif kind == Evidence.Kind.KEY_DESTROYED:
         _check_commands(record)
         if _int(record.get("keyslots_after"), 0, 64) != 0 or _int(record.get("test_passphrase_exit"), -255, 255) == 0:
@@ -93,6 +100,17 @@ def _verified(verification) -> bool:
     return verification["samples"] > 0
 
 
+SNAPSHOT_KINDS = (Evidence.Kind.SNAPSHOT_TAKEN, Evidence.Kind.SNAPSHOT_RESTORED)
+
+
+def _snapshot_asked(*, lease_id: int, node_id: int, record: dict) -> None:
+    """`snapshot_taken` answers the snapshot op this node was sent: the lease's snapshot
+    being taken, on the node the lease is on now."""
+    snap = Snapshot.objects.filter(pk=record["snapshot_id"], source_lease_id=lease_id).first()
+    if snap is None or snap.op_id != record["op_id"] or current_node_id(lease_id) != node_id:
+        raise Refused("not_requested")
+
+
 def _asked(*, lease_id: int, node_id: int, kind: str, op_id: str) -> None:
     """The record names the op the storefront issued for this lease on this node, and that
     op asks for what the evidence proves: a running instance, the key's destruction, the
@@ -104,7 +122,7 @@ def _asked(*, lease_id: int, node_id: int, kind: str, op_id: str) -> None:
     if op_id != issued["op_id"]:
         raise Refused("stale_op" if _earlier_op(op_id, issued["op_id"]) else "not_requested")
     want, disk = issued["want"], issued["disk"]
-    if kind == Evidence.Kind.INSTANCE_READY:
+    if kind in (Evidence.Kind.INSTANCE_READY, Evidence.Kind.SNAPSHOT_RESTORED):
         asked = want == "running"
     elif kind == Evidence.Kind.KEY_DESTROYED:
         asked = disk in ("destroy_key", "wipe")
@@ -142,7 +160,13 @@ def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
     if not signature_valid(public_key=agent.public_key, signature=signature, message=canonical_json(record)):
         raise Refused("bad_signature")
     _check_kind_fields(kind, record)
-    _asked(lease_id=lease_id, node_id=agent.node_id, kind=kind, op_id=op_id)
+    if kind == Evidence.Kind.SNAPSHOT_TAKEN:
+        _snapshot_asked(lease_id=lease_id, node_id=agent.node_id, record=record)
+    else:
+        _asked(lease_id=lease_id, node_id=agent.node_id, kind=kind, op_id=op_id)
+    if kind == Evidence.Kind.SNAPSHOT_RESTORED and not Lease.objects.filter(
+            pk=lease_id, restore_from_id=record["snapshot_id"]).exists():
+        raise Refused("not_requested")
     unsigned = {k: v for k, v in record.items() if k != "signature"}
     with transaction.atomic():
         try:
@@ -161,6 +185,13 @@ def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
 
 def _apply(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
     lease_id = evidence.lease_id
+    if evidence.kind == Evidence.Kind.SNAPSHOT_TAKEN:
+        snapshot_ready(snapshot_id=evidence.record["snapshot_id"], op_id=evidence.op_id, facts=evidence.record,
+                       now=now)
+        return
+    if evidence.kind == Evidence.Kind.SNAPSHOT_RESTORED:
+        lease_restored(lease_id=lease_id, snapshot_id=evidence.record["snapshot_id"], facts=evidence.record, now=now)
+        return
     if evidence.kind == Evidence.Kind.INSTANCE_READY:
         if current_node_id(lease_id) != agent.node_id:
             return  # kept as a record; an old node's instance never takes the connection line back

@@ -112,6 +112,8 @@ class Evidence(models.Model):
         INSTANCE_READY = "instance_ready", _("instance ready")
         KEY_DESTROYED = "key_destroyed", _("key destroyed")
         DISK_WIPED = "disk_wiped", _("disk wiped")
+        SNAPSHOT_TAKEN = "snapshot_taken", _("snapshot taken")
+        SNAPSHOT_RESTORED = "snapshot_restored", _("snapshot restored")
 
     node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="evidence")
     lease = models.ForeignKey("rental.Lease", on_delete=models.PROTECT, related_name="evidence")

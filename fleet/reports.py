@@ -19,8 +19,9 @@ from inventory.models import GpuSlot, Incident, Node, SlotAllocation
 from inventory.selectors import catalog_changed
 from rental.addresses import valid_host
 from rental.agent import Instance
-from rental.models import Lease, LeaseState
+from rental.models import Lease, LeaseState, Snapshot
 from rental.services import lease_connection_update
+from rental.storage import snapshot_progress
 
 from .burnin import burn_in_accept
 from .conditions import DRAIN, INCIDENT, split_by_rule
@@ -250,10 +251,20 @@ def _instance(agent: NodeAgent, item, now: datetime) -> None:
     InstanceReport.objects.update_or_create(lease_id=lease_id, node=agent.node, defaults=values)
     if isinstance(item.get("volumes"), list):  # issue 25: mounted, or the named failure
         mounts_record(node=agent.node, lease_id=lease_id, items=item["volumes"], now=now)
+    _snapshot_progress(lease_id, item.get("snapshot"), now)
     # The counter restarts at 0 with a new instance (a migration, a re-created container).
     sent = egress - previous if egress >= previous else egress
     if sent > 0:
         _meter_egress(lease_id, sent, now)
+
+
+def _snapshot_progress(lease_id: int, item, now: datetime) -> None:
+    """Issue 26: progress or the named failure of the lease's snapshot, for the customer;
+    only the signed `snapshot_taken` evidence makes it ready."""
+    if not isinstance(item, dict) or type(item.get("snapshot_id")) is not int or not isinstance(item.get("op_id"), str):
+        return
+    if Snapshot.objects.filter(pk=item["snapshot_id"], source_lease_id=lease_id).exists():
+        snapshot_progress(snapshot_id=item["snapshot_id"], op_id=item["op_id"][:80], report=item, now=now)
 
 
 def egress_ceiling(lease_id: int, report: InstanceReport | None, now: datetime) -> int:

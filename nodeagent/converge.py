@@ -1,17 +1,20 @@
 """Bring each lease of the desired state about, one idempotent step at a time, and say
 what happened: the observed state, the last named failure, signed evidence."""
 import logging
+import time
 
 from .interfaces import DiskEvidence, GpuInfo, InstanceSpec, InstanceStatus, OperationFailed
 from .journal import Journal, utc_now
 from .outbox import Outbox
 from .signing import NodeKey
+from .snapshots import Job, Jobs, Repository, restore_snapshot, take_snapshot
 
 log = logging.getLogger(__name__)
 
 WANTS = ("running", "stopped", "absent")
 DISK_ACTIONS = ("keep", "destroy_key", "wipe")
-PENDING = ("image_pulling",)   # under way beside the loop: the observed state, not "failed"
+# under way beside the loop: the observed state, not "failed"
+PENDING = ("image_pulling", "snapshot_restoring")
 
 
 class Converger:
@@ -22,13 +25,16 @@ class Converger:
         self.images, self.public_host = images, public_host
         self.volumes = volumes          # nodeagent.volumes.Volumes: network volumes (issue 25)
         self.storage = None             # the desired state's `storage` (how to reach the CephFS)
+        self.jobs = Jobs()              # snapshots and restores on worker threads (issue 26)
 
     def converge(self, instances: list[dict], gpus: list[GpuInfo], storage: dict | None = None) -> list[dict]:
         """One report item per desired lease, plus the leases this node still runs that
         the storefront no longer lists (left alone: only `want: absent` removes)."""
         self.storage = storage if isinstance(storage, dict) else None
         instances = [item for item in instances if _well_formed(item)]
-        reports = [self._with_volumes(item, self._converge_one(item, gpus)) for item in instances]
+        self._resume_interrupted()
+        reports = [self._with_jobs(item, self._with_volumes(item, self._converge_one(item, gpus)))
+                   for item in instances]
         listed = {item["lease_id"] for item in instances}
         for lease_id in self._runtime_leases():
             if lease_id not in listed:
@@ -47,6 +53,8 @@ class Converger:
         lease_id, op_id = item["lease_id"], item["op_id"]
         try:
             status = self.runtime.status(lease_id)
+            if self.jobs.busy(lease_id):     # its snapshot or restore runs: other steps wait
+                return self._report(lease_id, op_id, status)
             if self.journal.is_done(op_id) and _satisfied(item["want"], status.state) and \
                     (status.state != "running" or self.disks.is_ready(lease_id)):
                 return self._report(lease_id, op_id, status)
@@ -109,6 +117,7 @@ class Converger:
             shm_gb=int(item.get("shm_gb", 0)),
             disk_path=self.disks.ensure_ready(lease_id, int(item["disk_gb"])),
             volumes_path=self.volumes.prepare(lease_id) if self.volumes and self.storage else "")
+        self._restore_first(item, spec.disk_path)
         if self.runtime.status(lease_id).state == "running":
             # A new op_id for a running instance means "restart" (PROTOCOL.md): files kept.
             log.info("lease %s: restarting for %s", lease_id, item["op_id"])
@@ -124,6 +133,93 @@ class Converger:
                 "gpus": list(spec.gpu_uuids), "image": item["image"]})
             self.journal.done(lease_id, marker)
         return status
+
+    # -- snapshots and restores (issue 26, nodeagent/snapshots.py) -------------------------
+    def _resume_interrupted(self) -> None:
+        """An instance paused by a snapshot this process is not running (the agent was
+        killed mid-snapshot) runs again; the snapshot itself is retried."""
+        busy = {lease for lease in self._runtime_leases() if self.jobs.busy(lease)}
+        try:
+            self.runtime.unpause_all(except_leases=busy)
+        except OperationFailed as exc:
+            log.warning("cannot resume paused instances: %s", exc)
+
+    def _with_jobs(self, item: dict, report: dict) -> dict:
+        """Every pass: start, follow or settle the lease's snapshot op; report both jobs."""
+        lease_id = item["lease_id"]
+        wanted = item.get("snapshot")
+        if isinstance(wanted, dict) and isinstance(wanted.get("op_id"), str) and wanted["op_id"]:
+            report["snapshot"] = {"snapshot_id": wanted.get("snapshot_id"), **self._snapshot(item, wanted)}
+        restore = self.jobs.get(f"restore:{lease_id}")
+        if restore is not None:
+            report["restore"] = {"snapshot_id": (item.get("restore") or {}).get("snapshot_id"),
+                                 **restore.report()}
+        return report
+
+    def _snapshot(self, item: dict, wanted: dict) -> dict:
+        lease_id, op_id, key = item["lease_id"], wanted["op_id"], f"snapshot:{item['lease_id']}"
+        if self.journal.is_done(op_id):
+            return {"op_id": op_id, "state": "done", "error": None}
+        job = self.jobs.get(key)
+        if job is not None and job.op_id == op_id and job.state == "done":
+            self._evidence("snapshot_taken", lease_id, op_id,
+                           {"snapshot_id": wanted.get("snapshot_id"), **job.result})
+            self.journal.done(lease_id, op_id, snapshot_id=wanted.get("snapshot_id"))
+            self.jobs.forget(key)
+            return {"op_id": op_id, "state": "done", "error": None}
+        if isinstance(item.get("restore"), dict) and not self.journal.is_done(f"lease:{lease_id}:restored"):
+            return {"op_id": op_id, "state": "waiting", "error": None}     # copy what was restored, not half
+        if job is None or job.op_id != op_id or self.jobs.due_again(key):
+            job = Job("snapshot", op_id)
+            try:
+                work = self._snapshot_work(item, wanted)
+            except OperationFailed as exc:
+                job.state, job.error, job.ended = "failed", (exc.code, exc.detail), time.monotonic()
+                self.jobs.put(key, job)
+                return job.report()
+            log.info("lease %s: snapshot %s starting", lease_id, op_id)
+            self.jobs.start(key, job, work)
+        return job.report()
+
+    def _snapshot_work(self, item: dict, wanted: dict):
+        lease_id = item["lease_id"]
+        repo = Repository.from_desired(wanted.get("repository"))
+        if not self.disks.is_ready(lease_id):
+            raise OperationFailed("snapshot_failed", f"lease {lease_id}'s disk is not mounted on this node")
+        source = self.disks.mount_path(lease_id)
+        tags = [f"lease-{lease_id}", f"snapshot-{wanted.get('snapshot_id')}"]
+        return lambda job: take_snapshot(job, repo=repo, source=source, tags=tags,
+                                         pause=lambda: self.runtime.pause(lease_id),
+                                         resume=lambda: self.runtime.unpause(lease_id))
+
+    def _restore_first(self, item: dict, disk_path: str) -> None:
+        """`restore` on a running op: the snapshot is restored into the fresh disk before the
+        instance is first created (never over files an instance already wrote)."""
+        wanted = item.get("restore")
+        lease_id = item["lease_id"]
+        marker, key = f"lease:{lease_id}:restored", f"restore:{lease_id}"
+        if not isinstance(wanted, dict) or self.journal.is_done(marker):
+            return
+        job = self.jobs.get(key)
+        if job is not None and job.state == "done":
+            self._evidence("snapshot_restored", lease_id, item["op_id"],
+                           {"snapshot_id": wanted.get("snapshot_id"), **job.result})
+            self.journal.done(lease_id, marker)
+            return
+        if self.runtime.status(lease_id).state != "absent":
+            raise OperationFailed("snapshot_restore_failed", f"lease {lease_id}'s instance already exists: "
+                                  "a snapshot is restored only into a new lease's disk")
+        if job is None or self.jobs.due_again(key):
+            repo = Repository.from_desired(wanted.get("repository"))
+            restic_snapshot = str(wanted.get("restic_snapshot") or "")
+            if not restic_snapshot:
+                raise OperationFailed("bad_desired_state", "restore needs restic_snapshot")
+            self.jobs.start(key, Job("restore", item["op_id"]), lambda job: restore_snapshot(
+                job, repo=repo, restic_snapshot=restic_snapshot, target=disk_path))
+            raise OperationFailed("snapshot_restoring", f"restoring snapshot {wanted.get('snapshot_id')}")
+        if job.state == "running":
+            raise OperationFailed("snapshot_restoring", f"restoring snapshot {wanted.get('snapshot_id')}")
+        raise OperationFailed(*job.error)
 
     def _with_volumes(self, item: dict, report: dict) -> dict:
         """Every pass, whatever the op: the running lease's volumes mounted as listed (an

@@ -26,6 +26,9 @@ class DirectoryDisks:
     def is_ready(self, lease_id: int) -> bool:
         return self._path(lease_id).is_dir()
 
+    def mount_path(self, lease_id: int) -> str:
+        return str(self._path(lease_id))
+
     def detach(self, lease_id: int) -> None:
         """Nothing is mounted or opened, so there is nothing to close."""
 

@@ -42,6 +42,9 @@ class Runtime(Protocol):
     def status(self, lease_id: int) -> InstanceStatus: ...
     def lease_ids(self) -> list[int]: ...
     def guard(self) -> None: ...     # keep isolation (packet filter) in place, every round
+    def pause(self, lease_id: int) -> bool: ...       # freeze for a snapshot; False if not running
+    def unpause(self, lease_id: int) -> None: ...
+    def unpause_all(self, *, except_leases: set[int]) -> list[int]: ...
 
 
 @dataclass
@@ -61,6 +64,7 @@ class DiskEvidence:
 class Disks(Protocol):
     def ensure_ready(self, lease_id: int, size_gb: int) -> str: ...      # returns mount path
     def is_ready(self, lease_id: int) -> bool: ...                       # mounted where dockerd sees it
+    def mount_path(self, lease_id: int) -> str: ...                      # its mounted file system
     def detach(self, lease_id: int) -> None: ...                          # unmount + close, key kept
     def destroy_key(self, lease_id: int) -> DiskEvidence: ...             # idempotent, proven
     def wipe(self, lease_id: int) -> DiskEvidence: ...                    # after destroy_key

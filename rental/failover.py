@@ -3,7 +3,9 @@ same site, within the promised 30 minutes (SPEC, "Hardware failure"). With the n
 (fleet), moving the slot allocation is the whole order: the target node's desired state
 gets the lease (running), the source's `absent`; the target's instance_ready evidence
 replaces the lease's host and port and the customer is told the new connection line. The
-local NVMe is not copied by the node agent (the event says so); FakeAgent's demo claims it is.
+local NVMe is not copied by the node agent: the new node restores the lease's most recent
+snapshot (issue 26) and the customer is told its point in time, else the disk starts empty
+and the event and notice say so; FakeAgent's demo claims it moves the disk.
 
 Each lease moves in its own transaction (release the old slots, allocate new ones on a
 different node); when nothing fits, that transaction rolls back, the lease keeps its old
@@ -74,6 +76,7 @@ def lease_migrate(*, lease_id: int, from_node: Node, now: datetime | None = None
     to_node = new[0].node
     agent = get_agent()
     copies_disk = getattr(agent, "copies_disk_on_migration", True)
+    restored = None if copies_disk else _restore_latest_snapshot(lease, now=now)
     seconds = max(0, int((now - failed_since).total_seconds()))
     data = {
         "from_node": from_node.name, "to_node": to_node.name,
@@ -81,13 +84,17 @@ def lease_migrate(*, lease_id: int, from_node: Node, now: datetime | None = None
         "failed_since": failed_since.isoformat(), "completed_at": now.isoformat(), "seconds": seconds,
         "within_target": seconds <= MIGRATION_TARGET.total_seconds(),
         "nvme": ("local NVMe (LUKS2 volume, same key ref) moved with the instance" if copies_disk else
+                 f"new local NVMe on the target node, restored from snapshot #{restored.pk} of "
+                 f"{restored.ready_at.isoformat()}; the failed node's copy is destroyed" if restored else
                  "new local NVMe on the target node; the failed node's copy is destroyed (not copied)"),
+        "restored_snapshot": ({"snapshot": restored.pk, "taken_at": restored.ready_at.isoformat()}
+                              if restored else None),
         "extra_nvme_tb": lease.extra_nvme_tb,
     }
     _event(lease_id, kind="migrated", now=now, actor=actor, from_state=lease.state, to_state=lease.state,
            reason=reason, data=data)
     downtime_end_for_lease(lease_id=lease_id, at=now)
-    _notify_moved(lease, data, new_address_follows=not copies_disk, now=now)
+    _notify_moved(lease, data, new_address_follows=not copies_disk, restored=restored, now=now)
     # A pull-model agent needs no call: the moved allocation is the target node's desired
     # state, and its instance_ready evidence gives the lease its new connection line.
     if hasattr(agent, "migrate"):
@@ -96,7 +103,25 @@ def lease_migrate(*, lease_id: int, from_node: Node, now: datetime | None = None
     return {"lease_id": lease_id, **data}
 
 
-def _notify_moved(lease: Lease, data: dict, *, new_address_follows: bool, now: datetime) -> None:
+def _restore_latest_snapshot(lease: Lease, *, now: datetime):
+    """Issue 26: the new node's disk starts from the lease's most recent ready snapshot (or
+    the one it was ordered from), never silently empty; None when there is none."""
+    from .models import Snapshot
+
+    candidates = Snapshot.objects.filter(state=Snapshot.State.AVAILABLE, key_destroyed_at__isnull=True,
+                                         site=lease.site).exclude(restic_snapshot="")
+    own = candidates.filter(source_lease=lease).order_by("-ready_at", "-pk").first()
+    ordered_from = candidates.filter(pk=lease.restore_from_id).first() if lease.restore_from_id else None
+    snap = max((s for s in (own, ordered_from) if s is not None), key=lambda s: s.ready_at, default=None)
+    if snap is None:
+        return None
+    Lease.objects.filter(pk=lease.pk).update(restore_from=snap, restored_at=None)
+    _event(lease.pk, kind="restore_from_snapshot", now=now,
+           data={"snapshot": snap.pk, "taken_at": snap.ready_at.isoformat(), "reason": "migration"})
+    return snap
+
+
+def _notify_moved(lease: Lease, data: dict, *, new_address_follows: bool, now: datetime, restored=None) -> None:
     """The follow-up the incident notice promised. With the node agent the instance answers
     at the target node's address once it is ready there: that line comes in the
     connection-changed notice (rental.services.lease_connection_update); an agent that moves
@@ -111,7 +136,13 @@ def _notify_moved(lease: Lease, data: dict, *, new_address_follows: bool, now: d
         subject = _("Lease #%(id)s (%(offer)s) moved to working hardware") % args
         body = _("Your instance of lease #%(id)s was moved to working hardware at %(at)s UTC, %(minutes)s min after "
                  "the failure; its downtime has ended.") % args
-        if new_address_follows:
+        if new_address_follows and restored is not None:
+            body += " " + _("The local NVMe of the failed server could not be copied: the new server's disk starts "
+                            "from your most recent snapshot #%(snap)s, taken at %(taken)s UTC. Files written after "
+                            "that time are not on it. Its new connection line follows in another notice as soon as "
+                            "the instance is ready there.") % {"snap": restored.pk,
+                                                               "taken": f"{restored.ready_at:%Y-%m-%d %H:%M:%S}"}
+        elif new_address_follows:
             body += " " + _("The local NVMe was not copied: the new server starts with an empty local disk (network "
                             "volumes and snapshots are kept). Its new connection line follows in another notice as "
                             "soon as the instance is ready there.")

@@ -61,10 +61,23 @@ class OrderForm(forms.Form):
         label=_("SSH public key"), widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}), required=False,
         help_text=_("ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa with at least 2048 bits."))
     pay_from_balance = forms.BooleanField(label=_("Pay from balance"), required=False)
+    restore_from = forms.ModelChoiceField(
+        label=_("Start from snapshot"), queryset=None, required=False, empty_label=_("— an empty disk —"),
+        help_text=_("The new disk starts as a copy of the snapshot (same site; it must fit the disk)."))
 
     def __init__(self, *args, offer, stock: dict[str, int], sites, images, customer=None, **kwargs):
         super().__init__(*args, **kwargs)
-        from .models import SshKey, Term
+        from .models import Snapshot, SshKey, Term
+
+        snapshots = (Snapshot.objects.filter(customer=customer, state=Snapshot.State.AVAILABLE,
+                                             key_destroyed_at__isnull=True).exclude(restic_snapshot="")
+                     .select_related("site") if customer is not None else Snapshot.objects.none())
+        self.fields["restore_from"].queryset = snapshots
+        self.fields["restore_from"].label_from_instance = lambda s: _(
+            "#%(id)s of lease #%(lease)s at %(site)s, %(at)s UTC") % {
+            "id": s.pk, "lease": s.source_lease_id, "site": s.site.code, "at": f"{s.ready_at:%Y-%m-%d %H:%M}"}
+        if not snapshots.exists():
+            del self.fields["restore_from"]
 
         saved = SshKey.objects.filter(customer=customer) if customer is not None else SshKey.objects.none()
         self.fields["saved_key"].queryset = saved

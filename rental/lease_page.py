@@ -66,8 +66,11 @@ def in_progress(lease: Lease, now: datetime, incident: OpenIncident | None) -> b
 
 def lease_page_context(lease: Lease, now: datetime) -> dict:
     incident = open_incident(lease)
-    return {"incident": incident, "migration": last_migration(lease, now),
-            "polling": in_progress(lease, now, incident)}
+    snapshots = list(lease.snapshots.exclude(state="deleted").order_by("-created_at")[:10])
+    taking = any(s.state == "creating" for s in snapshots)       # issue 26: progress while the node copies
+    return {"incident": incident, "migration": last_migration(lease, now), "snapshots": snapshots,
+            "snapshottable": lease.state in ("active", "suspended"),
+            "polling": taking or in_progress(lease, now, incident)}
 
 
 def unread_notices(user) -> int:

@@ -76,6 +76,10 @@ class Lease(models.Model):
     extra_nvme_tb = models.PositiveSmallIntegerField(default=0)
     network_volume_tb = models.PositiveSmallIntegerField(default=0)
     snapshot_tb = models.PositiveSmallIntegerField(default=0)
+    #: Issue 26: the disk starts as a copy of this snapshot (restored before the instance starts).
+    restore_from = models.ForeignKey("Snapshot", null=True, blank=True, on_delete=models.PROTECT,
+                                     related_name="restored_into")
+    restored_at = models.DateTimeField(null=True, blank=True)
     ssh_public_key = models.TextField()
     created_at = models.DateTimeField(default=timezone.now)
     # The client address the order came from (issue 28: unpaid holds are counted per address).
@@ -287,11 +291,20 @@ class VolumeAttachment(models.Model):
 
 
 class Snapshot(models.Model):
-    """A snapshot of a lease's disk, restorable to any of the customer's leases in the same
-    region (e.g. from an A100 to an H100); billed per TB-month on its own term."""
+    """A snapshot of a lease's local disk, restorable into a new lease anywhere in the same
+    region (e.g. from an A100 to an H100); billed per TB-month on its own term.
+
+    Issue 26: the node agent takes it with restic into a repository of its own (an RGW
+    bucket of an RGW user of its own at the lease's site), encrypted with a password only
+    this row holds (sealed, rental.sealing). It is `creating` until the node's signed
+    `snapshot_taken` evidence arrives, `available` (ready) after; a named failure is kept
+    in `error` while the node retries. Deleting it purges the RGW user and its objects and
+    forgets the password (`key_destroyed_at`): nothing can read it any more."""
 
     class State(models.TextChoices):
-        AVAILABLE = "available", _("available")
+        CREATING = "creating", _("being taken")
+        AVAILABLE = "available", _("ready")
+        FAILED = "failed", _("failed")
         LAPSED = "lapsed", _("lapsed (unpaid, kept 7 days)")
         DELETED = "deleted", _("deleted")
 
@@ -303,6 +316,21 @@ class Snapshot(models.Model):
     created_at = models.DateTimeField()
     paid_until = models.DateTimeField(db_index=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # -- the copy itself (issue 26) -----------------------------------------------------
+    site = models.ForeignKey("inventory.Site", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+                             help_text="Whose RGW holds the repository")
+    attempt = models.PositiveSmallIntegerField(default=1, help_text="op_id snap:<id>:<attempt>")
+    rgw_uid = models.CharField(max_length=80, blank=True)
+    repository = models.CharField(max_length=300, blank=True, help_text="restic repository, s3:<endpoint>/<bucket>")
+    access_key = models.CharField(max_length=40, blank=True)
+    sealed_secrets = models.TextField(blank=True, help_text="S3 secret and restic password, sealed")
+    restic_snapshot = models.CharField(max_length=80, blank=True)
+    content_bytes = models.BigIntegerField(null=True, blank=True, help_text="Bytes of the files copied")
+    stored_bytes = models.BigIntegerField(null=True, blank=True, help_text="Deduplicated, compressed bytes stored")
+    progress = models.JSONField(null=True, blank=True, help_text="The node's last report while it runs")
+    error = models.JSONField(null=True, blank=True, help_text="The last named failure (retried by the node)")
+    ready_at = models.DateTimeField(null=True, blank=True)
+    key_destroyed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -310,6 +338,14 @@ class Snapshot(models.Model):
 
     def __str__(self) -> str:
         return f"snapshot #{self.pk} of lease #{self.source_lease_id} ({self.size_tb} TB, {self.region})"
+
+    @property
+    def op_id(self) -> str:
+        return f"snap:{self.pk}:{self.attempt}"
+
+    @property
+    def percent(self) -> float | None:
+        return (self.progress or {}).get("percent")
 
 
 class SshKey(models.Model):

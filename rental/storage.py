@@ -7,11 +7,13 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import F, Q
 from django.dispatch import Signal
+from django.utils.translation import gettext as _
 
 from inventory.audit import audit_record
 from inventory.models import Site
 
 from .models import Lease, LeaseState, NetworkVolume, Snapshot, VolumeAttachment
+from .sealing import unseal
 from .services import _event
 
 S = LeaseState
@@ -25,6 +27,9 @@ class StorageRefused(Exception):
 #: Sent after the commit of a lease's end with the volumes it let go of (`volume_ids`),
 #: so that billing.storage takes the node's access to them away at once.
 lease_volumes_released = Signal()
+#: A snapshot was deleted: billing.storage, which owns the cluster, purges its objects and
+#: forgets its key, inside the deleting transaction (sent, not on commit).
+snapshot_deleted = Signal()
 
 
 @transaction.atomic
@@ -130,20 +135,52 @@ def storage_delete(*, obj, now: datetime, actor=None, reason: str) -> bool:
         for a in VolumeAttachment.objects.filter(volume=obj, detached_at__isnull=True):
             volume_detach(volume=obj, lease_id=a.lease_id, now=now, reason="volume deleted")
     audit_record(actor=actor, action="storage_delete", obj=obj, detail={"reason": reason}, at=now)
+    if isinstance(obj, Snapshot):
+        snapshot_deleted.send(sender=Snapshot, snapshot_id=obj.pk, now=now, actor=actor)
+    return True
+
+
+def snapshot_repository(snap: Snapshot) -> dict:
+    """What the node needs to write or read the snapshot (sent only in its op)."""
+    sealed = unseal(snap.sealed_secrets)
+    return {"url": snap.repository, "access_key": snap.access_key, "secret_key": sealed["secret_key"],
+            "password": sealed["password"]}
+
+
+@transaction.atomic
+def snapshot_progress(*, snapshot_id: int, op_id: str, report: dict, now: datetime) -> bool:
+    """The node's report while it copies: progress, or the named failure it will retry."""
+    snap = Snapshot.objects.select_for_update().filter(pk=snapshot_id, state=Snapshot.State.CREATING).first()
+    if snap is None or snap.op_id != op_id:
+        return False
+    error = report.get("error") if isinstance(report.get("error"), dict) else None
+    if error is not None:
+        error = {"code": str(error.get("code", ""))[:40], "detail": str(error.get("detail") or "")[:500],
+                 "at": now.isoformat()}
+    progress = {k: report[k] for k in ("bytes_done", "total_bytes", "percent")
+                if type(report.get(k)) in (int, float) and report[k] >= 0}
+    progress["state"] = str(report.get("state", ""))[:10]
+    if error and (snap.error or {}).get("code") != error["code"]:
+        audit_record(actor=None, action="snapshot_failed_retrying", obj=snap, detail=error, at=now)
+    Snapshot.objects.filter(pk=snap.pk).update(progress=progress, error=error or snap.error)
     return True
 
 
 @transaction.atomic
-def snapshot_take(*, lease: Lease, size_tb: int, paid_until: datetime, now: datetime, actor=None) -> Snapshot:
-    if lease.state not in (S.ACTIVE, S.SUSPENDED):
-        raise StorageRefused(f"Lease #{lease.pk} is {lease.get_state_display()}: its disk cannot be snapshotted.")
-    if size_tb < 1:
-        raise StorageRefused("A snapshot is at least 1 TB.")
-    snap = Snapshot.objects.create(customer_id=lease.customer_id, source_lease=lease, region=lease.site.region,
-                                   size_tb=size_tb, created_at=now, paid_until=paid_until)
-    _event(lease.pk, kind="snapshot_taken", now=now, actor=actor, from_state=lease.state, to_state=lease.state,
-           data={"snapshot": snap.pk, "size_tb": size_tb})
-    return snap
+def snapshot_ready(*, snapshot_id: int, op_id: str, facts: dict, now: datetime) -> bool:
+    """The node's signed `snapshot_taken`: the copy exists, with its stored size."""
+    snap = Snapshot.objects.select_for_update().filter(pk=snapshot_id, state=Snapshot.State.CREATING).first()
+    if snap is None or snap.op_id != op_id:
+        return False
+    Snapshot.objects.filter(pk=snap.pk).update(
+        state=Snapshot.State.AVAILABLE, ready_at=now, restic_snapshot=str(facts["restic_snapshot"])[:80],
+        content_bytes=int(facts["bytes"]), stored_bytes=int(facts["stored_bytes"]), progress=None, error=None)
+    _event(snap.source_lease_id, kind="snapshot_ready", now=now,
+           data={"snapshot": snap.pk, "stored_bytes": int(facts["stored_bytes"])})
+    audit_record(actor=None, action="snapshot_ready", obj=snap,
+                 detail={"restic_snapshot": facts["restic_snapshot"], "bytes": facts["bytes"],
+                         "stored_bytes": facts["stored_bytes"]}, at=now)
+    return True
 
 
 @transaction.atomic
@@ -160,6 +197,46 @@ def snapshot_restore(*, snapshot: Snapshot, target: Lease, now: datetime, actor=
         raise StorageRefused(f"Lease #{target.pk} is {target.get_state_display()}.")
     _event(target.pk, kind="snapshot_restored", now=now, actor=actor, from_state=target.state, to_state=target.state,
            data={"snapshot": snapshot.pk, "from_lease": snapshot.source_lease_id})
+
+
+def snapshot_restore_check(*, snapshot: Snapshot, customer, site, disk_bytes: int) -> None:
+    """A new lease may start from this snapshot (issue 26): the customer's, ready, at the
+    same site (its repository is that site's RGW), and no larger than the new disk.
+    Checked at ordering, before anything is created or paid."""
+    if snapshot.customer_id != customer.pk:
+        raise StorageRefused(_("That snapshot is not yours."))
+    if snapshot.state != Snapshot.State.AVAILABLE or snapshot.key_destroyed_at is not None:
+        raise StorageRefused(_("Snapshot #%(id)d is %(state)s; only a ready snapshot can be restored.")
+                             % {"id": snapshot.pk, "state": snapshot.get_state_display()})
+    if snapshot.site_id != site.pk:
+        raise StorageRefused(_("Snapshot #%(id)d is stored at %(there)s; a lease at %(here)s cannot start from "
+                               "it.") % {"id": snapshot.pk, "there": snapshot.site.code if snapshot.site_id else "?", "here": site.code})
+    if (snapshot.content_bytes or 0) > disk_bytes:
+        raise StorageRefused(_("Snapshot #%(id)d holds %(need)s GB, more than this lease's %(have)s GB disk: "
+                               "add extra NVMe or choose a larger machine.")
+                             % {"id": snapshot.pk, "need": -(-(snapshot.content_bytes or 0) // 10**9),
+                                "have": disk_bytes // 10**9})
+
+
+@transaction.atomic
+def lease_restore_from_set(*, lease: Lease, snapshot: Snapshot, now: datetime, actor=None) -> None:
+    """The new lease's disk starts as a copy of the snapshot (restored by its node before
+    the instance first starts)."""
+    Lease.objects.filter(pk=lease.pk, restore_from__isnull=True).update(restore_from=snapshot)
+    lease.restore_from = snapshot
+    _event(lease.pk, kind="restore_from_snapshot", now=now, actor=actor,
+           data={"snapshot": snapshot.pk, "from_lease": snapshot.source_lease_id})
+
+
+@transaction.atomic
+def lease_restored(*, lease_id: int, snapshot_id: int, facts: dict, now: datetime) -> bool:
+    """The node's signed `snapshot_restored`: the lease's disk holds the snapshot."""
+    if not Lease.objects.filter(pk=lease_id, restore_from_id=snapshot_id, restored_at__isnull=True).update(
+            restored_at=now):
+        return False
+    _event(lease_id, kind="snapshot_restored", now=now,
+           data={"snapshot": snapshot_id, "bytes": facts.get("bytes"), "restic_snapshot": facts.get("restic_snapshot")})
+    return True
 
 
 def storage_due(*, now: datetime, limit: int = 500):

@@ -58,6 +58,11 @@ class LuksDisks:
         return mounted_from(self.mountpoint(lease_id), luks.mapper_path(mapping_name(lease_id)),
                             self.host_mountinfo)
 
+    def mount_path(self, lease_id: int) -> str:
+        """Where the lease's file system is mounted (what a snapshot copies: files, never
+        the LUKS header or key)."""
+        return str(self.mountpoint(lease_id))
+
     def mountpoint(self, lease_id: int) -> Path:
         return self.mount_root / mapping_name(lease_id)
 

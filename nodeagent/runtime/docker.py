@@ -125,12 +125,49 @@ class DockerRuntime:
         container = self._container(lease_id)
         if container is None:
             return InstanceStatus(lease_id=lease_id, state="absent")
-        running = container.status in ("running", "restarting")
+        # paused: frozen for a snapshot (nodeagent/snapshots.py), still the running instance
+        running = container.status in ("running", "restarting", "paused")
         self._sync_filter()
         egress = self.egress.observe(lease_id, self.filter.egress_bytes().get(lease_id))
         return InstanceStatus(lease_id=lease_id, state="running" if running else "stopped",
                               ssh_port=int(container.labels[LABEL_PORT]),
                               egress_bytes=egress)
+
+    # -- snapshots (issue 26): called from the snapshot worker thread, own client ------------
+    def pause(self, lease_id: int) -> bool:
+        """Freeze a running instance's processes (cgroup freezer); False if it does not run."""
+        container = self._worker_container(lease_id)
+        if container is None or container.status != "running":
+            return False
+        self._call(container.pause)
+        return True
+
+    def unpause(self, lease_id: int) -> None:
+        container = self._worker_container(lease_id)
+        if container is not None and container.status == "paused":
+            self._call(container.unpause)
+
+    def unpause_all(self, *, except_leases: set[int]) -> list[int]:
+        """An instance left paused by an agent killed mid-snapshot runs again."""
+        paused = self._call(self.client.containers.list, all=True,
+                            filters={"label": LABEL_LEASE, "status": "paused"})
+        resumed = []
+        for container in paused:
+            lease_id = int(container.labels[LABEL_LEASE])
+            if lease_id not in except_leases:
+                self._call(container.unpause)
+                log.warning("lease %s: was left paused (snapshot interrupted): resumed", lease_id)
+                resumed.append(lease_id)
+        return resumed
+
+    def _worker_container(self, lease_id: int):
+        client = docker.DockerClient(base_url=self.config.socket, timeout=120)
+        try:
+            return client.containers.get(container_name(lease_id))
+        except NotFound:
+            return None
+        except DockerException as exc:
+            raise OperationFailed("runtime_error", f"docker: {exc}") from exc
 
     def _spec_hash(self, spec: InstanceSpec) -> str:
         return _spec_hash(spec, self.config.rootfs_size)

@@ -31,6 +31,9 @@ EVENT_TEXT = {
     "volume_detached": _("Network volume detached"),
     "snapshot_taken": _("Snapshot taken"),
     "snapshot_restored": _("Snapshot restored"),
+    "snapshot_ready": _("Snapshot copied and ready"),                # issue 26
+    "snapshot_key_destroyed": _("Snapshot deleted, its key destroyed"),
+    "restore_from_snapshot": _("Disk to start from a snapshot"),
     "auto_renew_set": _("Auto-renew changed"),  # issue 30
     "connection_changed": _("New connection line"),
     "instance_restart": _("Restart requested"),
