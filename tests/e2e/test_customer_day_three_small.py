@@ -132,3 +132,50 @@ def test_order_page_puts_the_form_before_the_timeline_on_phones(new_context, sho
     assert "week" in page.locator("#order-summary").inner_text()
     assert no_horizontal_overflow(page)
     screenshot(page, f"order-form-first-{tag}")
+
+
+@pytest.mark.parametrize("viewport,tag", VIEWPORTS)
+def test_a_key_pasted_at_ordering_can_be_saved_for_the_next_order(new_context, shop, viewport, tag):
+    from rental.models import SshKey
+    from tests.e2e.test_flows import SSH_KEY
+
+    _customer(f"nia{tag}")
+    page = new_context(viewport=viewport).new_page()
+    login(page, f"nia{tag}")
+    page.goto("/order/rtx-3090/")
+    save = page.get_by_label("Save this key to my account for later orders")
+    assert save.is_visible() and not save.is_checked()  # offered, off unless ticked
+    page.fill("#id_ssh_public_key", SSH_KEY)
+    save.check()
+    assert no_horizontal_overflow(page)
+    screenshot(page, f"order-save-key-{tag}")
+    page.get_by_role("button", name="Place order").click()
+    page.wait_for_url(re.compile(r"/leases/\d+/$"))
+    assert page.get_by_text("SSH key “carol@laptop” saved to your account for later orders.").is_visible()
+    key = SshKey.objects.get(customer__username=f"nia{tag}")
+    assert key.public_key == SSH_KEY
+
+    page.goto("/order/a40/")  # the next order offers it, chosen already
+    assert page.locator("#id_saved_key").input_value() == str(key.pk)
+    assert page.locator("#id_saved_key option:checked").inner_text().startswith("carol@laptop")
+
+
+@pytest.mark.parametrize("viewport,tag", VIEWPORTS)
+def test_the_link_filter_names_only_cards_on_sale(new_context, shop, viewport, tag):
+    from inventory.models import GpuModel
+
+    sold = set(GpuModel.objects.filter(offers__is_active=True).values_list("name", flat=True))
+    page = new_context(viewport=viewport).new_page()
+    page.goto("/gpus/")
+    if tag == "phone" and not page.locator("#id_link").is_visible():
+        page.locator("details.filter-box summary").click()
+    options = page.locator("#id_link option").all_inner_texts()[1:]  # after "Any"
+    named = {card for label in options for card in label.split(" — ", 1)[1].split(", ")}
+    assert named == sold and "L4" not in named and "RTX 6000 Ada" not in named
+    page.select_option("#id_link", label="PCIe Gen4 peer-to-peer — L40S")
+    page.wait_for_url(re.compile(r"link=pcie-p2p"))
+    rows = page.locator("#catalog-table tbody tr")
+    rows.first.wait_for()
+    assert all("L40S" in text for text in rows.all_inner_texts())
+    assert no_horizontal_overflow(page)
+    screenshot(page, f"catalog-link-filter-{tag}")
