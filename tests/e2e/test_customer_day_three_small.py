@@ -179,3 +179,40 @@ def test_the_link_filter_names_only_cards_on_sale(new_context, shop, viewport, t
     assert all("L40S" in text for text in rows.all_inner_texts())
     assert no_horizontal_overflow(page)
     screenshot(page, f"catalog-link-filter-{tag}")
+
+
+OVERFLOW_JS = """() => [...document.querySelectorAll('#content *')]
+  .filter(e => e.getBoundingClientRect().right > innerWidth + 1 || e.scrollWidth > e.clientWidth + 1)
+  .map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))"""
+
+
+def _rsa_4096_key() -> str:
+    """A customer's RSA 4096 public key: one unbroken 716-character word on the page."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=4096).public_key()
+    return key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode() + " ola@ws"
+
+
+def test_the_lease_admin_change_page_fits_1366_px(new_context, shop, operator):
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    from rental.models import Lease
+    from tests.experience.scenes import running_lease
+    from tests.otp import code_for
+
+    lease = running_lease(_customer("ola"), slug="8x-h100-sxm")  # eight GPU slots, a long event payload
+    Lease.objects.filter(pk=lease.pk).update(ssh_public_key=_rsa_4096_key())
+    page = new_context(viewport={"width": 1366, "height": 768}).new_page()
+    page.goto("/admin/login/")
+    page.fill("#id_username", "op")
+    page.fill("#id_password", "operator pass 12345")
+    page.locator("input[type=submit]").click()
+    page.wait_for_url(re.compile(r"/accounts/otp/verify/"))
+    page.fill("#id_code", code_for(TOTPDevice.objects.get(user=operator)))
+    page.locator("main form button[type=submit]").click()
+    page.goto(f"/admin/rental/lease/{lease.pk}/change/")
+    screenshot(page, "admin-lease-change-1366")
+    assert no_horizontal_overflow(page), page.evaluate(OVERFLOW_JS)
+    assert page.evaluate(OVERFLOW_JS) == []  # nor a box scrolling sideways inside it
