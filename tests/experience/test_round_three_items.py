@@ -139,3 +139,18 @@ def test_a_pasted_key_without_a_comment_is_saved_under_its_lease(client, catalog
     bare = ED25519.rsplit(" ", 1)[0]
     assert client.post(order_url(), form_data(ssh_public_key=bare, save_key="on")).status_code == 302
     assert SshKey.objects.get().name == f"lease-{Lease.objects.get().pk}"
+
+
+def test_reloaded_secret_pages_say_so_in_the_readers_language(client, customer):
+    from rental.models import ApiToken
+
+    client.force_login(customer)
+    created = client.post(reverse("token_create"), {"name": "ci"})
+    assert created.status_code == 302 and created["Location"] == reverse("account_settings") + "#tokens"
+    first = client.get(reverse("account_settings")).content.decode()
+    again = client.get(reverse("account_settings")).content.decode()
+    assert 'id="new-token"' in first and 'id="new-token"' not in again and ApiToken.objects.count() == 1
+    zh = client.get(reverse("recovery_codes_show"), **ZH).content.decode()  # nothing kept: a reload
+    assert "这些恢复码只显示一次" in zh and "<li><code>" not in zh
+    evil = client.get(reverse("recovery_codes_show"), {"next": "https://evil.example/"}).content.decode()
+    assert 'href="https://evil.example/' not in evil and f'href="{reverse("home")}"' in evil  # not followed off-site
