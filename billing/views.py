@@ -136,7 +136,7 @@ def _place_order(request, offer: Offer, form: OrderForm, stock: dict):
 def _save_pasted_key(request, public_key: str, lease: Lease) -> None:
     """Issue 29: the key pasted at ordering, saved as the customer asked, under its own
     comment (else the lease's number). The order stands whatever happens here; a refusal
-    (saved already, the key limit, the name taken) is said, with where to manage keys."""
+    (saved already, the key limit, the name taken) is said on the lease page it goes to."""
     comment = public_key.split(" ", 2)[2] if public_key.count(" ") >= 2 else ""
     try:
         key = ssh_key_add(customer=request.user, name=comment or f"lease-{lease.pk}", public_key=public_key)
