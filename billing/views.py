@@ -14,6 +14,7 @@ from inventory.selectors import sites_with_stock_for
 from inventory.services import SoldOut
 from rental.forms import ADDON_FIELDS, ADDON_LIMITS, OrderForm
 from rental.models import TERM_LENGTH, Image, Lease, Term
+from rental.services_customer import SshKeyRefused, ssh_key_add
 from rental.storage import StorageRefused
 from rental.throttle import order_address
 from rental.timeline import layout, order_milestones
@@ -132,7 +133,22 @@ def _place_order(request, offer: Offer, form: OrderForm, stock: dict):
         form.add_error(None, str(exc))
         return _render_order(request, offer, form, stock, status=409)
     messages.success(request, _("Order placed: lease #%(id)d.") % {"id": lease.pk})
+    if form.key_to_save():
+        _save_pasted_key(request, form.key_to_save(), lease)
     return redirect("lease_detail", lease_id=lease.pk)
+
+
+def _save_pasted_key(request, public_key: str, lease: Lease) -> None:
+    """Issue 29: the key pasted at ordering, saved as the customer asked, under its own
+    comment (else the lease's number). The order stands whatever happens here; a refusal
+    (saved already, the key limit, the name taken) is said on the lease page it goes to."""
+    comment = public_key.split(" ", 2)[2] if public_key.count(" ") >= 2 else ""
+    try:
+        key = ssh_key_add(customer=request.user, name=comment or f"lease-{lease.pk}", public_key=public_key)
+    except SshKeyRefused as exc:
+        messages.warning(request, _("The key was not saved to your account: %(why)s") % {"why": exc})
+    else:
+        messages.success(request, _("SSH key “%(name)s” saved to your account for later orders.") % {"name": key.name})
 
 
 # --- invoices -------------------------------------------------------------------------------

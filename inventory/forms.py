@@ -4,7 +4,7 @@ from django import forms
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from .models import GpuModel, Interconnect, Site
+from .models import GpuModel, Site
 from .selectors import cached_by_generation
 
 
@@ -35,14 +35,21 @@ class CatalogFilterForm(forms.Form):
         super().__init__(*args, **kwargs)
         links, sites = cached_by_generation("filter-choices", (), _filter_choices)
         # Cached untranslated (one copy for every language); the demo texts are in the catalog.
-        self.fields["link"].choices = [("", _("Any")), *((slug, f"{gettext(link)} — {gettext(cards)}")
+        self.fields["link"].choices = [("", _("Any")), *((slug, f"{gettext(link)} — {cards}")
                                                          for slug, link, cards in links)]
         self.fields["site"].choices = [("", _("All sites")), *sites]
 
 
 def _filter_choices() -> tuple[list, list]:
-    """The link types actually sold (an active offer's card uses them) and the sites, cached
-    with the catalog: saves of either bump it."""
-    sold = Interconnect.objects.filter(gpu_models__offers__is_active=True).distinct()
-    return ([(i.slug, i.link, i.cards) for i in sold],
+    """The link types actually sold, each named with the cards sold over it (cards with an
+    active offer: the link table's own `cards` text also names cards this store does not
+    sell, issue 29), and the sites; cached with the catalog: saves of either bump it."""
+    sold = (GpuModel.objects.filter(offers__is_active=True).select_related("interconnect")
+            .order_by("interconnect__sort", "interconnect__slug", "sort", "name"))
+    cards_by_link: dict = {}
+    for gpu in sold:  # one row per active offer: a card with single and multi-GPU offers comes twice
+        names = cards_by_link.setdefault(gpu.interconnect, [])
+        if gpu.name not in names:
+            names.append(gpu.name)
+    return ([(link.slug, link.link, ", ".join(names)) for link, names in cards_by_link.items()],
             [(s.code, str(s)) for s in Site.objects.filter(is_active=True)])

@@ -60,6 +60,9 @@ class OrderForm(forms.Form):
     ssh_public_key = forms.CharField(
         label=_("SSH public key"), widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}), required=False,
         help_text=_("ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa with at least 2048 bits."))
+    # Issue 29: off unless ticked — an order changes the account only where the customer asks
+    # (a pasted key is often a one-off: a CI runner's, a colleague's); saving is one tick here.
+    save_key = forms.BooleanField(label=_("Save this key to my account for later orders"), required=False)
     pay_from_balance = forms.BooleanField(label=_("Pay from balance"), required=False)
     restore_from = forms.ModelChoiceField(
         label=_("Start from snapshot"), queryset=None, required=False, empty_label=_("— an empty disk —"),
@@ -112,7 +115,8 @@ class OrderForm(forms.Form):
 
         data = super().clean()
         pasted, saved = data.get("ssh_public_key", ""), data.get("saved_key")
-        if pasted.strip() or saved is None:
+        data["key_pasted"] = bool(pasted.strip()) or saved is None
+        if data["key_pasted"]:
             try:
                 data["ssh_public_key"] = validate_ssh_public_key(pasted)
             except forms.ValidationError as exc:
@@ -120,6 +124,11 @@ class OrderForm(forms.Form):
         else:
             data["ssh_public_key"] = saved.public_key
         return data
+
+    def key_to_save(self) -> str:
+        """The pasted key, when the customer asked to save it (not a saved key chosen again)."""
+        data = self.cleaned_data
+        return data["ssh_public_key"] if data.get("save_key") and data.get("key_pasted") else ""
 
     def addons(self) -> dict[str, int]:
         return {name: self.cleaned_data.get(name) or 0 for name in ADDON_FIELDS}

@@ -7,6 +7,7 @@ per client address (rental.throttle)."""
 import base64
 import hashlib
 import secrets
+from urllib.parse import urlencode
 
 from django import forms
 from django.conf import settings
@@ -18,14 +19,16 @@ from django.db import transaction
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods
 
 from inventory.audit import audit_record
 
 from .models import RecoveryCode
+from .shown_once import keep_to_show_once, take_to_show
 from .throttle import per_user, throttle_hit, throttle_posts, throttled
 from .two_factor import display_code, normalize_code
 
@@ -69,8 +72,26 @@ def account_recover(*, username: str, code: str, new_password: str) -> User | No
 
 # --- pages ------------------------------------------------------------------------------------
 
-def show_account_recovery_codes(request, codes: list[str], *, first: bool, next_url: str = ""):
-    context = {"codes": codes, "first": first, "next_url": next_url}
+RECOVERY_CODES = "recovery-codes"
+
+
+def keep_recovery_codes_to_show(request, codes: list[str], *, first: bool, next_url: str = ""):
+    """Redirects to the page that shows the codes once (POST-redirect-GET, issue 29): a
+    reload there neither re-sends the form nor shows them again."""
+    keep_to_show_once(request, RECOVERY_CODES, {"codes": codes, "first": first})
+    query = f"?{urlencode({'next': next_url})}" if next_url else ""
+    return redirect(reverse("recovery_codes_show") + query)
+
+
+@login_required
+@require_GET
+def recovery_codes_show(request):
+    kept = take_to_show(request, RECOVERY_CODES) or {}
+    next_url = request.GET.get("next", "")
+    if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()},
+                                           require_https=request.is_secure()):
+        next_url = ""
+    context = {"codes": kept.get("codes"), "first": kept.get("first", False), "next_url": next_url}
     response = render(request, "registration/recovery_codes.html", context)
     response["Cache-Control"] = "no-store"
     return response
@@ -133,7 +154,7 @@ def recovery_codes_regenerate(request):
     form = PasswordConfirmForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         if request.user.check_password(form.cleaned_data["password"]):
-            return show_account_recovery_codes(request, account_recovery_codes_issue(user=request.user), first=False)
+            return keep_recovery_codes_to_show(request, account_recovery_codes_issue(user=request.user), first=False)
         form.add_error("password", _("That is not your password."))
     return render(request, "registration/recovery_codes_new.html",
                   {"form": form, "left": RecoveryCode.objects.filter(user=request.user, used_at__isnull=True).count(),

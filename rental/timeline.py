@@ -11,6 +11,8 @@ from . import rules
 from .models import ENDED_ON_HOST, Lease, LeaseState
 
 SVG_WIDTH, SVG_PAD, LEVEL_GAP, MIN_SPACING = 720, 24, 18, 22
+#: the phone drawing: in a 320 px column (the order page's on a phone) its labels are drawn at their own size
+SVG_NARROW_WIDTH = 320
 
 
 @dataclass(frozen=True)
@@ -112,11 +114,19 @@ def lease_milestones(lease: Lease, now: datetime) -> list[Milestone]:
 
 
 def layout(milestones: list[Milestone], now: datetime) -> dict:
-    """Positions for the SVG: x by time; markers closer than MIN_SPACING stack upwards."""
+    """Positions for the SVG: x by time; markers closer than MIN_SPACING stack upwards.
+    Drawn twice (issue 29): SVG_WIDTH units wide and SVG_NARROW_WIDTH for a column under 660 px
+    (site.css picks one), where the wide drawing would shrink its labels to 5 or 6 px."""
     items = sorted(milestones, key=lambda m: m.at)
+    wide = _drawing(items, now, SVG_WIDTH)
+    return {**wide, "narrow": _drawing(items, now, SVG_NARROW_WIDTH),
+            "upcoming": [p for p in wide["points"] if not p.past]}
+
+
+def _drawing(items: list[Milestone], now: datetime, width: int) -> dict:
     first, last = items[0].at, items[-1].at
     span = max((last - first).total_seconds(), 1)
-    usable = SVG_WIDTH - 2 * SVG_PAD
+    usable = width - 2 * SVG_PAD
 
     def x_of(at: datetime) -> int:
         return SVG_PAD + round(usable * (at - first).total_seconds() / span)
@@ -129,5 +139,5 @@ def layout(milestones: list[Milestone], now: datetime) -> dict:
         points.append(Point(number, m.key, str(m.label), m.at, countdown(m.at, now), m.at < now, x,
                             70 - level * LEVEL_GAP))
     now_x = x_of(now) if first <= now <= last else None
-    return {"points": points, "now_x": now_x, "width": SVG_WIDTH, "axis_y": 80, "first": first, "last": last,
-            "upcoming": [p for p in points if not p.past]}
+    return {"points": points, "now_x": now_x, "width": width, "axis_y": 80, "first": first, "last": last,
+            "variant": "wide" if width == SVG_WIDTH else "narrow"}

@@ -19,7 +19,7 @@ from .forms import ApiTokenForm, SettingsForm, SignupForm, SshKeyForm
 from .i18n import remember_language
 from .lease_page import lease_page_context
 from .models import ApiToken, Lease, Notification, RecoveryCode, SshKey
-from .recovery import account_recovery_codes_issue, show_account_recovery_codes
+from .recovery import account_recovery_codes_issue, keep_recovery_codes_to_show
 from .services import account_create, customer_settings, customer_settings_update
 from .services_customer import (
     SshKeyRefused,
@@ -32,6 +32,7 @@ from .services_customer import (
     ssh_key_add,
     ssh_key_delete,
 )
+from .shown_once import keep_to_show_once, take_to_show
 from .throttle import throttle_give_back, throttle_take, throttled
 from .timeline import layout, lease_milestones
 from .two_factor import is_enrolled
@@ -78,8 +79,9 @@ def signup(request):
             raise
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         remember_language(user, request.LANGUAGE_CODE)  # notices in the language they signed up in
-        # The recovery codes first (shown once), then on to the page that asked for an account.
-        return show_account_recovery_codes(request, account_recovery_codes_issue(user=user), first=True,
+        # The recovery codes first (shown once, after a redirect: a reload re-sends no form),
+        # then on to the page that asked for an account.
+        return keep_recovery_codes_to_show(request, account_recovery_codes_issue(user=user), first=True,
                                            next_url=_safe_next(request))
     context = {"form": form, "next": _safe_next(request)}
     return render(request, "registration/signup.html", context, status=400 if form.errors else 200)
@@ -155,7 +157,7 @@ def _settings_context(request, **extra) -> dict:
 @require_http_methods(["GET", "POST"])
 def account_settings(request):
     if request.method == "GET":
-        return render(request, "rental/settings.html", _settings_context(request))
+        return render(request, "rental/settings.html", _settings_context(request, **_new_token_to_show(request)))
     form = SettingsForm(request.POST)
     if not form.is_valid():
         return render(request, "rental/settings.html", _settings_context(request, form=form), status=400)
@@ -178,8 +180,21 @@ def token_create(request):
     except TokenLimit:
         form.add_error(None, _("You have too many tokens; revoke one first."))
         return render(request, "rental/settings.html", _settings_context(request, token_form=form), status=400)
-    # Shown once, in this response only: never in a message, session or log.
-    return render(request, "rental/settings.html", _settings_context(request, new_token=raw, new_token_row=token))
+    # Shown once, on the settings page this redirects to (a reload there re-sends nothing and
+    # shows it no more); never in a message or a log.
+    keep_to_show_once(request, NEW_TOKEN, {"raw": raw, "token_id": token.pk})
+    return redirect(reverse("account_settings") + "#tokens")
+
+
+NEW_TOKEN = "api-token"
+
+
+def _new_token_to_show(request) -> dict:
+    kept = take_to_show(request, NEW_TOKEN)
+    if kept is None:
+        return {}
+    row = ApiToken.objects.filter(customer=request.user, pk=kept["token_id"]).first()
+    return {"new_token": kept["raw"], "new_token_row": row} if row else {}
 
 
 @login_required

@@ -31,6 +31,7 @@ accounts = [
     # Account recovery (issue 16): with a recovery code, or by e-mail where an address is set.
     path("recover/", recovery.forgot_password, name="forgot_password"),
     path("recovery-codes/", recovery.recovery_codes_regenerate, name="recovery_codes"),
+    path("recovery-codes/new/", recovery.recovery_codes_show, name="recovery_codes_show"),  # shown once
     # Reset requests are throttled per client address and per address mailed (issue 28).
     path("password/reset/", throttle_posts("password-reset", limit="PASSWORD_RESETS_PER_IP",
                                            window_minutes="PASSWORD_RESET_WINDOW_MINUTES")(

@@ -9,6 +9,9 @@ from ..results import BREAKDOWN_LABELS
 register = template.Library()
 
 BAR_WIDTH = 640
+#: issue 29: the phone drawing, whose 11-unit labels stay 11 px or more in a 320 px column
+#: (the 640-unit one drew them at 6 px there); site.css shows one of the two
+NARROW_BAR_WIDTH = 320
 BAR_Y, BAR_H = 22, 34
 #: one colour per breakdown term (colour-blind-safe order: Okabe–Ito, then greys)
 COLOURS = {
@@ -34,13 +37,17 @@ def _segments(breakdown: dict, scale: float) -> list[dict]:
     return out
 
 
-def bar_geometry(breakdown: dict, per_gpu_gb: float, card_gb: float | None) -> dict:
-    """Pixel positions for the stacked bar: segments, the card's edge and usable line."""
+def bar_geometry(breakdown: dict, per_gpu_gb: float, card_gb: float | None, width: int = BAR_WIDTH) -> dict:
+    """Pixel positions for the stacked bar: segments, the card's edge and usable line. The
+    narrow drawing puts "needs … per GPU" on a line of its own, clear of the card's label."""
     top = max(per_gpu_gb, card_gb or 0) * 1.04 or 1.0
-    scale = BAR_WIDTH / top
-    geo = {"width": BAR_WIDTH, "y": BAR_Y, "h": BAR_H, "bottom": BAR_Y + BAR_H,
+    scale = width / top
+    narrow = width < BAR_WIDTH
+    bottom = BAR_Y + BAR_H
+    geo = {"width": width, "y": BAR_Y, "h": BAR_H, "bottom": bottom,
            "segments": _segments(breakdown, scale), "per_gpu_gb": per_gpu_gb,
-           "card_gb": card_gb, "fits": True}
+           "card_gb": card_gb, "fits": True, "variant": "narrow" if narrow else "wide",
+           "needs_y": bottom + (40 if narrow else 26), "view_h": 98 if narrow else 84}
     if card_gb:
         usable = usable_gb(card_gb)
         geo.update(card_x=round(card_gb * scale, 2), usable_gb=usable,
@@ -52,8 +59,9 @@ def bar_geometry(breakdown: dict, per_gpu_gb: float, card_gb: float | None) -> d
 def memory_bar(estimate, card=None, caption=""):
     """``{% memory_bar option.estimate option.candidate %}``: per-GPU breakdown vs a card."""
     card_gb = card.vram_gb if card is not None else None
-    geo = bar_geometry(estimate.breakdown_gb, estimate.per_gpu_gb, card_gb)
-    return {"g": geo, "card": card, "caption": caption}
+    drawings = [bar_geometry(estimate.breakdown_gb, estimate.per_gpu_gb, card_gb, width)
+                for width in (BAR_WIDTH, NARROW_BAR_WIDTH)]
+    return {"g": drawings[0], "drawings": drawings, "card": card, "caption": caption}
 
 
 @register.filter

@@ -71,6 +71,7 @@ def test_order_page_htmx_returns_the_summary_fragment(alice, catalog):
     html = response.content.decode()
     assert response.status_code == 200 and "<html" not in html
     assert html.lstrip().startswith('<div id="order-summary"') and "$236.00" in html  # 230 + 6
+    assert '<section id="order-when" class="order-when" hx-swap-oob="true">' in html  # its timeline too
 
 
 def test_order_page_sold_out_when_no_site_has_stock(alice, catalog, customer):

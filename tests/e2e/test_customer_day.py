@@ -42,7 +42,8 @@ def test_signed_out_order_signup_demo_payment_and_a_running_lease(new_context, d
     if tag == "phone":
         assert total.bounding_box()["y"] < form.bounding_box()["y"]  # the total before the long form
     else:
-        svg, column = page.locator("#order-summary .timeline-svg").bounding_box(), total.bounding_box()
+        svg = page.locator("#order-when .timeline-svg:visible").bounding_box()
+        column = page.locator(".order-side").bounding_box()
         assert svg["x"] + svg["width"] <= column["x"] + column["width"] + 1  # the timeline fits its column
     assert no_horizontal_overflow(page)
     screenshot(page, f"order-{tag}")

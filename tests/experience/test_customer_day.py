@@ -29,7 +29,7 @@ def test_signup_returns_to_the_page_that_asked_for_an_account(client, catalog):
     assert f"{reverse('signup')}?next=" in login_page  # the login page passes `next` on
     response = client.post(f"{reverse('signup')}?next={target}",
                            {"username": "newbie", "password1": "a long pass phrase 42", "password2":
-                            "a long pass phrase 42", "next": target})
+                            "a long pass phrase 42", "next": target}, follow=True)
     # The recovery codes come first (shown once); their "continue" goes back to the order.
     assert response.status_code == 200 and f'href="{target}"' in response.content.decode()
 
@@ -37,7 +37,7 @@ def test_signup_returns_to_the_page_that_asked_for_an_account(client, catalog):
 def test_signup_ignores_a_next_on_another_site(client, db):
     response = client.post(reverse("signup"), {"username": "newbie", "password1": "a long pass phrase 42",
                                                "password2": "a long pass phrase 42",
-                                               "next": "https://evil.example/phish"})
+                                               "next": "https://evil.example/phish"}, follow=True)
     page = response.content.decode()
     assert "evil.example" not in page and f'href="{reverse("home")}"' in page
 

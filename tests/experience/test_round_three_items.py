@@ -85,3 +85,72 @@ def test_incident_form_says_the_constraint_in_words(op_client, catalog):
 
 def test_storage_page_says_the_node_limit_once(client, catalog):
     assert client.get(reverse("storage")).content.decode().count("up to 30 TB per node") == 1
+
+
+def test_the_link_filter_names_only_cards_on_sale(client, catalog):
+    from inventory.forms import CatalogFilterForm
+    from inventory.models import GpuModel, Offer
+    from inventory.selectors import catalog_changed
+
+    labels = dict(CatalogFilterForm().fields["link"].choices)
+    assert labels["pcie-p2p"] == "PCIe Gen4 peer-to-peer — L40S"  # the link table also names RTX 6000 Ada and L4
+    assert labels["pcie"] == "PCIe, no NVLink — RTX 4090"  # and RTX 5090
+    assert labels["nvlink-nvswitch-900"] == "NVLink + NVSwitch — H100 SXM, H200 SXM"
+    sold = set(GpuModel.objects.filter(offers__is_active=True).values_list("name", flat=True))
+    named = {card for label in list(labels.values())[1:] for card in label.split(" — ", 1)[1].split(", ")}
+    assert named == sold
+    Offer.objects.filter(gpu_model__slug="h200-sxm").update(is_active=False)  # withdrawn: no longer named
+    catalog_changed()
+    assert dict(CatalogFilterForm().fields["link"].choices)["nvlink-nvswitch-900"] == "NVLink + NVSwitch — H100 SXM"
+
+
+def test_a_pasted_key_is_saved_only_when_asked(client, catalog, customer, settings):
+    from inventory.models import AuditEntry
+    from rental.models import Lease, SshKey
+    from tests.billing.test_pages import ED25519, form_data, order_url
+
+    settings.MAX_OPEN_UNPAID_ORDERS = 4  # four orders left unpaid here
+    client.force_login(customer)
+    page = client.get(order_url()).content.decode()
+    assert 'name="save_key"' in page and 'name="save_key" checked' not in page  # offered, off by default
+    assert client.post(order_url(), form_data()).status_code == 302
+    assert Lease.objects.count() == 1 and not SshKey.objects.exists()  # not ticked: the account is unchanged
+
+    response = client.post(order_url(), form_data(save_key="on"), follow=True)
+    key = SshKey.objects.get(customer=customer)
+    assert Lease.objects.count() == 2 and key.name == "alice@laptop" and key.public_key == ED25519
+    assert AuditEntry.objects.filter(action="ssh_key_add", object_id=str(key.pk)).exists()
+    assert "SSH key “alice@laptop” saved to your account for later orders." in response.content.decode()
+
+    # Ticked again for a key saved already: the order stands and the customer is told why.
+    response = client.post(order_url(), form_data(save_key="on"), follow=True)
+    assert Lease.objects.count() == 3 and SshKey.objects.count() == 1
+    assert "The key was not saved to your account: This key is saved already." in response.content.decode()
+    # Choosing the saved key (nothing pasted) and ticking the box saves nothing and says nothing.
+    response = client.post(order_url(), form_data(ssh_public_key="", saved_key=key.pk, save_key="on"), follow=True)
+    assert Lease.objects.count() == 4 and "not saved" not in response.content.decode()
+
+
+def test_a_pasted_key_without_a_comment_is_saved_under_its_lease(client, catalog, customer):
+    from rental.models import Lease, SshKey
+    from tests.billing.test_pages import ED25519, form_data, order_url
+
+    client.force_login(customer)
+    bare = ED25519.rsplit(" ", 1)[0]
+    assert client.post(order_url(), form_data(ssh_public_key=bare, save_key="on")).status_code == 302
+    assert SshKey.objects.get().name == f"lease-{Lease.objects.get().pk}"
+
+
+def test_reloaded_secret_pages_say_so_in_the_readers_language(client, customer):
+    from rental.models import ApiToken
+
+    client.force_login(customer)
+    created = client.post(reverse("token_create"), {"name": "ci"})
+    assert created.status_code == 302 and created["Location"] == reverse("account_settings") + "#tokens"
+    first = client.get(reverse("account_settings")).content.decode()
+    again = client.get(reverse("account_settings")).content.decode()
+    assert 'id="new-token"' in first and 'id="new-token"' not in again and ApiToken.objects.count() == 1
+    zh = client.get(reverse("recovery_codes_show"), **ZH).content.decode()  # nothing kept: a reload
+    assert "这些恢复码只显示一次" in zh and "<li><code>" not in zh
+    evil = client.get(reverse("recovery_codes_show"), {"next": "https://evil.example/"}).content.decode()
+    assert 'href="https://evil.example/' not in evil and f'href="{reverse("home")}"' in evil  # not followed off-site

@@ -9,8 +9,8 @@ GOOD_PASSWORD = "violet-tractor-47-sunrise"
 
 def test_signup_with_username_and_password_only(client, db):
     response = client.post(reverse("signup"), {"username": "anon1", "password1": GOOD_PASSWORD,
-                                               "password2": GOOD_PASSWORD})
-    # The answer shows the account recovery codes, once (tests/security/test_recovery.py).
+                                               "password2": GOOD_PASSWORD}, follow=True)
+    # It redirects to the account recovery codes, shown once (tests/security/test_recovery.py).
     assert response.status_code == 200 and response.content.decode().count("<li><code>") == 10
     user = User.objects.get(username="anon1")
     assert user.email == "" and user.password.startswith(("md5$", "argon2"))

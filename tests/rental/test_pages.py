@@ -110,7 +110,7 @@ def test_settings_update_email_and_auto_renew(client, customer):
 
 def test_api_token_shown_once_hashed_and_revocable(client, customer, other_customer):
     client.force_login(customer)
-    html = client.post(reverse("token_create"), {"name": "cluster"}).content.decode()
+    html = client.post(reverse("token_create"), {"name": "cluster"}, follow=True).content.decode()
     token = ApiToken.objects.get()
     raw = html.split('value="gpr_', 1)[1].split('"', 1)[0]
     raw = "gpr_" + raw

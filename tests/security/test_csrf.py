@@ -57,4 +57,4 @@ def test_a_post_with_the_token_from_the_page_is_accepted(catalog, customer):
     page = browser.get(reverse("account_settings"))
     token = page.context["csrf_token"]
     response = browser.post(reverse("token_create"), {"name": "ci", "csrfmiddlewaretoken": str(token)})
-    assert response.status_code == 200 and ApiToken.objects.filter(name="ci").exists()
+    assert response.status_code == 302 and ApiToken.objects.filter(name="ci").exists()

@@ -106,9 +106,9 @@ def test_a_whole_flow_leaves_no_password_or_token_in_the_logs(client, catalog, c
     caplog = captured_logs
     password = "Zq8-unique-Password-4417"
     response = client.post(reverse("signup"), {"username": "carol", "password1": password, "password2": password,
-                                               "email": "carol@example.org"})
+                                               "email": "carol@example.org"}, follow=True)
     assert response.status_code == 200  # the page with the recovery codes
-    created = client.post(reverse("token_create"), {"name": "ci"})
+    created = client.post(reverse("token_create"), {"name": "ci"}, follow=True)
     raw = re.search(r"gpr_[A-Za-z0-9_-]{20,}", created.content.decode()).group(0)
     assert client.get(reverse("api_leases"), HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 200
     client.post(reverse("logout"))

@@ -33,7 +33,8 @@ def codes_on(response) -> list[str]:
 
 
 def sign_up(client, username="nomail") -> list[str]:
-    response = client.post(reverse("signup"), {"username": username, "password1": PASSWORD, "password2": PASSWORD})
+    response = client.post(reverse("signup"), {"username": username, "password1": PASSWORD, "password2": PASSWORD},
+                           follow=True)
     assert response.status_code == 200 and response["Cache-Control"] == "no-store"
     codes = codes_on(response)
     assert len(codes) == 10 and len(set(codes)) == 10
@@ -107,7 +108,7 @@ def test_new_codes_from_settings_need_the_password_and_replace_the_old(client):
     old = sign_up(client)
     assert client.get(reverse("recovery_codes")).status_code == 200
     assert client.post(reverse("recovery_codes"), {"password": "wrong one"}).status_code == 400
-    response = client.post(reverse("recovery_codes"), {"password": PASSWORD})
+    response = client.post(reverse("recovery_codes"), {"password": PASSWORD}, follow=True)
     new = codes_on(response)
     assert response.status_code == 200 and len(new) == 10 and set(new).isdisjoint(old)
     assert recover(Client(), "nomail", old[0]).status_code == 400

@@ -70,7 +70,7 @@ def test_a_full_token_pays_and_refunds(client, funded):
 
 def test_the_settings_form_makes_read_only_tokens_by_default(client, customer):
     client.force_login(customer)
-    response = client.post(reverse("token_create"), {"name": "plain"})
+    response = client.post(reverse("token_create"), {"name": "plain"}, follow=True)  # shown after a redirect
     assert response.status_code == 200 and response["Cache-Control"] == "no-store"
     assert ApiToken.objects.get(name="plain").scopes == "read"
     client.post(reverse("token_create"), {"name": "buyer", "scopes": ["read", "order"]})
