@@ -16,7 +16,7 @@ from inventory.audit import audit_record
 from inventory.models import Offer, Site, StorageProduct
 from inventory.templatetags.money import format_usd
 from rental import services as rental
-from rental.models import Image, Lease, LeaseState, Term
+from rental.models import ADDON_LIMITS_TB, Image, Lease, LeaseState, Term
 from rental.notifications.services import event_emit, lease_data, lease_event_emit
 from rental.services_customer import lease_auto_renews
 
@@ -154,9 +154,6 @@ def balance_top_up(*, customer: User, amount_cents: int, now: datetime, actor=No
 
 
 # --- ordering ---------------------------------------------------------------------------
-
-ADDON_LIMITS_TB = {"extra_nvme_tb": 30, "network_volume_tb": 100, "snapshot_tb": 100}
-
 
 def addons_validate(addons: dict) -> dict[str, int]:
     """Known add-ons only, whole TB within limits (extra NVMe: the per-node 30 TB)."""

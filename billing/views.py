@@ -12,8 +12,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from inventory.models import Offer, Site
 from inventory.selectors import sites_with_stock_for
 from inventory.services import SoldOut
-from rental.forms import ADDON_FIELDS, ADDON_LIMITS, OrderForm
-from rental.models import TERM_LENGTH, Image, Lease, Term
+from rental.forms import ADDON_FIELDS, OrderForm
+from rental.models import ADDON_LIMITS_TB, TERM_LENGTH, Image, Lease, Term
 from rental.services_customer import SshKeyRefused, ssh_key_add
 from rental.storage import StorageRefused
 from rental.throttle import order_address
@@ -60,7 +60,7 @@ def _int_or_zero(value, limit: int) -> int:
 def _choice(data) -> tuple[str, dict[str, int]]:
     """Term and add-ons read leniently from the request, for the live total."""
     term = data.get("term") if data.get("term") in Term.values else Term.MONTH
-    return term, {name: _int_or_zero(data.get(name), ADDON_LIMITS[name]) for name in ADDON_FIELDS}
+    return term, {name: _int_or_zero(data.get(name), ADDON_LIMITS_TB[name]) for name in ADDON_FIELDS}
 
 
 def _summary(offer: Offer, term: str, addons: dict[str, int], *, customer) -> dict:

@@ -4,6 +4,8 @@ endpoint is merged in this way when that module exists."""
 import copy
 from importlib import import_module
 
+from .models import ADDON_LIMITS_TB
+
 API_APPS_WITH_PATHS = ("sizing",)
 
 
@@ -41,9 +43,7 @@ SCHEMAS = {
         "per_gpu_hour_usd": MONEY, "free_total": {"type": "integer"},
         "free_by_site": {"type": "object", "additionalProperties": {"type": "integer"}}}},
     "Addons": {"type": "object", "additionalProperties": False, "properties": {
-        "extra_nvme_tb": {"type": "integer", "minimum": 0, "maximum": 30},
-        "network_volume_tb": {"type": "integer", "minimum": 0, "maximum": 100},
-        "snapshot_tb": {"type": "integer", "minimum": 0, "maximum": 100}}},
+        name: {"type": "integer", "minimum": 0, "maximum": limit} for name, limit in ADDON_LIMITS_TB.items()}},
     "OrderRequest": {"type": "object", "required": ["offer", "site", "term", "ssh_key"], "properties": {
         "offer": {"type": "string"}, "site": {"type": "string", "examples": ["DFW-1"]},
         "term": {"enum": ["week", "month"]}, "addons": _ref("Addons"),

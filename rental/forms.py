@@ -3,7 +3,7 @@ from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
-from .models import ApiScope
+from .models import ADDON_LIMITS_TB, ApiScope
 from .usernames import validate_username_distinct
 
 
@@ -28,8 +28,7 @@ class SignupForm(UserCreationForm):
 
 # --- ordering -----------------------------------------------------------------------------
 
-ADDON_LIMITS = {"extra_nvme_tb": 30, "network_volume_tb": 100, "snapshot_tb": 100}
-ADDON_FIELDS = tuple(ADDON_LIMITS)
+ADDON_FIELDS = tuple(ADDON_LIMITS_TB)
 
 
 def default_image(images):
@@ -46,14 +45,14 @@ class OrderForm(forms.Form):
     site = forms.CharField(label=_("Site"), widget=forms.Select)
     term = forms.ChoiceField(label=_("Term"), widget=forms.RadioSelect)
     extra_nvme_tb = forms.IntegerField(label=_("Extra local NVMe (TB)"), min_value=0,
-                                       max_value=ADDON_LIMITS["extra_nvme_tb"], initial=0)
+                                       max_value=ADDON_LIMITS_TB["extra_nvme_tb"], initial=0)
     network_volume_tb = forms.IntegerField(label=_("Network volume (TB)"), min_value=0,
-                                           max_value=ADDON_LIMITS["network_volume_tb"], initial=0,
+                                           max_value=ADDON_LIMITS_TB["network_volume_tb"], initial=0,
                                            help_text=_("Created when the order is paid and mounted in the instance at "
                                                        "/volumes; it is yours beyond this lease, renewed every 30 "
                                                        "days from your balance (My storage)."))
     snapshot_tb = forms.IntegerField(label=_("Snapshots (TB)"), min_value=0,
-                                     max_value=ADDON_LIMITS["snapshot_tb"], initial=0)
+                                     max_value=ADDON_LIMITS_TB["snapshot_tb"], initial=0)
     image = forms.ModelChoiceField(label=_("Image"), queryset=None, to_field_name="slug", empty_label=None)
     saved_key = forms.ModelChoiceField(label=_("Saved SSH key"), queryset=None, required=False,
                                        empty_label=_("— paste a key below —"))

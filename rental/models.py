@@ -19,6 +19,9 @@ class Term(models.TextChoices):
 
 
 TERM_LENGTH = {Term.WEEK: timedelta(days=7), Term.MONTH: timedelta(days=30)}
+#: Add-ons an order may carry, whole TB up to these limits (extra NVMe: a node's 30 TB). Read
+#: by the order form, the API schema and billing's validation.
+ADDON_LIMITS_TB = {"extra_nvme_tb": 30, "network_volume_tb": 100, "snapshot_tb": 100}
 
 
 class CustomerSettings(models.Model):
