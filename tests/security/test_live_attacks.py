@@ -93,7 +93,10 @@ def test_csrf_a_forged_post_from_another_site_is_refused(server):
     user.refresh_from_db()
     assert user.email == ""
     honest = victim.post("/account/tokens/", {"name": "mine"}, token_from="/account/settings/")
-    assert honest.status_code == 200 and honest.headers["Cache-Control"] == "no-store"
+    # POST-redirect-GET (issue 29): the new token is shown once on the page redirected to.
+    assert honest.status_code == 302 and ApiToken.objects.filter(customer=user, name="mine").exists()
+    shown = victim.get(honest.headers["Location"].partition("#")[0])
+    assert shown.status_code == 200 and shown.headers["Cache-Control"] == "no-store"
 
 
 # --- two-factor bypass ----------------------------------------------------------------------------
