@@ -31,6 +31,8 @@ import pytest
 
 from tests.tools import require, require_tool
 
+from .storefront_double import StorefrontDouble
+
 ROOT = Path(__file__).resolve().parents[2]
 STUB_SOURCE = Path(__file__).parent / "nvml_stub" / "nvml_stub.c"
 IMAGE_SCRIPT = ROOT / "scripts" / "build-node-test-image.sh"
@@ -281,3 +283,12 @@ def ssh_run(netns, key, port, command, *, attempts=40) -> subprocess.CompletedPr
             return result
         time.sleep(0.5)
     return result
+
+
+@pytest.fixture
+def storefront():
+    """The agent protocol's storefront side, a double serving one test (storefront_double.py)."""
+    double = StorefrontDouble()
+    double.start()
+    yield double
+    double.stop()

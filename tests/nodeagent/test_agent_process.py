@@ -21,15 +21,6 @@ from .agent_process import (
     write_config,
 )
 from .conftest import ssh_run
-from .storefront_double import StorefrontDouble
-
-
-@pytest.fixture
-def storefront():
-    double = StorefrontDouble()
-    double.start()
-    yield double
-    double.stop()
 
 
 @pytest.fixture

@@ -52,6 +52,7 @@ from tests.nodeagent.conftest import (  # noqa: E402,F401
     node_tmp_root,
     nvml_stub,
     ssh_key,
+    storefront,
     tmp_path,
 )
 

@@ -24,18 +24,9 @@ from tests.nodeagent.agent_process import (
     write_config,
 )
 from tests.nodeagent.conftest import ssh_run
-from tests.nodeagent.storefront_double import StorefrontDouble
 from tests.tools import require_tool
 
 CHECKPOINT_MB = 256
-
-
-@pytest.fixture
-def storefront():
-    double = StorefrontDouble()
-    double.start()
-    yield double
-    double.stop()
 
 
 @pytest.fixture
