@@ -181,10 +181,16 @@ class DockerRuntime:
                                 filters={"label": LABEL_LEASE})
         return sorted(int(c.labels[LABEL_LEASE]) for c in containers)
 
+    def _published_ports(self, *, but: int) -> frozenset[int]:
+        """Ports the other instances on this host publish, read from their labels."""
+        containers = self._call(self.client.containers.list, all=True, filters={"label": LABEL_LEASE})
+        return frozenset(int(c.labels[LABEL_PORT]) for c in containers
+                         if c.labels.get(LABEL_PORT, "").isdigit() and c.labels[LABEL_LEASE] != str(but))
+
     # -- containers ----------------------------------------------------------------------
     def _create(self, spec: InstanceSpec):
         self._require_image(spec.image)
-        port = self.ports.port_for(spec.lease_id)
+        port = self.ports.port_for(spec.lease_id, taken=self._published_ports(but=spec.lease_id))
         network = self._ensure_network(spec.lease_id)
         self._own_workspace(spec.disk_path)
         kwargs = dict(

@@ -10,11 +10,15 @@ class PortBook:
     def __init__(self, path: Path, port_range: tuple[int, int]):
         self.path, self.low, self.high = path, *port_range
 
-    def port_for(self, lease_id: int) -> int:
+    def port_for(self, lease_id: int, taken: frozenset[int] = frozenset()) -> int:
+        """The lease's port: the one booked, else the lowest free one. ``taken``: ports that
+        instances already on this host publish (a book lost with the state directory must not
+        hand their port out again: two leases on one port break the packet filter's port map,
+        and with it every lease's filter)."""
         book = read_json(self.path, {})
         if str(lease_id) in book:
             return book[str(lease_id)]
-        used = set(book.values())
+        used = set(book.values()) | set(taken)
         free = (p for p in range(self.low, self.high + 1) if p not in used)
         port = next(free, None)
         if port is None:
