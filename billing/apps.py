@@ -3,13 +3,19 @@ import importlib
 from django.apps import AppConfig
 
 # Admin modules beside admin.py (Django only autodiscovers admin.py).
-EXTRA_ADMIN_MODULES = ("billing.admin_ops", "billing.payments.admin")
+EXTRA_ADMIN_MODULES = ("billing.backoffice.admin", "billing.payments.admin")
 
 
 class BillingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "billing"
     verbose_name = "Billing"
+
+    def import_models(self):
+        super().import_models()
+        # The storage domain's tables are billing's (app label and migrations: billing); their
+        # models live in the domain's package, which billing.models does not import (issue 33).
+        importlib.import_module("billing.storage.models")
 
     def ready(self):
         from rental.storage import lease_volumes_released, snapshot_deleted

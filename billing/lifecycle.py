@@ -18,11 +18,11 @@ from rental.notifications.services import sweep_webhooks
 
 from .locks import exclusive
 from .models import Invoice
-from .ops import sweep_storage
 from .payments import health as payments_health
 from .payments import reversals as payments_reversals
 from .payments import services as payments
 from .services import lease_fail_and_refund, order_invoice_expire, renewal_invoice_create
+from .storage.charges import sweep_storage
 from .storage.sweeps import sweep_ceph
 
 

@@ -117,7 +117,7 @@ class JobRun(models.Model):
     last_result = models.JSONField(default=dict, blank=True)
 
     class Meta:
-        # The operations dashboard (billing.admin_ops) checks this named permission.
+        # The operations dashboard (billing.backoffice.admin) checks this named permission.
         permissions = [("view_ops_dashboard", "Can view the operations dashboard")]
 
     def __str__(self) -> str:
@@ -381,14 +381,5 @@ class EgressUsage(models.Model):
         return f"egress lease #{self.lease_id} from {self.term_start:%Y-%m-%d}: {self.tb_used} TB"
 
 
-# Issue 25: storage on the site's Ceph cluster (models in their own package)
-from .storage.models import (  # noqa: E402,F401
-    NodeStorageKey,
-    OrderedVolume,
-    S3Account,
-    S3Key,
-    StorageCharge,
-    StorageCluster,
-    VolumeMount,
-    VolumeStore,
-)
+# Issue 25: storage on the site's Ceph cluster has its models in billing/storage/models.py,
+# loaded with these by BillingConfig.import_models (issue 33: this module imports no domain).

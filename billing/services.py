@@ -2,13 +2,11 @@
 checkout creates the pending lease and its invoice; a paid invoice tells rental to start
 or extend a term; a payment that can no longer buy anything goes to the balance."""
 import math
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
@@ -21,33 +19,24 @@ from rental.notifications.services import event_emit, lease_data, lease_event_em
 from rental.services_customer import lease_auto_renews
 
 from .holds import hold_refusal
+from .ledger import (  # noqa: F401 - the ledger's primitives, re-exported for billing's callers
+    TERM_DAYS,
+    BillingError,
+    InsufficientBalance,
+    Line,
+    RefundLimitReached,
+    TooManyOpenOrders,
+    account_for,
+    balance_top_up,
+    invoices_refund_claim,
+    ledger_post,
+    month_start,
+    payment_window,
+    refundable_cents,
+)
 from .models import Account, Invoice, InvoiceLine, LedgerEntry
 
-TERM_DAYS = {Term.WEEK: 7, Term.MONTH: 30}
 ADDON_PRODUCTS = {"extra_nvme_tb": "extra_nvme", "network_volume_tb": "network_volume", "snapshot_tb": "snapshot"}
-
-
-class BillingError(Exception):
-    """A refused money operation, with a message fit for the customer."""
-
-
-class InsufficientBalance(BillingError):
-    pass
-
-
-class TooManyOpenOrders(BillingError):
-    """The account already holds MAX_OPEN_UNPAID_ORDERS unpaid orders (stock hoarding)."""
-
-
-class RefundLimitReached(BillingError):
-    pass
-
-
-def payment_window() -> timedelta:
-    """The standard window (one definition: ``billing.payments.config.quote_window``)."""
-    from .payments.config import quote_window
-
-    return quote_window()
 
 
 def has_paid_history(customer: User) -> bool:
@@ -66,17 +55,6 @@ def open_unpaid_orders(customer: User) -> int:
 
 
 # --- prices -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Line:
-    description: str
-    quantity: int
-    unit_cents: int
-
-    @property
-    def amount_cents(self) -> int:
-        return self.quantity * self.unit_cents
-
 
 def price_lines(*, offer: Offer, term: str, addons: dict[str, int]) -> list[Line]:
     """The offer for one term plus add-ons priced per TB-month, pro rata for a week
@@ -117,41 +95,6 @@ def invoice_data(invoice: Invoice) -> dict:
 
 
 # --- balance ----------------------------------------------------------------------------
-
-def account_for(customer: User) -> Account:
-    return Account.objects.get_or_create(customer=customer)[0]
-
-
-@transaction.atomic
-def ledger_post(*, customer: User, kind: str, amount_cents: int, now: datetime, invoice=None, actor=None,
-                memo: str = "", idempotency_key: str | None = None, allow_negative: bool = False
-                ) -> LedgerEntry | None:
-    """Append one entry under the account's row lock. With an idempotency key, a repeat is
-    a no-op (returns None). Raises InsufficientBalance rather than going below zero — except
-    ``allow_negative`` (taking back a payment that left the chain: the customer owes it)."""
-    account = Account.objects.select_for_update().get_or_create(customer=customer)[0]  # one query once it exists
-    if idempotency_key and LedgerEntry.objects.filter(idempotency_key=idempotency_key).exists():
-        return None
-    new_balance = account.balance_cents + amount_cents
-    if new_balance < 0 and amount_cents < 0 and not allow_negative:
-        raise InsufficientBalance(
-            _("Balance %(balance)s does not cover %(amount)s.")
-            % {"balance": format_usd(account.balance_cents), "amount": format_usd(-amount_cents)})
-    Account.objects.filter(pk=account.pk).update(balance_cents=F("balance_cents") + amount_cents)
-    return LedgerEntry.objects.create(
-        account=account, at=now, kind=kind, amount_cents=amount_cents, balance_after_cents=new_balance,
-        invoice=invoice, actor=actor if getattr(actor, "pk", None) else None, memo=memo[:200],
-        idempotency_key=idempotency_key,
-    )
-
-
-def balance_top_up(*, customer: User, amount_cents: int, now: datetime, actor=None, memo="",
-                   idempotency_key=None) -> LedgerEntry | None:
-    if amount_cents <= 0:
-        raise BillingError(_("A top-up must be a positive amount."))
-    return ledger_post(customer=customer, kind=LedgerEntry.Kind.TOPUP, amount_cents=amount_cents, now=now,
-                       actor=actor, memo=memo, idempotency_key=idempotency_key)
-
 
 # --- ordering ---------------------------------------------------------------------------
 
@@ -293,10 +236,6 @@ def topup_invoice_create(*, customer: User, amount_cents: int, now: datetime | N
 
 # --- refunds ----------------------------------------------------------------------------
 
-def month_start(now: datetime) -> datetime:
-    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
 def refunds_left(customer: User, now: datetime | None = None) -> int:
     """The customer's own no-questions refunds (of money) left this calendar month (UTC);
     operators' refunds and cancelling an unpaid order do not count."""
@@ -304,34 +243,6 @@ def refunds_left(customer: User, now: datetime | None = None) -> int:
     used = LedgerEntry.objects.filter(account__customer=customer, kind=LedgerEntry.Kind.REFUND, actor=customer,
                                       at__gte=month_start(now)).count()
     return max(0, settings.REFUNDS_PER_MONTH - used)
-
-
-def refundable_cents(invoice: Invoice) -> int:
-    """What is left to refund of an invoice: one amount per invoice, whichever path refunds
-    it (the customer's "Cancel and refund", an operator's refund from the customer desk, a
-    lease that failed to provision). Only paid orders and renewals are refundable."""
-    if invoice.state != Invoice.State.PAID or invoice.kind == Invoice.Kind.TOPUP:
-        return 0
-    return max(0, invoice.amount_cents - invoice.refunded_cents)
-
-
-def invoices_refund_claim(*, invoices, now: datetime, cents: int | None = None) -> tuple[int, list[Invoice]]:
-    """Take what is left to refund of these invoices (all of it, or at most ``cents``) under
-    their row locks, and record it on them; the caller posts the one ledger entry. The
-    database refuses more than the invoice's amount (``invoice_refunded_at_most_once``), so
-    two refund paths racing cannot both pay it out. Returns (cents taken, invoices touched)."""
-    taken, touched = 0, []
-    for invoice in Invoice.objects.select_for_update().filter(pk__in=[i.pk for i in invoices]).order_by("pk"):
-        part = refundable_cents(invoice)
-        if cents is not None:
-            part = min(part, cents - taken)
-        if part <= 0:
-            continue
-        Invoice.objects.filter(pk=invoice.pk).update(refunded_cents=F("refunded_cents") + part, refunded_at=now)
-        invoice.refunded_cents += part
-        taken += part
-        touched.append(invoice)
-    return taken, touched
 
 
 def _refund_key(prefix: str, touched: list[Invoice]) -> str:
@@ -459,7 +370,7 @@ def renewal_invoice_issue(*, lease: Lease, now: datetime) -> tuple[Invoice, bool
     try:
         with transaction.atomic():
             # Egress overage so far, marked invoiced together with this invoice (ops hook).
-            from .ops import egress_renewal_lines
+            from .egress import egress_renewal_lines
             lines += egress_renewal_lines(lease=lease)
             invoice = _create_invoice(customer=lease.customer, kind=Invoice.Kind.RENEWAL, lines=lines, now=now,
                                       lease=lease, term_start=lease.ends_at)

@@ -19,8 +19,8 @@ from rental.storage import StorageRefused
 from rental.throttle import order_address
 from rental.timeline import layout, order_milestones
 
-from .demo import invoice_pay_demo
 from .models import Invoice, LedgerEntry
+from .payments.demo import invoice_pay_demo
 from .payments.selectors import coin_choices, customer_invoices
 from .services import (
     BillingError,

@@ -9,7 +9,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from billing.admin_ops import OpsNodeAdmin
+from billing.backoffice.admin import OpsNodeAdmin
 from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from inventory.models import Node
 from rental.admin import LeaseAdmin

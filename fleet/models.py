@@ -94,7 +94,7 @@ class InstanceReport(models.Model):
 
 class EgressMeter(models.Model):
     """Bytes a lease sent during one term, summed over its instances' counters; billed
-    through billing.ops.egress_record."""
+    through billing.egress.egress_record."""
 
     lease = models.ForeignKey("rental.Lease", on_delete=models.CASCADE, related_name="egress_meters")
     term_start = models.DateTimeField()

@@ -11,7 +11,7 @@ from functools import partial
 from django.conf import settings
 from django.db import transaction
 
-from billing.ops import egress_record, term_start_at
+from billing.egress import egress_record, term_start_at
 from billing.storage.volumes import mounts_record
 from inventory.burnin import slot_health_hold_set
 from inventory.incidents import health_report

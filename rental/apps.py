@@ -1,3 +1,5 @@
+import importlib
+
 from django.apps import AppConfig
 
 
@@ -5,6 +7,12 @@ class RentalConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "rental"
     verbose_name = "Leases"
+
+    def import_models(self):
+        super().import_models()
+        # The notifications ledger and webhooks are rental's tables (app label and migrations:
+        # rental) with their models in their package, which rental.models does not import.
+        importlib.import_module("rental.notifications.models")
 
     def ready(self):
         from . import checks, login_limits, signals  # noqa: F401 (deploy checks; receivers)

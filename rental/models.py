@@ -372,5 +372,5 @@ class SshKey(models.Model):
         return f"{self.name} ({self.fingerprint})"
 
 
-# Issue 30: the notifications ledger and the webhooks live in their own package.
-from .notifications.models import Dispatch, WebhookDelivery, WebhookEndpoint  # noqa: E402,F401
+# Issue 30: the notifications ledger and the webhooks have their models in
+# rental/notifications/models.py, loaded with these by RentalConfig.import_models (issue 33).

@@ -1,5 +1,5 @@
 """Network volumes and snapshots: every write here, audited (LeaseEvent for what touches a
-lease, AuditEntry otherwise). Money is billing's (billing.ops charges each term from the
+lease, AuditEntry otherwise). Money is billing's (billing.storage.charges charges each term from the
 balance and calls these). Extra local NVMe is a lease add-on (Lease.extra_nvme_tb): it is
 renewed and released with the lease."""
 from datetime import datetime

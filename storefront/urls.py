@@ -8,7 +8,7 @@ from django.views.generic import RedirectView
 
 from billing import api as billing_api
 from billing import views as billing_views
-from billing import views_sla
+from billing.sla import views as sla_views
 from rental import api, i18n, otp_views, recovery, views
 from rental.throttle import per_posted_email, per_user, throttle_posts
 
@@ -64,10 +64,10 @@ customer = [
     path("account/notifications/read/", views.notification_read, name="notifications_read_all"),
     path("account/notifications/<int:notification_id>/read/", views.notification_read, name="notification_read"),
     path("order/<slug:offer_slug>/", billing_views.order, name="order"),
-    path("billing/sla/", include("billing.urls_sla")),
-    path("sla/", views_sla.sla_terms, name="sla_terms"),
+    path("billing/sla/", include("billing.sla.urls")),
+    path("sla/", sla_views.sla_terms, name="sla_terms"),
     path("billing/", include("billing.urls")),
-    path("storage/mine/", include("billing.urls_storage")),
+    path("storage/mine/", include("billing.storage.urls")),
 ]
 
 api_v1 = [

@@ -101,8 +101,11 @@ def tolerance_bps() -> int:
 
 def quote_window() -> timedelta:
     """The standard payment window: of an order (``billing.services.order_payment_window``
-    shortens it for new accounts), a top-up, and a quote."""
-    return _minutes("PAYMENT_WINDOW_MINUTES")
+    shortens it for new accounts), a top-up, and a quote (one definition:
+    ``billing.ledger.payment_window``, below every money domain)."""
+    from ..ledger import payment_window
+
+    return payment_window()
 
 
 def quote_min_window() -> timedelta:

@@ -46,7 +46,7 @@ def quote_detail(request, quote_id: int):
 def quote_pay_demo(request, quote_id: int):
     """Demo store: the demo wallet sends the quote's amount, then the watcher runs its pass
     at once (the beat would a minute later) and credits it through the real payment path."""
-    from ..demo import demo_coin_send
+    from .demo import demo_coin_send
     from .services import watch_coin
 
     quote = get_object_or_404(customer_quotes(request.user), pk=quote_id)

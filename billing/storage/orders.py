@@ -95,7 +95,7 @@ def ordered_volume_settle(*, row: OrderedVolume, now: datetime) -> str:
 
 
 def _term_days(lease: Lease) -> int:
-    from ..services import TERM_DAYS
+    from ..ledger import TERM_DAYS
 
     return TERM_DAYS[lease.term]
 
@@ -104,7 +104,7 @@ def _term_days(lease: Lease) -> int:
 def ordered_volume_refund(*, row: OrderedVolume, now: datetime, reason: str, tell_customer: bool = True) -> str:
     """Not created: the add-on's part of the invoice back to the balance, once, with an
     audit row and a notice; the lease's renewals no longer include it."""
-    from ..services import invoices_refund_claim, ledger_post
+    from ..ledger import invoices_refund_claim, ledger_post
 
     if not OrderedVolume.objects.filter(pk=row.pk, state=OrderedVolume.State.PENDING).update(
             state=OrderedVolume.State.REFUNDED, reason=reason[:300], settled_at=now):

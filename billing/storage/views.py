@@ -13,8 +13,8 @@ from inventory.models import Site
 from rental.models import NetworkVolume
 from rental.storage import StorageRefused
 
-from ..ops import volume_grow_order
-from ..services import InsufficientBalance
+from ..ledger import InsufficientBalance
+from .charges import volume_grow_order
 from .models import S3Account, S3Key, StorageCluster, VolumeMount
 from .objects import s3_account_open, s3_endpoint, s3_key_create, s3_key_revoke, s3_key_rotate
 

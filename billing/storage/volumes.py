@@ -26,6 +26,8 @@ from .models import NodeStorageKey, StorageCluster, VolumeMount, VolumeStore
 log = logging.getLogger(__name__)
 RUNNING = (LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.SUSPENDED)
 HEALTH_FRESH = timedelta(seconds=60)
+STORAGE_TERM = timedelta(days=30)  # a volume's or snapshot's paid term (billing.storage.charges)
+STORAGE_GRACE = timedelta(days=7)  # lapsed unpaid this long: deleted
 
 
 class StorageUnavailable(StorageRefused):
@@ -144,8 +146,6 @@ def volume_provision(*, customer, site: Site, name: str, size_tb: int, now: date
 
 
 def settings_term() -> timedelta:
-    from ..ops import STORAGE_TERM
-
     return STORAGE_TERM
 
 

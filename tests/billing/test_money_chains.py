@@ -286,7 +286,7 @@ def test_ltc_double_spent_order_falls_back_to_the_accounts_own_window(litecoind,
 
 def test_usdc_to_a_usdt_quote_eth_to_a_token_quote_and_a_token_to_an_eth_quote_are_reported(
         anvil, catalog, customer, operator, settings):  # noqa: F811
-    from billing.dashboard import dashboard
+    from billing.backoffice.dashboard import dashboard
     from billing.payments.credits import payment_review_close, payment_review_credit
 
     w3, now = anvil, timezone.now()

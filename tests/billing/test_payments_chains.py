@@ -195,7 +195,7 @@ def deploy(w3, artifact: dict, *args):
 
 
 def test_eth_order_paid_through_a_contract_and_a_stray_token_reported(anvil, usdt_token, catalog, customer):  # noqa: F811
-    from billing.dashboard import dashboard
+    from billing.backoffice.dashboard import dashboard
 
     w3, now = anvil, timezone.now()
     set_rate("ETH", "2000", now)

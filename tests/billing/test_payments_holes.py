@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from billing.dashboard import dashboard
+from billing.backoffice.dashboard import dashboard
 from billing.lifecycle import run_lifecycle
 from billing.models import Invoice, LedgerEntry, Payment, PaymentReview, Quote, WatcherCursor
 from billing.payments import config as coins_config
@@ -365,7 +365,7 @@ def test_the_gap_limit_is_per_customer_and_a_coin_they_cannot_use_is_not_offered
     """issue 27: unpaid top-up quotes of one customer used to exhaust the wallet's gap for
     everybody (ETH, USDT and USDC share one counter). Now that customer alone is refused
     and no longer offered the wallet's coins; others are served, the operator is warned."""
-    from billing.dashboard import dashboard
+    from billing.backoffice.dashboard import dashboard
     from billing.models import CoinWallet
     from billing.payments.services import coins_offered, wallet_gap_exceeded
     from billing.services import topup_invoice_create

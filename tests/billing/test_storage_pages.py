@@ -6,8 +6,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import Account
-from billing.ops import snapshot_order, volume_order
 from billing.services import balance_top_up
+from billing.storage.charges import snapshot_order, volume_order
 from inventory.models import Site
 from rental.models import NetworkVolume, Snapshot, VolumeAttachment
 from tests.billing.test_lifecycle import KEY

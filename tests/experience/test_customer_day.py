@@ -9,8 +9,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import Invoice, LedgerEntry
-from billing.ops import BANDS, SLA_TARGET
 from billing.services import balance_top_up
+from billing.sla.services import BANDS, SLA_TARGET
 from inventory.incidents import incident_open
 from inventory.models import Node, Offer, Site
 from rental.models import LeaseState

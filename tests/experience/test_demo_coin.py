@@ -6,8 +6,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.demo import demo_coin_send
 from billing.models import Invoice, Payment, Quote
+from billing.payments.demo import demo_coin_send
 from billing.payments.services import PaymentError, coins_offered, quote_create, watch_coin
 from billing.services import BillingError
 from rental.models import LeaseState

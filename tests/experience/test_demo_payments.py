@@ -6,7 +6,7 @@ import pytest
 from django.core import checks
 from django.urls import reverse
 
-from billing.dashboard import dashboard
+from billing.backoffice.dashboard import dashboard
 from billing.models import Invoice
 from billing.payments.config import use_adapters
 from rental.models import LeaseState

@@ -6,7 +6,7 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from billing.dashboard import dashboard
+from billing.backoffice.dashboard import dashboard
 from billing.models import Invoice, JobRun, Payment, Quote
 from inventory.incidents import incident_open
 from inventory.models import GpuSlot, SlotAllocation

@@ -7,7 +7,7 @@ from decimal import Decimal
 from django.test import Client
 from django.urls import reverse
 
-from billing.exports import csv_safe
+from billing.backoffice.exports import csv_safe
 from billing.models import Invoice, Payment, Quote
 
 JUNE = datetime(2025, 6, 10, 12, tzinfo=UTC)

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 from django.urls import reverse
 
-from billing.dashboard import dashboard
+from billing.backoffice.dashboard import dashboard
 from billing.models import Invoice, LedgerEntry
-from billing.ops import volume_order
 from billing.services import balance_top_up, invoice_mark_paid, lease_refund, ledger_post
+from billing.storage.charges import volume_order
 from inventory.models import Site
 from tests.billing.test_lifecycle import order
 

@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 
 from billing.models import Account, Invoice, LedgerEntry, OrderedVolume
-from billing.ops import volume_order
 from billing.services import balance_top_up, lease_refund, renewal_invoice_create
+from billing.storage.charges import volume_order
 from billing.storage.sweeps import sweep_ceph
 from inventory.models import AuditEntry, Site
 from rental.models import Lease, LeaseEvent, NetworkVolume, Notification, VolumeAttachment

@@ -11,11 +11,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.dashboard import dashboard
+from billing.backoffice.dashboard import dashboard
 from billing.models import LedgerEntry, OrderedVolume
-from billing.ops import snapshot_order, volume_order
 from billing.revenue import revenue_between
 from billing.services import balance_top_up, checkout_place_order, invoice_mark_paid, ledger_post
+from billing.storage.charges import snapshot_order, volume_order
 from inventory.models import Offer, Site
 from rental.lifecycle import sweep_provisioning
 from rental.models import Image, Lease

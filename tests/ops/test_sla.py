@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from billing.models import Account, LedgerEntry, SlaClaim
-from billing.ops import (
+from billing.sla.services import (
     ClaimRefused,
     claimable_periods,
     sla_claim_approve,

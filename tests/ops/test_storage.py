@@ -7,10 +7,11 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from billing.egress import egress_record
 from billing.lifecycle import run_lifecycle
 from billing.models import Account, EgressUsage, Invoice, LedgerEntry
-from billing.ops import egress_record, snapshot_order, sweep_storage, volume_order
 from billing.services import InsufficientBalance, balance_top_up
+from billing.storage.charges import snapshot_order, sweep_storage, volume_order
 from inventory.models import AuditEntry, Site
 from rental.models import LeaseEvent, NetworkVolume, Snapshot, VolumeAttachment
 from rental.storage import StorageRefused, snapshot_restore, volume_attach
@@ -100,7 +101,7 @@ def test_egress_overage_billed_on_the_renewal_once(catalog, customer, place, set
     assert renewal.amount_cents == 23000 + 1384
     # More traffic in the last day goes on the next renewal, not twice.
     egress_record(lease_id=lease.pk, tb_used=Decimal("24"), at=t0 + timedelta(days=29, hours=20))
-    from billing.ops import egress_renewal_lines
+    from billing.egress import egress_renewal_lines
     lines = egress_renewal_lines(lease=lease)
     assert [(x.quantity, x.unit_cents) for x in lines] == [(54, 4)]
     assert egress_renewal_lines(lease=lease) == []

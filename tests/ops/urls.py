@@ -3,4 +3,4 @@ from django.urls import include, path
 
 from storefront.urls import urlpatterns as root
 
-urlpatterns = [path("billing/sla/", include("billing.urls_sla")), *root]
+urlpatterns = [path("billing/sla/", include("billing.sla.urls")), *root]

@@ -11,8 +11,8 @@ from botocore.client import Config
 from botocore.exceptions import ClientError
 from django.utils import timezone
 
-from billing.models import S3Account, StorageCharge
 from billing.services import balance_top_up
+from billing.storage.models import S3Account, StorageCharge
 from billing.storage.objects import (
     MONTH_SECONDS,
     s3_account_open,

@@ -13,15 +13,9 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.models import (
-    Account,
-    LedgerEntry,
-    NodeStorageKey,
-    OrderedVolume,
-    StorageCluster,
-    VolumeStore,
-)
+from billing.models import Account, LedgerEntry
 from billing.services import balance_top_up, checkout_place_order, lease_refund, price_lines
+from billing.storage.models import NodeStorageKey, OrderedVolume, StorageCluster, VolumeStore
 from billing.storage.volumes import ceph_for
 from fleet.desired import desired_instances
 from inventory.models import AuditEntry, Node, Offer, Site, SlotAllocation

@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from billing.models import StorageCluster, VolumeStore
-from billing.ops import volume_order
 from billing.services import balance_top_up
+from billing.storage.charges import volume_order
+from billing.storage.models import StorageCluster, VolumeStore
 from billing.storage.sweeps import sweep_ceph
 from billing.storage.volumes import ceph_for
 from inventory.models import AuditEntry, Site

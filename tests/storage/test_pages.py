@@ -6,9 +6,9 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.models import S3Account, S3Key, StorageCharge
-from billing.ops import volume_order
 from billing.services import balance_top_up
+from billing.storage.charges import volume_order
+from billing.storage.models import S3Account, S3Key, StorageCharge
 from inventory.models import Site
 
 INDEX = "storage_mine:index"

@@ -53,7 +53,7 @@ def _unmount_all(root) -> None:
 
 
 def _mounted(volume_id, lease_id):
-    from billing.models import VolumeMount
+    from billing.storage.models import VolumeMount
 
     row = shared_db(VolumeMount.objects.filter(volume_id=volume_id, lease_id=lease_id).first)
     return row if row and row.mounted else None
@@ -64,8 +64,8 @@ def test_volume_mounted_shared_quota_scoped_survives_osd_loss_and_detach(
         nvml_stub, ssh_key, tmp_path):
     require_tool("ssh", "openssh-client")
     require_tool("ceph-fuse", "scripts/install-ceph.sh")
-    from billing.ops import volume_order
     from billing.services import balance_top_up, checkout_place_order
+    from billing.storage.charges import volume_order
     from billing.storage.volumes import ceph_for, node_access_sync, volume_attachments_changed
     from fleet.services import enrolment_code_create
     from inventory.models import Node, Offer, Site, SlotAllocation

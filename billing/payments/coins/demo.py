@@ -2,7 +2,7 @@
 with a coin that is worth nothing and lives on no chain.
 
 Its "chain" is a list of transactions kept in the coin's watcher cursor: the demo wallet
-(billing.demo.demo_coin_send) appends one, and the watcher's next pass reports it like any
+(billing.payments.demo.demo_coin_send) appends one, and the watcher's next pass reports it like any
 adapter reports a confirmed payment, so the payment is credited by the same code as BTC's.
 Addresses and payment URIs say DEMO in clear letters; nothing can be sent to them."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The customer's SLA claim page: file a claim for a lease and a month (a simple ticket),
 see the computed credit and the operator's decision. Mounted by the root URLconf with
-`path("billing/sla/", include("billing.urls_sla"))`."""
+`path("billing/sla/", include("billing.sla.urls"))`."""
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -14,8 +14,8 @@ from django.views.decorators.http import require_GET, require_http_methods
 from inventory.templatetags.money import format_usd
 from rental.models import Lease
 
-from .models import SlaClaim
-from .ops import ClaimRefused, claimable_periods, sla_claim_file
+from ..models import SlaClaim
+from .services import ClaimRefused, claimable_periods, sla_claim_file
 
 
 class LeaseChoiceField(forms.ModelChoiceField):
@@ -69,7 +69,7 @@ def _pct(fraction) -> str:
 @require_GET
 def sla_terms(request):
     """The public SLA, from the same target, bands and claim window that compute credits."""
-    from .ops import BANDS, CLAIM_WINDOW, SLA_TARGET
+    from .services import BANDS, CLAIM_WINDOW, SLA_TARGET
 
     bands = [{"below_pct": _pct(below), "multiplier": mult} for below, mult in reversed(BANDS)]
     context = {"target_pct": _pct(SLA_TARGET), "bands": bands, "claim_days": CLAIM_WINDOW.days}

@@ -1,8 +1,8 @@
-"""The customer's storage page, mounted with `path("storage/mine/", include("billing.urls_storage"))`."""
+"""The customer's storage page, mounted with `path("storage/mine/", include("billing.storage.urls"))`."""
 from django.urls import path
 
-from . import views_storage as v
-from .storage import views as ceph
+from . import pages as v
+from . import views as ceph
 
 app_name = "storage_mine"
 

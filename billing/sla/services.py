@@ -1,4 +1,4 @@
-"""Operations money: SLA credits from downtime records, and the claims that pay them.
+"""SLA credits from downtime records, and the claims that pay them.
 
 SLA (SPEC, second document): 99.9% availability per instance per calendar month. Below
 it a credit of 3× the downtime's value, below 99% 10×, below 95% the whole month free.
@@ -32,8 +32,8 @@ from inventory.audit import audit_record
 from inventory.models import Downtime, Incident
 from rental.models import Lease
 
-from .models import LedgerEntry, SlaClaim
-from .services import BillingError, ledger_post
+from ..ledger import BillingError, ceil_div, ledger_post
+from ..models import LedgerEntry, SlaClaim
 
 SLA_TARGET = Fraction(999, 1000)
 CLAIM_WINDOW = timedelta(days=30)
@@ -52,10 +52,6 @@ def month_bounds(period: date) -> tuple[datetime, datetime]:
     start = datetime(period.year, period.month, 1, tzinfo=UTC)
     days = calendar.monthrange(period.year, period.month)[1]
     return start, start + timedelta(days=days)
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _union_seconds(spans: list[tuple[datetime, datetime]]) -> int:
@@ -122,8 +118,8 @@ def sla_figures(*, lease: Lease, period: date, now: datetime) -> SlaFigures:
                 spans.append((start, end))
     down = _union_seconds(spans)
     term_seconds = int(lease.term_length.total_seconds())
-    value = _ceil_div(lease.price_cents * down, term_seconds)
-    month_value = _ceil_div(lease.price_cents * paid_seconds, term_seconds)
+    value = ceil_div(lease.price_cents * down, term_seconds)
+    month_value = ceil_div(lease.price_cents * paid_seconds, term_seconds)
     availability = 1 - Fraction(down, paid_seconds) if paid_seconds else Fraction(1)
     multiplier, credit = 0, 0
     for below, mult in BANDS:
@@ -230,182 +226,3 @@ def sla_claim_decline(*, claim: SlaClaim, actor, reason: str, now: datetime) -> 
     claim.refresh_from_db()
     audit_record(actor=actor, action="sla_claim_declined", obj=claim, detail={"reason": reason[:300]})
     return claim
-
-
-# --- storage products on their own term, and egress ------------------------------------------
-
-STORAGE_TERM = timedelta(days=30)
-STORAGE_GRACE = timedelta(days=7)
-
-
-def _storage_price(kind: str, size_tb: int) -> int:
-    from inventory.models import StorageProduct
-
-    return size_tb * StorageProduct.objects.get(kind=kind).cents_per_tb_month
-
-
-def _charge_term(obj, *, kind: str, term_start: datetime, now: datetime) -> bool:
-    """One 30-day term of a volume or snapshot from the balance, once per term start."""
-    cents = _storage_price(kind, obj.size_tb)
-    label = "network volume" if kind == "network_volume" else "snapshot"
-    entry = ledger_post(customer=obj.customer, kind=LedgerEntry.Kind.ORDER, amount_cents=-cents, now=now,
-                        memo=f"{label} #{obj.pk}, {obj.size_tb} TB × 30 days from {term_start:%Y-%m-%d}",
-                        idempotency_key=f"{kind}:{obj.pk}:{term_start:%Y%m%dT%H%M%S}")
-    if entry is not None:
-        _storage_charge_site(obj, entry=entry)
-    return entry is not None
-
-
-def volume_order(*, customer, site, name: str, size_tb: int, now: datetime):
-    """Create a network volume and pay its first 30 days from the balance (or nothing):
-    the subvolume is created on the site's Ceph first (billing.storage.volumes), so what is
-    charged exists; a short balance is refused before Ceph is asked."""
-    from .services import InsufficientBalance, account_for
-    from .storage.volumes import volume_provision
-
-    cents = _storage_price("network_volume", size_tb)
-    if account_for(customer).balance_cents < cents:
-        raise InsufficientBalance(_("Your balance does not cover this volume's first 30 days."))
-
-    def charge(volume):
-        _charge_term(volume, kind="network_volume", term_start=now, now=now)
-
-    return volume_provision(customer=customer, site=site, name=name, size_tb=size_tb, now=now, charge=charge)
-
-
-def volume_grow_order(*, volume, size_tb: int, now: datetime, actor=None):
-    """More TB for a volume: the extra TB for the rest of its paid term, pro rata, then
-    the quota raised (billing.storage.volumes.volume_grow)."""
-    from .storage.models import StorageCharge
-    from .storage.volumes import volume_grow
-
-    def charge(vol, new_size):
-        from inventory.models import StorageProduct
-
-        remaining = max(0, int((vol.paid_until - now).total_seconds()))
-        extra = (new_size - vol.size_tb) * StorageProduct.objects.get(kind="network_volume").cents_per_tb_month
-        cents = _ceil_div(extra * remaining, int(STORAGE_TERM.total_seconds()))
-        entry = ledger_post(customer=vol.customer, kind=LedgerEntry.Kind.ORDER, amount_cents=-cents, now=now,
-                            actor=actor, memo=f"network volume #{vol.pk}: {vol.size_tb} → {new_size} TB until "
-                                              f"{vol.paid_until:%Y-%m-%d}",
-                            idempotency_key=f"network_volume_grow:{vol.pk}:{new_size}:{now:%Y%m%dT%H%M%S}")
-        if entry is not None:
-            StorageCharge.objects.create(entry=entry, site=vol.site, kind=StorageCharge.Kind.VOLUME, object_id=vol.pk)
-
-    return volume_grow(volume=volume, size_tb=size_tb, now=now, actor=actor, charge=charge)
-
-
-def _storage_charge_site(obj, *, entry: LedgerEntry) -> None:
-    """Tie a term's ledger entry to its site (storage income per site: the dashboard, the
-    ledger export): a volume's site, a snapshot's lease's site."""
-    from rental.models import NetworkVolume
-
-    from .storage.models import StorageCharge
-
-    if isinstance(obj, NetworkVolume):
-        kind, site_id = StorageCharge.Kind.VOLUME, obj.site_id
-    else:
-        kind, site_id = StorageCharge.Kind.SNAPSHOT, Lease.objects.values_list("site_id", flat=True).get(
-            pk=obj.source_lease_id)
-    StorageCharge.objects.get_or_create(entry=entry, defaults={"site_id": site_id, "kind": kind, "object_id": obj.pk})
-
-
-@transaction.atomic
-def snapshot_order(*, lease: Lease, size_tb: int, now: datetime, actor=None):
-    from .storage.snapshots import snapshot_take
-
-    snap = snapshot_take(lease=lease, size_tb=size_tb, paid_until=now + STORAGE_TERM, now=now, actor=actor)
-    _charge_term(snap, kind="snapshot", term_start=now, now=now)
-    return snap
-
-
-def sweep_storage(now: datetime, limit: int = 500) -> list:
-    """Renew volumes and snapshots whose term ended (from the balance); lapse the unpaid
-    ones; delete those lapsed for 7 days; detach volumes from ended leases."""
-    from rental.lifecycle import Transition
-    from rental.storage import (
-        attachments_of_ended_leases_detach,
-        storage_delete,
-        storage_due,
-        storage_expired,
-        storage_extend,
-        storage_lapse,
-    )
-
-    from .services import InsufficientBalance
-
-    done = []
-    if detached := attachments_of_ended_leases_detach(now=now, limit=limit):
-        done.append(Transition(0, f"{detached} volume attachment(s) of ended leases detached"))
-    for obj in storage_due(now=now, limit=limit):
-        kind = "network_volume" if obj._meta.model_name == "networkvolume" else "snapshot"
-        try:
-            with transaction.atomic():
-                _charge_term(obj, kind=kind, term_start=obj.paid_until, now=now)
-                storage_extend(obj=obj, paid_until=obj.paid_until, new_until=obj.paid_until + STORAGE_TERM)
-            done.append(Transition(0, f"{obj} renewed"))
-        except InsufficientBalance:
-            if storage_lapse(obj=obj, now=now):
-                done.append(Transition(0, f"{obj} lapsed unpaid"))
-    for obj in storage_expired(before=now - STORAGE_GRACE, limit=limit):
-        if storage_delete(obj=obj, now=now, reason="unpaid for 7 days"):
-            done.append(Transition(0, f"{obj} deleted"))
-    return done
-
-
-def term_start_at(lease: Lease, at: datetime) -> datetime | None:
-    """The start of the paid term `at` falls in (the last one once the lease ended)."""
-    if not lease.ends_at or not lease.started_at or at < lease.started_at:
-        return None
-    length = lease.term_length
-    if at >= lease.ends_at:  # reported after the end (suspended): the last term
-        return lease.ends_at - length
-    terms_back = -(-(lease.ends_at - at) // length)
-    return lease.ends_at - terms_back * length
-
-
-@transaction.atomic
-def egress_record(*, lease_id: int, tb_used, at: datetime):
-    """The host agent's cumulative egress counter for the lease's current term."""
-    from .models import EgressUsage
-
-    lease = Lease.objects.get(pk=lease_id)
-    term_start = term_start_at(lease, at)
-    if term_start is None:
-        raise BillingError(f"Lease #{lease_id} had no paid term at {at:%Y-%m-%d %H:%M}.")
-    tb = Decimal(str(tb_used)).quantize(Decimal("0.001"))
-    row, created = EgressUsage.objects.select_for_update().get_or_create(
-        lease=lease, term_start=term_start, defaults={"tb_used": tb, "reported_at": at})
-    if created:
-        audit_record(actor=None, action="egress_metering_start", obj=row, detail={"term_start": term_start.isoformat()})
-    elif tb > row.tb_used:
-        EgressUsage.objects.filter(pk=row.pk).update(tb_used=tb, reported_at=at)
-        row.refresh_from_db()
-    return row
-
-
-def egress_renewal_lines(*, lease: Lease) -> list:
-    """Overage not yet invoiced, as lines for the renewal invoice being created (and marked
-    as invoiced in the same transaction). Included: 20 TB per instance-month, pro rata for
-    a week; beyond it $4 per TB, billed per 0.01 TB (4 cents)."""
-    from inventory.models import StorageProduct
-
-    from .models import EgressUsage
-    from .services import TERM_DAYS, Line
-
-    product = StorageProduct.objects.filter(kind="egress").first()
-    if product is None:
-        return []
-    included = Decimal(product.included_tb) * TERM_DAYS[lease.term] / 30
-    unit = _ceil_div(product.cents_per_tb_month, 100)  # per 0.01 TB
-    lines = []
-    for row in EgressUsage.objects.select_for_update().filter(lease=lease).order_by("term_start"):
-        overage = max(Decimal(0), row.tb_used - included)
-        hundredths = int(((overage - row.billed_overage_tb) * 100).to_integral_value(rounding="ROUND_CEILING"))
-        if hundredths <= 0:
-            continue
-        EgressUsage.objects.filter(pk=row.pk).update(billed_overage_tb=row.billed_overage_tb + Decimal(hundredths) / 100)
-        lines.append(Line(f"Egress beyond {included.quantize(Decimal('0.01'))} TB included, term from "
-                          f"{row.term_start:%Y-%m-%d}: {Decimal(hundredths) / 100} TB at "
-                          f"${product.cents_per_tb_month / 100:.2f}/TB (per 0.01 TB)", hundredths, unit))
-    return lines

@@ -18,10 +18,10 @@ from rental.models import Lease, LeaseState, NetworkVolume, Snapshot, VolumeAtta
 from rental.storage import StorageRefused, storage_delete, volume_attach, volume_detach
 from rental.storage import snapshot_restore as _snapshot_restore
 
-from .ops import snapshot_order, volume_order
-from .services import InsufficientBalance, account_for
-from .storage.views import storage_context
-from .storage.volumes import volume_attachments_changed, volume_store_purge_start
+from ..ledger import InsufficientBalance, account_for
+from .charges import snapshot_order, volume_order
+from .views import storage_context
+from .volumes import volume_attachments_changed, volume_store_purge_start
 
 S = LeaseState
 ATTACHABLE = (S.PROVISIONING, S.ACTIVE)  # rental.storage: volumes attach to and restore onto running leases

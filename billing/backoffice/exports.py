@@ -23,11 +23,11 @@ from rental.api import usd as decimal_usd
 from rental.models import Lease
 from rental.permissions import ops_view
 
-from .models import Invoice, LedgerEntry, Payment
-from .payments.coins.amounts import format_amount
-from .payments.coins.base import Coin
-from .payments.services import to_usd_cents
-from .revenue import (
+from ..models import Invoice, LedgerEntry, Payment
+from ..payments.coins.amounts import format_amount
+from ..payments.coins.base import Coin
+from ..payments.services import to_usd_cents
+from ..revenue import (
     entries_attributed,
     entry_revenue_cents,
     entry_storage_cents,

@@ -11,8 +11,8 @@ from django.utils.translation import gettext as _
 
 from inventory.audit import audit_record
 
-from .models import Invoice, Quote, WatcherCursor
-from .services import BillingError, invoice_mark_paid
+from ..models import Invoice, Quote, WatcherCursor
+from ..services import BillingError, invoice_mark_paid
 
 
 def demo_payments_enabled() -> bool:
@@ -37,9 +37,9 @@ def demo_coin_send(*, quote: Quote, actor: User, now: datetime) -> dict:
     """The demo wallet pays the customer's own open DEMO quote in full: one transaction on the
     demo coin's chain (its watcher cursor), which the watcher's pass reports and the payment
     services credit exactly as they credit a BTC payment. Refused unless demo mode is on."""
-    from .payments.coins.base import Coin
-    from .payments.coins.demo import demo_transaction
-    from .payments.services import OPEN_QUOTE_STATES
+    from .coins.base import Coin
+    from .coins.demo import demo_transaction
+    from .services import OPEN_QUOTE_STATES
 
     if not demo_payments_enabled():
         raise BillingError(_("Demo payments are off on this store."))

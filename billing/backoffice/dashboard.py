@@ -23,12 +23,12 @@ from django.utils.translation import gettext
 from inventory.models import AuditEntry, GpuSlot, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
-from .models import Invoice, JobRun, PaymentReview, Quote
-from .payments.addresses import wallets_past_gap
-from .payments.health import coins_unwell
-from .payments.services import coins_offered
-from .revenue import SiteRevenue, revenue_between, revenue_by_site
-from .services import month_start
+from ..ledger import month_start
+from ..models import Invoice, JobRun, PaymentReview, Quote
+from ..payments.addresses import wallets_past_gap
+from ..payments.health import coins_unwell
+from ..payments.services import coins_offered
+from ..revenue import SiteRevenue, revenue_between, revenue_by_site
 
 S = LeaseState
 BEAT_LATE_AFTER = timedelta(minutes=3)

@@ -23,10 +23,10 @@ from rental.failover import (
 from rental.models import NetworkVolume, Snapshot, VolumeAttachment
 from rental.permissions import ops_view
 
+from ..admin import dollars
+from ..models import EgressUsage, SlaClaim
+from ..sla.services import ClaimRefused, sla_claim_approve, sla_claim_decline, sla_figures
 from . import dashboard as dash
-from .admin import dollars
-from .models import EgressUsage, SlaClaim
-from .ops import ClaimRefused, sla_claim_approve, sla_claim_decline, sla_figures
 
 # The dashboard shows revenue and every customer's renewals: a named permission (issue 16).
 OPS_DASHBOARD_PERMISSION = "billing.view_ops_dashboard"
@@ -198,8 +198,8 @@ def holds_view(request):
 
 
 def ops_urls():
-    from .backoffice.views import customer_detail, customer_list
     from .exports import export_view  # noqa: PLC0415 (exports imports this module's neighbours)
+    from .views import customer_detail, customer_list
 
     return [
         path("ops/customers/", admin.site.admin_view(customer_list), name="ops_customers"),
@@ -223,7 +223,7 @@ def _install_ops_urls(site):
 _install_ops_urls(admin.site)
 
 
-# --- storage products and egress (read-only: writes go through billing.ops / rental.storage) ---
+# --- storage products and egress (read-only: writes go through billing.storage.charges / rental.storage) ---
 
 class VolumeAttachmentInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = VolumeAttachment

@@ -1,0 +1,66 @@
+"""Egress metering (the host agent's counter per lease term) and the overage lines a
+renewal invoice carries (billing.services.renewal_invoice_issue)."""
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import transaction
+
+from inventory.audit import audit_record
+from rental.models import Lease
+
+from .ledger import TERM_DAYS, BillingError, Line, ceil_div
+from .models import EgressUsage
+
+
+def term_start_at(lease: Lease, at: datetime) -> datetime | None:
+    """The start of the paid term `at` falls in (the last one once the lease ended)."""
+    if not lease.ends_at or not lease.started_at or at < lease.started_at:
+        return None
+    length = lease.term_length
+    if at >= lease.ends_at:  # reported after the end (suspended): the last term
+        return lease.ends_at - length
+    terms_back = -(-(lease.ends_at - at) // length)
+    return lease.ends_at - terms_back * length
+
+
+@transaction.atomic
+def egress_record(*, lease_id: int, tb_used, at: datetime):
+    """The host agent's cumulative egress counter for the lease's current term."""
+    lease = Lease.objects.get(pk=lease_id)
+    term_start = term_start_at(lease, at)
+    if term_start is None:
+        raise BillingError(f"Lease #{lease_id} had no paid term at {at:%Y-%m-%d %H:%M}.")
+    tb = Decimal(str(tb_used)).quantize(Decimal("0.001"))
+    row, created = EgressUsage.objects.select_for_update().get_or_create(
+        lease=lease, term_start=term_start, defaults={"tb_used": tb, "reported_at": at})
+    if created:
+        audit_record(actor=None, action="egress_metering_start", obj=row, detail={"term_start": term_start.isoformat()})
+    elif tb > row.tb_used:
+        EgressUsage.objects.filter(pk=row.pk).update(tb_used=tb, reported_at=at)
+        row.refresh_from_db()
+    return row
+
+
+def egress_renewal_lines(*, lease: Lease) -> list:
+    """Overage not yet invoiced, as lines for the renewal invoice being created (and marked
+    as invoiced in the same transaction). Included: 20 TB per instance-month, pro rata for
+    a week; beyond it $4 per TB, billed per 0.01 TB (4 cents)."""
+    from inventory.models import StorageProduct
+
+
+    product = StorageProduct.objects.filter(kind="egress").first()
+    if product is None:
+        return []
+    included = Decimal(product.included_tb) * TERM_DAYS[lease.term] / 30
+    unit = ceil_div(product.cents_per_tb_month, 100)  # per 0.01 TB
+    lines = []
+    for row in EgressUsage.objects.select_for_update().filter(lease=lease).order_by("term_start"):
+        overage = max(Decimal(0), row.tb_used - included)
+        hundredths = int(((overage - row.billed_overage_tb) * 100).to_integral_value(rounding="ROUND_CEILING"))
+        if hundredths <= 0:
+            continue
+        EgressUsage.objects.filter(pk=row.pk).update(billed_overage_tb=row.billed_overage_tb + Decimal(hundredths) / 100)
+        lines.append(Line(f"Egress beyond {included.quantize(Decimal('0.01'))} TB included, term from "
+                          f"{row.term_start:%Y-%m-%d}: {Decimal(hundredths) / 100} TB at "
+                          f"${product.cents_per_tb_month / 100:.2f}/TB (per 0.01 TB)", hundredths, unit))
+    return lines
