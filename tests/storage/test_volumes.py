@@ -5,7 +5,8 @@ quota, deleting purges the subvolume (retried by the sweep), node keys follow at
 import pytest
 from django.utils import timezone
 
-from billing.models import LedgerEntry, StorageCharge, StorageCluster, VolumeStore
+from billing.models import LedgerEntry
+from billing.storage.models import StorageCharge, StorageCluster, VolumeStore
 from billing.services import InsufficientBalance, balance_top_up
 from billing.storage.charges import volume_grow_order, volume_order
 from billing.storage.sweeps import sweep_ceph
