@@ -548,8 +548,8 @@ def run_drills(services, args: argparse.Namespace) -> None:
         manage(env, "load_demo")
         manage(env, "collectstatic", "--noinput")
         django_setup(env)
+        from rental.accounts.services import api_token_create
         from rental.services import account_create
-        from rental.services_customer import api_token_create
 
         token = api_token_create(customer=account_create(username="apiuser", password="faults password 123"),
                                  name="faults")[1]

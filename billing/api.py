@@ -7,6 +7,7 @@ from django.utils.translation import gettext as _
 from inventory.models import Offer, Site
 from inventory.selectors import sites_with_stock_for
 from inventory.services import SoldOut
+from rental.accounts.throttle import order_address
 from rental.api import (
     ApiError,
     api_endpoint,
@@ -20,7 +21,6 @@ from rental.api import (
 )
 from rental.forms import ADDON_FIELDS, OrderForm, default_image
 from rental.models import Image
-from rental.throttle import order_address
 
 from .models import Invoice
 from .services import (

@@ -16,7 +16,7 @@ from inventory.templatetags.money import format_usd
 from rental import services as rental
 from rental.models import ADDON_LIMITS_TB, Image, Lease, LeaseState, Term
 from rental.notifications.services import event_emit, lease_data, lease_event_emit
-from rental.services_customer import lease_auto_renews
+from rental.services import lease_auto_renews
 
 from .holds import hold_refusal
 from .ledger import (  # noqa: F401 - the ledger's primitives, re-exported for billing's callers

@@ -12,11 +12,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from inventory.models import Offer, Site
 from inventory.selectors import sites_with_stock_for
 from inventory.services import SoldOut
+from rental.accounts.services import SshKeyRefused, ssh_key_add
+from rental.accounts.throttle import order_address
 from rental.forms import ADDON_FIELDS, OrderForm
 from rental.models import ADDON_LIMITS_TB, TERM_LENGTH, Image, Lease, Term
-from rental.services_customer import SshKeyRefused, ssh_key_add
 from rental.storage import StorageRefused
-from rental.throttle import order_address
 from rental.timeline import layout, order_milestones
 
 from .models import Invoice, LedgerEntry

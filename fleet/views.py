@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from rental.throttle import throttle_take
+from rental.accounts.throttle import throttle_take
 
 from .desired import desired_document, desired_etag
 from .jsonbody import parse_json

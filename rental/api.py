@@ -16,17 +16,10 @@ from django.views.decorators.csrf import csrf_exempt
 
 from inventory.selectors import catalog_rows
 
-from .api_schema import build_schema
+from .accounts.services import SshKeyRefused, api_token_authenticate, ssh_key_add, ssh_key_delete
+from .api_schema import build_schema, iso
 from .models import Lease, NetworkVolume, Snapshot, SshKey
-from .services_customer import (
-    SshKeyRefused,
-    account_auto_renew,
-    api_token_authenticate,
-    lease_auto_renew_set,
-    lease_auto_renews,
-    ssh_key_add,
-    ssh_key_delete,
-)
+from .services import account_auto_renew, lease_auto_renew_set, lease_auto_renews
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_JSON_DEPTH = 20  # our bodies nest 2 deep; deeper is an attack on the parser
@@ -52,10 +45,6 @@ def usd(cents: int | None) -> str | None:
     sign = "-" if cents < 0 else ""
     whole, rest = divmod(abs(int(cents)), 100)
     return f"{sign}{whole}.{rest:02d}"
-
-
-def iso(value) -> str | None:
-    return value.isoformat() if value else None
 
 
 # --- plumbing -----------------------------------------------------------------------------

@@ -6,6 +6,12 @@ from importlib import import_module
 
 from .models import ADDON_LIMITS_TB
 
+
+def iso(value) -> str | None:
+    """A moment in the API's and the webhooks' JSON (ISO 8601, UTC), or null."""
+    return value.isoformat() if value else None
+
+
 API_APPS_WITH_PATHS = ("sizing",)
 
 

@@ -15,5 +15,6 @@ class RentalConfig(AppConfig):
         importlib.import_module("rental.notifications.models")
 
     def ready(self):
-        from . import checks, login_limits, signals  # noqa: F401 (deploy checks; receivers)
+        from . import checks, signals  # noqa: F401 (deploy checks; receivers)
+        from .accounts import login_limits  # noqa: F401 (its receiver)
         from .notifications import checks as webhook_checks  # noqa: F401 (issue 30: the deploy check)

@@ -21,8 +21,8 @@ from inventory.models import Downtime, Incident, Node, SlotAllocation
 from inventory.services import SoldOut, slots_allocate, slots_release
 
 from .agent import get_agent
+from .events import event_record as _event
 from .models import LIVE_STATES, Lease
-from .services import _event
 
 MIGRATION_TARGET = timedelta(minutes=30)
 

@@ -3,8 +3,8 @@ from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
+from .accounts.usernames import validate_username_distinct
 from .models import ADDON_LIMITS_TB, ApiScope
-from .usernames import validate_username_distinct
 
 
 class SignupForm(UserCreationForm):

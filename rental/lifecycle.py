@@ -1,7 +1,6 @@
 """The rental side of the lifecycle sweeps. Each sweep selects due leases by an indexed
 deadline in a bounded batch and applies one guarded transition per lease; a lease that
 another run already moved is skipped. Returns the transitions made, for the command."""
-from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
@@ -10,6 +9,7 @@ from django.utils.translation import gettext as _
 
 from . import rules
 from .agent import get_agent
+from .events import Transition
 from .models import WIPE_PENDING, DiskKey, Lease, LeaseState, Notification
 from .services import (
     customer_language,
@@ -26,12 +26,6 @@ BATCH = 500
 #: What the sweeps that write to customers read with each due lease: the notice's language
 #: and the auto-renew choice come from the customer's settings row, not a query per lease.
 DUE_LEASE_RELATED = ("customer__rental_settings", "offer__gpu_model")
-
-
-@dataclass(frozen=True)
-class Transition:
-    lease_id: int
-    what: str
 
 
 def _due_ids(queryset, order: str, limit: int) -> list[int]:

@@ -7,7 +7,7 @@ a small static page elsewhere; neither touches the database again) instead of a 
 middleware (e.g. the session save), so no database outage ever shows as a 500. With
 CONN_HEALTH_CHECKS the next request after the database is back reconnects by itself.
 
-TwoFactorMiddleware: staff must enrol an authenticator (rental.otp_views) before anything
+TwoFactorMiddleware: staff must enrol an authenticator (rental.accounts.views) before anything
 else, and anyone who enrolled must give a code after the password before anything else.
 
 NulByteGuardMiddleware: a NUL in the query string or a form field is a 400 before any view
@@ -103,7 +103,7 @@ class TwoFactorMiddleware:
         user = request.user
         if not user.is_authenticated or user.is_verified() or self._exempt_path(request.path):
             return None
-        from .two_factor import is_enrolled
+        from .accounts.two_factor import is_enrolled
 
         if is_enrolled(user):
             return "otp_verify"

@@ -13,15 +13,22 @@ from django.db.models import Q
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
-from inventory.audit import audit_record
 from inventory.models import Offer, Site
 from inventory.services import slots_allocate, slots_release
 
 from . import rules
+from .accounts.services import (  # noqa: F401 - account_create and the settings rows, re-exported
+    _loaded_settings,
+    account_create,
+    customer_settings,
+    customer_settings_update,
+)
 from .addresses import ssh_command
 from .agent import Instance, get_agent
+from .events import event_record as _event
 from .models import (
     ENDED_ON_HOST,
+    LIVE_STATES,
     CustomerSettings,
     DiskKey,
     Image,
@@ -41,47 +48,6 @@ class TransitionRefused(Exception):
 
 
 @transaction.atomic
-def account_create(*, username: str, password: str, email: str = "") -> User:
-    user = User.objects.create_user(username=username, password=password, email=email or "")
-    CustomerSettings.objects.create(user=user)
-    audit_record(actor=user, action="account_create", obj=user)
-    return user
-
-
-def _loaded_settings(user) -> CustomerSettings | None:
-    """The customer's settings row when it came with the user (select_related, as the
-    lifecycle sweeps read it), else None: the caller queries it."""
-    if user is None or not User.rental_settings.is_cached(user):
-        return None
-    try:
-        return user.rental_settings
-    except CustomerSettings.DoesNotExist:
-        return None
-
-
-def customer_settings(user: User) -> CustomerSettings:
-    return _loaded_settings(user) or CustomerSettings.objects.get_or_create(user=user)[0]
-
-
-def customer_settings_update(*, user: User, email: str, auto_renew: bool) -> CustomerSettings:
-    with transaction.atomic():
-        prefs = customer_settings(user)
-        User.objects.filter(pk=user.pk).update(email=email)
-        CustomerSettings.objects.filter(pk=prefs.pk).update(auto_renew=auto_renew)
-        audit_record(actor=user, action="settings_update", obj=prefs,
-                     detail={"email_set": bool(email), "auto_renew": auto_renew})
-    prefs.refresh_from_db()
-    return prefs
-
-
-def _event(lease_id: int, *, kind: str, now: datetime, actor=None, from_state="", to_state="", reason="",
-           data=None) -> LeaseEvent:
-    return LeaseEvent.objects.create(
-        lease_id=lease_id, kind=kind, at=now, actor=actor if getattr(actor, "pk", None) else None,
-        from_state=from_state, to_state=to_state, reason=reason[:300], data=data or {},
-    )
-
-
 def _transition(lease_id: int, *, to: str, from_states, now: datetime, kind: str, actor=None, reason="",
                 when: Q | None = None, data=None, **fields) -> str | None:
     """Guarded update; returns the state it left, or None when another run got there first.
@@ -443,3 +409,33 @@ def lease_extend_by_operator(*, lease_id: int, actor, reason: str, now: datetime
     if left == S.SUSPENDED:
         transaction.on_commit(lambda: get_agent().resume(lease_id=lease_id))
     return bool(left)
+
+# --- issue 30: per-lease auto-renew -------------------------------------------------------
+
+def lease_auto_renews(lease, *, account_default: bool | None = None) -> bool:
+    """Whether this lease's renewal is paid from the balance: its own choice, else the
+    account-wide default (the settings page's checkbox; pass it when listing many leases)."""
+    if lease.auto_renew is not None:
+        return lease.auto_renew
+    return account_auto_renew(lease.customer_id) if account_default is None else account_default
+
+
+def account_auto_renew(customer_id: int) -> bool:
+    default = CustomerSettings.objects.filter(user_id=customer_id).values_list("auto_renew", flat=True).first()
+    return True if default is None else default
+
+
+@transaction.atomic
+def lease_auto_renew_set(*, customer: User, lease_id: int, auto_renew: bool | None,
+                         now: datetime | None = None) -> bool:
+    """Sets (True/False) or clears (None: follow the account) a lease's auto-renew; audited
+    as a lease event. False when the lease is not the customer's or has ended."""
+    lease = Lease.objects.select_for_update().filter(pk=lease_id, customer=customer, state__in=LIVE_STATES).first()
+    if lease is None:
+        return False
+    if lease.auto_renew != auto_renew:
+        Lease.objects.filter(pk=lease.pk).update(auto_renew=auto_renew)
+        lease_record(lease_id=lease.pk, kind="auto_renew_set", now=now or timezone.now(), actor=customer,
+                     reason="auto-renew " + {True: "on", False: "off", None: "follows the account"}[auto_renew],
+                     data={"auto_renew": auto_renew})
+    return True

@@ -174,7 +174,7 @@ else:
 
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "rental.login_limits.UsernameLimitBackend",  # issue 28: a limit per username too
+    "rental.accounts.login_limits.UsernameLimitBackend",  # issue 28: a limit per username too
     "django.contrib.auth.backends.ModelBackend",
 ]
 PASSWORD_HASHERS = [
@@ -197,7 +197,7 @@ LOGOUT_REDIRECT_URL = "home"
 AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("AXES_COOLOFF_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-# issue 28: and a username from any address after this many failures (rental/login_limits.py).
+# issue 28: and a username from any address after this many failures (rental/accounts/login_limits.py).
 AXES_USERNAME_FAILURE_LIMIT = int(os.environ.get("AXES_USERNAME_FAILURE_LIMIT", "20"))
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = True

@@ -15,6 +15,6 @@ def revoke_tokens_on_password_change(sender, instance, update_fields=None, raw=F
         return
     if update_fields is not None and "password" not in update_fields:
         return
-    from .services_customer import api_tokens_revoke_all
+    from .accounts.services import api_tokens_revoke_all
 
     api_tokens_revoke_all(customer=instance, reason="password changed")

@@ -12,9 +12,9 @@ from django.utils.translation import gettext as _
 from inventory.audit import audit_record
 from inventory.models import Site
 
+from .events import event_record as _event
 from .models import Lease, LeaseState, NetworkVolume, Snapshot, VolumeAttachment
 from .sealing import unseal
-from .services import _event
 
 S = LeaseState
 RUNNING = (S.PROVISIONING, S.ACTIVE)

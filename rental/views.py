@@ -15,27 +15,28 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from .forms import ApiTokenForm, SettingsForm, SignupForm, SshKeyForm
-from .i18n import remember_language
-from .lease_page import lease_page_context
-from .models import ApiToken, Lease, Notification, RecoveryCode, SshKey
-from .recovery import account_recovery_codes_issue, keep_recovery_codes_to_show
-from .services import account_create, customer_settings, customer_settings_update
-from .services_customer import (
+from .account_page import settings_context
+from .accounts.recovery import account_recovery_codes_issue, keep_recovery_codes_to_show
+from .accounts.services import (
     SshKeyRefused,
     TokenLimit,
+    account_create,
     api_token_create,
     api_token_revoke,
-    lease_auto_renew_set,
-    lease_auto_renews,
+    customer_settings,
+    customer_settings_update,
     notification_mark_read,
     ssh_key_add,
     ssh_key_delete,
 )
+from .accounts.throttle import throttle_give_back, throttle_take, throttled
+from .forms import ApiTokenForm, SettingsForm, SignupForm, SshKeyForm
+from .i18n import remember_language
+from .lease_page import lease_page_context
+from .models import ApiToken, Lease
+from .services import lease_auto_renew_set, lease_auto_renews
 from .shown_once import keep_to_show_once, take_to_show
-from .throttle import throttle_give_back, throttle_take, throttled
 from .timeline import layout, lease_milestones
-from .two_factor import is_enrolled
 
 
 def _safe_next(request) -> str:
@@ -138,29 +139,14 @@ def lease_detail(request, lease_id: int):
     return render(request, "rental/_lease_live.html" if request.htmx else "rental/lease_detail.html", context)
 
 
-def _settings_context(request, **extra) -> dict:
-    prefs = customer_settings(request.user)
-    return {
-        "form": SettingsForm(initial={"email": request.user.email, "auto_renew": prefs.auto_renew}),
-        "token_form": ApiTokenForm(),
-        "ssh_key_form": SshKeyForm(),
-        "ssh_keys": SshKey.objects.filter(customer=request.user),
-        "tokens": ApiToken.objects.filter(customer=request.user).order_by("revoked_at", "-created_at"),
-        "notifications": Notification.objects.filter(customer=request.user).select_related("lease")[:50],
-        "two_factor_on": is_enrolled(request.user),
-        "recovery_codes_left": RecoveryCode.objects.filter(user=request.user, used_at__isnull=True).count(),
-        **extra,
-    }
-
-
 @login_required
 @require_http_methods(["GET", "POST"])
 def account_settings(request):
     if request.method == "GET":
-        return render(request, "rental/settings.html", _settings_context(request, **_new_token_to_show(request)))
+        return render(request, "rental/settings.html", settings_context(request, **_new_token_to_show(request)))
     form = SettingsForm(request.POST)
     if not form.is_valid():
-        return render(request, "rental/settings.html", _settings_context(request, form=form), status=400)
+        return render(request, "rental/settings.html", settings_context(request, form=form), status=400)
     customer_settings_update(user=request.user, email=form.cleaned_data["email"],
                              auto_renew=form.cleaned_data["auto_renew"])
     messages.success(request, _("Settings saved."))
@@ -173,13 +159,13 @@ def account_settings(request):
 def token_create(request):
     form = ApiTokenForm(request.POST)
     if not form.is_valid():
-        return render(request, "rental/settings.html", _settings_context(request, token_form=form), status=400)
+        return render(request, "rental/settings.html", settings_context(request, token_form=form), status=400)
     try:
         token, raw = api_token_create(customer=request.user, name=form.cleaned_data["name"],
                                       scopes=form.cleaned_data["scopes"])
     except TokenLimit:
         form.add_error(None, _("You have too many tokens; revoke one first."))
-        return render(request, "rental/settings.html", _settings_context(request, token_form=form), status=400)
+        return render(request, "rental/settings.html", settings_context(request, token_form=form), status=400)
     # Shown once, on the settings page this redirects to (a reload there re-sends nothing and
     # shows it no more); never in a message or a log.
     keep_to_show_once(request, NEW_TOKEN, {"raw": raw, "token_id": token.pk})
@@ -210,7 +196,7 @@ def ssh_key_create(request):
         else:
             messages.success(request, _("SSH key “%(name)s” saved.") % {"name": key.name})
             return redirect(reverse("account_settings") + "#ssh-keys")
-    return render(request, "rental/settings.html", _settings_context(request, ssh_key_form=form), status=400)
+    return render(request, "rental/settings.html", settings_context(request, ssh_key_form=form), status=400)
 
 
 @login_required

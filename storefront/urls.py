@@ -9,8 +9,10 @@ from django.views.generic import RedirectView
 from billing import api as billing_api
 from billing import views as billing_views
 from billing.sla import views as sla_views
-from rental import api, i18n, otp_views, recovery, views
-from rental.throttle import per_posted_email, per_user, throttle_posts
+from rental import api, i18n, views
+from rental.accounts import recovery
+from rental.accounts import views as otp_views
+from rental.accounts.throttle import per_posted_email, per_user, throttle_posts
 
 
 class FaviconRedirect(RedirectView):

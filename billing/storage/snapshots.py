@@ -12,9 +12,9 @@ from django.utils.translation import gettext as _
 
 from inventory.audit import audit_record
 from inventory.models import Site
+from rental.events import event_record as _event
 from rental.models import Lease, LeaseState, Snapshot
 from rental.sealing import seal
-from rental.services import _event
 from rental.storage import StorageRefused
 
 from .ceph import CephError, CephUnavailable

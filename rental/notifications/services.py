@@ -3,6 +3,7 @@ import json
 import logging
 from datetime import datetime, timedelta
 
+from celery import shared_task
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -101,8 +102,6 @@ def _delivery_create(*, dispatch: Dispatch, endpoint: WebhookEndpoint, event: st
 
 
 def _queue(delivery_id: int, at: datetime, countdown: float = 0) -> None:
-    from .tasks import webhook_deliver
-
     if countdown and settings.CELERY_TASK_ALWAYS_EAGER:
         return  # eager (tests, `make run` without a worker): the sweep retries when it is due
     try:
@@ -150,11 +149,21 @@ def delivery_attempt(*, delivery_id: int, now: datetime) -> str | None:
     return state
 
 
+@shared_task(name="rental.webhook_deliver", acks_late=True)
+def webhook_deliver(delivery_id: int, at: str | None = None) -> str | None:
+    """One attempt of one webhook delivery, on a Celery worker. `at`: the moment the attempt
+    is due (the sweep's clock); never before it is due. Defined beside the attempt it runs,
+    so that queueing it imports nothing back (rental/notifications/tasks.py lists it for
+    CELERY_IMPORTS)."""
+    now = max(timezone.now(), datetime.fromisoformat(at)) if at else timezone.now()
+    return delivery_attempt(delivery_id=delivery_id, now=now)
+
+
 def sweep_webhooks(now: datetime, limit: int = 200) -> list:
     """Due deliveries are queued (a lost queue message, a retry whose countdown a worker
     restart dropped; eager Celery attempts them at once); one claimed by a worker that
     died long ago is freed first. Queuing twice is harmless: an attempt claims the row."""
-    from rental.lifecycle import Transition
+    from rental.events import Transition
 
     stale = now - timedelta(seconds=settings.WEBHOOK_TIMEOUT_SECONDS * 4 + 60)
     WebhookDelivery.objects.filter(state=D.SENDING, claimed_at__lt=stale).update(state=D.PENDING, claimed_at=None)
@@ -232,7 +241,7 @@ __all__ = ["EVENTS", "Refused", "dispatch_claim", "event_emit", "delivery_attemp
 
 def lease_data(lease) -> dict:
     """What every lease event's payload says about the lease (no secrets), as it is now."""
-    from rental.api import iso
+    from rental.api_schema import iso
     from rental.models import Lease
 
     lease = Lease.objects.select_related("offer", "site").get(pk=lease.pk)

@@ -1,14 +1,6 @@
-"""Thin Celery wrapper: one attempt of one webhook delivery (listed in CELERY_IMPORTS)."""
-from datetime import datetime
+"""The webhook delivery task, for CELERY_IMPORTS: defined in services.py beside the attempt it
+runs (one attempt of one delivery, `rental.webhook_deliver`), so services and tasks import
+each other in no circle (issue 33)."""
+from .services import webhook_deliver
 
-from celery import shared_task
-from django.utils import timezone
-
-
-@shared_task(name="rental.webhook_deliver", acks_late=True)
-def webhook_deliver(delivery_id: int, at: str | None = None) -> str | None:
-    """`at`: the moment the attempt is due (the sweep's clock); never before it is due."""
-    from .services import delivery_attempt
-
-    now = max(timezone.now(), datetime.fromisoformat(at)) if at else timezone.now()
-    return delivery_attempt(delivery_id=delivery_id, now=now)
+__all__ = ["webhook_deliver"]

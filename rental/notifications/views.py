@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from ..account_page import settings_context
 from .models import WebhookDelivery, WebhookEndpoint
 from .sending import Refused, check_url, resolve
 from .services import (
@@ -28,9 +29,7 @@ def _back():
 
 
 def _with_secret(request, secret: str):
-    from rental.views import _settings_context
-
-    return render(request, "rental/settings.html", _settings_context(request, new_webhook_secret=secret))
+    return render(request, "rental/settings.html", settings_context(request, new_webhook_secret=secret))
 
 
 @never_cache

@@ -19,8 +19,8 @@ from django.utils import timezone
 from billing.lifecycle import run_lifecycle
 from billing.models import Invoice
 from billing.services import balance_top_up
+from rental.accounts.services import api_token_create, ssh_key_add
 from rental.models import Lease, SshKey
-from rental.services_customer import api_token_create, ssh_key_add
 from tests.billing.payments_helpers import offline_coins, set_rate
 
 from .helpers import KEY, active_lease

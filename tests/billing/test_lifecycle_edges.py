@@ -15,8 +15,8 @@ from billing.models import Invoice
 from billing.services import BillingError, balance_top_up, checkout_place_order, lease_refund
 from inventory.models import Offer, Site, SlotAllocation
 from rental import lifecycle as sweeps
+from rental.accounts.services import api_token_create
 from rental.models import DiskKey, Image, Lease, LeaseEvent, LeaseState, Notification
-from rental.services_customer import api_token_create
 
 S = LeaseState
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"

@@ -58,8 +58,8 @@ def test_reloading_after_sign_up_sends_nothing_and_shows_the_codes_no_more(new_c
 
 @pytest.mark.parametrize("viewport,tag", VIEWPORTS)
 def test_reloading_after_a_new_token_sends_nothing_and_shows_it_no_more(new_context, shop, viewport, tag):
+    from rental.accounts.services import api_token_authenticate
     from rental.models import ApiToken
-    from rental.services_customer import api_token_authenticate
 
     _customer(f"kim{tag}")
     page = new_context(viewport=viewport).new_page()

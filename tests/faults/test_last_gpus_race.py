@@ -18,9 +18,9 @@ from django.test.testcases import LiveServerThread
 
 from billing.models import Invoice, LedgerEntry
 from inventory.models import GpuSlot, Offer, Site, SlotAllocation
+from rental.accounts.services import api_token_create
 from rental.models import Lease
 from rental.services import account_create
-from rental.services_customer import api_token_create
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P racer@host"
 CLIENTS, FREE = 50, 3

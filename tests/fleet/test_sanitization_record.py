@@ -14,8 +14,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from nodeagent.records import verify_record
+from rental.accounts.services import api_token_create
 from rental.models import Lease, LeaseState
-from rental.services_customer import api_token_create
 
 from .conftest import disk_wiped, key_destroyed, node_of
 from .test_evidence import op_of, released

@@ -10,9 +10,9 @@ from django.utils import timezone
 from billing.lifecycle import run_lifecycle
 from billing.services import balance_top_up, checkout_place_order
 from inventory.models import GpuSlot, Offer, Site
+from rental.accounts.services import api_token_create
 from rental.i18n import remember_language
 from rental.models import CustomerSettings, Image, Notification
-from rental.services_customer import api_token_create
 from tests.billing.test_lifecycle import order
 from tests.i18n.catalog import CJK
 from tests.rental.test_api import ED25519, call, order_body

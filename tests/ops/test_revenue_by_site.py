@@ -13,10 +13,10 @@ from django.utils import timezone
 
 from billing.backoffice.dashboard import dashboard
 from billing.models import LedgerEntry
-from billing.storage.models import OrderedVolume
 from billing.revenue import revenue_between
 from billing.services import balance_top_up, checkout_place_order, invoice_mark_paid, ledger_post
 from billing.storage.charges import snapshot_order, volume_order
+from billing.storage.models import OrderedVolume
 from inventory.models import Offer, Site
 from rental.lifecycle import sweep_provisioning
 from rental.models import Image, Lease

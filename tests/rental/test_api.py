@@ -10,8 +10,8 @@ from django.utils import timezone
 from billing.models import Invoice
 from billing.services import balance_top_up, checkout_place_order
 from inventory.models import GpuSlot, Offer, Site
+from rental.accounts.services import api_token_create, api_token_revoke
 from rental.models import Image, Lease, LeaseState
-from rental.services_customer import api_token_create, api_token_revoke
 
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
 RSA_1024 = ("ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQCs1iItVMMkozv8h0hXHAj1f4bMSlqWGrW8aR9KdoVYT4aLyj2AinTDtzQ9V0Q0PWNkS"

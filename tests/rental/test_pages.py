@@ -9,8 +9,8 @@ from django.utils import timezone
 from billing.lifecycle import run_lifecycle
 from billing.services import balance_top_up, checkout_place_order
 from inventory.models import Offer, Site
+from rental.accounts.services import api_token_authenticate, token_hash
 from rental.models import ApiToken, Image, Notification
-from rental.services_customer import api_token_authenticate, token_hash
 from rental.timeline import countdown
 from rental.validators import validate_ssh_public_key
 

@@ -5,9 +5,9 @@ import pytest
 from django.utils import timezone
 
 from billing.payments.services import quote_create
+from rental.accounts.services import api_token_create
 from rental.models import Notification
 from rental.services import notify
-from rental.services_customer import api_token_create
 from tests.billing.payments_helpers import offline_coins, set_rate
 from tests.billing.test_pages import place
 

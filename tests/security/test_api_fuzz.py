@@ -12,7 +12,7 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
-from rental.services_customer import api_token_create
+from rental.accounts.services import api_token_create
 
 MAX_EXAMPLES = int(os.environ.get("API_FUZZ_EXAMPLES", "30"))
 schema = schemathesis.openapi.from_wsgi("/api/v1/schema", get_wsgi_application())

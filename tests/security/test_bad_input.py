@@ -14,7 +14,7 @@ from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rental.services_customer import api_token_create
+from rental.accounts.services import api_token_create
 from tests.otp import TwoFactorClient
 
 pytestmark = pytest.mark.django_db

@@ -15,8 +15,8 @@ from django.utils import timezone
 from billing.models import Invoice
 from billing.services import TooManyOpenOrders, balance_top_up, invoice_mark_paid
 from inventory.models import SlotAllocation
+from rental.accounts.services import api_token_create
 from rental.models import Lease, LeaseState
-from rental.services_customer import api_token_create
 from tests.billing.test_pages import form_data, order_url, place
 
 pytestmark = pytest.mark.django_db

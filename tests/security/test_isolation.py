@@ -6,8 +6,8 @@ import pytest
 from django.urls import reverse
 
 from billing.models import Invoice, Quote
+from rental.accounts.services import api_token_create
 from rental.models import ApiToken, Lease, Notification
-from rental.services_customer import api_token_create
 
 pytestmark = pytest.mark.django_db
 

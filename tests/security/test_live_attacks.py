@@ -16,8 +16,8 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from billing.services import balance_top_up
+from rental.accounts.services import api_token_create
 from rental.models import ApiToken, Lease, LeaseState
-from rental.services_customer import api_token_create
 from tests.billing.test_pages import ED25519
 from tests.otp import authenticator_for, code_for
 

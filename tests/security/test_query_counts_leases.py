@@ -9,8 +9,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from billing.models import Invoice, InvoiceLine
+from rental.accounts.services import api_token_create
 from rental.models import Lease, LeaseEvent
-from rental.services_customer import api_token_create
 from tests.billing.test_pages import place
 
 pytestmark = pytest.mark.django_db

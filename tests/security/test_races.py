@@ -43,7 +43,7 @@ def test_concurrent_refunds_count_one_after_the_other(catalog, settings):
 # --- issue 28: one code, many sessions at once ---------------------------------------------------
 
 def test_one_totp_code_sent_by_six_sessions_at_once_lets_one_in(customer):
-    from rental.two_factor import matching_device
+    from rental.accounts.two_factor import matching_device
     from tests.otp import authenticator_for, code_for
 
     device = authenticator_for(customer)
@@ -53,7 +53,7 @@ def test_one_totp_code_sent_by_six_sessions_at_once_lets_one_in(customer):
 
 
 def test_one_recovery_code_sent_by_six_sessions_at_once_lets_one_in(customer):
-    from rental.two_factor import matching_device, recovery_codes_issue
+    from rental.accounts.two_factor import matching_device, recovery_codes_issue
 
     code = recovery_codes_issue(user=customer)[0]
     results = in_threads(*[lambda: matching_device(customer, code) for _ in range(6)])

@@ -13,8 +13,8 @@ from django.test import Client
 from django.urls import reverse
 
 from inventory.models import AuditEntry
+from rental.accounts.services import api_token_create
 from rental.models import ApiToken, RecoveryCode
-from rental.services_customer import api_token_create
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "correct horse battery 9"

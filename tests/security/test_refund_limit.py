@@ -13,8 +13,8 @@ from django.utils import timezone
 from billing.models import Account, LedgerEntry
 from billing.services import RefundLimitReached, balance_top_up, lease_refund, refunds_left
 from inventory.models import AuditEntry
+from rental.accounts.services import api_token_create
 from rental.models import LeaseState
-from rental.services_customer import api_token_create
 from tests.billing.test_pages import place
 
 pytestmark = pytest.mark.django_db

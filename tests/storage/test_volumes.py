@@ -6,9 +6,9 @@ import pytest
 from django.utils import timezone
 
 from billing.models import LedgerEntry
-from billing.storage.models import StorageCharge, StorageCluster, VolumeStore
 from billing.services import InsufficientBalance, balance_top_up
 from billing.storage.charges import volume_grow_order, volume_order
+from billing.storage.models import StorageCharge, StorageCluster, VolumeStore
 from billing.storage.sweeps import sweep_ceph
 from billing.storage.volumes import StorageUnavailable, ceph_for, cluster_check
 from inventory.models import AuditEntry, Site

@@ -13,7 +13,7 @@ from django.utils.translation import gettext as _
 
 from inventory.audit import audit_record
 
-from .models import ApiScope, ApiToken, Notification, SshKey
+from ..models import ApiScope, ApiToken, CustomerSettings, Notification, SshKey
 
 TOKEN_PREFIX = "gpr_"
 MAX_TOKENS = 20
@@ -101,7 +101,7 @@ def ssh_key_add(*, customer: User, name: str, public_key: str) -> SshKey:
     """Save a validated public key under a name (both unique per customer)."""
     from django.core.exceptions import ValidationError
 
-    from .validators import ssh_key_fingerprint, validate_ssh_public_key
+    from ..validators import ssh_key_fingerprint, validate_ssh_public_key
 
     try:
         line = validate_ssh_public_key(public_key)
@@ -134,37 +134,36 @@ def ssh_key_delete(*, customer: User, key_id: int) -> bool:
     return True
 
 
-# --- issue 30: per-lease auto-renew -------------------------------------------------------
+# --- the account and its settings row ------------------------------------------------------
 
-def lease_auto_renews(lease, *, account_default: bool | None = None) -> bool:
-    """Whether this lease's renewal is paid from the balance: its own choice, else the
-    account-wide default (the settings page's checkbox; pass it when listing many leases)."""
-    if lease.auto_renew is not None:
-        return lease.auto_renew
-    return account_auto_renew(lease.customer_id) if account_default is None else account_default
-
-
-def account_auto_renew(customer_id: int) -> bool:
-    from .models import CustomerSettings
-
-    default = CustomerSettings.objects.filter(user_id=customer_id).values_list("auto_renew", flat=True).first()
-    return True if default is None else default
+def account_create(*, username: str, password: str, email: str = "") -> User:
+    user = User.objects.create_user(username=username, password=password, email=email or "")
+    CustomerSettings.objects.create(user=user)
+    audit_record(actor=user, action="account_create", obj=user)
+    return user
 
 
-@transaction.atomic
-def lease_auto_renew_set(*, customer: User, lease_id: int, auto_renew: bool | None,
-                         now: datetime | None = None) -> bool:
-    """Sets (True/False) or clears (None: follow the account) a lease's auto-renew; audited
-    as a lease event. False when the lease is not the customer's or has ended."""
-    from .models import LIVE_STATES, Lease
-    from .services import lease_record
+def _loaded_settings(user) -> CustomerSettings | None:
+    """The customer's settings row when it came with the user (select_related, as the
+    lifecycle sweeps read it), else None: the caller queries it."""
+    if user is None or not User.rental_settings.is_cached(user):
+        return None
+    try:
+        return user.rental_settings
+    except CustomerSettings.DoesNotExist:
+        return None
 
-    lease = Lease.objects.select_for_update().filter(pk=lease_id, customer=customer, state__in=LIVE_STATES).first()
-    if lease is None:
-        return False
-    if lease.auto_renew != auto_renew:
-        Lease.objects.filter(pk=lease.pk).update(auto_renew=auto_renew)
-        lease_record(lease_id=lease.pk, kind="auto_renew_set", now=now or timezone.now(), actor=customer,
-                     reason="auto-renew " + {True: "on", False: "off", None: "follows the account"}[auto_renew],
-                     data={"auto_renew": auto_renew})
-    return True
+
+def customer_settings(user: User) -> CustomerSettings:
+    return _loaded_settings(user) or CustomerSettings.objects.get_or_create(user=user)[0]
+
+
+def customer_settings_update(*, user: User, email: str, auto_renew: bool) -> CustomerSettings:
+    with transaction.atomic():
+        prefs = customer_settings(user)
+        User.objects.filter(pk=user.pk).update(email=email)
+        CustomerSettings.objects.filter(pk=prefs.pk).update(auto_renew=auto_renew)
+        audit_record(actor=user, action="settings_update", obj=prefs,
+                     detail={"email_set": bool(email), "auto_renew": auto_renew})
+    prefs.refresh_from_db()
+    return prefs

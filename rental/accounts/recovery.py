@@ -3,7 +3,7 @@ at sign-up (and again, new ones, from the settings page with the password); with
 them, "forgot password" sets a new password. Only SHA-256 hashes are stored (the codes are
 80 random bits, like API tokens). Customers with an e-mail address can also use Django's
 password reset by e-mail (storefront/urls.py). Every write is audited; attempts are throttled
-per client address (rental.throttle)."""
+per client address (rental.accounts.throttle)."""
 import base64
 import hashlib
 import secrets
@@ -27,8 +27,8 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from inventory.audit import audit_record
 
-from .models import RecoveryCode
-from .shown_once import keep_to_show_once, take_to_show
+from ..models import RecoveryCode
+from ..shown_once import keep_to_show_once, take_to_show
 from .throttle import per_user, throttle_hit, throttle_posts, throttled
 from .two_factor import display_code, normalize_code
 

@@ -1,0 +1,25 @@
+"""What the account settings page shows (/account/settings/): the settings, token and SSH
+key forms, the customer's keys, tokens and notices, two-factor and recovery-code status.
+Reads only. Here, below rental.views and rental.notifications.views, because both render
+the page (issue 33: the webhooks' views imported rental.views for it, in a circle)."""
+from .accounts.services import customer_settings
+from .accounts.two_factor import is_enrolled
+from .forms import ApiTokenForm, SettingsForm, SshKeyForm
+from .models import ApiToken, Notification, RecoveryCode, SshKey
+
+
+def settings_context(request, **extra) -> dict:
+    """The settings page's context; `extra` overrides a part (a bound form with its errors,
+    a token or webhook secret shown once)."""
+    prefs = customer_settings(request.user)
+    return {
+        "form": SettingsForm(initial={"email": request.user.email, "auto_renew": prefs.auto_renew}),
+        "token_form": ApiTokenForm(),
+        "ssh_key_form": SshKeyForm(),
+        "ssh_keys": SshKey.objects.filter(customer=request.user),
+        "tokens": ApiToken.objects.filter(customer=request.user).order_by("revoked_at", "-created_at"),
+        "notifications": Notification.objects.filter(customer=request.user).select_related("lease")[:50],
+        "two_factor_on": is_enrolled(request.user),
+        "recovery_codes_left": RecoveryCode.objects.filter(user=request.user, used_at__isnull=True).count(),
+        **extra,
+    }

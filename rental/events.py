@@ -1,0 +1,23 @@
+"""What happened to a lease, below the services that make it happen: the LeaseEvent row
+every state change writes (`event_record`: rental.services, rental.storage, rental.failover,
+billing.storage) and the line a lifecycle sweep reports (`Transition`: rental.lifecycle,
+billing's and the notifications' sweeps). Here so that none of them imports another to get
+these (issue 33)."""
+from dataclasses import dataclass
+from datetime import datetime
+
+from .models import LeaseEvent
+
+
+@dataclass(frozen=True)
+class Transition:
+    lease_id: int
+    what: str
+
+
+def event_record(lease_id: int, *, kind: str, now: datetime, actor=None, from_state="", to_state="", reason="",
+                 data=None) -> LeaseEvent:
+    return LeaseEvent.objects.create(
+        lease_id=lease_id, kind=kind, at=now, actor=actor if getattr(actor, "pk", None) else None,
+        from_state=from_state, to_state=to_state, reason=reason[:300], data=data or {},
+    )
