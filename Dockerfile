@@ -4,7 +4,7 @@
 # and runs as `app`; the only place it writes is its data volume, /data (VAR_DIR).
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PYTHONPATH=/app \
-    VAR_DIR=/data STATIC_ROOT=/app/staticfiles DJANGO_SETTINGS_MODULE=rental.settings
+    VAR_DIR=/data STATIC_ROOT=/app/staticfiles DJANGO_SETTINGS_MODULE=storefront.settings
 WORKDIR /app
 RUN apt-get update && apt-get install -y --no-install-recommends gettext \
     && rm -rf /var/lib/apt/lists/*

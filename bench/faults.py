@@ -250,7 +250,7 @@ class Proc:
 def django_setup(env: dict) -> None:
     for key in ("DATABASE_URL", "REDIS_URL", "VAR_DIR", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "HOST_AGENT"):
         os.environ[key] = env[key]
-    os.environ["DJANGO_SETTINGS_MODULE"] = "rental.settings"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "storefront.settings"
     os.environ["LOG_LEVEL"] = "WARNING"
     os.environ["DB_CONN_MAX_AGE"] = "0"
     sys.path.insert(0, str(BASE))
@@ -403,9 +403,9 @@ def drill_redis(services, env: dict, var_dir: Path, outage: int, tick: float, se
     n = 10
     ids = seed_leases(n)
     connections.close_all()
-    worker = Proc("worker", [CELERY, "-A", "rental", "worker", "--pool=solo", "-n", "faults@%h", "--without-gossip",
+    worker = Proc("worker", [CELERY, "-A", "storefront", "worker", "--pool=solo", "-n", "faults@%h", "--without-gossip",
                              "--without-mingle", "-l", "info"], celery_env, var_dir / "worker.log")
-    beat = Proc("beat", [CELERY, "-A", "rental", "beat", "-l", "info", "-s", str(var_dir / "beat-schedule")],
+    beat = Proc("beat", [CELERY, "-A", "storefront", "beat", "-l", "info", "-s", str(var_dir / "beat-schedule")],
                 celery_env, var_dir / "beat.log")
     try:
         deadline = time.monotonic() + 60

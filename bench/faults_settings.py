@@ -3,7 +3,7 @@ lifecycle tick every FAULTS_TICK seconds (default 5) instead of every minute, so
 run shows several ticks before, during and after an outage. Nothing else changes."""
 import os
 
-from rental.settings import *  # noqa: F403
+from storefront.settings import *  # noqa: F403
 
 _tick = float(os.environ.get("FAULTS_TICK", "5"))
 CELERY_BEAT_SCHEDULE = {

@@ -73,7 +73,7 @@ def main() -> None:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
         os.environ["DATABASE_URL"] = with_db(url, name)
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rental.settings")
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "storefront.settings")
         # Production settings (DEBUG off) refuse to start without these (issue 14).
         os.environ.setdefault("SECRET_KEY", "bench-" + "k" * 50)
         os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1")

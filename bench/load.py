@@ -62,7 +62,7 @@ def with_db(url: str, name: str) -> str:
 
 def production_env(database_url: str, redis_url: str, var_dir: str, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in {"TESTING", "DEBUG", "DJANGO_SETTINGS_MODULE"}}
-    env.update(DJANGO_SETTINGS_MODULE="rental.settings", DEBUG="0", SECRET_KEY="bench-" + "k" * 50,
+    env.update(DJANGO_SETTINGS_MODULE="storefront.settings", DEBUG="0", SECRET_KEY="bench-" + "k" * 50,
                ALLOWED_HOSTS="127.0.0.1", SECURE_SSL_REDIRECT="0", DATABASE_URL=database_url,
                REDIS_URL=redis_url, VAR_DIR=var_dir, BENCH_BASELINE_VIEW="1", LOG_LEVEL="WARNING",
                PYTHONPATH=str(BASE), HOST_AGENT="rental.agent.FakeAgent", **extra)
@@ -92,7 +92,7 @@ def wait_http(url: str, timeout: float = 30) -> None:
 class Gunicorn:
     def __init__(self, env: dict, port: int, workers: int, worker_class: str, threads: int, log: Path):
         self.log = open(log, "w")  # noqa: SIM115 - closed in stop()
-        cmd = [GUNICORN, "rental.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+        cmd = [GUNICORN, "storefront.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
                "--worker-class", worker_class, "--access-logfile", "-" if os.environ.get("ACCESS_LOG") else "/dev/null",
                "--graceful-timeout", "5", "--timeout", "30"]
         if worker_class == "gthread":

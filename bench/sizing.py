@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "sizing")]
 # the engine's warnings go through Django's gettext, which needs configured settings
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rental.test_settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "storefront.test_settings")
 
 import django  # noqa: E402
 

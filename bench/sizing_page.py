@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 os.environ["VAR_DIR"] = tempfile.mkdtemp(prefix="sizing-bench-")
 os.environ.pop("DATABASE_URL", None)
 os.environ.pop("REDIS_URL", None)
-os.environ["DJANGO_SETTINGS_MODULE"] = "rental.test_settings"
+os.environ["DJANGO_SETTINGS_MODULE"] = "storefront.test_settings"
 
 import django  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The lifecycle's timers as durations, read from settings (rental/settings.py, "Lease
+"""The lifecycle's timers as durations, read from settings (storefront/settings/__init__.py, "Lease
 lifecycle timers") at call time: the one place sweeps, timeline, model properties, admin,
 pages and the API get them from."""
 from datetime import datetime, timedelta

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python}"
-export DEBUG=0 DJANGO_SETTINGS_MODULE=rental.settings
+export DEBUG=0 DJANGO_SETTINGS_MODULE=storefront.settings
 throwaway_key="$(head -c 48 /dev/urandom | base64 | tr -d '/+=\n')"
 export SECRET_KEY=${SECRET_KEY:-$throwaway_key}
 export ALLOWED_HOSTS="${ALLOWED_HOSTS:-build.invalid}"

@@ -16,7 +16,7 @@ fi
 $BIN/python manage.py load_demo
 $BIN/python manage.py create_operator
 
-$BIN/celery -A rental worker --beat --pool=solo --loglevel=INFO \
+$BIN/celery -A storefront worker --beat --pool=solo --loglevel=INFO \
   --schedule var/celerybeat-schedule >var/celery.log 2>&1 &
 CELERY_PID=$!
 trap 'kill $CELERY_PID 2>/dev/null || true' EXIT INT TERM

@@ -9,7 +9,7 @@
 # in the image (scripts/build-assets.sh), so nothing here writes outside VAR_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-rental.settings}"
+export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-storefront.settings}"
 
 case "${1:-}" in
   migrate)
@@ -18,15 +18,15 @@ case "${1:-}" in
   web)
     # issue 28: the client's address and no reset token in the access log
     # (rental/accesslog.py); no control socket: nothing but the master manages workers.
-    exec gunicorn rental.wsgi:application --bind "${GUNICORN_BIND:-0.0.0.0:8000}" \
+    exec gunicorn storefront.wsgi:application --bind "${GUNICORN_BIND:-0.0.0.0:8000}" \
       --workers "${WEB_CONCURRENCY:-4}" --worker-tmp-dir /dev/shm --access-logfile - \
       --logger-class rental.accesslog.AccessLogger \
       --access-logformat '%(h)s via %({peer}e)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"' \
       --no-control-socket ;;
   worker)
-    exec celery -A rental worker --loglevel=INFO --concurrency="${CELERY_CONCURRENCY:-4}" ;;
+    exec celery -A storefront worker --loglevel=INFO --concurrency="${CELERY_CONCURRENCY:-4}" ;;
   beat)
-    exec celery -A rental beat --loglevel=INFO ;;
+    exec celery -A storefront beat --loglevel=INFO ;;
   *)
     echo "usage: $0 migrate|web|worker|beat" >&2
     exit 2 ;;

@@ -131,6 +131,6 @@ if __name__ == "__main__":  # pragma: no cover - prints the CALIBRATION.md table
 
     import django
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rental.test_settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "storefront.test_settings")
     django.setup()
     print(markdown())

@@ -86,7 +86,7 @@ def wallet_coins(coin: str) -> list[str]:
 
 
 def rule(key: str):
-    """A payment rule: its one definition is the named setting in rental/settings.py
+    """A payment rule: its one definition is the named setting in storefront/settings/payments.py
     ("issue 15"/"issue 27" blocks: environment value or default); read at call time."""
     return getattr(settings, key)
 

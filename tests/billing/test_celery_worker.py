@@ -44,12 +44,12 @@ def database_url() -> str:
 class Worker:
     def __init__(self, name: str, queue: str, log: Path, **env):
         self.name, self.log = name, log
-        environ = {**os.environ, "DJANGO_SETTINGS_MODULE": "rental.test_settings", "TESTING": "1",
+        environ = {**os.environ, "DJANGO_SETTINGS_MODULE": "storefront.test_settings", "TESTING": "1",
                    "CELERY_TASK_ALWAYS_EAGER": "0", "DATABASE_URL": database_url(), "DB_CONN_MAX_AGE": "0",
                    "HOST_AGENT_FAKE_DELAY": "0", "PYTHONPATH": str(BASE), **env}
         self.out = open(log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [CELERY, "-A", "rental", "worker", "--pool=solo", "-Q", queue, "-n", f"{name}-{queue}@%h",
+            [CELERY, "-A", "storefront", "worker", "--pool=solo", "-Q", queue, "-n", f"{name}-{queue}@%h",
              "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info"],
             cwd=BASE, env=environ, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True)
 

@@ -176,7 +176,7 @@ def lock_expiry(backend) -> datetime:
 
 
 def test_lock_of_a_killed_holder_expires(catalog, settings, backend):
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "rental.test_settings", "TESTING": "1",
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "storefront.test_settings", "TESTING": "1",
            "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL, "PYTHONPATH": str(BASE)}
     holder = subprocess.Popen([sys.executable, "-c", HOLD_AND_WAIT, "3"], cwd=BASE, env=env,
                               stdout=subprocess.PIPE, text=True, start_new_session=True)

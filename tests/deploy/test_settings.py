@@ -19,7 +19,7 @@ SHOW = ("import django; django.setup(); from django.conf import settings as s; "
 
 def settings_import(tmp_path, **env):
     environ = {k: v for k, v in os.environ.items() if k not in TEST_ONLY_ENV}
-    environ.update(DJANGO_SETTINGS_MODULE="rental.settings", VAR_DIR=str(tmp_path), **env)
+    environ.update(DJANGO_SETTINGS_MODULE="storefront.settings", VAR_DIR=str(tmp_path), **env)
     return subprocess.run([sys.executable, "-c", SHOW], cwd=ROOT, env=environ, capture_output=True, text=True,
                           timeout=120)
 

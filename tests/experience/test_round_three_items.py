@@ -40,7 +40,7 @@ def test_make_run_installs_it_only_with_debug():
     import sys
 
     code = "import django, os; django.setup(); from django.conf import settings; print('{}' in settings.MIDDLEWARE)"
-    env = {"DJANGO_SETTINGS_MODULE": "rental.settings", "PATH": "/usr/bin:/bin"}
+    env = {"DJANGO_SETTINGS_MODULE": "storefront.settings", "PATH": "/usr/bin:/bin"}
     on = subprocess.run([sys.executable, "-c", code.format(FRIENDLY)], env={**env, "DEBUG": "1"},
                         capture_output=True, text=True, timeout=60)
     assert on.stdout.strip() == "True", on.stderr

@@ -9,7 +9,7 @@ import time
 
 from celery import signals
 
-from rental.celery import app  # noqa: F401 - `celery -A tests.faults.scan_worker`
+from storefront.celery import app  # noqa: F401 - `celery -A tests.faults.scan_worker`
 
 
 class PayEverything:

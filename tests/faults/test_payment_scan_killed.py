@@ -32,7 +32,7 @@ class ScanWorker(Worker):
     """test_celery_worker's Worker, running the app in tests/faults/scan_worker.py."""
 
     def __init__(self, name, queue_name, log, **env):
-        environ = {**os.environ, "DJANGO_SETTINGS_MODULE": "rental.test_settings", "TESTING": "1",
+        environ = {**os.environ, "DJANGO_SETTINGS_MODULE": "storefront.test_settings", "TESTING": "1",
                    "CELERY_TASK_ALWAYS_EAGER": "0", "DATABASE_URL": database_url(), "DB_CONN_MAX_AGE": "0",
                    "PYTHONPATH": str(BASE), **env}
         self.name, self.log = name, log

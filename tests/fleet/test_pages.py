@@ -150,7 +150,7 @@ def test_production_default_is_the_node_agent():
     import sys
 
     env = {k: v for k, v in os.environ.items() if k not in ("TESTING", "DEBUG", "HOST_AGENT")}
-    env.update(DJANGO_SETTINGS_MODULE="rental.settings", SECRET_KEY="x" * 50, ALLOWED_HOSTS="shop.example",
+    env.update(DJANGO_SETTINGS_MODULE="storefront.settings", SECRET_KEY="x" * 50, ALLOWED_HOSTS="shop.example",
                DATABASE_URL="postgres://shop@127.0.0.1:5432/shop")  # production refuses to start without them
     code = "import django; django.setup(); from django.conf import settings; print(settings.HOST_AGENT)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

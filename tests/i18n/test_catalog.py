@@ -64,7 +64,7 @@ def test_makemessages_finds_nothing_new(tmp_path):
         else:
             shutil.copy2(src, tmp_path / name)
     shutil.copytree(BASE / "locale", tmp_path / "locale")
-    env = {**os.environ, "VAR_DIR": str(tmp_path / "var"), "TESTING": "1", "DJANGO_SETTINGS_MODULE": "rental.settings",
+    env = {**os.environ, "VAR_DIR": str(tmp_path / "var"), "TESTING": "1", "DJANGO_SETTINGS_MODULE": "storefront.settings",
            "PYTHONPATH": str(tmp_path)}
     env.pop("DATABASE_URL", None)
     done = subprocess.run([sys.executable, "manage.py", "makemessages", "-l", "zh_Hans", "--no-obsolete"],

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The test process's own variables, never production's (tests/e2e/conftest.py sets the last).
 TEST_ONLY_ENV = {"TESTING", "DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE"}
 # What production must set (issue 14); the database is never connected to by these checks.
-PRODUCTION_ENV = {"DEBUG": "0", "DJANGO_SETTINGS_MODULE": "rental.settings", "ALLOWED_HOSTS": "gpus.example.com",
+PRODUCTION_ENV = {"DEBUG": "0", "DJANGO_SETTINGS_MODULE": "storefront.settings", "ALLOWED_HOSTS": "gpus.example.com",
                   "DATABASE_URL": "postgres://storefront:secret@db.invalid:5432/storefront"}
 
 

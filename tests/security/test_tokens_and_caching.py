@@ -123,7 +123,7 @@ def test_signed_in_pages_are_no_store_and_public_ones_carry_permissions_policy(c
 
 def test_production_language_cookie_is_secure():
     env = {k: v for k, v in os.environ.items() if k not in TEST_ONLY_ENV}
-    env.update(DEBUG="0", SECRET_KEY="s" * 60, DJANGO_SETTINGS_MODULE="rental.settings", ALLOWED_HOSTS="shop.example",
+    env.update(DEBUG="0", SECRET_KEY="s" * 60, DJANGO_SETTINGS_MODULE="storefront.settings", ALLOWED_HOSTS="shop.example",
                DATABASE_URL="postgres://shop@127.0.0.1:5432/shop")  # production refuses to start without them
     code = ("import django; django.setup(); from django.conf import settings as s; "
             "print(s.LANGUAGE_COOKIE_SECURE, s.LANGUAGE_COOKIE_HTTPONLY, bool(s.PERMISSIONS_POLICY))")

@@ -30,7 +30,7 @@ def check_web(bind: str) -> str:
 
 
 def check_worker() -> str:
-    from rental.celery import app
+    from celery import current_app as app  # the project's app (storefront/celery.py)
 
     node = f"celery@{socket.gethostname()}"
     replies = app.control.ping(destination=[node], timeout=5.0)

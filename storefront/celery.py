@@ -4,8 +4,8 @@ import os
 
 from celery import Celery
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rental.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "storefront.settings")
 
-app = Celery("rental")
+app = Celery("storefront")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

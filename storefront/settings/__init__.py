@@ -13,7 +13,7 @@ import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parent.parent.parent  # storefront/settings/__init__.py
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
@@ -120,7 +120,7 @@ if DEBUG and not env_bool("DEBUG_TECHNICAL_404"):
                       "rental.middleware.FriendlyNotFoundMiddleware")
 
 ROOT_URLCONF = "storefront.urls"
-WSGI_APPLICATION = "rental.wsgi.application"
+WSGI_APPLICATION = "storefront.wsgi.application"
 
 TEMPLATES = [
     {
@@ -401,46 +401,9 @@ NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE = int(os.environ.get("NODE_REQUESTS_PER_
 NODE_LINK_GBPS = int(os.environ.get("NODE_LINK_GBPS", "100"))
 EGRESS_SLACK_BYTES = int(os.environ.get("EGRESS_SLACK_BYTES", str(10**9)))
 
-# --- issue 15: payments never lose money nor hold stock for a payment that will not come ---
-# Late and extra payments are credited at the rate when they confirm; one quote credits at
-# most this percentage of its USD value automatically, the rest waits for an operator.
-PAYMENT_AUTO_CREDIT_MAX_PERCENT = int(os.environ.get("PAYMENT_AUTO_CREDIT_MAX_PERCENT", "100"))
-# An unconfirmed payment is watched this long from its first sighting (chain time); then it
-# is invalid and the order's slots are released (BTCPay's "monitoring expiration").
-PAYMENT_MONITORING_MINUTES = int(os.environ.get("PAYMENT_MONITORING_MINUTES", "360"))
-# A payment under this share of the quote (basis points) is dust: it never extends a hold.
-PAYMENT_DUST_BPS = int(os.environ.get("PAYMENT_DUST_BPS", "100"))
-# A coin is not offered while its node's best block is older than this (node behind/stuck).
-PAYMENT_NODE_MAX_TIP_AGE_MINUTES = int(os.environ.get("PAYMENT_NODE_MAX_TIP_AGE_MINUTES", "120"))
-# Speed policy: "<usd cents>:<confirmations>,..." — a quote worth less than the cents needs
-# only that many confirmations (e.g. "10000:1,100000:3"; larger quotes need the coin's
-# <COIN>_CONFIRMATIONS, which is also the most any quote needs). Empty: always the coin's.
-PAYMENT_SPEED_POLICY = os.environ.get("PAYMENT_SPEED_POLICY", "")
-# A quote gets at least this long even at the end of an order's window (slots held so long).
-PAYMENT_QUOTE_MIN_MINUTES = int(os.environ.get("PAYMENT_QUOTE_MIN_MINUTES", "10"))
-# New quotes (fresh receive addresses) one customer may ask for per hour.
-QUOTES_PER_CUSTOMER_PER_HOUR = int(os.environ.get("QUOTES_PER_CUSTOMER_PER_HOUR", "20"))
-# Price sources: JSON list of {"name", "url", "path"[, "time_path"]}, {coin}/{coin_lower}
-# filled in; the median of those answering with a rate younger than RATE_MAX_AGE_MINUTES,
-# if at least PRICE_SOURCES_MIN answer, becomes the coin's rate every minute (a fresh
-# hand-set rate stays). Empty: rates are set by hand only.
-PRICE_SOURCES = os.environ.get("PRICE_SOURCES", "")
-PRICE_SOURCES_MIN = int(os.environ.get("PRICE_SOURCES_MIN", "1"))
-# --- issue 27: every payment rule defined here once (billing.payments.config reads these) ---
-UNDERPAYMENT_TOLERANCE_BPS = int(os.environ.get("UNDERPAYMENT_TOLERANCE_BPS", "0"))
-RATE_MAX_AGE_MINUTES = int(os.environ.get("RATE_MAX_AGE_MINUTES", "15"))
-PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES = int(os.environ.get("PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES", "120"))
-LATE_PAYMENT_WATCH_DAYS = int(os.environ.get("LATE_PAYMENT_WATCH_DAYS", "7"))
-ADDRESS_GAP_LIMIT = int(os.environ.get("ADDRESS_GAP_LIMIT", "20"))
-# Never-paid receive addresses one customer may hold past a wallet's last paid one (the gap
-# limit is then warned about to the operator, never a reason to refuse everybody).
-ADDRESSES_UNPAID_PER_CUSTOMER = int(os.environ.get("ADDRESSES_UNPAID_PER_CUSTOMER", "5"))
-# A lease whose payment was reversed on its chain keeps running this long while the
-# customer's balance is negative; then it is suspended until the debt is paid.
-PAYMENT_REVERSAL_GRACE_MINUTES = int(os.environ.get("PAYMENT_REVERSAL_GRACE_MINUTES", "30"))
-# The expiry sweeps wait at most this long for a coin watcher that has not scanned past an
-# order's deadline, so a payment the chain dates on time wins over the sweep.
-PAYMENT_WATCHER_LAG_MAX_MINUTES = int(os.environ.get("PAYMENT_WATCHER_LAG_MAX_MINUTES", "360"))
+# --- issues 15 and 27: the payment rules, each defined once (billing.payments.config reads them)
+from .payments import *  # noqa: E402,F403
+
 HOST_AGENT_FAKE_DELAY = int(os.environ.get("HOST_AGENT_FAKE_DELAY", "180"))
 # A lease still provisioning this long after payment fails: slots freed, refunded to the balance.
 NODE_PROVISIONING_DEADLINE = timedelta(minutes=int(os.environ.get("NODE_PROVISIONING_DEADLINE_MINUTES", "15")))

@@ -2,5 +2,5 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rental.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "storefront.settings")
 application = get_wsgi_application()
