@@ -125,7 +125,7 @@ class JobRun(models.Model):
 
 
 class JobLock(models.Model):
-    """issue 14: a named lock with an expiry, for deployments without Redis (billing/locks.py).
+    """issue 14: a named lock with an expiry, for deployments without Redis (billing/lifecycle/locks.py).
     Held while `expires_at` is in the future; `token` names the holder so only it releases."""
 
     name = models.CharField(max_length=60, primary_key=True)

@@ -26,7 +26,7 @@ from django.db import connection
 from django.utils import timezone
 
 from billing.lifecycle import SKIPPED, run_lifecycle, run_lifecycle_exclusive
-from billing.locks import DatabaseLock, RedisLock, exclusive, lock_backend
+from billing.lifecycle.locks import DatabaseLock, RedisLock, exclusive, lock_backend
 from billing.models import JobLock
 from rental.agent import FakeAgent, agent_override
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState
@@ -160,7 +160,7 @@ def test_command_reports_skipped_while_a_pass_runs(catalog, settings, backend, c
 HOLD_AND_WAIT = """
 import django, sys, time; from datetime import UTC, datetime, timedelta
 django.setup()
-from billing.locks import exclusive
+from billing.lifecycle.locks import exclusive
 with exclusive("lifecycle", ttl=timedelta(seconds=float(sys.argv[1]))) as held:
     print("held" if held else "not held", flush=True)
     time.sleep(120)

@@ -53,7 +53,7 @@ class RedisLock:
 
 class DatabaseLock:
     def acquire(self, name: str, token: str, ttl: timedelta) -> bool:
-        from .models import JobLock
+        from ..models import JobLock
 
         now = timezone.now()
         with transaction.atomic():
@@ -62,12 +62,12 @@ class DatabaseLock:
                     .update(token=token, expires_at=now + ttl))
 
     def extend(self, name: str, token: str, ttl: timedelta) -> bool:
-        from .models import JobLock
+        from ..models import JobLock
 
         return bool(JobLock.objects.filter(name=name, token=token).update(expires_at=timezone.now() + ttl))
 
     def release(self, name: str, token: str) -> bool:
-        from .models import JobLock
+        from ..models import JobLock
 
         return bool(JobLock.objects.filter(name=name, token=token).update(token="", expires_at=UNLOCKED))
 

@@ -16,14 +16,14 @@ from rental.models import Lease, LeaseState
 from rental.notices import sweep_state_notices
 from rental.notifications.services import sweep_webhooks
 
+from ..models import Invoice
+from ..payments import health as payments_health
+from ..payments import reversals as payments_reversals
+from ..payments import services as payments
+from ..services import lease_fail_and_refund, order_invoice_expire, renewal_invoice_create
+from ..storage.charges import sweep_storage
+from ..storage.sweeps import sweep_ceph
 from .locks import exclusive
-from .models import Invoice
-from .payments import health as payments_health
-from .payments import reversals as payments_reversals
-from .payments import services as payments
-from .services import lease_fail_and_refund, order_invoice_expire, renewal_invoice_create
-from .storage.charges import sweep_storage
-from .storage.sweeps import sweep_ceph
 
 
 def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
