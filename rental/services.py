@@ -47,7 +47,6 @@ class TransitionRefused(Exception):
     """The lease is not in a state that allows this; the message says why."""
 
 
-@transaction.atomic
 def _transition(lease_id: int, *, to: str, from_states, now: datetime, kind: str, actor=None, reason="",
                 when: Q | None = None, data=None, **fields) -> str | None:
     """Guarded update; returns the state it left, or None when another run got there first.
@@ -409,6 +408,7 @@ def lease_extend_by_operator(*, lease_id: int, actor, reason: str, now: datetime
     if left == S.SUSPENDED:
         transaction.on_commit(lambda: get_agent().resume(lease_id=lease_id))
     return bool(left)
+
 
 # --- issue 30: per-lease auto-renew -------------------------------------------------------
 

@@ -136,6 +136,7 @@ def ssh_key_delete(*, customer: User, key_id: int) -> bool:
 
 # --- the account and its settings row ------------------------------------------------------
 
+@transaction.atomic
 def account_create(*, username: str, password: str, email: str = "") -> User:
     user = User.objects.create_user(username=username, password=password, email=email or "")
     CustomerSettings.objects.create(user=user)
