@@ -431,7 +431,7 @@ def lease_fail_and_refund(*, lease: Lease, now: datetime) -> int | None:
 
 # --- renewals and expiry (called by the lifecycle sweeps) --------------------------------
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # no expected error to recover from: the sweep's batch is the unit
 def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
     """The renewal for the term starting at the current end, at the locked price; once per
     term (database constraint). Auto-paid from the balance when the lease's auto-renew
@@ -448,7 +448,7 @@ def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
     return invoice
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # no expected error to recover from: the sweep's batch is the unit
 def renewal_invoice_issue(*, lease: Lease, now: datetime) -> tuple[Invoice, bool]:
     """The renewal invoice of the term starting at the lease's current end: made (with its
     notice) when there is none, else the one that exists — one per (lease, term start),

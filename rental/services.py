@@ -8,13 +8,14 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.mail import send_mail
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from inventory.audit import audit_record
 from inventory.models import Offer, Site
+from inventory.rows import insert_once
 from inventory.services import slots_allocate, slots_release
 
 from . import rules
@@ -381,10 +382,11 @@ def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: s
     if dispatch_claim(recipient=f"user:{lease.customer_id}", event=kind, term=term, now=now,
                       customer=lease.customer, lease=lease) is None:
         return False
-    note_id = _insert_once(Notification(lease=lease, customer_id=lease.customer_id, kind=kind, deadline=deadline,
-                                        subject=subject, body=body, created_at=now))
-    if note_id is None:
+    note = Notification(lease=lease, customer_id=lease.customer_id, kind=kind, deadline=deadline,
+                        subject=subject, body=body, created_at=now)
+    if not insert_once(note):
         return False
+    note_id = note.pk
     event_emit(event=notice_event(kind), term=term, customer=lease.customer, lease=lease, now=now,
                data=lambda: {"lease": lease_data(lease), "notice": {"kind": kind, "subject": subject, "body": body,
                                                                       "deadline": deadline.isoformat()}})
@@ -395,20 +397,6 @@ def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: s
             Notification.objects.filter(pk=note_id).update(emailed_at=now)
         transaction.on_commit(send)
     return True
-
-
-def _insert_once(note: Notification) -> int | None:
-    """INSERT … ON CONFLICT DO NOTHING RETURNING id: the new row's id, or None when the
-    (lease, kind, deadline) notice exists. One statement (PostgreSQL, SQLite ≥ 3.35) where
-    a savepoint around a failing INSERT took three — sweeps send one notice per due lease."""
-    fields = [f for f in Notification._meta.concrete_fields if not f.primary_key]
-    quote = connection.ops.quote_name
-    sql = (f"INSERT INTO {quote(Notification._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
-           f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING RETURNING {quote('id')}")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [f.get_db_prep_save(f.pre_save(note, True), connection) for f in fields])
-        row = cursor.fetchone()
-    return row[0] if row else None
 
 
 # --- operator actions (admin, management commands) --------------------------------------
