@@ -98,7 +98,7 @@ def due_case(args, fill, common) -> None:
                 else:
                     run_lifecycle(now)
                 pass_seconds.append(time.perf_counter() - started)
-                cpu = [b - a for a, b in zip(cpu, cpu_seconds())]
+                cpu = [b - a for a, b in zip(cpu, cpu_seconds(), strict=True)]
             cpu_first = cpu_first or cpu
             queries += counter["n"]
             left = still_due(first_id=first)
