@@ -24,7 +24,7 @@ from .holds import hold_refusal
 from .models import Account, Invoice, InvoiceLine, LedgerEntry
 
 TERM_DAYS = {Term.WEEK: 7, Term.MONTH: 30}
-ADDON_PRODUCTS = {"extra_nvme_tb": "extra_nvme", "network_volume_tb": "network_volume", "snapshot_tb": "snapshot"}
+ADDON_PRODUCTS = {"extra_nvme_tb": "extra_nvme", "network_volume_tb": "network_volume"}
 
 
 class BillingError(Exception):
