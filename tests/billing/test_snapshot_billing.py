@@ -177,3 +177,20 @@ def test_my_storage_shows_the_snapshot_charges(lease, customer, t0, client):
     table = html.split('id="snapshot-charges"')[1].split("</table>")[0]
     assert f"#{snap.pk}" in table and "$1.50" in table and "0.2500" in table  # 0.5 TB × half a month
     assert "$6.00 per TB-month of what each snapshot stores" in html
+
+
+@pytest.mark.postgres  # row locks: skipped on SQLite by tests/conftest.py
+@pytest.mark.django_db(transaction=True)
+def test_two_billing_passes_at_once_charge_each_period_once(catalog, customer, t0, settings):
+    from tests.billing.test_concurrency import in_threads
+
+    settings.HOST_AGENT_FAKE_DELAY = 0
+    balance_top_up(customer=customer, amount_cents=6500 + 10_000, now=t0)
+    lease, _invoice = order(customer, t0)
+    sweep_provisioning(t0)
+    snaps = [take(Lease.objects.get(pk=lease.pk), t0, TB) for _ in range(3)]
+    results = in_threads(*[lambda: sweep_snapshot_usage(t0 + 61 * DAY) for _ in range(4)])
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert [charges(s) for s in snaps] == [[600, 600]] * 3
+    assert balance(customer) == 10_000 - 3 * 1200
+    assert LedgerEntry.objects.filter(idempotency_key__startswith="snapshot_usage:").count() == 6
