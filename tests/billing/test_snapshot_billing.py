@@ -194,3 +194,13 @@ def test_two_billing_passes_at_once_charge_each_period_once(catalog, customer, t
     assert [charges(s) for s in snaps] == [[600, 600]] * 3
     assert balance(customer) == 10_000 - 3 * 1200
     assert LedgerEntry.objects.filter(idempotency_key__startswith="snapshot_usage:").count() == 6
+
+
+def test_the_customer_desk_shows_what_a_snapshot_stores_and_is_billed_until(lease, customer, t0, client, operator):
+    snap = take(lease, t0, TB // 2)
+    sweep_snapshot_usage(t0 + 30 * DAY)
+    client.force_login(operator)
+    html = client.get(reverse("admin:ops_customer", args=[customer.pk])).content.decode()
+    table = html.split('id="snapshots"')[1].split("</table>")[0]
+    assert f"<td>{snap.pk}</td>" in table and "465.7\xa0GB" in table  # filesizeformat: binary units
+    assert f"{t0 + 30 * DAY:%Y-%m-%d %H:%M}" in table
