@@ -300,7 +300,9 @@ class VolumeAttachment(models.Model):
 
 class Snapshot(models.Model):
     """A snapshot of a lease's local disk, restorable into a new lease anywhere in the same
-    region (e.g. from an A100 to an H100); billed per TB-month on its own term.
+    region (e.g. from an A100 to an H100); billed in arrears per TB-month of what it stores
+    (`stored_bytes`, billing.storage.snapshot_usage). `paid_until`: for snapshots taken
+    before that, the end of the 30-day term paid when taken; since, the moment it was taken.
 
     Issue 26: the node agent takes it with restic into a repository of its own (an RGW
     bucket of an RGW user of its own at the lease's site), encrypted with a password only

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import transaction
+from django.db.models import Q
 
 from inventory.audit import audit_record
 from inventory.models import StorageProduct
@@ -168,7 +169,9 @@ def sweep_snapshot_usage(now: datetime, limit: int = 500) -> list[Transition]:
     done = []
     # ready snapshots never billed yet, and the open meters
     new = Snapshot.objects.filter(ready_at__isnull=False, meter__isnull=True).order_by("pk")[:limit]
-    open_ = Snapshot.objects.filter(meter__closed_at__isnull=True).order_by("meter__billed_until")[:limit]
+    due = Q(meter__billed_until__lte=now - BILLING_PERIOD) | Q(state=Snapshot.State.DELETED) | Q(
+        key_destroyed_at__isnull=False)
+    open_ = Snapshot.objects.filter(due, meter__closed_at__isnull=True).order_by("meter__billed_until")[:limit]
     for snap in [*new, *open_]:
         billed = snapshot_bill(snapshot=snap, now=now)
         cents = sum(c.cents for c in billed.charges)
