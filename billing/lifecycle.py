@@ -23,6 +23,7 @@ from .payments import health as payments_health
 from .payments import reversals as payments_reversals
 from .payments import services as payments
 from .services import lease_fail_and_refund, order_invoice_expire, renewal_invoice_create
+from .storage.snapshot_usage import sweep_snapshot_usage
 from .storage.sweeps import sweep_ceph
 
 
@@ -94,6 +95,7 @@ SWEEPS = [
     ("reversed_payments", payments_reversals.sweep_reversed_payments),
     ("state_notices", sweep_state_notices),
     ("storage", sweep_storage),
+    ("snapshot_usage", sweep_snapshot_usage),  # issue 26: snapshots billed per TB-month stored, in arrears
     ("ceph", sweep_ceph),  # issue 25: caps, purges, object storage metering (billing/storage)
     ("key_destruction", rental_sweeps.sweep_key_destruction),
     ("wipe", rental_sweeps.sweep_wipe),

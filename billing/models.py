@@ -387,6 +387,8 @@ from .storage.models import (  # noqa: E402,F401
     OrderedVolume,
     S3Account,
     S3Key,
+    SnapshotMeter,
+    SnapshotUsageCharge,
     StorageCharge,
     StorageCluster,
     VolumeMount,

@@ -24,7 +24,7 @@ from .holds import hold_refusal
 from .models import Account, Invoice, InvoiceLine, LedgerEntry
 
 TERM_DAYS = {Term.WEEK: 7, Term.MONTH: 30}
-ADDON_PRODUCTS = {"extra_nvme_tb": "extra_nvme", "network_volume_tb": "network_volume", "snapshot_tb": "snapshot"}
+ADDON_PRODUCTS = {"extra_nvme_tb": "extra_nvme", "network_volume_tb": "network_volume"}
 
 
 class BillingError(Exception):
@@ -309,10 +309,16 @@ def refunds_left(customer: User, now: datetime | None = None) -> int:
 def refundable_cents(invoice: Invoice) -> int:
     """What is left to refund of an invoice: one amount per invoice, whichever path refunds
     it (the customer's "Cancel and refund", an operator's refund from the customer desk, a
-    lease that failed to provision). Only paid orders and renewals are refundable."""
+    lease that failed to provision). Only paid orders and renewals are refundable, and never
+    the part that paid for a network volume ordered with the lease while that volume exists
+    or is still being created (billing.storage.orders.invoice_volume_held_cents): the volume
+    is the customer's and survives the lease. The path that finds it cannot be created
+    refunds that part itself."""
+    from .storage.orders import invoice_volume_held_cents
+
     if invoice.state != Invoice.State.PAID or invoice.kind == Invoice.Kind.TOPUP:
         return 0
-    return max(0, invoice.amount_cents - invoice.refunded_cents)
+    return max(0, invoice.amount_cents - invoice.refunded_cents - invoice_volume_held_cents(invoice))
 
 
 def invoices_refund_claim(*, invoices, now: datetime, cents: int | None = None) -> tuple[int, list[Invoice]]:
@@ -339,24 +345,20 @@ def _refund_key(prefix: str, touched: list[Invoice]) -> str:
     return f"{prefix}:" + ",".join(f"{i.pk}={i.refunded_cents}" for i in touched)
 
 
-def _volume_kept_cents(lease: Lease) -> int:
-    from .storage.orders import ordered_volume_kept_cents
-
-    return ordered_volume_kept_cents(lease)
-
-
 def _lease_refund_claim(lease: Lease, paid: list[Invoice], *, now: datetime) -> tuple[int, list[Invoice]]:
-    """Everything paid for the lease and not refunded yet, but a network volume created
-    with the order: that is the customer's and survives the lease (its part stays paid).
-    An add-on not created yet is refunded on its own (and never created)."""
+    """Everything paid for the lease and not refunded yet (``refundable_cents``: a network
+    volume created with the order stays paid). An add-on not created yet is refunded on its
+    own first (and never created)."""
     from .storage.orders import ordered_volume_cancel
 
     ordered_volume_cancel(lease=lease, now=now)
-    kept = _volume_kept_cents(lease)
-    if not kept:
-        return invoices_refund_claim(invoices=paid, now=now)
-    left = sum(refundable_cents(i) for i in Invoice.objects.filter(pk__in=[i.pk for i in paid]))
-    return invoices_refund_claim(invoices=paid, now=now, cents=max(0, left - kept))
+    return invoices_refund_claim(invoices=paid, now=now)
+
+
+def _volume_pending_cents(lease: Lease) -> int:
+    from .storage.orders import ordered_volume_pending_cents
+
+    return ordered_volume_pending_cents(lease)
 
 
 @transaction.atomic
@@ -378,7 +380,8 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
     # invoices before the account: the customer desk's refund locks in that order too
     paid = list(Invoice.objects.select_for_update().filter(lease=lease, state=Invoice.State.PAID)
                 .exclude(kind=Invoice.Kind.TOPUP).order_by("pk"))
-    amount = max(0, sum(refundable_cents(i) for i in paid) - _volume_kept_cents(lease))
+    amount = sum(refundable_cents(i) for i in paid)  # a pending add-on's part is refunded too (cancelled)
+    amount += _volume_pending_cents(lease)
     by_customer = actor.pk == lease.customer_id
     if amount and by_customer:
         account_for(lease.customer)

@@ -4,7 +4,7 @@ endpoint is merged in this way when that module exists."""
 import copy
 from importlib import import_module
 
-from .models import ADDON_LIMITS_TB
+from .models import ADDON_LIMITS_TB, RETIRED_ADDONS
 
 API_APPS_WITH_PATHS = ("sizing",)
 
@@ -43,7 +43,15 @@ SCHEMAS = {
         "per_gpu_hour_usd": MONEY, "free_total": {"type": "integer"},
         "free_by_site": {"type": "object", "additionalProperties": {"type": "integer"}}}},
     "Addons": {"type": "object", "additionalProperties": False, "properties": {
-        name: {"type": "integer", "minimum": 0, "maximum": limit} for name, limit in ADDON_LIMITS_TB.items()}},
+        **{name: {"type": "integer", "minimum": 0, "maximum": limit} for name, limit in ADDON_LIMITS_TB.items()},
+        **{name: {"type": "integer", "const": 0, "deprecated": True,
+                  "description": "Retired: only 0 is accepted (400 otherwise); snapshots are taken from a running lease"}
+           for name in RETIRED_ADDONS}}},
+    "LeaseAddons": {"type": "object", "properties": {
+        **{name: {"type": "integer", "minimum": 0} for name in ADDON_LIMITS_TB},
+        **{name: {"type": "integer", "minimum": 0, "deprecated": True, "readOnly": True,
+                  "description": "Retired add-on: what an old lease ordered; new leases show 0"}
+           for name in RETIRED_ADDONS}}},
     "OrderRequest": {"type": "object", "required": ["offer", "site", "term", "ssh_key"], "properties": {
         "offer": {"type": "string"}, "site": {"type": "string", "examples": ["DFW-1"]},
         "term": {"enum": ["week", "month"]}, "addons": _ref("Addons"),
@@ -55,7 +63,7 @@ SCHEMAS = {
         "state": {"enum": ["pending", "provisioning", "active", "suspended", "released", "wiped", "cancelled", "failed"]},
         "offer": {"type": "string"}, "site": {"type": "string"}, "image": {"type": "string"},
         "term": {"enum": ["week", "month"]}, "price_cents": {"type": "integer"}, "price_usd": MONEY,
-        "addons": _ref("Addons"), "created_at": STAMP, "pay_by": STAMP, "started_at": STAMP, "ends_at": STAMP,
+        "addons": _ref("LeaseAddons"), "created_at": STAMP, "pay_by": STAMP, "started_at": STAMP, "ends_at": STAMP,
         "renewal_invoice_at": STAMP, "refund_until": STAMP, "suspended_at": STAMP, "hold_until": STAMP,
         "wipe_by": STAMP, "ended_at": STAMP,
         "ssh": {"type": ["object", "null"], "properties": {

@@ -20,8 +20,12 @@ class Term(models.TextChoices):
 
 TERM_LENGTH = {Term.WEEK: timedelta(days=7), Term.MONTH: timedelta(days=30)}
 #: Add-ons an order may carry, whole TB up to these limits (extra NVMe: a node's 30 TB). Read
-#: by the order form, the API schema and billing's validation.
-ADDON_LIMITS_TB = {"extra_nvme_tb": 30, "network_volume_tb": 100, "snapshot_tb": 100}
+#: by the order form, the API schema and billing's validation. Snapshots are not one: they are
+#: taken from a running lease and billed by the TB-month they store (billing.storage.snapshot_usage);
+#: Lease.snapshot_tb stays only for the old leases that ordered "snapshot TB" with the lease.
+ADDON_LIMITS_TB = {"extra_nvme_tb": 30, "network_volume_tb": 100}
+#: The retired order add-on; an order that still asks for it is refused (billing.api).
+RETIRED_ADDONS = ("snapshot_tb",)
 
 
 class CustomerSettings(models.Model):
@@ -78,6 +82,7 @@ class Lease(models.Model):
     price_cents = models.PositiveIntegerField(help_text="Locked for every term of this lease")
     extra_nvme_tb = models.PositiveSmallIntegerField(default=0)
     network_volume_tb = models.PositiveSmallIntegerField(default=0)
+    #: Retired add-on (RETIRED_ADDONS): what an old lease paid for; new orders leave it 0.
     snapshot_tb = models.PositiveSmallIntegerField(default=0)
     #: Issue 26: the disk starts as a copy of this snapshot (restored before the instance starts).
     restore_from = models.ForeignKey("Snapshot", null=True, blank=True, on_delete=models.PROTECT,
@@ -295,7 +300,9 @@ class VolumeAttachment(models.Model):
 
 class Snapshot(models.Model):
     """A snapshot of a lease's local disk, restorable into a new lease anywhere in the same
-    region (e.g. from an A100 to an H100); billed per TB-month on its own term.
+    region (e.g. from an A100 to an H100); billed in arrears per TB-month of what it stores
+    (`stored_bytes`, billing.storage.snapshot_usage). `paid_until`: for snapshots taken
+    before that, the end of the 30-day term paid when taken; since, the moment it was taken.
 
     Issue 26: the node agent takes it with restic into a repository of its own (an RGW
     bucket of an RGW user of its own at the lease's site), encrypted with a password only

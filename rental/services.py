@@ -107,14 +107,14 @@ def _transition(lease_id: int, *, to: str, from_states, now: datetime, kind: str
 
 @transaction.atomic
 def lease_create_pending(*, customer: User, offer: Offer, site: Site, term: str, image: Image, ssh_public_key: str,
-                         extra_nvme_tb: int = 0, network_volume_tb: int = 0, snapshot_tb: int = 0,
+                         extra_nvme_tb: int = 0, network_volume_tb: int = 0,
                          price_cents: int, pay_window: timedelta, now: datetime,
                          ordered_from: str | None = None) -> Lease:
     """A pending lease that holds its GPU slots until `pay_by`. Raises inventory's SoldOut."""
     lease = Lease.objects.create(ordered_from=ordered_from or None,
         customer=customer, offer=offer, site=site, term=Term(term), image=image,
         ssh_public_key=ssh_public_key.strip(), extra_nvme_tb=extra_nvme_tb,
-        network_volume_tb=network_volume_tb, snapshot_tb=snapshot_tb, price_cents=price_cents,
+        network_volume_tb=network_volume_tb, price_cents=price_cents,
         pay_by=now + pay_window, created_at=now,
     )
     slots = slots_allocate(offer=offer, site=site, lease_id=lease.pk)

@@ -240,15 +240,13 @@ def lease_restored(*, lease_id: int, snapshot_id: int, facts: dict, now: datetim
 
 
 def storage_due(*, now: datetime, limit: int = 500):
-    """Volumes and snapshots whose paid term has ended, at most `limit` of each."""
-    return (list(NetworkVolume.objects.filter(state=NetworkVolume.State.ACTIVE, paid_until__lte=now)
-                 .order_by("paid_until")[:limit])
-            + list(Snapshot.objects.filter(state=Snapshot.State.AVAILABLE, paid_until__lte=now)
-                   .order_by("paid_until")[:limit]))
+    """Volumes whose paid term has ended, at most `limit`. (Snapshots have no term: they are
+    billed in arrears by what they store, billing.storage.snapshot_usage.)"""
+    return list(NetworkVolume.objects.filter(state=NetworkVolume.State.ACTIVE, paid_until__lte=now)
+                .order_by("paid_until")[:limit])
 
 
 def storage_expired(*, before: datetime, limit: int = 500):
-    """Lapsed volumes and snapshots past their grace, at most `limit` of each."""
+    """Lapsed volumes past their grace, at most `limit` (unpaid snapshots: snapshot_usage)."""
     q = Q(state="lapsed", paid_until__lte=before)
-    return (list(NetworkVolume.objects.filter(q).order_by("paid_until")[:limit])
-            + list(Snapshot.objects.filter(q).order_by("paid_until")[:limit]))
+    return list(NetworkVolume.objects.filter(q).order_by("paid_until")[:limit])

@@ -158,3 +158,49 @@ class OrderedVolume(models.Model):
     created_at = models.DateTimeField()
     settled_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+
+
+class SnapshotMeter(models.Model):
+    """How far a snapshot's storage has been billed (billing.storage.snapshot_usage): its
+    deduplicated, compressed `stored_bytes` accrue per second from `accrues_from` (the copy
+    proved ready, or the end of a term paid before snapshots were billed by use) until it is
+    deleted, and are billed in arrears every 30 days from the balance."""
+
+    snapshot = models.OneToOneField("rental.Snapshot", on_delete=models.PROTECT, related_name="meter")
+    accrues_from = models.DateTimeField()
+    billed_until = models.DateTimeField(help_text="Usage before this moment is billed")
+    billed_byte_seconds = models.DecimalField(max_digits=30, decimal_places=0, default=0)
+    billed_cents = models.PositiveIntegerField(default=0)
+    unpaid_since = models.DateTimeField(null=True, blank=True,
+                                        help_text="A bill the balance did not cover (lapsed; deleted after the grace)")
+    closed_at = models.DateTimeField(null=True, blank=True, help_text="Deleted and billed to its end")
+
+    def __str__(self) -> str:
+        return f"meter of snapshot #{self.snapshot_id}"
+
+
+class SnapshotUsageCharge(models.Model):
+    """One billing period of one snapshot: its stored size over the seconds of the period,
+    the cents charged (0 when under a cent; the fraction carries) and the ledger entry."""
+
+    snapshot = models.ForeignKey("rental.Snapshot", on_delete=models.PROTECT, related_name="usage_charges")
+    site = models.ForeignKey("inventory.Site", on_delete=models.PROTECT, related_name="+")
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    stored_bytes = models.BigIntegerField()
+    byte_seconds = models.DecimalField(max_digits=30, decimal_places=0)
+    cents = models.PositiveIntegerField()
+    entry = models.OneToOneField("billing.LedgerEntry", null=True, blank=True, on_delete=models.PROTECT,
+                                 related_name="snapshot_usage")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-period_end", "-pk"]
+        constraints = [models.UniqueConstraint(fields=["snapshot", "period_start"],
+                                               name="one_snapshot_charge_per_period")]
+
+    @property
+    def tb_months(self):
+        from decimal import Decimal
+
+        return self.byte_seconds / (Decimal(10 ** 12) * 30 * 24 * 3600)

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 #: the order invoice's line of the add-on, as billing.services.price_lines stores it (English)
 VOLUME_LINE = re.compile(r"^Network volume, .+, per TB$")
 ATTACHABLE = (LeaseState.PROVISIONING, LeaseState.ACTIVE)
+#: an ordered volume whose part of the invoice no refund returns
+HELD = (OrderedVolume.State.PENDING, OrderedVolume.State.CREATED)
 
 
 class _Settled(Exception):
@@ -134,10 +136,18 @@ def _notify_not_created(lease: Lease, *, size_tb: int, cents: int, now: datetime
                              "storage later.") % args)
 
 
-def ordered_volume_kept_cents(lease: Lease) -> int:
-    """What a refund of the lease leaves paid: a volume created with the order is the
-    customer's and survives the lease, so its part is not refunded."""
-    return sum(OrderedVolume.objects.filter(lease=lease, state=OrderedVolume.State.CREATED)
+def invoice_volume_held_cents(invoice: Invoice) -> int:
+    """The part of an order invoice no refund path may return (billing.services.refundable_cents,
+    used by the customer's refund, a failed provisioning and the customer desk alike): it paid
+    for a network volume that exists — the customer's, surviving the lease — or is still being
+    created. Once the storage could not create it, ordered_volume_refund returns that part."""
+    return sum(OrderedVolume.objects.filter(invoice=invoice, state__in=HELD).values_list("cents", flat=True))
+
+
+def ordered_volume_pending_cents(lease: Lease) -> int:
+    """The add-on's part of a lease still waiting for its volume (a refund of the lease
+    cancels it first and returns it: ordered_volume_cancel)."""
+    return sum(OrderedVolume.objects.filter(lease=lease, state=OrderedVolume.State.PENDING)
                .values_list("cents", flat=True))
 
 

@@ -177,7 +177,7 @@ def test_snapshot_button_restore_into_new_lease_on_another_node_and_delete(
         client.force_login(customer)
         response = client.post(reverse("order", args=[offer.slug]), {
             "site": site.code, "term": "week", "image": image.slug, "extra_nvme_tb": 0, "network_volume_tb": 0,
-            "snapshot_tb": 0, "ssh_public_key": SSH_KEY, "pay_from_balance": "on", "restore_from": snap.pk})
+            "ssh_public_key": SSH_KEY, "pay_from_balance": "on", "restore_from": snap.pk})
         assert response.status_code == 302, response.content.decode()[-2000:]
         client.logout()
         lease_b = Lease.objects.exclude(pk=lease_a.pk).get(customer=customer)
@@ -255,7 +255,7 @@ def test_order_page_refuses_a_snapshot_larger_than_the_disk_before_payment(catal
     assert "Start from snapshot" in page and f'value="{big.pk}"' in page
     response = client.post(reverse("order", args=[offer.slug]), {
         "site": site.code, "term": "week", "image": Image.objects.filter(vendor="nvidia").first().slug,
-        "extra_nvme_tb": 0, "network_volume_tb": 0, "snapshot_tb": 0, "ssh_public_key": SSH_KEY,
+        "extra_nvme_tb": 0, "network_volume_tb": 0, "ssh_public_key": SSH_KEY,
         "pay_from_balance": "on", "restore_from": big.pk})
     assert response.status_code == 400 and "more than this lease" in response.content.decode()
     assert Lease.objects.count() == leases and account_for(customer).balance_cents == before
