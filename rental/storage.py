@@ -141,6 +141,11 @@ def storage_delete(*, obj, now: datetime, actor=None, reason: str) -> bool:
     audit_record(actor=actor, action="storage_delete", obj=obj, detail={"reason": reason}, at=now)
     if isinstance(obj, Snapshot):
         snapshot_deleted.send(sender=Snapshot, snapshot_id=obj.pk, now=now, actor=actor)
+        if obj.purpose == Snapshot.Purpose.MIGRATION:
+            # A move waiting for this copy goes ahead without it (latest ready snapshot).
+            from .failover import migration_snapshot_settled
+
+            migration_snapshot_settled(snapshot_id=obj.pk, now=now)
     return True
 
 

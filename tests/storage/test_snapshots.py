@@ -254,13 +254,13 @@ def test_a_failed_attempt_is_not_retried_by_the_agent_and_a_new_attempt_replaces
     assert all((r["instances"][0].get("snapshot") or {}).get("state") == "failed" for r in node.reports[-3:])
     assert open(tmp_path / "c.log").read().count("snapshot snap:12:1 starting") == 1
 
-    # Attempt 2 runs; attempt 3 replaces it mid-copy: attempt 2's restic is killed.
+    # Attempt 2 runs; attempt 3 replaces it while it runs: attempt 2's restic is killed.
     repo = repository(rgw_user, f"snap-{secrets.token_hex(4)}")
     node.instances = [lease(91, "91:running:1", [public_key],
                             snapshot={"op_id": "snap:12:2", "snapshot_id": 12, "repository": repo})]
     wait_for(lambda: (latest(node, 91, "snapshot") or {}).get("op_id") == "snap:12:2"
-             and latest(node, 91, "snapshot").get("bytes_done", 0) > 0, timeout=120,
-             what="attempt 2 copying", log_path=tmp_path / "c.log")
+             and latest(node, 91, "snapshot").get("state") == "running", timeout=120,
+             what="attempt 2 running", log_path=tmp_path / "c.log")
     node.instances = [lease(91, "91:running:1", [public_key],
                             snapshot={"op_id": "snap:12:3", "snapshot_id": 12, "repository": repo})]
     [taken] = wait_for(lambda: evidence(node, "snapshot_taken", 91), timeout=300, what="attempt 3's snapshot",
@@ -268,6 +268,8 @@ def test_a_failed_attempt_is_not_retried_by_the_agent_and_a_new_attempt_replaces
     assert taken["op_id"] == "snap:12:3"
     log_text = open(tmp_path / "c.log").read()
     assert "snap:12:2 replaced by snap:12:3: cancelling it" in log_text
+    assert "snapshot snap:12:2 failed: snapshot_failed: cancelled" in log_text or \
+        "snapshot snap:12:2 failed: snapshot_failed: restic" in log_text      # killed, never done
     assert len(restic_snapshots(repo)) == 1                  # attempt 2 never wrote its snapshot record
     container.reload()
     assert container.status == "running"
