@@ -95,6 +95,7 @@ SWEEPS = [
     ("reversed_payments", payments_reversals.sweep_reversed_payments),
     ("state_notices", sweep_state_notices),
     ("storage", sweep_storage),
+    ("snapshots", rental_sweeps.sweep_snapshots),  # issue 26: stalled attempts, moves waiting for a copy
     ("snapshot_usage", sweep_snapshot_usage),  # issue 26: snapshots billed per TB-month stored, in arrears
     ("ceph", sweep_ceph),  # issue 25: caps, purges, object storage metering (billing/storage)
     ("key_destruction", rental_sweeps.sweep_key_destruction),

@@ -184,6 +184,16 @@ PATHS.update({
         "responses": {"202": _json({"type": "object", "properties": {
             "action": {"type": "string"}, "message": {"type": "string"}, "lease": _ref("Lease")}}, "Requested"),
             **_errors(401, 403, 404, 409)}}} for action in ("restart", "stop", "start")},
+    "/api/v1/leases/{id}/restore": {"post": {
+        "operationId": "restoreSnapshotIntoLease",
+        "summary": "Replace the stopped instance's disk with one of your snapshots at the lease's site (issue 26)",
+        "security": SECURED, "parameters": [ID_PARAM],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["snapshot"], "properties": {"snapshot": {"type": "integer"}}}}}},
+        "responses": {"202": _json({"type": "object", "properties": {
+            "action": {"type": "string"}, "snapshot": {"type": "integer"}, "op_id": {"type": "string"},
+            "message": {"type": "string"}, "lease": _ref("Lease")}}, "Requested: the node restores on its next poll"),
+            **_errors(400, 401, 403, 404, 409)}}},
     "/api/v1/keys": {
         "get": {"operationId": "listKeys", "summary": "Saved SSH keys", "security": SECURED,
                 "responses": {"200": _json({"type": "object", "properties": {

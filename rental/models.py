@@ -307,8 +307,10 @@ class Snapshot(models.Model):
     Issue 26: the node agent takes it with restic into a repository of its own (an RGW
     bucket of an RGW user of its own at the lease's site), encrypted with a password only
     this row holds (sealed, rental.sealing). It is `creating` until the node's signed
-    `snapshot_taken` evidence arrives, `available` (ready) after; a named failure is kept
-    in `error` while the node retries. Deleting it purges the RGW user and its objects and
+    `snapshot_taken` evidence arrives, `available` (ready) after. Each failed attempt (a
+    named failure the node reports, or no progress for SNAPSHOT_STALLED_MINUTES) is kept in
+    `error` and audited, and the next attempt (a new op_id) follows, up to
+    SNAPSHOT_ATTEMPTS; then the snapshot is `failed` with that reason. Deleting it purges the RGW user and its objects and
     forgets the password (`key_destroyed_at`): nothing can read it any more."""
 
     class State(models.TextChoices):
@@ -317,6 +319,10 @@ class Snapshot(models.Model):
         FAILED = "failed", _("failed")
         LAPSED = "lapsed", _("lapsed (unpaid, kept 7 days)")
         DELETED = "deleted", _("deleted")
+
+    class Purpose(models.TextChoices):
+        CUSTOMER = "customer", _("taken by the customer")
+        MIGRATION = "migration", _("taken to move the lease")    # deleted once the new node restored it
 
     customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="snapshots")
     source_lease = models.ForeignKey(Lease, on_delete=models.PROTECT, related_name="snapshots")
@@ -341,6 +347,12 @@ class Snapshot(models.Model):
     error = models.JSONField(null=True, blank=True, help_text="The last named failure (retried by the node)")
     ready_at = models.DateTimeField(null=True, blank=True)
     key_destroyed_at = models.DateTimeField(null=True, blank=True)
+    # -- attempts (rental.storage.snapshot_attempt_failed) --------------------------------
+    attempt_started_at = models.DateTimeField(null=True, blank=True,
+                                              help_text="When the current attempt is sent to the node")
+    alive_at = models.DateTimeField(null=True, blank=True,
+                                    help_text="The node's last report of progress on the current attempt")
+    purpose = models.CharField(max_length=10, choices=Purpose.choices, default=Purpose.CUSTOMER)
 
     class Meta:
         ordering = ["-created_at"]
@@ -356,6 +368,17 @@ class Snapshot(models.Model):
     @property
     def percent(self) -> float | None:
         return (self.progress or {}).get("percent")
+
+    @property
+    def failure_text(self) -> str:
+        """The last failed attempt's reason, for the customer."""
+        from .storage import snapshot_failure_text
+
+        return snapshot_failure_text(self.error)
+
+    @property
+    def attempts_max(self) -> int:
+        return settings.SNAPSHOT_ATTEMPTS
 
 
 class SshKey(models.Model):

@@ -167,8 +167,10 @@ def sweep_snapshot_usage(now: datetime, limit: int = 500) -> list[Transition]:
     from ..ops import STORAGE_GRACE
 
     done = []
-    # ready snapshots never billed yet, and the open meters
-    new = Snapshot.objects.filter(ready_at__isnull=False, meter__isnull=True).order_by("pk")[:limit]
+    # ready snapshots never billed yet, and the open meters; a migration's copy is the
+    # operator's cost, not the customer's (deleted once the new node restored it)
+    new = (Snapshot.objects.filter(ready_at__isnull=False, meter__isnull=True)
+           .exclude(purpose=Snapshot.Purpose.MIGRATION).order_by("pk")[:limit])
     due = Q(meter__billed_until__lte=now - BILLING_PERIOD) | Q(state=Snapshot.State.DELETED) | Q(
         key_destroyed_at__isnull=False)
     open_ = Snapshot.objects.filter(due, meter__closed_at__isnull=True).order_by("meter__billed_until")[:limit]

@@ -204,3 +204,12 @@ def test_the_customer_desk_shows_what_a_snapshot_stores_and_is_billed_until(leas
     table = html.split('id="snapshots"')[1].split("</table>")[0]
     assert f"<td>{snap.pk}</td>" in table and "465.7\xa0GB" in table  # filesizeformat: binary units
     assert f"{t0 + 30 * DAY:%Y-%m-%d %H:%M}" in table
+
+
+def test_a_migrations_copy_is_never_billed_to_the_customer(lease, customer, t0):
+    copy = take(lease, t0, TB)
+    Snapshot.objects.filter(pk=copy.pk).update(purpose=Snapshot.Purpose.MIGRATION)
+    kept = take(lease, t0, TB // 2)
+    sweep_snapshot_usage(t0 + 30 * DAY)
+    assert charges(copy) == [] and not SnapshotMeter.objects.filter(snapshot=copy).exists()
+    assert charges(kept) == [300]                        # the customer's own snapshot still is
