@@ -84,15 +84,28 @@ def due_case(args, fill, common) -> None:
         print(f"\n{due:,} due leases over {args.history:,} (filled in {time.perf_counter() - started:.1f} s)")
         passes, times, per_sweep, queries, pass_seconds = 0, {}, {}, 0, []
         sql_log = [] if os.environ.get("BENCH_SQL_LOG") else None
+        cpu_first = None
         while True:
             passes += 1
+            before = dict(times)
             with timed_sweeps(times, per_sweep), counted_queries(sql_log) as counter:
+                cpu = cpu_seconds()
                 started = time.perf_counter()
-                run_lifecycle(now)
+                if os.environ.get("BENCH_PROFILE") and passes == 1:
+                    import cProfile
+                    cProfile.runctx("run_lifecycle(now)", globals(), {"run_lifecycle": run_lifecycle, "now": now},
+                                    os.environ["BENCH_PROFILE"])
+                else:
+                    run_lifecycle(now)
                 pass_seconds.append(time.perf_counter() - started)
+                cpu = [b - a for a, b in zip(cpu, cpu_seconds(), strict=True)]
+            cpu_first = cpu_first or cpu
             queries += counter["n"]
             left = still_due(first_id=first)
-            print(f"  pass {passes}: {pass_seconds[-1]:.2f} s, {counter['n']:,} queries; left for the next pass: "
+            slowest = sorted(((times[k] - before.get(k, 0.0), k) for k in times), reverse=True)[:3]
+            print(f"  pass {passes}: {pass_seconds[-1]:.2f} s (CPU: Python {cpu[0]:.2f} s, PostgreSQL {cpu[1]:.2f} s), "
+                  f"{counter['n']:,} queries; slowest sweeps "
+                  + ", ".join(f"{k} {t:.1f} s" for t, k in slowest) + "; left for the next pass: "
                   + ", ".join(f"{k} {v}" for k, v in left.items()))
             if not any(left.values()) or passes == 20:
                 break
@@ -103,6 +116,9 @@ def due_case(args, fill, common) -> None:
         if sql_log is not None:
             Path(os.environ["BENCH_SQL_LOG"]).write_text("\n".join(sql_log))
         rows.append((due, pass_seconds[0], per_lease, queries / due, passes))
+        print(f"  CPU per due lease in the first pass: Python {1000 * cpu_first[0] / due:.2f} ms + PostgreSQL "
+              f"{1000 * cpu_first[1] / due:.2f} ms = {1000 * sum(cpu_first) / due:.2f} ms (the machine's load "
+              "does not change CPU time; on an idle machine a pass takes about this plus the round trips)")
         print(f"due {due:,}: first pass {pass_seconds[0]:.2f} s, {per_lease:.2f} ms per due lease (target "
               f"≤ {TARGET_MS_PER_LEASE:.0f}), {queries / due:.1f} queries per due lease, "
               f"{'finished in one pass' if passes == 1 else f'{passes} passes to finish'}; longest wait "
@@ -110,6 +126,20 @@ def due_case(args, fill, common) -> None:
     print("\n   due  history   pass s  ms/due  queries/due  passes")
     for due, seconds, per_lease, per_queries, passes in rows:
         print(f"{due:>6,} {args.history:>8,} {seconds:8.2f} {per_lease:7.2f} {per_queries:12.1f} {passes:7d}")
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds used so far by this process and by its PostgreSQL backend (same host:
+    /proc/<pid>/stat; 0 when the server is elsewhere)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        backend = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        backend = 0.0
+    return time.process_time(), backend
 
 
 def still_due(*, first_id) -> dict[str, int]:

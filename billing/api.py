@@ -20,7 +20,7 @@ from rental.api import (
     usd,
 )
 from rental.forms import ADDON_FIELDS, OrderForm, default_image
-from rental.models import Image
+from rental.models import RETIRED_ADDONS, Image
 
 from .models import Invoice
 from .services import (
@@ -71,6 +71,7 @@ def _order_form(data: dict, offer: Offer) -> OrderForm:
     addons = data.get("addons") or {}
     if not isinstance(addons, dict):
         raise field_errors({"addons": [_("Give add-ons as an object of TB counts.")]})
+    addons = _without_retired(addons)
     unknown = set(addons) - set(ADDON_FIELDS)
     if unknown:
         raise field_errors({"addons": [_("Unknown add-on: %(names)s") % {"names": ", ".join(sorted(unknown))}]})
@@ -87,6 +88,18 @@ def _order_form(data: dict, offer: Offer) -> OrderForm:
         raise field_errors({FORM_TO_API.get(name, name): [str(m) for m in messages]
                             for name, messages in form.errors.items()})
     return form
+
+
+def _without_retired(addons: dict) -> dict:
+    """A retired add-on (snapshots) given as 0 is dropped, so a client that still sends the
+    field as 0 keeps working; any other value is a 400 naming the field — never silently
+    accepted and never charged for nothing."""
+    asked = [name for name in RETIRED_ADDONS if name in addons and addons[name] != 0]
+    if asked:
+        raise field_errors({f"addons.{name}": [_(
+            "Snapshots are no longer an order add-on: once the lease runs, take one from its page or from My "
+            "storage; it is billed per TB-month of what it stores.")] for name in asked})
+    return {k: v for k, v in addons.items() if k not in RETIRED_ADDONS}
 
 
 @api_endpoint("POST", scope="order")

@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from inventory.templatetags.money import format_usd
 from rental.models import Term
 
-from .models import Account, Invoice, LedgerEntry
+from .models import Account, Invoice, LedgerEntry, OrderedVolume
 
 TERM_DAYS = {Term.WEEK: 7, Term.MONTH: 30}
 
@@ -103,13 +103,26 @@ def month_start(now: datetime) -> datetime:
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
+def invoice_volume_held_cents(invoice: Invoice) -> int:
+    """The part of an order invoice no refund path may return (refundable_cents, used by the
+    customer's refund, a failed provisioning and the customer desk alike): it paid for a
+    network volume that exists — the customer's, surviving the lease — or is still being
+    created. Once the storage could not create it, billing.storage.orders.ordered_volume_refund
+    returns that part."""
+    return sum(OrderedVolume.objects.filter(invoice=invoice, state__in=OrderedVolume.HELD)
+               .values_list("cents", flat=True))
+
+
 def refundable_cents(invoice: Invoice) -> int:
     """What is left to refund of an invoice: one amount per invoice, whichever path refunds
     it (the customer's "Cancel and refund", an operator's refund from the customer desk, a
-    lease that failed to provision). Only paid orders and renewals are refundable."""
+    lease that failed to provision). Only paid orders and renewals are refundable, and never
+    the part that paid for a network volume ordered with the lease while that volume exists
+    or is still being created (invoice_volume_held_cents): the volume is the customer's and
+    survives the lease. The path that finds it cannot be created refunds that part itself."""
     if invoice.state != Invoice.State.PAID or invoice.kind == Invoice.Kind.TOPUP:
         return 0
-    return max(0, invoice.amount_cents - invoice.refunded_cents)
+    return max(0, invoice.amount_cents - invoice.refunded_cents - invoice_volume_held_cents(invoice))
 
 
 def invoices_refund_claim(*, invoices, now: datetime, cents: int | None = None) -> tuple[int, list[Invoice]]:

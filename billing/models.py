@@ -381,5 +381,34 @@ class EgressUsage(models.Model):
         return f"egress lease #{self.lease_id} from {self.term_start:%Y-%m-%d}: {self.tb_used} TB"
 
 
+class OrderedVolume(models.Model):
+    """The order page's "network volume" add-on of one lease: created on the site's Ceph
+    once the order is paid and attached to the lease (billing.storage.orders); when the
+    storage cannot create it (down, full), the add-on's part of the invoice goes back to the
+    balance instead. Here beside the invoices, not in billing/storage/models.py, because what
+    it holds of an invoice is part of the refund rule every refund path shares (issue 33)."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", _("being created")
+        CREATED = "created", _("created")
+        REFUNDED = "refunded", _("not created, refunded")
+
+    lease = models.OneToOneField("rental.Lease", on_delete=models.PROTECT, related_name="ordered_volume")
+    invoice = models.ForeignKey("billing.Invoice", on_delete=models.PROTECT, related_name="+")
+    size_tb = models.PositiveSmallIntegerField()
+    cents = models.PositiveIntegerField(help_text="The add-on's part of the order invoice")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING, db_index=True)
+    volume = models.OneToOneField("rental.NetworkVolume", null=True, blank=True, on_delete=models.PROTECT,
+                                  related_name="ordered_with")
+    reason = models.CharField(max_length=300, blank=True, help_text="Why it was not created (for the operator)")
+    created_at = models.DateTimeField()
+    settled_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+
+    #: the states in which its part of the invoice is held: no refund path returns it
+    #: (billing.ledger.refundable_cents); once not created, ordered_volume_refund does
+    HELD = (State.PENDING, State.CREATED)
+
+
 # Issue 25: storage on the site's Ceph cluster has its models in billing/storage/models.py,
 # loaded with these by BillingConfig.import_models (issue 33: this module imports no domain).

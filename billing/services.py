@@ -36,7 +36,7 @@ from .ledger import (  # noqa: F401 - the ledger's primitives, re-exported for b
 )
 from .models import Account, Invoice, InvoiceLine, LedgerEntry
 
-ADDON_PRODUCTS = {"extra_nvme_tb": "extra_nvme", "network_volume_tb": "network_volume", "snapshot_tb": "snapshot"}
+ADDON_PRODUCTS = {"extra_nvme_tb": "extra_nvme", "network_volume_tb": "network_volume"}
 
 
 def has_paid_history(customer: User) -> bool:
@@ -250,24 +250,20 @@ def _refund_key(prefix: str, touched: list[Invoice]) -> str:
     return f"{prefix}:" + ",".join(f"{i.pk}={i.refunded_cents}" for i in touched)
 
 
-def _volume_kept_cents(lease: Lease) -> int:
-    from .storage.orders import ordered_volume_kept_cents
-
-    return ordered_volume_kept_cents(lease)
-
-
 def _lease_refund_claim(lease: Lease, paid: list[Invoice], *, now: datetime) -> tuple[int, list[Invoice]]:
-    """Everything paid for the lease and not refunded yet, but a network volume created
-    with the order: that is the customer's and survives the lease (its part stays paid).
-    An add-on not created yet is refunded on its own (and never created)."""
+    """Everything paid for the lease and not refunded yet (``refundable_cents``: a network
+    volume created with the order stays paid). An add-on not created yet is refunded on its
+    own first (and never created)."""
     from .storage.orders import ordered_volume_cancel
 
     ordered_volume_cancel(lease=lease, now=now)
-    kept = _volume_kept_cents(lease)
-    if not kept:
-        return invoices_refund_claim(invoices=paid, now=now)
-    left = sum(refundable_cents(i) for i in Invoice.objects.filter(pk__in=[i.pk for i in paid]))
-    return invoices_refund_claim(invoices=paid, now=now, cents=max(0, left - kept))
+    return invoices_refund_claim(invoices=paid, now=now)
+
+
+def _volume_pending_cents(lease: Lease) -> int:
+    from .storage.orders import ordered_volume_pending_cents
+
+    return ordered_volume_pending_cents(lease)
 
 
 @transaction.atomic
@@ -289,7 +285,8 @@ def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> i
     # invoices before the account: the customer desk's refund locks in that order too
     paid = list(Invoice.objects.select_for_update().filter(lease=lease, state=Invoice.State.PAID)
                 .exclude(kind=Invoice.Kind.TOPUP).order_by("pk"))
-    amount = max(0, sum(refundable_cents(i) for i in paid) - _volume_kept_cents(lease))
+    amount = sum(refundable_cents(i) for i in paid)  # a pending add-on's part is refunded too (cancelled)
+    amount += _volume_pending_cents(lease)
     by_customer = actor.pk == lease.customer_id
     if amount and by_customer:
         account_for(lease.customer)
@@ -342,7 +339,7 @@ def lease_fail_and_refund(*, lease: Lease, now: datetime) -> int | None:
 
 # --- renewals and expiry (called by the lifecycle sweeps) --------------------------------
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # no expected error to recover from: the sweep's batch is the unit
 def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
     """The renewal for the term starting at the current end, at the locked price; once per
     term (database constraint). Auto-paid from the balance when the lease's auto-renew
@@ -359,7 +356,7 @@ def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
     return invoice
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # no expected error to recover from: the sweep's batch is the unit
 def renewal_invoice_issue(*, lease: Lease, now: datetime) -> tuple[Invoice, bool]:
     """The renewal invoice of the term starting at the lease's current end: made (with its
     notice) when there is none, else the one that exists — one per (lease, term start),

@@ -5,7 +5,7 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from rental.api import ApiError, api_endpoint, customer_lease, lease_json
+from rental.api import ApiError, api_endpoint, customer_lease, json_body, lease_json
 from rental.services import TransitionRefused
 
 from .customer_views import ACTIONS
@@ -25,5 +25,26 @@ def instance_action(request, lease_id: int, action: str):
     return JsonResponse({"action": action, "message": _(done), "lease": lease_json(lease)}, status=202)
 
 
+@api_endpoint("POST", scope="order")
+def instance_restore_api(request, lease_id: int):
+    """Issue 26: {"snapshot": <id>} replaces the stopped lease's disk with the snapshot."""
+    from .services import instance_restore
+
+    lease = customer_lease(request, lease_id)
+    snapshot_id = json_body(request).get("snapshot")
+    if type(snapshot_id) is not int:
+        raise ApiError(400, "invalid", _("“snapshot” must be the id of one of your snapshots."))
+    try:
+        event = instance_restore(lease_id=lease.pk, customer=request.api_user, snapshot_id=snapshot_id,
+                                 now=timezone.now())
+    except TransitionRefused as exc:
+        raise ApiError(409, "refused", str(exc)) from exc
+    lease.refresh_from_db()
+    return JsonResponse({"action": "restore", "snapshot": snapshot_id, "op_id": f"restore:{lease.pk}:{event.pk}",
+                         "message": _("The server replaces this disk's files with the snapshot; start the "
+                                      "instance once it is done."), "lease": lease_json(lease)}, status=202)
+
+
 # Mounted by the root URLconf at /api/v1/leases/<id>/ (by name: nothing below fleet imports it).
-urlpatterns = [path("<str:action>", instance_action, name="api_instance_action")]
+urlpatterns = [path("restore", instance_restore_api, name="api_instance_restore"),
+               path("<str:action>", instance_action, name="api_instance_action")]

@@ -18,7 +18,7 @@ from rental.models import Lease
 from rental.services import TransitionRefused
 
 from .records import record_proofs, sanitization_record
-from .services import instance_restart, instance_start, instance_stop
+from .services import instance_restart, instance_restore, instance_start, instance_stop
 
 ACTIONS = {
     "restart": (instance_restart, gettext_noop("Restart requested: the server restarts your instance within a minute.")),
@@ -39,6 +39,32 @@ def instance_action(request, lease_id: int, action: str):
         messages.error(request, str(exc))
     else:
         messages.success(request, _(done))
+    return redirect("lease_detail", lease_id=lease_id)
+
+
+@login_required
+@require_POST
+def instance_restore_view(request, lease_id: int):
+    """Issue 26: the lease page's "Restore a snapshot onto this disk" (a plain form; htmx
+    swaps the page's live region with the page it redirects to)."""
+    if not Lease.objects.filter(pk=lease_id, customer=request.user).exists():
+        raise Http404
+    try:
+        snapshot_id = int(request.POST.get("snapshot", ""))
+    except ValueError:
+        snapshot_id = None
+    if snapshot_id is None:
+        messages.error(request, _("Choose a snapshot to restore."))
+    elif request.POST.get("confirm") != "yes":
+        messages.error(request, _("Tick the box to confirm that the snapshot replaces everything on this disk."))
+    else:
+        try:
+            instance_restore(lease_id=lease_id, customer=request.user, snapshot_id=snapshot_id, now=timezone.now())
+        except TransitionRefused as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, _("Restore requested: the server replaces this disk's files with snapshot "
+                                        "#%(id)s; start the instance once it is done.") % {"id": snapshot_id})
     return redirect("lease_detail", lease_id=lease_id)
 
 

@@ -22,7 +22,7 @@ from inventory.burnin import pending_for_node
 from inventory.models import Node, SlotAllocation
 from rental.agent import Instance
 from rental.models import DiskKey, Lease, LeaseState, Snapshot
-from rental.storage import snapshot_repository
+from rental.storage import restore_into_pending, snapshot_repository
 
 from .models import InstanceIntent, IssuedOp
 from .timeutil import rfc3339
@@ -121,6 +121,16 @@ def desired_instances(*, node: Node, now: datetime) -> list[dict]:
         gpus = current.get(lease.pk, [])
         wanted = _wanted(lease, here_now=bool(gpus), last_here=lease.last_node_id == node.pk,
                          stopped_by_customer=bool(intent and intent.stopped_by_customer))
+        snap = snapshots.get(lease.pk)
+        if snap is not None and snap.purpose == Snapshot.Purpose.MIGRATION and wanted.want == "running":
+            # Issue 26: the lease is moving off this node; it stops, so that the copy the new
+            # node restores holds everything written here.
+            wanted = Wanted("stopped", wanted.disk)
+        if snap is not None and snap.attempt_started_at is not None and snap.attempt_started_at > now:
+            snap = None     # its next attempt is not due yet (SNAPSHOT_RETRY_SECONDS)
+        restore_into = restore_into_pending(lease) if gpus and lease.restore_from_id else None
+        if restore_into is not None and wanted.want == "running":
+            wanted = Wanted("stopped", wanted.disk)     # the snapshot replaces the disk while stopped
         restarts = intent.restarts if intent else 0
         out.append({
             "lease_id": lease.pk,
@@ -134,29 +144,37 @@ def desired_instances(*, node: Node, now: datetime) -> list[dict]:
             "disk_gb": lease.offer.gpu_model.included_nvme_gb + 1000 * lease.extra_nvme_tb,
             **_resources(node, gpus),
             "volumes": volumes.get(lease.pk, []) if wanted.want == "running" else [],
-            **_snapshot_ops(lease, wanted, snapshots.get(lease.pk)),
+            **_snapshot_ops(lease, wanted, snap, restore_into),
         })
     return out
 
 
 def _snapshots_to_take(lease_ids: list[int]) -> dict[int, Snapshot]:
-    """Per lease on the node now: its oldest snapshot still being taken (one at a time)."""
+    """Per lease on the node now: the snapshot being taken (one at a time): a migration's
+    first, else the oldest."""
     out: dict[int, Snapshot] = {}
     for snap in (Snapshot.objects.filter(source_lease_id__in=lease_ids, state=Snapshot.State.CREATING,
                                          key_destroyed_at__isnull=True).exclude(repository="")
-                 .order_by("created_at", "pk")):
+                 .order_by("-purpose", "created_at", "pk")):
         out.setdefault(snap.source_lease_id, snap)
     return out
 
 
-def _snapshot_ops(lease: Lease, wanted: Wanted, snap: Snapshot | None) -> dict:
+def _snapshot_ops(lease: Lease, wanted: Wanted, snap: Snapshot | None, restore_into=None) -> dict:
     """Issue 26: `snapshot` (take this snapshot of the lease's disk) and `restore` (the new
-    lease's disk starts from a snapshot, before its instance first starts). Only the op
+    lease's disk starts from a snapshot, before its instance first starts; or, with
+    `replace` and its own op_id, the snapshot replaces a stopped lease's disk). Only the op
     carries the repository's key and password; the node keeps them nowhere."""
     ops = {}
-    if snap is not None and wanted.want in ("running", "stopped"):
+    if snap is not None and wanted.want in ("running", "stopped") and restore_into is None:
         ops["snapshot"] = {"op_id": snap.op_id, "snapshot_id": snap.pk, "repository": snapshot_repository(snap)}
     source = lease.restore_from
+    if restore_into is not None:
+        if wanted.want == "stopped" and source.key_destroyed_at is None and source.restic_snapshot:
+            ops["restore"] = {"op_id": f"restore:{lease.pk}:{restore_into.pk}", "replace": True,
+                              "snapshot_id": source.pk, "restic_snapshot": source.restic_snapshot,
+                              "repository": snapshot_repository(source)}
+        return ops
     if source is not None and lease.restored_at is None and wanted.want == "running" and \
             source.key_destroyed_at is None and source.restic_snapshot:
         ops["restore"] = {"snapshot_id": source.pk, "restic_snapshot": source.restic_snapshot,

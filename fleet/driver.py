@@ -36,6 +36,34 @@ class NodeAgentDriver:
     #: The local NVMe is not copied on a migration: the new node starts with a fresh disk.
     copies_disk_on_migration = False
 
+    def node_answers(self, *, node, now: datetime) -> bool:
+        """The node's agent reported within NODE_REPORT_STALE_AFTER (a migration then has it
+        snapshot the disk first, issue 26)."""
+        from django.conf import settings
+
+        from .models import NodeAgent
+
+        last = NodeAgent.objects.filter(node=node, credential_hash__isnull=False).values_list(
+            "last_report_at", flat=True).first()
+        return last is not None and now - last <= settings.NODE_REPORT_STALE_AFTER
+
+    def migration_snapshot_take(self, *, lease, now: datetime):
+        """A snapshot of the lease's disk, for its move (issue 26): its own repository at the
+        lease's site, not charged (deleted once the new node restored it). None when the
+        site has no snapshot storage."""
+        from billing.storage.snapshots import snapshot_take
+        from billing.storage.volumes import StorageUnavailable
+        from rental.storage import StorageRefused, snapshot_purpose_migration
+
+        disk_gb = lease.offer.gpu_model.included_nvme_gb + 1000 * lease.extra_nvme_tb
+        try:
+            snap = snapshot_take(lease=lease, size_tb=max(1, -(-disk_gb // 1000)), paid_until=now, now=now)
+        except (StorageUnavailable, StorageRefused):
+            return None
+        if not snap.repository:         # simulated storage: nothing would be copied
+            return None
+        return snapshot_purpose_migration(snapshot=snap, now=now)
+
     def start_provisioning(self, *, lease_id, node, ssh_public_key, key_ref):
         return None  # the node sees the paid lease in its desired state on its next poll
 

@@ -111,6 +111,17 @@ def _snapshot_asked(*, lease_id: int, node_id: int, record: dict) -> None:
         raise Refused("not_requested")
 
 
+def _restore_into_asked(*, lease_id: int, node_id: int, op_id: str) -> None:
+    """`snapshot_restored` of a restore into an existing lease answers the pending one, on
+    the node the lease is on now (op_id `restore:<lease>:<event>`, fleet.desired)."""
+    from rental.storage import restore_into_pending
+
+    lease = Lease.objects.filter(pk=lease_id).first()
+    pending = restore_into_pending(lease) if lease is not None else None
+    if pending is None or op_id != f"restore:{lease_id}:{pending.pk}" or current_node_id(lease_id) != node_id:
+        raise Refused("not_requested")
+
+
 def _asked(*, lease_id: int, node_id: int, kind: str, op_id: str) -> None:
     """The record names the op the storefront issued for this lease on this node, and that
     op asks for what the evidence proves: a running instance, the key's destruction, the
@@ -162,6 +173,8 @@ def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
     _check_kind_fields(kind, record)
     if kind == Evidence.Kind.SNAPSHOT_TAKEN:
         _snapshot_asked(lease_id=lease_id, node_id=agent.node_id, record=record)
+    elif kind == Evidence.Kind.SNAPSHOT_RESTORED and op_id.startswith("restore:"):
+        _restore_into_asked(lease_id=lease_id, node_id=agent.node_id, op_id=op_id)
     else:
         _asked(lease_id=lease_id, node_id=agent.node_id, kind=kind, op_id=op_id)
     if kind == Evidence.Kind.SNAPSHOT_RESTORED and not Lease.objects.filter(

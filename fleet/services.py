@@ -129,10 +129,40 @@ def instance_stop(*, lease_id: int, customer, now: datetime) -> None:
 
 @transaction.atomic
 def instance_start(*, lease_id: int, customer, now: datetime) -> None:
+    from rental.storage import restore_into_pending
+
     lease = _locked_active(lease_id, customer)
     intent = _intent(lease, now)
     if not intent.stopped_by_customer:
         return
+    if restore_into_pending(lease) is not None:
+        raise TransitionRefused(_("A snapshot is being restored onto this disk: start the instance once it is "
+                                  "done."))
     InstanceIntent.objects.filter(pk=intent.pk).update(stopped_by_customer=False, changed_at=now)
     lease_record(lease_id=lease.pk, kind="instance_start", now=now, actor=customer,
                  reason="started by the customer")
+
+
+@transaction.atomic
+def instance_restore(*, lease_id: int, customer, snapshot_id: int, now: datetime):
+    """Issue 26: restore one of the customer's snapshots into this existing lease's disk,
+    replacing what it holds, while the instance is stopped (stopped by the customer, or the
+    lease suspended); its node restores it on its next poll. Raises TransitionRefused."""
+    from rental.models import Snapshot
+    from rental.storage import StorageRefused, lease_restore_into
+
+    lease = Lease.objects.select_for_update().get(pk=lease_id, customer=customer)
+    snapshot = Snapshot.objects.filter(pk=snapshot_id, customer=customer).first()
+    if snapshot is None:
+        raise TransitionRefused(_("That snapshot is not yours."))
+    if lease.state == LeaseState.ACTIVE:
+        if not _intent(lease, now).stopped_by_customer:
+            raise TransitionRefused(_("Stop the instance first: a snapshot is restored onto a disk only while "
+                                      "its instance is stopped."))
+    elif lease.state != LeaseState.SUSPENDED:
+        raise TransitionRefused(_("Lease #%(id)s is %(state)s: nothing can be restored into it.")
+                                % {"id": lease.pk, "state": lease.get_state_display()})
+    try:
+        return lease_restore_into(lease=lease, snapshot=snapshot, now=now, actor=customer)
+    except StorageRefused as exc:
+        raise TransitionRefused(str(exc)) from exc

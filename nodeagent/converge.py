@@ -145,11 +145,17 @@ class Converger:
             log.warning("cannot resume paused instances: %s", exc)
 
     def _with_jobs(self, item: dict, report: dict) -> dict:
-        """Every pass: start, follow or settle the lease's snapshot op; report both jobs."""
+        """Every pass: start, follow or settle the lease's snapshot op; report both jobs.
+        A running snapshot the storefront no longer sends is cancelled (restic killed)."""
         lease_id = item["lease_id"]
         wanted = item.get("snapshot")
         if isinstance(wanted, dict) and isinstance(wanted.get("op_id"), str) and wanted["op_id"]:
             report["snapshot"] = {"snapshot_id": wanted.get("snapshot_id"), **self._snapshot(item, wanted)}
+        elif self.jobs.cancel(f"snapshot:{lease_id}") is not None:
+            log.warning("lease %s: snapshot no longer asked for: cancelled", lease_id)
+        wanted_restore = item.get("restore")
+        if isinstance(wanted_restore, dict) and wanted_restore.get("replace") and item.get("want") == "stopped":
+            self._restore_into(item, wanted_restore)
         restore = self.jobs.get(f"restore:{lease_id}")
         if restore is not None:
             report["restore"] = {"snapshot_id": (item.get("restore") or {}).get("snapshot_id"),
@@ -157,6 +163,9 @@ class Converger:
         return report
 
     def _snapshot(self, item: dict, wanted: dict) -> dict:
+        """One snapshot op, once: a failed op is reported failed until the storefront sends
+        the snapshot's next attempt (a new op_id); an older attempt still running is
+        cancelled first (one restic per lease)."""
         lease_id, op_id, key = item["lease_id"], wanted["op_id"], f"snapshot:{item['lease_id']}"
         if self.journal.is_done(op_id):
             return {"op_id": op_id, "state": "done", "error": None}
@@ -167,9 +176,13 @@ class Converger:
             self.journal.done(lease_id, op_id, snapshot_id=wanted.get("snapshot_id"))
             self.jobs.forget(key)
             return {"op_id": op_id, "state": "done", "error": None}
+        if job is not None and job.op_id != op_id and job.state == "running":
+            log.warning("lease %s: snapshot %s replaced by %s: cancelling it", lease_id, job.op_id, op_id)
+            job.cancel()
+            return {"op_id": op_id, "state": "waiting", "error": None}
         if isinstance(item.get("restore"), dict) and not self.journal.is_done(f"lease:{lease_id}:restored"):
             return {"op_id": op_id, "state": "waiting", "error": None}     # copy what was restored, not half
-        if job is None or job.op_id != op_id or self.jobs.due_again(key):
+        if job is None or job.op_id != op_id:
             job = Job("snapshot", op_id)
             try:
                 work = self._snapshot_work(item, wanted)
@@ -220,6 +233,43 @@ class Converger:
         if job.state == "running":
             raise OperationFailed("snapshot_restoring", f"restoring snapshot {wanted.get('snapshot_id')}")
         raise OperationFailed(*job.error)
+
+    def _restore_into(self, item: dict, wanted: dict) -> None:
+        """`restore` with `replace` on a stopped item: the snapshot replaces what the lease's
+        existing disk holds (the customer asked, with the instance stopped), once per restore
+        `op_id`; the instance stays stopped until the customer starts it."""
+        lease_id, op_id = item["lease_id"], str(wanted.get("op_id") or "")
+        key = f"restore:{lease_id}"
+        if not op_id or self.journal.is_done(op_id):
+            return
+        job = self.jobs.get(key)
+        if job is not None and job.op_id == op_id and job.state == "done":
+            self._evidence("snapshot_restored", lease_id, op_id,
+                           {"snapshot_id": wanted.get("snapshot_id"), **job.result})
+            self.journal.done(lease_id, op_id, snapshot_id=wanted.get("snapshot_id"))
+            self.jobs.forget(key)
+            return
+        if job is not None and job.op_id == op_id and (job.state == "running" or not self.jobs.due_again(key)):
+            return
+        job = Job("restore", op_id)
+        try:
+            if self.runtime.status(lease_id).state not in ("stopped", "absent"):
+                raise OperationFailed("snapshot_restore_failed", f"lease {lease_id}'s instance runs: a snapshot "
+                                      "is restored into an existing disk only while the instance is stopped")
+            repo = Repository.from_desired(wanted.get("repository"))
+            restic_snapshot = str(wanted.get("restic_snapshot") or "")
+            if not restic_snapshot:
+                raise OperationFailed("bad_desired_state", "restore needs restic_snapshot")
+            target = self.disks.ensure_ready(lease_id, int(item["disk_gb"]))
+        except (OperationFailed, KeyError, TypeError, ValueError) as exc:
+            code, detail = (exc.code, exc.detail) if isinstance(exc, OperationFailed) else ("bad_desired_state",
+                                                                                            repr(exc))
+            job.state, job.error, job.ended = "failed", (code, detail), time.monotonic()
+            self.jobs.put(key, job)
+            return
+        log.info("lease %s: restore %s into its existing disk starting", lease_id, op_id)
+        self.jobs.start(key, job, lambda job: restore_snapshot(job, repo=repo, restic_snapshot=restic_snapshot,
+                                                               target=target, replace=True))
 
     def _with_volumes(self, item: dict, report: dict) -> dict:
         """Every pass, whatever the op: the running lease's volumes mounted as listed (an

@@ -19,10 +19,13 @@ multi-TB disks.
 Both run beside the converge loop on a worker thread: the loop keeps reporting (progress
 and size from restic's JSON status lines) and leaves the lease's other operations waiting
 while its snapshot runs. A failure is named (`snapshot_failed`, `snapshot_restore_failed`,
-`snapshot_too_large`) and retried after `RETRY_SECONDS`; restic dies with the agent
-(PR_SET_PDEATHSIG), a restarted agent unpauses an instance left paused and starts the
-snapshot again (restic writes its snapshot record last, so an interrupted run leaves no
-snapshot, only unreferenced packs that the next run reuses)."""
+`snapshot_too_large`). A failed snapshot op stays failed: the storefront decides whether to
+try again, with a new op_id (the snapshot's next attempt, bounded and audited there); an op
+whose attempt the storefront gave up on while restic still runs has its restic killed
+(`Job.cancel`). A failed restore is retried here after `RETRY_SECONDS`. restic dies with
+the agent (PR_SET_PDEATHSIG); a restarted agent unpauses an instance left paused and starts
+the op it is still sent again (restic writes its snapshot record last, so an interrupted
+run leaves no snapshot, only unreferenced packs that the next run reuses)."""
 import ctypes
 import json
 import logging
@@ -82,13 +85,19 @@ class Restic:
         self.repo, self.code = repo, code
 
     def run(self, *args: str, cwd: str | None = None, on_line: Callable[[dict], None] | None = None,
-            timeout: float | None = COMMAND_TIMEOUT) -> str:
+            timeout: float | None = COMMAND_TIMEOUT, job: "Job | None" = None) -> str:
         argv = [RESTIC, "--no-cache", "--json", *args]
+        if job is not None and job.cancelled:
+            raise OperationFailed(self.code, "cancelled: the storefront no longer asks for this op")
         try:
             process = subprocess.Popen(argv, cwd=cwd, env=self.repo.env(), stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_agent)
         except FileNotFoundError:
             raise OperationFailed(self.code, "restic is not installed on this node") from None
+        if job is not None:
+            job.process = process
+            if job.cancelled:           # cancelled between the check and the start
+                process.kill()
         out, started = [], time.monotonic()
         for line in process.stdout:
             out.append(line)
@@ -101,18 +110,20 @@ class Restic:
                 process.kill()
         err = process.stderr.read()
         if process.wait() != 0:
+            if job is not None and job.cancelled:
+                raise OperationFailed(self.code, "cancelled: the storefront no longer asks for this op")
             raise OperationFailed(self.code, f"restic {args[0]}: exit {process.returncode}: "
                                              f"{err.strip()[-400:]}")
         return "".join(out)
 
-    def ensure_initialised(self) -> None:
+    def ensure_initialised(self, job: "Job | None" = None) -> None:
         try:
-            self.run("cat", "config")
+            self.run("cat", "config", job=job)
         except OperationFailed:
-            self.run("init", "--repository-version", "2")     # v2: compressed
+            self.run("init", "--repository-version", "2", job=job)     # v2: compressed
 
-    def stats(self, *args: str) -> dict:
-        return json.loads(self.run("stats", *args).strip().splitlines()[-1])
+    def stats(self, *args: str, job: "Job | None" = None) -> dict:
+        return json.loads(self.run("stats", *args, job=job).strip().splitlines()[-1])
 
 
 @dataclass
@@ -124,6 +135,16 @@ class Job:
     result: dict = field(default_factory=dict)
     error: tuple[str, str] | None = None
     ended: float = 0.0
+    cancelled: bool = False
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+    def cancel(self) -> None:
+        """The storefront gave this op up (a new attempt, or no snapshot any more): kill its
+        restic; the worker then fails it and resumes a paused instance."""
+        self.cancelled = True
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.kill()
 
     def report(self) -> dict:
         error = {"code": self.error[0], "detail": self.error[1]} if self.error else None
@@ -171,6 +192,14 @@ class Jobs:
             job.error, job.state = (f"{job.kind}_failed", repr(exc)[:500]), "failed"
         job.ended = time.monotonic()
 
+    def cancel(self, key: str) -> Job | None:
+        """Cancel the key's running job; returns it while its worker is still ending."""
+        job = self.get(key)
+        if job is None or job.state != "running":
+            return None
+        job.cancel()
+        return job
+
     def due_again(self, key: str) -> bool:
         """No job, or a failed one whose retry delay has passed."""
         job = self.get(key)
@@ -181,8 +210,8 @@ def take_snapshot(job: Job, *, repo: Repository, source: str, tags: list[str], p
     """restic backup of the mounted disk while the instance is paused; the facts of the
     `snapshot_taken` evidence."""
     restic = Restic(repo, code="snapshot_failed")
-    restic.ensure_initialised()
-    restic.run("unlock")                    # a lock left by a run killed with the agent
+    restic.ensure_initialised(job)
+    restic.run("unlock", job=job)           # a lock left by a run killed with the agent
     started_at, summary = _utc_now(), {}
 
     def progress(line: dict) -> None:
@@ -198,33 +227,58 @@ def take_snapshot(job: Job, *, repo: Repository, source: str, tags: list[str], p
     try:
         tag_args = [a for tag in tags for a in ("--tag", tag)]
         restic.run("backup", "--one-file-system", "--host", "gpu-node", *tag_args, ".",
-                   cwd=source, on_line=progress, timeout=None)
+                   cwd=source, on_line=progress, timeout=None, job=job)
     finally:
         if paused:
             resume()
     paused_seconds = round(time.monotonic() - paused_at, 3) if paused else 0
     if not summary.get("snapshot_id"):
         raise OperationFailed("snapshot_failed", "restic backup ended without a snapshot")
-    stored = restic.stats("--mode", "raw-data")
+    stored = restic.stats("--mode", "raw-data", job=job)
     return {"restic_snapshot": summary["snapshot_id"], "files": summary.get("total_files_processed", 0),
             "bytes": summary.get("total_bytes_processed", 0), "stored_bytes": stored.get("total_size", 0),
             "consistency": "instance paused" if paused else "instance not running",
             "paused_seconds": paused_seconds, "started_at": started_at, "finished_at": _utc_now()}
 
 
-def restore_snapshot(job: Job, *, repo: Repository, restic_snapshot: str, target: str) -> dict:
-    """restic restore into the lease's fresh, mounted disk, refused if it does not fit."""
+def restore_snapshot(job: Job, *, repo: Repository, restic_snapshot: str, target: str,
+                     replace: bool = False) -> dict:
+    """restic restore into the lease's mounted disk, refused if it does not fit. A new
+    lease's disk is fresh; `replace` (a restore into an existing, stopped lease) first
+    empties the disk, so that it then holds exactly the snapshot."""
     restic = Restic(repo, code="snapshot_restore_failed")
-    needed = int(restic.stats("--mode", "restore-size", restic_snapshot).get("total_size", 0))
-    free = shutil.disk_usage(target).free
-    if needed > free:
+    needed = int(restic.stats("--mode", "restore-size", restic_snapshot, job=job).get("total_size", 0))
+    usage = shutil.disk_usage(target)
+    room = usage.total if replace else usage.free
+    if needed > room:
         raise OperationFailed("snapshot_too_large", f"the snapshot holds {needed} bytes; the disk has "
-                                                    f"{free} bytes free")
+                                                    f"{room} bytes {'in all' if replace else 'free'}")
     job.progress = {"total_bytes": needed}
-    started_at = _utc_now()
-    restic.run("restore", restic_snapshot, "--target", target, timeout=None)
+    started_at, removed = _utc_now(), 0
+    if replace:
+        removed = empty_directory(target)
+    restic.run("restore", restic_snapshot, "--target", target, timeout=None, job=job)
     return {"restic_snapshot": restic_snapshot, "bytes": needed, "started_at": started_at,
-            "finished_at": _utc_now()}
+            "finished_at": _utc_now(), "replaced": replace, "entries_removed": removed}
+
+
+def empty_directory(path: str) -> int:
+    """Remove everything under the mount point (not the point itself, nor lost+found, and
+    never across into another file system); the number of top-level entries removed."""
+    removed = 0
+    device = os.stat(path).st_dev
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.name == "lost+found":
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if os.stat(entry.path, follow_symlinks=False).st_dev != device:
+                    raise OperationFailed("snapshot_restore_failed", f"{entry.path} is another file system")
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            removed += 1
+    return removed
 
 
 def _utc_now() -> str:

@@ -4,7 +4,7 @@ endpoint is merged in this way when that module exists."""
 import copy
 from importlib import import_module
 
-from .models import ADDON_LIMITS_TB
+from .models import ADDON_LIMITS_TB, RETIRED_ADDONS
 
 
 def iso(value) -> str | None:
@@ -49,7 +49,15 @@ SCHEMAS = {
         "per_gpu_hour_usd": MONEY, "free_total": {"type": "integer"},
         "free_by_site": {"type": "object", "additionalProperties": {"type": "integer"}}}},
     "Addons": {"type": "object", "additionalProperties": False, "properties": {
-        name: {"type": "integer", "minimum": 0, "maximum": limit} for name, limit in ADDON_LIMITS_TB.items()}},
+        **{name: {"type": "integer", "minimum": 0, "maximum": limit} for name, limit in ADDON_LIMITS_TB.items()},
+        **{name: {"type": "integer", "const": 0, "deprecated": True,
+                  "description": "Retired: only 0 is accepted (400 otherwise); snapshots are taken from a running lease"}
+           for name in RETIRED_ADDONS}}},
+    "LeaseAddons": {"type": "object", "properties": {
+        **{name: {"type": "integer", "minimum": 0} for name in ADDON_LIMITS_TB},
+        **{name: {"type": "integer", "minimum": 0, "deprecated": True, "readOnly": True,
+                  "description": "Retired add-on: what an old lease ordered; new leases show 0"}
+           for name in RETIRED_ADDONS}}},
     "OrderRequest": {"type": "object", "required": ["offer", "site", "term", "ssh_key"], "properties": {
         "offer": {"type": "string"}, "site": {"type": "string", "examples": ["DFW-1"]},
         "term": {"enum": ["week", "month"]}, "addons": _ref("Addons"),
@@ -61,7 +69,7 @@ SCHEMAS = {
         "state": {"enum": ["pending", "provisioning", "active", "suspended", "released", "wiped", "cancelled", "failed"]},
         "offer": {"type": "string"}, "site": {"type": "string"}, "image": {"type": "string"},
         "term": {"enum": ["week", "month"]}, "price_cents": {"type": "integer"}, "price_usd": MONEY,
-        "addons": _ref("Addons"), "created_at": STAMP, "pay_by": STAMP, "started_at": STAMP, "ends_at": STAMP,
+        "addons": _ref("LeaseAddons"), "created_at": STAMP, "pay_by": STAMP, "started_at": STAMP, "ends_at": STAMP,
         "renewal_invoice_at": STAMP, "refund_until": STAMP, "suspended_at": STAMP, "hold_until": STAMP,
         "wipe_by": STAMP, "ended_at": STAMP,
         "ssh": {"type": ["object", "null"], "properties": {
@@ -182,6 +190,16 @@ PATHS.update({
         "responses": {"202": _json({"type": "object", "properties": {
             "action": {"type": "string"}, "message": {"type": "string"}, "lease": _ref("Lease")}}, "Requested"),
             **_errors(401, 403, 404, 409)}}} for action in ("restart", "stop", "start")},
+    "/api/v1/leases/{id}/restore": {"post": {
+        "operationId": "restoreSnapshotIntoLease",
+        "summary": "Replace the stopped instance's disk with one of your snapshots at the lease's site (issue 26)",
+        "security": SECURED, "parameters": [ID_PARAM],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["snapshot"], "properties": {"snapshot": {"type": "integer"}}}}}},
+        "responses": {"202": _json({"type": "object", "properties": {
+            "action": {"type": "string"}, "snapshot": {"type": "integer"}, "op_id": {"type": "string"},
+            "message": {"type": "string"}, "lease": _ref("Lease")}}, "Requested: the node restores on its next poll"),
+            **_errors(400, 401, 403, 404, 409)}}},
     "/api/v1/keys": {
         "get": {"operationId": "listKeys", "summary": "Saved SSH keys", "security": SECURED,
                 "responses": {"200": _json({"type": "object", "properties": {

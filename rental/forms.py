@@ -51,8 +51,6 @@ class OrderForm(forms.Form):
                                            help_text=_("Created when the order is paid and mounted in the instance at "
                                                        "/volumes; it is yours beyond this lease, renewed every 30 "
                                                        "days from your balance (My storage)."))
-    snapshot_tb = forms.IntegerField(label=_("Snapshots (TB)"), min_value=0,
-                                     max_value=ADDON_LIMITS_TB["snapshot_tb"], initial=0)
     image = forms.ModelChoiceField(label=_("Image"), queryset=None, to_field_name="slug", empty_label=None)
     saved_key = forms.ModelChoiceField(label=_("Saved SSH key"), queryset=None, required=False,
                                        empty_label=_("— paste a key below —"))

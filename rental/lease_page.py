@@ -60,6 +60,8 @@ def in_progress(lease: Lease, now: datetime, incident: OpenIncident | None) -> b
     node has not applied yet, or hardware being repaired or replaced."""
     if lease.state in POLLING_STATES or incident is not None:
         return True
+    if lease.restore_from_id is not None and lease.restored_at is None:
+        return True         # issue 26: a snapshot being restored onto its disk
     return LeaseEvent.objects.filter(lease=lease, kind__in=INSTANCE_ACTIONS,
                                      at__gte=now - INSTANCE_ACTION_SETTLES).exists()
 

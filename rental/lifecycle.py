@@ -91,3 +91,24 @@ def sweep_wipe(now: datetime, limit: int = BATCH) -> list[Transition]:
     """Wipes as soon as the key is destroyed; wipe_by is the deadline alerts watch."""
     due = _due_ids(Lease.objects.filter(WIPE_PENDING, disk_key__state=DiskKey.State.DESTROYED), "wipe_by", limit)
     return [Transition(i, "→ wiped") for i in due if lease_wipe(lease_id=i, now=now)]
+
+
+def sweep_snapshots(now: datetime, limit: int = BATCH) -> list[Transition]:
+    """Issue 26: a move whose copy is not ready within MIGRATION_SNAPSHOT_WAIT_MINUTES goes
+    ahead with the latest snapshot; a snapshot attempt without progress for
+    SNAPSHOT_STALLED_MINUTES has failed (the next attempt follows, or the snapshot fails)."""
+    from .failover import migration_snapshots_overdue
+    from .storage import snapshot_attempt_failed, snapshot_attempts_stalled
+
+    done = []
+    for snap in migration_snapshots_overdue(now=now, limit=limit):
+        if snapshot_attempt_failed(snapshot_id=snap.pk, op_id=snap.op_id, code="migration_wait_over", final=True,
+                                   detail=f"not ready within {settings.MIGRATION_SNAPSHOT_WAIT_MINUTES} minutes",
+                                   now=now):
+            done.append(Transition(snap.source_lease_id, f"snapshot #{snap.pk}: move goes ahead without it"))
+    for snap in snapshot_attempts_stalled(now=now, limit=limit):
+        if snapshot_attempt_failed(snapshot_id=snap.pk, op_id=snap.op_id, code="snapshot_timed_out", now=now,
+                                   detail=f"no progress reported for {settings.SNAPSHOT_STALLED_MINUTES} minutes "
+                                          f"(attempt {snap.attempt})"):
+            done.append(Transition(snap.source_lease_id, f"snapshot #{snap.pk} attempt {snap.attempt} timed out"))
+    return done

@@ -20,8 +20,12 @@ class Term(models.TextChoices):
 
 TERM_LENGTH = {Term.WEEK: timedelta(days=7), Term.MONTH: timedelta(days=30)}
 #: Add-ons an order may carry, whole TB up to these limits (extra NVMe: a node's 30 TB). Read
-#: by the order form, the API schema and billing's validation.
-ADDON_LIMITS_TB = {"extra_nvme_tb": 30, "network_volume_tb": 100, "snapshot_tb": 100}
+#: by the order form, the API schema and billing's validation. Snapshots are not one: they are
+#: taken from a running lease and billed by the TB-month they store (billing.storage.snapshot_usage);
+#: Lease.snapshot_tb stays only for the old leases that ordered "snapshot TB" with the lease.
+ADDON_LIMITS_TB = {"extra_nvme_tb": 30, "network_volume_tb": 100}
+#: The retired order add-on; an order that still asks for it is refused (billing.api).
+RETIRED_ADDONS = ("snapshot_tb",)
 
 
 class CustomerSettings(models.Model):
@@ -78,6 +82,7 @@ class Lease(models.Model):
     price_cents = models.PositiveIntegerField(help_text="Locked for every term of this lease")
     extra_nvme_tb = models.PositiveSmallIntegerField(default=0)
     network_volume_tb = models.PositiveSmallIntegerField(default=0)
+    #: Retired add-on (RETIRED_ADDONS): what an old lease paid for; new orders leave it 0.
     snapshot_tb = models.PositiveSmallIntegerField(default=0)
     #: Issue 26: the disk starts as a copy of this snapshot (restored before the instance starts).
     restore_from = models.ForeignKey("Snapshot", null=True, blank=True, on_delete=models.PROTECT,
@@ -293,15 +298,36 @@ class VolumeAttachment(models.Model):
                                                name="volume_attached_once_per_lease")]
 
 
+#: What a failed attempt's code means, for the customer (the detail follows).
+FAILURE_REASONS = {
+    "snapshot_failed": _("the copy failed on the node"),
+    "snapshot_timed_out": _("the node reported no progress in time"),
+    "bad_desired_state": _("the node could not read the request"),
+    "migration_wait_over": _("the lease had to move before the copy was ready"),
+}
+
+
+def snapshot_failure_text(error: dict | None) -> str:
+    if not error:
+        return ""
+    reason = FAILURE_REASONS.get(error.get("code", ""))
+    reason = str(reason) if reason else error.get("code", "")
+    return f"{reason} ({error['detail']})" if error.get("detail") else reason
+
+
 class Snapshot(models.Model):
     """A snapshot of a lease's local disk, restorable into a new lease anywhere in the same
-    region (e.g. from an A100 to an H100); billed per TB-month on its own term.
+    region (e.g. from an A100 to an H100); billed in arrears per TB-month of what it stores
+    (`stored_bytes`, billing.storage.snapshot_usage). `paid_until`: for snapshots taken
+    before that, the end of the 30-day term paid when taken; since, the moment it was taken.
 
     Issue 26: the node agent takes it with restic into a repository of its own (an RGW
     bucket of an RGW user of its own at the lease's site), encrypted with a password only
     this row holds (sealed, rental.sealing). It is `creating` until the node's signed
-    `snapshot_taken` evidence arrives, `available` (ready) after; a named failure is kept
-    in `error` while the node retries. Deleting it purges the RGW user and its objects and
+    `snapshot_taken` evidence arrives, `available` (ready) after. Each failed attempt (a
+    named failure the node reports, or no progress for SNAPSHOT_STALLED_MINUTES) is kept in
+    `error` and audited, and the next attempt (a new op_id) follows, up to
+    SNAPSHOT_ATTEMPTS; then the snapshot is `failed` with that reason. Deleting it purges the RGW user and its objects and
     forgets the password (`key_destroyed_at`): nothing can read it any more."""
 
     class State(models.TextChoices):
@@ -310,6 +336,10 @@ class Snapshot(models.Model):
         FAILED = "failed", _("failed")
         LAPSED = "lapsed", _("lapsed (unpaid, kept 7 days)")
         DELETED = "deleted", _("deleted")
+
+    class Purpose(models.TextChoices):
+        CUSTOMER = "customer", _("taken by the customer")
+        MIGRATION = "migration", _("taken to move the lease")    # deleted once the new node restored it
 
     customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="snapshots")
     source_lease = models.ForeignKey(Lease, on_delete=models.PROTECT, related_name="snapshots")
@@ -334,6 +364,12 @@ class Snapshot(models.Model):
     error = models.JSONField(null=True, blank=True, help_text="The last named failure (retried by the node)")
     ready_at = models.DateTimeField(null=True, blank=True)
     key_destroyed_at = models.DateTimeField(null=True, blank=True)
+    # -- attempts (rental.storage.snapshot_attempt_failed) --------------------------------
+    attempt_started_at = models.DateTimeField(null=True, blank=True,
+                                              help_text="When the current attempt is sent to the node")
+    alive_at = models.DateTimeField(null=True, blank=True,
+                                    help_text="The node's last report of progress on the current attempt")
+    purpose = models.CharField(max_length=10, choices=Purpose.choices, default=Purpose.CUSTOMER)
 
     class Meta:
         ordering = ["-created_at"]
@@ -349,6 +385,15 @@ class Snapshot(models.Model):
     @property
     def percent(self) -> float | None:
         return (self.progress or {}).get("percent")
+
+    @property
+    def failure_text(self) -> str:
+        """The last failed attempt's reason, for the customer."""
+        return snapshot_failure_text(self.error)
+
+    @property
+    def attempts_max(self) -> int:
+        return settings.SNAPSHOT_ATTEMPTS
 
 
 class SshKey(models.Model):

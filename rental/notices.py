@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 from . import rules
 from .lifecycle import BATCH, DUE_LEASE_RELATED, Transition
 from .models import Lease, LeaseState, Notification
-from .services import customer_language, notify
+from .notifications.notices import customer_language, notify
 
 S = LeaseState
 

@@ -7,10 +7,9 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.mail import send_mail
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone, translation
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import Offer, Site
@@ -35,9 +34,9 @@ from .models import (
     Lease,
     LeaseEvent,
     LeaseState,
-    Notification,
     Term,
 )
+from .notifications.notices import customer_language, notify  # noqa: F401 - re-exported (billing calls them)
 
 log = logging.getLogger(__name__)
 S = LeaseState
@@ -71,14 +70,14 @@ def _transition(lease_id: int, *, to: str, from_states, now: datetime, kind: str
 
 @transaction.atomic
 def lease_create_pending(*, customer: User, offer: Offer, site: Site, term: str, image: Image, ssh_public_key: str,
-                         extra_nvme_tb: int = 0, network_volume_tb: int = 0, snapshot_tb: int = 0,
+                         extra_nvme_tb: int = 0, network_volume_tb: int = 0,
                          price_cents: int, pay_window: timedelta, now: datetime,
                          ordered_from: str | None = None) -> Lease:
     """A pending lease that holds its GPU slots until `pay_by`. Raises inventory's SoldOut."""
     lease = Lease.objects.create(ordered_from=ordered_from or None,
         customer=customer, offer=offer, site=site, term=Term(term), image=image,
         ssh_public_key=ssh_public_key.strip(), extra_nvme_tb=extra_nvme_tb,
-        network_volume_tb=network_volume_tb, snapshot_tb=snapshot_tb, price_cents=price_cents,
+        network_volume_tb=network_volume_tb, price_cents=price_cents,
         pay_by=now + pay_window, created_at=now,
     )
     slots = slots_allocate(offer=offer, site=site, lease_id=lease.pk)
@@ -317,64 +316,6 @@ def disk_key_complete_destroy(*, lease_id: int, now: datetime) -> bool:
 
 
 # --- notifications ----------------------------------------------------------------------
-
-def customer_language(user) -> "translation.override":
-    """Notices are written in the language the customer last chose on the site (stored by
-    the language switcher), else the site default; use as ``with customer_language(user):``."""
-    loaded = _loaded_settings(user)
-    lang = loaded.language if loaded else CustomerSettings.objects.filter(user_id=getattr(user, "pk", None)).values_list(
-        "language", flat=True).first()
-    return translation.override(lang or settings.LANGUAGE_CODE)
-
-
-def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: str,
-           now: datetime | None = None) -> bool:
-    """Once per (lease, kind, deadline): claimed in the notifications ledger (issue 30) with
-    the in-app notice in one transaction, e-mailed when the customer gave an address, and
-    sent as the matching webhook event. `now` is the sweep's clock (a simulated one under
-    `manage.py lifecycle --at`)."""
-    from .notifications.services import (
-        dispatch_claim,
-        event_emit,
-        lease_data,
-        lease_term,
-        notice_event,
-    )
-
-    now = now or timezone.now()
-    term = f"{lease_term(lease, deadline)}/{kind}"  # a 3-day and a 1-day reminder are two messages
-    if dispatch_claim(recipient=f"user:{lease.customer_id}", event=kind, term=term, now=now,
-                      customer=lease.customer, lease=lease) is None:
-        return False
-    note_id = _insert_once(Notification(lease=lease, customer_id=lease.customer_id, kind=kind, deadline=deadline,
-                                        subject=subject, body=body, created_at=now))
-    if note_id is None:
-        return False
-    event_emit(event=notice_event(kind), term=term, customer=lease.customer, lease=lease, now=now,
-               data=lambda: {"lease": lease_data(lease), "notice": {"kind": kind, "subject": subject, "body": body,
-                                                                      "deadline": deadline.isoformat()}})
-    email = lease.customer.email
-    if email:
-        def send():
-            send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [email], fail_silently=True)
-            Notification.objects.filter(pk=note_id).update(emailed_at=now)
-        transaction.on_commit(send)
-    return True
-
-
-def _insert_once(note: Notification) -> int | None:
-    """INSERT … ON CONFLICT DO NOTHING RETURNING id: the new row's id, or None when the
-    (lease, kind, deadline) notice exists. One statement (PostgreSQL, SQLite ≥ 3.35) where
-    a savepoint around a failing INSERT took three — sweeps send one notice per due lease."""
-    fields = [f for f in Notification._meta.concrete_fields if not f.primary_key]
-    quote = connection.ops.quote_name
-    sql = (f"INSERT INTO {quote(Notification._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
-           f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING RETURNING {quote('id')}")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [f.get_db_prep_save(f.pre_save(note, True), connection) for f in fields])
-        row = cursor.fetchone()
-    return row[0] if row else None
-
 
 # --- operator actions (admin, management commands) --------------------------------------
 

@@ -2,7 +2,7 @@
 lease, AuditEntry otherwise). Money is billing's (billing.storage.charges charges each term from the
 balance and calls these). Extra local NVMe is a lease add-on (Lease.extra_nvme_tb): it is
 renewed and released with the lease."""
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -13,7 +13,14 @@ from inventory.audit import audit_record
 from inventory.models import Site
 
 from .events import event_record as _event
-from .models import Lease, LeaseState, NetworkVolume, Snapshot, VolumeAttachment
+from .models import (
+    Lease,
+    LeaseState,
+    NetworkVolume,
+    Snapshot,
+    VolumeAttachment,
+    snapshot_failure_text,
+)
 from .sealing import unseal
 
 S = LeaseState
@@ -30,6 +37,9 @@ lease_volumes_released = Signal()
 #: A snapshot was deleted: billing.storage, which owns the cluster, purges its objects and
 #: forgets its key, inside the deleting transaction (sent, not on commit).
 snapshot_deleted = Signal()
+#: A snapshot failed for good (its last attempt failed), sent after the commit with
+#: `snapshot_id`: nothing was stored as a snapshot (billing may refund its term).
+snapshot_failed = Signal()
 
 
 @transaction.atomic
@@ -137,6 +147,11 @@ def storage_delete(*, obj, now: datetime, actor=None, reason: str) -> bool:
     audit_record(actor=actor, action="storage_delete", obj=obj, detail={"reason": reason}, at=now)
     if isinstance(obj, Snapshot):
         snapshot_deleted.send(sender=Snapshot, snapshot_id=obj.pk, now=now, actor=actor)
+        if obj.purpose == Snapshot.Purpose.MIGRATION:
+            # A move waiting for this copy goes ahead without it (latest ready snapshot).
+            from .failover import migration_snapshot_settled
+
+            migration_snapshot_settled(snapshot_id=obj.pk, now=now)
     return True
 
 
@@ -149,21 +164,100 @@ def snapshot_repository(snap: Snapshot) -> dict:
 
 @transaction.atomic
 def snapshot_progress(*, snapshot_id: int, op_id: str, report: dict, now: datetime) -> bool:
-    """The node's report while it copies: progress, or the named failure it will retry."""
+    """The node's report on the snapshot's current attempt: progress (the attempt is alive
+    while its bytes move), or the named failure that ends the attempt."""
     snap = Snapshot.objects.select_for_update().filter(pk=snapshot_id, state=Snapshot.State.CREATING).first()
     if snap is None or snap.op_id != op_id:
         return False
     error = report.get("error") if isinstance(report.get("error"), dict) else None
-    if error is not None:
-        error = {"code": str(error.get("code", ""))[:40], "detail": str(error.get("detail") or "")[:500],
-                 "at": now.isoformat()}
+    state = str(report.get("state", ""))[:10]
+    if state == "failed" and error is not None:
+        return snapshot_attempt_failed(snapshot_id=snap.pk, op_id=op_id, code=str(error.get("code") or "")[:40],
+                                       detail=str(error.get("detail") or "")[:500], now=now)
     progress = {k: report[k] for k in ("bytes_done", "total_bytes", "percent")
                 if type(report.get(k)) in (int, float) and report[k] >= 0}
-    progress["state"] = str(report.get("state", ""))[:10]
-    if error and (snap.error or {}).get("code") != error["code"]:
-        audit_record(actor=None, action="snapshot_failed_retrying", obj=snap, detail=error, at=now)
-    Snapshot.objects.filter(pk=snap.pk).update(progress=progress, error=error or snap.error)
+    progress["state"] = state
+    before = snap.progress or {}
+    moved = (progress.get("bytes_done"), state) != (before.get("bytes_done"), before.get("state"))
+    Snapshot.objects.filter(pk=snap.pk).update(progress=progress, alive_at=now if moved else snap.alive_at)
     return True
+
+
+@transaction.atomic
+def snapshot_attempt_failed(*, snapshot_id: int, op_id: str, code: str, detail: str, now: datetime,
+                            final: bool = False) -> bool:
+    """The snapshot's current attempt failed (the node said so, or it timed out): an audit
+    row, then the next attempt (a new op_id, sent SNAPSHOT_RETRY_SECONDS from now), or,
+    after SNAPSHOT_ATTEMPTS (or `final`), the snapshot is `failed` with the reason, the
+    customer is told, and nothing half-copied is ever shown as ready."""
+    from django.conf import settings
+
+    snap = Snapshot.objects.select_for_update().filter(pk=snapshot_id, state=Snapshot.State.CREATING).first()
+    if snap is None or snap.op_id != op_id:
+        return False
+    error = {"code": code, "detail": detail, "at": now.isoformat(), "attempt": snap.attempt}
+    audit_record(actor=None, action="snapshot_attempt_failed", obj=snap, detail=error, at=now)
+    if not final and snap.attempt < settings.SNAPSHOT_ATTEMPTS:
+        due = now + timedelta(seconds=settings.SNAPSHOT_RETRY_SECONDS)
+        Snapshot.objects.filter(pk=snap.pk).update(attempt=snap.attempt + 1, attempt_started_at=due, alive_at=None,
+                                                   progress=None, error=error)
+        audit_record(actor=None, action="snapshot_retry", obj=snap,
+                     detail={"attempt": snap.attempt + 1, "of": settings.SNAPSHOT_ATTEMPTS, "due": due.isoformat(),
+                             "after": code}, at=now)
+        _event(snap.source_lease_id, kind="snapshot_retry", now=now,
+               data={"snapshot": snap.pk, "attempt": snap.attempt + 1, "failed": code})
+        return True
+    Snapshot.objects.filter(pk=snap.pk).update(state=Snapshot.State.FAILED, progress=None, error=error)
+    snap.refresh_from_db()
+    audit_record(actor=None, action="snapshot_failed", obj=snap,
+                 detail={**error, "attempts": snap.attempt, "purpose": snap.purpose}, at=now)
+    _event(snap.source_lease_id, kind="snapshot_failed", now=now,
+           data={"snapshot": snap.pk, "attempts": snap.attempt, "code": code})
+    if snap.purpose == Snapshot.Purpose.CUSTOMER:
+        _notify_snapshot_failed(snap, now=now)
+    transaction.on_commit(lambda: snapshot_failed.send(sender=Snapshot, snapshot_id=snap.pk, now=now))
+    if snap.purpose == Snapshot.Purpose.MIGRATION:
+        from .failover import migration_snapshot_settled
+
+        migration_snapshot_settled(snapshot_id=snap.pk, now=now)
+    return True
+
+
+def _notify_snapshot_failed(snap: Snapshot, *, now: datetime) -> None:
+    from .notifications.notices import customer_language, notify
+
+    lease = Lease.objects.select_related("customer", "offer__gpu_model").get(pk=snap.source_lease_id)
+    with customer_language(lease.customer):
+        args = {"id": snap.pk, "lease": lease.pk, "attempts": snap.attempt, "why": snapshot_failure_text(snap.error)}
+        subject = _("Snapshot #%(id)s of lease #%(lease)s failed") % args
+        body = _("Snapshot #%(id)s of lease #%(lease)s could not be taken after %(attempts)s attempts: %(why)s. "
+                 "Nothing was stored as a snapshot; your lease's disk is unchanged. Delete the failed snapshot on "
+                 "the storage page or take a new one.") % args
+    notify(lease=lease, kind="snapshot_failed", deadline=snap.created_at, subject=subject, body=body, now=now)
+
+
+@transaction.atomic
+def snapshot_purpose_migration(*, snapshot: Snapshot, now: datetime) -> Snapshot:
+    """The snapshot is the copy a migration moves (rental.failover): not charged, never
+    renewed, deleted once the new node restored it."""
+    Snapshot.objects.filter(pk=snapshot.pk).update(purpose=Snapshot.Purpose.MIGRATION)
+    audit_record(actor=None, action="snapshot_for_migration", obj=snapshot,
+                 detail={"lease": snapshot.source_lease_id}, at=now)
+    snapshot.refresh_from_db()
+    return snapshot
+
+
+def snapshot_attempts_stalled(*, now: datetime, limit: int = 500) -> list[Snapshot]:
+    """Snapshots whose current attempt the node has not reported progress on for
+    SNAPSHOT_STALLED_MINUTES (counted from the attempt's start while none came)."""
+    from django.conf import settings
+    from django.db.models.functions import Coalesce
+
+    before = now - timedelta(minutes=settings.SNAPSHOT_STALLED_MINUTES)
+    return list(Snapshot.objects.filter(state=Snapshot.State.CREATING, key_destroyed_at__isnull=True)
+                .exclude(repository="")
+                .annotate(alive=Coalesce("alive_at", "attempt_started_at", "created_at"))
+                .filter(alive__lte=before).order_by("alive")[:limit])
 
 
 @transaction.atomic
@@ -176,10 +270,14 @@ def snapshot_ready(*, snapshot_id: int, op_id: str, facts: dict, now: datetime) 
         state=Snapshot.State.AVAILABLE, ready_at=now, restic_snapshot=str(facts["restic_snapshot"])[:80],
         content_bytes=int(facts["bytes"]), stored_bytes=int(facts["stored_bytes"]), progress=None, error=None)
     _event(snap.source_lease_id, kind="snapshot_ready", now=now,
-           data={"snapshot": snap.pk, "stored_bytes": int(facts["stored_bytes"])})
+           data={"snapshot": snap.pk, "stored_bytes": int(facts["stored_bytes"]), "attempt": snap.attempt})
     audit_record(actor=None, action="snapshot_ready", obj=snap,
                  detail={"restic_snapshot": facts["restic_snapshot"], "bytes": facts["bytes"],
-                         "stored_bytes": facts["stored_bytes"]}, at=now)
+                         "stored_bytes": facts["stored_bytes"], "attempt": snap.attempt}, at=now)
+    if snap.purpose == Snapshot.Purpose.MIGRATION:
+        from .failover import migration_snapshot_settled
+
+        migration_snapshot_settled(snapshot_id=snap.pk, now=now)
     return True
 
 
@@ -218,6 +316,46 @@ def snapshot_restore_check(*, snapshot: Snapshot, customer, site, disk_bytes: in
                                 "have": disk_bytes // 10**9})
 
 
+RESTORE_INTO = "snapshot_restore_requested"
+
+
+def restore_into_pending(lease: Lease):
+    """The customer's pending restore into this existing lease's disk (its LeaseEvent),
+    else None. Its restore op_id is `restore:<lease>:<event>`."""
+    if lease.restore_from_id is None or lease.restored_at is not None:
+        return None
+    last = (lease.events.filter(kind__in=[RESTORE_INTO, "restore_from_snapshot", "snapshot_restored"])
+            .order_by("-at", "-pk").first())      # a later move's restore is not the customer's
+    if last is None or last.kind != RESTORE_INTO or (last.data or {}).get("snapshot") != lease.restore_from_id:
+        return None
+    return last
+
+
+@transaction.atomic
+def lease_restore_into(*, lease: Lease, snapshot: Snapshot, now: datetime, actor=None):
+    """Issue 26: the snapshot replaces what the lease's existing disk holds, on whichever
+    node of the site the lease is. The caller (fleet.services.instance_restore) has checked
+    that the instance is stopped; checked here: the customer's ready snapshot at the lease's
+    site, no larger than the lease's disk, no other restore under way."""
+    lease = Lease.objects.select_for_update().select_related("offer__gpu_model", "site").get(pk=lease.pk)
+    if lease.state not in (S.ACTIVE, S.SUSPENDED):
+        raise StorageRefused(_("Lease #%(id)d is %(state)s: nothing can be restored into it.")
+                             % {"id": lease.pk, "state": lease.get_state_display()})
+    if snapshot.repository == "" or not snapshot.restic_snapshot:
+        raise StorageRefused(_("Snapshot #%(id)d holds no copy of a disk (simulated storage).") % {"id": snapshot.pk})
+    disk_bytes = (lease.offer.gpu_model.included_nvme_gb + 1000 * lease.extra_nvme_tb) * 10**9
+    snapshot_restore_check(snapshot=snapshot, customer=lease.customer, site=lease.site, disk_bytes=disk_bytes)
+    if restore_into_pending(lease) is not None:
+        raise StorageRefused(_("A restore into lease #%(id)d is already under way.") % {"id": lease.pk})
+    Lease.objects.filter(pk=lease.pk).update(restore_from=snapshot, restored_at=None)
+    event = _event(lease.pk, kind=RESTORE_INTO, now=now, actor=actor, from_state=lease.state, to_state=lease.state,
+                   data={"snapshot": snapshot.pk, "from_lease": snapshot.source_lease_id,
+                         "taken_at": snapshot.ready_at.isoformat() if snapshot.ready_at else None})
+    audit_record(actor=actor, action="snapshot_restore_into", obj=snapshot,
+                 detail={"lease": lease.pk, "event": event.pk}, at=now)
+    return event
+
+
 @transaction.atomic
 def lease_restore_from_set(*, lease: Lease, snapshot: Snapshot, now: datetime, actor=None) -> None:
     """The new lease's disk starts as a copy of the snapshot (restored by its node before
@@ -236,19 +374,20 @@ def lease_restored(*, lease_id: int, snapshot_id: int, facts: dict, now: datetim
         return False
     _event(lease_id, kind="snapshot_restored", now=now,
            data={"snapshot": snapshot_id, "bytes": facts.get("bytes"), "restic_snapshot": facts.get("restic_snapshot")})
+    snap = Snapshot.objects.filter(pk=snapshot_id, purpose=Snapshot.Purpose.MIGRATION).first()
+    if snap is not None:    # the move's own copy has done its work: destroyed, recorded
+        storage_delete(obj=snap, now=now, reason="migration copy restored on the new node")
     return True
 
 
 def storage_due(*, now: datetime, limit: int = 500):
-    """Volumes and snapshots whose paid term has ended, at most `limit` of each."""
-    return (list(NetworkVolume.objects.filter(state=NetworkVolume.State.ACTIVE, paid_until__lte=now)
-                 .order_by("paid_until")[:limit])
-            + list(Snapshot.objects.filter(state=Snapshot.State.AVAILABLE, paid_until__lte=now)
-                   .order_by("paid_until")[:limit]))
+    """Volumes whose paid term has ended, at most `limit`. (Snapshots have no term: they are
+    billed in arrears by what they store, billing.storage.snapshot_usage.)"""
+    return list(NetworkVolume.objects.filter(state=NetworkVolume.State.ACTIVE, paid_until__lte=now)
+                .order_by("paid_until")[:limit])
 
 
 def storage_expired(*, before: datetime, limit: int = 500):
-    """Lapsed volumes and snapshots past their grace, at most `limit` of each."""
+    """Lapsed volumes past their grace, at most `limit` (unpaid snapshots: snapshot_usage)."""
     q = Q(state="lapsed", paid_until__lte=before)
-    return (list(NetworkVolume.objects.filter(q).order_by("paid_until")[:limit])
-            + list(Snapshot.objects.filter(q).order_by("paid_until")[:limit]))
+    return list(NetworkVolume.objects.filter(q).order_by("paid_until")[:limit])

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Build (once) the "node in a box" (issue 23): the disk image of a Debian bookworm GPU
-# server for QEMU (TCG), booting with systemd as PID 1, with dockerd, the disk tools, sshd
+# server for QEMU (KVM, or TCG without /dev/kvm), booting with systemd as PID 1, with dockerd, the disk tools, sshd
 # and python3-venv installed, but NOT the agent: the test installs it in the guest the way
 # nodeagent/README.md says (its own venv, the shipped unit, systemctl enable).
 # Also in the image, because the guest has no Internet: the agent's dependency wheels
@@ -19,7 +19,7 @@ MIRROR=${DEBIAN_MIRROR:-$(sed -n 's/^URIs: *\(http[^ ]*\/debian\)$/\1/p' /etc/ap
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 PYTHON=${PYTHON:-python3}
 SUITE=bookworm
-PACKAGES=systemd-sysv,udev,dbus,kmod,linux-image-amd64,initramfs-tools,iproute2,openssh-server,docker.io,cryptsetup-bin,lvm2,e2fsprogs,nvme-cli,util-linux,python3,python3-venv,ca-certificates,procps
+PACKAGES=systemd-sysv,udev,dbus,kmod,linux-image-amd64,initramfs-tools,iproute2,openssh-server,docker.io,cryptsetup-bin,lvm2,e2fsprogs,nvme-cli,util-linux,python3,python3-venv,ca-certificates,procps,nftables
 STUB="$repo/tests/nodeagent/nvml_stub/nvml_stub.c"
 PINS="$repo/nodeagent/pyproject.toml"
 
@@ -35,7 +35,11 @@ mkdir -p "$CACHE_DIR"
 work=$(mktemp -d "$CACHE_DIR/guest-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 root="$work/rootfs"
-debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$root" "$MIRROR" >&2
+# The downloaded .debs are kept beside the images: a recipe change rebuilds without
+# downloading the ~400 MB again.
+mkdir -p "$CACHE_DIR/guest-debs"
+debootstrap --variant=minbase --cache-dir="$CACHE_DIR/guest-debs" --include="$PACKAGES" \
+    "$SUITE" "$root" "$MIRROR" >&2
 
 # Boot: root on the virtio disk, console on the serial port, systemd-networkd DHCP on
 # QEMU's user-mode network (the host is 10.0.2.2 from the guest).
@@ -49,7 +53,7 @@ mkdir -p "$wants" "$root/etc/systemd/system/network-online.target.wants"
 ln -sf /lib/systemd/system/systemd-networkd.service "$wants/"
 ln -sf /lib/systemd/system/systemd-networkd-wait-online.service "$root/etc/systemd/system/network-online.target.wants/"
 printf 'nameserver 10.0.2.3\n' > "$root/etc/resolv.conf"
-# Nothing that wakes up to do housework on a slow emulated CPU during the test.
+# Nothing that wakes up to do housework during the test.
 for unit in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer \
             man-db.timer dpkg-db-backup.timer systemd-timesyncd.service; do
     ln -sf /dev/null "$root/etc/systemd/system/$unit"

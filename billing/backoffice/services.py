@@ -7,9 +7,10 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from inventory.audit import audit_record
+from inventory.templatetags.money import format_usd
 
+from ..ledger import BillingError, invoice_volume_held_cents, invoices_refund_claim, ledger_post
 from ..models import Invoice, LedgerEntry
-from ..services import BillingError, invoices_refund_claim, ledger_post
 
 
 def _need_reason(reason: str) -> str:
@@ -36,8 +37,10 @@ def invoice_refund_to_balance(*, invoice: Invoice, actor: User, reason: str, now
                               cents: int | None = None) -> LedgerEntry:
     """Return what is left to refund of a paid invoice (all of it, or ``cents``) to the
     customer's balance; what any other path refunded already (the customer's "Cancel and
-    refund", a failed provisioning) is not refunded again. The lease itself is not touched
-    (suspend or release it from its own page if that is wanted)."""
+    refund", a failed provisioning) is not refunded again, nor the part that paid for a
+    network volume created with the order (billing.ledger.refundable_cents, the one rule
+    every refund path uses). The lease itself is not touched (suspend or release it from
+    its own page if that is wanted)."""
     reason = _need_reason(reason)
     invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
     if invoice.state != Invoice.State.PAID or invoice.kind == Invoice.Kind.TOPUP:
@@ -46,6 +49,11 @@ def invoice_refund_to_balance(*, invoice: Invoice, actor: User, reason: str, now
         raise BillingError(_("A refund must be a positive amount."))
     taken, touched = invoices_refund_claim(invoices=[invoice], now=now, cents=cents)
     if not taken:
+        held = invoice_volume_held_cents(invoice)
+        if held:
+            raise BillingError(_("What is left of invoice #%(id)s (%(amount)s) paid for the network volume ordered "
+                                 "with the lease, which exists and survives the lease: it is not refunded.")
+                               % {"id": invoice.pk, "amount": format_usd(held)})
         raise BillingError(_("Invoice #%(id)s was already refunded.") % {"id": invoice.pk})
     entry = ledger_post(customer=invoice.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=taken,
                         now=now, invoice=invoice, actor=actor, memo=reason,

@@ -79,7 +79,7 @@ def customer_detail(request, user_id: int):
         "entries": LedgerEntry.objects.filter(account__customer=customer).order_by("-at")[:100],
         "tokens": ApiToken.objects.filter(customer=customer).order_by("-created_at"),
         "volumes": NetworkVolume.objects.filter(customer=customer).select_related("site").order_by("-created_at")[:100],
-        "snapshots": Snapshot.objects.filter(customer=customer).order_by("-created_at")[:100],
+        "snapshots": Snapshot.objects.filter(customer=customer).select_related("meter").order_by("-created_at")[:100],
     }, status=400 if (adjust.errors or refund.errors) else 200)
 
 

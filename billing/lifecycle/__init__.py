@@ -22,6 +22,7 @@ from ..payments import reversals as payments_reversals
 from ..payments import services as payments
 from ..services import lease_fail_and_refund, order_invoice_expire, renewal_invoice_create
 from ..storage.charges import sweep_storage
+from ..storage.snapshot_usage import sweep_snapshot_usage
 from ..storage.sweeps import sweep_ceph
 from .locks import exclusive
 
@@ -94,6 +95,8 @@ SWEEPS = [
     ("reversed_payments", payments_reversals.sweep_reversed_payments),
     ("state_notices", sweep_state_notices),
     ("storage", sweep_storage),
+    ("snapshots", rental_sweeps.sweep_snapshots),  # issue 26: stalled attempts, moves waiting for a copy
+    ("snapshot_usage", sweep_snapshot_usage),  # issue 26: snapshots billed per TB-month stored, in arrears
     ("ceph", sweep_ceph),  # issue 25: caps, purges, object storage metering (billing/storage)
     ("key_destruction", rental_sweeps.sweep_key_destruction),
     ("wipe", rental_sweeps.sweep_wipe),
@@ -136,23 +139,27 @@ def run_lifecycle_exclusive(now: datetime, on_start=None) -> list[tuple[str, Tra
 
 
 def _run_sweeps(now: datetime, sweeps=SWEEPS) -> list[tuple[str, Transition]]:
-    """Each sweep in bounded batches of LIFECYCLE_BATCH due rows, each batch one
-    transaction: its transitions (guarded updates, each with its audit row) commit together,
-    and what they trigger on the host or by e-mail runs once it committed. A commit per
-    batch instead of per lease (a commit waits for the WAL flush: it was most of a due
-    lease's cost). A full batch means more may be due, so the sweep runs again, until a
-    batch comes back short or the pass has used LIFECYCLE_PASS_BUDGET_SECONDS (the rest is
-    the next pass's): a burst of terms ending in the same hour is done in one pass.
-    A worker killed mid-pass keeps every batch it committed; the next pass redoes the
-    rest (every transition is guarded, so nothing is done twice)."""
+    """Rounds of one batch per sweep, in dependency order, each batch of at most
+    LIFECYCLE_BATCH due rows one transaction: its transitions (guarded updates, each with its
+    audit row) commit together, and what they trigger on the host or by e-mail runs once it
+    committed — a commit per batch instead of per lease (a commit waits for the WAL flush).
+    A full batch means more may be due, so that sweep is in the next round, until every
+    sweep's batch came back short or the pass has used LIFECYCLE_PASS_BUDGET_SECONDS (the
+    rest is the next pass's). Rounds, not one sweep until it is done: a burst of 10,000 terms
+    ending together cannot spend the pass on reminders while suspensions and releases wait
+    (issue 35). A worker killed mid-pass keeps every batch it committed; the next pass redoes
+    the rest (every transition is guarded, so nothing is done twice)."""
     results: list[tuple[str, Transition]] = []
     size = settings.LIFECYCLE_BATCH
     deadline = time.monotonic() + settings.LIFECYCLE_PASS_BUDGET_SECONDS
-    for name, sweep in sweeps:
-        while True:
+    pending = list(sweeps)
+    while pending:
+        full = []
+        for name, sweep in pending:
             with transaction.atomic():
                 batch = sweep(now, limit=size)
             results.extend((name, t) for t in batch)
-            if len(batch) < size or time.monotonic() >= deadline:
-                break
+            if len(batch) >= size:
+                full.append((name, sweep))
+        pending = full if time.monotonic() < deadline else []
     return results

@@ -10,6 +10,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 
 from inventory.services import SoldOut
+from rental.models import ADDON_LIMITS_TB
 
 from ..models import Invoice, LatePaymentClaim, PaymentReview, Quote
 from ..services import checkout_place_order, invoice_pay_from_balance
@@ -53,7 +54,7 @@ def late_payment_claimable(quote: Quote) -> bool:
 
 def _reorder(invoice: Invoice, customer, now: datetime) -> Invoice:
     lease = invoice.lease
-    addons = {f: getattr(lease, f) for f in ("extra_nvme_tb", "network_volume_tb", "snapshot_tb")}
+    addons = {f: getattr(lease, f) for f in ADDON_LIMITS_TB}  # a retired add-on is not ordered again
     try:
         _, new_invoice = checkout_place_order(
             customer=customer, offer=lease.offer, site=lease.site, term=lease.term, image=lease.image,

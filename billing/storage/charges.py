@@ -86,16 +86,22 @@ def _storage_charge_site(obj, *, entry: LedgerEntry) -> None:
 
 @transaction.atomic
 def snapshot_order(*, lease: Lease, size_tb: int, now: datetime, actor=None):
+    """Take a snapshot of the lease's disk; `size_tb` is its repository's quota. Nothing is
+    charged now: what it stores is billed in arrears per TB-month from when its copy is
+    ready (billing.storage.snapshot_usage), so `paid_until` is its creation. Refused while
+    a snapshot's bill is not covered by the balance (InsufficientBalance)."""
+    from .models import SnapshotMeter
     from .snapshots import snapshot_take
 
-    snap = snapshot_take(lease=lease, size_tb=size_tb, paid_until=now + STORAGE_TERM, now=now, actor=actor)
-    _charge_term(snap, kind="snapshot", term_start=now, now=now)
-    return snap
+    if SnapshotMeter.objects.filter(snapshot__customer_id=lease.customer_id, unpaid_since__isnull=False).exists():
+        raise InsufficientBalance(_("The storage of your snapshots is unpaid: top up your balance before taking "
+                                    "another snapshot."))
+    return snapshot_take(lease=lease, size_tb=size_tb, paid_until=now, now=now, actor=actor)
 
 
 def sweep_storage(now: datetime, limit: int = 500) -> list:
-    """Renew volumes and snapshots whose term ended (from the balance); lapse the unpaid
-    ones; delete those lapsed for 7 days; detach volumes from ended leases."""
+    """Renew volumes whose term ended (from the balance); lapse the unpaid ones; delete those
+    lapsed for 7 days; detach volumes from ended leases. (Snapshots: snapshot_usage.)"""
     from rental.lifecycle import Transition
     from rental.storage import (
         attachments_of_ended_leases_detach,
@@ -111,10 +117,9 @@ def sweep_storage(now: datetime, limit: int = 500) -> list:
     if detached := attachments_of_ended_leases_detach(now=now, limit=limit):
         done.append(Transition(0, f"{detached} volume attachment(s) of ended leases detached"))
     for obj in storage_due(now=now, limit=limit):
-        kind = "network_volume" if obj._meta.model_name == "networkvolume" else "snapshot"
         try:
             with transaction.atomic():
-                _charge_term(obj, kind=kind, term_start=obj.paid_until, now=now)
+                _charge_term(obj, kind="network_volume", term_start=obj.paid_until, now=now)
                 storage_extend(obj=obj, paid_until=obj.paid_until, new_until=obj.paid_until + STORAGE_TERM)
             done.append(Transition(0, f"{obj} renewed"))
         except InsufficientBalance:

@@ -10,6 +10,8 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from ..models import OrderedVolume  # noqa: F401 - in billing.models, which the ledger reads it from
+
 
 class StorageCluster(models.Model):
     """The operator's Ceph cluster at a site (one per site). The client key may be left
@@ -137,24 +139,47 @@ class StorageCharge(models.Model):
     object_id = models.PositiveIntegerField()
 
 
-class OrderedVolume(models.Model):
-    """The order page's "network volume" add-on of one lease: created on the site's Ceph
-    once the order is paid and attached to the lease; when the storage cannot create it
-    (down, full), the add-on's part of the invoice goes back to the balance instead."""
+class SnapshotMeter(models.Model):
+    """How far a snapshot's storage has been billed (billing.storage.snapshot_usage): its
+    deduplicated, compressed `stored_bytes` accrue per second from `accrues_from` (the copy
+    proved ready, or the end of a term paid before snapshots were billed by use) until it is
+    deleted, and are billed in arrears every 30 days from the balance."""
 
-    class State(models.TextChoices):
-        PENDING = "pending", _("being created")
-        CREATED = "created", _("created")
-        REFUNDED = "refunded", _("not created, refunded")
+    snapshot = models.OneToOneField("rental.Snapshot", on_delete=models.PROTECT, related_name="meter")
+    accrues_from = models.DateTimeField()
+    billed_until = models.DateTimeField(help_text="Usage before this moment is billed")
+    billed_byte_seconds = models.DecimalField(max_digits=30, decimal_places=0, default=0)
+    billed_cents = models.PositiveIntegerField(default=0)
+    unpaid_since = models.DateTimeField(null=True, blank=True,
+                                        help_text="A bill the balance did not cover (lapsed; deleted after the grace)")
+    closed_at = models.DateTimeField(null=True, blank=True, help_text="Deleted and billed to its end")
 
-    lease = models.OneToOneField("rental.Lease", on_delete=models.PROTECT, related_name="ordered_volume")
-    invoice = models.ForeignKey("billing.Invoice", on_delete=models.PROTECT, related_name="+")
-    size_tb = models.PositiveSmallIntegerField()
-    cents = models.PositiveIntegerField(help_text="The add-on's part of the order invoice")
-    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING, db_index=True)
-    volume = models.OneToOneField("rental.NetworkVolume", null=True, blank=True, on_delete=models.PROTECT,
-                                  related_name="ordered_with")
-    reason = models.CharField(max_length=300, blank=True, help_text="Why it was not created (for the operator)")
+    def __str__(self) -> str:
+        return f"meter of snapshot #{self.snapshot_id}"
+
+
+class SnapshotUsageCharge(models.Model):
+    """One billing period of one snapshot: its stored size over the seconds of the period,
+    the cents charged (0 when under a cent; the fraction carries) and the ledger entry."""
+
+    snapshot = models.ForeignKey("rental.Snapshot", on_delete=models.PROTECT, related_name="usage_charges")
+    site = models.ForeignKey("inventory.Site", on_delete=models.PROTECT, related_name="+")
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    stored_bytes = models.BigIntegerField()
+    byte_seconds = models.DecimalField(max_digits=30, decimal_places=0)
+    cents = models.PositiveIntegerField()
+    entry = models.OneToOneField("billing.LedgerEntry", null=True, blank=True, on_delete=models.PROTECT,
+                                 related_name="snapshot_usage")
     created_at = models.DateTimeField()
-    settled_at = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-period_end", "-pk"]
+        constraints = [models.UniqueConstraint(fields=["snapshot", "period_start"],
+                                               name="one_snapshot_charge_per_period")]
+
+    @property
+    def tb_months(self):
+        from decimal import Decimal
+
+        return self.byte_seconds / (Decimal(10 ** 12) * 30 * 24 * 3600)

@@ -22,8 +22,7 @@ from rental import services as rental
 from rental.models import Lease, LeaseState
 from rental.storage import StorageRefused, lease_volume_addon_settled, volume_attach
 
-from ..models import Invoice, InvoiceLine, LedgerEntry
-from .models import OrderedVolume
+from ..models import Invoice, InvoiceLine, LedgerEntry, OrderedVolume
 from .volumes import StorageUnavailable, volume_attachments_changed, volume_provision
 
 log = logging.getLogger(__name__)
@@ -134,10 +133,10 @@ def _notify_not_created(lease: Lease, *, size_tb: int, cents: int, now: datetime
                              "storage later.") % args)
 
 
-def ordered_volume_kept_cents(lease: Lease) -> int:
-    """What a refund of the lease leaves paid: a volume created with the order is the
-    customer's and survives the lease, so its part is not refunded."""
-    return sum(OrderedVolume.objects.filter(lease=lease, state=OrderedVolume.State.CREATED)
+def ordered_volume_pending_cents(lease: Lease) -> int:
+    """The add-on's part of a lease still waiting for its volume (a refund of the lease
+    cancels it first and returns it: ordered_volume_cancel)."""
+    return sum(OrderedVolume.objects.filter(lease=lease, state=OrderedVolume.State.PENDING)
                .values_list("cents", flat=True))
 
 

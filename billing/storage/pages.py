@@ -20,6 +20,8 @@ from rental.storage import snapshot_restore as _snapshot_restore
 
 from ..ledger import InsufficientBalance, account_for
 from .charges import snapshot_order, volume_order
+from .models import SnapshotMeter
+from .snapshot_usage import snapshot_charges_of
 from .views import storage_context
 from .volumes import volume_attachments_changed, volume_store_purge_start
 
@@ -88,9 +90,10 @@ def _page(request, *, volume_form=None, snapshot_form=None, status=200):
         ids = {lease.pk for lease in on}
         targets = [lease for lease in running if lease.site_id == v.site_id and lease.pk not in ids]
         volume_rows.append({"volume": v, "leases": on, "targets": targets})
+    billed = dict(SnapshotMeter.objects.filter(snapshot__customer=user).values_list("snapshot_id", "billed_until"))
     snapshot_rows = [
-        {"snapshot": s, "targets": [lease for lease in running
-                                    if lease.site.region == s.region and lease.pk != s.source_lease_id]}
+        {"snapshot": s, "billed_until": billed.get(s.pk),
+         "targets": [lease for lease in running if lease.site.region == s.region and lease.pk != s.source_lease_id]}
         for s in _snapshots(user).select_related("source_lease__offer__gpu_model", "source_lease__site")]
     context = {
         "volume_rows": volume_rows, "snapshot_rows": snapshot_rows,
@@ -98,6 +101,7 @@ def _page(request, *, volume_form=None, snapshot_form=None, status=200):
         "snapshot_form": snapshot_form or SnapshotForm(customer=user),
         "balance_cents": account_for(user).balance_cents,
         "volume_price": _price(StorageProduct.Kind.NETWORK_VOLUME), "snapshot_price": _price(StorageProduct.Kind.SNAPSHOT),
+        "snapshot_charges": snapshot_charges_of(user),
         **ceph,
     }
     return render(request, "billing/storage/mine.html", context, status=status)
@@ -202,11 +206,13 @@ def snapshot_create(request):
         messages.error(request, _("Refused: %(why)s") % {"why": exc})
         return _page(request, snapshot_form=form, status=400)
     if snap.state == Snapshot.State.CREATING:
-        messages.success(request, _("Snapshot #%(id)d of lease #%(lease)d is being taken: %(size)d TB, paid for 30 "
-                                    "days. Its progress shows below; it is ready once the node has copied the disk.")
+        messages.success(request, _("Snapshot #%(id)d of lease #%(lease)d is being taken (up to %(size)d TB). Its "
+                                    "progress shows below; it is ready once the node has copied the disk, and billed "
+                                    "for what it stores from then on.")
                          % {"id": snap.pk, "lease": lease.pk, "size": snap.size_tb})
     else:
-        messages.success(request, _("Snapshot #%(id)d of lease #%(lease)d taken: %(size)d TB, paid for 30 days.")
+        messages.success(request, _("Snapshot #%(id)d of lease #%(lease)d taken (up to %(size)d TB); it is billed "
+                                    "for what it stores.")
                          % {"id": snap.pk, "lease": lease.pk, "size": snap.size_tb})
     return _back()
 

@@ -190,8 +190,7 @@ def _print_invoice(api: Api, invoice: dict, coin: str | None, as_json: bool) -> 
 def cmd_create(api: Api, args) -> int:
     offer = _choose_offer(api, args)
     body = {"offer": offer["slug"], "site": args.site.upper(), "term": args.cycle, "ssh_key": _public_key(api, args),
-            "addons": {"extra_nvme_tb": args.extra_nvme_tb, "network_volume_tb": args.network_volume_tb,
-                       "snapshot_tb": args.snapshot_tb}}
+            "addons": {"extra_nvme_tb": args.extra_nvme_tb, "network_volume_tb": args.network_volume_tb}}
     if args.image:
         body["image"] = args.image
     body["pay_from_balance"] = _from_balance(api, args.pay, offer[_price_key(args.cycle)])

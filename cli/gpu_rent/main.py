@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pay", choices=["auto", "balance", "invoice"], default="auto",
                    help="auto: from the balance when it covers the order, else an invoice")
     p.add_argument("--coin", help="with an invoice: also print payment details in this coin (e.g. LTC)")
-    for addon in ("extra-nvme-tb", "network-volume-tb", "snapshot-tb"):
+    for addon in ("extra-nvme-tb", "network-volume-tb"):  # snapshots: taken from a running lease
         p.add_argument(f"--{addon}", type=int, default=0)
     _wait_flags(p)
 

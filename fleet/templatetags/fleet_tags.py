@@ -37,6 +37,27 @@ class InstanceView:
         return self.lease.state == S.ACTIVE and self.stopped_by_customer
 
     @property
+    def restore_pending(self):
+        """The customer's restore into this disk under way (issue 26), else None."""
+        from rental.storage import restore_into_pending
+
+        return restore_into_pending(self.lease)
+
+    @property
+    def restorable(self) -> list:
+        """The customer's ready snapshots this stopped lease's disk can be replaced with:
+        real copies at the lease's site (any of its nodes)."""
+        stopped = (self.lease.state == S.ACTIVE and self.stopped_by_customer) or self.lease.state == S.SUSPENDED
+        if not stopped or self.restore_pending is not None:
+            return []
+        from rental.models import Snapshot
+
+        return list(Snapshot.objects.filter(customer_id=self.lease.customer_id, site_id=self.lease.site_id,
+                                            state=Snapshot.State.AVAILABLE, key_destroyed_at__isnull=True,
+                                            purpose=Snapshot.Purpose.CUSTOMER)
+                    .exclude(restic_snapshot="").order_by("-ready_at")[:20])
+
+    @property
     def burn_in_passed_at(self):
         """When the lease's cards last passed a burn-in (before the lease began)."""
         slots = SlotAllocation.objects.filter(lease_id=self.lease.pk, released_at__isnull=True).values("slot_id")

@@ -47,9 +47,17 @@ class LvmCarver:
         return Carve(self._path(lease_id), SCOPE_SHARED)
 
     def find(self, runner: Runner, lease_id: int) -> Carve | None:
+        """The lease's LV, activated: after a boot udev's autoactivation of the volume group
+        may not have run yet when the agent starts (or was turned off), and an inactive LV
+        has no device node: the disk would look unformatted ("lost its LUKS header")."""
         listed = runner.run(["lvs", "--noheadings", "-o", "lv_name", self.volume_group], check=False)
         names = {line.strip() for line in listed.stdout.splitlines()}
-        return Carve(self._path(lease_id), SCOPE_SHARED) if lv_name(lease_id) in names else None
+        if lv_name(lease_id) not in names:
+            return None
+        path = self._path(lease_id)
+        if not os.path.exists(path):
+            runner.run(["lvchange", "--activate", "y", f"{self.volume_group}/{lv_name(lease_id)}"])
+        return Carve(path, SCOPE_SHARED)
 
     def release(self, runner: Runner, lease_id: int) -> None:
         if self.find(runner, lease_id):

@@ -5,12 +5,13 @@ from datetime import datetime, timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.audit import audit_record
+from inventory.rows import insert_once
 
 from .models import Dispatch, WebhookDelivery, WebhookEndpoint, new_secret
 from .sending import Refused, check_url, post
@@ -44,14 +45,12 @@ def lease_term(lease, at: datetime | None) -> str:
 def dispatch_claim(*, recipient: str, event: str, term: str, now: datetime, customer=None,
                    lease=None) -> Dispatch | None:
     """The ledger row for this message, or None when it was claimed before (then it has
-    been or is being sent and must not be sent again). A savepoint, so the caller's
-    transaction carries on either way; under concurrency the unique constraint decides."""
-    try:
-        with transaction.atomic():
-            return Dispatch.objects.create(recipient=recipient, event=event, term=term[:120], created_at=now,
-                                           customer=customer, lease=lease)
-    except IntegrityError:
-        return None
+    been or is being sent and must not be sent again). One INSERT … ON CONFLICT DO NOTHING,
+    so the caller's transaction carries on either way; under concurrency the unique
+    constraint decides."""
+    dispatch = Dispatch(recipient=recipient, event=event, term=term[:120], created_at=now, customer=customer,
+                        lease=lease)
+    return dispatch if insert_once(dispatch) else None
 
 
 def dispatch_mark_sent(*, dispatch_id: int, now: datetime) -> None:

@@ -480,3 +480,16 @@ STORAGE_ORPHAN_GRACE_SECONDS = int(os.environ.get("STORAGE_ORPHAN_GRACE_SECONDS"
 # An order's network volume add-on left pending (a crash between payment and Ceph) is
 # retried by the storage sweep once it is this old.
 STORAGE_ORDERED_VOLUME_RETRY_SECONDS = int(os.environ.get("STORAGE_ORDERED_VOLUME_RETRY_SECONDS", "120"))
+# --- issue 26: snapshots of lease disks (rental.storage, nodeagent/snapshots.py) ---
+# A snapshot is tried at most this many times (attempts); each failed attempt (the node
+# reports the named failure, or the attempt times out) is an audit row, the last one makes
+# the snapshot `failed` with its reason shown to the customer.
+SNAPSHOT_ATTEMPTS = int(os.environ.get("SNAPSHOT_ATTEMPTS", "3"))
+# An attempt the node has not reported progress on for this long has failed
+# (`snapshot_timed_out`: the agent was killed, the node is gone, restic hangs).
+SNAPSHOT_STALLED_MINUTES = int(os.environ.get("SNAPSHOT_STALLED_MINUTES", "20"))
+# The next attempt is sent to the node this long after the failed one.
+SNAPSHOT_RETRY_SECONDS = int(os.environ.get("SNAPSHOT_RETRY_SECONDS", "60"))
+# A migration off a node that still answers first has it snapshot the disk (rental.failover);
+# when that copy is not ready within this, the lease moves with its latest ready snapshot.
+MIGRATION_SNAPSHOT_WAIT_MINUTES = int(os.environ.get("MIGRATION_SNAPSHOT_WAIT_MINUTES", "20"))

@@ -167,6 +167,15 @@ def test_failure_classes_have_their_exit_codes(cli, catalog, customer, live_serv
     assert cli("create", "--site", "DFW-1")[0] == errors.USAGE  # argparse: --cycle missing
 
 
+def test_create_has_no_snapshot_addon(cli, catalog, customer):
+    """Snapshots are taken from a running lease: `create` no longer takes --snapshot-tb."""
+    login(cli, customer)
+    ssh_key_add(customer=customer, name="k", public_key=KEY)
+    code, _out, err = cli("create", "--gpu", "3090", "--site", "DFW-1", "--cycle", "week", "--snapshot-tb", "1")
+    assert code == errors.USAGE and "--snapshot-tb" in err
+    assert not Lease.objects.exists()
+
+
 def test_keys_volumes_snapshots(cli, catalog, customer, other_customer):
     login(cli, customer)
     ssh_key_add(customer=other_customer, name="bobs", public_key=KEY)

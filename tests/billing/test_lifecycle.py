@@ -199,7 +199,8 @@ def test_addons_priced_pro_rata_and_price_locked(catalog, customer, t0):
 
 
 def test_checkout_refuses_unknown_or_out_of_range_addons(catalog, customer, t0):
-    for addons in ({"gold_plating_tb": 1}, {"extra_nvme_tb": 31}, {"snapshot_tb": -1}, {"network_volume_tb": "2"}):
+    for addons in ({"gold_plating_tb": 1}, {"extra_nvme_tb": 31}, {"snapshot_tb": -1}, {"snapshot_tb": 1},
+                   {"network_volume_tb": "2"}):
         with pytest.raises(BillingError):
             order(customer, t0, pay=False, addons=addons)
     assert not Lease.objects.exists()

@@ -124,3 +124,75 @@ def test_operator_and_customer_refunding_at_the_same_moment_pay_back_once(catalo
         assert not [r for r in results if isinstance(r, BaseException) and not isinstance(r, BillingError)], results
         assert balance(customer) - before == PRICE  # once, whoever won
         assert fresh(invoice).refunded_cents == PRICE
+
+
+# --- the network volume ordered with the lease (one rule: refundable_cents) ---------------------
+
+VOLUME_PART = 327  # 1 TB × ceil($14 × 7/30), the order invoice's volume line
+
+
+def _volume_order(customer, settle):
+    """An RTX 3090 week with a 1 TB network volume, paid from the balance (simulated storage);
+    `settle` creates the volume ("created") or finds the storage down ("down")."""
+    from billing.models import OrderedVolume
+    from billing.storage import orders
+    from billing.storage.volumes import StorageUnavailable
+
+    now = timezone.now()
+    balance_top_up(customer=customer, amount_cents=PRICE + VOLUME_PART, now=now)
+    lease, invoice = order(customer, now, addons={"network_volume_tb": 1})
+    assert fresh(invoice).amount_cents == PRICE + VOLUME_PART and balance(customer) == 0
+    row = OrderedVolume.objects.get(lease=lease)
+    if settle == "down":
+        def down(**kwargs):
+            raise StorageUnavailable("the storage at DFW-1 is not answering")
+        real, orders.volume_provision = orders.volume_provision, down
+        try:
+            assert orders.ordered_volume_settle(row=row, now=now) == "refunded"
+        finally:
+            orders.volume_provision = real
+    else:
+        assert orders.ordered_volume_settle(row=row, now=now) == "created"
+    return lease, fresh(invoice), OrderedVolume.objects.get(pk=row.pk)
+
+
+def test_desk_refund_holds_back_a_created_network_volume(catalog, customer, op_client):
+    from rental.models import NetworkVolume
+
+    lease, invoice, row = _volume_order(customer, "created")
+    assert refundable_cents(invoice) == PRICE
+    page = desk_refund(op_client, customer, invoice)
+    assert page.status_code == 200
+    assert refunds(customer) == [PRICE] and balance(customer) == PRICE   # the instance part only
+    assert fresh(invoice).refunded_cents == PRICE and refundable_cents(fresh(invoice)) == 0
+    assert NetworkVolume.objects.get(pk=row.volume_id).state == "active"  # the customer's, paid for its week
+    again = desk_refund(op_client, customer, invoice).content.decode()   # nothing more, with the reason
+    assert "paid for the network volume ordered with the lease" in again and refunds(customer) == [PRICE]
+    # the customer's own refund agrees: nothing left, the volume part is never returned
+    assert lease_refund(lease=lease, actor=customer) == 0 and balance(customer) == PRICE
+
+
+def test_desk_refund_of_an_order_whose_volume_was_not_created_refunds_all(catalog, customer, operator):
+    _lease, invoice, row = _volume_order(customer, "down")
+    assert row.state == "refunded" and row.volume_id is None
+    assert refunds(customer) == [VOLUME_PART]                              # the add-on, back at once
+    invoice_refund_to_balance(invoice=invoice, actor=operator, reason="goodwill", now=timezone.now())
+    assert refunds(customer) == [VOLUME_PART, PRICE] and balance(customer) == PRICE + VOLUME_PART
+    assert fresh(invoice).refunded_cents == invoice.amount_cents
+
+
+def test_desk_refund_while_the_volume_is_being_created_leaves_its_part_to_the_add_on(catalog, customer, operator):
+    """Pending: the volume may still be created, so the desk does not return its part; if it
+    then cannot be created, the add-on path refunds that part (once, never twice)."""
+    from billing.models import OrderedVolume
+    from billing.storage.orders import ordered_volume_refund
+
+    now = timezone.now()
+    balance_top_up(customer=customer, amount_cents=PRICE + VOLUME_PART, now=now)
+    lease, invoice = order(customer, now, addons={"network_volume_tb": 1})
+    row = OrderedVolume.objects.get(lease=lease)
+    assert row.state == "pending"
+    invoice_refund_to_balance(invoice=invoice, actor=operator, reason="goodwill", now=now)
+    assert refunds(customer) == [PRICE]
+    ordered_volume_refund(row=row, now=now, reason="storage down")
+    assert refunds(customer) == [PRICE, VOLUME_PART] and fresh(invoice).refunded_cents == PRICE + VOLUME_PART

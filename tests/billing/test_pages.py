@@ -30,7 +30,7 @@ def order_url(slug="rtx-3090"):
 
 
 def form_data(**overrides):
-    data = {"site": "DFW-1", "term": "week", "extra_nvme_tb": "0", "network_volume_tb": "0", "snapshot_tb": "0",
+    data = {"site": "DFW-1", "term": "week", "extra_nvme_tb": "0", "network_volume_tb": "0",
             "image": "pytorch-2.5-cuda-12.4", "ssh_public_key": ED25519}
     data.update(overrides)
     return data
@@ -67,11 +67,35 @@ def test_order_page_shows_total_per_gpu_hour_timeline_and_vendor_images(alice, c
 
 
 def test_order_page_htmx_returns_the_summary_fragment(alice, catalog):
-    response = alice.get(order_url(), {"term": "month", "snapshot_tb": "1"}, HTTP_HX_REQUEST="true")
+    response = alice.get(order_url(), {"term": "month", "extra_nvme_tb": "1"}, HTTP_HX_REQUEST="true")
     html = response.content.decode()
     assert response.status_code == 200 and "<html" not in html
-    assert html.lstrip().startswith('<div id="order-summary"') and "$236.00" in html  # 230 + 6
+    assert html.lstrip().startswith('<div id="order-summary"') and "$239.00" in html  # 230 + 9
     assert '<section id="order-when" class="order-when" hx-swap-oob="true">' in html  # its timeline too
+
+
+def test_order_page_offers_no_snapshot_addon_and_charges_none(alice, catalog, customer):
+    """Snapshots are taken from the lease; the order page neither offers nor prices them, and a
+    forged snapshot_tb in the POST orders nothing of it."""
+    html = alice.get(order_url(), {"term": "week"}).content.decode()
+    assert 'name="extra_nvme_tb"' in html and 'name="network_volume_tb"' in html
+    assert 'name="snapshot_tb"' not in html and "Snapshots (TB)" not in html
+    summary = alice.get(order_url(), {"term": "month", "snapshot_tb": "3"}, HTTP_HX_REQUEST="true").content.decode()
+    assert "$230.00" in summary and "Snapshot" not in summary
+    response = alice.post(order_url(), form_data(snapshot_tb="2"))
+    assert response.status_code == 302
+    lease = Lease.objects.get()
+    assert lease.snapshot_tb == 0
+    invoice = Invoice.objects.get(lease=lease)
+    assert invoice.amount_cents == 6500 and not invoice.lines.filter(description__startswith="Snapshot").exists()
+
+
+def test_old_lease_that_paid_for_snapshot_tb_still_shows_it(alice, catalog, customer):
+    lease, _ = place(customer)
+    assert "(ordered with the lease)" not in alice.get(reverse("lease_detail", args=[lease.pk])).content.decode()
+    Lease.objects.filter(pk=lease.pk).update(snapshot_tb=2)  # ordered before the add-on was retired
+    html = alice.get(reverse("lease_detail", args=[lease.pk])).content.decode()
+    assert '<span id="lease-snapshot-addon">snapshots 2 TB (ordered with the lease)</span>' in html
 
 
 def test_order_page_sold_out_when_no_site_has_stock(alice, catalog, customer):

@@ -240,6 +240,20 @@ def test_late_payment_goes_to_balance_and_confirm_reorders(placed, customer, t0)
     assert LatePaymentClaim.objects.count() == 1 and Lease.objects.count() == 2
 
 
+def test_late_payment_reorder_of_an_old_lease_leaves_out_the_retired_snapshot_addon(placed, customer, t0):
+    """An order placed when "snapshot TB" was still sold: the reorder does not buy it again."""
+    lease, invoice, quote = placed
+    Lease.objects.filter(pk=lease.pk).update(snapshot_tb=2)
+    later = t0 + timedelta(minutes=31)
+    run_lifecycle(later)
+    sweep_expire_quotes(later)
+    set_rate("LTC", "100", later)
+    apply(quote, [paid(quote, DUE, 6)], later + timedelta(minutes=5))
+    new_invoice = late_payment_confirm(quote=quote, customer=customer, now=later + timedelta(minutes=6))
+    assert new_invoice.state == Invoice.State.PAID and new_invoice.amount_cents == 6500
+    assert new_invoice.lease.snapshot_tb == 0 and balance(customer) == 0
+
+
 def test_late_payment_confirm_refused_when_sold_out_money_stays(placed, customer, other_customer, t0):
     lease, invoice, quote = placed
     later = t0 + timedelta(minutes=31)

@@ -8,6 +8,7 @@ from django.utils import timezone
 from billing.models import Account
 from billing.services import balance_top_up
 from billing.storage.charges import snapshot_order, volume_order
+from billing.storage.models import SnapshotMeter
 from inventory.models import Site
 from rental.models import NetworkVolume, Snapshot, VolumeAttachment
 from tests.billing.test_lifecycle import KEY
@@ -126,17 +127,18 @@ def test_attach_at_another_site_is_refused(alice, catalog, customer, place, now)
 def test_snapshot_take_and_restore_in_the_region(alice, catalog, customer, place, now):
     a100 = place(customer, now, offer="a100-sxm")
     h100 = place(customer, now, offer="h100-sxm", site="PDX-1")
-    balance_top_up(customer=customer, amount_cents=600, now=now)
     response = alice.post(reverse("storage_mine:snapshot_create"), {"lease": a100.pk, "size_tb": 1}, follow=True)
     snap = Snapshot.objects.get(customer=customer)
-    assert snap.source_lease_id == a100.pk and balance(customer) == 0
-    assert any("taken" in m for m in msgs(response))
+    assert snap.source_lease_id == a100.pk and balance(customer) == 0  # nothing up front: billed by what it stores
+    assert any("taken" in m and "billed for what it stores" in m for m in msgs(response))
     response = alice.post(reverse("storage_mine:snapshot_restore", args=[snap.pk]), {"lease": h100.pk}, follow=True)
     assert h100.events.filter(kind="snapshot_restored").exists()
     assert any("restored" in m for m in msgs(response))
 
+    SnapshotMeter.objects.create(snapshot=snap, accrues_from=now, billed_until=now, unpaid_since=now)
     response = alice.post(reverse("storage_mine:snapshot_create"), {"lease": a100.pk, "size_tb": 1})
-    assert response.status_code == 400 and "does not cover" in response.content.decode()  # balance is 0
+    assert response.status_code == 400 and "unpaid" in response.content.decode()  # a snapshot's bill is not covered
+    assert Snapshot.objects.filter(customer=customer).count() == 1
 
     Site.objects.filter(code="PDX-1").update(region="eu")
     response = alice.post(reverse("storage_mine:snapshot_restore", args=[snap.pk]), {"lease": h100.pk}, follow=True)

@@ -15,6 +15,7 @@ def stub_uuid(index: int) -> str:
 STUB_GPUS = (stub_uuid(0), stub_uuid(1))
 IMAGE_SLUG = "debian-12-ssh"
 AGENT = Path(sys.executable).parent / "gpu-node-agent"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write_config(path: Path, *, state_dir: Path, dockerd, image_ref: str, public_host: str,
@@ -48,6 +49,9 @@ stop_timeout = 2
 
 def agent_env(nvml_stub: Path, gpu_count: int = 2) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVML_STUB_")}
+    # The agent process imports this checkout's nodeagent: the console script's editable
+    # install may map the package to another checkout (a worktree's .venv is shared).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env["LD_LIBRARY_PATH"] = str(nvml_stub)
     env["NVML_STUB_GPUS"] = str(gpu_count)
     return env

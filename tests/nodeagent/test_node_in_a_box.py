@@ -1,5 +1,5 @@
-"""Issue 23, the production path as the tested path: a GPU server in a QEMU guest (TCG)
-booting Debian with systemd as PID 1 and dockerd; the agent installed the way
+"""Issue 23, the production path as the tested path: a GPU server in a QEMU guest (KVM
+when /dev/kvm can be opened, TCG otherwise: the output says which) booting Debian with systemd as PID 1 and dockerd; the agent installed the way
 nodeagent/README.md says (its own venv, `pip install ./nodeagent`, the shipped unit
 enabled with systemctl); the `luks` backend with the LVM carver on an emulated NVMe drive;
 the live test storefront on the host over user-mode networking.
@@ -16,8 +16,10 @@ per slot) and real NVMe firmware (QEMU's controller; the LV is shared scope: dis
 zero with read-back)."""
 import json
 import mmap
+import os
 import secrets
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -35,43 +37,75 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGE_SLUG = "pytorch-2.5-cuda-12.4"
 INSTANCE_REF = "gpu-node-test:box"
 VG = "gpu-leases"
-# Not finished (issue 23 stays open): about 45–60 min under TCG on a loaded 2-core machine, and
-# the scenario past "unit enabled" has not passed yet. .ci/run deselects it (marker node_box);
-# run it by hand with `-m node_box`.
+# Not finished (issue 23 stays open): KVM would take minutes, but the CI machine's /dev/kvm is
+# PVM (no vmx/svm: it boots only PVM guest kernels), so it runs under TCG. On the loaded 2-core
+# machine (2026-12-02) the guest booted in 230-307 s and the README's node setup and install
+# (dockerd restart, venv, pip, docker import, enrol, unit enabled) passed in ~33 min; the
+# scenario from "paid" on has not run to the end yet. .ci/run deselects it (marker node_box);
+# run it by hand with `-m node_box` (NODE_BOX_KEEP=1 leaves a failed guest running for ssh).
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.node_box]
 
 
+STAND_IN_MINORS = (3, 5, 7, 8, 9, 3, 5, 7)      # null, zero, full, random, urandom (private_dev.sh)
+DAEMON_JSON = {    # nodeagent/README.md "Node setup for isolation", as on a node
+    "userns-remap": "default", "iptables": False, "ip6tables": False, "bridge": "none",
+    "userland-proxy": True, "no-new-privileges": True, "storage-driver": "overlay2",
+    "default-address-pools": [{"base": "10.213.0.0/16", "size": 28}], "dns": ["9.9.9.9", "1.1.1.1"],
+    "log-driver": "json-file", "log-opts": {"max-size": "10m", "max-file": "3"}}
+
+
 def install_script(*, url: str, code: str, lease_port: int, gpus: int) -> str:
-    """nodeagent/README.md "Install on a GPU server", offline: wheels from the image's
-    wheelhouse, the instance image imported instead of pulled, a stub NVML for the GPUs."""
+    """nodeagent/README.md, offline: "Node setup for isolation" (nftables, the dockremap
+    ranges, dockerd with userns-remap, no iptables, the userland proxy) then "Install on a
+    GPU server" (the volume group, the agent's own venv, the shipped unit enabled), with
+    wheels from the image's wheelhouse, the instance image imported instead of pulled, and
+    stand-ins for the GPUs: a stub NVML and character devices at /dev/nvidia<i> that
+    systemd-tmpfiles makes at every boot. The guest's /var/lib/docker is on its ext4 root,
+    which cannot limit a writable layer: rootfs_size = "" (the limit is tested on the
+    host's btrfs data root, tests/nodeagent/test_isolation.py)."""
     config = f"""public_host = "127.0.0.1"
 disk_backend = "luks"
 [disks]
 carver = "lvm"
 volume_group = "{VG}"
 [docker]
-network = "bridge"
 gpu_mode = "devices"
 port_range = [{lease_port}, {lease_port}]
 pull_images = false
 stop_timeout = 5
+rootfs_size = ""
 [docker.gpu_devices]
-{chr(10).join(f'"GPU-5ca1ab1e-0000-4000-8000-{i:012d}" = "/dev/null"' for i in range(gpus))}
+{chr(10).join(f'"GPU-5ca1ab1e-0000-4000-8000-{i:012d}" = "/dev/nvidia{i}"' for i in range(gpus))}
 [images]
 "{IMAGE_SLUG}" = "{INSTANCE_REF}"
 """
+    devices = "".join(f"c /dev/nvidia{i} 0666 root root - 1:{STAND_IN_MINORS[i % 8]}\n" for i in range(gpus))
     return f"""set -eux
+# Node setup for isolation
+id dockremap >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin dockremap
+grep -q '^dockremap:' /etc/subuid 2>/dev/null || echo dockremap:231072:65536 >> /etc/subuid
+grep -q '^dockremap:' /etc/subgid 2>/dev/null || echo dockremap:231072:65536 >> /etc/subgid
+cat > /etc/docker/daemon.json <<'GUEST_EOF'
+{json.dumps(DAEMON_JSON, indent=2)}
+GUEST_EOF
+systemctl restart docker     # blocks until dockerd (started at boot, maybe still starting) is up again
+echo 'include "/var/lib/gpu-node-agent/runtime/*.nft"' >> /etc/nftables.conf
+systemctl enable nftables
+cat > /etc/tmpfiles.d/stand-in-gpus.conf <<'GUEST_EOF'
+{devices}GUEST_EOF
+systemd-tmpfiles --create /etc/tmpfiles.d/stand-in-gpus.conf
+# Install on a GPU server
 pvcreate -q /dev/nvme0n1 && vgcreate -q {VG} /dev/nvme0n1
 python3 -m venv /opt/gpu-node-agent
 /opt/gpu-node-agent/bin/pip install -q --no-index --find-links /opt/wheelhouse /root/src/nodeagent
 ln -sf /opt/gpu-node-agent/bin/gpu-node-agent /usr/local/bin/
 install -D -m 0644 /root/src/nodeagent/README.md /usr/share/doc/gpu-node-agent/README.md
 install -d -m 0755 /etc/gpu-node-agent
-cat > /etc/gpu-node-agent/config.toml <<'EOF'
-{config}EOF
+cat > /etc/gpu-node-agent/config.toml <<'GUEST_EOF'
+{config}GUEST_EOF
 docker import /opt/instance-image.tar {INSTANCE_REF} >/dev/null
-gpu-node-agent images pull
 gpu-node-agent enrol --url {url} --code {code}
+gpu-node-agent images pull
 cp /root/src/nodeagent/systemd/gpu-node-agent.service /etc/systemd/system/
 install -d /etc/systemd/system/gpu-node-agent.service.d
 printf '[Service]\\nEnvironment=LD_LIBRARY_PATH=/opt/nvml-stub NVML_STUB_GPUS={gpus}\\n' \\
@@ -150,19 +184,21 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
     box = NodeBox(image, tmp_path, lease_port=lease_port)
     mountpoint = f"/var/lib/gpu-node-agent/mnt/gpu-lease-{lease.pk}"
     box.start()
+    print(f"node-in-a-box: QEMU accelerator {box.accel} ({box.accel_reason})", flush=True)
     try:
         step = time.monotonic()
         box.wait_ssh()
         progress(times, "boot", step)
         assert box.out("ps -p 1 -o comm=").strip() == "systemd"
-        box.ssh("systemctl start docker", timeout=900)      # blocks while it is still starting
-        assert box.out("systemctl is-active docker").strip() == "active"
         box.put_tree(ROOT / "nodeagent", "/root/src")
         code = shared_db(enrolment_code_create, node=node, actor=operator, now=timezone.now())
         step = time.monotonic()
         box.ssh(install_script(url=f"http://10.0.2.2:{storefront.thread.port}", code=code,
-                               lease_port=lease_port, gpus=node.gpu_count), timeout=1800)
+                               lease_port=lease_port, gpus=node.gpu_count),
+                timeout=900 if box.accel == "kvm" else 3600)   # TCG here: ~33 min (venv, pip, docker import)
         progress(times, "install per README, agent enabled", step)
+        assert box.out("systemctl is-active docker").strip() == "active"
+        assert json.loads(box.out("docker info --format '{{json .SecurityOptions}}'")).count("name=userns")
         assert box.out("systemctl is-enabled gpu-node-agent").strip() == "enabled"
         assert box.out("systemctl is-active gpu-node-agent").strip() == "active"
         # The installed venv holds the agent and its dependencies, nothing of the storefront.
@@ -242,12 +278,19 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
         assert wiped["method"] == "discard+overwrite" and wiped["verification"]["nonzero"] == 0
         assert wiped["device_model"].startswith("QEMU")
     finally:
-        try:
-            (tmp_path / "agent-journal.txt").write_text(
-                box.out("journalctl -u gpu-node-agent --no-pager | tail -n 200", check=False, timeout=60))
+        try:    # what the guest's agent and dockerd said (all boots), shown with a failure
+            journal = box.out("journalctl -u gpu-node-agent -u docker -o short-monotonic --no-pager "
+                              "| tail -n 300", check=False, timeout=120)
+            (tmp_path / "agent-journal.txt").write_text(journal)
+            print("node-in-a-box: guest journal (agent, docker), last lines:\n"
+                  + "\n".join(journal.splitlines()[-60:]), flush=True)
         except subprocess.TimeoutExpired:
             pass
-        box.stop()
+        if os.environ.get("NODE_BOX_KEEP") and sys.exc_info()[0] is not None:
+            print(f"node-in-a-box: NODE_BOX_KEEP: guest left running, ssh -p {box.ssh_port} "
+                  f"-i {box.key} root@127.0.0.1; console {box.console}", flush=True)
+        else:
+            box.stop()
         times["total"] = time.monotonic() - started
-        print("node-in-a-box times (s):", json.dumps({k: round(v) for k, v in times.items()}))
+        print(f"node-in-a-box times (s, {box.accel}):", json.dumps({k: round(v) for k, v in times.items()}))
     assert not contains(box.nvme, secret.encode()) and not contains(box.overlay, secret.encode())

@@ -17,9 +17,11 @@ from billing.revenue import revenue_between
 from billing.services import balance_top_up, checkout_place_order, invoice_mark_paid, ledger_post
 from billing.storage.charges import snapshot_order, volume_order
 from billing.storage.models import OrderedVolume
+from billing.storage.snapshot_usage import sweep_snapshot_usage
 from inventory.models import Offer, Site
 from rental.lifecycle import sweep_provisioning
-from rental.models import Image, Lease
+from rental.models import Image, Lease, Snapshot
+from rental.storage import storage_delete
 
 JUNE = datetime(2025, 6, 10, 12, tzinfo=UTC)
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGn8m0fLkz0cTqO0Jm3f9kH0xGqYwqXxZr3c0hV0kB9S alice@laptop"
@@ -50,7 +52,14 @@ def _month(customer, at, settings, on_commit):
         w["b"], w["b_invoice"] = _order(customer, site="IAD-1", term="week", volume_tb=1, at=at)  # 6827, 327 back
     settings.STORAGE_SIMULATED = True
     sweep_provisioning(at)
-    w["snapshot"] = snapshot_order(lease=Lease.objects.get(pk=w["b"].pk), size_tb=1, now=at)  # IAD storage 600
+    # A snapshot storing 2 TB for the 15 days to `at`, deleted then: billed in arrears at `at`,
+    # 2 TB × 0.5 month × $6 = IAD storage 600.
+    w["snapshot"] = snapshot_order(lease=Lease.objects.get(pk=w["b"].pk), size_tb=2, now=at)
+    Snapshot.objects.filter(pk=w["snapshot"].pk).update(ready_at=at - timedelta(days=15),
+                                                        created_at=at - timedelta(days=15),
+                                                        paid_until=at - timedelta(days=15), stored_bytes=2 * 10**12)
+    storage_delete(obj=Snapshot.objects.get(pk=w["snapshot"].pk), now=at, reason="done")
+    sweep_snapshot_usage(at)
     with on_commit(execute=True):
         w["c"], w["c_invoice"] = _order(customer, site="DFW-1", term="month", volume_tb=2, pay=False, at=at)
         assert invoice_mark_paid(invoice=w["c_invoice"], via="LTC", now=at, note="LTC quote #1")  # 23000 + 2800

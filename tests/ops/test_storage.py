@@ -72,9 +72,8 @@ def test_network_volume_lifecycle(catalog, customer, other_customer, place, now)
 def test_snapshot_restores_within_the_region(catalog, customer, place, now):
     a100 = place(customer, now, term="week", offer="a100-sxm")
     h100 = place(customer, now, term="week", offer="h100-sxm", site="PDX-1")
-    balance_top_up(customer=customer, amount_cents=600, now=now)
     snap = snapshot_order(lease=a100, size_tb=1, now=now)
-    assert balance(customer) == 0 and snap.region == "us"
+    assert balance(customer) == 0 and snap.region == "us"  # billed in arrears for what it stores (snapshot_usage)
     snapshot_restore(snapshot=snap, target=h100, now=now)
     event = LeaseEvent.objects.get(lease=h100, kind="snapshot_restored")
     assert event.data == {"snapshot": snap.pk, "from_lease": a100.pk}

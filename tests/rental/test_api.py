@@ -117,6 +117,35 @@ def test_field_errors_name_the_field_and_create_nothing(client, catalog, token, 
     assert not Lease.objects.exists() and not Invoice.objects.exists()
 
 
+def test_snapshot_addon_is_refused_by_name_and_charges_nothing(client, catalog, customer, token):
+    """Snapshots are taken from a running lease, not bought with the order: a request that
+    still asks for snapshot TB is a 400 naming addons.snapshot_tb, and nothing is created."""
+    balance_top_up(customer=customer, amount_cents=10_000, now=timezone.now())
+    response = call(client, "post", "/api/v1/orders", token,
+                    order_body(addons={"extra_nvme_tb": 1, "snapshot_tb": 1}, pay_from_balance=True))
+    body = response.json()
+    assert response.status_code == 400 and body["error"] == "invalid"
+    assert list(body["fields"]) == ["addons.snapshot_tb"]
+    assert "no longer an order add-on" in body["fields"]["addons.snapshot_tb"][0]
+    assert not Lease.objects.exists() and not Invoice.objects.exists()
+    assert call(client, "get", "/api/v1/account", token).json()["balance_cents"] == 10_000
+
+
+def test_snapshot_addon_zero_from_an_old_client_orders_without_it(client, catalog, customer, token):
+    response = call(client, "post", "/api/v1/orders", token, order_body(addons={"extra_nvme_tb": 1, "snapshot_tb": 0}))
+    assert response.status_code == 201, response.content
+    data = response.json()
+    assert data["invoice"]["amount_cents"] == 6500 + 210 and len(data["invoice"]["lines"]) == 2
+    assert data["lease"]["addons"] == {"extra_nvme_tb": 1, "network_volume_tb": 0, "snapshot_tb": 0}
+
+
+def test_schema_marks_the_snapshot_addon_retired(client, db):
+    schemas = client.get("/api/v1/schema").json()["components"]["schemas"]
+    assert schemas["Addons"]["properties"]["snapshot_tb"]["const"] == 0
+    assert schemas["Addons"]["properties"]["snapshot_tb"]["deprecated"] is True
+    assert schemas["LeaseAddons"]["properties"]["snapshot_tb"]["readOnly"] is True
+
+
 def test_sold_out_is_409_and_nothing_created(client, catalog, other_customer, token):
     offer = Offer.objects.get(slug="8x-mi300x")
     GpuSlot.objects.filter(node__gpu_model=offer.gpu_model).exclude(node__site__code="DFW-1").update(in_service=False)

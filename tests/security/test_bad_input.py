@@ -49,7 +49,7 @@ def signed_in(catalog, customer):
 CATALOG = ("min_vram", "vendor", "link", "site", "max_price", "in_stock")
 SIZING = ("model", "method", "seq", "batch", "gpus", "zero", "checkpointing", "flash_attention", "params_b",
           "layers", "hidden", "heads", "kv_heads", "vocab", "rank", "site", "vendor", "in_stock", "config")
-ORDER = ("site", "term", "image", "ssh_public_key", "extra_nvme_tb", "network_volume_tb", "snapshot_tb",
+ORDER = ("site", "term", "image", "ssh_public_key", "extra_nvme_tb", "network_volume_tb",
          "pay_from_balance")
 
 

@@ -59,7 +59,7 @@ def test_paid_addon_is_a_real_volume_attached_to_the_lease(site_cluster, custome
     page = client.get(reverse("order", args=["rtx-3090"])).content.decode()
     assert "Created when the order is paid and mounted in the instance at /volumes" in page
     response = client.post(reverse("order", args=["rtx-3090"]), {
-        "site": "DFW-1", "term": "week", "extra_nvme_tb": "0", "network_volume_tb": "2", "snapshot_tb": "0",
+        "site": "DFW-1", "term": "week", "extra_nvme_tb": "0", "network_volume_tb": "2",
         "image": "pytorch-2.5-cuda-12.4", "ssh_public_key": KEY, "pay_from_balance": "on"})
     lease = Lease.objects.get(customer=customer)
     assert response.status_code == 302 and response["Location"] == reverse("lease_detail", args=[lease.pk])

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import time
+from datetime import timedelta
 
 import pytest
 from django.urls import reverse
@@ -110,6 +111,7 @@ def test_snapshot_button_restore_into_new_lease_on_another_node_and_delete(
         site_cluster, ceph_cluster, customer, client, dockerd, instance_image, tmp_path, settings):
     require_tool("restic", "scripts/install-node-tools.sh")
     from billing.services import balance_top_up, checkout_place_order
+    from fleet.models import NodeAgent
     from inventory.models import AuditEntry, Node, Offer, Site, SlotAllocation
     from inventory.services import node_set_draining
     from rental.failover import lease_migrate
@@ -177,7 +179,7 @@ def test_snapshot_button_restore_into_new_lease_on_another_node_and_delete(
         client.force_login(customer)
         response = client.post(reverse("order", args=[offer.slug]), {
             "site": site.code, "term": "week", "image": image.slug, "extra_nvme_tb": 0, "network_volume_tb": 0,
-            "snapshot_tb": 0, "ssh_public_key": SSH_KEY, "pay_from_balance": "on", "restore_from": snap.pk})
+            "ssh_public_key": SSH_KEY, "pay_from_balance": "on", "restore_from": snap.pk})
         assert response.status_code == 302, response.content.decode()[-2000:]
         client.logout()
         lease_b = Lease.objects.exclude(pk=lease_a.pk).get(customer=customer)
@@ -199,8 +201,11 @@ def test_snapshot_button_restore_into_new_lease_on_another_node_and_delete(
         loop_a.remove_all()
         shutil.rmtree(tmp_path / "a" / "disks")
         loops.remove(loop_a)
+        # Dead: no report for longer than NODE_REPORT_STALE_AFTER (a live one would copy first).
+        NodeAgent.objects.filter(node=node_a).update(
+            last_report_at=timezone.now() - settings.NODE_REPORT_STALE_AFTER - timedelta(minutes=1))
         moved = lease_migrate(lease_id=lease_a.pk, from_node=node_a, now=timezone.now(), reason="test: node A died")
-        assert moved["restored_snapshot"] == {"snapshot": snap.pk, "taken_at": snap.ready_at.isoformat()}
+        assert moved["restored_snapshot"] == {"snapshot": snap.pk, "taken_at": snap.ready_at.isoformat(), "fresh": False}
         target = loop_b if moved["to_node"] == node_b.name else None
         if target is None:
             target = NodeLoop(client, Node.objects.get(name=moved["to_node"]), tmp_path / "c", dockerd,
@@ -255,7 +260,7 @@ def test_order_page_refuses_a_snapshot_larger_than_the_disk_before_payment(catal
     assert "Start from snapshot" in page and f'value="{big.pk}"' in page
     response = client.post(reverse("order", args=[offer.slug]), {
         "site": site.code, "term": "week", "image": Image.objects.filter(vendor="nvidia").first().slug,
-        "extra_nvme_tb": 0, "network_volume_tb": 0, "snapshot_tb": 0, "ssh_public_key": SSH_KEY,
+        "extra_nvme_tb": 0, "network_volume_tb": 0, "ssh_public_key": SSH_KEY,
         "pay_from_balance": "on", "restore_from": big.pk})
     assert response.status_code == 400 and "more than this lease" in response.content.decode()
     assert Lease.objects.count() == leases and account_for(customer).balance_cents == before

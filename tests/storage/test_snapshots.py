@@ -220,3 +220,56 @@ def test_a_snapshot_of_a_lease_without_a_disk_is_a_named_failure(storefront, rgw
                       and latest(node, 81, "snapshot"), what="the failed snapshot", log_path=tmp_path / "f.log")
     assert failed["error"]["code"] == "snapshot_failed" and "not mounted" in failed["error"]["detail"]
     assert not evidence(node, "snapshot_taken", 81)
+
+
+def test_a_failed_attempt_is_not_retried_by_the_agent_and_a_new_attempt_replaces_a_running_one(
+        storefront, rgw_user, dockerd, instance_image, netns, nvml_stub, ssh_key, tmp_path, cleanup, ceph_cluster):
+    """The storefront retries (a new op_id per attempt), not the agent: a failed op stays
+    failed; an attempt replaced while its restic runs is cancelled (restic killed, the
+    instance resumed) and only the new attempt's snapshot is taken."""
+    key_path, public_key = ssh_key
+    config, env, node = enrol(storefront, tmp_path, "node-c", dockerd, instance_image, netns, nvml_stub,
+                              (23100, 23149))
+    node.instances = [lease(91, "91:running:1", [public_key])]
+    agent = start_agent(config, env, tmp_path / "c.log")
+    cleanup.append(agent)
+    wait_for(lambda: (latest(node, 91) or {}).get("state") == "running", what="lease 91 running",
+             log_path=tmp_path / "c.log")
+    container = dockerd.client().containers.get("lease-91")
+    made = container.exec_run(["sh", "-c", f"head -c {2 * CHECKPOINT_MB}M /dev/urandom > /workspace/big.bin"])
+    assert made.exit_code == 0
+
+    # A repository that refuses the key: the op fails, and stays failed (no retry here).
+    cluster, access, _secret = rgw_user
+    refused = {"url": f"s3:{cluster.rgw_endpoint}/snap-{secrets.token_hex(4)}", "access_key": access,
+               "secret_key": "not-the-secret", "password": secrets.token_urlsafe(32)}
+    node.instances = [lease(91, "91:running:1", [public_key],
+                            snapshot={"op_id": "snap:12:1", "snapshot_id": 12, "repository": refused})]
+    failed = wait_for(lambda: (latest(node, 91, "snapshot") or {}).get("state") == "failed"
+                      and latest(node, 91, "snapshot"), timeout=120, what="attempt 1 failed",
+                      log_path=tmp_path / "c.log")
+    assert failed["op_id"] == "snap:12:1" and failed["error"]["code"] == "snapshot_failed"
+    reports_before = len(node.reports)
+    wait_for(lambda: len(node.reports) >= reports_before + 3, what="three more reports", log_path=tmp_path / "c.log")
+    assert all((r["instances"][0].get("snapshot") or {}).get("state") == "failed" for r in node.reports[-3:])
+    assert open(tmp_path / "c.log").read().count("snapshot snap:12:1 starting") == 1
+
+    # Attempt 2 runs; attempt 3 replaces it while it runs: attempt 2's restic is killed.
+    repo = repository(rgw_user, f"snap-{secrets.token_hex(4)}")
+    node.instances = [lease(91, "91:running:1", [public_key],
+                            snapshot={"op_id": "snap:12:2", "snapshot_id": 12, "repository": repo})]
+    wait_for(lambda: (latest(node, 91, "snapshot") or {}).get("op_id") == "snap:12:2"
+             and latest(node, 91, "snapshot").get("state") == "running", timeout=120,
+             what="attempt 2 running", log_path=tmp_path / "c.log")
+    node.instances = [lease(91, "91:running:1", [public_key],
+                            snapshot={"op_id": "snap:12:3", "snapshot_id": 12, "repository": repo})]
+    [taken] = wait_for(lambda: evidence(node, "snapshot_taken", 91), timeout=300, what="attempt 3's snapshot",
+                       log_path=tmp_path / "c.log")
+    assert taken["op_id"] == "snap:12:3"
+    log_text = open(tmp_path / "c.log").read()
+    assert "snap:12:2 replaced by snap:12:3: cancelling it" in log_text
+    assert "snapshot snap:12:2 failed: snapshot_failed: cancelled" in log_text or \
+        "snapshot snap:12:2 failed: snapshot_failed: restic" in log_text      # killed, never done
+    assert len(restic_snapshots(repo)) == 1                  # attempt 2 never wrote its snapshot record
+    container.reload()
+    assert container.status == "running"
