@@ -16,6 +16,8 @@ replaying 44 migrations, which took most of each mutant's wall time.
     scripts/mutate.py --table [MODULE…]    the table from the stored results (no run)
     scripts/mutate.py --survivors MODULE   each survivor's diff (mutmut show)
     scripts/mutate.py --max-children 1 …   fewer parallel mutants (default: 2)
+    scripts/mutate.py payments --only 'billing.payments.services.x_required_confirmations*'
+                                           only the mutants of these functions (mutmut's names)
 
 `MUTATE_NICE` (default 19) is the niceness the mutmut processes run at.
 """
@@ -48,10 +50,12 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
     "inventory": (["inventory/services.py"], [], [
         "tests/inventory/test_catalog.py", "tests/inventory/test_last_gpu_sqlite.py",
         "tests/billing/test_concurrency.py", "tests/fleet/test_burn_in.py",
+        "tests/experience/test_operator_day.py",  # the node admin: node_save, draining
     ]),
     "payments": (["billing/payments/"],
                  # presentation and wiring, not rules
-                 ["billing/payments/admin.py", "billing/payments/views.py", "billing/payments/urls.py"], [
+                 ["billing/payments/admin.py", "billing/payments/views.py", "billing/payments/urls.py",
+                  "billing/payments/__init__.py"], [
         "tests/billing/test_confirmations.py", "tests/billing/test_payments.py",
         "tests/billing/test_payments_holes.py", "tests/billing/test_payments_ops.py",
         "tests/billing/test_payments_concurrency.py", "tests/billing/test_money_reversals.py",
@@ -157,6 +161,7 @@ def main() -> int:
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--survivors", action="store_true")
     ap.add_argument("--max-children", default="2")
+    ap.add_argument("--only", nargs="+", default=[], metavar="GLOB", help="mutant names (fnmatch) to run")
     a = ap.parse_args()
     unknown = [m for m in a.modules if m not in MODULES]
     if unknown:
@@ -182,7 +187,7 @@ def main() -> int:
     for m in modules:
         print(f"== mutmut: {m} ({' '.join(MODULES[m][0])})", flush=True)
         start = time.monotonic()
-        rc = mutmut(m, "run", "--max-children", a.max_children)
+        rc = mutmut(m, "run", "--max-children", a.max_children, *a.only)
         walls[m] = time.monotonic() - start
         if rc:
             print(f"mutmut run for {m} exited {rc}", flush=True)
