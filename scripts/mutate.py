@@ -61,6 +61,12 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
         "tests/billing/test_payments_concurrency.py", "tests/billing/test_money_reversals.py",
         "tests/billing/test_price_sources.py", "tests/billing/coins/test_units.py",
     ]),
+    # the speed policy and crediting alone (services.py, credits.py) with their three test files:
+    # what fits a slow machine when all of billing/payments/ does not
+    "payments-credit": (["billing/payments/services.py", "billing/payments/credits.py"], [], [
+        "tests/billing/test_confirmations.py", "tests/billing/test_payments.py",
+        "tests/billing/test_payments_holes.py",
+    ]),
     "billing": (["billing/services.py"], [], [
         "tests/billing/test_lifecycle.py", "tests/billing/test_lifecycle_edges.py",
         "tests/billing/test_money_refunds.py", "tests/billing/test_money_property.py",
