@@ -177,6 +177,17 @@ def test_dust_never_extends_a_hold(placed, t0):
     assert fresh(quote).expires_at == t0 + timedelta(minutes=59)
 
 
+def test_the_dust_line_is_the_configured_share_exactly(placed, t0, settings):
+    """PAYMENT_DUST_BPS = 100: a payment one base unit under 1 % of the quote is dust and
+    extends nothing; exactly 1 % is a partial payment and keeps the quote open a window past it."""
+    settings.PAYMENT_DUST_BPS = 100
+    _, invoice, quote = placed
+    apply(quote, [paid(quote, DUE // 100 - 1, 0)], t0 + timedelta(minutes=10))
+    assert fresh(quote).expires_at == t0 + timedelta(minutes=30) == fresh(invoice).expires_at
+    apply(quote, [paid(quote, DUE // 100, 0)], t0 + timedelta(minutes=29))
+    assert fresh(quote).expires_at == t0 + timedelta(minutes=59) == fresh(invoice).expires_at
+
+
 # --- 3. chain time, node health ------------------------------------------------------------------
 
 def test_chain_time_decides_on_time_not_the_watchers_clock(placed, t0):
