@@ -144,6 +144,21 @@ def test_unconfirmed_payment_past_the_monitoring_window_is_invalid_and_releases_
     assert Payment.objects.get().state == PS.INVALID
 
 
+def test_the_hold_runs_from_the_payment_that_completed_the_amount(placed, t0, settings):
+    """Paid in two parts, both waiting for confirmations: the slots are held for the monitoring
+    window from the payment that brought in the last base unit, not from the first part (one
+    unit short) nor from dust that came after it."""
+    settings.PAYMENT_MONITORING_MINUTES = 120
+    settings.UNDERPAYMENT_TOLERANCE_BPS = 0
+    _, invoice, quote = placed
+    apply(quote, [paid(quote, DUE - 1, 0)], t0 + timedelta(minutes=5))
+    apply(quote, [paid(quote, 1, 0)], t0 + timedelta(minutes=10))
+    assert fresh(quote).state == Q.PROCESSING
+    assert fresh(invoice).expires_at == t0 + timedelta(minutes=10 + 120)
+    apply(quote, [paid(quote, DUE // 200, 0)], t0 + timedelta(minutes=20))
+    assert fresh(invoice).expires_at == t0 + timedelta(minutes=10 + 120)
+
+
 def test_dropped_payment_is_invalid_and_the_hold_is_released(placed, t0):
     lease, invoice, quote = placed
     p = paid(quote, DUE, 0)
