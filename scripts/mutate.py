@@ -77,6 +77,7 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
         "tests/fleet/test_lifecycle.py", "tests/fleet/test_lifecycle_contract.py",
         "tests/fleet/test_desired_etag.py", "tests/fleet/test_trust.py",
         "tests/fleet/test_node_state.py",  # a migration: the old node is told absent / destroy_key
+        "tests/fleet/test_pages.py",  # the customer's stop / start / restart
     ]),
     "fleet-evidence": (["fleet/evidence.py"], [], [
         "tests/fleet/test_evidence.py", "tests/fleet/test_sanitization_record.py",

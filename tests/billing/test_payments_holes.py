@@ -64,6 +64,18 @@ def test_payment_after_settlement_uses_the_rate_when_it_confirms(placed, custome
     assert credits(LedgerEntry.Kind.EXCESS_PAYMENT) == [2000] and balance(customer) == 2000
 
 
+def test_a_payment_sent_the_second_the_quote_settled_keeps_the_quoted_rate(placed, customer, t0):
+    """The locked rate covers payments first seen up to and including the settlement's moment
+    (the same "by" as on time up to the expiry); only a later one takes the rate when it confirms."""
+    _, _, quote = placed
+    settled = t0 + timedelta(minutes=5)
+    apply(quote, [paid(quote, DUE, 6)], settled)
+    set_rate("LTC", "200", t0 + timedelta(hours=2))
+    extra = replace(paid(quote, 10 * USD, 6), chain_time=int(settled.timestamp()))
+    apply(quote, [extra], t0 + timedelta(hours=2))
+    assert credits(LedgerEntry.Kind.EXCESS_PAYMENT) == [1000] and balance(customer) == 1000  # $10 at $100/LTC
+
+
 def test_late_payment_without_a_fresh_rate_waits_for_an_operator(placed, customer, operator, t0):
     _, _, quote = placed
     later = t0 + timedelta(hours=3)  # the $100 rate is 3 h old: stale
