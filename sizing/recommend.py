@@ -249,6 +249,8 @@ def run_cost(opt: Option, job: Job) -> tuple[float, int, int] | None:
         return None
     c = opt.candidate
     hours = train_hours(opt.estimate.train_flops, c.gpus, c.bf16_tflops, job.utilisation)
+    if not math.isfinite(hours):
+        return None  # a card without a TFLOPS figure (0 in the catalog): no run time to price
     weeks, months = math.ceil(hours / HOURS_PER_WEEK), math.ceil(hours / HOURS_PER_MONTH)
     rental = min(max(weeks, 1) * c.weekly_cents, max(months, 1) * c.monthly_cents)
     return hours, rental, round(hours * c.monthly_cents / HOURS_PER_MONTH)
