@@ -189,6 +189,36 @@ def memory_bar(estimate, card=None, caption=""):
         + f'\n{figcaption}\n<ul class="membar-legend">\n  {legend}\n</ul>\n</figure>\n')
 
 
+# (the gettext calls stay outside the f-strings: makemessages does not look inside them)
+
+@register.simple_tag
+def recommendation_head(tokens):
+    """The <thead> of "Recommendation, cheapest first" (a Run column when tokens are given)."""
+    offer, vram, mode, week = _t(gettext("Offer")), _t(gettext("VRAM")), _t(gettext("Mode")), _t(gettext("Week"))
+    month, gpuh, stock = _t(gettext("Month")), _t(gettext("per GPU-h")), _t(gettext("In stock"))
+    order = _t(gettext("Order"))
+    run = ""
+    if tokens:
+        run_label = _t(gettext("Run"))
+        run = f'<th scope="col" class="num">{run_label}</th>'
+    return mark_safe(  # noqa: S308 - escaped translations
+        f'<thead><tr><th scope="col">{offer}</th><th scope="col" class="num">{vram}</th><th scope="col">{mode}'
+        f'</th>\n      <th scope="col" class="num">{week}</th><th scope="col" class="num">{month}</th>'
+        f'<th scope="col" class="num">{gpuh}</th>\n      <th scope="col">{stock}</th>{run}'
+        f'<th scope="col"><span class="sr-only">{order}</span></th></tr></thead>')
+
+
+@register.simple_tag
+def change_head():
+    """The <thead> of "Cheaper by changing one choice"."""
+    change, offer, month = _t(gettext("Change")), _t(gettext("Offer")), _t(gettext("Month"))
+    needs, trade, order = _t(gettext("Needs")), _t(gettext("Trade-off")), _t(gettext("Order"))
+    return mark_safe(  # noqa: S308 - escaped translations
+        f'<thead><tr><th scope="col">{change}</th><th scope="col">{offer}</th><th scope="col" class="num">'
+        f'{month}</th><th scope="col" class="num">{needs}</th><th scope="col">{trade}</th><th scope="col">'
+        f'<span class="sr-only">{order}</span></th></tr></thead>')
+
+
 @register.simple_tag
 def recommendation_rows(result):
     """The rows of "Recommendation, cheapest first" (``result.options``, the best first)."""
