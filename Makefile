@@ -27,8 +27,11 @@ lint: setup
 clean-var:
 	rm -rf var
 
-# issue 34: mutation testing of the rule modules ([tool.mutmut] in pyproject.toml), not CI:
-# hours for all of them. `make mutate` prints killed/survived; survivors: mutmut results.
+# issue 34: mutation testing of the rule modules, not CI. scripts/mutate.py runs mutmut one module
+# at a time (its own test files, its own work directory var/mutate/<module>/, SQLite built from the
+# models) and prints killed/survived per module. All: `make mutate`; one or some:
+# `make mutate MUTATE_ARGS="sizing rules"`; the modules: `MUTATE_ARGS=--list`; a module's
+# surviving diffs: `MUTATE_ARGS="--survivors rules"`.
 mutate: setup
 	$(BIN)/pip install -q -e '.[mutate]'
-	$(BIN)/mutmut run $(MUTATE_ARGS) ; $(BIN)/mutmut results
+	nice -n 19 $(BIN)/python scripts/mutate.py $(MUTATE_ARGS)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_noop
 
 from .engine import Job
 from .recommend import Candidate, Option, recommend
@@ -41,30 +41,40 @@ def _variants(job: Job, vendor: str) -> list[tuple[str, dict, Job, str]]:
     return out
 
 
+#: each change's label and trade-off (msgids; translated when a change is shown)
+TEXTS = {
+    "vendor": (gettext_noop("ROCm allowed (AMD cards too)"),
+               gettext_noop("PyTorch, PEFT and FlashAttention run on ROCm; bitsandbytes 4-bit and some "
+                            "fused kernels need ROCm builds of their own.")),
+    "qlora": (gettext_noop("QLoRA instead of LoRA"),
+              # xgettext:no-python-format
+              gettext_noop("4-bit base: 20–40% slower (dequantisation) and a small quality cost.")),
+    "optimizer-8bit": (gettext_noop("8-bit optimizer"),
+                       gettext_noop("Adam's moments in 8 bit: 16 → 10 bytes per parameter; training "
+                                    "curves stay close to fp32 Adam.")),
+    "lora": (gettext_noop("LoRA instead of a full fine-tune"),
+             gettext_noop("Trains adapters only; the quality gap is usually far smaller than the cost "
+                          "gap — prove LoRA's ceiling first.")),
+}
+
+
 def _texts(key: str) -> tuple[str, str]:
-    return {
-        "vendor": (gettext("ROCm allowed (AMD cards too)"),
-                   gettext("PyTorch, PEFT and FlashAttention run on ROCm; bitsandbytes 4-bit and some "
-                           "fused kernels need ROCm builds of their own.")),
-        "qlora": (gettext("QLoRA instead of LoRA"),
-                  # xgettext:no-python-format
-                  gettext("4-bit base: 20–40% slower (dequantisation) and a small quality cost.")),
-        "optimizer-8bit": (gettext("8-bit optimizer"),
-                           gettext("Adam's moments in 8 bit: 16 → 10 bytes per parameter; training "
-                                   "curves stay close to fp32 Adam.")),
-        "lora": (gettext("LoRA instead of a full fine-tune"),
-                 gettext("Trains adapters only; the quality gap is usually far smaller than the cost "
-                         "gap — prove LoRA's ceiling first.")),
-    }[key]
+    label, tradeoff = TEXTS[key]
+    return gettext(label), gettext(tradeoff)
 
 
 def one_change_alternatives(job: Job, candidates: list[Candidate], *, vendor: str,
-                            site: str | None, in_stock: bool, best: Option | None) -> list[Change]:
-    """Cheapest first; only changes that beat the recommended plan's monthly price."""
+                            site: str | None, in_stock: bool, best: Option | None,
+                            estimates: dict | None = None) -> list[Change]:
+    """Cheapest first; only changes that beat the recommended plan's monthly price.
+    ``estimates``: the job's recommendation's (``recommend(..., estimates=)``): every variant
+    changes only the method or the vendor, so the configurations it sizes are shared."""
     limit = best.candidate.monthly_cents if best else None
+    estimates = {} if estimates is None else estimates
     out = []
     for key, query, changed, v in _variants(job, vendor):
-        rec = recommend(changed, candidates, vendor=v, site=site, in_stock=in_stock, max_alternatives=0)
+        rec = recommend(changed, candidates, vendor=v, site=site, in_stock=in_stock, max_alternatives=0,
+                        estimates=estimates)
         option = rec.best
         if option is None or (limit is not None and option.candidate.monthly_cents >= limit):
             continue

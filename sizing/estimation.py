@@ -26,8 +26,11 @@ from .engine import (
 from .job_warnings import job_warnings
 
 
-def estimate(job: Job) -> Estimate:
-    """Peak GPU memory of one training step, per GPU and in total (all GPUs)."""
+def estimate(job: Job, *, warnings: bool = True) -> Estimate:
+    """Peak GPU memory of one training step, per GPU and in total (all GPUs).
+    ``warnings=False`` leaves out the job's warnings (``Estimate.warnings`` is empty): the
+    recommender sizes each card's configuration of the job and reads the warnings of the
+    job as configured only."""
     states, host = model_states(job)
     bd = dict(states)
     bd["sharding_buffers"] = sharding_buffer_bytes(job)
@@ -49,5 +52,5 @@ def estimate(job: Job) -> Estimate:
         breakdown_gb={k: bd[k] / GB for k in BREAKDOWN_KEYS},
         checkpoint_gb=checkpoint_gb(job, n_adapter), adapter_params=n_adapter,
         train_flops=train_flops(active_params(job.arch), job.tokens, job.epochs),
-        warnings=tuple(job_warnings(job)), framework=job.framework,
+        warnings=tuple(job_warnings(job)) if warnings else (), framework=job.framework,
     )

@@ -2,6 +2,8 @@
 an API call carry the same inputs. Validation is the engine's (``parse_request``); the
 form only renders the fields and places the engine's error next to the right one."""
 
+import copy
+
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
@@ -84,3 +86,23 @@ class SizingForm(forms.Form):
         if field.startswith("config."):
             message = f"{field.removeprefix('config.')}: {message}"
         self.add_error(name if name in self.fields else None, message)
+
+
+class _SharedFields(dict):
+    """``SizingForm.base_fields``: Django deep-copies a form's fields for every instance so
+    that one form's changes do not leak into the next; for this form that copy (~20 fields
+    with their widgets and ~50 model choices) was a third of a cold calculator answer's
+    engine time (issue 31). Nothing changes a field after the class is built except the
+    site choices, set per instance (``SizingForm.__init__``), so only the fields named in
+    ``per_instance`` are copied; the rest are shared, read-only."""
+
+    per_instance = ("site",)
+
+    def __deepcopy__(self, memo):
+        fields = dict(self)
+        for name in self.per_instance:
+            fields[name] = copy.deepcopy(self[name], memo)
+        return fields
+
+
+SizingForm.base_fields = _SharedFields(SizingForm.base_fields)

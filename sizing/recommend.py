@@ -27,6 +27,7 @@ from django.utils.translation import gettext
 
 from .engine import MAX_NODE_GPUS, Estimate, Job, train_hours
 from .estimation import estimate
+from .job_warnings import job_warnings
 
 LINKS = ("nvswitch", "infinity_fabric", "nvlink_bridge", "pcie_p2p", "pcie")
 HEADROOM_MIN_GB = 2.0
@@ -196,19 +197,24 @@ class Recommendation:
 
 
 class _Estimator:
-    """Memoises :func:`estimate` per (gpus, zero, offload, method) within one call."""
+    """Memoises :func:`estimate` per (gpus, zero, offload, method) of one job. ``shared``: a
+    dict kept across the ``recommend`` calls of one answer, for jobs that differ at most in
+    their method (``sizing.alternatives``' variants), so that each configuration is sized
+    once per answer, not once per variant (issue 31). The estimates carry no job warnings:
+    those are the job's as configured (``recommend``'s ``own``)."""
 
-    def __init__(self, job: Job):
+    def __init__(self, job: Job, shared: dict | None = None):
         self.job = job
-        self.cache: dict[tuple, Estimate] = {}
+        self.cache: dict[tuple, Estimate] = {} if shared is None else shared
 
     def __call__(self, gpus: int, zero: int, offload: str = "none", method: str | None = None):
-        key = (gpus, zero, offload, method)
-        if key not in self.cache:
-            j = replace(self.job, gpus=gpus, zero=zero, offload=offload,
-                        method=method or self.job.method)
-            self.cache[key] = estimate(j)
-        return self.cache[key]
+        key = (gpus, zero, offload, method or self.job.method)
+        try:
+            return self.cache[key]
+        except KeyError:
+            j = replace(self.job, gpus=gpus, zero=zero, offload=offload, method=key[3])
+            value = self.cache[key] = estimate(j, warnings=False)
+            return value
 
 
 def _configure(c: Candidate, est: _Estimator) -> Option:
@@ -249,6 +255,8 @@ def run_cost(opt: Option, job: Job) -> tuple[float, int, int] | None:
         return None
     c = opt.candidate
     hours = train_hours(opt.estimate.train_flops, c.gpus, c.bf16_tflops, job.utilisation)
+    if not math.isfinite(hours):
+        return None  # a card without a TFLOPS figure (0 in the catalog): no run time to price
     weeks, months = math.ceil(hours / HOURS_PER_WEEK), math.ceil(hours / HOURS_PER_MONTH)
     rental = min(max(weeks, 1) * c.weekly_cents, max(months, 1) * c.monthly_cents)
     return hours, rental, round(hours * c.monthly_cents / HOURS_PER_MONTH)
@@ -314,12 +322,13 @@ def _cluster_advice(est: _Estimator, pool: list[Candidate]) -> str:
 
 def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
               site: str | None = None, in_stock: bool = False,
-              max_alternatives: int = MAX_ALTERNATIVES) -> Recommendation:
+              max_alternatives: int = MAX_ALTERNATIVES, estimates: dict | None = None) -> Recommendation:
     """Cheapest fitting offer first, then alternatives. Cheapest by monthly price (then
     faster); when the job gives its tokens (a run-time estimate), by what renting it for the
-    whole run costs, so a faster card that finishes in fewer weeks can win (issue 29)."""
-    est = _Estimator(job)
-    own = est(job.gpus, job.zero, job.offload)
+    whole run costs, so a faster card that finishes in fewer weeks can win (issue 29).
+    ``estimates``: shared by calls for jobs that differ only in their method (``_Estimator``)."""
+    est = _Estimator(job, estimates)
+    own = replace(est(job.gpus, job.zero, job.offload), warnings=tuple(job_warnings(job)))
     pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
     options = [_configure(c, est) for c in pool]
 

@@ -166,9 +166,11 @@ def run(params: Mapping, cands: list[Candidate]) -> Result:
     if req.site and req.site not in sites:
         raise SizingInputError("site", _("unknown site; choose one of %s")
                                % (", ".join(sites) or "—"))
-    rec = recommend(req.job, cands, vendor=req.vendor, site=req.site, in_stock=req.in_stock)
+    estimates: dict = {}  # each configuration sized once for the answer and its one-change plans
+    rec = recommend(req.job, cands, vendor=req.vendor, site=req.site, in_stock=req.in_stock,
+                    estimates=estimates)
     changes = one_change_alternatives(req.job, cands, vendor=req.vendor, site=req.site,
-                                      in_stock=req.in_stock, best=rec.best)
+                                      in_stock=req.in_stock, best=rec.best, estimates=estimates)
     return Result(req, rec, tuple(changes))
 
 

@@ -1,7 +1,22 @@
-"""Template helpers for the sizing pages: the server-rendered SVG memory bar."""
+"""Template helpers for the sizing pages: the server-rendered SVG memory bar and the
+calculator's per-row tables (recommendations, one-change plans, the breakdown).
+
+The bar and the rows are built here in Python rather than in templates (issue 31): a cold
+calculator fragment spent most of its time in the template engine resolving the same
+variables, filters and {% translate %} tags once per segment and row. The builders write
+exactly the markup the templates wrote (tests/sizing/test_golden.py compares byte for
+byte) with the templates' escaping rules — ``{{ value }}`` and ``{% translate %}`` are
+escaped, a ``{% blocktranslate %}``'s text is not but its variables are — and the same
+msgids, so the zh_Hans catalogue still applies. Each text is translated once per call.
+"""
+
+import html
+from importlib import import_module
 
 from django import template
-from django.utils.translation import pgettext_lazy
+from django.utils.formats import get_format, localize
+from django.utils.safestring import SafeData, mark_safe
+from django.utils.translation import gettext, gettext_noop, pgettext_lazy
 
 from ..recommend import usable_gb
 from ..results import BREAKDOWN_LABELS
@@ -55,21 +70,225 @@ def bar_geometry(breakdown: dict, per_gpu_gb: float, card_gb: float | None, widt
     return geo
 
 
-@register.inclusion_tag("sizing/_bar.html")
-def memory_bar(estimate, card=None, caption=""):
-    """``{% memory_bar option.estimate option.candidate %}``: per-GPU breakdown vs a card."""
-    card_gb = card.vram_gb if card is not None else None
-    drawings = [bar_geometry(estimate.breakdown_gb, estimate.per_gpu_gb, card_gb, width)
-                for width in (BAR_WIDTH, NARROW_BAR_WIDTH)]
-    return {"g": drawings[0], "drawings": drawings, "card": card, "caption": caption}
-
-
 @register.filter
 def gb(value, digits=1):
     """12.345 → '12.3'; None → '—'."""
     if value is None:
         return "—"
     return f"{value:,.{int(digits)}f}"
+
+
+# --- building markup in Python, as the templates render it ------------------------------
+
+def _esc(value, dot: bool | None = None) -> str:
+    """``{{ value }}`` in an autoescaping template: localized, then escaped unless safe.
+    ``dot``: whether the language's decimal separator is "." (looked up when not given)."""
+    if isinstance(value, str):
+        return value if isinstance(value, SafeData) else html.escape(value)
+    if type(value) is int:
+        return str(value)
+    if type(value) is float:
+        text = str(value)
+        # Django writes a float with the language's decimal separator (en and zh_Hans: "."),
+        # and one whose repr has an exponent (or inf, nan) through Decimal
+        if "e" not in text and "n" not in text and (_dot_decimals() if dot is None else dot):
+            return text
+    return html.escape(str(localize(value)))
+
+
+def _dot_decimals() -> bool:
+    return get_format("DECIMAL_SEPARATOR") == "."
+
+
+def _t(translated: str) -> str:
+    """``{% translate msgid %}`` is ``_t(gettext(msgid))``: the translation, escaped (the
+    literal gettext call is what makemessages finds)."""
+    return html.escape(translated)
+
+
+def _bt(msgid: str, **values) -> str:
+    """``{% blocktranslate with name=value %}``: the translation (not escaped) with its
+    values (escaped); one that does not format falls back to the English, as the tag does.
+    Call it with ``gettext_noop("…")`` so makemessages finds the msgid."""
+    data = {k: _esc(v) for k, v in values.items()}
+    try:
+        return gettext(msgid) % data
+    except (KeyError, ValueError):
+        return msgid % data
+
+
+def usd_formatter(*, always_cents: bool = False):
+    """The shop's price text (``usd`` / ``usd_cents``) from the ``money`` template library,
+    found as ``{% load money %}`` finds it: sizing imports nothing from inventory (the
+    storefront's layers), its templates only load the library by name."""
+    money = import_module(template.engines["django"].engine.libraries["money"])
+    return money.usd_formatter(always_cents=always_cents)
+
+
+def _gb(value, digits: int = 1) -> str:
+    """The ``gb`` filter."""
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def _segment(s: dict, y: str, h: str, y_text: int, dot: bool) -> str:
+    text = (f'<text x="{_esc(s["mid"], dot)}" y="{y_text}" text-anchor="middle" font-size="11" fill="#fff">'
+            f'{_gb(s["gb"])}</text>') if s["text"] else ""
+    return (f'<g class="membar-seg">\n    <rect x="{_esc(s["x"], dot)}" y="{y}" width="{_esc(s["w"], dot)}" '
+            f'height="{h}" fill="{_esc(s["colour"])}" stroke="#fff" stroke-width="1"><title>{s["label_html"]}: '
+            f'{_gb(s["gb"], 2)} GB</title></rect>\n    {text}\n  </g>')
+
+
+def _drawing(g: dict, card, title: str, dot: bool) -> str:
+    """One <svg> of the bar (the wide or the narrow drawing)."""
+    y, h, bottom, variant = _esc(g["y"], dot), _esc(g["h"], dot), int(g["bottom"]), _esc(g["variant"])
+    card_rect = card_lines = ""
+    if card:
+        ux, cx = _esc(g["usable_x"], dot), _esc(g["card_x"], dot)
+        card_rect = (f'<rect class="membar-card" x="0" y="{y}" width="{cx}" height="{h}" '
+                     f'fill="#f3f5f8" stroke="#9aa4b2"/>')
+        usable = _bt(gettext_noop("usable %(u)s GB"), u=_gb(g["usable_gb"]))
+        vram = _bt(gettext_noop("card %(v)s GB"), v=card.vram_gb)
+        card_lines = (
+            f'\n  <line x1="{ux}" x2="{ux}" y1="12" y2="{bottom + 8}" stroke="#b3261e" stroke-width="2" '
+            f'stroke-dasharray="4 3"/>\n  <text x="{ux}" y="10" text-anchor="end" font-size="11" '
+            f'fill="#b3261e">{usable}</text>\n'
+            f'  <line x1="{cx}" x2="{cx}" y1="{y}" y2="{bottom + 14}" stroke="#14181f" stroke-width="2"/>\n'
+            f'  <text x="{cx}" y="{bottom + 26}" text-anchor="end" font-size="11" fill="#14181f">{vram}</text>\n  ')
+    segments = "".join(_segment(s, y, h, int(g["y"]) + 21, dot) for s in g["segments"])
+    needs = _bt(gettext_noop("needs %(need)s GB per GPU"), need=_gb(g["per_gpu_gb"]))
+    return (f'\n<svg viewBox="-4 0 {int(g["width"]) + 8} {_esc(g["view_h"], dot)}" width="100%" role="img" '
+            f'aria-labelledby="membar-title-{variant}" class="chart-{variant}" '
+            f'xmlns="http://www.w3.org/2000/svg">\n  <title id="membar-title-{variant}">{title}</title>\n'
+            f'  {card_rect}\n  {segments}\n  {card_lines}\n  <text x="0" y="{_esc(g["needs_y"], dot)}" '
+            f'font-size="11" fill="#5a6472">{needs}</text>\n</svg>\n')
+
+
+@register.simple_tag
+def memory_bar(estimate, card=None, caption=""):
+    """``{% memory_bar option.estimate option.candidate caption %}``: the per-GPU breakdown
+    against a card, drawn wide and narrow (site.css shows the one that fits, issue 29), and
+    its legend; the drawing and each segment carry a <title> (the accessible name)."""
+    card_gb = card.vram_gb if card is not None else None
+    drawings = [bar_geometry(estimate.breakdown_gb, estimate.per_gpu_gb, card_gb, width)
+                for width in (BAR_WIDTH, NARROW_BAR_WIDTH)]
+    labels: dict = {}
+    for g in drawings:
+        for seg in g["segments"]:
+            if seg["key"] not in labels:
+                labels[seg["key"]] = _esc(str(seg["label"]))
+            seg["label_html"] = labels[seg["key"]]
+    title = _bt(gettext_noop("Memory per GPU: %(need)s GB"), need=_gb(estimate.per_gpu_gb))
+    if card:
+        title += " · " + _bt(gettext_noop("%(name)s, %(vram)s GB"), name=card.gpu_name, vram=card.vram_gb)
+    dot = _dot_decimals()
+    figcaption = f"<figcaption>{_esc(caption)}</figcaption>" if caption else ""
+    legend = "".join(f'<li><span class="swatch" style="background:{_esc(s["colour"])}"></span>{s["label_html"]} '
+                     f'<span class="num">{_gb(s["gb"], 2)} GB</span></li>' for s in drawings[0]["segments"])
+    return mark_safe(  # noqa: S308 - every value in it is escaped (_esc, _bt)
+        '<figure class="membar">\n' + "".join(_drawing(g, card, title, dot) for g in drawings)
+        + f'\n{figcaption}\n<ul class="membar-legend">\n  {legend}\n</ul>\n</figure>\n')
+
+
+# (the gettext calls stay outside the f-strings: makemessages does not look inside them)
+
+@register.simple_tag
+def recommendation_head(tokens):
+    """The <thead> of "Recommendation, cheapest first" (a Run column when tokens are given)."""
+    offer, vram, mode, week = _t(gettext("Offer")), _t(gettext("VRAM")), _t(gettext("Mode")), _t(gettext("Week"))
+    month, gpuh, stock = _t(gettext("Month")), _t(gettext("per GPU-h")), _t(gettext("In stock"))
+    order = _t(gettext("Order"))
+    run = ""
+    if tokens:
+        run_label = _t(gettext("Run"))
+        run = f'<th scope="col" class="num">{run_label}</th>'
+    return mark_safe(  # noqa: S308 - escaped translations
+        f'<thead><tr><th scope="col">{offer}</th><th scope="col" class="num">{vram}</th><th scope="col">{mode}'
+        f'</th>\n      <th scope="col" class="num">{week}</th><th scope="col" class="num">{month}</th>'
+        f'<th scope="col" class="num">{gpuh}</th>\n      <th scope="col">{stock}</th>{run}'
+        f'<th scope="col"><span class="sr-only">{order}</span></th></tr></thead>')
+
+
+@register.simple_tag
+def change_head():
+    """The <thead> of "Cheaper by changing one choice"."""
+    change, offer, month = _t(gettext("Change")), _t(gettext("Offer")), _t(gettext("Month"))
+    needs, trade, order = _t(gettext("Needs")), _t(gettext("Trade-off")), _t(gettext("Order"))
+    return mark_safe(  # noqa: S308 - escaped translations
+        f'<thead><tr><th scope="col">{change}</th><th scope="col">{offer}</th><th scope="col" class="num">'
+        f'{month}</th><th scope="col" class="num">{needs}</th><th scope="col">{trade}</th><th scope="col">'
+        f'<span class="sr-only">{order}</span></th></tr></thead>')
+
+
+@register.simple_tag
+def recommendation_rows(result):
+    """The rows of "Recommendation, cheapest first" (``result.options``, the best first)."""
+    usd, usd_cents = usd_formatter(), usd_formatter(always_cents=True)
+    l_vram, l_mode, l_week = _t(gettext("VRAM")), _t(gettext("Mode")), _t(gettext("Week"))
+    l_month, l_gpuh, l_stock = _t(gettext("Month")), _t(gettext("per GPU-h")), _t(gettext("In stock"))
+    l_run, recommended = _t(gettext("Run")), _t(gettext("recommended"))
+    order, rental = _t(gettext("Order this")), _t(gettext("rental"))
+    tokens = result.request.job.tokens
+    rows = []
+    for i, o in enumerate(result.options):
+        c, e = o.candidate, o.estimate
+        tr_class, badge = (' class="best"', f' · <span class="badge ok">{recommended}</span>') if i == 0 else ("", "")
+        warnings = "".join(f'<br><small class="warn-note">{_esc(w)}</small>' for w in o.warnings)
+        gpus = f" ×{_esc(c.gpus)}" if c.gpus > 1 else ""
+        zero = f" · ZeRO-{_esc(e.zero)}" if e.zero and o.mode != "zero-3" else ""
+        stock = "".join(f'<span class="badge{" ok" if n else ""}">{_esc(site)} {_esc(n)}</span> '
+                        for site, n in sorted_items(c.free_by_site))
+        if not stock:
+            none_free = _t(gettext("none free"))
+            stock = f'<span class="badge warn">{none_free}</span>'
+        run = ""
+        if tokens:
+            hours = _bt(gettext_noop("%(h)s h"), h=_gb(o.run_hours))
+            run = (f'<td class="num" data-label="{l_run}">{hours}'
+                   f'<br><small>{_esc(usd(o.rental_cost_cents))} {rental}</small></td>')
+        needs = _bt(gettext_noop("needs %(n)s/GPU"), n=_gb(e.per_gpu_gb))
+        rows.append(
+            f'\n      <tr{tr_class}>\n        <th scope="row">{_esc(c.offer_name)}'
+            f'<br><small class="muted">{_esc(o.reason)}{badge}</small>\n          {warnings}</th>\n'
+            f'        <td class="num" data-label="{l_vram}">{_esc(c.vram_gb)} GB{gpus}<br><small class="muted">'
+            f'{needs}</small></td>\n'
+            f'        <td data-label="{l_mode}">{_esc(sizing_mode(o.mode))}{zero}</td>\n'
+            f'        <td class="num" data-label="{l_week}">{_esc(usd(c.weekly_cents))}</td>\n'
+            f'        <td class="num" data-label="{l_month}">{_esc(usd(c.monthly_cents))}</td>\n'
+            f'        <td class="num" data-label="{l_gpuh}">{_esc(usd_cents(c.per_gpu_hour_cents))}</td>\n'
+            f'        <td data-label="{l_stock}">{stock}</td>\n        {run}\n'
+            f'        <td><a class="btn small" href="{_esc(result.order_url(o))}">{order}</a></td>\n      </tr>')
+    return mark_safe("".join(rows))  # noqa: S308 - every value in it is escaped (_esc, _t, _bt)
+
+
+@register.simple_tag
+def change_rows(result):
+    """The rows of "Cheaper by changing one choice" (``result.changes``)."""
+    usd = usd_formatter()
+    l_offer, l_month, l_needs = _t(gettext("Offer")), _t(gettext("Month")), _t(gettext("Needs"))
+    l_trade = _t(gettext("Trade-off"))
+    order = _t(gettext("Order this"))
+    rows = []
+    for ch in result.changes:
+        o = ch.option
+        c = o.candidate
+        mode = f' <small class="muted">({_esc(sizing_mode(o.mode))})</small>' if o.mode != "single" else ""
+        needs = _bt(gettext_noop("%(n)s GB/GPU"), n=_gb(o.estimate.per_gpu_gb))
+        rows.append(
+            f'<tr>\n      <th scope="row">{_esc(ch.label)}</th>\n'
+            f'      <td data-label="{l_offer}">{_esc(c.offer_name)}{mode}</td>\n'
+            f'      <td class="num" data-label="{l_month}">{_esc(usd(c.monthly_cents))}</td>\n'
+            f'      <td class="num" data-label="{l_needs}">{needs}</td>\n'
+            f'      <td data-label="{l_trade}">{_esc(ch.tradeoff)}</td>\n'
+            f'      <td><a class="btn small" href="{_esc(result.order_url(o))}">{order}</a></td>\n    </tr>')
+    return mark_safe("".join(rows))  # noqa: S308 - every value in it is escaped (_esc, _t, _bt)
+
+
+@register.simple_tag
+def breakdown_rows(breakdown_gb):
+    """The rows of "The numbers, per GPU": each term's label and GB (two decimals)."""
+    return mark_safe("".join(  # noqa: S308 - escaped labels, formatted numbers
+        f'<tr><th scope="row">{_esc(str(breakdown_label(key)))}</th><td class="num">{_gb(v, 2)} GB</td></tr>'
+        for key, v in breakdown_gb.items()))
 
 
 @register.filter

@@ -64,6 +64,18 @@ def test_payment_after_settlement_uses_the_rate_when_it_confirms(placed, custome
     assert credits(LedgerEntry.Kind.EXCESS_PAYMENT) == [2000] and balance(customer) == 2000
 
 
+def test_a_payment_sent_the_second_the_quote_settled_keeps_the_quoted_rate(placed, customer, t0):
+    """The locked rate covers payments first seen up to and including the settlement's moment
+    (the same "by" as on time up to the expiry); only a later one takes the rate when it confirms."""
+    _, _, quote = placed
+    settled = t0 + timedelta(minutes=5)
+    apply(quote, [paid(quote, DUE, 6)], settled)
+    set_rate("LTC", "200", t0 + timedelta(hours=2))
+    extra = replace(paid(quote, 10 * USD, 6), chain_time=int(settled.timestamp()))
+    apply(quote, [extra], t0 + timedelta(hours=2))
+    assert credits(LedgerEntry.Kind.EXCESS_PAYMENT) == [1000] and balance(customer) == 1000  # $10 at $100/LTC
+
+
 def test_late_payment_without_a_fresh_rate_waits_for_an_operator(placed, customer, operator, t0):
     _, _, quote = placed
     later = t0 + timedelta(hours=3)  # the $100 rate is 3 h old: stale
@@ -144,6 +156,21 @@ def test_unconfirmed_payment_past_the_monitoring_window_is_invalid_and_releases_
     assert Payment.objects.get().state == PS.INVALID
 
 
+def test_the_hold_runs_from_the_payment_that_completed_the_amount(placed, t0, settings):
+    """Paid in two parts, both waiting for confirmations: the slots are held for the monitoring
+    window from the payment that brought in the last base unit, not from the first part (one
+    unit short) nor from dust that came after it."""
+    settings.PAYMENT_MONITORING_MINUTES = 120
+    settings.UNDERPAYMENT_TOLERANCE_BPS = 0
+    _, invoice, quote = placed
+    apply(quote, [paid(quote, DUE - 1, 0)], t0 + timedelta(minutes=5))
+    apply(quote, [paid(quote, 1, 0)], t0 + timedelta(minutes=10))
+    assert fresh(quote).state == Q.PROCESSING
+    assert fresh(invoice).expires_at == t0 + timedelta(minutes=10 + 120)
+    apply(quote, [paid(quote, DUE // 200, 0)], t0 + timedelta(minutes=20))
+    assert fresh(invoice).expires_at == t0 + timedelta(minutes=10 + 120)
+
+
 def test_dropped_payment_is_invalid_and_the_hold_is_released(placed, t0):
     lease, invoice, quote = placed
     p = paid(quote, DUE, 0)
@@ -175,6 +202,17 @@ def test_dust_never_extends_a_hold(placed, t0):
     assert fresh(quote).expires_at == t0 + timedelta(minutes=30) == fresh(invoice).expires_at
     apply(quote, [paid(quote, 20 * USD, 0)], t0 + timedelta(minutes=29))  # a real partial payment does
     assert fresh(quote).expires_at == t0 + timedelta(minutes=59)
+
+
+def test_the_dust_line_is_the_configured_share_exactly(placed, t0, settings):
+    """PAYMENT_DUST_BPS = 100: a payment one base unit under 1 % of the quote is dust and
+    extends nothing; exactly 1 % is a partial payment and keeps the quote open a window past it."""
+    settings.PAYMENT_DUST_BPS = 100
+    _, invoice, quote = placed
+    apply(quote, [paid(quote, DUE // 100 - 1, 0)], t0 + timedelta(minutes=10))
+    assert fresh(quote).expires_at == t0 + timedelta(minutes=30) == fresh(invoice).expires_at
+    apply(quote, [paid(quote, DUE // 100, 0)], t0 + timedelta(minutes=29))
+    assert fresh(quote).expires_at == t0 + timedelta(minutes=59) == fresh(invoice).expires_at
 
 
 # --- 3. chain time, node health ------------------------------------------------------------------

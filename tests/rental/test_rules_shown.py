@@ -18,6 +18,7 @@ def odd_timers(settings):
     settings.LEASE_HOLD_HOURS = 50
     settings.LEASE_RENEWAL_LEAD_HOURS = 30
     settings.LEASE_WIPE_WITHIN_DAYS = 5
+    settings.LEASE_REFUND_WINDOW_MINUTES = 25
     settings.LANGUAGE_CODE = "en"
 
 
@@ -45,6 +46,14 @@ def test_the_projected_timeline_uses_the_configured_timers(odd_timers):
     assert at["hold"] == (end + timedelta(hours=50), "Hold ends (50 h after the stop): slots released")
     assert at["key"][0] == end + timedelta(hours=50)
     assert at["wipe"] == (end + timedelta(days=5), "Local NVMe wiped (at the latest 5 days after the stop)")
+
+
+def test_the_order_page_states_the_configured_refund_window(client, catalog, customer, odd_timers):
+    """The one-click refund's promise on the order page, before anyone has paid."""
+    from django.urls import reverse
+
+    client.force_login(customer)
+    assert "Refund in one click within 25 minutes of ordering" in text_of(client, reverse("order", args=["rtx-3090"]))
 
 
 @pytest.mark.django_db

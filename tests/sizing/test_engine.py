@@ -1,5 +1,7 @@
 """The engine reproduces the SPEC's "VRAM rules" (pure Python, no database)."""
 
+import json
+
 import pytest
 
 from sizing.engine import Job, train_flops, train_hours, zero_bytes_per_param
@@ -116,6 +118,16 @@ def test_breakdown_sums_and_to_dict():
                 "warnings", "train_flops", "model_state_gb"):
         assert key in d
     assert d["breakdown_gb"]["cuda_context"] == 1.0
+    states = ("frozen_weights", "trainable_weights", "gradients", "fp32_master", "optimizer_states", "adapters")
+    assert d["model_state_gb"] == pytest.approx(sum(d["breakdown_gb"][k] for k in states)) and d["model_state_gb"] > 16
+
+
+def test_to_dict_is_plain_json_with_the_warnings_as_a_list():
+    """What a JSON consumer gets: the warnings as a list of the estimate's warnings."""
+    e = estimate(Job(PRESETS["llama-2-7b"], "qlora", seq=8192))
+    d = json.loads(json.dumps(e.to_dict()))
+    assert isinstance(e.to_dict()["warnings"], list)
+    assert d["warnings"] == list(e.warnings) and any("context" in w for w in d["warnings"])
 
 
 def test_warnings_context_and_cluster():

@@ -106,3 +106,19 @@ def test_pcie_zero_warning(catalog):
     r = recommend(Job(PRESETS["llama-2-7b"], "lora", gpus=2, zero=3), catalog)
     l40s = [o for o in r.options if o.candidate.link == "pcie_p2p"]
     assert all(any("NVLink" in w for w in o.warnings) for o in l40s)
+
+
+def test_a_card_without_a_tflops_figure_gets_no_run_cost_instead_of_an_error(catalog):
+    """The catalog's TFLOPS field accepts 0 (not published yet): the run time is then unknown,
+    so that card has no run cost and is priced by its rent, while the others keep theirs (it
+    was an OverflowError — math.ceil of an infinite run — for every query that gave tokens)."""
+    from dataclasses import replace
+
+    job = Job(PRESETS["qwen2.5-32b"], "qlora", tokens=20_000_000, epochs=3)
+    pair = [replace(c, bf16_tflops=0) if c.offer_slug == "a40" else c
+            for c in catalog if c.offer_slug in ("a40", "l40s")]
+    r = recommend(job, pair)
+    by_slug = {o.candidate.offer_slug: o for o in r.options}
+    assert set(by_slug) == {"a40", "l40s"}
+    assert by_slug["a40"].run_hours is None and by_slug["a40"].rental_cost_cents is None
+    assert by_slug["l40s"].run_hours > 0 and by_slug["l40s"].rental_cost_cents > 0

@@ -116,3 +116,14 @@ def test_logits_upcast_once_for_the_loss():
     """bf16 lm_head output 2 B + one fp32 copy 4 B per token per vocabulary entry."""
     _, t = terms("lora")
     assert t["logits"] == pytest.approx(SEQ * VOCAB * (2 + 4))
+
+
+def test_train_hours_is_flops_over_the_cards_rate():
+    """Wall time = FLOPs / (cards × dense bf16 TFLOPS × 1e12 × utilisation) / 3600: 8 cards of
+    250 TFLOPS at 50 % run 1e15 FLOP/s, so 7.2e18 FLOPs take 7200 s, 2 h exactly; and with no
+    rate (a card whose TFLOPS are not known) the time is unknown, not a division error."""
+    from sizing.engine import train_hours
+
+    assert train_hours(7.2e18, 8, 250, 0.5) == pytest.approx(2.0, rel=1e-9)
+    assert train_hours(7.2e18, 4, 250, 0.5) == pytest.approx(4.0, rel=1e-9)
+    assert train_hours(7.2e18, 8, 0, 0.5) == float("inf")

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""`make mutate` (issue 34): mutmut over the rule modules, one module at a time.
+
+Each module has its own source paths and the test files that cover it (MODULES below), and
+runs in its own work directory, var/mutate/<module>/: a pyproject.toml that is the project's
+with `[tool.mutmut]` replaced by the module's selection, the project's top-level entries as
+symlinks, and mutmut's `mutants/` (so each module keeps its own cached results, and a change
+to one module's test selection does not reset the others'). A mutant's pytest session builds
+its SQLite test database from the models (`--nomigrations`: the only data migration,
+billing 0011, backfills existing rows and is a no-op on an empty database) instead of
+replaying 44 migrations, which took most of each mutant's wall time.
+
+    scripts/mutate.py                      every module, then the table
+    scripts/mutate.py sizing rules         only these modules
+    scripts/mutate.py --list               the modules, their sources and tests
+    scripts/mutate.py --table [MODULE…]    the table from the stored results (no run)
+    scripts/mutate.py --survivors MODULE   each survivor's diff (mutmut show)
+    scripts/mutate.py --max-children 1 …   fewer parallel mutants (default: 2)
+    scripts/mutate.py payments --only 'billing.payments.services.x_required_confirmations*'
+                                           only the mutants of these functions (mutmut's names)
+
+`MUTATE_NICE` (default 19) is the niceness the mutmut processes run at.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "var" / "mutate"
+
+# module: (source paths to mutate, files in them not to mutate, test files that cover them)
+MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
+    "sizing": (["sizing/engine.py"], [], [
+        "tests/sizing/test_terms.py", "tests/sizing/test_engine.py", "tests/sizing/test_families.py",
+        "tests/sizing/test_properties.py", "tests/sizing/test_plain.py", "tests/sizing/test_agrees.py",
+        "tests/sizing/test_recommend.py", "tests/sizing/test_inputs.py", "tests/sizing/test_measured.py",
+    ]),
+    "rules": (["rental/rules.py"], [], [
+        "tests/rental/test_rules_shown.py", "tests/fleet/test_lifecycle_contract.py",
+        "tests/billing/test_lifecycle.py", "tests/billing/test_lifecycle_edges.py",
+    ]),
+    "inventory": (["inventory/services.py"], [], [
+        "tests/inventory/test_catalog.py", "tests/inventory/test_last_gpu_sqlite.py",
+        "tests/billing/test_concurrency.py", "tests/fleet/test_burn_in.py",
+        "tests/experience/test_operator_day.py",  # the node admin: node_save, draining
+    ]),
+    "payments": (["billing/payments/"],
+                 # presentation and wiring, not rules
+                 ["billing/payments/admin.py", "billing/payments/views.py", "billing/payments/urls.py",
+                  "billing/payments/__init__.py"], [
+        "tests/billing/test_confirmations.py", "tests/billing/test_payments.py",
+        "tests/billing/test_payments_holes.py", "tests/billing/test_payments_ops.py",
+        "tests/billing/test_payments_concurrency.py", "tests/billing/test_money_reversals.py",
+        "tests/billing/test_price_sources.py", "tests/billing/coins/test_units.py",
+    ]),
+    # the speed policy and crediting alone (services.py, credits.py) with their three test files:
+    # what fits a slow machine when all of billing/payments/ does not
+    "payments-credit": (["billing/payments/services.py", "billing/payments/credits.py"], [], [
+        "tests/billing/test_confirmations.py", "tests/billing/test_payments.py",
+        "tests/billing/test_payments_holes.py",
+    ]),
+    "billing": (["billing/services.py"], [], [
+        "tests/billing/test_lifecycle.py", "tests/billing/test_lifecycle_edges.py",
+        "tests/billing/test_money_refunds.py", "tests/billing/test_money_property.py",
+        "tests/billing/test_money_reversals.py", "tests/billing/test_storage_pages.py",
+        "tests/fleet/test_lifecycle_contract.py",
+    ]),
+    "fleet-desired": (["fleet/desired.py"], [], [
+        "tests/fleet/test_lifecycle.py", "tests/fleet/test_lifecycle_contract.py",
+        "tests/fleet/test_desired_etag.py", "tests/fleet/test_trust.py",
+        "tests/fleet/test_node_state.py",  # a migration: the old node is told absent / destroy_key
+        "tests/fleet/test_pages.py",  # the customer's stop / start / restart
+    ]),
+    "fleet-evidence": (["fleet/evidence.py"], [], [
+        "tests/fleet/test_evidence.py", "tests/fleet/test_sanitization_record.py",
+        "tests/fleet/test_lifecycle.py", "tests/fleet/test_lifecycle_contract.py",
+    ]),
+}
+
+# Never linked into a work directory: mutmut's own output, caches, the virtualenvs.
+SKIP = {".git", "var", "mutants", ".venv", ".mvenv", ".pytest_cache", ".ruff_cache", ".hypothesis",
+        "pyproject.toml", "node_modules", ".chain-tools"}
+
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
+          36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", None: "not checked",
+          37: "type check", -11: "segfault", -9: "segfault"}
+
+
+def workdir(module: str) -> Path:
+    sources, excluded, tests = MODULES[module]
+    wd = WORK / module
+    wd.mkdir(parents=True, exist_ok=True)
+    for entry in ROOT.iterdir():
+        if entry.name in SKIP:
+            continue
+        link = wd / entry.name
+        if not link.is_symlink():
+            link.symlink_to(entry)
+    also_copy = sorted(e.name + ("/" if e.is_dir() else "") for e in ROOT.iterdir()
+                       if e.name not in SKIP and not e.name.startswith(".") and e.name != "docs")
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    # the project's [tool.mutmut] (and the comment block above it) gives way to this module's
+    pyproject = re.sub(r"(?ms)^\[tool\.mutmut\].*?(?=^\[)", "", pyproject)
+    section = {
+        "source_paths": sources,
+        "do_not_mutate": excluded,
+        "pytest_add_cli_args_test_selection": tests,
+        "also_copy": also_copy,
+        "pytest_add_cli_args": ["-p", "no:xdist", "-p", "no:cacheprovider", "--nomigrations"],
+        "timeout_constant": 30.0,
+        "timeout_multiplier": 3.0,
+    }
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in section.items())
+    text = pyproject.rstrip() + f"\n\n# generated by scripts/mutate.py for module {module!r}\n[tool.mutmut]\n{body}\n"
+    target = wd / "pyproject.toml"
+    if not target.exists() or target.read_text() != text:
+        target.write_text(text)
+    return wd
+
+
+def counts(module: str) -> tuple[Counter, list[str]]:
+    meta_root = WORK / module / "mutants"
+    c: Counter = Counter()
+    survivors = []
+    for meta in sorted(meta_root.rglob("*.py.meta")):
+        data = json.loads(meta.read_text())
+        for key, code in data.get("exit_code_by_key", {}).items():
+            status = STATUS.get(code, "suspicious")
+            c[status] += 1
+            if status not in ("killed",):
+                survivors.append(f"{key}: {status}")
+    return c, survivors
+
+
+def table(modules: list[str], walls: dict[str, float]) -> str:
+    rows = ["| module | sources | mutants | killed | survived | timeout | other | wall |",
+            "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for m in modules:
+        c, _ = counts(m)
+        total = sum(c.values())
+        other = total - c["killed"] - c["survived"] - c["timeout"]
+        wall = walls.get(m)
+        rows.append(f"| {m} | {', '.join(MODULES[m][0])} | {total} | {c['killed']} | {c['survived']} | "
+                    f"{c['timeout']} | {other} | {f'{wall / 60:.1f} min' if wall else '–'} |")
+    return "\n".join(rows)
+
+
+def mutmut(module: str, *args: str) -> int:
+    wd = workdir(module)
+    nice = os.environ.get("MUTATE_NICE", "19")
+    cmd = ["nice", "-n", nice, sys.executable, "-m", "mutmut", *args]
+    env = dict(os.environ)
+    env.pop("CI", None)  # a missing tool should skip here, not fail the stats run
+    return subprocess.call(cmd, cwd=wd, env=env)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("modules", nargs="*", help=f"default: all of {', '.join(MODULES)}")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--table", action="store_true")
+    ap.add_argument("--survivors", action="store_true")
+    ap.add_argument("--max-children", default="2")
+    ap.add_argument("--only", nargs="+", default=[], metavar="GLOB", help="mutant names (fnmatch) to run")
+    a = ap.parse_args()
+    unknown = [m for m in a.modules if m not in MODULES]
+    if unknown:
+        ap.error(f"unknown module(s) {unknown}; known: {', '.join(MODULES)}")
+    modules = a.modules or list(MODULES)
+    if a.list:
+        for m in modules:
+            src, excl, tests = MODULES[m]
+            print(f"{m}: {' '.join(src)}" + (f" (not {' '.join(excl)})" if excl else ""))
+            print("    " + "\n    ".join(tests))
+        return 0
+    if a.table:
+        print(table(modules, {}))
+        return 0
+    if a.survivors:
+        for m in modules:
+            _, left = counts(m)
+            for line in left:
+                print(f"## {m} {line}")
+                mutmut(m, "show", line.split(":")[0])
+        return 0
+    walls = {}
+    for m in modules:
+        print(f"== mutmut: {m} ({' '.join(MODULES[m][0])})", flush=True)
+        start = time.monotonic()
+        rc = mutmut(m, "run", "--max-children", a.max_children, *a.only)
+        walls[m] = time.monotonic() - start
+        if rc:
+            print(f"mutmut run for {m} exited {rc}", flush=True)
+        _, left = counts(m)
+        print(f"-- {m}: not killed:\n    " + "\n    ".join(left or ["none"]), flush=True)
+    print(table(modules, walls))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

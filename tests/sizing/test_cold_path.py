@@ -1,0 +1,70 @@
+"""The calculator's cold path (issue 31): what was made cheaper still answers the same.
+
+The markup itself is pinned byte for byte by tests/sizing/test_golden.py; these pin the
+parts that golden files cannot see: the shared form fields, the Python-built bar's escaping
+and accessible names, and the estimates shared between the answer and its one-change plans.
+"""
+
+import importlib
+from dataclasses import replace
+
+import pytest
+from django.http import QueryDict
+from django.utils import translation
+
+from sizing.alternatives import one_change_alternatives
+from sizing.engine import Job
+from sizing.estimation import estimate
+from sizing.forms import SizingForm
+from sizing.presets import PRESETS
+from sizing.recommend import recommend
+from sizing.templatetags.sizing_tags import breakdown_rows, memory_bar
+
+recommend_module = importlib.import_module("sizing.recommend")  # (sizing.recommend is also the function)
+
+
+def test_forms_share_fields_but_not_their_site_choices():
+    a = SizingForm(QueryDict("method=lora"), sites=["DFW-1"])
+    b = SizingForm(QueryDict("method=qlora"), sites=["AMS-1", "IAD-1"])
+    assert a.fields["model"] is b.fields["model"]  # shared, read-only
+    assert a.fields["site"] is not b.fields["site"]
+    assert [v for v, _ in a.fields["site"].choices] == ["", "DFW-1"]
+    assert [v for v, _ in b.fields["site"].choices] == ["", "AMS-1", "IAD-1"]
+    assert a.is_valid() and b.is_valid()
+    assert (a.cleaned_data["method"], b.cleaned_data["method"]) == ("lora", "qlora")
+    bad = SizingForm(QueryDict("method=nope&site=DFW-1"), sites=["DFW-1"])
+    assert not bad.is_valid() and set(bad.errors) == {"method"}
+    assert SizingForm(QueryDict("method=lora"), sites=["DFW-1"]).errors == {}  # no error leaks
+
+
+def test_the_bar_escapes_names_and_keeps_its_accessible_titles(catalog):
+    card = replace(catalog[0], gpu_name='H100 <b>"SXM"</b>')
+    e = estimate(Job(PRESETS["llama-2-7b"], "lora"))
+    html = memory_bar(e, card, "")
+    assert "<b>" not in html and "H100 &lt;b&gt;&quot;SXM&quot;&lt;/b&gt;, 80 GB" in html
+    assert html.count('role="img"') == 2  # wide and narrow
+    assert 'aria-labelledby="membar-title-wide"' in html and 'id="membar-title-narrow"' in html
+    assert "<title>Activations: " in html and "<figcaption>" not in html
+    with translation.override("zh-hans"):
+        zh = memory_bar(e, card, "")
+    assert "每张 GPU 显存：" in zh and "整卡 80 GB" in zh and "<title>激活值: " in zh
+
+
+def test_breakdown_rows_escape_an_unknown_term():
+    assert breakdown_rows({"<x>": 1.0}) == '<tr><th scope="row">&lt;x&gt;</th><td class="num">1.00 GB</td></tr>'
+
+
+@pytest.mark.parametrize("method,vendor", [("full", "cuda"), ("lora", "cuda"), ("lora", "any")])
+def test_one_change_plans_share_the_answers_estimates(catalog, monkeypatch, method, vendor):
+    job = Job(PRESETS["llama-2-13b"], method, seq=4096, batch=2)
+    alone = one_change_alternatives(job, catalog, vendor=vendor, site=None, in_stock=False,
+                                    best=recommend(job, catalog, vendor=vendor).best)
+    sized = []
+    monkeypatch.setattr(recommend_module, "estimate", lambda j, **kw: sized.append(j) or estimate(j, **kw))
+    shared: dict = {}
+    rec = recommend(job, catalog, vendor=vendor, estimates=shared)
+    together = one_change_alternatives(job, catalog, vendor=vendor, site=None, in_stock=False,
+                                       best=rec.best, estimates=shared)
+    assert together == alone  # the same plans, prices and figures
+    assert len(sized) == len(shared)  # each configuration sized once, whichever plan asked
+    assert rec.estimate.warnings == estimate(job).warnings  # the job's own warnings are kept
