@@ -16,7 +16,7 @@ replaying 44 migrations, which took most of each mutant's wall time.
     scripts/mutate.py --table [MODULE…]    the table from the stored results (no run)
     scripts/mutate.py --survivors MODULE   each survivor's diff (mutmut show)
     scripts/mutate.py --max-children 1 …   fewer parallel mutants (default: 2)
-    scripts/mutate.py payments --only 'billing.payments.services.x_required_confirmations*'
+    scripts/mutate.py payments --only 'billing.payments.quotes.x_required_confirmations*'
                                            only the mutants of these functions (mutmut's names)
 
 `MUTATE_NICE` (default 19) is the niceness the mutmut processes run at.
@@ -61,13 +61,14 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
         "tests/billing/test_payments_concurrency.py", "tests/billing/test_money_reversals.py",
         "tests/billing/test_price_sources.py", "tests/billing/coins/test_units.py",
     ]),
-    # the speed policy and crediting alone (services.py, credits.py) with their three test files:
+    # the speed policy and crediting alone (services.py, quotes.py, credits.py) with their three test files:
     # what fits a slow machine when all of billing/payments/ does not
-    "payments-credit": (["billing/payments/services.py", "billing/payments/credits.py"], [], [
+    "payments-credit": (["billing/payments/services.py", "billing/payments/quotes.py", "billing/payments/credits.py"],
+                        [], [
         "tests/billing/test_confirmations.py", "tests/billing/test_payments.py",
         "tests/billing/test_payments_holes.py",
     ]),
-    "billing": (["billing/services.py"], [], [
+    "billing": (["billing/services.py", "billing/ledger.py"], [], [
         "tests/billing/test_lifecycle.py", "tests/billing/test_lifecycle_edges.py",
         "tests/billing/test_money_refunds.py", "tests/billing/test_money_property.py",
         "tests/billing/test_money_reversals.py", "tests/billing/test_storage_pages.py",
