@@ -24,6 +24,7 @@ from rental.agent import Instance
 from rental.models import DiskKey, Lease, LeaseState, Snapshot
 from rental.storage import snapshot_repository
 
+from .desired_version import desired_stamp, remember_etag
 from .models import InstanceIntent, IssuedOp
 from .timeutil import rfc3339
 
@@ -187,6 +188,17 @@ def desired_document(*, node: Node, now: datetime) -> dict:
         "burn_in": desired_burn_ins(node=node),
         "storage": desired_storage(node=node),
     }
+
+
+def desired_answer(*, node: Node, now: datetime) -> tuple[dict, str]:
+    """The document and its ETag, which is remembered under the node's version as read
+    before computing (fleet/desired_version.py): until a change moves that version, polls
+    are answered 304 from the cache."""
+    stamp = desired_stamp(node.pk)
+    document = desired_document(node=node, now=now)
+    etag = desired_etag(document)
+    remember_etag(node.pk, stamp, etag, now)
+    return document, etag
 
 
 def lease_on_node(*, lease_id: int, node: Node) -> bool:

@@ -35,16 +35,42 @@ def test_same_state_same_etag_and_a_304_without_body(paid_lease, enrol):
     assert changed.json()["instances"][0]["op_id"] != first.json()["instances"][0]["op_id"]
 
 
-def test_a_steady_poll_takes_no_lock_and_writes_only_the_heartbeat(paid_lease, enrol):
+def test_a_steady_poll_takes_no_lock_and_writes_nothing(paid_lease, enrol):
     lease = paid_lease()
     node = enrol(node_of(lease))
-    assert node.desired().status_code == 200          # the first poll issues the op
+    assert node.desired().status_code == 200          # the first poll issues the op, writes last_seen_at
     with CaptureQueriesContext(connection) as queries:
         assert node.desired().status_code == 200
     statements = [q["sql"].upper() for q in queries.captured_queries]
     writes = [s for s in statements if s.startswith(("INSERT", "UPDATE", "DELETE"))]
-    assert [w.split()[1].strip('"') for w in writes] == ["FLEET_NODEAGENT"]      # last_seen_at
+    assert writes == []        # issue 31: the heartbeat is written only once NODE_SEEN_WRITE_SECONDS old
     assert not [s for s in statements if "FOR UPDATE" in s]
+
+
+def test_a_304_is_decided_from_the_cache_with_one_query(paid_lease, enrol):
+    """Issue 31: the node's version in the cache says nothing changed: the credential
+    lookup is the only query."""
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    etag = node.desired()["ETag"]
+    with CaptureQueriesContext(connection) as queries:
+        again = node.client.get("/agent/v1/desired", HTTP_IF_NONE_MATCH=etag, **node.auth)
+    assert again.status_code == 304 and again["ETag"] == etag
+    assert [q["sql"].split()[3] for q in queries.captured_queries] == ['"fleet_nodeagent"."credential_hash",']
+
+
+def test_the_heartbeat_is_written_once_stale(paid_lease, enrol, settings):
+    from fleet.models import NodeAgent
+
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    node.desired()
+    first = NodeAgent.objects.get(node=node.node).last_seen_at
+    node.desired()
+    assert NodeAgent.objects.get(node=node.node).last_seen_at == first
+    settings.NODE_SEEN_WRITE_SECONDS = 0
+    node.desired()
+    assert NodeAgent.objects.get(node=node.node).last_seen_at > first
 
 
 @pytest.mark.django_db(transaction=True)
