@@ -260,15 +260,18 @@ def _gpu(agent: NodeAgent, item, now: datetime, *, slots: _GpuSlots) -> None:
 # --- instances ----------------------------------------------------------------------------
 
 class _Instances:
-    """The node's stored instance reports and its leases among those the report lists, read
-    in two queries for the whole report (issue 31), not two per instance."""
+    """The node's stored instance reports among those the report lists, and which of those
+    leases are on the node, read once for the whole report (issue 31), not twice per instance.
+    A stored report proves its lease held slots on the node (nothing else is accepted, and
+    allocations are released, never deleted), so only leases without one are looked up."""
 
     def __init__(self, node, items):
         ids = [i["lease_id"] for i in items if isinstance(i, dict) and type(i.get("lease_id")) is int] \
             if isinstance(items, list) and len(items) <= MAX_ITEMS else []
         self.reports = {r.lease_id: r for r in InstanceReport.objects.filter(node=node, lease_id__in=ids)} if ids else {}
-        self.on_node = set(SlotAllocation.objects.filter(slot__node=node, lease_id__in=ids)
-                           .values_list("lease_id", flat=True)) if ids else set()
+        unknown = [i for i in ids if i not in self.reports]
+        self.on_node = set(self.reports) | (set(SlotAllocation.objects.filter(
+            slot__node=node, lease_id__in=unknown).values_list("lease_id", flat=True)) if unknown else set())
 
 
 def _unchanged(report: InstanceReport | None, item: dict, port, op_id: str, error, egress: int, now: datetime) -> bool:
@@ -281,6 +284,8 @@ def _unchanged(report: InstanceReport | None, item: dict, port, op_id: str, erro
     if (report.state, report.ssh_port, report.op_id, report.error) != (item["state"], port, op_id, error):
         return False
     grown = egress - report.egress_counter
+    if report.egress_counter == 0 and grown > 0:
+        return False                       # the first bytes are metered at once
     return 0 <= grown < settings.NODE_EGRESS_FLUSH_BYTES and \
         (now - report.reported_at).total_seconds() < settings.NODE_EGRESS_FLUSH_SECONDS
 

@@ -24,6 +24,7 @@ from .volumes import Volumes
 log = logging.getLogger(__name__)
 REPLAY_SKIP = 1000   # after a restored state dir, jump past the seq the server last saw
 MAX_EVIDENCE_PER_REPORT = 50   # keeps a report well under the storefront's 256 KB limit
+FULL_GPU_REPORT_EVERY = 20     # reports without GPUs in a row at most (5 min at a 15 s poll)
 MAX_PASSES_PER_ROUND = 3       # converge + report again while the answer brings a new desired state
 
 
@@ -72,6 +73,8 @@ class Agent:
             volumes=Volumes(config.state_dir / "volumes", client=config.volume_client))
         self.failures = 0
         self._held: dict | None = None   # the desired state the last report's answer carried
+        self._gpus_sent: list | None = None   # the GPUs as last accepted (temperature aside)
+        self._reports_since_gpus = 0
 
     def run_forever(self, stop: threading.Event) -> None:
         log.info("node %s: agent %s polling %s", self.node, __version__, self.client.url)
@@ -122,9 +125,14 @@ class Agent:
 
     def _send_report(self, gpus, instances) -> dict:
         evidence = self.outbox.pending()[:MAX_EVIDENCE_PER_REPORT]
+        gpu_items = [gpu_report(g) for g in gpus]
+        # Issue 31: the GPUs only when they changed (temperature aside) since the last
+        # accepted report, and at least every FULL_GPU_REPORT_EVERY reports (PROTOCOL.md).
+        steady = [{k: v for k, v in g.items() if k != "temperature_c"} for g in gpu_items]
+        send_gpus = steady != self._gpus_sent or self._reports_since_gpus >= FULL_GPU_REPORT_EVERY
         report = {"seq": self.state.next_seq(), "sent_at": utc_now(),
                   "agent_version": __version__, "public_host": self.config.public_host,
-                  "gpus": [gpu_report(g) for g in gpus], "gpu_library": self.probe.library,
+                  **({"gpus": gpu_items} if send_gpus else {}), "gpu_library": self.probe.library,
                   "instances": instances, "evidence": evidence}
         try:
             answer = self.client.report(report, self.key)
@@ -132,6 +140,10 @@ class Agent:
             if exc.error == "replayed":
                 self.state.skip_seq(REPLAY_SKIP)
             raise
+        if send_gpus:
+            self._gpus_sent, self._reports_since_gpus = steady, 0
+        else:
+            self._reports_since_gpus += 1
         for record, error in self.outbox.settle(evidence, answer):
             log.error("storefront refused %s evidence for lease %s (%s): dropped",
                       record.get("kind"), record.get("lease_id"), error)
@@ -140,7 +152,7 @@ class Agent:
                 log.warning("storefront refused %s: %s", refused.get("item"),
                             refused.get("error"))
         self._write_status(last_report_at=report["sent_at"], instances=instances,
-                           gpus=report["gpus"], last_error=None)
+                           gpus=gpu_items, last_error=None)
         return answer
 
     def _back_off(self, exc: Exception) -> float:

@@ -100,3 +100,66 @@ def test_the_agent_client_keeps_its_copy_on_a_304(live_server, paid_lease, opera
     second = client.desired()
     assert second == first and second["instances"][0]["lease_id"] == lease.pk
     assert seen[0] == (None, 200) and seen[1][1] == 304 and seen[1][0]
+
+
+class _NoInstances:
+    """A runtime (and disk backend) for a node without leases: nothing to run."""
+
+    def guard(self) -> None: ...
+
+    def lease_ids(self) -> list[int]:
+        return []
+
+    def unpause_all(self, *, except_leases) -> list[int]:
+        return []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_steady_agent_round_is_one_signed_report(live_server, catalog, operator, tmp_path):
+    """Issue 31: the agent's first round GETs the desired state, every later one is the
+    signed report alone, whose answer carries the desired state (null: unchanged)."""
+    from fleet.services import enrolment_code_create
+    from inventory.models import Node
+    from nodeagent.agent import Agent
+    from nodeagent.client import StorefrontClient
+    from nodeagent.config import AgentConfig
+    from nodeagent.gpu import NoGpuProbe
+    from nodeagent.signing import NodeKey
+    from nodeagent.state import StateDir, write_json
+
+    node = Node.objects.filter(slots__allocations__isnull=True).first()
+    state = StateDir(tmp_path)
+    state.ensure()
+    key = NodeKey.generate(state.key_path)
+    code = enrolment_code_create(node=node, actor=operator, now=timezone.now())
+    answer = StorefrontClient(live_server.url).enrol(code=code, public_key=key.public_key_b64(), hostname="n")
+    write_json(state.enrolment_path, {"url": live_server.url, "node": answer["node"],
+                                      "credential": answer["credential"], "poll_seconds": 15})
+    agent = Agent(AgentConfig(storefront_url=live_server.url, state_dir=tmp_path, public_host="203.0.113.7"),
+                  runtime=_NoInstances(), disks=_NoInstances(), probe=NoGpuProbe("test"))
+    calls = []
+    original = agent.client.session.request
+
+    def spy(method, url, **kwargs):
+        response = original(method, url, **kwargs)
+        calls.append((method, url.rsplit("/", 1)[1], response.status_code))
+        return response
+
+    agent.client.session.request = spy
+    for _ in range(3):
+        assert agent.run_once() == 15
+    assert calls == [("GET", "desired", 200), ("POST", "report", 200), ("POST", "report", 200),
+                     ("POST", "report", 200)]
+    assert agent._held is not None and agent._held["node"] == node.name
+
+
+def test_the_client_reads_the_desired_state_from_a_report_answer():
+    from nodeagent.client import StorefrontClient
+
+    client = StorefrontClient("http://127.0.0.1:9")
+    assert client.desired_from({"accepted": [], "refused": []}) is None          # an older storefront
+    assert client.desired_from({"desired": None, "desired_etag": '"a"'}) is None  # nothing held yet
+    document = {"node": "n", "instances": []}
+    assert client.desired_from({"desired": document, "desired_etag": '"a"'}) is document
+    assert client.desired_from({"desired": None, "desired_etag": '"a"'}) is document
+    assert client.desired_from({"desired": None, "desired_etag": '"b"'}) is None   # not the one held
