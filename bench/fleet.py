@@ -288,7 +288,11 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     lat = {"desired": [], "report": []}
-    stats = {"errors": 0, "not_modified": 0, "requests": 0, "late": 0, "gets": 0}
+    stats = {"errors": 0, "not_modified": 0, "requests": 0, "late": 0, "gets": 0, "why": {}}
+
+    def failed(why) -> None:
+        stats["errors"] += 1
+        stats["why"][why] = stats["why"].get(why, 0) + 1
     keys = [Ed25519PrivateKey.from_private_bytes(n["key"]) for n in fleet]
     deadline = time.monotonic() + duration
     connector = aiohttp.TCPConnector(limit=connections)
@@ -318,9 +322,9 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
                             elif r.status == 304:
                                 stats["not_modified"] += 1
                             else:
-                                stats["errors"] += 1
-                    except (TimeoutError, aiohttp.ClientError):
-                        stats["errors"] += 1        # counted, and the node keeps polling
+                                failed(r.status)
+                    except (TimeoutError, aiohttp.ClientError) as exc:
+                        failed(type(exc).__name__)  # counted, and the node keeps polling
                     stats["requests"] += 1
                     stats["gets"] += 1
                     lat["desired"].append((time.perf_counter() - t) * 1000)
@@ -333,7 +337,8 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
                             **auth, "Content-Type": "application/json",
                             "X-Node-Signature": base64.b64encode(keys[k].sign(data)).decode()}) as r:
                         body = await r.read()
-                        stats["errors"] += r.status != 200
+                        if r.status != 200:
+                            failed(r.status)
                         if r.status == 200 and protocol == "report":
                             answer = json.loads(body)
                             if isinstance(answer.get("desired"), dict):
@@ -341,8 +346,8 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
                                 etag = answer["desired_etag"]
                             elif "desired_etag" in answer:
                                 stats["not_modified"] += 1
-                except (TimeoutError, aiohttp.ClientError):
-                    stats["errors"] += 1
+                except (TimeoutError, aiohttp.ClientError) as exc:
+                    failed(type(exc).__name__)
                 stats["requests"] += 1
                 ms = (time.perf_counter() - t) * 1000
                 lat["report"].append(ms)
@@ -415,7 +420,7 @@ def main() -> None:
             d99, r99 = percentile(run["lat"]["desired"], 99), percentile(run["lat"]["report"], 99)
             print(f"  protocol {args.protocol}: {run['gets']} GET /agent/v1/desired, {len(run['lat']['report'])} reports; "
                   f"asked {(2 if args.protocol == 'get' else 1) * size / args.poll:.1f} req/s, sustained {rate:.1f} req/s over {run['elapsed']:.1f} s; "
-                  f"errors {run['errors']}, polls late by a whole interval {run['late']}, "
+                  f"errors {run['errors']} {run['why'] or ''}, polls late by a whole interval {run['late']}, "
                   f"304 answers {run['not_modified']} of {polls}")
             print(f"  desired p50 {percentile(run['lat']['desired'], 50):.1f} ms p99 {d99:.1f} ms; "
                   f"report p50 {percentile(run['lat']['report'], 50):.1f} ms p99 {r99:.1f} ms")
