@@ -53,6 +53,12 @@ def parse_args():
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of load per size")
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
     parser.add_argument("--connections", type=int, default=64, help="the generator's open connections")
+    parser.add_argument("--protocol", choices=("report", "get"), default="report",
+                        help="report: the agent since issue 31, whose signed report is answered with the "
+                             "desired state (one request per poll; 'desired' latencies are those answers); "
+                             "get: an older agent, GET /agent/v1/desired (with its ETag) then the report")
+    parser.add_argument("--no-warm", dest="warm", action="store_false",
+                        help="time each node's first (cold) round too: a fleet that just enrolled")
     parser.add_argument("--smoke", action="store_true", help="20 nodes, 2 s poll, 4 s: checks it runs (CI)")
     args = parser.parse_args()
     args.sizes = tuple(args.sizes) or (100, 1_000, 10_000)
@@ -116,7 +122,10 @@ def enrol_fleet(n: int, offset: int) -> list[dict]:
     return fleet
 
 
-def report_body(node: dict, seq: int, op_ids: dict[int, str], egress: int) -> bytes:
+def report_body(node: dict, seq: int, op_ids: dict[int, str], egress: int, desired_etag: str | None = None,
+                with_gpus: bool = True) -> bytes:
+    """A report as the agent sends it: since issue 31 (desired_etag given) the GPUs only
+    when they changed or every 20th report (nodeagent/agent.py FULL_GPU_REPORT_EVERY)."""
     from django.utils import timezone
 
     from fleet.timeutil import rfc3339
@@ -130,13 +139,17 @@ def report_body(node: dict, seq: int, op_ids: dict[int, str], egress: int) -> by
     instances = [{"lease_id": lease, "op_id": op_ids.get(lease, ""), "state": "running", "ssh_port": 22000 + j,
                   "egress_bytes": egress, "error": None} for j, lease in enumerate(node["leases"])]
     return json.dumps({"seq": seq, "sent_at": rfc3339(timezone.now()), "agent_version": "0.1.0",
-                       "public_host": "203.0.113.7", "gpu_library": "nvml", "gpus": gpus,
-                       "instances": instances, "evidence": []}, separators=(",", ":")).encode()
+                       "public_host": "203.0.113.7", "gpu_library": "nvml", **({"gpus": gpus} if with_gpus else {}),
+                       "instances": instances, "evidence": [],
+                       **({"desired_etag": desired_etag} if desired_etag is not None else {})},
+                      separators=(",", ":")).encode()
 
 
 def per_poll_costs(fleet: list[dict], explain: bool) -> dict:
-    """Queries and rows written by one desired poll and one report, through Django's test
-    client on the same database (the served path, minus the network)."""
+    """Queries and rows written by a desired poll (the full document, and the steady one an
+    agent holding the ETag makes) and by a steady report (with `desired_etag`, answered with
+    the desired state), through Django's test client on the same database (the served path,
+    minus the network); then the CPU per request."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from django.db import connection
     from django.test import Client
@@ -144,20 +157,29 @@ def per_poll_costs(fleet: list[dict], explain: bool) -> dict:
 
     node = fleet[len(fleet) // 2]
     auth = {"HTTP_AUTHORIZATION": f"Node {node['credential']}"}
-    client, out = Client(HTTP_HOST="127.0.0.1"), {}
-    client.get("/agent/v1/desired", **auth)          # the first poll issues the ops
-    with CaptureQueriesContext(connection) as desired:
-        document = client.get("/agent/v1/desired", **auth).json()
-    ops = {i["lease_id"]: i["op_id"] for i in document["instances"]}
+    client, out, captured = Client(HTTP_HOST="127.0.0.1"), {}, {}
     key = Ed25519PrivateKey.from_private_bytes(node["key"])
-    client.post("/agent/v1/report", report_body(node, 10**9, ops, 1000), content_type="application/json",
-                HTTP_X_NODE_SIGNATURE=base64.b64encode(key.sign(report_body(node, 10**9, ops, 1000))).decode(), **auth)
-    body = report_body(node, 10**9 + 1, ops, 2000)
-    with CaptureQueriesContext(connection) as report:
-        client.post("/agent/v1/report", body, content_type="application/json",
-                    HTTP_X_NODE_SIGNATURE=base64.b64encode(key.sign(body)).decode(), **auth)
-    for name, captured in (("desired", desired), ("report", report)):
-        sqls = [q["sql"] for q in captured.captured_queries]
+
+    def post(body: bytes):
+        return client.post("/agent/v1/report", body, content_type="application/json",
+                           HTTP_X_NODE_SIGNATURE=base64.b64encode(key.sign(body)).decode(), **auth)
+
+    client.get("/agent/v1/desired", **auth)          # the first poll issues the ops
+    with CaptureQueriesContext(connection) as q:
+        first = client.get("/agent/v1/desired", **auth)
+    captured["desired (document)"] = [x["sql"] for x in q.captured_queries]
+    document, etag = first.json(), first["ETag"]
+    ops = {i["lease_id"]: i["op_id"] for i in document["instances"]}
+    post(report_body(node, 10**9, ops, 1000, desired_etag=etag))   # the first report stores the facts
+    with CaptureQueriesContext(connection) as q:
+        assert client.get("/agent/v1/desired", HTTP_IF_NONE_MATCH=etag, **auth).status_code == 304
+    captured["desired (304)"] = [x["sql"] for x in q.captured_queries]
+    with CaptureQueriesContext(connection) as q:
+        answer = post(report_body(node, 10**9 + 1, ops, 2000, desired_etag=etag, with_gpus=False)).json()
+    assert answer.get("desired") is None, answer     # (an older storefront: no desired at all)
+    captured["report"] = [x["sql"] for x in q.captured_queries]
+    out["cpu_ms"] = _cpu_per_request(client, node, key, auth, ops, etag)
+    for name, sqls in captured.items():
         if os.environ.get("BENCH_FLEET_SQL"):
             print(f"-- {name}:\n" + "\n".join(f"  {q[:160]}" for q in sqls))
         out[name] = {"queries": len(sqls),
@@ -166,13 +188,61 @@ def per_poll_costs(fleet: list[dict], explain: bool) -> dict:
             print(f"EXPLAIN of one {name} ({len(sqls)} queries):")
             with connection.cursor() as cursor:
                 for sql in sqls:
-                    if not sql.lstrip().upper().startswith("SELECT"):
+                    if not sql.lstrip().upper().startswith(("SELECT", "UPDATE")):
                         continue
                     cursor.execute("EXPLAIN " + sql)
                     plan = [row[0] for row in cursor.fetchall()]
                     scans = [line.strip() for line in plan if "Seq Scan" in line]
                     print(f"  {sql[:110]}…\n    {plan[0].strip()}" + (f"\n    !! {'; '.join(scans)}" if scans else ""))
     return out
+
+
+def _cpu_per_request(client, node: dict, key, auth: dict, ops: dict, etag: str, n: int = 60) -> dict:
+    """This process's CPU milliseconds per request (Django's side; PostgreSQL and Redis run
+    elsewhere), the median of 3 rounds of n: robust to a busy machine, unlike wall-clock.
+    The steady requests: a desired poll answered 304, a report answered `"desired": null`."""
+    seq = [2 * 10**9]
+
+    def desired_304():
+        response = client.get("/agent/v1/desired", HTTP_IF_NONE_MATCH=etag, **auth)
+        assert response.status_code == 304, response.status_code
+
+    def report():
+        seq[0] += 1
+        body = report_body(node, seq[0], ops, 3000 + seq[0], desired_etag=etag, with_gpus=seq[0] % 20 == 1)
+        response = client.post("/agent/v1/report", body, content_type="application/json",
+                               HTTP_X_NODE_SIGNATURE=base64.b64encode(key.sign(body)).decode(), **auth)
+        assert response.status_code == 200, response.content
+
+    def bare():
+        assert client.get("/bench/bare").status_code == 200
+
+    out = {}
+    for name, call in (("bare", bare), ("desired", desired_304), ("report", report)):
+        rounds = []
+        for _ in range(3):
+            t = time.process_time()
+            for _ in range(n):
+                call()
+            rounds.append((time.process_time() - t) * 1000 / n)
+        out[name] = sorted(rounds)[1]
+    return out
+
+
+def worker_cpu_seconds(master_pid: int) -> float:
+    """User+system CPU seconds of gunicorn's workers so far (Linux /proc)."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    try:
+        children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
+    except OSError:
+        return 0.0
+    for pid in children:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 # --- the load generator ----------------------------------------------------------------------
@@ -184,12 +254,45 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
 
 
-async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, connections: int) -> dict:
+async def warm(base: str, fleet: list[dict], connections: int) -> None:
+    """Each node's first round, untimed: the GET that issues its ops and the first full
+    report (GPUs, instances, metering rows), as a fleet that has been running for a while
+    did long ago. Leaves each node's ETag and ops in its dict for the timed run."""
+    import aiohttp
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    limit = asyncio.Semaphore(connections)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+
+        async def first(node: dict):
+            auth = {"Authorization": f"Node {node['credential']}"}
+            async with limit:
+                async with session.get(f"{base}/agent/v1/desired", headers=auth) as r:
+                    document = json.loads(await r.read())
+                node["etag"], node["ops"] = r.headers.get("ETag", ""), {
+                    i["lease_id"]: i["op_id"] for i in document["instances"]}
+                node["seq"] = 1
+                data = report_body(node, 1, node["ops"], 10**6, desired_etag=node["etag"])
+                key = Ed25519PrivateKey.from_private_bytes(node["key"])
+                async with session.post(f"{base}/agent/v1/report", data=data, headers={
+                        **auth, "Content-Type": "application/json",
+                        "X-Node-Signature": base64.b64encode(key.sign(data)).decode()}) as r:
+                    await r.read()
+
+        await asyncio.gather(*(first(n) for n in fleet if "etag" not in n))
+
+
+async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, connections: int,
+                protocol: str) -> dict:
     import aiohttp
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     lat = {"desired": [], "report": []}
-    stats = {"errors": 0, "not_modified": 0, "requests": 0, "late": 0}
+    stats = {"errors": 0, "not_modified": 0, "requests": 0, "late": 0, "gets": 0, "why": {}}
+
+    def failed(why) -> None:
+        stats["errors"] += 1
+        stats["why"][why] = stats["why"].get(why, 0) + 1
     keys = [Ed25519PrivateKey.from_private_bytes(n["key"]) for n in fleet]
     deadline = time.monotonic() + duration
     connector = aiohttp.TCPConnector(limit=connections)
@@ -197,7 +300,7 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
 
         async def one_node(k: int, node: dict):
             auth = {"Authorization": f"Node {node['credential']}"}
-            etag, ops, seq, egress = "", {}, 0, 0
+            etag, ops, seq, egress = node.get("etag", ""), node.get("ops", {}), node.get("seq", 0), 10**6
             next_at = time.monotonic() + random.uniform(0, poll)
             while True:
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
@@ -207,28 +310,49 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
                     stats["late"] += 1              # the generator (or server) fell a whole poll behind
                 next_at += poll
                 t = time.perf_counter()
-                async with session.get(f"{base}/agent/v1/desired",
-                                       headers={**auth, **({"If-None-Match": etag} if etag else {})}) as r:
-                    body = await r.read()
+                if protocol == "get" or not etag:   # the agent's first round, or an older agent
+                    t = time.perf_counter()
+                    try:
+                        async with session.get(f"{base}/agent/v1/desired",
+                                               headers={**auth, **({"If-None-Match": etag} if etag else {})}) as r:
+                            body = await r.read()
+                            if r.status == 200:
+                                ops = {i["lease_id"]: i["op_id"] for i in json.loads(body)["instances"]}
+                                etag = r.headers.get("ETag", "")
+                            elif r.status == 304:
+                                stats["not_modified"] += 1
+                            else:
+                                failed(r.status)
+                    except (TimeoutError, aiohttp.ClientError) as exc:
+                        failed(type(exc).__name__)  # counted, and the node keeps polling
                     stats["requests"] += 1
-                    if r.status == 200:
-                        ops = {i["lease_id"]: i["op_id"] for i in json.loads(body)["instances"]}
-                        etag = r.headers.get("ETag", "")
-                    elif r.status == 304:
-                        stats["not_modified"] += 1
-                    else:
-                        stats["errors"] += 1
-                lat["desired"].append((time.perf_counter() - t) * 1000)
+                    stats["gets"] += 1
+                    lat["desired"].append((time.perf_counter() - t) * 1000)
                 seq, egress = seq + 1, egress + random.randint(10**6, 10**8)
-                data = report_body(node, seq, ops, egress)
+                data = report_body(node, seq, ops, egress, desired_etag=etag if protocol == "report" else None,
+                                   with_gpus=protocol == "get" or seq % 20 == 1)
                 t = time.perf_counter()
-                async with session.post(f"{base}/agent/v1/report", data=data, headers={
-                        **auth, "Content-Type": "application/json",
-                        "X-Node-Signature": base64.b64encode(keys[k].sign(data)).decode()}) as r:
-                    await r.read()
-                    stats["requests"] += 1
-                    stats["errors"] += r.status != 200
-                lat["report"].append((time.perf_counter() - t) * 1000)
+                try:
+                    async with session.post(f"{base}/agent/v1/report", data=data, headers={
+                            **auth, "Content-Type": "application/json",
+                            "X-Node-Signature": base64.b64encode(keys[k].sign(data)).decode()}) as r:
+                        body = await r.read()
+                        if r.status != 200:
+                            failed(r.status)
+                        if r.status == 200 and protocol == "report":
+                            answer = json.loads(body)
+                            if isinstance(answer.get("desired"), dict):
+                                ops = {i["lease_id"]: i["op_id"] for i in answer["desired"]["instances"]}
+                                etag = answer["desired_etag"]
+                            elif "desired_etag" in answer:
+                                stats["not_modified"] += 1
+                except (TimeoutError, aiohttp.ClientError) as exc:
+                    failed(type(exc).__name__)
+                stats["requests"] += 1
+                ms = (time.perf_counter() - t) * 1000
+                lat["report"].append(ms)
+                if protocol == "report":
+                    lat["desired"].append(ms)       # this answer is the node's desired-state poll
 
         cpu0, t0 = time.process_time(), time.monotonic()
         await asyncio.gather(*(one_node(k, n) for k, n in enumerate(fleet)))
@@ -270,31 +394,48 @@ def main() -> None:
         for size in sorted(args.sizes):
             t = time.perf_counter()
             fleet += enrol_fleet(size - len(fleet), len(fleet))
+            from django.db import connection
+            with connection.cursor() as cursor:     # what autovacuum does after a bulk load:
+                cursor.execute("ANALYZE")           # the planner sees 10,000 nodes, not the demo's 6
             print(f"== {size} nodes ({size * 8:,} GPUs, {size * LEASES_PER_NODE:,} leases) enrolled in "
                   f"{time.perf_counter() - t:.1f} s", flush=True)
             costs = per_poll_costs(fleet, explain=size == max(args.sizes) and not args.smoke)
             with psycopg.connect(with_db(url, name), autocommit=True) as db:
                 row = "SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database WHERE datname = %s"
                 before = db.execute(row, (name,)).fetchone()[0]
+                if args.warm:
+                    t = time.perf_counter()
+                    asyncio.run(warm(base, fleet, args.connections))
+                    print(f"  warm-up (each node's first GET and full report, untimed): "
+                          f"{time.perf_counter() - t:.1f} s", flush=True)
+                server_cpu = worker_cpu_seconds(server.pid)
                 run = asyncio.run(drive(base, fleet, poll=args.poll, duration=args.duration,
-                                        connections=args.connections))
+                                        connections=args.connections, protocol=args.protocol))
                 time.sleep(0.6)                 # pg_stat counters are flushed every 500 ms
                 rows = db.execute(row, (name,)).fetchone()[0] - before
+                server_cpu = worker_cpu_seconds(server.pid) - server_cpu
             bare = run_wrk(base + "/bench/bare", [], max(2, int(args.duration // 6)), 16, 1)
             rate = run["requests"] / run["elapsed"]
-            polls = max(1, len(run["lat"]["desired"]))
+            polls = max(1, len(run["lat"]["report"]))
             d99, r99 = percentile(run["lat"]["desired"], 99), percentile(run["lat"]["report"], 99)
-            print(f"  asked {2 * size / args.poll:.1f} req/s, sustained {rate:.1f} req/s over {run['elapsed']:.1f} s; "
-                  f"errors {run['errors']}, polls late by a whole interval {run['late']}, "
+            print(f"  protocol {args.protocol}: {run['gets']} GET /agent/v1/desired, {len(run['lat']['report'])} reports; "
+                  f"asked {(2 if args.protocol == 'get' else 1) * size / args.poll:.1f} req/s, sustained {rate:.1f} req/s over {run['elapsed']:.1f} s; "
+                  f"errors {run['errors']} {run['why'] or ''}, polls late by a whole interval {run['late']}, "
                   f"304 answers {run['not_modified']} of {polls}")
             print(f"  desired p50 {percentile(run['lat']['desired'], 50):.1f} ms p99 {d99:.1f} ms; "
                   f"report p50 {percentile(run['lat']['report'], 50):.1f} ms p99 {r99:.1f} ms")
-            print(f"  per poll: desired {costs['desired']['queries']} queries ({costs['desired']['writes']} writes), "
-                  f"report {costs['report']['queries']} queries ({costs['report']['writes']} writes); "
+            print("  per request: " + ", ".join(f"{name} {c['queries']} queries ({c['writes']} writes)"
+                                              for name, c in costs.items() if name != "cpu_ms") + "; "
                   f"rows written {rows / polls:.1f} per poll+report")
+            cpu = costs["cpu_ms"]
+            print(f"  CPU per request in-process (Django side): bare view {cpu['bare']:.2f} ms, desired (304) "
+                  f"{cpu['desired']:.2f} ms ({cpu['desired'] / cpu['bare']:.1f}x bare), report {cpu['report']:.2f} ms "
+                  f"({cpu['report'] / cpu['bare']:.1f}x bare); gunicorn workers under load "
+                  f"{1000 * server_cpu / max(1, run['requests']):.2f} ms per request "
+                  f"({server_cpu:.1f} s for {run['requests']} requests); load average {os.getloadavg()[0]:.1f}")
             print(f"  generator CPU {run['generator_cpu']:.1f} s of {run['elapsed']:.1f} s "
                   f"({100 * run['generator_cpu'] / run['elapsed']:.0f}% of a core); bare Django view "
-                  f"{bare['rps']:.0f} req/s; ratio sustained/bare {rate / bare['rps']:.2f}")
+                  f"{bare['rps']:.0f} req/s; ratio sustained/bare {rate / max(bare['rps'], 0.1):.2f}")
             print(f"fleet: {size} nodes at {args.poll:g} s poll: {rate:.1f} req/s, p99 desired {d99:.1f} ms, "
                   f"p99 report {r99:.1f} ms", flush=True)
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -49,6 +49,9 @@ class ReportRefused(Exception):
 class Outcome:
     accepted: list[str] = field(default_factory=list)
     refused: list[dict] = field(default_factory=list)
+    #: The ETag of the desired state the agent holds, when it asks for it in the answer
+    #: (issue 31; None: an agent that polls GET /agent/v1/desired itself).
+    desired_etag: str | None = None
 
     def as_json(self) -> dict:
         return {"accepted": self.accepted, "refused": self.refused}
@@ -71,17 +74,19 @@ def _envelope(agent: NodeAgent, body: bytes, signature: str, now: datetime) -> d
         raise ReportRefused(400, "invalid_sent_at")
     if abs(now - sent_at) > settings.NODE_REPORT_MAX_SKEW:
         raise ReportRefused(400, "stale")
-    if not NodeAgent.objects.filter(pk=agent.pk, last_seq__lt=seq).update(last_seq=seq, last_seen_at=now):
-        raise ReportRefused(409, "replayed")
     return data
 
 
 def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetime) -> Outcome:
     data = _envelope(agent, body, signature, now)
     outcome = Outcome()
-    _node_facts(agent, data, now, outcome)
-    gpus = partial(_gpu, slots=_GpuSlots(agent.node))
-    for name, apply in (("gpus", gpus), ("instances", _instance), ("evidence", _evidence)):
+    if isinstance(data.get("desired_etag"), str):
+        outcome.desired_etag = data["desired_etag"][:80]
+    _node_facts(agent, data, now, outcome)      # the seq check: a replay stops here, changing nothing
+    slots = _GpuSlots(agent.node)
+    instances = _Instances(agent.node, data.get("instances"))
+    for name, apply in (("gpus", partial(_gpu, slots=slots)), ("instances", partial(_instance, known=instances)),
+                        ("evidence", _evidence)):
         items = data.get(name) or []
         if not isinstance(items, list) or len(items) > MAX_ITEMS:
             outcome.refused.append({"item": name, "error": "invalid"})
@@ -89,7 +94,10 @@ def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetim
         for i, item in enumerate(items):
             label = f"{name}[{i}]"
             try:
-                with transaction.atomic():
+                if name == "evidence":
+                    with transaction.atomic():
+                        apply(agent, item, now)
+                else:                      # each opens its own transaction, only to write
                     apply(agent, item, now)
             except Refused as exc:
                 outcome.refused.append({"item": label, "error": exc.code})
@@ -138,7 +146,10 @@ def _topology(item) -> dict:
 
 
 def _node_facts(agent: NodeAgent, data: dict, now: datetime, outcome: Outcome) -> None:
-    fields = {"last_report_at": now}
+    """The seq guard and the node's facts in one UPDATE (issue 31: a report writes one row
+    of its own); a fact is written only when it changed."""
+    seq = data["seq"]
+    fields = {"last_seq": seq, "last_seen_at": now, "last_report_at": now}
     version, host, library = data.get("agent_version"), data.get("public_host"), data.get("gpu_library")
     if isinstance(version, str) and len(version) <= 40:
         fields["agent_version"] = version
@@ -157,11 +168,15 @@ def _node_facts(agent: NodeAgent, data: dict, now: datetime, outcome: Outcome) -
             except Refused:
                 continue
         fields["gpus"] = rows
-        _nvlink_reported(agent.node, rows)
     moved_host = agent.public_host and fields.get("public_host", agent.public_host) != agent.public_host
-    NodeAgent.objects.filter(pk=agent.pk).update(**fields)
+    changed = {k: v for k, v in fields.items() if k in ("last_seq", "last_seen_at", "last_report_at")
+               or getattr(agent, k) != v}
+    if not NodeAgent.objects.filter(pk=agent.pk, last_seq__lt=seq).update(**changed):
+        raise ReportRefused(409, "replayed")
     for key, value in fields.items():
         setattr(agent, key, value)
+    if "gpus" in fields:
+        _nvlink_reported(agent.node, fields["gpus"])
     if moved_host:
         _follow_new_host(agent, now)
 
@@ -190,12 +205,28 @@ def _follow_new_host(agent: NodeAgent, now: datetime) -> None:
 
 class _GpuSlots:
     """The node's slots and which have an open health-check incident, read once per report
-    (issue 31: a steady report of 8 healthy GPUs reads two rows sets, writes nothing)."""
+    and only when it lists GPUs (issue 31: a steady report of 8 healthy GPUs reads two rows
+    sets, writes nothing, opens no transaction)."""
 
     def __init__(self, node):
-        self.by_index = {s.index: s for s in GpuSlot.objects.filter(node=node)}
-        self.with_incident = set(Incident.objects.filter(
-            source=Incident.Source.HEALTH_CHECK, ends_at__isnull=True, slot__node=node).values_list("slot_id", flat=True))
+        self.node, self._by_index, self._with_incident = node, None, None
+
+    def _load(self) -> None:
+        if self._by_index is None:
+            self._by_index = {s.index: s for s in GpuSlot.objects.filter(node=self.node)}
+            self._with_incident = set(Incident.objects.filter(
+                source=Incident.Source.HEALTH_CHECK, ends_at__isnull=True, slot__node=self.node)
+                .values_list("slot_id", flat=True))
+
+    @property
+    def by_index(self) -> dict:
+        self._load()
+        return self._by_index
+
+    @property
+    def with_incident(self) -> set:
+        self._load()
+        return self._with_incident
 
 
 def _gpu(agent: NodeAgent, item, now: datetime, *, slots: _GpuSlots) -> None:
@@ -206,24 +237,60 @@ def _gpu(agent: NodeAgent, item, now: datetime, *, slots: _GpuSlots) -> None:
     slot = slots.by_index.get(row["index"])
     if slot is None:
         raise Refused("unknown_gpu")
-    healthy, problem = row["healthy"], row["problem"]
+    healthy, problem, codes = row["healthy"], row["problem"], None
     if row["conditions"] is not None:      # the rules table decides (fleet/conditions.py)
         by_rule = split_by_rule(row["conditions"])
         healthy, problem = not by_rule[INCIDENT], "; ".join(c["detail"] for c in by_rule[INCIDENT])
         codes = [c["code"] for c in by_rule[DRAIN]]
-        if ",".join(sorted(set(codes))) != slot.health_hold:
+        if ",".join(sorted(set(codes))) == slot.health_hold:
+            codes = None
+    incident_changes = healthy == (slot.pk in slots.with_incident)
+    if codes is None and not incident_changes:
+        return                             # the slot already says what the report says
+    with transaction.atomic():
+        if codes is not None:
             slot_health_hold_set(node=agent.node, index=row["index"], codes=codes, now=now)
-    if healthy != (slot.pk in slots.with_incident):
-        return                             # healthy and no incident, or unhealthy and one open
-    problem = problem or ("Xid " + ", ".join(map(str, row["xid_errors"])) if row["xid_errors"] else "")
-    detail = f"GPU {row['index']} ({row['uuid'] or 'no uuid'}) unhealthy: {problem or 'reported by the node agent'}"
-    health_report(node=agent.node, healthy=healthy, at=now, slot_index=row["index"],
-                  detail=detail if not healthy else "GPU healthy again (node agent)")
+        if incident_changes:
+            problem = problem or ("Xid " + ", ".join(map(str, row["xid_errors"])) if row["xid_errors"] else "")
+            detail = f"GPU {row['index']} ({row['uuid'] or 'no uuid'}) unhealthy: {problem or 'reported by the node agent'}"
+            health_report(node=agent.node, healthy=healthy, at=now, slot_index=row["index"],
+                          detail=detail if not healthy else "GPU healthy again (node agent)")
 
 
 # --- instances ----------------------------------------------------------------------------
 
-def _instance(agent: NodeAgent, item, now: datetime) -> None:
+class _Instances:
+    """The node's stored instance reports among those the report lists, and which of those
+    leases are on the node, read once for the whole report (issue 31), not twice per instance.
+    A stored report proves its lease held slots on the node (nothing else is accepted, and
+    allocations are released, never deleted), so only leases without one are looked up."""
+
+    def __init__(self, node, items):
+        ids = [i["lease_id"] for i in items if isinstance(i, dict) and type(i.get("lease_id")) is int] \
+            if isinstance(items, list) and len(items) <= MAX_ITEMS else []
+        self.reports = {r.lease_id: r for r in InstanceReport.objects.filter(node=node, lease_id__in=ids)} if ids else {}
+        unknown = [i for i in ids if i not in self.reports]
+        self.on_node = set(self.reports) | (set(SlotAllocation.objects.filter(
+            slot__node=node, lease_id__in=unknown).values_list("lease_id", flat=True)) if unknown else set())
+
+
+def _unchanged(report: InstanceReport | None, item: dict, port, op_id: str, error, egress: int, now: datetime) -> bool:
+    """Issue 31: a steady instance — same state, port, op and error, no volumes or snapshot
+    news — whose egress grew less than NODE_EGRESS_FLUSH_BYTES since the stored counter, which
+    is younger than NODE_EGRESS_FLUSH_SECONDS: nothing is written. The counter is cumulative, so
+    the next stored report meters the bytes in between (egress aggregated, not a row per poll)."""
+    if report is None or item.get("volumes") is not None or item.get("snapshot") is not None:
+        return False
+    if (report.state, report.ssh_port, report.op_id, report.error) != (item["state"], port, op_id, error):
+        return False
+    grown = egress - report.egress_counter
+    if report.egress_counter == 0 and grown > 0:
+        return False                       # the first bytes are metered at once
+    return 0 <= grown < settings.NODE_EGRESS_FLUSH_BYTES and \
+        (now - report.reported_at).total_seconds() < settings.NODE_EGRESS_FLUSH_SECONDS
+
+
+def _instance(agent: NodeAgent, item, now: datetime, *, known: _Instances | None = None) -> None:
     if not isinstance(item, dict):
         raise Refused("invalid")
     lease_id, state, op_id = item.get("lease_id"), item.get("state"), item.get("op_id", "")
@@ -238,10 +305,18 @@ def _instance(agent: NodeAgent, item, now: datetime) -> None:
         raise Refused("invalid")
     if error is not None and not (isinstance(error, dict) and isinstance(error.get("code"), str)):
         raise Refused("invalid")
-    if not lease_on_node(lease_id=lease_id, node=agent.node):
+    if not (lease_id in known.on_node if known else lease_on_node(lease_id=lease_id, node=agent.node)):
         raise Refused("unknown_lease")
     if error is not None:
         error = {"code": error["code"][:40], "detail": str(error.get("detail") or "")[:500]}
+    if known is not None and _unchanged(known.reports.get(lease_id), item, port, op_id, error, egress, now):
+        return
+    with transaction.atomic():
+        _instance_store(agent, item, lease_id, state, op_id, port, egress, error, now)
+
+
+def _instance_store(agent: NodeAgent, item: dict, lease_id: int, state: str, op_id: str, port, egress: int, error,
+                    now: datetime) -> None:
     report = InstanceReport.objects.select_for_update().filter(lease_id=lease_id, node=agent.node).first()
     previous = report.egress_counter if report else 0
     if (egress - previous if egress >= previous else egress) > egress_ceiling(lease_id, report, now):

@@ -10,7 +10,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from rental.accounts.throttle import throttle_take
 
-from .desired import desired_document, desired_etag
+from .desired import desired_answer
+from .desired_version import current_etag
 from .jsonbody import parse_json
 from .models import NodeAgent
 from .reports import ReportRefused, report_accept
@@ -96,15 +97,35 @@ def desired(request):
     if refusal:
         return refusal
     now = timezone.now()
-    NodeAgent.objects.filter(pk=agent.pk).update(last_seen_at=now)
-    document = desired_document(node=agent.node, now=now)
-    etag = desired_etag(document)
-    if etag in [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]:
-        response = HttpResponseNotModified()      # the agent's copy is current: no body
+    _seen(agent, now)
+    asked = {t.strip() for t in request.headers.get("If-None-Match", "").split(",") if t.strip()}
+    etag = current_etag(agent.node_id, now) if asked else None
+    if etag is not None and etag in asked:
+        response = HttpResponseNotModified()      # issue 31: decided from the cache, no query
     else:
-        response = JsonResponse(document)
+        document, etag = desired_answer(node=agent.node, now=now)
+        response = HttpResponseNotModified() if etag in asked else JsonResponse(document)
     response["ETag"] = etag
     return response
+
+
+def _seen(agent: NodeAgent, now) -> None:
+    """The heartbeat of a desired poll, written only when the stored one is older than
+    NODE_SEEN_WRITE_SECONDS (issue 31: a steady poll writes nothing; reports write it)."""
+    if agent.last_seen_at is None or (now - agent.last_seen_at).total_seconds() >= settings.NODE_SEEN_WRITE_SECONDS:
+        NodeAgent.objects.filter(pk=agent.pk).update(last_seen_at=now)
+
+
+def _with_desired(payload: dict, agent: NodeAgent, held_etag: str, now) -> dict:
+    """Issue 31: a report that says which desired state the agent holds (`desired_etag`) is
+    answered with the current one (`desired`: the document, or null when it is the one held),
+    so a steady node makes one request per poll."""
+    etag = current_etag(agent.node_id, now)
+    if etag is None or etag != held_etag:
+        document, etag = desired_answer(node=agent.node, now=now)
+    payload["desired"] = None if etag == held_etag else document
+    payload["desired_etag"] = etag
+    return payload
 
 
 @csrf_exempt
@@ -117,8 +138,12 @@ def report(request):
     if body is None:
         return _error(413, "too_large")
     try:
+        now = timezone.now()
         outcome = report_accept(agent=agent, body=body, signature=request.headers.get("X-Node-Signature", ""),
-                                now=timezone.now())
+                                now=now)
     except ReportRefused as exc:
         return _error(exc.status, exc.code)
-    return JsonResponse(outcome.as_json())
+    payload = outcome.as_json()
+    if outcome.desired_etag is not None:
+        payload = _with_desired(payload, agent, outcome.desired_etag, now)
+    return JsonResponse(payload)

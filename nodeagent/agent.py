@@ -24,6 +24,8 @@ from .volumes import Volumes
 log = logging.getLogger(__name__)
 REPLAY_SKIP = 1000   # after a restored state dir, jump past the seq the server last saw
 MAX_EVIDENCE_PER_REPORT = 50   # keeps a report well under the storefront's 256 KB limit
+FULL_GPU_REPORT_EVERY = 20     # reports without GPUs in a row at most (5 min at a 15 s poll)
+MAX_PASSES_PER_ROUND = 3       # converge + report again while the answer brings a new desired state
 
 
 def warn_if_cleartext(url: str) -> None:
@@ -70,6 +72,9 @@ class Agent:
             public_host=config.public_host,
             volumes=Volumes(config.state_dir / "volumes", client=config.volume_client))
         self.failures = 0
+        self._held: dict | None = None   # the desired state the last report's answer carried
+        self._gpus_sent: list | None = None   # the GPUs as last accepted (temperature aside)
+        self._reports_since_gpus = 0
 
     def run_forever(self, stop: threading.Event) -> None:
         log.info("node %s: agent %s polling %s", self.node, __version__, self.client.url)
@@ -83,18 +88,30 @@ class Agent:
             stop.wait(delay)
 
     def run_once(self) -> float:
-        """One round; returns how long to wait before the next."""
+        """One round; returns how long to wait before the next.
+
+        Issue 31: the report's answer carries the desired state (PROTOCOL.md), so a steady
+        round is one request: converge to the desired state held, report, and when the
+        answer brings a new one converge to it (and report that) in the same round. A
+        storefront that predates it is asked with GET /agent/v1/desired every round."""
         self._guard()
         try:
-            desired = self.client.desired()
-            self.poll_seconds = float(desired.get("poll_seconds", self.poll_seconds))
-            gpus = self.probe.inventory()
-            instances = self.converger.converge(desired.get("instances", []), gpus,
-                                                desired.get("storage"))
-            self.burn_in.submit(desired.get("burn_in") or [],
-                                busy_gpus=_gpus_in_use(desired.get("instances", [])))
-            self._send_report(gpus, instances)
+            desired = self._held if self._held is not None else self.client.desired()
+            for _ in range(MAX_PASSES_PER_ROUND):
+                self.poll_seconds = float(desired.get("poll_seconds", self.poll_seconds))
+                gpus = self.probe.inventory()
+                instances = self.converger.converge(desired.get("instances", []), gpus,
+                                                    desired.get("storage"))
+                self.burn_in.submit(desired.get("burn_in") or [],
+                                    busy_gpus=_gpus_in_use(desired.get("instances", [])))
+                answer = self._send_report(gpus, instances)
+                fresh = self.client.desired_from(answer)
+                self._held = fresh
+                if fresh is None or fresh is desired:
+                    break
+                desired = fresh
         except (StorefrontUnreachable, StorefrontRefused) as exc:
+            self._held = None            # ask afresh once the storefront answers again
             return self._back_off(exc)
         self.failures = 0
         return self.poll_seconds
@@ -106,11 +123,16 @@ class Agent:
         except OperationFailed as exc:
             log.error("isolation: %s", exc)
 
-    def _send_report(self, gpus, instances) -> None:
+    def _send_report(self, gpus, instances) -> dict:
         evidence = self.outbox.pending()[:MAX_EVIDENCE_PER_REPORT]
+        gpu_items = [gpu_report(g) for g in gpus]
+        # Issue 31: the GPUs only when they changed (temperature aside) since the last
+        # accepted report, and at least every FULL_GPU_REPORT_EVERY reports (PROTOCOL.md).
+        steady = [{k: v for k, v in g.items() if k != "temperature_c"} for g in gpu_items]
+        send_gpus = steady != self._gpus_sent or self._reports_since_gpus >= FULL_GPU_REPORT_EVERY
         report = {"seq": self.state.next_seq(), "sent_at": utc_now(),
                   "agent_version": __version__, "public_host": self.config.public_host,
-                  "gpus": [gpu_report(g) for g in gpus], "gpu_library": self.probe.library,
+                  **({"gpus": gpu_items} if send_gpus else {}), "gpu_library": self.probe.library,
                   "instances": instances, "evidence": evidence}
         try:
             answer = self.client.report(report, self.key)
@@ -118,6 +140,10 @@ class Agent:
             if exc.error == "replayed":
                 self.state.skip_seq(REPLAY_SKIP)
             raise
+        if send_gpus:
+            self._gpus_sent, self._reports_since_gpus = steady, 0
+        else:
+            self._reports_since_gpus += 1
         for record, error in self.outbox.settle(evidence, answer):
             log.error("storefront refused %s evidence for lease %s (%s): dropped",
                       record.get("kind"), record.get("lease_id"), error)
@@ -126,7 +152,8 @@ class Agent:
                 log.warning("storefront refused %s: %s", refused.get("item"),
                             refused.get("error"))
         self._write_status(last_report_at=report["sent_at"], instances=instances,
-                           gpus=report["gpus"], last_error=None)
+                           gpus=gpu_items, last_error=None)
+        return answer
 
     def _back_off(self, exc: Exception) -> float:
         self.failures += 1

@@ -54,9 +54,28 @@ class StorefrontClient:
         return document
 
     def report(self, report: dict, key: NodeKey) -> dict:
+        """Signed; says which desired state this client holds (`desired_etag`, "" for none),
+        so a storefront that knows it answers with the current one (PROTOCOL.md, issue 31:
+        one request per steady poll) — read it with `desired_from`."""
+        report = {**report, "desired_etag": self._desired_etag if self._desired is not None else ""}
         body = json.dumps(report, separators=(",", ":")).encode()
         headers = {**self._auth(), "X-Node-Signature": key.sign(body)}
         return self._call("POST", "/agent/v1/report", data=body, headers=headers)
+
+    def desired_from(self, answer: dict) -> dict | None:
+        """The desired state a report's answer carries: the new document, or the copy held
+        here when the answer says it is current (`"desired": null`); None when the storefront
+        predates it (the caller GETs /agent/v1/desired)."""
+        etag = answer.get("desired_etag") if isinstance(answer, dict) else None
+        if not isinstance(etag, str):
+            return None
+        document = answer.get("desired")
+        if isinstance(document, dict):
+            self._desired, self._desired_etag = document, etag
+            return document
+        if document is None and self._desired is not None and etag == self._desired_etag:
+            return self._desired
+        return None
 
     def _auth(self) -> dict:
         return {"Authorization": f"Node {self.credential}"}

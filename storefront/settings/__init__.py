@@ -413,6 +413,15 @@ NODE_ENROLMENT_CODE_TTL = timedelta(hours=int(os.environ.get("NODE_ENROLMENT_COD
 # Reports whose sent_at is further than this from the server's clock are refused (replays).
 NODE_REPORT_MAX_SKEW = timedelta(minutes=5)
 NODE_POLL_SECONDS = int(os.environ.get("NODE_POLL_SECONDS", "15"))
+# Issue 31: a node's cached desired-state ETag (fleet/desired_version.py) is recomputed at
+# least this often even when no change bumped it; the node's last_seen_at is written by a
+# desired poll only when older than NODE_SEEN_WRITE_SECONDS (every report writes it anyway);
+# a steady instance's egress counter is stored (and metered) once it grew by
+# NODE_EGRESS_FLUSH_BYTES or its last stored report is NODE_EGRESS_FLUSH_SECONDS old.
+NODE_DESIRED_REVALIDATE_SECONDS = int(os.environ.get("NODE_DESIRED_REVALIDATE_SECONDS", "300"))
+NODE_SEEN_WRITE_SECONDS = int(os.environ.get("NODE_SEEN_WRITE_SECONDS", "60"))
+NODE_EGRESS_FLUSH_SECONDS = int(os.environ.get("NODE_EGRESS_FLUSH_SECONDS", "300"))
+NODE_EGRESS_FLUSH_BYTES = int(os.environ.get("NODE_EGRESS_FLUSH_BYTES", str(10**9)))
 # Issue 32: a card on an enrolled node is sold only with a passing burn-in newer than its
 # last lease (inventory.burnin); the agent runs `dcgmi diag -r BURN_IN_DCGM_LEVEL`.
 BURN_IN_BEFORE_SALE = os.environ.get("BURN_IN_BEFORE_SALE", "1") == "1"

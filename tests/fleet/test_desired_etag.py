@@ -35,16 +35,42 @@ def test_same_state_same_etag_and_a_304_without_body(paid_lease, enrol):
     assert changed.json()["instances"][0]["op_id"] != first.json()["instances"][0]["op_id"]
 
 
-def test_a_steady_poll_takes_no_lock_and_writes_only_the_heartbeat(paid_lease, enrol):
+def test_a_steady_poll_takes_no_lock_and_writes_nothing(paid_lease, enrol):
     lease = paid_lease()
     node = enrol(node_of(lease))
-    assert node.desired().status_code == 200          # the first poll issues the op
+    assert node.desired().status_code == 200          # the first poll issues the op, writes last_seen_at
     with CaptureQueriesContext(connection) as queries:
         assert node.desired().status_code == 200
     statements = [q["sql"].upper() for q in queries.captured_queries]
     writes = [s for s in statements if s.startswith(("INSERT", "UPDATE", "DELETE"))]
-    assert [w.split()[1].strip('"') for w in writes] == ["FLEET_NODEAGENT"]      # last_seen_at
+    assert writes == []        # issue 31: the heartbeat is written only once NODE_SEEN_WRITE_SECONDS old
     assert not [s for s in statements if "FOR UPDATE" in s]
+
+
+def test_a_304_is_decided_from_the_cache_with_one_query(paid_lease, enrol):
+    """Issue 31: the node's version in the cache says nothing changed: the credential
+    lookup is the only query."""
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    etag = node.desired()["ETag"]
+    with CaptureQueriesContext(connection) as queries:
+        again = node.client.get("/agent/v1/desired", HTTP_IF_NONE_MATCH=etag, **node.auth)
+    assert again.status_code == 304 and again["ETag"] == etag
+    assert [q["sql"].split()[3] for q in queries.captured_queries] == ['"fleet_nodeagent"."credential_hash",']
+
+
+def test_the_heartbeat_is_written_once_stale(paid_lease, enrol, settings):
+    from fleet.models import NodeAgent
+
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    node.desired()
+    first = NodeAgent.objects.get(node=node.node).last_seen_at
+    node.desired()
+    assert NodeAgent.objects.get(node=node.node).last_seen_at == first
+    settings.NODE_SEEN_WRITE_SECONDS = 0
+    node.desired()
+    assert NodeAgent.objects.get(node=node.node).last_seen_at > first
 
 
 @pytest.mark.django_db(transaction=True)
@@ -74,3 +100,66 @@ def test_the_agent_client_keeps_its_copy_on_a_304(live_server, paid_lease, opera
     second = client.desired()
     assert second == first and second["instances"][0]["lease_id"] == lease.pk
     assert seen[0] == (None, 200) and seen[1][1] == 304 and seen[1][0]
+
+
+class _NoInstances:
+    """A runtime (and disk backend) for a node without leases: nothing to run."""
+
+    def guard(self) -> None: ...
+
+    def lease_ids(self) -> list[int]:
+        return []
+
+    def unpause_all(self, *, except_leases) -> list[int]:
+        return []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_steady_agent_round_is_one_signed_report(live_server, catalog, operator, tmp_path):
+    """Issue 31: the agent's first round GETs the desired state, every later one is the
+    signed report alone, whose answer carries the desired state (null: unchanged)."""
+    from fleet.services import enrolment_code_create
+    from inventory.models import Node
+    from nodeagent.agent import Agent
+    from nodeagent.client import StorefrontClient
+    from nodeagent.config import AgentConfig
+    from nodeagent.gpu import NoGpuProbe
+    from nodeagent.signing import NodeKey
+    from nodeagent.state import StateDir, write_json
+
+    node = Node.objects.filter(slots__allocations__isnull=True).first()
+    state = StateDir(tmp_path)
+    state.ensure()
+    key = NodeKey.generate(state.key_path)
+    code = enrolment_code_create(node=node, actor=operator, now=timezone.now())
+    answer = StorefrontClient(live_server.url).enrol(code=code, public_key=key.public_key_b64(), hostname="n")
+    write_json(state.enrolment_path, {"url": live_server.url, "node": answer["node"],
+                                      "credential": answer["credential"], "poll_seconds": 15})
+    agent = Agent(AgentConfig(storefront_url=live_server.url, state_dir=tmp_path, public_host="203.0.113.7"),
+                  runtime=_NoInstances(), disks=_NoInstances(), probe=NoGpuProbe("test"))
+    calls = []
+    original = agent.client.session.request
+
+    def spy(method, url, **kwargs):
+        response = original(method, url, **kwargs)
+        calls.append((method, url.rsplit("/", 1)[1], response.status_code))
+        return response
+
+    agent.client.session.request = spy
+    for _ in range(3):
+        assert agent.run_once() == 15
+    assert calls == [("GET", "desired", 200), ("POST", "report", 200), ("POST", "report", 200),
+                     ("POST", "report", 200)]
+    assert agent._held is not None and agent._held["node"] == node.name
+
+
+def test_the_client_reads_the_desired_state_from_a_report_answer():
+    from nodeagent.client import StorefrontClient
+
+    client = StorefrontClient("http://127.0.0.1:9")
+    assert client.desired_from({"accepted": [], "refused": []}) is None          # an older storefront
+    assert client.desired_from({"desired": None, "desired_etag": '"a"'}) is None  # nothing held yet
+    document = {"node": "n", "instances": []}
+    assert client.desired_from({"desired": document, "desired_etag": '"a"'}) is document
+    assert client.desired_from({"desired": None, "desired_etag": '"a"'}) is document
+    assert client.desired_from({"desired": None, "desired_etag": '"b"'}) is None   # not the one held

@@ -124,6 +124,44 @@ def test_egress_counters_feed_the_egress_metering(paid_lease, enrol):
     assert (report.state, report.ssh_port, report.egress_counter) == ("running", 22042, 10**12)
 
 
+def test_a_steady_instance_is_stored_and_metered_in_aggregate(paid_lease, enrol, settings):
+    """Issue 31: an unchanged instance whose counter grew by less than NODE_EGRESS_FLUSH_BYTES
+    within NODE_EGRESS_FLUSH_SECONDS writes nothing; the cumulative counter then meters every
+    byte in between at once, and a change of state is stored at once."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    settings.NODE_EGRESS_FLUSH_BYTES = 10**12
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    node.report(evidence=[ready(node, lease)])
+
+    def instance(sent, state="running"):
+        return [{"lease_id": lease.pk, "op_id": f"{lease.pk}:running:1", "state": state, "ssh_port": 22042,
+                 "egress_bytes": sent, "error": None}]
+
+    def report(**items):
+        node.desired()
+        with CaptureQueriesContext(connection) as queries:
+            assert node.post(node.body(**items)).status_code == 200
+        return [q["sql"].split()[0:2] for q in queries.captured_queries if q["sql"].startswith(("INSERT", "UPDATE"))]
+
+    report(instances=instance(0))
+    report(instances=instance(10**9))                  # the first bytes: metered at once
+    assert InstanceReport.objects.get(lease=lease).egress_counter == 10**9
+    assert EgressUsage.objects.get(lease=lease).tb_used == Decimal("0.001")
+    for sent in (2 * 10**9, 3 * 10**9):
+        assert report(instances=instance(sent)) == [["UPDATE", '"fleet_nodeagent"']]   # the seq, nothing else
+    assert InstanceReport.objects.get(lease=lease).egress_counter == 10**9
+    settings.NODE_EGRESS_FLUSH_SECONDS = 0
+    report(instances=instance(4 * 10**9))
+    assert InstanceReport.objects.get(lease=lease).egress_counter == 4 * 10**9
+    assert EgressUsage.objects.get(lease=lease).tb_used == Decimal("0.004")   # nothing lost in between
+    settings.NODE_EGRESS_FLUSH_SECONDS = 300
+    report(instances=instance(4 * 10**9 + 1, state="stopped"))
+    assert InstanceReport.objects.get(lease=lease).state == "stopped"
+
+
 def test_a_node_with_a_new_address_moves_the_connection_line(paid_lease, enrol):
     lease = paid_lease()
     node = enrol(node_of(lease))

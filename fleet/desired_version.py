@@ -1,0 +1,204 @@
+"""Issue 31: a node's desired-state version, so a steady poll is answered `304 Not Modified`
+from Redis (one authenticated lookup, one cache round trip) instead of recomputing the
+document from a dozen queries.
+
+The version is a random token per node in the cache (plus one fleet-wide epoch for the rare
+changes that reach every node: an image, an offer, a GPU model, a site). Each answered
+poll stores the ETag it computed under the version it read *before* computing; a poll whose
+version still matches may answer 304 from it. Every change to a row the desired document
+is built from moves the version of the nodes it concerns — and nobody has to remember to do
+that: `watch()` (FleetConfig.ready) hooks the ORM for every model in WATCHED — saves and
+deletes through signals, `QuerySet.update` / `bulk_create` / `bulk_update` by wrapping them —
+and `desired_changed()` is the one function all of them call. tests/fleet/test_desired_version.py
+fails when the document starts reading a table that is not watched.
+
+A change is bumped at once and again when its transaction commits (a poll that read the
+old rows between the two stores its ETag under the first token, which the second replaces).
+With the cache unavailable every poll computes the document (the content ETag still gives
+a 304); a validator older than NODE_DESIRED_REVALIDATE_SECONDS is recomputed anyway, which
+bounds what a lost bump (Redis restarted mid-change) can cost."""
+import secrets
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models import Q, QuerySet, signals
+
+EPOCH_KEY = "fleet:desired:epoch"
+ALL = "all"   # a mapper's answer when a change reaches every node
+
+
+def _version_key(node_id: int) -> str:
+    return f"fleet:desired:v:{node_id}"
+
+
+def _etag_key(node_id: int) -> str:
+    return f"fleet:desired:etag:{node_id}"
+
+
+# --- which nodes a change concerns ----------------------------------------------------------
+
+def _nodes_of_leases(lease_ids) -> QuerySet:
+    """Every node that holds or held the leases' slots: the old node lists a lease until its
+    disk is wiped, the new one from its allocation on."""
+    from inventory.models import SlotAllocation
+    return SlotAllocation.objects.filter(lease_id__in=lease_ids).values_list("slot__node_id", flat=True)
+
+
+def _snapshot_nodes(qs) -> QuerySet:
+    from rental.models import Lease
+    return _nodes_of_leases(Lease.objects.filter(Q(pk__in=qs.values("source_lease_id")) | Q(restore_from__in=qs))
+                            .values("pk"))
+
+
+def _volume_nodes(volume_ids) -> QuerySet:
+    from rental.models import VolumeAttachment
+    return _nodes_of_leases(VolumeAttachment.objects.filter(volume_id__in=volume_ids).values("lease_id"))
+
+
+def _cluster_nodes(qs) -> QuerySet:
+    from inventory.models import Node
+    return Node.objects.filter(site_id__in=qs.values("site_id")).values_list("pk", flat=True)
+
+
+#: Every model the desired document (fleet/desired.py) reads, with the nodes a change to a
+#: set of its rows concerns. IssuedOp is written by the document itself (derived, not read as
+#: an input); the report side (InstanceReport, NodeAgent…) is not part of it.
+WATCHED = {
+    "rental.Lease": lambda qs: _nodes_of_leases(qs.values("pk")),
+    "inventory.SlotAllocation": lambda qs: qs.values_list("slot__node_id", flat=True),
+    "rental.DiskKey": lambda qs: _nodes_of_leases(qs.values("lease_id")),
+    "fleet.InstanceIntent": lambda qs: _nodes_of_leases(qs.values("lease_id")),
+    "rental.Snapshot": _snapshot_nodes,
+    "inventory.BurnIn": lambda qs: qs.values_list("slot__node_id", flat=True),
+    "inventory.GpuSlot": lambda qs: qs.values_list("node_id", flat=True),
+    "inventory.Node": lambda qs: qs.values_list("pk", flat=True),
+    "rental.VolumeAttachment": lambda qs: _nodes_of_leases(qs.values("lease_id")),
+    "rental.NetworkVolume": lambda qs: _volume_nodes(qs.values("pk")),
+    "billing.VolumeStore": lambda qs: _volume_nodes(qs.values("volume_id")),
+    "billing.NodeStorageKey": lambda qs: qs.values_list("node_id", flat=True),
+    "billing.StorageCluster": _cluster_nodes,
+    # Rare, and read by every node's document: the whole fleet's epoch moves.
+    "rental.Image": lambda qs: ALL,
+    "inventory.Offer": lambda qs: ALL,
+    "inventory.GpuModel": lambda qs: ALL,
+    "inventory.Site": lambda qs: ALL,
+}
+DERIVED = {"fleet.IssuedOp"}
+
+
+def desired_changed(node_ids: Iterable[int] | str) -> None:
+    """The one function every change to a node's desired state goes through (the ORM hooks
+    below call it): new versions for these nodes (or ALL: a new fleet-wide epoch), now and
+    again when the transaction commits."""
+    ids = ALL if node_ids == ALL else sorted({n for n in node_ids if n is not None})
+    if not ids:
+        return
+    _bump(ids)
+    transaction.on_commit(lambda: _bump(ids))
+
+
+def _bump(ids) -> None:
+    token = secrets.token_hex(6)
+    if ids == ALL:
+        cache.set(EPOCH_KEY, token, timeout=None)
+    else:
+        cache.set_many({_version_key(n): token for n in ids}, timeout=None)
+
+
+def _changed(model, qs) -> None:
+    mapper = WATCHED.get(model._meta.label)
+    if mapper is None:
+        return
+    nodes = mapper(qs)
+    desired_changed(ALL if nodes == ALL else list(nodes))
+
+
+# --- the validator a poll may answer 304 from -------------------------------------------------
+
+def desired_stamp(node_id: int) -> tuple | None:
+    """(epoch, version) as they are now, created if missing; None without a cache."""
+    keys = [EPOCH_KEY, _version_key(node_id)]
+    found = cache.get_many(keys)
+    if len(found) < 2:
+        for key in keys:
+            if key not in found:
+                cache.add(key, secrets.token_hex(6), timeout=None)
+        found = cache.get_many(keys)
+        if len(found) < 2:
+            return None
+    return found[EPOCH_KEY], found[_version_key(node_id)]
+
+
+def current_etag(node_id: int, now: datetime) -> str | None:
+    """The ETag of the node's desired state if the one stored is still current (same epoch
+    and version, younger than NODE_DESIRED_REVALIDATE_SECONDS); else None."""
+    found = cache.get_many([EPOCH_KEY, _version_key(node_id), _etag_key(node_id)])
+    stored = found.get(_etag_key(node_id))
+    if not stored or len(found) < 3:
+        return None
+    epoch, version, etag, at = stored
+    if (epoch, version) != (found[EPOCH_KEY], found[_version_key(node_id)]):
+        return None
+    if now.timestamp() - at > settings.NODE_DESIRED_REVALIDATE_SECONDS:
+        return None
+    return etag
+
+
+def remember_etag(node_id: int, stamp: tuple | None, etag: str, now: datetime) -> None:
+    if stamp is not None:
+        cache.set(_etag_key(node_id), (*stamp, etag, now.timestamp()),
+                  timeout=2 * settings.NODE_DESIRED_REVALIDATE_SECONDS)
+
+
+# --- the ORM hooks -----------------------------------------------------------------------------
+
+_watching = False
+
+
+def watch() -> None:
+    """Hook every write to a WATCHED model (once per process)."""
+    global _watching
+    if _watching:
+        return
+    _watching = True
+    from django.apps import apps
+
+    for label in WATCHED:
+        model = apps.get_model(label)
+        signals.post_save.connect(_after_save, sender=model, weak=False, dispatch_uid=f"desired-{label}")
+        signals.pre_delete.connect(_before_delete, sender=model, weak=False, dispatch_uid=f"desired-del-{label}")
+
+    original_update, original_bulk_create, original_bulk_update = (QuerySet.update, QuerySet.bulk_create,
+                                                                   QuerySet.bulk_update)
+
+    def update(self, **kwargs):
+        if self.model._meta.label in WATCHED:
+            rows = self._chain()
+            rows.query.select_for_update = False     # read which rows, whatever the caller locks
+            _changed(self.model, self.model._base_manager.filter(pk__in=list(rows.values_list("pk", flat=True))))
+        return original_update(self, **kwargs)
+
+    def bulk_create(self, objs, *args, **kwargs):
+        created = original_bulk_create(self, objs, *args, **kwargs)
+        if self.model._meta.label in WATCHED:
+            _changed(self.model, self.model._base_manager.filter(pk__in=[o.pk for o in created if o.pk]))
+        return created
+
+    def bulk_update(self, objs, fields, *args, **kwargs):
+        if self.model._meta.label in WATCHED:
+            _changed(self.model, self.model._base_manager.filter(pk__in=[o.pk for o in objs if o.pk]))
+        return original_bulk_update(self, objs, fields, *args, **kwargs)
+
+    QuerySet.update, QuerySet.bulk_create, QuerySet.bulk_update = update, bulk_create, bulk_update
+
+
+def _after_save(sender, instance, raw=False, **kwargs) -> None:
+    if not raw:
+        _changed(sender, sender._base_manager.filter(pk=instance.pk))
+
+
+def _before_delete(sender, instance, **kwargs) -> None:
+    _changed(sender, sender._base_manager.filter(pk=instance.pk))
