@@ -1,5 +1,5 @@
 """Issue 30: the instance actions (restart, stop, start) in the JSON API, the same services
-as the lease page's buttons (fleet.customer_views); plumbing from rental.api."""
+as the lease page's buttons (fleet.instances.views); plumbing from rental.api."""
 from django.http import Http404, JsonResponse
 from django.urls import path
 from django.utils import timezone
@@ -8,7 +8,7 @@ from django.utils.translation import gettext as _
 from rental.api import ApiError, api_endpoint, customer_lease, json_body, lease_json
 from rental.services import TransitionRefused
 
-from .customer_views import ACTIONS
+from .instances.views import ACTIONS
 
 
 @api_endpoint("POST", scope="order")

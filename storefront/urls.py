@@ -9,6 +9,7 @@ from django.views.generic import RedirectView
 from billing import api as billing_api
 from billing import views as billing_views
 from billing.sla import views as sla_views
+from fleet.instances import urls as fleet_instance_urls
 from rental import api, i18n, views
 from rental.accounts import recovery
 from rental.accounts import views as otp_views
@@ -56,7 +57,7 @@ customer = [
     path("leases/<int:lease_id>/", views.lease_detail, name="lease_detail"),
     path("leases/<int:lease_id>/auto-renew/", views.lease_auto_renew, name="lease_auto_renew"),  # issue 30
     # Restart / stop / start through the node's desired state (fleet, the node agent).
-    path("leases/<int:lease_id>/instance/", include("fleet.urls_customer")),
+    path("leases/<int:lease_id>/instance/", include("fleet.instances.urls")),
     path("account/settings/", views.account_settings, name="account_settings"),
     path("account/tokens/", views.token_create, name="token_create"),
     path("account/ssh-keys/", views.ssh_key_create, name="ssh_key_create"),
@@ -78,7 +79,7 @@ api_v1 = [
     path("leases", api.leases, name="api_leases"),
     path("leases/<int:lease_id>", api.lease_detail, name="api_lease"),
     path("leases/<int:lease_id>/refund", billing_api.refund, name="api_lease_refund"),
-    path("leases/<int:lease_id>/sanitization-record", include("fleet.urls_api")),
+    path("leases/<int:lease_id>/sanitization-record", include(fleet_instance_urls.api_urlpatterns)),
     path("invoices/<int:invoice_id>", billing_api.invoice_detail, name="api_invoice"),
     path("schema", api.schema, name="api_schema"),
     # issue 30: what the command-line client (cli/) needs

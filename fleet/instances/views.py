@@ -17,8 +17,8 @@ from rental.api import api_endpoint, customer_lease, error_response
 from rental.models import Lease
 from rental.services import TransitionRefused
 
-from .records import record_proofs, sanitization_record
-from .services import instance_restart, instance_restore, instance_start, instance_stop
+from ..records import record_proofs, sanitization_record
+from ..services import instance_restart, instance_restore, instance_start, instance_stop
 
 ACTIONS = {
     "restart": (instance_restart, gettext_noop("Restart requested: the server restarts your instance within a minute.")),
