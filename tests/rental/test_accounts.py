@@ -27,7 +27,7 @@ def test_signup_rejects_weak_password_with_message(client, db):
 
 
 def test_production_hasher_is_argon2():
-    from rental import settings
+    from storefront import settings
 
     assert settings.PASSWORD_HASHERS[0].endswith("Argon2PasswordHasher")
 
