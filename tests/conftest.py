@@ -18,7 +18,8 @@ TESTS = Path(__file__).resolve().parent
 XDIST_GROUPS = {"browser": {"browser", "new_context", "shop"},
                 "chains": {"litecoind", "anvil", "monero_regtest"},
                 "celery-workers": {"queue", "scan_queue"},
-                "ceph": {"ceph_cluster", "ceph_cluster_running"}}  # issue 25: one test cluster
+                "ceph": {"ceph_cluster", "ceph_cluster_running"},  # issue 25: one test cluster
+                "qemu-guest": {"guest"}}  # the disk guest's module fixture boots once, on one worker
 
 
 # Tests that stand up real infrastructure (a node with dockerd, a QEMU guest, a Ceph

@@ -107,11 +107,11 @@ def test_snapshot_on_one_node_restores_byte_for_byte_on_another(storefront, rgw_
     key_path, public_key = ssh_key
     config_a, env, node_a = enrol(storefront, tmp_path, "node-a", dockerd, instance_image, netns, nvml_stub,
                                   (22400, 22449))
-    node_a.instances = [lease(61, "61:running:1", [public_key])]
+    node_a.instances = [lease(461, "461:running:1", [public_key])]
     agent_a = start_agent(config_a, env, tmp_path / "a.log")
     cleanup.append(agent_a)
-    item = wait_for(lambda: (latest(node_a, 61) or {}).get("state") == "running" and latest(node_a, 61),
-                    what="lease 61 running", log_path=tmp_path / "a.log")
+    item = wait_for(lambda: (latest(node_a, 461) or {}).get("state") == "running" and latest(node_a, 461),
+                    what="lease 461 running", log_path=tmp_path / "a.log")
 
     # The customer writes a checkpoint over ssh.
     wrote = ssh_run(netns, key_path, item["ssh_port"],
@@ -122,14 +122,14 @@ def test_snapshot_on_one_node_restores_byte_for_byte_on_another(storefront, rgw_
 
     repo = repository(rgw_user, f"snap-{secrets.token_hex(4)}")
     started = time.monotonic()
-    node_a.instances = [lease(61, "61:running:1", [public_key],
+    node_a.instances = [lease(461, "461:running:1", [public_key],
                               snapshot={"op_id": "snap:9:1", "snapshot_id": 9, "repository": repo})]
     states = set()
 
     def snapshot_done():
-        state = (latest(node_a, 61, "snapshot") or {}).get("state")
+        state = (latest(node_a, 461, "snapshot") or {}).get("state")
         states.add(state)
-        return evidence(node_a, "snapshot_taken", 61)
+        return evidence(node_a, "snapshot_taken", 461)
     [taken] = wait_for(snapshot_done, timeout=300, what="snapshot_taken evidence", log_path=tmp_path / "a.log")
     snapshot_seconds = time.monotonic() - started
     assert "running" in states or "done" in states
@@ -139,7 +139,7 @@ def test_snapshot_on_one_node_restores_byte_for_byte_on_another(storefront, rgw_
     assert repo["password"] not in json.dumps(taken)
     [in_repo] = restic_snapshots(repo)
     assert in_repo["id"].startswith(taken["restic_snapshot"])
-    assert dockerd.client().containers.get("lease-61").status == "running"      # resumed after the copy
+    assert dockerd.client().containers.get("lease-461").status == "running"      # resumed after the copy
     for path in (tmp_path / "node-a").rglob("*"):                # the password never lands on the node
         assert not path.is_file() or repo["password"].encode() not in path.read_bytes(), path
 
@@ -147,18 +147,18 @@ def test_snapshot_on_one_node_restores_byte_for_byte_on_another(storefront, rgw_
     stop_agent(agent_a)
     config_b, env_b, node_b = enrol(storefront, tmp_path, "node-b", dockerd, instance_image, netns, nvml_stub,
                                     (22450, 22499))
-    node_b.instances = [lease(62, "62:running:1", [public_key], restore={
+    node_b.instances = [lease(462, "462:running:1", [public_key], restore={
         "snapshot_id": 9, "restic_snapshot": taken["restic_snapshot"], "repository": repo})]
     started = time.monotonic()
     agent_b = start_agent(config_b, env_b, tmp_path / "b.log")
     cleanup.append(agent_b)
-    [restored] = wait_for(lambda: evidence(node_b, "snapshot_restored", 62), timeout=300,
+    [restored] = wait_for(lambda: evidence(node_b, "snapshot_restored", 462), timeout=300,
                           what="snapshot_restored evidence", log_path=tmp_path / "b.log")
-    item = wait_for(lambda: (latest(node_b, 62) or {}).get("state") == "running" and latest(node_b, 62),
-                    what="lease 62 running", log_path=tmp_path / "b.log")
+    item = wait_for(lambda: (latest(node_b, 462) or {}).get("state") == "running" and latest(node_b, 462),
+                    what="lease 462 running", log_path=tmp_path / "b.log")
     restore_seconds = time.monotonic() - started
     assert restored["snapshot_id"] == 9 and restored["restic_snapshot"] == taken["restic_snapshot"]
-    ready = evidence(node_b, "instance_ready", 62)
+    ready = evidence(node_b, "instance_ready", 462)
     assert ready and ready[0]["at"] >= restored["at"]            # restored before the instance started
     check = ssh_run(netns, key_path, item["ssh_port"], "sha256sum /workspace/run/ckpt.pt && cat /workspace/run/STEP")
     assert check.returncode == 0, check.stderr

@@ -9,6 +9,7 @@ the CI host kernel cannot do (no device-mapper, no NVMe driver).
   imports, nodeagent/ and guest_steps.py; /init runs guest_steps.py and powers off.
 The kernel/tools layer is cached under /var/cache/gpu-storefront-tests/; the Python layer
 is rebuilt per run (it carries the code under test) and appended as a second cpio."""
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -18,6 +19,7 @@ import stat
 import subprocess
 import sys
 import sysconfig
+from contextlib import contextmanager
 from pathlib import Path
 
 CACHE = Path(os.environ.get("GPU_STOREFRONT_TEST_CACHE", "/var/cache/gpu-storefront-tests"))
@@ -110,6 +112,16 @@ def kernel_deb() -> Path:
     if not cached:
         raise GuestUnavailable("no linux-image-amd64 package: run scripts/install-disk-tools.sh")
     return cached[-1]
+
+
+@contextmanager
+def cache_lock():
+    """One builder of the cached kernel tree and base layer at a time: two test processes
+    (xdist workers, two checkouts' runs) extracting at once removed each other's files."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".qemu-guest.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def extract_kernel(deb: Path) -> Path:
@@ -250,10 +262,12 @@ def boot(workdir: Path, drives: list[Path], timeout_s: int = 600) -> tuple[str, 
     namespace (/dev/nvme0n1, /dev/nvme1n1, ...); returns (serial output, seconds)."""
     import time
     initrd = workdir / "initrd.cpio"
-    initrd.write_bytes(base_layer().read_bytes() + python_layer())
+    with cache_lock():
+        base, kernel = base_layer(), kernel_image()
+    initrd.write_bytes(base.read_bytes() + python_layer())
     argv = ["qemu-system-x86_64", "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-m", "1024",
             "-smp", "1", "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
-            "-kernel", str(kernel_image()), "-initrd", str(initrd),
+            "-kernel", str(kernel), "-initrd", str(initrd),
             "-append", "console=ttyS0 rdinit=/init panic=-1 loglevel=3"]
     for i, drive in enumerate(drives):
         argv += ["-drive", f"file={drive},if=none,id=nvm{i},format=raw",
