@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, gettext_noop
 
 from . import SizingInputError, SizingRequest, parse_request, recommend
 from .alternatives import Change, one_change_alternatives
@@ -25,20 +25,22 @@ PARAMS = ("model", "params", "config", "method", "seq", "batch", "checkpointing"
           "flash_attention", "lora_rank", "lora_targets", "gpus", "zero", "offload",
           "tokens", "epochs", "utilisation", "framework", "loss", "vendor", "site", "in_stock")
 
-BREAKDOWN_LABELS = {
-    "frozen_weights": gettext_lazy("Frozen base weights"),
-    "trainable_weights": gettext_lazy("Trainable weights"),
-    "gradients": gettext_lazy("Gradients"),
-    "fp32_master": gettext_lazy("fp32 master copy"),
-    "optimizer_states": gettext_lazy("Optimizer states"),
-    "adapters": gettext_lazy("LoRA adapters"),
-    "sharding_buffers": gettext_lazy("ZeRO-3 gather buffers"),
-    "quant_buffers": gettext_lazy("Dequantised 4-bit layer"),
-    "activations": gettext_lazy("Activations"),
-    "logits": gettext_lazy("Logits"),
-    "cuda_context": gettext_lazy("CUDA context"),
-    "allocator_margin": gettext_lazy("Allocator margin"),
+#: each breakdown term's label (msgids; the pages translate them through sizing.texts)
+BREAKDOWN_MSGIDS = {
+    "frozen_weights": gettext_noop("Frozen base weights"),
+    "trainable_weights": gettext_noop("Trainable weights"),
+    "gradients": gettext_noop("Gradients"),
+    "fp32_master": gettext_noop("fp32 master copy"),
+    "optimizer_states": gettext_noop("Optimizer states"),
+    "adapters": gettext_noop("LoRA adapters"),
+    "sharding_buffers": gettext_noop("ZeRO-3 gather buffers"),
+    "quant_buffers": gettext_noop("Dequantised 4-bit layer"),
+    "activations": gettext_noop("Activations"),
+    "logits": gettext_noop("Logits"),
+    "cuda_context": gettext_noop("CUDA context"),
+    "allocator_margin": gettext_noop("Allocator margin"),
 }
+BREAKDOWN_LABELS = {key: gettext_lazy(msgid) for key, msgid in BREAKDOWN_MSGIDS.items()}
 
 
 def candidates() -> list[Candidate]:

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET
 
 from . import SizingInputError, figures
 from .forms import DEFAULTS, SizingForm
+from .fragment import results_html
 from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from .memo import Memo
 from .results import candidates, catalog_key, known_sites, run
@@ -52,9 +53,8 @@ def _calculator_parts(query, cands, *, with_form: bool) -> tuple[int, str, str |
     sites = known_sites(cands)
     form = SizingForm(query, sites=sites) if _bound(query) else SizingForm(initial=DEFAULTS, sites=sites)
     result, status = _size(form, cands)
-    context = {"form": form, "result": result}
-    return (status, render_to_string("sizing/_results.html", context),
-            render_to_string("sizing/_form.html", context) if with_form else None)
+    return (status, results_html(form, result),
+            render_to_string("sizing/_form.html", {"form": form, "result": result}) if with_form else None)
 
 
 @require_GET

@@ -68,3 +68,36 @@ def test_one_change_plans_share_the_answers_estimates(catalog, monkeypatch, meth
     assert together == alone  # the same plans, prices and figures
     assert len(sized) == len(shared)  # each configuration sized once, whichever plan asked
     assert rec.estimate.warnings == estimate(job).warnings  # the job's own warnings are kept
+
+
+def test_texts_are_gettexts_own_per_language_and_dropped_when_settings_change(settings):
+    from django.utils.translation import gettext, ngettext, pgettext
+
+    from sizing.texts import texts
+
+    with translation.override("zh-hans"):
+        zh = texts()
+        assert zh["Offer"] == gettext("Offer") != "Offer"
+        assert zh.pgettext("sizing mode", "single") == pgettext("sizing mode", "single")
+        assert zh.ngettext("Total, %(n)s GPU", "Total, %(n)s GPUs", 2) == ngettext(
+            "Total, %(n)s GPU", "Total, %(n)s GPUs", 2)
+    with translation.override("en"):
+        assert texts()["Offer"] == "Offer" and texts() is not zh
+    with translation.override("zh-hans"):
+        assert texts() is zh  # kept for the next input
+    settings.LOCALE_PATHS = [*settings.LOCALE_PATHS]  # Django reloads its catalogues: so do we
+    with translation.override("zh-hans"):
+        assert texts() is not zh and texts()["Offer"] == zh["Offer"]
+
+
+def test_a_plural_translation_that_does_not_format_falls_back_to_english():
+    from sizing.templatetags.sizing_tags import _nbt
+    from sizing.texts import Texts
+
+    tr = Texts("xx")
+    with translation.override("en"):
+        assert _nbt(tr, tr.ngettext("%(n)s GPU", "%(n)s GPUs", 3), 3) == "3 GPUs"
+        assert _nbt(tr, tr.ngettext("%(n)s GPU", "%(n)s GPUs", 1), 1) == "1 GPU"
+    broken = "%(missing)s 卡"  # a catalogue entry that does not format
+    tr.english[broken] = "%(n)s GPUs"
+    assert _nbt(tr, broken, 3) == "3 GPUs"  # as {% blocktranslate count %} falls back to English
