@@ -320,6 +320,11 @@ def _cluster_advice(est: _Estimator, pool: list[Candidate]) -> str:
                     "most 8 GPUs; an on-demand cluster provider fits better.") % {"need": need})
 
 
+def _price(o: Option, job: Job) -> tuple:
+    run = run_cost(o, job)
+    return (run[1] if run else o.candidate.monthly_cents, o.candidate.monthly_cents, -o.candidate.total_tflops)
+
+
 def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
               site: str | None = None, in_stock: bool = False,
               max_alternatives: int = MAX_ALTERNATIVES, estimates: dict | None = None) -> Recommendation:
@@ -331,12 +336,7 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
     own = replace(est(job.gpus, job.zero, job.offload), warnings=tuple(job_warnings(job)))
     pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
     options = [_configure(c, est) for c in pool]
-
-    def price(o: Option) -> tuple:
-        run = run_cost(o, job)
-        return (run[1] if run else o.candidate.monthly_cents, o.candidate.monthly_cents, -o.candidate.total_tflops)
-
-    fitting = sorted((o for o in options if o.fits), key=price)
+    fitting = sorted((o for o in options if o.fits), key=lambda o: _price(o, job))
     advice = list(own.warnings)
     if not fitting:
         advice.append(_cluster_advice(est, pool))
@@ -346,3 +346,22 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
     alts = tuple(_with_costs(o, job, why, est, own, pool)
                  for o, why in _pick_alternatives(fitting, max_alternatives))
     return Recommendation(own, best, alts, tuple(advice), site)
+
+
+def cheapest(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda", site: str | None = None,
+             in_stock: bool = False, estimates: dict | None = None) -> Option | None:
+    """``recommend(...).best``, without what only the whole recommendation needs (the job's
+    own warnings, the alternatives, the cluster advice): what the one-change plans show
+    (issue 31). A card's price does not depend on how the job is laid out on it (the run's
+    FLOPs are the same in every configuration), so the offers are ranked first and
+    configured cheapest first until one fits, in the order ``recommend``'s stable sort
+    of the fitting ones gives."""
+    est = _Estimator(job, estimates)
+    own = est(job.gpus, job.zero, job.offload)
+    pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
+    for c in sorted(pool, key=lambda c: _price(Option(c, own, "", False), job)):
+        option = _configure(c, est)
+        if option.fits:
+            why_best = gettext("cheapest run") if job.tokens > 0 else gettext("cheapest that fits")
+            return _with_costs(option, job, why_best, est, own, pool)
+    return None

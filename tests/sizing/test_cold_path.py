@@ -101,3 +101,17 @@ def test_a_plural_translation_that_does_not_format_falls_back_to_english():
     broken = "%(missing)s 卡"  # a catalogue entry that does not format
     tr.english[broken] = "%(n)s GPUs"
     assert _nbt(tr, broken, 3) == "3 GPUs"  # as {% blocktranslate count %} falls back to English
+
+
+@pytest.mark.parametrize("model", ["llama-2-7b", "llama-2-70b", "mixtral-8x7b"])
+@pytest.mark.parametrize("method", ["full", "full-8bit", "lora", "qlora"])
+def test_the_one_change_plans_cheapest_is_the_recommendations_best(catalog, model, method):
+    from sizing.recommend import cheapest
+
+    # ties on price (two identical offers) must resolve as recommend's stable sort does
+    tied = [*catalog, replace(catalog[4], offer_slug="l40s-b", offer_name="L40S (b)")]
+    for tokens, vendor, gpus, zero in [(0, "cuda", 1, 0), (20_000_000, "any", 1, 0), (10**9, "cuda", 2, 3)]:
+        job = Job(PRESETS[model], method, seq=4096, batch=2, tokens=tokens, gpus=gpus, zero=zero)
+        for site, in_stock in [(None, False), ("DFW-1", True)]:
+            best = recommend(job, tied, vendor=vendor, site=site, in_stock=in_stock).best
+            assert cheapest(job, tied, vendor=vendor, site=site, in_stock=in_stock) == best
