@@ -39,9 +39,10 @@ from .texts import Texts, texts
 
 
 def results_html(form, result) -> str:
-    """``sizing/_results.html`` for this form (its errors) and result (None: no answer)."""
+    """``sizing/_results.html`` for this form (its errors; None: no errors) and result
+    (None: no answer)."""
     tr = texts()
-    errors = _errors(form, tr) if form.errors else ""
+    errors = _errors(form, tr) if form is not None and form.errors else ""
     body = _result(result, tr) if result else ""
     return f'<div id="sizing-results-body" class="sizing-results-body">\n{errors}\n{body}\n</div>\n'
 

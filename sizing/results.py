@@ -43,19 +43,54 @@ BREAKDOWN_MSGIDS = {
 BREAKDOWN_LABELS = {key: gettext_lazy(msgid) for key, msgid in BREAKDOWN_MSGIDS.items()}
 
 
+class _Catalog:
+    """The provider's last answer and what is derived from it once (issue 31): the provider
+    keeps its catalog for ``CATALOG_CACHE_SECONDS`` and answers with the same object until
+    stock, prices or sites change (``inventory.selectors.cached_by_generation``), so the
+    memo key (a repr of every candidate) and the site list are computed once per catalog,
+    not once per request. A new object from the provider is a new catalog."""
+
+    __slots__ = ("provided", "cands", "key", "sites")
+
+    def __init__(self, provided):
+        self.provided = provided  # held, so its id cannot be reused while we compare with it
+        self.cands = list(provided)
+        self.key: str | None = None
+        self.sites: list[str] | None = None
+
+
+_last = _Catalog(())
+
+
 def candidates() -> list[Candidate]:
-    """The whole live catalog (all sites); the recommender filters by site itself."""
-    return list(import_string(settings.SIZING_CANDIDATES_PROVIDER)())
+    """The whole live catalog (all sites); the recommender filters by site itself. The
+    same list while the provider's catalog is unchanged: read it, never change it."""
+    global _last
+    provided = import_string(settings.SIZING_CANDIDATES_PROVIDER)()
+    last = _last
+    if provided is not last.provided:
+        last = _last = _Catalog(provided)
+    return last.cands
 
 
 def catalog_key(cands: list[Candidate]) -> str:
     """What memoised answers are keyed on: every candidate's prices, links and free units,
     so a stock or price change is a new key (one rule for the API and the pages)."""
-    return repr(cands)
+    last = _last
+    if cands is not last.cands:
+        return repr(cands)
+    if last.key is None:
+        last.key = repr(cands)
+    return last.key
 
 
 def known_sites(cands: list[Candidate]) -> list[str]:
-    return sorted({s for c in cands for s in c.free_by_site})
+    last = _last
+    if cands is not last.cands:
+        return sorted({s for c in cands for s in c.free_by_site})
+    if last.sites is None:
+        last.sites = sorted({s for c in cands for s in c.free_by_site})
+    return list(last.sites)
 
 
 def clean_params(raw: Mapping) -> dict:

@@ -115,3 +115,28 @@ def test_the_one_change_plans_cheapest_is_the_recommendations_best(catalog, mode
         for site, in_stock in [(None, False), ("DFW-1", True)]:
             best = recommend(job, tied, vendor=vendor, site=site, in_stock=in_stock).best
             assert cheapest(job, tied, vendor=vendor, site=site, in_stock=in_stock) == best
+
+
+QUICK_CASES = [
+    "", "model=llama-2-7b", "model=llama-2-7b&method=lora&seq=%204096%20&batch=2&in_stock=on",
+    "in_stock=false", "in_stock=FALSE", "in_stock=0", "in_stock=", "in_stock=true&in_stock=false",
+    "method=nope", "method=lora&method=qlora", "method=", "zero=3&gpus=2", "zero=4", "site=DFW-1",
+    "site=NOPE", "site=dfw-1", "framework=bogus", "framework=unsloth", "seq=abc", "seq=1%002",
+    "lora_targets=" + "q" * 200, "lora_targets=" + "q" * 201, "lora_targets=%20" + "q" * 200 + "%20",
+    "config=" + "x" * 65537, "params=900&model=", "checkpointing=off&flash_attention=on",
+    "checkpointing=maybe", "vendor=any&offload=all", "offload=cpu", "epochs=2.5&tokens=1e7",
+]
+
+
+@pytest.mark.parametrize("query", QUICK_CASES)
+def test_the_fragments_quick_validation_is_the_forms(query):
+    from sizing.forms import quick_engine_params
+
+    sites = ["DFW-1", "IAD-1"]
+    form = SizingForm(QueryDict(query), sites=sites)
+    quick = quick_engine_params(QueryDict(query), sites)
+    if form.is_valid():
+        assert quick == form.engine_params()
+        assert list(quick) == list(form.engine_params())
+    else:
+        assert quick is None
