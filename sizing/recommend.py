@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from django.utils.translation import gettext
 
 from .engine import MAX_NODE_GPUS, Estimate, Job, train_hours
-from .estimation import estimate
+from .estimation import estimate, layout_free_terms
 from .job_warnings import job_warnings
 
 LINKS = ("nvswitch", "infinity_fabric", "nvlink_bridge", "pcie_p2p", "pcie")
@@ -206,6 +206,7 @@ class _Estimator:
     def __init__(self, job: Job, shared: dict | None = None):
         self.job = job
         self.cache: dict[tuple, Estimate] = {} if shared is None else shared
+        self.terms: dict[str, dict] = {}  # per method: what no layout changes (layout_free_terms)
 
     def __call__(self, gpus: int, zero: int, offload: str = "none", method: str | None = None):
         key = (gpus, zero, offload, method or self.job.method)
@@ -213,7 +214,10 @@ class _Estimator:
             return self.cache[key]
         except KeyError:
             j = replace(self.job, gpus=gpus, zero=zero, offload=offload, method=key[3])
-            value = self.cache[key] = estimate(j, warnings=False)
+            terms = self.terms.get(key[3])
+            if terms is None:
+                terms = self.terms[key[3]] = layout_free_terms(j)
+            value = self.cache[key] = estimate(j, warnings=False, terms=terms)
             return value
 
 

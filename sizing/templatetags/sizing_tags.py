@@ -10,6 +10,7 @@ escaped, a ``{% blocktranslate %}``'s text is not but its variables are — and 
 msgids, so the zh_Hans catalogue still applies. Each text is translated once per call.
 """
 
+import functools
 import html
 from importlib import import_module
 
@@ -81,9 +82,17 @@ def gb(value, digits=1):
 
 # --- building markup in Python, as the templates render it ------------------------------
 
+#: html.escape, remembered for the texts a page repeats: the fixed labels and the catalog's
+#: offer, card and site names come back on every answer, whatever its input (a cold
+#: fragment escaped ~130 strings, issue 31); bounded, so free-form texts cannot grow it.
+_escape = functools.lru_cache(maxsize=4096)(html.escape)
+
+
 def _esc(value, dot: bool | None = None) -> str:
     """``{{ value }}`` in an autoescaping template: localized, then escaped unless safe.
     ``dot``: whether the language's decimal separator is "." (looked up when not given)."""
+    if type(value) is str:
+        return _escape(value)
     if isinstance(value, str):
         return value if isinstance(value, SafeData) else html.escape(value)
     if type(value) is int:
@@ -111,7 +120,7 @@ def _dot_decimals(tr: Texts | None = None) -> bool:
 def _t(translated: str) -> str:
     """``{% translate msgid %}`` is ``_t(tr[gettext_noop(msgid)])``: the translation,
     escaped (the literal gettext_noop call is what makemessages finds)."""
-    return html.escape(translated)
+    return _escape(translated) if type(translated) is str else html.escape(translated)
 
 
 def _bt(tr: Texts, msgid: str, **values) -> str:

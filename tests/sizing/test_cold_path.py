@@ -140,3 +140,17 @@ def test_the_fragments_quick_validation_is_the_forms(query):
         assert list(quick) == list(form.engine_params())
     else:
         assert quick is None
+
+
+@pytest.mark.parametrize("model", ["llama-2-13b", "mixtral-8x7b", "qwen2.5-7b"])
+@pytest.mark.parametrize("method", ["full", "full-8bit", "lora", "qlora"])
+@pytest.mark.parametrize("framework", ["hf", "unsloth", "torchtune"])
+def test_an_estimate_from_another_layouts_terms_is_the_same(model, method, framework):
+    from sizing.estimation import layout_free_terms
+
+    job = Job(PRESETS[model], method, seq=3072, batch=2, tokens=10**7, framework=framework,
+              checkpointing=framework != "torchtune")
+    terms = layout_free_terms(job)
+    for gpus, zero, offload in [(1, 0, "none"), (2, 1, "optimizer"), (4, 2, "none"), (8, 3, "all")]:
+        laid_out = replace(job, gpus=gpus, zero=zero, offload=offload)
+        assert estimate(laid_out, terms=terms) == estimate(laid_out)
