@@ -3,14 +3,15 @@
 Renders ~600 inputs (bench/calculator_varied.py's generator, plus random GPUs, ZeRO stage,
 offload, site, stock filter, tokens, framework and bad values) in English and Chinese —
 the htmx fragment, and every twentieth input also as the full page with its CSRF token
-masked — into DIR, or compares with DIR. Write with the code before a change that must
+masked — and the JSON API's answer to each input (GET /api/v1/estimate, both languages)
+into DIR, or compares with DIR. Write with the code before a change that must
 not alter the presentation, compare after (exit status 1 on any difference):
 
     .venv/bin/python bench/calculator_compare.py /tmp/calc-ref write
     .venv/bin/python bench/calculator_compare.py /tmp/calc-ref compare
 
 The goldens (tests/sizing/test_golden.py) pin nine inputs; this covers the combinations a
-rewrite of _results.html or sizing_tags' builders can break.
+rewrite of sizing.fragment or sizing_tags' builders can break.
 """
 
 from __future__ import annotations
@@ -69,13 +70,14 @@ def main(out: Path, mode: str) -> int:
     with override_settings(ROOT_URLCONF=sizing_page.__name__):
         for i, q in enumerate(qs):
             for lang, accept in LANGS.items():
-                for htmx in (True, False) if i % 20 == 0 else (True,):
-                    extra = {"HTTP_HX_REQUEST": "true"} if htmx else {}
-                    r = client.get("/size/?" + q, HTTP_ACCEPT_LANGUAGE=accept, **extra)
+                for kind in ("f", "p", "api") if i % 20 == 0 else ("f", "api"):
+                    extra = {"HTTP_HX_REQUEST": "true"} if kind == "f" else {}
+                    url = ("/api/v1/estimate?" if kind == "api" else "/size/?") + q
+                    r = client.get(url, HTTP_ACCEPT_LANGUAGE=accept, **extra)
                     body = r.content.decode()
-                    if not htmx:
+                    if kind == "p":
                         body = CSRF.sub(r"\1<csrf>", body)
-                    path = out / f"{i:04d}.{lang}.{'f' if htmx else 'p'}.html"
+                    path = out / f"{i:04d}.{lang}.{kind}.{'json' if kind == 'api' else 'html'}"
                     text = f"{r.status_code} {q}\n{body}"
                     if mode == "write":
                         path.write_text(text, encoding="utf-8")

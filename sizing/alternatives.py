@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from django.utils.translation import gettext, gettext_noop
 
 from .engine import Job
-from .recommend import Candidate, Option, recommend
+from .recommend import Candidate, Option, cheapest
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,7 @@ def one_change_alternatives(job: Job, candidates: list[Candidate], *, vendor: st
     estimates = {} if estimates is None else estimates
     out = []
     for key, query, changed, v in _variants(job, vendor):
-        rec = recommend(changed, candidates, vendor=v, site=site, in_stock=in_stock, max_alternatives=0,
-                        estimates=estimates)
-        option = rec.best
+        option = cheapest(changed, candidates, vendor=v, site=site, in_stock=in_stock, estimates=estimates)
         if option is None or (limit is not None and option.candidate.monthly_cents >= limit):
             continue
         if key == "vendor" and option.candidate.vendor == "nvidia":

@@ -26,31 +26,47 @@ from .engine import (
 from .job_warnings import job_warnings
 
 
-def estimate(job: Job, *, warnings: bool = True) -> Estimate:
+def layout_free_terms(job: Job) -> dict:
+    """The terms no layout of the job changes — activations, logits, the 4-bit buffers, the
+    checkpoints on disk, the FLOPs: they depend on the model, the method and the tokens,
+    not on the GPU count, ZeRO stage or offload. The recommender sizes one job in several
+    layouts (one per card count it meets) and computes these once (issue 31)."""
+    n_adapter = 0 if job.method in ADAM_STATE_BYTES else adapter_params(job.arch, job.lora_rank, job.lora_targets)
+    return {
+        "quant_buffers": quant_buffer_bytes(job), "activations": activation_bytes(job),
+        "logits": logits_bytes(job.arch, job.seq, job.batch, job.loss_kind),
+        "host_checkpoint_inputs": checkpoint_input_bytes(job) if job.checkpointing and job.stack.offloads_checkpoints
+        else None,
+        "adapter_params": n_adapter, "checkpoint_gb": checkpoint_gb(job, n_adapter),
+        "train_flops": train_flops(active_params(job.arch), job.tokens, job.epochs),
+    }
+
+
+def estimate(job: Job, *, warnings: bool = True, terms: dict | None = None) -> Estimate:
     """Peak GPU memory of one training step, per GPU and in total (all GPUs).
     ``warnings=False`` leaves out the job's warnings (``Estimate.warnings`` is empty): the
     recommender sizes each card's configuration of the job and reads the warnings of the
-    job as configured only."""
+    job as configured only. ``terms``: ``layout_free_terms`` of this job or of one that
+    differs from it only in GPUs, ZeRO stage or offload."""
+    t = layout_free_terms(job) if terms is None else terms
     states, host = model_states(job)
     bd = dict(states)
     bd["sharding_buffers"] = sharding_buffer_bytes(job)
-    bd["quant_buffers"] = quant_buffer_bytes(job)
-    bd["activations"] = activation_bytes(job)
-    bd["logits"] = logits_bytes(job.arch, job.seq, job.batch, job.loss_kind)
-    if job.checkpointing and job.stack.offloads_checkpoints:
-        host += checkpoint_input_bytes(job) * job.gpus
+    bd["quant_buffers"] = t["quant_buffers"]
+    bd["activations"] = t["activations"]
+    bd["logits"] = t["logits"]
+    if t["host_checkpoint_inputs"] is not None:
+        host += t["host_checkpoint_inputs"] * job.gpus
     allocated = sum(bd.values())
     bd["cuda_context"] = CUDA_CONTEXT_GB * GB
     bd["allocator_margin"] = ALLOCATOR_MARGIN * allocated
     per_gpu = sum(bd.values())
-    n_adapter = 0 if job.method in ADAM_STATE_BYTES else adapter_params(
-        job.arch, job.lora_rank, job.lora_targets)
     return Estimate(
         model=job.arch.name, method=job.method, params=job.arch.params, gpus=job.gpus,
         zero=job.zero, offload=job.offload, per_gpu_gb=per_gpu / GB,
         total_gb=per_gpu * job.gpus / GB, host_ram_gb=host / GB,
         breakdown_gb={k: bd[k] / GB for k in BREAKDOWN_KEYS},
-        checkpoint_gb=checkpoint_gb(job, n_adapter), adapter_params=n_adapter,
-        train_flops=train_flops(active_params(job.arch), job.tokens, job.epochs),
+        checkpoint_gb=dict(t["checkpoint_gb"]), adapter_params=t["adapter_params"],
+        train_flops=t["train_flops"],
         warnings=tuple(job_warnings(job)) if warnings else (), framework=job.framework,
     )

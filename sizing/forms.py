@@ -106,3 +106,56 @@ class _SharedFields(dict):
 
 
 SizingForm.base_fields = _SharedFields(SizingForm.base_fields)
+
+
+def _fast_rules() -> dict:
+    """Per field, what ``quick_engine_params`` checks: ('choice', valid values), ('text',
+    max length or None) or ('bool',). Read off the fields, so a field added with another
+    type or validator is noticed (``TypeError`` at import) rather than skipped."""
+    rules = {}
+    for name, f in SizingForm.base_fields.items():
+        if f.required:
+            raise TypeError(f"{name}: quick_engine_params assumes optional fields")
+        if isinstance(f, forms.BooleanField) and type(f.widget) is forms.CheckboxInput:
+            rules[name] = ("bool",)
+        elif type(f) is forms.ChoiceField and type(f.widget) is forms.Select:
+            rules[name] = ("choice", None if name == "site" else frozenset(str(k) for k, _ in f.choices))
+        elif type(f) is forms.CharField and f.strip and f.empty_value == "" and len(f.validators) == (
+                1 if f.max_length is None else 2):
+            rules[name] = ("text", f.max_length)
+        else:
+            raise TypeError(f"{name}: quick_engine_params does not know {type(f).__name__}")
+    return rules
+
+
+_RULES = _fast_rules()
+
+
+def quick_engine_params(data, sites) -> dict | None:
+    """``SizingForm(data, sites=sites).engine_params()`` when that form is valid, without
+    building the form (issue 31: the form's construction and ``full_clean`` were a sixth of
+    a cold htmx answer, which shows no form); None when the form would have an error, so
+    that the caller builds the form and shows it. Each field is read and cleaned as its
+    widget and field do: the last value of the key, stripped text (at most max_length, no
+    NUL), a choice among the field's values, a checkbox's "false" as off."""
+    cleaned = {}
+    for name, rule in _RULES.items():
+        value = data.get(name)
+        if rule[0] == "bool":
+            if name not in data:
+                cleaned[name] = False
+                continue
+            if isinstance(value, str):  # CheckboxInput; BooleanField keeps the bool it gives
+                value = {"true": True, "false": False}.get(value.lower(), value)
+            cleaned[name] = bool(value)
+            continue
+        text = "" if value in (None, "", [], (), {}) else str(value)
+        if rule[0] == "text":
+            text = text.strip()
+            if "\x00" in text or (rule[1] is not None and len(text) > rule[1]):
+                return None
+        elif text and text not in (rule[1] if rule[1] is not None else sites):
+            return None
+        cleaned[name] = text
+    cleaned["in_stock"] = "true" if cleaned.get("in_stock") else "false"
+    return cleaned

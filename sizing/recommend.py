@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from django.utils.translation import gettext
 
 from .engine import MAX_NODE_GPUS, Estimate, Job, train_hours
-from .estimation import estimate
+from .estimation import estimate, layout_free_terms
 from .job_warnings import job_warnings
 
 LINKS = ("nvswitch", "infinity_fabric", "nvlink_bridge", "pcie_p2p", "pcie")
@@ -206,6 +206,7 @@ class _Estimator:
     def __init__(self, job: Job, shared: dict | None = None):
         self.job = job
         self.cache: dict[tuple, Estimate] = {} if shared is None else shared
+        self.terms: dict[str, dict] = {}  # per method: what no layout changes (layout_free_terms)
 
     def __call__(self, gpus: int, zero: int, offload: str = "none", method: str | None = None):
         key = (gpus, zero, offload, method or self.job.method)
@@ -213,7 +214,10 @@ class _Estimator:
             return self.cache[key]
         except KeyError:
             j = replace(self.job, gpus=gpus, zero=zero, offload=offload, method=key[3])
-            value = self.cache[key] = estimate(j, warnings=False)
+            terms = self.terms.get(key[3])
+            if terms is None:
+                terms = self.terms[key[3]] = layout_free_terms(j)
+            value = self.cache[key] = estimate(j, warnings=False, terms=terms)
             return value
 
 
@@ -320,6 +324,11 @@ def _cluster_advice(est: _Estimator, pool: list[Candidate]) -> str:
                     "most 8 GPUs; an on-demand cluster provider fits better.") % {"need": need})
 
 
+def _price(o: Option, job: Job) -> tuple:
+    run = run_cost(o, job)
+    return (run[1] if run else o.candidate.monthly_cents, o.candidate.monthly_cents, -o.candidate.total_tflops)
+
+
 def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
               site: str | None = None, in_stock: bool = False,
               max_alternatives: int = MAX_ALTERNATIVES, estimates: dict | None = None) -> Recommendation:
@@ -331,12 +340,7 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
     own = replace(est(job.gpus, job.zero, job.offload), warnings=tuple(job_warnings(job)))
     pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
     options = [_configure(c, est) for c in pool]
-
-    def price(o: Option) -> tuple:
-        run = run_cost(o, job)
-        return (run[1] if run else o.candidate.monthly_cents, o.candidate.monthly_cents, -o.candidate.total_tflops)
-
-    fitting = sorted((o for o in options if o.fits), key=price)
+    fitting = sorted((o for o in options if o.fits), key=lambda o: _price(o, job))
     advice = list(own.warnings)
     if not fitting:
         advice.append(_cluster_advice(est, pool))
@@ -346,3 +350,22 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
     alts = tuple(_with_costs(o, job, why, est, own, pool)
                  for o, why in _pick_alternatives(fitting, max_alternatives))
     return Recommendation(own, best, alts, tuple(advice), site)
+
+
+def cheapest(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda", site: str | None = None,
+             in_stock: bool = False, estimates: dict | None = None) -> Option | None:
+    """``recommend(...).best``, without what only the whole recommendation needs (the job's
+    own warnings, the alternatives, the cluster advice): what the one-change plans show
+    (issue 31). A card's price does not depend on how the job is laid out on it (the run's
+    FLOPs are the same in every configuration), so the offers are ranked first and
+    configured cheapest first until one fits, in the order ``recommend``'s stable sort
+    of the fitting ones gives."""
+    est = _Estimator(job, estimates)
+    own = est(job.gpus, job.zero, job.offload)
+    pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
+    for c in sorted(pool, key=lambda c: _price(Option(c, own, "", False), job)):
+        option = _configure(c, est)
+        if option.fits:
+            why_best = gettext("cheapest run") if job.tokens > 0 else gettext("cheapest that fits")
+            return _with_costs(option, job, why_best, est, own, pool)
+    return None

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, gettext_noop
 
 from . import SizingInputError, SizingRequest, parse_request, recommend
 from .alternatives import Change, one_change_alternatives
@@ -25,35 +25,72 @@ PARAMS = ("model", "params", "config", "method", "seq", "batch", "checkpointing"
           "flash_attention", "lora_rank", "lora_targets", "gpus", "zero", "offload",
           "tokens", "epochs", "utilisation", "framework", "loss", "vendor", "site", "in_stock")
 
-BREAKDOWN_LABELS = {
-    "frozen_weights": gettext_lazy("Frozen base weights"),
-    "trainable_weights": gettext_lazy("Trainable weights"),
-    "gradients": gettext_lazy("Gradients"),
-    "fp32_master": gettext_lazy("fp32 master copy"),
-    "optimizer_states": gettext_lazy("Optimizer states"),
-    "adapters": gettext_lazy("LoRA adapters"),
-    "sharding_buffers": gettext_lazy("ZeRO-3 gather buffers"),
-    "quant_buffers": gettext_lazy("Dequantised 4-bit layer"),
-    "activations": gettext_lazy("Activations"),
-    "logits": gettext_lazy("Logits"),
-    "cuda_context": gettext_lazy("CUDA context"),
-    "allocator_margin": gettext_lazy("Allocator margin"),
+#: each breakdown term's label (msgids; the pages translate them through sizing.texts)
+BREAKDOWN_MSGIDS = {
+    "frozen_weights": gettext_noop("Frozen base weights"),
+    "trainable_weights": gettext_noop("Trainable weights"),
+    "gradients": gettext_noop("Gradients"),
+    "fp32_master": gettext_noop("fp32 master copy"),
+    "optimizer_states": gettext_noop("Optimizer states"),
+    "adapters": gettext_noop("LoRA adapters"),
+    "sharding_buffers": gettext_noop("ZeRO-3 gather buffers"),
+    "quant_buffers": gettext_noop("Dequantised 4-bit layer"),
+    "activations": gettext_noop("Activations"),
+    "logits": gettext_noop("Logits"),
+    "cuda_context": gettext_noop("CUDA context"),
+    "allocator_margin": gettext_noop("Allocator margin"),
 }
+BREAKDOWN_LABELS = {key: gettext_lazy(msgid) for key, msgid in BREAKDOWN_MSGIDS.items()}
+
+
+class _Catalog:
+    """The provider's last answer and what is derived from it once (issue 31): the provider
+    keeps its catalog for ``CATALOG_CACHE_SECONDS`` and answers with the same object until
+    stock, prices or sites change (``inventory.selectors.cached_by_generation``), so the
+    memo key (a repr of every candidate) and the site list are computed once per catalog,
+    not once per request. A new object from the provider is a new catalog."""
+
+    __slots__ = ("provided", "cands", "key", "sites")
+
+    def __init__(self, provided):
+        self.provided = provided  # held, so its id cannot be reused while we compare with it
+        self.cands = list(provided)
+        self.key: str | None = None
+        self.sites: list[str] | None = None
+
+
+_last = _Catalog(())
 
 
 def candidates() -> list[Candidate]:
-    """The whole live catalog (all sites); the recommender filters by site itself."""
-    return list(import_string(settings.SIZING_CANDIDATES_PROVIDER)())
+    """The whole live catalog (all sites); the recommender filters by site itself. The
+    same list while the provider's catalog is unchanged: read it, never change it."""
+    global _last
+    provided = import_string(settings.SIZING_CANDIDATES_PROVIDER)()
+    last = _last
+    if provided is not last.provided:
+        last = _last = _Catalog(provided)
+    return last.cands
 
 
 def catalog_key(cands: list[Candidate]) -> str:
     """What memoised answers are keyed on: every candidate's prices, links and free units,
     so a stock or price change is a new key (one rule for the API and the pages)."""
-    return repr(cands)
+    last = _last
+    if cands is not last.cands:
+        return repr(cands)
+    if last.key is None:
+        last.key = repr(cands)
+    return last.key
 
 
 def known_sites(cands: list[Candidate]) -> list[str]:
-    return sorted({s for c in cands for s in c.free_by_site})
+    last = _last
+    if cands is not last.cands:
+        return sorted({s for c in cands for s in c.free_by_site})
+    if last.sites is None:
+        last.sites = sorted({s for c in cands for s in c.free_by_site})
+    return list(last.sites)
 
 
 def clean_params(raw: Mapping) -> dict:

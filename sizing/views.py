@@ -15,7 +15,8 @@ from django.utils.translation import get_language
 from django.views.decorators.http import require_GET
 
 from . import SizingInputError, figures
-from .forms import DEFAULTS, SizingForm
+from .forms import DEFAULTS, SizingForm, quick_engine_params
+from .fragment import results_html
 from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from .memo import Memo
 from .results import candidates, catalog_key, known_sites, run
@@ -52,9 +53,21 @@ def _calculator_parts(query, cands, *, with_form: bool) -> tuple[int, str, str |
     sites = known_sites(cands)
     form = SizingForm(query, sites=sites) if _bound(query) else SizingForm(initial=DEFAULTS, sites=sites)
     result, status = _size(form, cands)
-    context = {"form": form, "result": result}
-    return (status, render_to_string("sizing/_results.html", context),
-            render_to_string("sizing/_form.html", context) if with_form else None)
+    return (status, results_html(form, result),
+            render_to_string("sizing/_form.html", {"form": form, "result": result}) if with_form else None)
+
+
+def _fragment(query, cands) -> tuple[int, str, None]:
+    """The htmx answer: no form HTML, and no form at all unless it has an error to show
+    (``quick_engine_params``); an input the engine refuses goes the form's way, which
+    places the error next to its field."""
+    params = quick_engine_params(query, known_sites(cands)) if _bound(query) else DEFAULTS
+    if params is not None:
+        try:
+            return 200, results_html(None, run(params, cands)), None
+        except SizingInputError:
+            pass
+    return _calculator_parts(query, cands, with_form=False)
 
 
 @require_GET
@@ -62,11 +75,11 @@ def calculator(request):
     cands = candidates()
     htmx = bool(request.htmx)
     key = ("calculator", htmx, get_language(), _query_key(request.GET), catalog_key(cands))
-    status, results_html, form_html = RENDERED.get(
-        key, lambda: _calculator_parts(request.GET, cands, with_form=not htmx))
     if htmx:
-        return HttpResponse(results_html, status=status)
-    context = {"results_html": mark_safe(results_html), "form_html": mark_safe(form_html)}  # noqa: S308 - our templates' output
+        status, body, _ = RENDERED.get(key, lambda: _fragment(request.GET, cands))
+        return HttpResponse(body, status=status)
+    status, body, form_html = RENDERED.get(key, lambda: _calculator_parts(request.GET, cands, with_form=True))
+    context = {"results_html": mark_safe(body), "form_html": mark_safe(form_html)}  # noqa: S308 - our output
     return render(request, "sizing/calculator.html", context, status=status)
 
 

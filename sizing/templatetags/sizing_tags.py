@@ -10,16 +10,18 @@ escaped, a ``{% blocktranslate %}``'s text is not but its variables are — and 
 msgids, so the zh_Hans catalogue still applies. Each text is translated once per call.
 """
 
+import functools
 import html
 from importlib import import_module
 
 from django import template
 from django.utils.formats import get_format, localize
 from django.utils.safestring import SafeData, mark_safe
-from django.utils.translation import gettext, gettext_noop, pgettext_lazy
+from django.utils.translation import gettext_noop, pgettext_lazy
 
 from ..recommend import usable_gb
-from ..results import BREAKDOWN_LABELS
+from ..results import BREAKDOWN_LABELS, BREAKDOWN_MSGIDS
+from ..texts import Texts, texts
 
 register = template.Library()
 
@@ -80,9 +82,17 @@ def gb(value, digits=1):
 
 # --- building markup in Python, as the templates render it ------------------------------
 
+#: html.escape, remembered for the texts a page repeats: the fixed labels and the catalog's
+#: offer, card and site names come back on every answer, whatever its input (a cold
+#: fragment escaped ~130 strings, issue 31); bounded, so free-form texts cannot grow it.
+_escape = functools.lru_cache(maxsize=4096)(html.escape)
+
+
 def _esc(value, dot: bool | None = None) -> str:
     """``{{ value }}`` in an autoescaping template: localized, then escaped unless safe.
     ``dot``: whether the language's decimal separator is "." (looked up when not given)."""
+    if type(value) is str:
+        return _escape(value)
     if isinstance(value, str):
         return value if isinstance(value, SafeData) else html.escape(value)
     if type(value) is int:
@@ -96,33 +106,59 @@ def _esc(value, dot: bool | None = None) -> str:
     return html.escape(str(localize(value)))
 
 
-def _dot_decimals() -> bool:
-    return get_format("DECIMAL_SEPARATOR") == "."
+def _dot_decimals(tr: Texts | None = None) -> bool:
+    """Whether the language writes decimals with "." (kept in the language's texts table)."""
+    if tr is None:
+        return get_format("DECIMAL_SEPARATOR") == "."
+    try:
+        return tr.extra["dot"]
+    except KeyError:
+        value = tr.extra["dot"] = get_format("DECIMAL_SEPARATOR") == "."
+        return value
 
 
 def _t(translated: str) -> str:
-    """``{% translate msgid %}`` is ``_t(gettext(msgid))``: the translation, escaped (the
-    literal gettext call is what makemessages finds)."""
-    return html.escape(translated)
+    """``{% translate msgid %}`` is ``_t(tr[gettext_noop(msgid)])``: the translation,
+    escaped (the literal gettext_noop call is what makemessages finds)."""
+    return _escape(translated) if type(translated) is str else html.escape(translated)
 
 
-def _bt(msgid: str, **values) -> str:
+def _bt(tr: Texts, msgid: str, **values) -> str:
     """``{% blocktranslate with name=value %}``: the translation (not escaped) with its
     values (escaped); one that does not format falls back to the English, as the tag does.
     Call it with ``gettext_noop("…")`` so makemessages finds the msgid."""
-    data = {k: _esc(v) for k, v in values.items()}
+    return _formatted(tr[msgid], msgid, values, tr)
+
+
+def _formatted(translated: str, english: str, values: dict, tr: Texts) -> str:
+    dot = _dot_decimals(tr)
+    data = {k: _esc(v, dot) for k, v in values.items()}
     try:
-        return gettext(msgid) % data
+        return translated % data
     except (KeyError, ValueError):
-        return msgid % data
+        return english % data
 
 
-def usd_formatter(*, always_cents: bool = False):
+def _nbt(tr: Texts, translated: str, n: int, **values) -> str:
+    """``{% blocktranslate count n=… %}…{% plural %}…``: ``translated`` is
+    ``tr.ngettext(singular, plural, n)`` (literal msgids, so makemessages finds them), and
+    ``n`` is among the values."""
+    return _formatted(translated, tr.english.get(translated, translated), {"n": n, **values}, tr)
+
+
+def usd_formatter(*, always_cents: bool = False, tr: Texts | None = None):
     """The shop's price text (``usd`` / ``usd_cents``) from the ``money`` template library,
     found as ``{% load money %}`` finds it: sizing imports nothing from inventory (the
-    storefront's layers), its templates only load the library by name."""
+    storefront's layers), its templates only load the library by name. Kept in the
+    language's texts table when given (the formatter depends on the language's formats)."""
+    key = ("usd", always_cents)
+    if tr is not None and key in tr.extra:
+        return tr.extra[key]
     money = import_module(template.engines["django"].engine.libraries["money"])
-    return money.usd_formatter(always_cents=always_cents)
+    fmt = money.usd_formatter(always_cents=always_cents)
+    if tr is not None:
+        tr.extra[key] = fmt
+    return fmt
 
 
 def _gb(value, digits: int = 1) -> str:
@@ -138,7 +174,7 @@ def _segment(s: dict, y: str, h: str, y_text: int, dot: bool) -> str:
             f'{_gb(s["gb"], 2)} GB</title></rect>\n    {text}\n  </g>')
 
 
-def _drawing(g: dict, card, title: str, dot: bool) -> str:
+def _drawing(g: dict, card, title: str, dot: bool, tr: Texts) -> str:
     """One <svg> of the bar (the wide or the narrow drawing)."""
     y, h, bottom, variant = _esc(g["y"], dot), _esc(g["h"], dot), int(g["bottom"]), _esc(g["variant"])
     card_rect = card_lines = ""
@@ -146,8 +182,8 @@ def _drawing(g: dict, card, title: str, dot: bool) -> str:
         ux, cx = _esc(g["usable_x"], dot), _esc(g["card_x"], dot)
         card_rect = (f'<rect class="membar-card" x="0" y="{y}" width="{cx}" height="{h}" '
                      f'fill="#f3f5f8" stroke="#9aa4b2"/>')
-        usable = _bt(gettext_noop("usable %(u)s GB"), u=_gb(g["usable_gb"]))
-        vram = _bt(gettext_noop("card %(v)s GB"), v=card.vram_gb)
+        usable = _bt(tr, gettext_noop("usable %(u)s GB"), u=_gb(g["usable_gb"]))
+        vram = _bt(tr, gettext_noop("card %(v)s GB"), v=card.vram_gb)
         card_lines = (
             f'\n  <line x1="{ux}" x2="{ux}" y1="12" y2="{bottom + 8}" stroke="#b3261e" stroke-width="2" '
             f'stroke-dasharray="4 3"/>\n  <text x="{ux}" y="10" text-anchor="end" font-size="11" '
@@ -155,7 +191,7 @@ def _drawing(g: dict, card, title: str, dot: bool) -> str:
             f'  <line x1="{cx}" x2="{cx}" y1="{y}" y2="{bottom + 14}" stroke="#14181f" stroke-width="2"/>\n'
             f'  <text x="{cx}" y="{bottom + 26}" text-anchor="end" font-size="11" fill="#14181f">{vram}</text>\n  ')
     segments = "".join(_segment(s, y, h, int(g["y"]) + 21, dot) for s in g["segments"])
-    needs = _bt(gettext_noop("needs %(need)s GB per GPU"), need=_gb(g["per_gpu_gb"]))
+    needs = _bt(tr, gettext_noop("needs %(need)s GB per GPU"), need=_gb(g["per_gpu_gb"]))
     return (f'\n<svg viewBox="-4 0 {int(g["width"]) + 8} {_esc(g["view_h"], dot)}" width="100%" role="img" '
             f'aria-labelledby="membar-title-{variant}" class="chart-{variant}" '
             f'xmlns="http://www.w3.org/2000/svg">\n  <title id="membar-title-{variant}">{title}</title>\n'
@@ -163,11 +199,23 @@ def _drawing(g: dict, card, title: str, dot: bool) -> str:
             f'font-size="11" fill="#5a6472">{needs}</text>\n</svg>\n')
 
 
+def _breakdown_label(key: str, tr: Texts) -> str:
+    """A breakdown term's label in the language (``BREAKDOWN_LABELS``' msgids), or its key."""
+    msgid = BREAKDOWN_MSGIDS.get(key)
+    return key if msgid is None else tr[msgid]
+
+
+def _mode_word(code: str, tr: Texts) -> str:
+    """``sizing_mode``, through the texts table."""
+    return tr.pgettext("sizing mode", code) if code in MODE_WORDS else code
+
+
 @register.simple_tag
-def memory_bar(estimate, card=None, caption=""):
+def memory_bar(estimate, card=None, caption="", tr: Texts | None = None):
     """``{% memory_bar option.estimate option.candidate caption %}``: the per-GPU breakdown
     against a card, drawn wide and narrow (site.css shows the one that fits, issue 29), and
     its legend; the drawing and each segment carry a <title> (the accessible name)."""
+    tr = texts() if tr is None else tr
     card_gb = card.vram_gb if card is not None else None
     drawings = [bar_geometry(estimate.breakdown_gb, estimate.per_gpu_gb, card_gb, width)
                 for width in (BAR_WIDTH, NARROW_BAR_WIDTH)]
@@ -175,31 +223,33 @@ def memory_bar(estimate, card=None, caption=""):
     for g in drawings:
         for seg in g["segments"]:
             if seg["key"] not in labels:
-                labels[seg["key"]] = _esc(str(seg["label"]))
+                labels[seg["key"]] = _esc(_breakdown_label(seg["key"], tr))
             seg["label_html"] = labels[seg["key"]]
-    title = _bt(gettext_noop("Memory per GPU: %(need)s GB"), need=_gb(estimate.per_gpu_gb))
+    title = _bt(tr, gettext_noop("Memory per GPU: %(need)s GB"), need=_gb(estimate.per_gpu_gb))
     if card:
-        title += " · " + _bt(gettext_noop("%(name)s, %(vram)s GB"), name=card.gpu_name, vram=card.vram_gb)
-    dot = _dot_decimals()
+        title += " · " + _bt(tr, gettext_noop("%(name)s, %(vram)s GB"), name=card.gpu_name, vram=card.vram_gb)
+    dot = _dot_decimals(tr)
     figcaption = f"<figcaption>{_esc(caption)}</figcaption>" if caption else ""
     legend = "".join(f'<li><span class="swatch" style="background:{_esc(s["colour"])}"></span>{s["label_html"]} '
                      f'<span class="num">{_gb(s["gb"], 2)} GB</span></li>' for s in drawings[0]["segments"])
     return mark_safe(  # noqa: S308 - every value in it is escaped (_esc, _bt)
-        '<figure class="membar">\n' + "".join(_drawing(g, card, title, dot) for g in drawings)
+        '<figure class="membar">\n' + "".join(_drawing(g, card, title, dot, tr) for g in drawings)
         + f'\n{figcaption}\n<ul class="membar-legend">\n  {legend}\n</ul>\n</figure>\n')
 
 
-# (the gettext calls stay outside the f-strings: makemessages does not look inside them)
+# (the gettext_noop calls stay outside the f-strings: makemessages does not look inside them)
 
 @register.simple_tag
-def recommendation_head(tokens):
+def recommendation_head(tokens, tr: Texts | None = None):
     """The <thead> of "Recommendation, cheapest first" (a Run column when tokens are given)."""
-    offer, vram, mode, week = _t(gettext("Offer")), _t(gettext("VRAM")), _t(gettext("Mode")), _t(gettext("Week"))
-    month, gpuh, stock = _t(gettext("Month")), _t(gettext("per GPU-h")), _t(gettext("In stock"))
-    order = _t(gettext("Order"))
+    tr = texts() if tr is None else tr
+    offer, vram = _t(tr[gettext_noop("Offer")]), _t(tr[gettext_noop("VRAM")])
+    mode, week = _t(tr[gettext_noop("Mode")]), _t(tr[gettext_noop("Week")])
+    month, gpuh = _t(tr[gettext_noop("Month")]), _t(tr[gettext_noop("per GPU-h")])
+    stock, order = _t(tr[gettext_noop("In stock")]), _t(tr[gettext_noop("Order")])
     run = ""
     if tokens:
-        run_label = _t(gettext("Run"))
+        run_label = _t(tr[gettext_noop("Run")])
         run = f'<th scope="col" class="num">{run_label}</th>'
     return mark_safe(  # noqa: S308 - escaped translations
         f'<thead><tr><th scope="col">{offer}</th><th scope="col" class="num">{vram}</th><th scope="col">{mode}'
@@ -209,24 +259,37 @@ def recommendation_head(tokens):
 
 
 @register.simple_tag
-def change_head():
+def change_head(tr: Texts | None = None):
     """The <thead> of "Cheaper by changing one choice"."""
-    change, offer, month = _t(gettext("Change")), _t(gettext("Offer")), _t(gettext("Month"))
-    needs, trade, order = _t(gettext("Needs")), _t(gettext("Trade-off")), _t(gettext("Order"))
+    tr = texts() if tr is None else tr
+    change, offer = _t(tr[gettext_noop("Change")]), _t(tr[gettext_noop("Offer")])
+    month, needs = _t(tr[gettext_noop("Month")]), _t(tr[gettext_noop("Needs")])
+    trade, order = _t(tr[gettext_noop("Trade-off")]), _t(tr[gettext_noop("Order")])
     return mark_safe(  # noqa: S308 - escaped translations
         f'<thead><tr><th scope="col">{change}</th><th scope="col">{offer}</th><th scope="col" class="num">'
         f'{month}</th><th scope="col" class="num">{needs}</th><th scope="col">{trade}</th><th scope="col">'
         f'<span class="sr-only">{order}</span></th></tr></thead>')
 
 
+def _stock_badges(c, tr: Texts) -> str:
+    stock = "".join(f'<span class="badge{" ok" if n else ""}">{_esc(site)} {_esc(n)}</span> '
+                    for site, n in sorted_items(c.free_by_site))
+    if not stock:
+        none_free = _t(tr[gettext_noop("none free")])
+        stock = f'<span class="badge warn">{none_free}</span>'
+    return stock
+
+
 @register.simple_tag
-def recommendation_rows(result):
+def recommendation_rows(result, tr: Texts | None = None):
     """The rows of "Recommendation, cheapest first" (``result.options``, the best first)."""
-    usd, usd_cents = usd_formatter(), usd_formatter(always_cents=True)
-    l_vram, l_mode, l_week = _t(gettext("VRAM")), _t(gettext("Mode")), _t(gettext("Week"))
-    l_month, l_gpuh, l_stock = _t(gettext("Month")), _t(gettext("per GPU-h")), _t(gettext("In stock"))
-    l_run, recommended = _t(gettext("Run")), _t(gettext("recommended"))
-    order, rental = _t(gettext("Order this")), _t(gettext("rental"))
+    tr = texts() if tr is None else tr
+    usd, usd_cents = usd_formatter(tr=tr), usd_formatter(always_cents=True, tr=tr)
+    l_vram, l_mode = _t(tr[gettext_noop("VRAM")]), _t(tr[gettext_noop("Mode")])
+    l_week, l_month = _t(tr[gettext_noop("Week")]), _t(tr[gettext_noop("Month")])
+    l_gpuh, l_stock = _t(tr[gettext_noop("per GPU-h")]), _t(tr[gettext_noop("In stock")])
+    l_run, recommended = _t(tr[gettext_noop("Run")]), _t(tr[gettext_noop("recommended")])
+    order, rental = _t(tr[gettext_noop("Order this")]), _t(tr[gettext_noop("rental")])
     tokens = result.request.job.tokens
     rows = []
     for i, o in enumerate(result.options):
@@ -235,44 +298,40 @@ def recommendation_rows(result):
         warnings = "".join(f'<br><small class="warn-note">{_esc(w)}</small>' for w in o.warnings)
         gpus = f" ×{_esc(c.gpus)}" if c.gpus > 1 else ""
         zero = f" · ZeRO-{_esc(e.zero)}" if e.zero and o.mode != "zero-3" else ""
-        stock = "".join(f'<span class="badge{" ok" if n else ""}">{_esc(site)} {_esc(n)}</span> '
-                        for site, n in sorted_items(c.free_by_site))
-        if not stock:
-            none_free = _t(gettext("none free"))
-            stock = f'<span class="badge warn">{none_free}</span>'
         run = ""
         if tokens:
-            hours = _bt(gettext_noop("%(h)s h"), h=_gb(o.run_hours))
+            hours = _bt(tr, gettext_noop("%(h)s h"), h=_gb(o.run_hours))
             run = (f'<td class="num" data-label="{l_run}">{hours}'
                    f'<br><small>{_esc(usd(o.rental_cost_cents))} {rental}</small></td>')
-        needs = _bt(gettext_noop("needs %(n)s/GPU"), n=_gb(e.per_gpu_gb))
+        needs = _bt(tr, gettext_noop("needs %(n)s/GPU"), n=_gb(e.per_gpu_gb))
         rows.append(
             f'\n      <tr{tr_class}>\n        <th scope="row">{_esc(c.offer_name)}'
             f'<br><small class="muted">{_esc(o.reason)}{badge}</small>\n          {warnings}</th>\n'
             f'        <td class="num" data-label="{l_vram}">{_esc(c.vram_gb)} GB{gpus}<br><small class="muted">'
             f'{needs}</small></td>\n'
-            f'        <td data-label="{l_mode}">{_esc(sizing_mode(o.mode))}{zero}</td>\n'
+            f'        <td data-label="{l_mode}">{_esc(_mode_word(o.mode, tr))}{zero}</td>\n'
             f'        <td class="num" data-label="{l_week}">{_esc(usd(c.weekly_cents))}</td>\n'
             f'        <td class="num" data-label="{l_month}">{_esc(usd(c.monthly_cents))}</td>\n'
             f'        <td class="num" data-label="{l_gpuh}">{_esc(usd_cents(c.per_gpu_hour_cents))}</td>\n'
-            f'        <td data-label="{l_stock}">{stock}</td>\n        {run}\n'
+            f'        <td data-label="{l_stock}">{_stock_badges(c, tr)}</td>\n        {run}\n'
             f'        <td><a class="btn small" href="{_esc(result.order_url(o))}">{order}</a></td>\n      </tr>')
     return mark_safe("".join(rows))  # noqa: S308 - every value in it is escaped (_esc, _t, _bt)
 
 
 @register.simple_tag
-def change_rows(result):
+def change_rows(result, tr: Texts | None = None):
     """The rows of "Cheaper by changing one choice" (``result.changes``)."""
-    usd = usd_formatter()
-    l_offer, l_month, l_needs = _t(gettext("Offer")), _t(gettext("Month")), _t(gettext("Needs"))
-    l_trade = _t(gettext("Trade-off"))
-    order = _t(gettext("Order this"))
+    tr = texts() if tr is None else tr
+    usd = usd_formatter(tr=tr)
+    l_offer, l_month = _t(tr[gettext_noop("Offer")]), _t(tr[gettext_noop("Month")])
+    l_needs, l_trade = _t(tr[gettext_noop("Needs")]), _t(tr[gettext_noop("Trade-off")])
+    order = _t(tr[gettext_noop("Order this")])
     rows = []
     for ch in result.changes:
         o = ch.option
         c = o.candidate
-        mode = f' <small class="muted">({_esc(sizing_mode(o.mode))})</small>' if o.mode != "single" else ""
-        needs = _bt(gettext_noop("%(n)s GB/GPU"), n=_gb(o.estimate.per_gpu_gb))
+        mode = f' <small class="muted">({_esc(_mode_word(o.mode, tr))})</small>' if o.mode != "single" else ""
+        needs = _bt(tr, gettext_noop("%(n)s GB/GPU"), n=_gb(o.estimate.per_gpu_gb))
         rows.append(
             f'<tr>\n      <th scope="row">{_esc(ch.label)}</th>\n'
             f'      <td data-label="{l_offer}">{_esc(c.offer_name)}{mode}</td>\n'
@@ -284,10 +343,11 @@ def change_rows(result):
 
 
 @register.simple_tag
-def breakdown_rows(breakdown_gb):
+def breakdown_rows(breakdown_gb, tr: Texts | None = None):
     """The rows of "The numbers, per GPU": each term's label and GB (two decimals)."""
+    tr = texts() if tr is None else tr
     return mark_safe("".join(  # noqa: S308 - escaped labels, formatted numbers
-        f'<tr><th scope="row">{_esc(str(breakdown_label(key)))}</th><td class="num">{_gb(v, 2)} GB</td></tr>'
+        f'<tr><th scope="row">{_esc(_breakdown_label(key, tr))}</th><td class="num">{_gb(v, 2)} GB</td></tr>'
         for key, v in breakdown_gb.items()))
 
 

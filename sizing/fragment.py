@@ -1,0 +1,175 @@
+"""The calculator's results (the htmx fragment, and the results column of the full page)
+built in Python: what ``templates/sizing/_results.html`` rendered, byte for byte (issue 31).
+
+A cold fragment spent about half its CPU in the template engine: ~20 {% translate %} and
+{% blocktranslate %} tags, each a gettext through a context-local and a lazy string, and
+the {% if %}/{% with %} nodes resolving the same variables again. Here every text comes
+from the language's texts table (``sizing.texts``: one lookup per process and language),
+each value is escaped as ``{{ value }}`` escapes it (``sizing_tags._esc``), and the
+blocktranslate msgids are the template's, so the zh_Hans catalogue still applies.
+The layout is the template's, whitespace included: tests/sizing/test_golden.py and
+``bench/calculator_compare.py`` (600 varied inputs, both languages) compare byte for byte.
+"""
+
+from __future__ import annotations
+
+from django.template.defaultfilters import stringformat
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_noop
+
+from .templatetags.sizing_tags import (
+    METHOD_WORDS,
+    _bt,
+    _esc,
+    _gb,
+    _mode_word,
+    _nbt,
+    _t,
+    billions,
+    breakdown_rows,
+    change_head,
+    change_rows,
+    memory_bar,
+    pct,
+    recommendation_head,
+    recommendation_rows,
+    usd_formatter,
+)
+from .texts import Texts, texts
+
+
+def results_html(form, result) -> str:
+    """``sizing/_results.html`` for this form (its errors; None: no errors) and result
+    (None: no answer)."""
+    tr = texts()
+    errors = _errors(form, tr) if form is not None and form.errors else ""
+    body = _result(result, tr) if result else ""
+    return f'<div id="sizing-results-body" class="sizing-results-body">\n{errors}\n{body}\n</div>\n'
+
+
+def _errors(form, tr: Texts) -> str:
+    fields = "".join(f"<li><strong>{_esc(field.label)}</strong> ({_esc(field.name)}): {_esc(e)}</li>"
+                     for field in form for e in field.errors)
+    others = "".join(f"<li>{_esc(e)}</li>" for e in form.non_field_errors())
+    heading = _t(tr[gettext_noop("Please fix these inputs:")])
+    return (f'\n  <div class="msg error" role="alert"><p>{heading}</p>\n    <ul>{fields}\n    {others}</ul>\n'
+            f'  </div>\n')
+
+
+def _method_word(code: str, tr: Texts) -> str:
+    """``sizing_method``, through the texts table (``METHOD_WORDS``' msgids)."""
+    return tr.pgettext("sizing method", code) if code in METHOD_WORDS else code
+
+
+def _summary(result, tr: Texts) -> str:
+    e, p, best, job = result.estimate, result.plan, result.best, result.request.job
+    title = _bt(tr, gettext_noop("%(model)s, %(method)s"), model=e.model, method=_method_word(e.method, tr))
+    params = _bt(tr, gettext_noop("%(b)s B parameters"), b=billions(e.params))
+    per_gpu = _t(tr[gettext_noop("Per GPU, recommended plan")] if best else tr[gettext_noop("Per GPU")])
+    total = _nbt(tr, tr.ngettext("Total, %(n)s GPU", "Total, %(n)s GPUs", p.gpus), p.gpus)
+    host = _t(tr[gettext_noop("Host RAM")])
+    plan = ""
+    if best:
+        plan_text = _bt(tr, gettext_noop("Plan: %(offer)s, %(mode)s (ZeRO-%(z)s)."),
+                        offer=best.candidate.offer_name, mode=_mode_word(best.mode, tr), z=p.zero)
+        configured = ""
+        if result.plan_differs:
+            configured = _nbt(tr, tr.ngettext(
+                "As you configured it (%(n)s GPU, ZeRO-%(z)s) the job needs %(gb)s GB per GPU.",
+                "As you configured it (%(n)s GPUs, ZeRO-%(z)s) the job needs %(gb)s GB per GPU.", e.gpus),
+                e.gpus, gb=_gb(e.per_gpu_gb), z=e.zero)
+        plan = f'<p class="sizing-plan">{plan_text}\n    {configured}</p>'
+    stack = _bt(tr, gettext_noop("Memory terms of: %(fw)s."), fw=str(job.stack.label))
+    return (f'\n<section class="sizing-summary" aria-labelledby="need-h">\n  <h2 id="need-h">{title}\n'
+            f'    <small class="muted">{params}</small></h2>\n  <dl class="sizing-figures">\n'
+            f'    <div><dt>{per_gpu}</dt><dd class="big">{_gb(p.per_gpu_gb)} <small>GB</small></dd></div>\n'
+            f'    <div><dt>{total}</dt><dd class="big">{_gb(p.total_gb)} <small>GB</small></dd></div>\n'
+            f'    <div><dt>{host}</dt><dd class="big">{_gb(p.host_ram_gb)} <small>GB</small></dd></div>\n'
+            f'  </dl>\n  {plan}\n  <p class="muted">{stack}</p>\n</section>\n')
+
+
+def _bar(result, tr: Texts) -> str:
+    best = result.best
+    heading = _t(tr[gettext_noop("Where the memory goes")])
+    if best:
+        caption = SafeString(_bt(
+            tr, gettext_noop("Per GPU on the recommended %(offer)s (%(mode)s). The dashed line is the usable "
+                             "memory: a card is never filled to its last GB."),
+            offer=best.candidate.offer_name, mode=_mode_word(best.mode, tr)))
+        bar = f"\n    \n    {memory_bar(best.estimate, best.candidate, caption, tr=tr)}\n  "
+    else:
+        bar = f'\n    {memory_bar(result.estimate, None, "", tr=tr)}\n  '
+    return f'\n<section aria-labelledby="bar-h">\n  <h3 id="bar-h">{heading}</h3>\n  {bar}\n</section>\n'
+
+
+def _list_section(ident: str, heading: str, items: list, ul: str, li: str) -> str:
+    entries = "".join(f"{li}{_esc(item)}</li>" for item in items)
+    return (f'<section aria-labelledby="{ident}"><h3 id="{ident}">{heading}</h3>\n'
+            f'  {ul}{entries}</ul></section>')
+
+
+def _recommendations(result, tr: Texts) -> str:
+    heading = _t(tr[gettext_noop("Recommendation, cheapest first")])
+    if result.options:
+        table = (f'\n  <div class="table-scroll"><table class="catalog sizing-recs">\n'
+                 f'    {recommendation_head(result.request.job.tokens, tr=tr)}\n'
+                 f'    <tbody>{recommendation_rows(result, tr=tr)}\n    </tbody></table></div>\n  ')
+    else:
+        empty = _t(tr[gettext_noop("No offer in the catalog runs this job with these filters.")])
+        table = f'\n    <p class="empty">{empty}</p>\n  '
+    return f'\n<section aria-labelledby="rec-h">\n  <h3 id="rec-h">{heading}</h3>\n  {table}\n</section>\n'
+
+
+def _changes(result, tr: Texts) -> str:
+    if not result.changes:
+        return ""
+    heading = _t(tr[gettext_noop("Cheaper by changing one choice")])
+    return (f'<section aria-labelledby="change-h">\n  <h3 id="change-h">{heading}</h3>\n'
+            f'  <div class="table-scroll"><table class="catalog sizing-changes">\n    {change_head(tr=tr)}\n'
+            f'    <tbody>{change_rows(result, tr=tr)}</tbody></table></div>\n</section>')
+
+
+def _training_time(result, tr: Texts) -> str:
+    e, best, job = result.estimate, result.best, result.request.job
+    if not job.tokens:
+        return ""
+    heading = _t(tr[gettext_noop("Training time and cost")])
+    flops = _bt(tr, gettext_noop("6·N·D = %(f)s FLOPs."), f=stringformat(e.train_flops, ".3g"))
+    run = ""
+    if best:
+        usd = usd_formatter(tr=tr)
+        run = _bt(tr, gettext_noop("About %(h)s hours on the %(offer)s: the rental is %(cost)s (whole weeks or "
+                                   "months); the compute itself is worth %(compute)s at the per-GPU-hour rate."),
+                  h=_gb(best.run_hours), offer=best.candidate.offer_name, cost=usd(best.rental_cost_cents),
+                  compute=usd(best.compute_cost_cents))
+    assumes = _bt(tr, gettext_noop("Assumes %(u)s of the card's dense bf16 FLOPS (utilisation)."),
+                  u=pct(job.utilisation))
+    return (f'<section aria-labelledby="time-h"><h3 id="time-h">{heading}</h3>\n  <p>{flops}\n  {run}\n'
+            f'  <small class="muted">{assumes}</small></p>\n</section>')
+
+
+def _checkpoints(result, tr: Texts) -> str:
+    heading = _t(tr[gettext_noop("Checkpoints on disk")])
+    items = "".join(f"\n    <li>{_esc(label)}: <strong>{_gb(size, 2)} GB</strong></li>"
+                    for label, size in result.checkpoints)
+    return (f'<section aria-labelledby="ckpt-h"><h3 id="ckpt-h">{heading}</h3>\n'
+            f'  <ul class="sizing-ckpt">{items}\n  </ul>\n</section>\n')
+
+
+def _breakdown(result, tr: Texts) -> str:
+    if result.best:
+        summary = _t(tr[gettext_noop("The numbers, per GPU, on the recommended plan")])
+    else:
+        summary = _t(tr[gettext_noop("The numbers, per GPU, as you configured it")])
+    return (f'<details class="sizing-breakdown"><summary>{summary}</summary>\n'
+            f'  <table><tbody>{breakdown_rows(result.plan.breakdown_gb, tr=tr)}</tbody></table>\n</details>\n')
+
+
+def _result(result, tr: Texts) -> str:
+    warnings, advice = result.warnings, result.advice
+    warn = _list_section("warn-h", _t(tr[gettext_noop("Warnings")]), warnings, '<ul class="sizing-warnings">',
+                         '<li class="msg warning">') if warnings else ""
+    adv = _list_section("adv-h", _t(tr[gettext_noop("Advice")]), advice, "<ul>", "<li>") if advice else ""
+    return (f"{_summary(result, tr)}{_bar(result, tr)}\n{warn}\n{_recommendations(result, tr)}\n"
+            f"{_changes(result, tr)}\n\n{_training_time(result, tr)}\n\n{adv}\n\n{_checkpoints(result, tr)}\n"
+            f"{_breakdown(result, tr)}")
