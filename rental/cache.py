@@ -17,7 +17,7 @@ logger = logging.getLogger("rental.cache")
 
 SKIP_SECONDS = 1.0
 
-_MISS = {"get": "default", "get_many": {}, "has_key": False, "add": False, "touch": False,
+_MISS = {"hit": (1, {}), "get": "default", "get_many": {}, "has_key": False, "add": False, "touch": False,
          "delete": False, "incr": None, "set": None, "set_many": [], "delete_many": None, "clear": None}
 
 
@@ -46,6 +46,22 @@ class FailOpenRedisCache(RedisCache):
         super().__init__(server, params)
         self._class = ReusedClientRedisCacheClient
 
+    def hit(self, key, timeout: int, *, read: tuple = ()) -> tuple[int, dict]:
+        """Counts one use of a fixed window (created with `timeout` seconds by the first) and
+        reads the `read` keys, in one round trip (SET NX EX, INCR and MGET in one MULTI),
+        where add(), incr() and get_many() took four. Returns the count and the keys found."""
+        key = self.make_and_validate_key(key)
+        names = [self.make_and_validate_key(k) for k in read]
+        with self._cache.get_client(key, write=True).pipeline(transaction=True) as pipe:
+            pipe.set(key, 0, ex=timeout, nx=True)
+            pipe.incr(key)
+            if names:
+                pipe.mget(names)
+            results = pipe.execute()
+        loads = self._cache._serializer.loads
+        found = {k: loads(v) for k, v in zip(read, results[2], strict=True) if v is not None} if names else {}
+        return results[1], found
+
     def _fallback(self, name, args, kwargs):
         result = _MISS[name]
         if result == "default":
@@ -56,7 +72,14 @@ class FailOpenRedisCache(RedisCache):
 
     @staticmethod
     def _guard(name):
-        method = getattr(RedisCache, name)
+        return FailOpenRedisCache._guarded(name, getattr(RedisCache, name))
+
+    @staticmethod
+    def _guard_own(name):
+        return FailOpenRedisCache._guarded(name, getattr(FailOpenRedisCache, name))
+
+    @staticmethod
+    def _guarded(name, method):
 
         @functools.wraps(method)
         def guarded(self, *args, **kwargs):
@@ -73,4 +96,5 @@ class FailOpenRedisCache(RedisCache):
 
 
 for _name in _MISS:
-    setattr(FailOpenRedisCache, _name, FailOpenRedisCache._guard(_name))
+    setattr(FailOpenRedisCache, _name, FailOpenRedisCache._guard(_name) if hasattr(RedisCache, _name)
+            else FailOpenRedisCache._guard_own(_name))
