@@ -12,11 +12,16 @@ poll's CPU. What still applies to it runs on both paths:
   built the policy string anew for every response).
 
 A view's exception becomes a response as anywhere else (handler500: a database outage is
-a 503)."""
+a 503). The agent API also skips the per-request database health check (CONN_HEALTH_CHECKS:
+a `SELECT 1` before the first query, a third of a steady report's statements): a poll on a
+connection the database dropped is a 503 the agent retries next round, and Django closes
+that connection when the request ends (close_if_unusable_or_obsolete), so the next poll
+reconnects."""
 from csp.constants import HEADER, HEADER_REPORT_ONLY
 from csp.utils import build_policy
 from django.conf import settings
 from django.core.handlers.exception import convert_exception_to_response
+from django.db import connections
 from django.urls import resolve
 
 from rental.middleware import SecurityHeadersMiddleware
@@ -46,6 +51,8 @@ class AgentApiMiddleware:
     def __call__(self, request):
         if not request.path_info.startswith(AGENT_PREFIX):
             return self.get_response(request)
+        for connection in connections.all(initialized_only=True):
+            connection.health_check_done = True
         response = self.agent_chain(request)
         for name, value in self.headers.items():
             response.setdefault(name, value)

@@ -204,7 +204,7 @@ def _steady_update(agent: NodeAgent, seq: int, fields: dict, now: datetime) -> b
     decided from the row."""
     if "gpus" in fields or not steady_agent_update(agent, seq, fields, now):
         return False
-    for key, value in {**fields, "last_seq": seq, "last_seen_at": now, "last_report_at": now}.items():
+    for key, value in {**fields, "last_seq": seq, "last_seen_at": now}.items():
         setattr(agent, key, value)
     remember(agent)
     return True

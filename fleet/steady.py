@@ -5,9 +5,10 @@ cost more CPU than everything else in the report; the statements are fixed, so t
 is composed once per process from the models' own table and column names, and values are
 adapted by the backend's operations as the ORM would (both PostgreSQL and SQLite run them).
 Nothing else changes: the same rows are read and written, with the same conditions."""
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 
+from django.conf import settings
 from django.db import connection
 
 from .models import InstanceReport, NodeAgent
@@ -27,21 +28,31 @@ def _update_sql(facts: tuple[str, ...]) -> str:
     q = connection.ops.quote_name
     conditions = " AND ".join(f"{_column(NodeAgent, f)} = %s" for f in
                               ("id", "credential_hash", "public_key", *facts))
+    report_at = _column(NodeAgent, "last_report_at")
     return (f"UPDATE {q(NodeAgent._meta.db_table)} SET {_column(NodeAgent, 'last_seq')} = %s, "
-            f"{_column(NodeAgent, 'last_seen_at')} = %s, {_column(NodeAgent, 'last_report_at')} = %s "
+            f"{_column(NodeAgent, 'last_seen_at')} = %s, {report_at} = CASE WHEN {report_at} IS NULL "
+            f"OR {report_at} < %s THEN %s ELSE {report_at} END "
             f"WHERE {conditions} AND {_column(NodeAgent, 'last_seq')} < %s "
             f"AND {_column(NodeAgent, 'revoked_at')} IS NULL")
 
 
 def steady_agent_update(agent: NodeAgent, seq: int, facts: dict, now: datetime) -> bool:
-    """last_seq, last_seen_at, last_report_at := seq, now, now — only where the row is this
-    agent's, with this credential and key, unrevoked, seq below `seq`, and every given fact
-    as stored. True when that row was updated."""
+    """last_seq, last_seen_at := seq, now, and last_report_at := now once the stored one is
+    NODE_SEEN_WRITE_SECONDS old — only where the row is this agent's, with this credential
+    and key, unrevoked, seq below `seq`, and every given fact as stored. True when that row
+    was updated.
+
+    last_report_at is indexed (the admin's "not reporting" filter): a row whose indexed
+    columns keep their values is updated in place by PostgreSQL (a HOT update, no index
+    entries), where writing it on every report added an entry to each of the table's five
+    indexes per poll. The heartbeat is therefore exact to NODE_SEEN_WRITE_SECONDS (60 s),
+    well inside NODE_REPORT_STALE_AFTER (3 min)."""
     names = tuple(f for f in FACTS if f in facts)
-    at = connection.ops.adapt_datetimefield_value(now)
+    adapt = connection.ops.adapt_datetimefield_value
+    at, stale_before = adapt(now), adapt(now - timedelta(seconds=settings.NODE_SEEN_WRITE_SECONDS))
     with connection.cursor() as cursor:
-        cursor.execute(_update_sql(names), [seq, at, at, agent.pk, agent.credential_hash, agent.public_key,
-                                            *(facts[f] for f in names), seq])
+        cursor.execute(_update_sql(names), [seq, at, stale_before, at, agent.pk, agent.credential_hash,
+                                            agent.public_key, *(facts[f] for f in names), seq])
         return cursor.rowcount == 1
 
 
@@ -53,8 +64,31 @@ def _reports_sql(count: int) -> str:
             f"= %s AND {_column(InstanceReport, 'lease_id')} IN ({', '.join(['%s'] * count)})")
 
 
+@cache
+def _converters() -> list:
+    """Per column, the backend's and the field's conversions of a raw value (as the ORM
+    applies them: a JSON text parsed, an SQLite timestamp made an aware datetime)."""
+    out = []
+    for name in _REPORT_FIELDS:
+        field = InstanceReport._meta.get_field(name)
+        steps = [*connection.ops.get_db_converters(field.get_col(InstanceReport._meta.db_table)),
+                 *field.get_db_converters(connection)]
+        out.append((field.get_col(InstanceReport._meta.db_table), steps))
+    return out
+
+
 def instance_reports(node_id: int, lease_ids: list[int]) -> list[InstanceReport]:
-    """The node's stored instance reports of these leases (model instances, values converted
-    as the ORM converts them)."""
+    """The node's stored instance reports of these leases, as model instances."""
     ids = sorted(set(lease_ids))
-    return list(InstanceReport.objects.raw(_reports_sql(len(ids)), [node_id, *ids]))
+    with connection.cursor() as cursor:
+        cursor.execute(_reports_sql(len(ids)), [node_id, *ids])
+        rows = cursor.fetchall()
+    reports = []
+    for row in rows:
+        values = []
+        for value, (expression, steps) in zip(row, _converters(), strict=True):
+            for step in steps:
+                value = step(value, expression, connection)
+            values.append(value)
+        reports.append(InstanceReport.from_db(connection.alias, _REPORT_FIELDS, values))
+    return reports

@@ -47,20 +47,23 @@ class FailOpenRedisCache(RedisCache):
         self._class = ReusedClientRedisCacheClient
 
     def hit(self, key, timeout: int, *, read: tuple = ()) -> tuple[int, dict]:
-        """Counts one use of a fixed window (created with `timeout` seconds by the first) and
-        reads the `read` keys, in one round trip (SET NX EX, INCR and MGET in one MULTI),
-        where add(), incr() and get_many() took four. Returns the count and the keys found."""
+        """Counts one use of a fixed window (the first use starts it, `timeout` seconds) and
+        reads the `read` keys, in one round trip where add(), incr() (exists + incr) and
+        get_many() took four. INCR then EXPIRE NX (Redis 7): the expiry is set once per
+        window and never extended; should the window end between the two, INCR counted into
+        the old one and EXPIRE finds nothing — no counter is ever left without an expiry.
+        Returns the count and the keys found."""
         key = self.make_and_validate_key(key)
         names = [self.make_and_validate_key(k) for k in read]
-        with self._cache.get_client(key, write=True).pipeline(transaction=True) as pipe:
-            pipe.set(key, 0, ex=timeout, nx=True)
+        with self._cache.get_client(key, write=True).pipeline(transaction=False) as pipe:
             pipe.incr(key)
+            pipe.expire(key, timeout, nx=True)
             if names:
                 pipe.mget(names)
             results = pipe.execute()
         loads = self._cache._serializer.loads
         found = {k: loads(v) for k, v in zip(read, results[2], strict=True) if v is not None} if names else {}
-        return results[1], found
+        return results[0], found
 
     def _fallback(self, name, args, kwargs):
         result = _MISS[name]
