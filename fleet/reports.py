@@ -31,7 +31,7 @@ from .desired import lease_on_node
 from .evidence import Refused, evidence_accept
 from .jsonbody import parse_json
 from .models import EgressMeter, InstanceReport, NodeAgent
-from .steady import instance_reports, steady_agent_update
+from .steady import StoredReport, reports_written, steady_agent_update, stored_reports
 from .timeutil import parse_time
 
 MAX_ITEMS = 256
@@ -79,7 +79,10 @@ def _envelope(agent: NodeAgent, body: bytes, signature: str, now: datetime) -> d
     return data
 
 
-def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetime) -> Outcome:
+def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetime, cached: dict | None = None
+                  ) -> Outcome:
+    """`cached`: the cache keys the view read with the poll (the node's stored instance
+    reports, fleet/steady.py), if any."""
     data = _envelope(agent, body, signature, now)
     outcome = Outcome()
     if isinstance(data.get("desired_etag"), str):
@@ -87,7 +90,7 @@ def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetim
     # The seq check: a replay stops here, changing nothing.
     agent = _node_facts(agent, data, now, outcome, body=body, signature=signature)
     slots = _GpuSlots(agent)
-    instances = _Instances(agent.node_id, data.get("instances"))
+    instances = _Instances(agent.node_id, data.get("instances"), cached or {})
     for name, apply in (("gpus", partial(_gpu, slots=slots)), ("instances", partial(_instance, known=instances)),
                         ("evidence", _evidence)):
         items = data.get(name) or []
@@ -308,16 +311,16 @@ class _Instances:
     A stored report proves its lease held slots on the node (nothing else is accepted, and
     allocations are released, never deleted), so only leases without one are looked up."""
 
-    def __init__(self, node_id: int, items):
+    def __init__(self, node_id: int, items, cached: dict):
         ids = [i["lease_id"] for i in items if isinstance(i, dict) and type(i.get("lease_id")) is int] \
             if isinstance(items, list) and len(items) <= MAX_ITEMS else []
-        self.reports = {r.lease_id: r for r in instance_reports(node_id, ids)} if ids else {}
+        self.reports = stored_reports(node_id, ids, cached) if ids else {}
         unknown = [i for i in ids if i not in self.reports]
         self.on_node = set(self.reports) | (set(SlotAllocation.objects.filter(
             slot__node_id=node_id, lease_id__in=unknown).values_list("lease_id", flat=True)) if unknown else set())
 
 
-def _unchanged(report: InstanceReport | None, item: dict, port, op_id: str, error, egress: int, now: datetime) -> bool:
+def _unchanged(report: StoredReport | None, item: dict, port, op_id: str, error, egress: int, now: datetime) -> bool:
     """Issue 31: a steady instance — same state, port, op and error, no volumes or snapshot
     news — whose egress grew less than NODE_EGRESS_FLUSH_BYTES since the stored counter, which
     is younger than NODE_EGRESS_FLUSH_SECONDS: nothing is written. The counter is cumulative, so
@@ -360,6 +363,7 @@ def _instance(agent: NodeAgent, item, now: datetime, *, known: _Instances | None
 
 def _instance_store(agent: NodeAgent, item: dict, lease_id: int, state: str, op_id: str, port, egress: int, error,
                     now: datetime) -> None:
+    reports_written(agent.node_id)
     report = InstanceReport.objects.select_for_update().filter(lease_id=lease_id, node=agent.node).first()
     previous = report.egress_counter if report else 0
     if (egress - previous if egress >= previous else egress) > egress_ceiling(lease_id, report, now):

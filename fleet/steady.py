@@ -5,11 +5,13 @@ cost more CPU than everything else in the report; the statements are fixed, so t
 is composed once per process from the models' own table and column names, and values are
 adapted by the backend's operations as the ORM would (both PostgreSQL and SQLite run them).
 Nothing else changes: the same rows are read and written, with the same conditions."""
+import functools
 from datetime import datetime, timedelta
-from functools import cache
+from typing import NamedTuple
 
 from django.conf import settings
-from django.db import connection
+from django.core.cache import cache
+from django.db import connection, transaction
 
 from .models import InstanceReport, NodeAgent
 
@@ -23,7 +25,7 @@ def _column(model, name: str) -> str:
     return connection.ops.quote_name(model._meta.get_field(name).column)
 
 
-@cache
+@functools.cache
 def _update_sql(facts: tuple[str, ...]) -> str:
     q = connection.ops.quote_name
     conditions = " AND ".join(f"{_column(NodeAgent, f)} = %s" for f in
@@ -56,7 +58,7 @@ def steady_agent_update(agent: NodeAgent, seq: int, facts: dict, now: datetime) 
         return cursor.rowcount == 1
 
 
-@cache
+@functools.cache
 def _reports_sql(count: int) -> str:
     q = connection.ops.quote_name
     columns = ", ".join(_column(InstanceReport, f) for f in _REPORT_FIELDS)
@@ -64,7 +66,7 @@ def _reports_sql(count: int) -> str:
             f"= %s AND {_column(InstanceReport, 'lease_id')} IN ({', '.join(['%s'] * count)})")
 
 
-@cache
+@functools.cache
 def _converters() -> list:
     """Per column, the backend's and the field's conversions of a raw value (as the ORM
     applies them: a JSON text parsed, an SQLite timestamp made an aware datetime)."""
@@ -77,18 +79,59 @@ def _converters() -> list:
     return out
 
 
-def instance_reports(node_id: int, lease_ids: list[int]) -> list[InstanceReport]:
-    """The node's stored instance reports of these leases, as model instances."""
-    ids = sorted(set(lease_ids))
+class StoredReport(NamedTuple):
+    """What a report's steady check compares with (fleet/reports.py `_unchanged`)."""
+    lease_id: int
+    state: str
+    ssh_port: int | None
+    op_id: str
+    error: dict | None
+    egress_counter: int
+    reported_at: datetime
+
+
+def _read_reports(node_id: int, lease_ids: list[int]) -> dict[int, StoredReport]:
     with connection.cursor() as cursor:
-        cursor.execute(_reports_sql(len(ids)), [node_id, *ids])
+        cursor.execute(_reports_sql(len(lease_ids)), [node_id, *lease_ids])
         rows = cursor.fetchall()
-    reports = []
+    reports = {}
     for row in rows:
         values = []
         for value, (expression, steps) in zip(row, _converters(), strict=True):
             for step in steps:
                 value = step(value, expression, connection)
             values.append(value)
-        reports.append(InstanceReport.from_db(connection.alias, _REPORT_FIELDS, values))
+        stored = StoredReport(*values[1:2], *values[3:])
+        reports[stored.lease_id] = stored
     return reports
+
+
+# --- the node's stored instance reports, copied in the cache ----------------------------------
+# A steady report of a node reads its instances' stored reports to decide that nothing needs
+# writing. The copy is read in the round trip that counts the poll (fleet/views.py), so a
+# steady report reads no table for it. It holds exactly what the table held when read, and
+# is dropped before and after every write of the node's instance reports (in the
+# transaction, and on commit; reports.py `_instance_store`). Should both drops be lost to a
+# cache outage, the copy is at most NODE_EGRESS_FLUSH_SECONDS old (its lifetime): an
+# instance whose state then went back to what the copy says is stored late by that much.
+
+def reports_key(node_id: int) -> str:
+    return f"fleet:instance-reports:{node_id}"
+
+
+def stored_reports(node_id: int, lease_ids: list[int], found: dict) -> dict[int, StoredReport]:
+    """The node's stored instance reports of these leases (those that have one), from the
+    copy `found` holds when it covers them all, else from the table (and copied)."""
+    ids = sorted(set(lease_ids))
+    copy = found.get(reports_key(node_id))
+    if isinstance(copy, dict) and all(i in copy for i in ids):
+        return {i: copy[i] for i in ids}
+    reports = _read_reports(node_id, ids)
+    cache.set(reports_key(node_id), reports, timeout=settings.NODE_EGRESS_FLUSH_SECONDS)
+    return reports
+
+
+def reports_written(node_id: int) -> None:
+    """An instance report of the node is being written: the copy goes, now and on commit."""
+    cache.delete(reports_key(node_id))
+    transaction.on_commit(lambda: cache.delete(reports_key(node_id)))

@@ -18,6 +18,7 @@ from .jsonbody import parse_json
 from .models import NodeAgent
 from .reports import ReportRefused, report_accept
 from .services import EnrolmentRefused, node_enrol
+from .steady import reports_key
 
 
 def _error(status: int, code: str) -> JsonResponse:
@@ -57,15 +58,20 @@ def _unauthorized(request) -> JsonResponse:
                          limit=settings.NODE_ENROLMENTS_PER_IP_PER_MINUTE) or _error(401, "unauthorized")
 
 
-def _agent_or_refusal(request, *, checked_by_caller: bool) -> tuple[NodeAgent | None, dict, JsonResponse | None]:
+def _report_keys(node_id: int) -> tuple[str, ...]:
+    return (*etag_keys(node_id), reports_key(node_id))
+
+
+def _agent_or_refusal(request, *, checked_by_caller: bool, keys_of=etag_keys
+                      ) -> tuple[NodeAgent | None, dict, JsonResponse | None]:
     """The calling agent (fleet/credentials.py), its call counted against the node's rate
-    limit, and the cache keys a poll needs (the credential epoch, the node's ETag keys) —
+    limit, and the cache keys a poll needs (the credential epoch, the node's `keys_of`) —
     for an agent this worker has seen, all in one cache round trip (issue 31)."""
     credential_hash = _credential_hash(request)
     if credential_hash is None:
         return None, {}, _unauthorized(request)
     seen = credentials.cached_ids(credential_hash)
-    read = (credentials.EPOCH_KEY, *(etag_keys(seen[1]) if seen else ()))
+    read = (credentials.EPOCH_KEY, *(keys_of(seen[1]) if seen else ()))
     if seen:
         allowed, found = throttle_take_reading("node-requests", request, limit=_request_limit(), window_seconds=60,
                                                key=f"node:{seen[0]}", read=read)
@@ -77,7 +83,7 @@ def _agent_or_refusal(request, *, checked_by_caller: bool) -> tuple[NodeAgent | 
         return None, {}, _unauthorized(request)
     if seen != (agent.pk, agent.node_id):        # looked up now: counted and read now
         allowed, found = throttle_take_reading("node-requests", request, limit=_request_limit(), window_seconds=60,
-                                               key=f"node:{agent.pk}", read=etag_keys(agent.node_id))
+                                               key=f"node:{agent.pk}", read=keys_of(agent.node_id))
     if not allowed:
         response = _error(429, "rate_limited")
         response["Retry-After"] = "60"
@@ -164,7 +170,7 @@ def _with_desired(payload: dict, agent: NodeAgent, held_etag: str, now, found: d
 def report(request):
     # The report's UPDATE re-checks the credential and key (fleet/reports.py): a cached
     # entry serves whatever the credential epoch.
-    agent, found, refusal = _agent_or_refusal(request, checked_by_caller=True)
+    agent, found, refusal = _agent_or_refusal(request, checked_by_caller=True, keys_of=_report_keys)
     if refusal:
         return refusal
     body = _body(request)
@@ -174,7 +180,7 @@ def report(request):
     try:
         now = timezone.now()
         outcome = report_accept(agent=agent, body=body, signature=request.headers.get("X-Node-Signature", ""),
-                                now=now)
+                                now=now, cached=found)
     except ReportRefused as exc:
         return _error(exc.status, exc.code)
     payload = outcome.as_json()

@@ -92,24 +92,52 @@ def test_a_host_changed_behind_the_cached_row_is_still_followed(paid_lease, enro
     assert NodeAgent.objects.get(node=node.node).public_host == "203.0.113.7"
 
 
+def _statements(node, body) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        assert node.post(body).status_code == 200
+    return [" ".join(q["sql"].split()[:3]).upper() for q in queries.captured_queries]
+
+
 def test_a_steady_report_is_one_update_and_the_heartbeat_is_written_once_stale(paid_lease, enrol, settings):
     lease = paid_lease()
     node = enrol(node_of(lease))
-    instances = [{"lease_id": lease.pk, "op_id": node.issued_op(lease), "state": "running", "ssh_port": 22042,
-                  "egress_bytes": 0, "error": None}]
-    assert node.post(node.body(instances=instances)).status_code == 200
+
+    def instances(state="running"):
+        return [{"lease_id": lease.pk, "op_id": node.issued_op(lease), "state": state, "ssh_port": 22042,
+                 "egress_bytes": 0, "error": None}]
+
+    assert node.post(node.body(instances=instances())).status_code == 200     # stored
     first = NodeAgent.objects.get(node=node.node)
-    with CaptureQueriesContext(connection) as queries:
-        assert node.post(node.body(instances=instances)).status_code == 200
-    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
-    assert statements == ["UPDATE", "SELECT"]                   # the seq guard, the instance reports
+    # The next one reads the stored instance reports once (and copies them in the cache)…
+    assert [s.split()[0] for s in _statements(node, node.body(instances=instances()))] == ["UPDATE", "SELECT"]
+    # …after which a steady report is the seq guard alone.
+    assert [s.split()[0] for s in _statements(node, node.body(instances=instances()))] == ["UPDATE"]
     after = NodeAgent.objects.get(node=node.node)
     assert after.last_seq > first.last_seq and after.last_seen_at > first.last_seen_at
     assert after.last_report_at == first.last_report_at         # younger than NODE_SEEN_WRITE_SECONDS
     NodeAgent.objects.filter(pk=after.pk).update(last_report_at=timezone.now() - timedelta(
         seconds=settings.NODE_SEEN_WRITE_SECONDS + 1))
-    assert node.post(node.body(instances=instances)).status_code == 200
+    assert node.post(node.body(instances=instances())).status_code == 200
     assert NodeAgent.objects.get(pk=after.pk).last_report_at > after.last_report_at
+
+
+def test_the_cached_copy_of_the_instance_reports_follows_every_write(paid_lease, enrol):
+    from fleet.models import InstanceReport
+
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    item = {"lease_id": lease.pk, "op_id": node.issued_op(lease), "state": "running", "ssh_port": 22042,
+            "egress_bytes": 0, "error": None}
+    for _ in range(3):                                          # stored, then read and copied, then steady
+        assert node.post(node.body(instances=[item])).status_code == 200
+    stopped = {**item, "state": "stopped"}
+    assert any("INSTANCEREPORT" in s for s in _statements(node, node.body(instances=[stopped])))
+    assert InstanceReport.objects.get(lease=lease).state == "stopped"
+    # The copy went with the write: "stopped" is now steady, and "running" a change again.
+    assert not any("INSTANCEREPORT" in s and not s.startswith("SELECT")
+                   for s in _statements(node, node.body(instances=[stopped])))
+    assert node.post(node.body(instances=[item])).status_code == 200
+    assert InstanceReport.objects.get(lease=lease).state == "running"
 
 
 def test_the_agent_api_keeps_its_security_headers_without_the_browser_middleware(paid_lease, enrol):
