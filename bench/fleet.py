@@ -282,7 +282,16 @@ async def warm(base: str, fleet: list[dict], connections: int) -> None:
                         "X-Node-Signature": base64.b64encode(key.sign(data)).decode()}) as r:
                     await r.read()
 
-        await asyncio.gather(*(first(n) for n in fleet if "etag" not in n))
+        async def first_retried(node: dict):
+            for attempt in range(3):        # a busy server may drop a connection: untimed, so retried
+                try:
+                    return await first(node)
+                except (TimeoutError, aiohttp.ClientError):
+                    if attempt == 2:
+                        raise
+                    await asyncio.sleep(1 + attempt)
+
+        await asyncio.gather(*(first_retried(n) for n in fleet if "etag" not in n))
 
 
 async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, connections: int,
