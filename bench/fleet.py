@@ -52,6 +52,9 @@ def parse_args():
     parser.add_argument("--poll", type=float, default=15.0, help="seconds between a node's polls (NODE_POLL_SECONDS)")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of load per size")
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads per gunicorn worker (> 1: the gthread worker, keep-alive; scripts/start.sh "
+                             "WEB_THREADS)")
     parser.add_argument("--connections", type=int, default=64, help="the generator's open connections")
     parser.add_argument("--protocol", choices=("report", "get"), default="report",
                         help="report: the agent since issue 31, whose signed report is answered with the "
@@ -279,7 +282,16 @@ async def warm(base: str, fleet: list[dict], connections: int) -> None:
                         "X-Node-Signature": base64.b64encode(key.sign(data)).decode()}) as r:
                     await r.read()
 
-        await asyncio.gather(*(first(n) for n in fleet if "etag" not in n))
+        async def first_retried(node: dict):
+            for attempt in range(3):        # a busy server may drop a connection: untimed, so retried
+                try:
+                    return await first(node)
+                except (TimeoutError, aiohttp.ClientError):
+                    if attempt == 2:
+                        raise
+                    await asyncio.sleep(1 + attempt)
+
+        await asyncio.gather(*(first_retried(n) for n in fleet if "etag" not in n))
 
 
 async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, connections: int,
@@ -387,7 +399,9 @@ def main() -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        server = Gunicorn(env, port, args.workers, "sync", 1, Path(var_dir) / "gunicorn.log")
+        server = Gunicorn(env, port, args.workers, "gthread" if args.threads > 1 else "sync", args.threads,
+                          Path(var_dir) / "gunicorn.log")
+        print(f"gunicorn: {args.workers} workers x {args.threads} threads", flush=True)
         base = f"http://127.0.0.1:{port}"
         wait_http(base + "/healthz")
         fleet: list[dict] = []

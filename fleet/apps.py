@@ -7,5 +7,6 @@ class FleetConfig(AppConfig):
     verbose_name = "Fleet (node agents)"
 
     def ready(self):
-        from .desired_version import watch
-        watch()
+        from . import credentials, desired_version
+        desired_version.watch()
+        credentials.watch()

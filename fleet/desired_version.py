@@ -28,6 +28,7 @@ from django.db.models import Q, QuerySet, signals
 
 EPOCH_KEY = "fleet:desired:epoch"
 ALL = "all"   # a mapper's answer when a change reaches every node
+_changes = 0  # desired_changed() calls in this process (changes_so_far)
 
 
 def _version_key(node_id: int) -> str:
@@ -93,9 +94,11 @@ def desired_changed(node_ids: Iterable[int] | str) -> None:
     """The one function every change to a node's desired state goes through (the ORM hooks
     below call it): new versions for these nodes (or ALL: a new fleet-wide epoch), now and
     again when the transaction commits."""
+    global _changes
     ids = ALL if node_ids == ALL else sorted({n for n in node_ids if n is not None})
     if not ids:
         return
+    _changes += 1
     _bump(ids)
     transaction.on_commit(lambda: _bump(ids))
 
@@ -132,10 +135,24 @@ def desired_stamp(node_id: int) -> tuple | None:
     return found[EPOCH_KEY], found[_version_key(node_id)]
 
 
-def current_etag(node_id: int, now: datetime) -> str | None:
+def etag_keys(node_id: int) -> tuple[str, ...]:
+    """What current_etag reads: a poll reads them in the round trip that also counts it
+    against the node's rate limit (fleet/views.py)."""
+    return EPOCH_KEY, _version_key(node_id), _etag_key(node_id)
+
+
+def changes_so_far() -> int:
+    """How many times desired_changed() ran in this process: a request whose own work moved
+    a version (a report's evidence) reads the ETag again rather than use what it read first."""
+    return _changes
+
+
+def current_etag(node_id: int, now: datetime, *, found: dict | None = None) -> str | None:
     """The ETag of the node's desired state if the one stored is still current (same epoch
-    and version, younger than NODE_DESIRED_REVALIDATE_SECONDS); else None."""
-    found = cache.get_many([EPOCH_KEY, _version_key(node_id), _etag_key(node_id)])
+    and version, younger than NODE_DESIRED_REVALIDATE_SECONDS); else None. `found`: the
+    keys as poll_keys read them in this request."""
+    keys = etag_keys(node_id)
+    found = {k: found[k] for k in keys if k in found} if found is not None else cache.get_many(keys)
     stored = found.get(_etag_key(node_id))
     if not stored or len(found) < 3:
         return None

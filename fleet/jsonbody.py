@@ -9,6 +9,10 @@ _TOKENS = re.compile(rb'"(?:\\.|[^"\\])*"|[\[\]{}]')
 
 
 def _too_deep(body: bytes) -> bool:
+    # Issue 31: fewer bracket bytes than MAX_DEPTH cannot nest deeper (every "[" or "{" is
+    # such a byte in UTF-8, -16 and -32 alike): the usual body is decided without the scan.
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return False
     depth = 0
     for match in _TOKENS.finditer(body):
         token = match.group()
@@ -29,7 +33,10 @@ def parse_json(body: bytes):
         value = json.loads(body)
     except (UnicodeDecodeError, RecursionError) as exc:
         raise ValueError(str(exc)) from None
-    if _has_nul(value):
+    # A NUL can only reach a decoded string as the escape \u0000 (a raw control byte is
+    # refused by the parser): a body with neither that text nor any zero byte (as UTF-16 or
+    # -32 JSON, which the parser also reads, would have) needs no walk (issue 31).
+    if (b"\x00" in body or b"\\u0000" in body) and _has_nul(value):
         raise ValueError("JSON holds a NUL character")
     return value
 

@@ -25,11 +25,13 @@ from rental.storage import snapshot_progress
 
 from .burnin import burn_in_accept
 from .conditions import DRAIN, INCIDENT, split_by_rule
+from .credentials import forget, remember
 from .crypto import signature_valid
 from .desired import lease_on_node
 from .evidence import Refused, evidence_accept
 from .jsonbody import parse_json
 from .models import EgressMeter, InstanceReport, NodeAgent
+from .steady import StoredReport, reports_written, steady_agent_update, stored_reports
 from .timeutil import parse_time
 
 MAX_ITEMS = 256
@@ -77,14 +79,18 @@ def _envelope(agent: NodeAgent, body: bytes, signature: str, now: datetime) -> d
     return data
 
 
-def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetime) -> Outcome:
+def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetime, cached: dict | None = None
+                  ) -> Outcome:
+    """`cached`: the cache keys the view read with the poll (the node's stored instance
+    reports, fleet/steady.py), if any."""
     data = _envelope(agent, body, signature, now)
     outcome = Outcome()
     if isinstance(data.get("desired_etag"), str):
         outcome.desired_etag = data["desired_etag"][:80]
-    _node_facts(agent, data, now, outcome)      # the seq check: a replay stops here, changing nothing
-    slots = _GpuSlots(agent.node)
-    instances = _Instances(agent.node, data.get("instances"))
+    # The seq check: a replay stops here, changing nothing.
+    agent = _node_facts(agent, data, now, outcome, body=body, signature=signature)
+    slots = _GpuSlots(agent)
+    instances = _Instances(agent.node_id, data.get("instances"), cached or {})
     for name, apply in (("gpus", partial(_gpu, slots=slots)), ("instances", partial(_instance, known=instances)),
                         ("evidence", _evidence)):
         items = data.get(name) or []
@@ -145,11 +151,33 @@ def _topology(item) -> dict:
             "mig": item.get("mig") is True}
 
 
-def _node_facts(agent: NodeAgent, data: dict, now: datetime, outcome: Outcome) -> None:
+def _node_facts(agent: NodeAgent, data: dict, now: datetime, outcome: Outcome, *, body: bytes,
+                signature: str) -> NodeAgent:
     """The seq guard and the node's facts in one UPDATE (issue 31: a report writes one row
-    of its own); a fact is written only when it changed."""
+    of its own); a fact is written only when it changed. Returns the agent as stored now."""
+    fields = _reported_facts(data, outcome)
+    if _steady_update(agent, data["seq"], fields, now):
+        return agent
+    agent = _fresh(agent, body, signature, now)     # the credential and key, from the database
     seq = data["seq"]
-    fields = {"last_seq": seq, "last_seen_at": now, "last_report_at": now}
+    fields = {"last_seq": seq, "last_seen_at": now, "last_report_at": now, **fields}
+    moved_host = agent.public_host and fields.get("public_host", agent.public_host) != agent.public_host
+    changed = {k: v for k, v in fields.items() if k in ("last_seq", "last_seen_at", "last_report_at")
+               or getattr(agent, k) != v}
+    if not NodeAgent.objects.filter(pk=agent.pk, last_seq__lt=seq).update(**changed):
+        raise ReportRefused(409, "replayed")
+    for key, value in fields.items():
+        setattr(agent, key, value)
+    remember(agent)
+    if "gpus" in fields:
+        _nvlink_reported(agent.node, fields["gpus"])
+    if moved_host:
+        _follow_new_host(agent, now)
+    return agent
+
+
+def _reported_facts(data: dict, outcome: Outcome) -> dict:
+    fields = {}
     version, host, library = data.get("agent_version"), data.get("public_host"), data.get("gpu_library")
     if isinstance(version, str) and len(version) <= 40:
         fields["agent_version"] = version
@@ -168,17 +196,35 @@ def _node_facts(agent: NodeAgent, data: dict, now: datetime, outcome: Outcome) -
             except Refused:
                 continue
         fields["gpus"] = rows
-    moved_host = agent.public_host and fields.get("public_host", agent.public_host) != agent.public_host
-    changed = {k: v for k, v in fields.items() if k in ("last_seq", "last_seen_at", "last_report_at")
-               or getattr(agent, k) != v}
-    if not NodeAgent.objects.filter(pk=agent.pk, last_seq__lt=seq).update(**changed):
-        raise ReportRefused(409, "replayed")
-    for key, value in fields.items():
+    return fields
+
+
+def _steady_update(agent: NodeAgent, seq: int, fields: dict, now: datetime) -> bool:
+    """Issue 31, the steady report: its facts are the ones stored (they are conditions of
+    the UPDATE, so an agent row cached by this worker cannot mislead it), the credential is
+    still the agent's, unrevoked, with the key the signature was checked with — then the seq
+    guard and the heartbeat are the one query (fleet/steady.py). False: anything else,
+    decided from the row."""
+    if "gpus" in fields or not steady_agent_update(agent, seq, fields, now):
+        return False
+    for key, value in {**fields, "last_seq": seq, "last_seen_at": now}.items():
         setattr(agent, key, value)
-    if "gpus" in fields:
-        _nvlink_reported(agent.node, fields["gpus"])
-    if moved_host:
-        _follow_new_host(agent, now)
+    remember(agent)
+    return True
+
+
+def _fresh(agent: NodeAgent, body: bytes, signature: str, now: datetime) -> NodeAgent:
+    """The agent's row as stored; refused when its credential was revoked or replaced since
+    this worker cached it, re-checked when its key changed."""
+    stored = NodeAgent.objects.select_related("node").filter(
+        pk=agent.pk, credential_hash=agent.credential_hash, revoked_at__isnull=True).first()
+    if stored is None:
+        forget(agent.credential_hash)
+        raise ReportRefused(401, "unauthorized")
+    if stored.public_key != agent.public_key:
+        forget(agent.credential_hash)
+        _envelope(stored, body, signature, now)
+    return stored
 
 
 def _nvlink_reported(node, rows: list[dict]) -> None:
@@ -208,14 +254,14 @@ class _GpuSlots:
     and only when it lists GPUs (issue 31: a steady report of 8 healthy GPUs reads two rows
     sets, writes nothing, opens no transaction)."""
 
-    def __init__(self, node):
-        self.node, self._by_index, self._with_incident = node, None, None
+    def __init__(self, agent: NodeAgent):
+        self.node_id, self._by_index, self._with_incident = agent.node_id, None, None
 
     def _load(self) -> None:
         if self._by_index is None:
-            self._by_index = {s.index: s for s in GpuSlot.objects.filter(node=self.node)}
+            self._by_index = {s.index: s for s in GpuSlot.objects.filter(node_id=self.node_id)}
             self._with_incident = set(Incident.objects.filter(
-                source=Incident.Source.HEALTH_CHECK, ends_at__isnull=True, slot__node=self.node)
+                source=Incident.Source.HEALTH_CHECK, ends_at__isnull=True, slot__node_id=self.node_id)
                 .values_list("slot_id", flat=True))
 
     @property
@@ -265,16 +311,16 @@ class _Instances:
     A stored report proves its lease held slots on the node (nothing else is accepted, and
     allocations are released, never deleted), so only leases without one are looked up."""
 
-    def __init__(self, node, items):
+    def __init__(self, node_id: int, items, cached: dict):
         ids = [i["lease_id"] for i in items if isinstance(i, dict) and type(i.get("lease_id")) is int] \
             if isinstance(items, list) and len(items) <= MAX_ITEMS else []
-        self.reports = {r.lease_id: r for r in InstanceReport.objects.filter(node=node, lease_id__in=ids)} if ids else {}
+        self.reports = stored_reports(node_id, ids, cached) if ids else {}
         unknown = [i for i in ids if i not in self.reports]
         self.on_node = set(self.reports) | (set(SlotAllocation.objects.filter(
-            slot__node=node, lease_id__in=unknown).values_list("lease_id", flat=True)) if unknown else set())
+            slot__node_id=node_id, lease_id__in=unknown).values_list("lease_id", flat=True)) if unknown else set())
 
 
-def _unchanged(report: InstanceReport | None, item: dict, port, op_id: str, error, egress: int, now: datetime) -> bool:
+def _unchanged(report: StoredReport | None, item: dict, port, op_id: str, error, egress: int, now: datetime) -> bool:
     """Issue 31: a steady instance — same state, port, op and error, no volumes or snapshot
     news — whose egress grew less than NODE_EGRESS_FLUSH_BYTES since the stored counter, which
     is younger than NODE_EGRESS_FLUSH_SECONDS: nothing is written. The counter is cumulative, so
@@ -317,6 +363,7 @@ def _instance(agent: NodeAgent, item, now: datetime, *, known: _Instances | None
 
 def _instance_store(agent: NodeAgent, item: dict, lease_id: int, state: str, op_id: str, port, egress: int, error,
                     now: datetime) -> None:
+    reports_written(agent.node_id)
     report = InstanceReport.objects.select_for_update().filter(lease_id=lease_id, node=agent.node).first()
     previous = report.egress_counter if report else 0
     if (egress - previous if egress >= previous else egress) > egress_ceiling(lease_id, report, now):

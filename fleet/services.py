@@ -14,6 +14,7 @@ from inventory.models import BurnIn, Node
 from rental.models import Lease, LeaseState
 from rental.services import TransitionRefused, lease_record
 
+from .credentials import credentials_changed
 from .crypto import new_secret, public_key_valid, secret_hash
 from .models import EnrolmentCode, InstanceIntent, NodeAgent
 
@@ -56,6 +57,7 @@ def node_enrol(*, code: str, public_key: str, agent_version: str, hostname: str,
     fields = {"credential_hash": secret_hash(credential), "public_key": public_key.strip(), "enrolled_at": now,
               "revoked_at": None, "last_seq": 0, "agent_version": agent_version[:40], "hostname": hostname[:120]}
     NodeAgent.objects.update_or_create(node=row.node, defaults=fields)
+    credentials_changed()
     audit_record(actor=None, action="node_enrolled", obj=row.node,
                  detail={"hostname": hostname[:120], "agent_version": agent_version[:40]})
     _burn_in_before_first_sale(row.node, now)
@@ -77,6 +79,7 @@ def node_credential_revoke(*, node: Node, actor, now: datetime) -> bool:
     changed = NodeAgent.objects.filter(node=node, credential_hash__isnull=False).update(
         credential_hash=None, revoked_at=now)
     if changed:
+        credentials_changed()
         audit_record(actor=actor, action="node_credential_revoked", obj=node)
     return bool(changed)
 

@@ -2,20 +2,23 @@
 (`Authorization: Node <credential>`), so CSRF-exempt; every answer is JSON, and bad input
 is a 4xx with {"error": code}, never a 500."""
 from django.conf import settings
+from django.core.cache import cache
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponseNotModified, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from rental.accounts.throttle import throttle_take
+from rental.accounts.throttle import throttle_take, throttle_take_reading
 
+from . import credentials
 from .desired import desired_answer
-from .desired_version import current_etag
+from .desired_version import changes_so_far, current_etag, etag_keys
 from .jsonbody import parse_json
 from .models import NodeAgent
 from .reports import ReportRefused, report_accept
-from .services import EnrolmentRefused, node_enrol, node_for_credential
+from .services import EnrolmentRefused, node_enrol
+from .steady import reports_key
 
 
 def _error(status: int, code: str) -> JsonResponse:
@@ -29,11 +32,9 @@ def _body(request) -> bytes | None:
         return None
 
 
-def _authenticated(request) -> NodeAgent | None:
+def _credential_hash(request) -> str | None:
     scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
-    if scheme != "Node":
-        return None
-    return node_for_credential(credential.strip())
+    return credentials.credential_hash_of(credential) if scheme == "Node" else None
 
 
 def _rate_limited(request, *, scope: str, limit: int, key: str | None = None) -> JsonResponse | None:
@@ -46,15 +47,48 @@ def _rate_limited(request, *, scope: str, limit: int, key: str | None = None) ->
     return response
 
 
-def _agent_or_refusal(request) -> tuple[NodeAgent | None, JsonResponse | None]:
-    agent = _authenticated(request)
-    if agent is None:
-        return None, (_rate_limited(request, scope="node-unauthorized",
-                                    limit=settings.NODE_ENROLMENTS_PER_IP_PER_MINUTE) or _error(401, "unauthorized"))
+def _request_limit() -> int:
     # Never below what the poll interval the server gives asks for (desired + report, and
     # retries): 4 calls per interval.
-    limit = max(settings.NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE, 4 * 60 // max(1, settings.NODE_POLL_SECONDS))
-    return agent, _rate_limited(request, scope="node-requests", key=f"node:{agent.pk}", limit=limit)
+    return max(settings.NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE, 4 * 60 // max(1, settings.NODE_POLL_SECONDS))
+
+
+def _unauthorized(request) -> JsonResponse:
+    return _rate_limited(request, scope="node-unauthorized",
+                         limit=settings.NODE_ENROLMENTS_PER_IP_PER_MINUTE) or _error(401, "unauthorized")
+
+
+def _report_keys(node_id: int) -> tuple[str, ...]:
+    return (*etag_keys(node_id), reports_key(node_id))
+
+
+def _agent_or_refusal(request, *, checked_by_caller: bool, keys_of=etag_keys
+                      ) -> tuple[NodeAgent | None, dict, JsonResponse | None]:
+    """The calling agent (fleet/credentials.py), its call counted against the node's rate
+    limit, and the cache keys a poll needs (the credential epoch, the node's `keys_of`) —
+    for an agent this worker has seen, all in one cache round trip (issue 31)."""
+    credential_hash = _credential_hash(request)
+    if credential_hash is None:
+        return None, {}, _unauthorized(request)
+    seen = credentials.cached_ids(credential_hash)
+    read = (credentials.EPOCH_KEY, *(keys_of(seen[1]) if seen else ()))
+    if seen:
+        allowed, found = throttle_take_reading("node-requests", request, limit=_request_limit(), window_seconds=60,
+                                               key=f"node:{seen[0]}", read=read)
+    else:
+        allowed, found = True, cache.get_many(read)
+    agent = credentials.cached_agent(credential_hash, epoch=credentials.current_epoch(found),
+                                     checked_by_caller=checked_by_caller)
+    if agent is None:
+        return None, {}, _unauthorized(request)
+    if seen != (agent.pk, agent.node_id):        # looked up now: counted and read now
+        allowed, found = throttle_take_reading("node-requests", request, limit=_request_limit(), window_seconds=60,
+                                               key=f"node:{agent.pk}", read=keys_of(agent.node_id))
+    if not allowed:
+        response = _error(429, "rate_limited")
+        response["Retry-After"] = "60"
+        return None, {}, response
+    return agent, found, None
 
 
 def _text(data: dict, key: str, max_len: int) -> str:
@@ -93,13 +127,13 @@ def enrol(request):
 @csrf_exempt
 @require_GET
 def desired(request):
-    agent, refusal = _agent_or_refusal(request)
+    agent, found, refusal = _agent_or_refusal(request, checked_by_caller=False)
     if refusal:
         return refusal
     now = timezone.now()
     _seen(agent, now)
     asked = {t.strip() for t in request.headers.get("If-None-Match", "").split(",") if t.strip()}
-    etag = current_etag(agent.node_id, now) if asked else None
+    etag = current_etag(agent.node_id, now, found=found) if asked else None
     if etag is not None and etag in asked:
         response = HttpResponseNotModified()      # issue 31: decided from the cache, no query
     else:
@@ -114,13 +148,16 @@ def _seen(agent: NodeAgent, now) -> None:
     NODE_SEEN_WRITE_SECONDS (issue 31: a steady poll writes nothing; reports write it)."""
     if agent.last_seen_at is None or (now - agent.last_seen_at).total_seconds() >= settings.NODE_SEEN_WRITE_SECONDS:
         NodeAgent.objects.filter(pk=agent.pk).update(last_seen_at=now)
+        agent.last_seen_at = now
+        credentials.remember(agent)
 
 
-def _with_desired(payload: dict, agent: NodeAgent, held_etag: str, now) -> dict:
+def _with_desired(payload: dict, agent: NodeAgent, held_etag: str, now, found: dict | None) -> dict:
     """Issue 31: a report that says which desired state the agent holds (`desired_etag`) is
     answered with the current one (`desired`: the document, or null when it is the one held),
-    so a steady node makes one request per poll."""
-    etag = current_etag(agent.node_id, now)
+    so a steady node makes one request per poll. `found`: the ETag keys as read before the
+    report was applied, None when applying it moved a desired-state version."""
+    etag = current_etag(agent.node_id, now, found=found)
     if etag is None or etag != held_etag:
         document, etag = desired_answer(node=agent.node, now=now)
     payload["desired"] = None if etag == held_etag else document
@@ -131,19 +168,23 @@ def _with_desired(payload: dict, agent: NodeAgent, held_etag: str, now) -> dict:
 @csrf_exempt
 @require_POST
 def report(request):
-    agent, refusal = _agent_or_refusal(request)
+    # The report's UPDATE re-checks the credential and key (fleet/reports.py): a cached
+    # entry serves whatever the credential epoch.
+    agent, found, refusal = _agent_or_refusal(request, checked_by_caller=True, keys_of=_report_keys)
     if refusal:
         return refusal
     body = _body(request)
     if body is None:
         return _error(413, "too_large")
+    changes = changes_so_far()
     try:
         now = timezone.now()
         outcome = report_accept(agent=agent, body=body, signature=request.headers.get("X-Node-Signature", ""),
-                                now=now)
+                                now=now, cached=found)
     except ReportRefused as exc:
         return _error(exc.status, exc.code)
     payload = outcome.as_json()
     if outcome.desired_etag is not None:
-        payload = _with_desired(payload, agent, outcome.desired_etag, now)
+        payload = _with_desired(payload, agent, outcome.desired_etag, now,
+                                found if changes_so_far() == changes else None)
     return JsonResponse(payload)

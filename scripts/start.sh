@@ -18,8 +18,10 @@ case "${1:-}" in
   web)
     # issue 28: the client's address and no reset token in the access log
     # (rental/accesslog.py); no control socket: nothing but the master manages workers.
+    # WEB_THREADS > 1 runs gunicorn's threaded worker (keep-alive to the proxy): issue 31
+    # measured it for a storefront serving a large fleet of node agents (BENCHMARKS.md §11).
     exec gunicorn storefront.wsgi:application --bind "${GUNICORN_BIND:-0.0.0.0:8000}" \
-      --workers "${WEB_CONCURRENCY:-4}" --worker-tmp-dir /dev/shm --access-logfile - \
+      --workers "${WEB_CONCURRENCY:-4}" --threads "${WEB_THREADS:-1}" --worker-tmp-dir /dev/shm --access-logfile - \
       --logger-class rental.accesslog.AccessLogger \
       --access-logformat '%(h)s via %({peer}e)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"' \
       --no-control-socket ;;

@@ -35,6 +35,17 @@ def throttle_take(scope: str, request, *, limit: int, window_seconds: int, key: 
     return _hit(_scoped(scope, request, key), window_seconds) <= limit
 
 
+def throttle_take_reading(scope: str, request, *, limit: int, window_seconds: int, key: str | None = None,
+                          read: tuple = ()) -> tuple[bool, dict]:
+    """throttle_take, and the cache keys `read` (as cache.get_many finds them) in the same
+    round trip where the cache allows it (issue 31: an agent's poll)."""
+    counter = _scoped(scope, request, key)
+    if hasattr(cache, "hit"):
+        count, found = cache.hit(counter, window_seconds, read=read)
+        return count <= limit, found
+    return _hit(counter, window_seconds) <= limit, cache.get_many(read) if read else {}
+
+
 def throttle_give_back(scope: str, request, *, key: str | None = None) -> None:
     try:
         cache.decr(_scoped(scope, request, key))
@@ -50,6 +61,8 @@ def _scoped(scope: str, request, key: str | None) -> str:
 
 
 def _hit(key: str, window_seconds: int) -> int:
+    if hasattr(cache, "hit"):             # Redis (rental.cache): one round trip
+        return cache.hit(key, window_seconds)[0]
     if cache.add(key, 1, timeout=window_seconds):
         return 1
     try:

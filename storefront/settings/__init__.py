@@ -87,6 +87,8 @@ MIDDLEWARE = [
     # A database outage in a view is a 503 with Retry-After, not a 500 (rental/middleware.py).
     "rental.middleware.DatabaseUnavailableMiddleware",
     "rental.middleware.NulByteGuardMiddleware",  # NUL in a query or form: 400, not a DataError (issue 16)
+    # /agent/v1/ (signed, token-authenticated JSON) leaves here, with its own security headers (issue 31).
+    "fleet.middleware.AgentApiMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -411,6 +413,11 @@ NODE_DESIRED_REVALIDATE_SECONDS = int(os.environ.get("NODE_DESIRED_REVALIDATE_SE
 NODE_SEEN_WRITE_SECONDS = int(os.environ.get("NODE_SEEN_WRITE_SECONDS", "60"))
 NODE_EGRESS_FLUSH_SECONDS = int(os.environ.get("NODE_EGRESS_FLUSH_SECONDS", "300"))
 NODE_EGRESS_FLUSH_BYTES = int(os.environ.get("NODE_EGRESS_FLUSH_BYTES", str(10**9)))
+# A worker keeps the agents whose credentials it has seen at most this long, and at most this
+# many (fleet/credentials.py: a report re-checks its credential in its UPDATE, a desired poll
+# under the credential epoch that every enrolment and revocation moves).
+NODE_CREDENTIAL_CACHE_SECONDS = int(os.environ.get("NODE_CREDENTIAL_CACHE_SECONDS", "60"))
+NODE_CREDENTIAL_CACHE_MAX = int(os.environ.get("NODE_CREDENTIAL_CACHE_MAX", "50000"))
 # Issue 32: a card on an enrolled node is sold only with a passing burn-in newer than its
 # last lease (inventory.burnin); the agent runs `dcgmi diag -r BURN_IN_DCGM_LEVEL`.
 BURN_IN_BEFORE_SALE = os.environ.get("BURN_IN_BEFORE_SALE", "1") == "1"
