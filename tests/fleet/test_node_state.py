@@ -221,3 +221,32 @@ def test_migration_moves_the_instance_and_tells_the_customer(paid_lease, enrol, 
         "evidence[0]"]
     assert Evidence.objects.filter(node=source.node, kind="key_destroyed").exists()
     assert DiskKey.objects.get(lease=lease).state == DiskKey.State.ACTIVE
+
+
+def test_after_a_migration_only_the_last_node_wipes_the_ended_lease(paid_lease, enrol, operator):
+    """The module's rule (fleet/desired.py): disk work only of the node the lease was on
+    last. A lease that moved and then ended is wiped on its new node; the node it left holds
+    only a copy whose key it was told to destroy, and is never told to wipe a disk that
+    belongs to the new node's slot."""
+    from rental.services import lease_release, lease_suspend
+
+    lease = paid_lease()
+    source = enrol(node_of(lease))
+    source.report(evidence=[ready(source, lease, port=22042)])
+    node_evacuate(node=source.node, actor=operator, now=timezone.now())
+    target = enrol(node_of(lease))
+    target.report(evidence=[ready(target, lease, port=23001)])
+    lease.refresh_from_db()
+    lease_suspend(lease_id=lease.pk, now=lease.ends_at)
+    lease.refresh_from_db()
+    lease_release(lease_id=lease.pk, now=lease.hold_until)
+
+    def wanted(node):
+        [item] = node.desired().json()["instances"]
+        return item["want"], item["disk"], item["op_id"]
+
+    assert wanted(target)[:2] == ("absent", "destroy_key")
+    target.report(evidence=[key_destroyed(target, lease, op_id=wanted(target)[2])])
+    assert DiskKey.objects.get(lease=lease).state == DiskKey.State.DESTROYED
+    assert wanted(target)[:2] == ("absent", "wipe")
+    assert wanted(source)[:2] == ("absent", "destroy_key")
