@@ -82,6 +82,22 @@ def test_draining_node_leaves_stock_and_is_audited(catalog, operator):
     assert entry.actor == operator and entry.detail["reason"] == "maintenance"
 
 
+def test_draining_twice_is_one_change_and_undraining_returns_the_stock(catalog, operator):
+    """Only a change is audited: asking to drain a draining node changes nothing. Undraining
+    puts the node's cards back in stock and is audited as such (no reason given: none recorded)."""
+    from inventory.models import AuditEntry
+
+    node = Node.objects.filter(gpu_model__slug="mi300x").get()
+    free = free_by_model()["mi300x"]
+    node_set_draining(node=node, draining=True, actor=operator, reason="maintenance")
+    node_set_draining(node=node, draining=True, actor=operator, reason="maintenance")
+    assert AuditEntry.objects.filter(action="node_drain").count() == 1
+    assert node_set_draining(node=node, draining=False, actor=operator).draining is False
+    assert free_by_model()["mi300x"] == free
+    entry = AuditEntry.objects.get(action="node_undrain")
+    assert entry.actor == operator and entry.detail == {"reason": ""}
+
+
 def test_filters_select_rows(catalog):
     big = catalog_rows(CatalogFilter(min_vram_gb=100))
     assert {r.gpu.slug for r in big} == {"h200-sxm", "mi300x"}
@@ -150,3 +166,34 @@ def test_faq_figures_come_from_the_sizing_engine(client, catalog):
 def test_catalog_rows_link_to_the_order_page(client, catalog):
     body = client.get(reverse("catalog")).content.decode()
     assert reverse("order", args=["h100-sxm"]) in body
+
+
+def test_a_nodes_slots_follow_its_gpu_count_but_a_used_slot_stays(catalog, operator):
+    """node_save: a new node gets slots 0…n-1; lowering its count removes the unused slots
+    beyond it; a slot any lease ever held is never removed: the change is refused, saying
+    why, and none of it is saved. Every saved change is audited with old and new values."""
+    from django.utils import timezone
+
+    from inventory.models import AuditEntry
+    from inventory.services import NodeRefused, node_save
+
+    def indexes():
+        return sorted(node.slots.values_list("index", flat=True))
+
+    node = Node(site=Site.objects.get(code="DFW-1"), name="dfw-test-9", gpu_model=GpuModel.objects.get(slug="rtx-3090"),
+                gpu_count=4, vcpus=32, host_ram_gb=128)
+    node_save(node=node, actor=operator, changed={})
+    assert indexes() == [0, 1, 2, 3]
+    node.gpu_count = 3
+    node_save(node=node, actor=operator, changed={"gpu_count": (4, 3)})
+    assert indexes() == [0, 1, 2]
+    SlotAllocation.objects.create(slot=node.slots.get(index=2), lease_id=9, released_at=timezone.now())
+    node.gpu_count = 2
+    with pytest.raises(NodeRefused) as refused:
+        node_save(node=node, actor=operator, changed={"gpu_count": (3, 2)})
+    assert str(refused.value) == ("dfw-test-9: slots at index 2 and above have leases; "
+                                  "drain the node and let them end first")
+    assert Node.objects.get(pk=node.pk).gpu_count == 3 and indexes() == [0, 1, 2]
+    audited = AuditEntry.objects.filter(action__in=["node_created", "node_changed"], actor=operator).order_by("id")
+    assert [(e.action, e.detail) for e in audited] == [("node_created", {}),
+                                                      ("node_changed", {"gpu_count": ["4", "3"]})]
