@@ -82,6 +82,18 @@ def test_draining_node_leaves_stock_and_is_audited(catalog, operator):
     assert entry.actor == operator and entry.detail["reason"] == "maintenance"
 
 
+def test_a_draining_node_is_sold_no_new_lease(catalog, operator):
+    """Draining stops new leases on a node: the allocator itself refuses it, not only the
+    catalog's count (the one mi300x node drained: sold out; undrained: its card sells)."""
+    node = Node.objects.get(gpu_model__slug="mi300x")
+    offer = Offer.objects.get(slug="mi300x")
+    node_set_draining(node=node, draining=True, actor=operator, reason="maintenance")
+    with pytest.raises(SoldOut):
+        slots_allocate(offer=offer, site=node.site, lease_id=31)
+    node_set_draining(node=node, draining=False, actor=operator)
+    assert [s.node_id for s in slots_allocate(offer=offer, site=node.site, lease_id=31)] == [node.pk]
+
+
 def test_draining_twice_is_one_change_and_undraining_returns_the_stock(catalog, operator):
     """Only a change is audited: asking to drain a draining node changes nothing. Undraining
     puts the node's cards back in stock and is audited as such (no reason given: none recorded)."""
