@@ -61,6 +61,9 @@ def test_multi_gpu_offer_takes_slots_on_one_node_and_sells_out(catalog):
         slots_allocate(offer=offer, site=site, lease_id=8)
     row = next(r for r in catalog_rows() if r.offer.slug == "8x-mi300x")
     assert row.free_total == 0
+    # Released, the same eight cards sell again.
+    slots_release(lease_id=7)
+    assert sorted(s.pk for s in slots_allocate(offer=offer, site=site, lease_id=9)) == sorted(s.pk for s in slots)
 
 
 def test_one_slot_one_live_lease_at_database_level(catalog):
