@@ -85,6 +85,23 @@ def test_draining_node_leaves_stock_and_is_audited(catalog, operator):
     assert entry.actor == operator and entry.detail["reason"] == "maintenance"
 
 
+@pytest.mark.parametrize("unsellable", [{"in_service": False}, {"burn_in_due": True}, {"health_hold": "xid_79"}])
+def test_a_card_out_of_service_in_burn_in_or_on_hold_is_not_sold(catalog, unsellable):
+    """The allocator sells only sellable cards: one of the eight mi300x cards out of service,
+    due a burn-in or held by a health condition, the 8-card offer is sold out and a 1-card
+    order gets one of the other seven."""
+    node = Node.objects.get(gpu_model__slug="mi300x")
+    held = node.slots.get(index=0)
+    node.slots.filter(pk=held.pk).update(**unsellable)
+    with pytest.raises(SoldOut):
+        slots_allocate(offer=Offer.objects.get(slug="8x-mi300x"), site=node.site, lease_id=41)
+    taken = [slots_allocate(offer=Offer.objects.get(slug="mi300x"), site=node.site, lease_id=42 + i)[0].pk
+             for i in range(7)]
+    assert held.pk not in taken and len(set(taken)) == 7
+    with pytest.raises(SoldOut):
+        slots_allocate(offer=Offer.objects.get(slug="mi300x"), site=node.site, lease_id=49)
+
+
 def test_a_draining_node_is_sold_no_new_lease(catalog, operator):
     """Draining stops new leases on a node: the allocator itself refuses it, not only the
     catalog's count (the one mi300x node drained: sold out; undrained: its card sells)."""
