@@ -66,27 +66,27 @@ def account_for(customer: User) -> Account:
     return Account.objects.get_or_create(customer=customer)[0]
 
 
-@transaction.atomic
 def ledger_post(*, customer: User, kind: str, amount_cents: int, now: datetime, invoice=None, actor=None,
                 memo: str = "", idempotency_key: str | None = None, allow_negative: bool = False
                 ) -> LedgerEntry | None:
     """Append one entry under the account's row lock. With an idempotency key, a repeat is
     a no-op (returns None). Raises InsufficientBalance rather than going below zero — except
     ``allow_negative`` (taking back a payment that left the chain: the customer owes it)."""
-    account = Account.objects.select_for_update().get_or_create(customer=customer)[0]  # one query once it exists
-    if idempotency_key and LedgerEntry.objects.filter(idempotency_key=idempotency_key).exists():
-        return None
-    new_balance = account.balance_cents + amount_cents
-    if new_balance < 0 and amount_cents < 0 and not allow_negative:
-        raise InsufficientBalance(
-            _("Balance %(balance)s does not cover %(amount)s.")
-            % {"balance": format_usd(account.balance_cents), "amount": format_usd(-amount_cents)})
-    Account.objects.filter(pk=account.pk).update(balance_cents=F("balance_cents") + amount_cents)
-    return LedgerEntry.objects.create(
-        account=account, at=now, kind=kind, amount_cents=amount_cents, balance_after_cents=new_balance,
-        invoice=invoice, actor=actor if getattr(actor, "pk", None) else None, memo=memo[:200],
-        idempotency_key=idempotency_key,
-    )
+    with transaction.atomic():
+        account = Account.objects.select_for_update().get_or_create(customer=customer)[0]  # one query once it exists
+        if idempotency_key and LedgerEntry.objects.filter(idempotency_key=idempotency_key).exists():
+            return None
+        new_balance = account.balance_cents + amount_cents
+        if new_balance < 0 and amount_cents < 0 and not allow_negative:
+            raise InsufficientBalance(
+                _("Balance %(balance)s does not cover %(amount)s.")
+                % {"balance": format_usd(account.balance_cents), "amount": format_usd(-amount_cents)})
+        Account.objects.filter(pk=account.pk).update(balance_cents=F("balance_cents") + amount_cents)
+        return LedgerEntry.objects.create(
+            account=account, at=now, kind=kind, amount_cents=amount_cents, balance_after_cents=new_balance,
+            invoice=invoice, actor=actor if getattr(actor, "pk", None) else None, memo=memo[:200],
+            idempotency_key=idempotency_key,
+        )
 
 
 def balance_top_up(*, customer: User, amount_cents: int, now: datetime, actor=None, memo="",

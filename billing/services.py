@@ -112,7 +112,6 @@ def addons_validate(addons: dict) -> dict[str, int]:
     return clean
 
 
-@transaction.atomic
 def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str, image: Image, ssh_public_key: str,
                          addons: dict[str, int] | None = None, pay_from_balance: bool = False,
                          now: datetime | None = None, client_address: str | None = None,
@@ -124,28 +123,29 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
     created if it is not the customer's ready snapshot at this site or does not fit."""
     from rental.storage import lease_restore_from_set, snapshot_restore_check
 
-    now = now or timezone.now()
-    addons = addons_validate(addons or {})
-    if restore_from is not None:
-        disk_gb = offer.gpu_model.included_nvme_gb + 1000 * addons.get("extra_nvme_tb", 0)
-        snapshot_restore_check(snapshot=restore_from, customer=customer, site=site, disk_bytes=disk_gb * 10**9)
-    lines = price_lines(offer=offer, term=term, addons=addons)
-    _refuse_hoarding(customer, pay_from_balance=pay_from_balance, gpus=offer.gpu_count, client_address=client_address,
-                     now=now)
-    window = order_payment_window(customer)
-    lease = rental.lease_create_pending(
-        customer=customer, offer=offer, site=site, term=term, image=image, ssh_public_key=ssh_public_key,
-        price_cents=sum(line.amount_cents for line in lines), pay_window=window, now=now,
-        ordered_from=client_address, **addons,
-    )
-    if restore_from is not None:
-        lease_restore_from_set(lease=lease, snapshot=restore_from, now=now, actor=customer)
-    invoice = _create_invoice(customer=customer, kind=Invoice.Kind.ORDER, lines=lines, now=now, lease=lease,
-                              expires_at=now + window)
-    lease_event_emit(event="order.placed", lease=lease, at=None, now=now, invoice=invoice_data(invoice))
-    if pay_from_balance:
-        invoice_pay_from_balance(invoice=invoice, now=now, actor=customer)
-    return lease, invoice
+    with transaction.atomic():
+        now = now or timezone.now()
+        addons = addons_validate(addons or {})
+        if restore_from is not None:
+            disk_gb = offer.gpu_model.included_nvme_gb + 1000 * addons.get("extra_nvme_tb", 0)
+            snapshot_restore_check(snapshot=restore_from, customer=customer, site=site, disk_bytes=disk_gb * 10**9)
+        lines = price_lines(offer=offer, term=term, addons=addons)
+        _refuse_hoarding(customer, pay_from_balance=pay_from_balance, gpus=offer.gpu_count, client_address=client_address,
+                         now=now)
+        window = order_payment_window(customer)
+        lease = rental.lease_create_pending(
+            customer=customer, offer=offer, site=site, term=term, image=image, ssh_public_key=ssh_public_key,
+            price_cents=sum(line.amount_cents for line in lines), pay_window=window, now=now,
+            ordered_from=client_address, **addons,
+        )
+        if restore_from is not None:
+            lease_restore_from_set(lease=lease, snapshot=restore_from, now=now, actor=customer)
+        invoice = _create_invoice(customer=customer, kind=Invoice.Kind.ORDER, lines=lines, now=now, lease=lease,
+                                  expires_at=now + window)
+        lease_event_emit(event="order.placed", lease=lease, at=None, now=now, invoice=invoice_data(invoice))
+        if pay_from_balance:
+            invoice_pay_from_balance(invoice=invoice, now=now, actor=customer)
+        return lease, invoice
 
 
 def _refuse_hoarding(customer: User, *, pay_from_balance: bool, gpus: int, client_address: str | None,
@@ -168,38 +168,38 @@ def _refuse_hoarding(customer: User, *, pay_from_balance: bool, gpus: int, clien
         raise TooManyOpenOrders(refusal)
 
 
-@transaction.atomic
 def invoice_pay_from_balance(*, invoice: Invoice, now: datetime, actor=None) -> Invoice:
-    kind = LedgerEntry.Kind.RENEWAL if invoice.kind == Invoice.Kind.RENEWAL else LedgerEntry.Kind.ORDER
-    if invoice.kind == Invoice.Kind.TOPUP:
-        raise BillingError(_("A top-up cannot be paid from the balance."))
-    ledger_post(customer=invoice.customer, kind=kind, amount_cents=-invoice.amount_cents, now=now, invoice=invoice,
-                actor=actor, memo=f"invoice #{invoice.pk}")
-    if not invoice_mark_paid(invoice=invoice, via="balance", now=now, actor=actor):
-        raise BillingError(_("Invoice #%(id)s is no longer open.") % {"id": invoice.pk})
-    invoice.refresh_from_db()
-    return invoice
+    with transaction.atomic():
+        kind = LedgerEntry.Kind.RENEWAL if invoice.kind == Invoice.Kind.RENEWAL else LedgerEntry.Kind.ORDER
+        if invoice.kind == Invoice.Kind.TOPUP:
+            raise BillingError(_("A top-up cannot be paid from the balance."))
+        ledger_post(customer=invoice.customer, kind=kind, amount_cents=-invoice.amount_cents, now=now, invoice=invoice,
+                    actor=actor, memo=f"invoice #{invoice.pk}")
+        if not invoice_mark_paid(invoice=invoice, via="balance", now=now, actor=actor):
+            raise BillingError(_("Invoice #%(id)s is no longer open.") % {"id": invoice.pk})
+        invoice.refresh_from_db()
+        return invoice
 
 
-@transaction.atomic
 def invoice_mark_paid(*, invoice: Invoice, via: str, now: datetime, actor=None, note: str = "") -> bool:
     """open → paid, once; then the lease gets its term. If the lease can no longer be
     started or extended (expired order, released lease) the money goes to the balance."""
-    changed = Invoice.objects.filter(pk=invoice.pk, state=Invoice.State.OPEN).update(
-        state=Invoice.State.PAID, paid_at=now, paid_via=via[:20], note=note[:300],
-        settled_by=actor if (via == "manual" and getattr(actor, "pk", None)) else None)
-    if not changed:
-        return False
-    invoice.refresh_from_db()
-    event_emit(event="invoice.paid", term=f"invoice:{invoice.pk}", customer=invoice.customer, now=now,
-               lease=invoice.lease, data=lambda: {"invoice": invoice_data(invoice),
-                                                  **({"lease": lease_data(invoice.lease)} if invoice.lease_id else {})})
-    delivered = _deliver(invoice, now=now, actor=actor)
-    if not delivered:
-        ledger_post(customer=invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=invoice.amount_cents,
-                    now=now, invoice=invoice, memo=f"invoice #{invoice.pk} paid after its lease ended",
-                    idempotency_key=f"late:{invoice.pk}")
-    return True
+    with transaction.atomic():
+        changed = Invoice.objects.filter(pk=invoice.pk, state=Invoice.State.OPEN).update(
+            state=Invoice.State.PAID, paid_at=now, paid_via=via[:20], note=note[:300],
+            settled_by=actor if (via == "manual" and getattr(actor, "pk", None)) else None)
+        if not changed:
+            return False
+        invoice.refresh_from_db()
+        event_emit(event="invoice.paid", term=f"invoice:{invoice.pk}", customer=invoice.customer, now=now,
+                   lease=invoice.lease, data=lambda: {"invoice": invoice_data(invoice),
+                                                      **({"lease": lease_data(invoice.lease)} if invoice.lease_id else {})})
+        delivered = _deliver(invoice, now=now, actor=actor)
+        if not delivered:
+            ledger_post(customer=invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=invoice.amount_cents,
+                        now=now, invoice=invoice, memo=f"invoice #{invoice.pk} paid after its lease ended",
+                        idempotency_key=f"late:{invoice.pk}")
+        return True
 
 
 def _deliver(invoice: Invoice, *, now: datetime, actor) -> bool:
@@ -219,11 +219,11 @@ def _deliver(invoice: Invoice, *, now: datetime, actor) -> bool:
                                reason=f"renewal invoice #{invoice.pk} paid")
 
 
-@transaction.atomic
 def invoice_settle_manually(*, invoice: Invoice, actor: User, note: str, now: datetime | None = None) -> bool:
-    if not note.strip():
-        raise BillingError(_("A manual settlement needs a note saying why."))
-    return invoice_mark_paid(invoice=invoice, via="manual", now=now or timezone.now(), actor=actor, note=note)
+    with transaction.atomic():
+        if not note.strip():
+            raise BillingError(_("A manual settlement needs a note saying why."))
+        return invoice_mark_paid(invoice=invoice, via="manual", now=now or timezone.now(), actor=actor, note=note)
 
 
 def topup_invoice_create(*, customer: User, amount_cents: int, now: datetime | None = None) -> Invoice:
@@ -266,127 +266,126 @@ def _volume_pending_cents(lease: Lease) -> int:
     return ordered_volume_pending_cents(lease)
 
 
-@transaction.atomic
 def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> int:
     """Before `lease.refund_until` (LEASE_REFUND_WINDOW_MINUTES after the order), no questions
     asked: cancelled, slots freed, key destroyed, what was paid and not refunded yet back to
     the balance. A customer gets REFUNDS_PER_MONTH such refunds of money a month (the account
     row lock makes two at once count as two); every refund is audited. Returns the cents
     refunded."""
-    now = now or timezone.now()
-    lease = Lease.objects.select_for_update().get(pk=lease.pk)
-    if lease.customer_id != actor.pk and not actor.is_staff:
-        raise BillingError(_("Only the lease's customer or an operator can refund it."))
-    if now >= lease.refund_until:
-        raise BillingError(_("Refunds are possible within %(minutes)s minutes of ordering; this lease is older.")
-                           % {"minutes": settings.LEASE_REFUND_WINDOW_MINUTES})
-    if lease.state not in (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE):
-        raise BillingError(_("A lease that is %(state)s cannot be refunded.") % {"state": lease.get_state_display()})
-    # invoices before the account: the customer desk's refund locks in that order too
-    paid = list(Invoice.objects.select_for_update().filter(lease=lease, state=Invoice.State.PAID)
-                .exclude(kind=Invoice.Kind.TOPUP).order_by("pk"))
-    amount = sum(refundable_cents(i) for i in paid)  # a pending add-on's part is refunded too (cancelled)
-    amount += _volume_pending_cents(lease)
-    by_customer = actor.pk == lease.customer_id
-    if amount and by_customer:
-        account_for(lease.customer)
-        Account.objects.select_for_update().get(customer=lease.customer)
-        if refunds_left(lease.customer, now) <= 0:
-            raise RefundLimitReached(
-                _("You have used your %(n)d no-questions refund(s) this month; contact support instead.")
-                % {"n": settings.REFUNDS_PER_MONTH})
-    amount, touched = _lease_refund_claim(lease, paid, now=now)
-    Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID, note="refunded")
-    rental.lease_cancel(lease_id=lease.pk, now=now, actor=actor, reason="refund within the refund window",
-                        from_states=[LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE])
-    if amount:
-        ledger_post(customer=lease.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=amount, now=now,
-                    invoice=touched[0], actor=actor, memo=f"refund of lease #{lease.pk}",
-                    idempotency_key=_refund_key("refund", touched))
-    used_seconds = max(0, (now - lease.started_at).total_seconds()) if lease.started_at else 0
-    audit_record(actor=actor, action="lease_refund", obj=lease,
-                 detail={"amount_cents": amount, "by_customer": by_customer, "used_minutes": int(used_seconds // 60),
-                         "invoices": [i.pk for i in touched]})
-    return amount
+    with transaction.atomic():
+        now = now or timezone.now()
+        lease = Lease.objects.select_for_update().get(pk=lease.pk)
+        if lease.customer_id != actor.pk and not actor.is_staff:
+            raise BillingError(_("Only the lease's customer or an operator can refund it."))
+        if now >= lease.refund_until:
+            raise BillingError(_("Refunds are possible within %(minutes)s minutes of ordering; this lease is older.")
+                               % {"minutes": settings.LEASE_REFUND_WINDOW_MINUTES})
+        if lease.state not in (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE):
+            raise BillingError(_("A lease that is %(state)s cannot be refunded.") % {"state": lease.get_state_display()})
+        # invoices before the account: the customer desk's refund locks in that order too
+        paid = list(Invoice.objects.select_for_update().filter(lease=lease, state=Invoice.State.PAID)
+                    .exclude(kind=Invoice.Kind.TOPUP).order_by("pk"))
+        amount = sum(refundable_cents(i) for i in paid)  # a pending add-on's part is refunded too (cancelled)
+        amount += _volume_pending_cents(lease)
+        by_customer = actor.pk == lease.customer_id
+        if amount and by_customer:
+            account_for(lease.customer)
+            Account.objects.select_for_update().get(customer=lease.customer)
+            if refunds_left(lease.customer, now) <= 0:
+                raise RefundLimitReached(
+                    _("You have used your %(n)d no-questions refund(s) this month; contact support instead.")
+                    % {"n": settings.REFUNDS_PER_MONTH})
+        amount, touched = _lease_refund_claim(lease, paid, now=now)
+        Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID, note="refunded")
+        rental.lease_cancel(lease_id=lease.pk, now=now, actor=actor, reason="refund within the refund window",
+                            from_states=[LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE])
+        if amount:
+            ledger_post(customer=lease.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=amount, now=now,
+                        invoice=touched[0], actor=actor, memo=f"refund of lease #{lease.pk}",
+                        idempotency_key=_refund_key("refund", touched))
+        used_seconds = max(0, (now - lease.started_at).total_seconds()) if lease.started_at else 0
+        audit_record(actor=actor, action="lease_refund", obj=lease,
+                     detail={"amount_cents": amount, "by_customer": by_customer, "used_minutes": int(used_seconds // 60),
+                             "invoices": [i.pk for i in touched]})
+        return amount
 
 
-@transaction.atomic
 def lease_fail_and_refund(*, lease: Lease, now: datetime) -> int | None:
     """The lease is still provisioning past NODE_PROVISIONING_DEADLINE: it fails (slots
     freed), everything paid for it goes back to the balance and the customer is told.
     Returns the cents refunded, or None when the lease was not failed (moved meanwhile)."""
-    if not rental.lease_fail(lease_id=lease.pk, now=now, reason="no instance came up within the provisioning "
-                                                                  "deadline"):
-        return None
-    paid = Invoice.objects.filter(lease=lease, state=Invoice.State.PAID).exclude(kind=Invoice.Kind.TOPUP)
-    amount, touched = _lease_refund_claim(lease, list(paid), now=now)
-    Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID,
-                                                                        note="lease failed to provision")
-    if amount:
-        ledger_post(customer=lease.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=amount, now=now,
-                    invoice=touched[0], memo=f"lease #{lease.pk} could not be provisioned",
-                    idempotency_key=_refund_key("failed", touched))
-    args = {"id": lease.pk, "offer": lease.offer, "amount": format_usd(amount),
-            "minutes": int(settings.NODE_PROVISIONING_DEADLINE.total_seconds() // 60)}
-    with rental.customer_language(lease.customer):
-        rental.notify(lease=lease, kind="provisioning_failed", deadline=now,
-                      subject=_("Lease #%(id)s (%(offer)s) could not be provisioned") % args,
-                      body=_("We could not start your instance of lease #%(id)s within %(minutes)s minutes. The "
-                             "lease is cancelled, its GPUs are freed and %(amount)s is back on your balance; you "
-                             "can order again at once.") % args)
-    return amount
+    with transaction.atomic():
+        if not rental.lease_fail(lease_id=lease.pk, now=now, reason="no instance came up within the provisioning "
+                                                                      "deadline"):
+            return None
+        paid = Invoice.objects.filter(lease=lease, state=Invoice.State.PAID).exclude(kind=Invoice.Kind.TOPUP)
+        amount, touched = _lease_refund_claim(lease, list(paid), now=now)
+        Invoice.objects.filter(lease=lease, state=Invoice.State.OPEN).update(state=Invoice.State.VOID,
+                                                                            note="lease failed to provision")
+        if amount:
+            ledger_post(customer=lease.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=amount, now=now,
+                        invoice=touched[0], memo=f"lease #{lease.pk} could not be provisioned",
+                        idempotency_key=_refund_key("failed", touched))
+        args = {"id": lease.pk, "offer": lease.offer, "amount": format_usd(amount),
+                "minutes": int(settings.NODE_PROVISIONING_DEADLINE.total_seconds() // 60)}
+        with rental.customer_language(lease.customer):
+            rental.notify(lease=lease, kind="provisioning_failed", deadline=now,
+                          subject=_("Lease #%(id)s (%(offer)s) could not be provisioned") % args,
+                          body=_("We could not start your instance of lease #%(id)s within %(minutes)s minutes. The "
+                                 "lease is cancelled, its GPUs are freed and %(amount)s is back on your balance; you "
+                                 "can order again at once.") % args)
+        return amount
 
 
 # --- renewals and expiry (called by the lifecycle sweeps) --------------------------------
 
-@transaction.atomic(savepoint=False)  # no expected error to recover from: the sweep's batch is the unit
 def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
     """The renewal for the term starting at the current end, at the locked price; once per
     term (database constraint). Auto-paid from the balance when the lease's auto-renew
     (its own, else the account's default) allows it."""
-    invoice, created = renewal_invoice_issue(lease=lease, now=now)
-    if not created:
-        return None
-    if lease_auto_renews(lease):
-        try:
-            with transaction.atomic():
-                invoice_pay_from_balance(invoice=invoice, now=now)
-        except InsufficientBalance:
-            pass
-    return invoice
+    with transaction.atomic(savepoint=False):  # no expected error to recover from: the sweep's batch is the unit
+        invoice, created = renewal_invoice_issue(lease=lease, now=now)
+        if not created:
+            return None
+        if lease_auto_renews(lease):
+            try:
+                with transaction.atomic():
+                    invoice_pay_from_balance(invoice=invoice, now=now)
+            except InsufficientBalance:
+                pass
+        return invoice
 
 
-@transaction.atomic(savepoint=False)  # no expected error to recover from: the sweep's batch is the unit
 def renewal_invoice_issue(*, lease: Lease, now: datetime) -> tuple[Invoice, bool]:
     """The renewal invoice of the term starting at the lease's current end: made (with its
     notice) when there is none, else the one that exists — one per (lease, term start),
     whether the sweep or the customer's "extend" asked first. Returns (invoice, created)."""
-    with translation.override("en"):  # stored in English, shown in the reader's language (billing/display)
-        lines = [Line(_("Renewal of lease #%(id)s: %(offer)s, %(term)s")
-                      % {"id": lease.pk, "offer": lease.offer, "term": Term(lease.term).label}, 1, lease.price_cents)]
-    try:
-        with transaction.atomic():
-            # Egress overage so far, marked invoiced together with this invoice (ops hook).
-            from .egress import egress_renewal_lines
-            lines += egress_renewal_lines(lease=lease)
-            invoice = _create_invoice(customer=lease.customer, kind=Invoice.Kind.RENEWAL, lines=lines, now=now,
-                                      lease=lease, term_start=lease.ends_at)
-    except IntegrityError:
-        return Invoice.objects.get(lease=lease, kind=Invoice.Kind.RENEWAL, term_start=lease.ends_at), False
-    with rental.customer_language(lease.customer):
-        rental.notify(lease=lease, kind="renewal_invoice", deadline=lease.ends_at,
-                      subject=_("Renewal invoice #%(invoice)s for lease #%(lease)s")
-                      % {"invoice": invoice.pk, "lease": lease.pk},
-                      body=_("Renewal of lease #%(lease)s: %(amount)s, due before %(due)s UTC.")
-                      % {"lease": lease.pk, "amount": format_usd(invoice.amount_cents),
-                         "due": f"{lease.ends_at:%Y-%m-%d %H:%M}"}, now=now)
-    return invoice, True
+    with transaction.atomic(savepoint=False):  # no expected error to recover from: the sweep's batch is the unit
+        with translation.override("en"):  # stored in English, shown in the reader's language (billing/display)
+            lines = [Line(_("Renewal of lease #%(id)s: %(offer)s, %(term)s")
+                          % {"id": lease.pk, "offer": lease.offer, "term": Term(lease.term).label}, 1, lease.price_cents)]
+        try:
+            with transaction.atomic():
+                # Egress overage so far, marked invoiced together with this invoice (ops hook).
+                from .egress import egress_renewal_lines
+                lines += egress_renewal_lines(lease=lease)
+                invoice = _create_invoice(customer=lease.customer, kind=Invoice.Kind.RENEWAL, lines=lines, now=now,
+                                          lease=lease, term_start=lease.ends_at)
+        except IntegrityError:
+            return Invoice.objects.get(lease=lease, kind=Invoice.Kind.RENEWAL, term_start=lease.ends_at), False
+        with rental.customer_language(lease.customer):
+            rental.notify(lease=lease, kind="renewal_invoice", deadline=lease.ends_at,
+                          subject=_("Renewal invoice #%(invoice)s for lease #%(lease)s")
+                          % {"invoice": invoice.pk, "lease": lease.pk},
+                          body=_("Renewal of lease #%(lease)s: %(amount)s, due before %(due)s UTC.")
+                          % {"lease": lease.pk, "amount": format_usd(invoice.amount_cents),
+                             "due": f"{lease.ends_at:%Y-%m-%d %H:%M}"}, now=now)
+        return invoice, True
 
 
 EXTENDABLE = (LeaseState.ACTIVE, LeaseState.SUSPENDED)
 
 
-@transaction.atomic
 def lease_extend_order(*, lease: Lease, actor: User, pay_from_balance: bool = False,
                        now: datetime | None = None) -> Invoice:
     """The customer pays the next term now ("extend by a week/month"): the renewal invoice
@@ -394,35 +393,36 @@ def lease_extend_order(*, lease: Lease, actor: User, pay_from_balance: bool = Fa
     renewal sweep makes, so asking twice, or the sweep and the customer at once, make one),
     paid from the balance when asked. Once paid the term is added and the next "extend"
     invoices the term after it. Raises BillingError (InsufficientBalance) with the reason."""
-    now = now or timezone.now()
-    lease = Lease.objects.select_for_update().select_related("customer", "offer__gpu_model").get(pk=lease.pk)
-    if lease.customer_id != actor.pk:
-        raise BillingError(_("Only the lease's customer can extend it."))
-    if lease.state not in EXTENDABLE or lease.ends_at is None:
-        raise BillingError(_("Lease #%(id)s is %(state)s: only a running or suspended lease can be extended.")
-                           % {"id": lease.pk, "state": lease.get_state_display()})
-    ahead = lease.ends_at - now
-    if ahead > timedelta(days=settings.LEASE_EXTEND_MAX_AHEAD_DAYS):
-        raise BillingError(_("Lease #%(id)s is paid until %(end)s UTC; extend it again closer to that date.")
-                           % {"id": lease.pk, "end": f"{lease.ends_at:%Y-%m-%d %H:%M}"})
-    invoice, created = renewal_invoice_issue(lease=lease, now=now)
-    audit_record(actor=actor, action="lease_extend_order", obj=lease,
-                 detail={"invoice": invoice.pk, "term_start": lease.ends_at.isoformat(), "created": created,
-                         "pay_from_balance": pay_from_balance})
-    if pay_from_balance and invoice.state == Invoice.State.OPEN:
-        invoice_pay_from_balance(invoice=invoice, now=now, actor=actor)
-    invoice.refresh_from_db()
-    return invoice
+    with transaction.atomic():
+        now = now or timezone.now()
+        lease = Lease.objects.select_for_update().select_related("customer", "offer__gpu_model").get(pk=lease.pk)
+        if lease.customer_id != actor.pk:
+            raise BillingError(_("Only the lease's customer can extend it."))
+        if lease.state not in EXTENDABLE or lease.ends_at is None:
+            raise BillingError(_("Lease #%(id)s is %(state)s: only a running or suspended lease can be extended.")
+                               % {"id": lease.pk, "state": lease.get_state_display()})
+        ahead = lease.ends_at - now
+        if ahead > timedelta(days=settings.LEASE_EXTEND_MAX_AHEAD_DAYS):
+            raise BillingError(_("Lease #%(id)s is paid until %(end)s UTC; extend it again closer to that date.")
+                               % {"id": lease.pk, "end": f"{lease.ends_at:%Y-%m-%d %H:%M}"})
+        invoice, created = renewal_invoice_issue(lease=lease, now=now)
+        audit_record(actor=actor, action="lease_extend_order", obj=lease,
+                     detail={"invoice": invoice.pk, "term_start": lease.ends_at.isoformat(), "created": created,
+                             "pay_from_balance": pay_from_balance})
+        if pay_from_balance and invoice.state == Invoice.State.OPEN:
+            invoice_pay_from_balance(invoice=invoice, now=now, actor=actor)
+        invoice.refresh_from_db()
+        return invoice
 
 
-@transaction.atomic
 def order_invoice_expire(*, invoice: Invoice, now: datetime) -> bool:
     """The payment window closed unpaid: invoice expired, pending lease cancelled, slots back."""
-    changed = Invoice.objects.filter(pk=invoice.pk, state=Invoice.State.OPEN, expires_at__lte=now).update(
-        state=Invoice.State.EXPIRED)
-    if not changed:
-        return False
-    if invoice.lease_id:
-        rental.lease_cancel(lease_id=invoice.lease_id, now=now, from_states=[LeaseState.PENDING],
-                            reason=f"invoice #{invoice.pk} not paid within the payment window")
-    return True
+    with transaction.atomic():
+        changed = Invoice.objects.filter(pk=invoice.pk, state=Invoice.State.OPEN, expires_at__lte=now).update(
+            state=Invoice.State.EXPIRED)
+        if not changed:
+            return False
+        if invoice.lease_id:
+            rental.lease_cancel(lease_id=invoice.lease_id, now=now, from_states=[LeaseState.PENDING],
+                                reason=f"invoice #{invoice.pk} not paid within the payment window")
+        return True

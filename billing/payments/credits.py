@@ -111,40 +111,40 @@ def review_open(*, quote: Quote, payment: Payment | None, kind: str, amount: int
 
 # --- operators decide -----------------------------------------------------------------------
 
-@transaction.atomic
 def payment_review_credit(*, review: PaymentReview, actor, now: datetime) -> PaymentReview:
     """Credit what the review holds: the proposed amount, or (no rate at the time) the coins
     at today's fresh rate; for a reversed payment that came back, what was taken back."""
-    review = PaymentReview.objects.select_for_update().select_related("quote__invoice").get(pk=review.pk)
-    if review.state != R.State.OPEN:
-        raise PaymentError(gettext("This review is already decided."))
-    quote = review.quote
-    rate: Decimal | None = None
-    cents = review.proposed_cents
-    coin = review.sent_coin or quote.coin  # a misdirected deposit is worth what was sent
-    if cents is None:
-        rate = rate_for(Coin(coin), now).usd_per_coin
-        cents = cents_at(int(review.amount), rate, coin)
-    if cents <= 0:
-        raise PaymentError(gettext("Nothing to credit: the amount is worth less than a cent."))
-    ledger_post(customer=quote.invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=cents, now=now,
-                invoice=quote.invoice, actor=actor, idempotency_key=f"review:{review.pk}",
-                memo=f"{review.get_kind_display()}: quote #{quote.pk}, credited by an operator"[:200])
-    if review.payment_id and review.kind != R.Kind.REVERSED:
-        Payment.objects.filter(pk=review.payment_id).update(credited_cents=cents, credit_rate=rate)
-    return _decide(review, R.State.CREDITED, actor, now, f"credited {cents} cents", cents=cents)
+    with transaction.atomic():
+        review = PaymentReview.objects.select_for_update().select_related("quote__invoice").get(pk=review.pk)
+        if review.state != R.State.OPEN:
+            raise PaymentError(gettext("This review is already decided."))
+        quote = review.quote
+        rate: Decimal | None = None
+        cents = review.proposed_cents
+        coin = review.sent_coin or quote.coin  # a misdirected deposit is worth what was sent
+        if cents is None:
+            rate = rate_for(Coin(coin), now).usd_per_coin
+            cents = cents_at(int(review.amount), rate, coin)
+        if cents <= 0:
+            raise PaymentError(gettext("Nothing to credit: the amount is worth less than a cent."))
+        ledger_post(customer=quote.invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=cents, now=now,
+                    invoice=quote.invoice, actor=actor, idempotency_key=f"review:{review.pk}",
+                    memo=f"{review.get_kind_display()}: quote #{quote.pk}, credited by an operator"[:200])
+        if review.payment_id and review.kind != R.Kind.REVERSED:
+            Payment.objects.filter(pk=review.payment_id).update(credited_cents=cents, credit_rate=rate)
+        return _decide(review, R.State.CREDITED, actor, now, f"credited {cents} cents", cents=cents)
 
 
-@transaction.atomic
 def payment_review_close(*, review: PaymentReview, actor, now: datetime, note: str) -> PaymentReview:
     """Close without crediting (refunded on-chain, loss accepted, lease suspended ...): the
     operator says why."""
-    review = PaymentReview.objects.select_for_update().get(pk=review.pk)
-    if review.state != R.State.OPEN:
-        raise PaymentError(gettext("This review is already decided."))
-    if not note.strip():
-        raise PaymentError(gettext("Say why the review is closed without a credit."))
-    return _decide(review, R.State.CLOSED, actor, now, note.strip())
+    with transaction.atomic():
+        review = PaymentReview.objects.select_for_update().get(pk=review.pk)
+        if review.state != R.State.OPEN:
+            raise PaymentError(gettext("This review is already decided."))
+        if not note.strip():
+            raise PaymentError(gettext("Say why the review is closed without a credit."))
+        return _decide(review, R.State.CLOSED, actor, now, note.strip())
 
 
 def _decide(review: PaymentReview, state: str, actor, now: datetime, note: str, cents: int | None = None):

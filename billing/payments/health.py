@@ -36,18 +36,18 @@ def _unwell(row: dict, now: datetime) -> str | None:
     return None
 
 
-@transaction.atomic
 def coin_health_record(*, coin: str, now: datetime, error: str = "", tip_time: int | None = None) -> None:
     """One watcher pass's outcome; an audit row when the node turns unwell or recovers."""
-    cursor, _ = WatcherCursor.objects.select_for_update().get_or_create(coin=coin)
-    was_failing = bool(cursor.last_error)
-    fields = {"last_error": error[:300]}
-    if not error:
-        fields.update(last_ok_at=now, tip_time=datetime.fromtimestamp(tip_time, tz=UTC) if tip_time else None)
-    WatcherCursor.objects.filter(pk=cursor.pk).update(**fields)
-    if was_failing != bool(error):
-        audit_record(actor=None, action="coin_node_failing" if error else "coin_node_recovered", obj=cursor,
-                     detail={"coin": str(coin), "error": error[:300]})
+    with transaction.atomic():
+        cursor, _ = WatcherCursor.objects.select_for_update().get_or_create(coin=coin)
+        was_failing = bool(cursor.last_error)
+        fields = {"last_error": error[:300]}
+        if not error:
+            fields.update(last_ok_at=now, tip_time=datetime.fromtimestamp(tip_time, tz=UTC) if tip_time else None)
+        WatcherCursor.objects.filter(pk=cursor.pk).update(**fields)
+        if was_failing != bool(error):
+            audit_record(actor=None, action="coin_node_failing" if error else "coin_node_recovered", obj=cursor,
+                         detail={"coin": str(coin), "error": error[:300]})
 
 
 # --- issue 27: a watcher's downtime never makes an on-time payment lose to the expiry sweeps ---

@@ -21,27 +21,27 @@ QS = Quote.State
 QX = Quote.Exception_
 
 
-@transaction.atomic
 def late_payment_confirm(*, quote: Quote, customer, now: datetime | None = None) -> Invoice:
     """Use a late payment (already on the balance) for what it was meant to buy: the invoice
     if still open, else the same order again if the slots are free. Sold out → PaymentError,
     the money stays on the balance. Once per quote."""
-    now = now or timezone.now()
-    quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice__lease").get(pk=quote.pk)
-    invoice = quote.invoice
-    if invoice.customer_id != customer.pk:
-        raise PaymentError(gettext("This quote is not yours."))
-    if not late_payment_claimable(quote):
-        raise PaymentError(gettext("This quote has no late payment to use."))
-    if invoice.state == Invoice.State.OPEN:
-        target = invoice_pay_from_balance(invoice=invoice, now=now, actor=customer)
-    elif invoice.kind == Invoice.Kind.ORDER and invoice.lease_id:
-        target = _reorder(invoice, customer, now)
-    else:
-        raise PaymentError(gettext("Invoice #%(id)s is %(state)s; the payment stays on your balance.")
-                           % {"id": invoice.pk, "state": invoice.get_state_display()})
-    LatePaymentClaim.objects.create(quote=quote, invoice=target, at=now)
-    return target
+    with transaction.atomic():
+        now = now or timezone.now()
+        quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice__lease").get(pk=quote.pk)
+        invoice = quote.invoice
+        if invoice.customer_id != customer.pk:
+            raise PaymentError(gettext("This quote is not yours."))
+        if not late_payment_claimable(quote):
+            raise PaymentError(gettext("This quote has no late payment to use."))
+        if invoice.state == Invoice.State.OPEN:
+            target = invoice_pay_from_balance(invoice=invoice, now=now, actor=customer)
+        elif invoice.kind == Invoice.Kind.ORDER and invoice.lease_id:
+            target = _reorder(invoice, customer, now)
+        else:
+            raise PaymentError(gettext("Invoice #%(id)s is %(state)s; the payment stays on your balance.")
+                               % {"id": invoice.pk, "state": invoice.get_state_display()})
+        LatePaymentClaim.objects.create(quote=quote, invoice=target, at=now)
+        return target
 
 
 def late_payment_claimable(quote: Quote) -> bool:

@@ -55,49 +55,49 @@ def cents_at(base_units: int, usd_per_coin: Decimal, coin: str) -> int:
         return int(cents.to_integral_value(rounding=ROUND_FLOOR))
 
 
-@transaction.atomic
 def rates_refresh(*, coins, now: datetime) -> dict[str, str]:
     """Each coin's median over the operator's price sources (``PRICE_SOURCES``), stored as
     its rate. A fresh rate set by hand stays (manual override); stablecoins keep their peg
     unless a rate is set. Returns what happened per coin."""
-    sources = [HttpJsonSource(**spec) for spec in config.price_sources()]
-    if not sources:
-        return {}
-    done = {}
-    for coin in (Coin(c) for c in coins):
-        if coin.spec.stablecoin:
-            continue
-        row = CoinRate.objects.filter(coin=coin).first()
-        if row and row.source == MANUAL_SOURCE and not is_stale(
-                Rate(coin, row.usd_per_coin, row.source, row.set_at), now, config.rate_max_age()):
-            done[str(coin)] = "manual rate kept"
-            continue
-        try:
-            median = median_rate(sources, coin, now, config.rate_max_age(), config.price_sources_min())
-        except RateUnavailable as exc:
-            log.warning("no %s rate from the price sources: %s", coin, exc)
-            done[str(coin)] = f"error: {exc}"[:300]
-            continue
-        value = median.rate.usd_per_coin.quantize(Decimal("0.00000001"))
-        CoinRate.objects.update_or_create(coin=coin, defaults={
-            "usd_per_coin": value, "source": median.rate.source, "set_at": median.rate.at})
-        done[str(coin)] = f"{value} from {len(median.used)} source(s)"
-    return done
+    with transaction.atomic():
+        sources = [HttpJsonSource(**spec) for spec in config.price_sources()]
+        if not sources:
+            return {}
+        done = {}
+        for coin in (Coin(c) for c in coins):
+            if coin.spec.stablecoin:
+                continue
+            row = CoinRate.objects.filter(coin=coin).first()
+            if row and row.source == MANUAL_SOURCE and not is_stale(
+                    Rate(coin, row.usd_per_coin, row.source, row.set_at), now, config.rate_max_age()):
+                done[str(coin)] = "manual rate kept"
+                continue
+            try:
+                median = median_rate(sources, coin, now, config.rate_max_age(), config.price_sources_min())
+            except RateUnavailable as exc:
+                log.warning("no %s rate from the price sources: %s", coin, exc)
+                done[str(coin)] = f"error: {exc}"[:300]
+                continue
+            value = median.rate.usd_per_coin.quantize(Decimal("0.00000001"))
+            CoinRate.objects.update_or_create(coin=coin, defaults={
+                "usd_per_coin": value, "source": median.rate.source, "set_at": median.rate.at})
+            done[str(coin)] = f"{value} from {len(median.used)} source(s)"
+        return done
 
 
-@transaction.atomic
 def coin_rate_set(*, coin: str, usd_per_coin: Decimal, actor, now: datetime, source: str = MANUAL_SOURCE) -> CoinRate:
     """An operator sets a coin's rate (USD per whole coin); dated now, audited."""
     from inventory.audit import audit_record
 
-    try:
-        coin = Coin(str(coin).upper())
-    except ValueError:
-        raise PaymentError(gettext("Unknown coin %(coin)r.") % {"coin": coin}) from None
-    if isinstance(usd_per_coin, float) or Decimal(usd_per_coin) <= 0:
-        raise PaymentError(gettext("A rate is a positive decimal number of USD per coin."))
-    rate, _ = CoinRate.objects.update_or_create(coin=coin, defaults={
-        "usd_per_coin": Decimal(usd_per_coin), "source": source or MANUAL_SOURCE, "set_at": now})
-    audit_record(actor=actor, action="coin_rate_set", obj=rate,
-                 detail={"coin": str(coin), "usd_per_coin": str(usd_per_coin), "source": rate.source})
-    return rate
+    with transaction.atomic():
+        try:
+            coin = Coin(str(coin).upper())
+        except ValueError:
+            raise PaymentError(gettext("Unknown coin %(coin)r.") % {"coin": coin}) from None
+        if isinstance(usd_per_coin, float) or Decimal(usd_per_coin) <= 0:
+            raise PaymentError(gettext("A rate is a positive decimal number of USD per coin."))
+        rate, _ = CoinRate.objects.update_or_create(coin=coin, defaults={
+            "usd_per_coin": Decimal(usd_per_coin), "source": source or MANUAL_SOURCE, "set_at": now})
+        audit_record(actor=actor, action="coin_rate_set", obj=rate,
+                     detail={"coin": str(coin), "usd_per_coin": str(usd_per_coin), "source": rate.source})
+        return rate

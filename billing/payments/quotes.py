@@ -37,37 +37,37 @@ def coins_offered(now: datetime | None = None, *, customer=None) -> list[Coin]:
             and not (customer is not None and unpaid_addresses_full(c, customer.pk))]
 
 
-@transaction.atomic
 def quote_create(*, invoice: Invoice, coin: str, now: datetime) -> Quote:
     """A fresh receive address and the amount at a fresh locked rate, rounded up. An
     unpaid, unexpired quote for the same invoice and coin is returned instead of burning
     another address (gap limit)."""
-    coin = _coin(coin)
-    adapter = coins_config.adapter(coin)
-    if adapter is None:
-        raise PaymentError(gettext("%(coin)s is not accepted here.") % {"coin": coin})
-    if coin_health(coin, now) is not None:
-        raise PaymentError(gettext("We cannot watch the %(coin)s network right now, so we do not take %(coin)s "
-                                   "payments; please pay with another coin or try again later.") % {"coin": coin})
-    invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
-    if invoice.state != Invoice.State.OPEN or (invoice.expires_at and invoice.expires_at <= now):
-        raise PaymentError(gettext("Invoice #%(id)s is no longer open.") % {"id": invoice.pk})
-    reusable = invoice.quotes.filter(coin=coin, state=QS.NEW, expires_at__gt=now).first()
-    if reusable is not None:
-        return reusable
-    _check_quote_rate_limit(invoice.customer_id, now)
-    rate = rate_for(coin, now)
-    amount = usd_cents_to_base_units(invoice.amount_cents, rate.usd_per_coin, coin=coin)
-    address, index, reference = receive_address(adapter, coin, customer_id=invoice.customer_id)
-    quote = Quote.objects.create(
-        invoice=invoice, coin=coin, address=address, derivation_index=index, reference=reference,
-        amount=amount, usd_cents=invoice.amount_cents, rate_usd_per_coin=rate.usd_per_coin,
-        rate_source=rate.source, rate_at=rate.at, created_at=now,
-        uri=adapter.payment_uri(reference or address, amount, label=f"Invoice {invoice.pk}"),
-        expires_at=_quote_expiry(invoice, now),
-    )
-    _hold_invoice(quote, quote.expires_at)
-    return quote
+    with transaction.atomic():
+        coin = _coin(coin)
+        adapter = coins_config.adapter(coin)
+        if adapter is None:
+            raise PaymentError(gettext("%(coin)s is not accepted here.") % {"coin": coin})
+        if coin_health(coin, now) is not None:
+            raise PaymentError(gettext("We cannot watch the %(coin)s network right now, so we do not take %(coin)s "
+                                       "payments; please pay with another coin or try again later.") % {"coin": coin})
+        invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        if invoice.state != Invoice.State.OPEN or (invoice.expires_at and invoice.expires_at <= now):
+            raise PaymentError(gettext("Invoice #%(id)s is no longer open.") % {"id": invoice.pk})
+        reusable = invoice.quotes.filter(coin=coin, state=QS.NEW, expires_at__gt=now).first()
+        if reusable is not None:
+            return reusable
+        _check_quote_rate_limit(invoice.customer_id, now)
+        rate = rate_for(coin, now)
+        amount = usd_cents_to_base_units(invoice.amount_cents, rate.usd_per_coin, coin=coin)
+        address, index, reference = receive_address(adapter, coin, customer_id=invoice.customer_id)
+        quote = Quote.objects.create(
+            invoice=invoice, coin=coin, address=address, derivation_index=index, reference=reference,
+            amount=amount, usd_cents=invoice.amount_cents, rate_usd_per_coin=rate.usd_per_coin,
+            rate_source=rate.source, rate_at=rate.at, created_at=now,
+            uri=adapter.payment_uri(reference or address, amount, label=f"Invoice {invoice.pk}"),
+            expires_at=_quote_expiry(invoice, now),
+        )
+        _hold_invoice(quote, quote.expires_at)
+        return quote
 
 
 def _quote_expiry(invoice: Invoice, now: datetime) -> datetime:

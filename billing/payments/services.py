@@ -150,21 +150,21 @@ def _reorged_by_quote(coin: Coin, keys) -> dict[int, list[tuple[int, str]]]:
     return out
 
 
-@transaction.atomic
 def _apply_to_quote(quote_id: int, found: list[DetectedPayment], reorged: list[tuple[int, str]],
                     dropped: list[tuple[int, str]], coin_required: int, now: datetime) -> None:
-    quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice").get(pk=quote_id)
-    required = required_confirmations(quote, coin_required)
-    for p in found:
-        _payment_upsert(quote, p, required, now)
-    gone = {pk: (PS.REORGED, reason) for pk, reason in reorged}
-    gone.update({pk: (PS.INVALID, reason) for pk, reason in dropped if pk not in gone})
-    for row in Payment.objects.filter(pk__in=gone).exclude(state__in=(PS.REORGED, PS.INVALID)).order_by("pk"):
-        # A payment left the chain (reorg) or the mempool unmined; if it had counted, the
-        # quote's reconcile (quote_refresh → reversals) takes back what it paid or credited.
-        Payment.objects.filter(pk=row.pk).update(state=gone[row.pk][0], invalid_reason=gone[row.pk][1])
-    quote_refresh(quote, now)
-    debt_settle(customer_id=quote.invoice.customer_id, now=now)
+    with transaction.atomic():
+        quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice").get(pk=quote_id)
+        required = required_confirmations(quote, coin_required)
+        for p in found:
+            _payment_upsert(quote, p, required, now)
+        gone = {pk: (PS.REORGED, reason) for pk, reason in reorged}
+        gone.update({pk: (PS.INVALID, reason) for pk, reason in dropped if pk not in gone})
+        for row in Payment.objects.filter(pk__in=gone).exclude(state__in=(PS.REORGED, PS.INVALID)).order_by("pk"):
+            # A payment left the chain (reorg) or the mempool unmined; if it had counted, the
+            # quote's reconcile (quote_refresh → reversals) takes back what it paid or credited.
+            Payment.objects.filter(pk=row.pk).update(state=gone[row.pk][0], invalid_reason=gone[row.pk][1])
+        quote_refresh(quote, now)
+        debt_settle(customer_id=quote.invoice.customer_id, now=now)
 
 
 def _chain_time(p: DetectedPayment, now: datetime) -> datetime:
@@ -388,12 +388,12 @@ def sweep_expire_quotes(now: datetime, limit: int = BATCH) -> list[Transition]:
     return done
 
 
-@transaction.atomic
 def _expire_one(quote_id: int, now: datetime) -> bool:
-    quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice").get(pk=quote_id)
-    if quote.state not in OPEN_QUOTE_STATES:
-        return False
-    return quote_refresh(quote, now).state == QS.EXPIRED
+    with transaction.atomic():
+        quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice").get(pk=quote_id)
+        if quote.state not in OPEN_QUOTE_STATES:
+            return False
+        return quote_refresh(quote, now).state == QS.EXPIRED
 
 
 def watch_set(coin: Coin, now: datetime):

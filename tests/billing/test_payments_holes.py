@@ -76,6 +76,24 @@ def test_a_payment_sent_the_second_the_quote_settled_keeps_the_quoted_rate(place
     assert credits(LedgerEntry.Kind.EXCESS_PAYMENT) == [1000] and balance(customer) == 1000  # $10 at $100/LTC
 
 
+def test_the_credit_of_an_extra_payment_says_which_payment_and_which_rate(placed, t0):
+    """The ledger line an operator reads for an extra payment names the transaction output
+    (its first 16 hex digits and output index) and the rate it was credited at: the quote's
+    locked rate ("quoted") for one sent by the settlement, the rate when it confirmed for a
+    later one."""
+    _, _, quote = placed  # locked at $100/LTC
+    settled = t0 + timedelta(minutes=5)
+    apply(quote, [paid(quote, DUE, 6)], settled)
+    later = t0 + timedelta(hours=2)
+    set_rate("LTC", "200", later)
+    by_settlement = replace(paid(quote, 10 * USD, 6, "ab" * 32, n=1), chain_time=int(settled.timestamp()))
+    after_it = paid(quote, 10 * USD, 6, "cd" * 32, n=3)
+    apply(quote, [by_settlement, after_it], later)
+    memos = sorted(LedgerEntry.objects.filter(kind=LedgerEntry.Kind.EXCESS_PAYMENT).values_list("memo", flat=True))
+    assert memos == [f"LTC abababababababab…:1 to quote #{quote.pk} at $100/LTC (quoted)",
+                     f"LTC cdcdcdcdcdcdcdcd…:3 to quote #{quote.pk} at $200/LTC (when confirmed)"]
+
+
 def test_late_payment_without_a_fresh_rate_waits_for_an_operator(placed, customer, operator, t0):
     _, _, quote = placed
     later = t0 + timedelta(hours=3)  # the $100 rate is 3 h old: stale

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from billing.models import EgressUsage
 from fleet.models import Evidence, InstanceReport, NodeAgent
-from inventory.models import Downtime, Incident, SlotAllocation
+from inventory.models import Downtime, Incident, Node, SlotAllocation
 from rental.failover import node_evacuate
 from rental.models import DiskKey, LeaseState, Notification
 
@@ -221,3 +221,76 @@ def test_migration_moves_the_instance_and_tells_the_customer(paid_lease, enrol, 
         "evidence[0]"]
     assert Evidence.objects.filter(node=source.node, kind="key_destroyed").exists()
     assert DiskKey.objects.get(lease=lease).state == DiskKey.State.ACTIVE
+
+
+def test_after_a_migration_only_the_last_node_wipes_the_ended_lease(paid_lease, enrol, operator):
+    """The module's rule (fleet/desired.py): disk work only of the node the lease was on
+    last. A lease that moved and then ended is wiped on its new node; the node it left holds
+    only a copy whose key it was told to destroy, and is never told to wipe a disk that
+    belongs to the new node's slot."""
+    from rental.services import lease_release, lease_suspend
+
+    lease = paid_lease()
+    source = enrol(node_of(lease))
+    source.report(evidence=[ready(source, lease, port=22042)])
+    node_evacuate(node=source.node, actor=operator, now=timezone.now())
+    target = enrol(node_of(lease))
+    target.report(evidence=[ready(target, lease, port=23001)])
+    lease.refresh_from_db()
+    lease_suspend(lease_id=lease.pk, now=lease.ends_at)
+    lease.refresh_from_db()
+    lease_release(lease_id=lease.pk, now=lease.hold_until)
+
+    def wanted(node):
+        [item] = node.desired().json()["instances"]
+        return item["want"], item["disk"], item["op_id"]
+
+    assert wanted(target)[:2] == ("absent", "destroy_key")
+    target.report(evidence=[key_destroyed(target, lease, op_id=wanted(target)[2])])
+    assert DiskKey.objects.get(lease=lease).state == DiskKey.State.DESTROYED
+    assert wanted(target)[:2] == ("absent", "wipe")
+    assert wanted(source)[:2] == ("absent", "destroy_key")
+
+
+@pytest.mark.parametrize("gpu_count,vcpus,ram_gb,expected", [
+    (1, 7, 30, (7, 30, 7)),     # the node's only GPU: all of it; /dev/shm a quarter of the memory
+    (3, 7, 30, (2, 10, 2)),     # a third, rounded down to whole CPUs and GB
+    (8, 7, 20, (0, 2, 1)),      # an eighth of 20 GB: 2 GB, and /dev/shm never under 1 GB
+])
+def test_an_instance_gets_the_nodes_cpus_and_memory_in_proportion_of_its_gpus(
+        paid_lease, enrol, gpu_count, vcpus, ram_gb, expected):
+    """The desired state's resources (PROTOCOL.md): the lease's share of the node's CPUs and
+    memory is its GPUs over the node's, in whole CPUs and GB rounded down; /dev/shm is a
+    quarter of that memory (SHM_SHARE_OF_MEMORY), at least 1 GB; a lease with no GPU on the
+    node any more gets none of it."""
+    from rental.services import lease_release, lease_suspend
+
+    lease = paid_lease()  # one GPU
+    node = enrol(node_of(lease))
+    Node.objects.filter(pk=node.node.pk).update(gpu_count=gpu_count, vcpus=vcpus, host_ram_gb=ram_gb)
+    [item] = node.desired().json()["instances"]
+    assert (item["cpus"], item["memory_gb"], item["shm_gb"]) == expected
+    node.report(evidence=[ready(node, lease)])
+    lease.refresh_from_db()
+    lease_suspend(lease_id=lease.pk, now=lease.ends_at)
+    lease.refresh_from_db()
+    lease_release(lease_id=lease.pk, now=lease.hold_until)
+    [item] = node.desired().json()["instances"]
+    assert (item["gpus"], item["cpus"], item["memory_gb"], item["shm_gb"]) == ([], 0, 0, 0)
+
+
+def test_an_ended_lease_keeps_its_disk_until_rental_asks_for_the_key(paid_lease, enrol):
+    """Disk work only once rental asked for it (fleet/desired.py): an ended lease whose key
+    nobody asked to destroy (its key still active) is removed from the node, disk kept."""
+    from rental.services import lease_release, lease_suspend
+
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    node.report(evidence=[ready(node, lease)])
+    lease.refresh_from_db()
+    lease_suspend(lease_id=lease.pk, now=lease.ends_at)
+    lease.refresh_from_db()
+    lease_release(lease_id=lease.pk, now=lease.hold_until)
+    DiskKey.objects.filter(lease=lease).update(state=DiskKey.State.ACTIVE)  # as before rental's request
+    [item] = node.desired().json()["instances"]
+    assert (item["want"], item["disk"]) == ("absent", "keep")

@@ -61,6 +61,9 @@ def test_multi_gpu_offer_takes_slots_on_one_node_and_sells_out(catalog):
         slots_allocate(offer=offer, site=site, lease_id=8)
     row = next(r for r in catalog_rows() if r.offer.slug == "8x-mi300x")
     assert row.free_total == 0
+    # Released, the same eight cards sell again.
+    slots_release(lease_id=7)
+    assert sorted(s.pk for s in slots_allocate(offer=offer, site=site, lease_id=9)) == sorted(s.pk for s in slots)
 
 
 def test_one_slot_one_live_lease_at_database_level(catalog):
@@ -80,6 +83,51 @@ def test_draining_node_leaves_stock_and_is_audited(catalog, operator):
 
     entry = AuditEntry.objects.get(action="node_drain")
     assert entry.actor == operator and entry.detail["reason"] == "maintenance"
+
+
+@pytest.mark.parametrize("unsellable", [{"in_service": False}, {"burn_in_due": True}, {"health_hold": "xid_79"}])
+def test_a_card_out_of_service_in_burn_in_or_on_hold_is_not_sold(catalog, unsellable):
+    """The allocator sells only sellable cards: one of the eight mi300x cards out of service,
+    due a burn-in or held by a health condition, the 8-card offer is sold out and a 1-card
+    order gets one of the other seven."""
+    node = Node.objects.get(gpu_model__slug="mi300x")
+    held = node.slots.get(index=0)
+    node.slots.filter(pk=held.pk).update(**unsellable)
+    with pytest.raises(SoldOut):
+        slots_allocate(offer=Offer.objects.get(slug="8x-mi300x"), site=node.site, lease_id=41)
+    taken = [slots_allocate(offer=Offer.objects.get(slug="mi300x"), site=node.site, lease_id=42 + i)[0].pk
+             for i in range(7)]
+    assert held.pk not in taken and len(set(taken)) == 7
+    with pytest.raises(SoldOut):
+        slots_allocate(offer=Offer.objects.get(slug="mi300x"), site=node.site, lease_id=49)
+
+
+def test_a_draining_node_is_sold_no_new_lease(catalog, operator):
+    """Draining stops new leases on a node: the allocator itself refuses it, not only the
+    catalog's count (the one mi300x node drained: sold out; undrained: its card sells)."""
+    node = Node.objects.get(gpu_model__slug="mi300x")
+    offer = Offer.objects.get(slug="mi300x")
+    node_set_draining(node=node, draining=True, actor=operator, reason="maintenance")
+    with pytest.raises(SoldOut):
+        slots_allocate(offer=offer, site=node.site, lease_id=31)
+    node_set_draining(node=node, draining=False, actor=operator)
+    assert [s.node_id for s in slots_allocate(offer=offer, site=node.site, lease_id=31)] == [node.pk]
+
+
+def test_draining_twice_is_one_change_and_undraining_returns_the_stock(catalog, operator):
+    """Only a change is audited: asking to drain a draining node changes nothing. Undraining
+    puts the node's cards back in stock and is audited as such (no reason given: none recorded)."""
+    from inventory.models import AuditEntry
+
+    node = Node.objects.filter(gpu_model__slug="mi300x").get()
+    free = free_by_model()["mi300x"]
+    node_set_draining(node=node, draining=True, actor=operator, reason="maintenance")
+    node_set_draining(node=node, draining=True, actor=operator, reason="maintenance")
+    assert AuditEntry.objects.filter(action="node_drain").count() == 1
+    assert node_set_draining(node=node, draining=False, actor=operator).draining is False
+    assert free_by_model()["mi300x"] == free
+    entry = AuditEntry.objects.get(action="node_undrain")
+    assert entry.actor == operator and entry.detail == {"reason": ""}
 
 
 def test_filters_select_rows(catalog):
@@ -150,3 +198,34 @@ def test_faq_figures_come_from_the_sizing_engine(client, catalog):
 def test_catalog_rows_link_to_the_order_page(client, catalog):
     body = client.get(reverse("catalog")).content.decode()
     assert reverse("order", args=["h100-sxm"]) in body
+
+
+def test_a_nodes_slots_follow_its_gpu_count_but_a_used_slot_stays(catalog, operator):
+    """node_save: a new node gets slots 0…n-1; lowering its count removes the unused slots
+    beyond it; a slot any lease ever held is never removed: the change is refused, saying
+    why, and none of it is saved. Every saved change is audited with old and new values."""
+    from django.utils import timezone
+
+    from inventory.models import AuditEntry
+    from inventory.services import NodeRefused, node_save
+
+    def indexes():
+        return sorted(node.slots.values_list("index", flat=True))
+
+    node = Node(site=Site.objects.get(code="DFW-1"), name="dfw-test-9", gpu_model=GpuModel.objects.get(slug="rtx-3090"),
+                gpu_count=4, vcpus=32, host_ram_gb=128)
+    node_save(node=node, actor=operator, changed={})
+    assert indexes() == [0, 1, 2, 3]
+    node.gpu_count = 3
+    node_save(node=node, actor=operator, changed={"gpu_count": (4, 3)})
+    assert indexes() == [0, 1, 2]
+    SlotAllocation.objects.create(slot=node.slots.get(index=2), lease_id=9, released_at=timezone.now())
+    node.gpu_count = 2
+    with pytest.raises(NodeRefused) as refused:
+        node_save(node=node, actor=operator, changed={"gpu_count": (3, 2)})
+    assert str(refused.value) == ("dfw-test-9: slots at index 2 and above have leases; "
+                                  "drain the node and let them end first")
+    assert Node.objects.get(pk=node.pk).gpu_count == 3 and indexes() == [0, 1, 2]
+    audited = AuditEntry.objects.filter(action__in=["node_created", "node_changed"], actor=operator).order_by("id")
+    assert [(e.action, e.detail) for e in audited] == [("node_created", {}),
+                                                      ("node_changed", {"gpu_count": ["4", "3"]})]
