@@ -1,5 +1,6 @@
 """The calculator's results (the htmx fragment, and the results column of the full page)
-built in Python: what ``templates/sizing/_results.html`` rendered, byte for byte (issue 31).
+built in Python: what the removed template ``sizing/_results.html`` rendered, byte for
+byte (issue 31).
 
 A cold fragment spent about half its CPU in the template engine: ~20 {% translate %} and
 {% blocktranslate %} tags, each a gettext through a context-local and a lazy string, and
@@ -39,7 +40,7 @@ from .texts import Texts, texts
 
 
 def results_html(form, result) -> str:
-    """``sizing/_results.html`` for this form (its errors; None: no errors) and result
+    """The results markup for this form (its errors; None: no errors) and result
     (None: no answer)."""
     tr = texts()
     errors = _errors(form, tr) if form is not None and form.errors else ""
