@@ -93,13 +93,13 @@ def sweep_void_dead_renewals(now: datetime, limit: int = BATCH) -> list[Transiti
     dead = (Invoice.objects.filter(kind=Invoice.Kind.RENEWAL, state=Invoice.State.OPEN,
                                    lease__state__in=[LeaseState.RELEASED, LeaseState.WIPED, LeaseState.CANCELLED,
                                                     LeaseState.FAILED])
-            .values_list("pk", "lease_id")[:limit])
-    done = []
-    for pk, lease_id in dead:
-        if Invoice.objects.filter(pk=pk, state=Invoice.State.OPEN).update(state=Invoice.State.VOID,
-                                                                          note="lease released unpaid"):
-            done.append(Transition(lease_id, f"renewal invoice #{pk} void"))
-    return done
+            .values_list("pk", flat=True)[:limit])
+    # locked and re-checked, then one update for the batch: a payment that got there first keeps its invoice
+    still_open = list(Invoice.objects.select_for_update().filter(pk__in=list(dead), state=Invoice.State.OPEN)
+                      .order_by("pk").values_list("pk", "lease_id"))
+    Invoice.objects.filter(pk__in=[pk for pk, _ in still_open]).update(state=Invoice.State.VOID,
+                                                                        note="lease released unpaid")
+    return [Transition(lease_id, f"renewal invoice #{pk} void") for pk, lease_id in still_open]
 
 
 SWEEPS = [
