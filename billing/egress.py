@@ -44,23 +44,39 @@ def egress_record(*, lease_id: int, tb_used, at: datetime):
 def egress_renewal_lines(*, lease: Lease) -> list:
     """Overage not yet invoiced, as lines for the renewal invoice being created (and marked
     as invoiced in the same transaction). Included: 20 TB per instance-month, pro rata for
-    a week; beyond it $4 per TB, billed per 0.01 TB (4 cents)."""
+    a week; beyond it $4 per TB, billed per 0.01 TB (4 cents). One lease of `egress_overage`."""
+    overage = egress_overage([lease]).get(lease.pk, [])
+    egress_overage_mark(overage)
+    return [line for _, _, line in overage]
+
+
+def egress_overage(leases: list[Lease]) -> dict[int, list[tuple[int, Decimal, Line]]]:
+    """The overage lines of a batch of renewals, {lease id: [(usage row id, overage billed
+    after it, line)]}, read under the usage rows' locks; `egress_overage_mark` records them as
+    invoiced once their invoice exists (only the renewals invoiced now: a term invoiced before
+    keeps its overage for the next)."""
     from inventory.models import StorageProduct
 
-
     product = StorageProduct.objects.filter(kind="egress").first()
-    if product is None:
-        return []
-    included = Decimal(product.included_tb) * TERM_DAYS[lease.term] / 30
+    if product is None or not leases:
+        return {}
     unit = ceil_div(product.cents_per_tb_month, 100)  # per 0.01 TB
-    lines = []
-    for row in EgressUsage.objects.select_for_update().filter(lease=lease).order_by("term_start"):
+    terms = {lease.pk: lease.term for lease in leases}
+    out: dict[int, list] = {}
+    rows = EgressUsage.objects.select_for_update().filter(lease_id__in=list(terms)).order_by("lease_id", "term_start")
+    for row in rows:
+        included = Decimal(product.included_tb) * TERM_DAYS[terms[row.lease_id]] / 30
         overage = max(Decimal(0), row.tb_used - included)
         hundredths = int(((overage - row.billed_overage_tb) * 100).to_integral_value(rounding="ROUND_CEILING"))
         if hundredths <= 0:
             continue
-        EgressUsage.objects.filter(pk=row.pk).update(billed_overage_tb=row.billed_overage_tb + Decimal(hundredths) / 100)
-        lines.append(Line(f"Egress beyond {included.quantize(Decimal('0.01'))} TB included, term from "
-                          f"{row.term_start:%Y-%m-%d}: {Decimal(hundredths) / 100} TB at "
-                          f"${product.cents_per_tb_month / 100:.2f}/TB (per 0.01 TB)", hundredths, unit))
-    return lines
+        line = Line(f"Egress beyond {included.quantize(Decimal('0.01'))} TB included, term from "
+                    f"{row.term_start:%Y-%m-%d}: {Decimal(hundredths) / 100} TB at "
+                    f"${product.cents_per_tb_month / 100:.2f}/TB (per 0.01 TB)", hundredths, unit)
+        out.setdefault(row.lease_id, []).append((row.pk, row.billed_overage_tb + Decimal(hundredths) / 100, line))
+    return out
+
+
+def egress_overage_mark(overage: list[tuple[int, Decimal, Line]]) -> None:
+    for row_id, billed, _line in overage:
+        EgressUsage.objects.filter(pk=row_id).update(billed_overage_tb=billed)

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import F
+from django.db.models import BigIntegerField, Case, F, Value, When
 from django.utils.translation import gettext as _
 
 from inventory.templatetags.money import format_usd
@@ -71,22 +71,96 @@ def ledger_post(*, customer: User, kind: str, amount_cents: int, now: datetime, 
                 ) -> LedgerEntry | None:
     """Append one entry under the account's row lock. With an idempotency key, a repeat is
     a no-op (returns None). Raises InsufficientBalance rather than going below zero — except
-    ``allow_negative`` (taking back a payment that left the chain: the customer owes it)."""
+    ``allow_negative`` (taking back a payment that left the chain: the customer owes it).
+    One posting of `ledger_post_many`."""
     with transaction.atomic():
-        account = Account.objects.select_for_update().get_or_create(customer=customer)[0]  # one query once it exists
-        if idempotency_key and LedgerEntry.objects.filter(idempotency_key=idempotency_key).exists():
-            return None
-        new_balance = account.balance_cents + amount_cents
-        if new_balance < 0 and amount_cents < 0 and not allow_negative:
-            raise InsufficientBalance(
-                _("Balance %(balance)s does not cover %(amount)s.")
-                % {"balance": format_usd(account.balance_cents), "amount": format_usd(-amount_cents)})
-        Account.objects.filter(pk=account.pk).update(balance_cents=F("balance_cents") + amount_cents)
-        return LedgerEntry.objects.create(
-            account=account, at=now, kind=kind, amount_cents=amount_cents, balance_after_cents=new_balance,
-            invoice=invoice, actor=actor if getattr(actor, "pk", None) else None, memo=memo[:200],
-            idempotency_key=idempotency_key,
-        )
+        [entry] = ledger_post_many([Posting(customer=customer, kind=kind, amount_cents=amount_cents, invoice=invoice,
+                                            actor=actor, memo=memo, idempotency_key=idempotency_key,
+                                            allow_negative=allow_negative)], now=now)
+        return entry
+
+
+@dataclass
+class Posting:
+    """One entry for `ledger_post_many` (the arguments of `ledger_post`)."""
+    customer: User
+    kind: str
+    amount_cents: int
+    invoice: Invoice | None = None
+    actor: object = None
+    memo: str = ""
+    idempotency_key: str | None = None
+    allow_negative: bool = False
+
+
+def ledger_post_many(postings: list[Posting], *, now: datetime, refused: str = "raise") -> list[LedgerEntry | None]:
+    """Many entries, in order, under their accounts' row locks (taken in id order, one query
+    once the accounts exist): the entry of each, or None for a repeated idempotency key. One
+    the balance does not cover (the rule of `ledger_post`) raises InsufficientBalance, or with
+    ``refused="skip"`` is None while the others are posted — a lifecycle batch's auto-renewals.
+    One UPDATE of the balances and one INSERT of the entries."""
+    with transaction.atomic():
+        if not postings:
+            return []
+        accounts = _accounts_locked(postings)
+        keys = {p.idempotency_key for p in postings if p.idempotency_key}
+        seen = set(LedgerEntry.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", flat=True)
+                   ) if keys else set()
+        balance = {customer_id: account.balance_cents for customer_id, account in accounts.items()}
+        results: list[LedgerEntry | None] = []
+        for p in postings:
+            customer_id = p.customer.pk
+            if customer_id not in accounts:  # the first entry of this customer: as ledger_post, created locked
+                accounts[customer_id] = _account_locked(p.customer)
+                balance[customer_id] = accounts[customer_id].balance_cents
+            current = balance[customer_id]
+            new_balance = current + p.amount_cents
+            if p.idempotency_key and p.idempotency_key in seen:
+                results.append(None)
+                continue
+            if new_balance < 0 and p.amount_cents < 0 and not p.allow_negative:
+                if refused == "raise":
+                    raise InsufficientBalance(
+                        _("Balance %(balance)s does not cover %(amount)s.")
+                        % {"balance": format_usd(current), "amount": format_usd(-p.amount_cents)})
+                results.append(None)
+                continue
+            if p.idempotency_key:
+                seen.add(p.idempotency_key)
+            balance[customer_id] = new_balance
+            results.append(LedgerEntry(
+                account=accounts[customer_id], at=now, kind=p.kind, amount_cents=p.amount_cents,
+                balance_after_cents=new_balance, invoice=p.invoice, actor=p.actor if getattr(p.actor, "pk", None) else None,
+                memo=p.memo[:200], idempotency_key=p.idempotency_key))
+        entries = [e for e in results if e is not None]
+        if entries:
+            _balances_add(entries)
+            LedgerEntry.objects.bulk_create(entries)
+        return results
+
+
+def _accounts_locked(postings: list[Posting]) -> dict[int, Account]:
+    """The postings' existing accounts, locked in id order (a customer without one gets it
+    from `_account_locked`)."""
+    ids = sorted({p.customer.pk for p in postings})
+    return {a.customer_id: a for a in Account.objects.select_for_update().filter(customer_id__in=ids).order_by("pk")}
+
+
+def _account_locked(customer: User) -> Account:
+    return Account.objects.select_for_update().get_or_create(customer=customer)[0]
+
+
+def _balances_add(entries: list[LedgerEntry]) -> None:
+    deltas: dict[int, int] = {}
+    for entry in entries:
+        deltas[entry.account.pk] = deltas.get(entry.account.pk, 0) + entry.amount_cents
+    if len(deltas) == 1:
+        [(pk, delta)] = deltas.items()
+        Account.objects.filter(pk=pk).update(balance_cents=F("balance_cents") + delta)
+        return
+    by_account = Case(*[When(pk=pk, then=Value(delta)) for pk, delta in deltas.items()], default=Value(0),
+                      output_field=BigIntegerField())
+    Account.objects.filter(pk__in=list(deltas)).update(balance_cents=F("balance_cents") + by_account)
 
 
 def balance_top_up(*, customer: User, amount_cents: int, now: datetime, actor=None, memo="",

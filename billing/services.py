@@ -6,16 +6,19 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
+from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from inventory.audit import audit_record
 from inventory.models import Offer, Site, StorageProduct
+from inventory.rows import insert_many_once
 from inventory.templatetags.money import format_usd
 from rental import services as rental
 from rental.models import ADDON_LIMITS_TB, Image, Lease, LeaseState, Term
-from rental.notifications.services import event_emit, lease_data, lease_event_emit
+from rental.notifications.notices import Notice, notify_many
+from rental.notifications.services import Event, events_emit, lease_data, lease_event_emit
 from rental.services import lease_auto_renews
 
 from .holds import hold_refusal
@@ -24,12 +27,14 @@ from .ledger import (  # noqa: F401 - the ledger's primitives, re-exported for b
     BillingError,
     InsufficientBalance,
     Line,
+    Posting,
     RefundLimitReached,
     TooManyOpenOrders,
     account_for,
     balance_top_up,
     invoices_refund_claim,
     ledger_post,
+    ledger_post_many,
     month_start,
     payment_window,
     refundable_cents,
@@ -121,9 +126,9 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
     `client_address`: where the order came from (counted by billing.holds). `restore_from`:
     a snapshot the disk starts from (issue 26), refused (StorageRefused) before anything is
     created if it is not the customer's ready snapshot at this site or does not fit."""
-    from rental.storage import lease_restore_from_set, snapshot_restore_check
-
     with transaction.atomic():
+        from rental.storage import lease_restore_from_set, snapshot_restore_check
+
         now = now or timezone.now()
         addons = addons_validate(addons or {})
         if restore_from is not None:
@@ -168,38 +173,96 @@ def _refuse_hoarding(customer: User, *, pay_from_balance: bool, gpus: int, clien
         raise TooManyOpenOrders(refusal)
 
 
+def _balance_payment(invoice: Invoice, actor=None) -> Posting:
+    """The ledger entry that pays an order or renewal invoice from the balance."""
+    kind = LedgerEntry.Kind.RENEWAL if invoice.kind == Invoice.Kind.RENEWAL else LedgerEntry.Kind.ORDER
+    return Posting(customer=invoice.customer, kind=kind, amount_cents=-invoice.amount_cents, invoice=invoice,
+                   actor=actor, memo=f"invoice #{invoice.pk}")
+
+
 def invoice_pay_from_balance(*, invoice: Invoice, now: datetime, actor=None) -> Invoice:
     with transaction.atomic():
-        kind = LedgerEntry.Kind.RENEWAL if invoice.kind == Invoice.Kind.RENEWAL else LedgerEntry.Kind.ORDER
         if invoice.kind == Invoice.Kind.TOPUP:
             raise BillingError(_("A top-up cannot be paid from the balance."))
-        ledger_post(customer=invoice.customer, kind=kind, amount_cents=-invoice.amount_cents, now=now, invoice=invoice,
-                    actor=actor, memo=f"invoice #{invoice.pk}")
+        ledger_post_many([_balance_payment(invoice, actor)], now=now)
         if not invoice_mark_paid(invoice=invoice, via="balance", now=now, actor=actor):
             raise BillingError(_("Invoice #%(id)s is no longer open.") % {"id": invoice.pk})
         invoice.refresh_from_db()
         return invoice
 
 
+def invoices_pay_from_balance(invoices: list[Invoice], *, now: datetime) -> list[Invoice]:
+    """A lifecycle batch's auto-renewals: each renewal invoice the balance covers is paid from
+    it (the rule of `invoice_pay_from_balance`: one ledger statement, one invoice update and
+    one lease update for the batch); the others stay open. The invoices are open and this
+    transaction's own (just issued), so none can be paid by someone else meanwhile."""
+    with transaction.atomic():
+        entries = ledger_post_many([_balance_payment(invoice) for invoice in invoices], now=now, refused="skip")
+        covered = [invoice for invoice, entry in zip(invoices, entries, strict=True) if entry is not None]
+        paid = invoices_mark_paid(covered, via="balance", now=now)
+        if len(paid) != len(covered):  # cannot happen for invoices issued in this transaction: undo the batch
+            raise BillingError(_("An invoice paid from the balance is no longer open."))
+        return paid
+
+
 def invoice_mark_paid(*, invoice: Invoice, via: str, now: datetime, actor=None, note: str = "") -> bool:
     """open → paid, once; then the lease gets its term. If the lease can no longer be
-    started or extended (expired order, released lease) the money goes to the balance."""
+    started or extended (expired order, released lease) the money goes to the balance.
+    One invoice of `invoices_mark_paid`."""
     with transaction.atomic():
-        changed = Invoice.objects.filter(pk=invoice.pk, state=Invoice.State.OPEN).update(
-            state=Invoice.State.PAID, paid_at=now, paid_via=via[:20], note=note[:300],
-            settled_by=actor if (via == "manual" and getattr(actor, "pk", None)) else None)
+        return bool(invoices_mark_paid([invoice], via=via, now=now, actor=actor, note=note))
+
+
+def invoices_mark_paid(invoices: list[Invoice], *, via: str, now: datetime, actor=None,
+                       note: str = "") -> list[Invoice]:
+    """`invoice_mark_paid` for many: the invoices that were open and are paid now (each once:
+    the open rows are locked and re-checked), their leases started or extended — the
+    renewals' in one update — and what can no longer buy a term credited to the balance."""
+    with transaction.atomic():
+        open_ids = set(Invoice.objects.select_for_update().filter(pk__in=[i.pk for i in invoices],
+                                                                  state=Invoice.State.OPEN).values_list("pk", flat=True))
+        changed = [invoice for invoice in invoices if invoice.pk in open_ids]
         if not changed:
-            return False
-        invoice.refresh_from_db()
-        event_emit(event="invoice.paid", term=f"invoice:{invoice.pk}", customer=invoice.customer, now=now,
-                   lease=invoice.lease, data=lambda: {"invoice": invoice_data(invoice),
-                                                      **({"lease": lease_data(invoice.lease)} if invoice.lease_id else {})})
-        delivered = _deliver(invoice, now=now, actor=actor)
-        if not delivered:
-            ledger_post(customer=invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=invoice.amount_cents,
-                        now=now, invoice=invoice, memo=f"invoice #{invoice.pk} paid after its lease ended",
-                        idempotency_key=f"late:{invoice.pk}")
-        return True
+            return []
+        settled_by = actor if (via == "manual" and getattr(actor, "pk", None)) else None
+        Invoice.objects.filter(pk__in=open_ids, state=Invoice.State.OPEN).update(
+            state=Invoice.State.PAID, paid_at=now, paid_via=via[:20], note=note[:300], settled_by=settled_by)
+        for invoice in changed:
+            if len(changed) == 1:
+                invoice.refresh_from_db()  # one caller's invoice, possibly read long before
+            else:  # a batch's own invoices, read in this transaction
+                invoice.state, invoice.paid_at, invoice.paid_via, invoice.note, invoice.settled_by = (
+                    Invoice.State.PAID, now, via[:20], note[:300], settled_by)
+        events_emit([Event(event="invoice.paid", term=f"invoice:{invoice.pk}", customer=invoice.customer,
+                           lease=invoice.lease, data=_paid_data(invoice)) for invoice in changed], now=now)
+        delivered = _deliver_many(changed, now=now, actor=actor)
+        for invoice in changed:
+            if invoice.pk not in delivered:
+                ledger_post(customer=invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT,
+                            amount_cents=invoice.amount_cents, now=now, invoice=invoice,
+                            memo=f"invoice #{invoice.pk} paid after its lease ended", idempotency_key=f"late:{invoice.pk}")
+        return changed
+
+
+def _paid_data(invoice: Invoice):
+    return lambda: {"invoice": invoice_data(invoice),
+                    **({"lease": lease_data(invoice.lease)} if invoice.lease_id else {})}
+
+
+def _deliver_many(invoices: list[Invoice], *, now: datetime, actor) -> set[int]:
+    """The invoices whose lease got its term (or top-up its credit): the renewals of distinct
+    leases extended together (rental.leases_extend), any other one by itself."""
+    renewals, others = {}, []
+    for invoice in invoices:
+        if invoice.kind == Invoice.Kind.RENEWAL and invoice.lease_id not in renewals:
+            renewals[invoice.lease_id] = invoice
+        else:
+            others.append(invoice)
+    extended = rental.leases_extend({lease_id: i.term_start for lease_id, i in renewals.items()}, now=now,
+                                    actor=actor, reasons={lease_id: f"renewal invoice #{i.pk} paid"
+                                                          for lease_id, i in renewals.items()})
+    delivered = {i.pk for lease_id, i in renewals.items() if lease_id in extended}
+    return delivered | {i.pk for i in others if _deliver(i, now=now, actor=actor)}
 
 
 def _deliver(invoice: Invoice, *, now: datetime, actor) -> bool:
@@ -342,45 +405,85 @@ def lease_fail_and_refund(*, lease: Lease, now: datetime) -> int | None:
 def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
     """The renewal for the term starting at the current end, at the locked price; once per
     term (database constraint). Auto-paid from the balance when the lease's auto-renew
-    (its own, else the account's default) allows it."""
+    (its own, else the account's default) allows it. One lease of `renewal_invoices_create`."""
     with transaction.atomic(savepoint=False):  # no expected error to recover from: the sweep's batch is the unit
-        invoice, created = renewal_invoice_issue(lease=lease, now=now)
-        if not created:
-            return None
-        if lease_auto_renews(lease):
-            try:
-                with transaction.atomic():
-                    invoice_pay_from_balance(invoice=invoice, now=now)
-            except InsufficientBalance:
-                pass
-        return invoice
+        made = renewal_invoices_create([lease], now=now)
+        return made[0] if made else None
+
+
+def renewal_invoices_create(leases: list[Lease], *, now: datetime) -> list[Invoice]:
+    """The renewal sweep's batch: the renewal invoices made now (a lease whose term already has
+    one is left out), those of auto-renewing leases that the balance covers paid from it."""
+    with transaction.atomic(savepoint=False):
+        made = [invoice for invoice, created in renewal_invoices_issue(leases, now=now) if created]
+        auto = [invoice for invoice in made if lease_auto_renews(invoice.lease)]
+        invoices_pay_from_balance(auto, now=now)
+        return made
 
 
 def renewal_invoice_issue(*, lease: Lease, now: datetime) -> tuple[Invoice, bool]:
     """The renewal invoice of the term starting at the lease's current end: made (with its
     notice) when there is none, else the one that exists — one per (lease, term start),
-    whether the sweep or the customer's "extend" asked first. Returns (invoice, created)."""
+    whether the sweep or the customer's "extend" asked first. Returns (invoice, created).
+    One lease of `renewal_invoices_issue`."""
     with transaction.atomic(savepoint=False):  # no expected error to recover from: the sweep's batch is the unit
-        with translation.override("en"):  # stored in English, shown in the reader's language (billing/display)
-            lines = [Line(_("Renewal of lease #%(id)s: %(offer)s, %(term)s")
-                          % {"id": lease.pk, "offer": lease.offer, "term": Term(lease.term).label}, 1, lease.price_cents)]
-        try:
-            with transaction.atomic():
-                # Egress overage so far, marked invoiced together with this invoice (ops hook).
-                from .egress import egress_renewal_lines
-                lines += egress_renewal_lines(lease=lease)
-                invoice = _create_invoice(customer=lease.customer, kind=Invoice.Kind.RENEWAL, lines=lines, now=now,
-                                          lease=lease, term_start=lease.ends_at)
-        except IntegrityError:
-            return Invoice.objects.get(lease=lease, kind=Invoice.Kind.RENEWAL, term_start=lease.ends_at), False
-        with rental.customer_language(lease.customer):
-            rental.notify(lease=lease, kind="renewal_invoice", deadline=lease.ends_at,
-                          subject=_("Renewal invoice #%(invoice)s for lease #%(lease)s")
-                          % {"invoice": invoice.pk, "lease": lease.pk},
-                          body=_("Renewal of lease #%(lease)s: %(amount)s, due before %(due)s UTC.")
-                          % {"lease": lease.pk, "amount": format_usd(invoice.amount_cents),
-                             "due": f"{lease.ends_at:%Y-%m-%d %H:%M}"}, now=now)
-        return invoice, True
+        [issued] = renewal_invoices_issue([lease], now=now)
+        return issued
+
+
+def renewal_invoices_issue(leases: list[Lease], *, now: datetime) -> list[tuple[Invoice, bool]]:
+    """(invoice, created) for each lease (distinct leases with their customer loaded), in order:
+    the invoices, their lines, the egress overage they bill and their notices in a few
+    statements for the batch. The unique constraint (one renewal per lease and term start) is
+    the arbiter: an INSERT … ON CONFLICT DO NOTHING, so a term invoiced before — by another
+    pass, or the customer's "extend" — gives that invoice, not an error, and the rest of the
+    batch goes on."""
+    with transaction.atomic(savepoint=False):
+        from .egress import egress_overage, egress_overage_mark
+
+        overage = egress_overage(leases)  # marked invoiced below, for the invoices made now only
+        lines = {lease.pk: [_renewal_line(lease)] + [line for *_, line in overage.get(lease.pk, [])] for lease in leases}
+        invoices = [Invoice(customer=lease.customer, lease=lease, kind=Invoice.Kind.RENEWAL, term_start=lease.ends_at,
+                            created_at=now, amount_cents=sum(line.amount_cents for line in lines[lease.pk]))
+                    for lease in leases]
+        created = {invoice.lease_id for invoice in insert_many_once(invoices, key=("lease_id",))}
+        made = [invoice for invoice in invoices if invoice.lease_id in created]
+        InvoiceLine.objects.bulk_create([
+            InvoiceLine(invoice=invoice, description=line.description, quantity=line.quantity,
+                        unit_cents=line.unit_cents, amount_cents=line.amount_cents)
+            for invoice in made for line in lines[invoice.lease_id]])
+        egress_overage_mark([item for invoice in made for item in overage.get(invoice.lease_id, [])])
+        notify_many([_renewal_notice(invoice) for invoice in made], now=now)
+        existing = _renewals_issued_before([invoice for invoice in invoices if invoice.lease_id not in created])
+        return [(invoice, True) if invoice.lease_id in created else (existing[invoice.lease_id], False)
+                for invoice in invoices]
+
+
+def _renewal_line(lease: Lease) -> Line:
+    with translation.override("en"):  # stored in English, shown in the reader's language (billing/display)
+        return Line(_("Renewal of lease #%(id)s: %(offer)s, %(term)s")
+                    % {"id": lease.pk, "offer": lease.offer, "term": Term(lease.term).label}, 1, lease.price_cents)
+
+
+def _renewal_notice(invoice: Invoice) -> Notice:
+    lease = invoice.lease
+    with rental.customer_language(lease.customer):
+        return Notice(lease=lease, kind="renewal_invoice", deadline=lease.ends_at,
+                      subject=_("Renewal invoice #%(invoice)s for lease #%(lease)s")
+                      % {"invoice": invoice.pk, "lease": lease.pk},
+                      body=_("Renewal of lease #%(lease)s: %(amount)s, due before %(due)s UTC.")
+                      % {"lease": lease.pk, "amount": format_usd(invoice.amount_cents),
+                         "due": f"{lease.ends_at:%Y-%m-%d %H:%M}"})
+
+
+def _renewals_issued_before(unsaved: list[Invoice]) -> dict[int, Invoice]:
+    """{lease id: the renewal invoice that already held the term} for the invoices not made."""
+    if not unsaved:
+        return {}
+    terms = Q()
+    for invoice in unsaved:
+        terms |= Q(lease_id=invoice.lease_id, term_start=invoice.term_start)
+    return {i.lease_id: i for i in Invoice.objects.filter(terms, kind=Invoice.Kind.RENEWAL)}
 
 
 EXTENDABLE = (LeaseState.ACTIVE, LeaseState.SUSPENDED)

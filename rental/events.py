@@ -17,7 +17,19 @@ class Transition:
 
 def event_record(lease_id: int, *, kind: str, now: datetime, actor=None, from_state="", to_state="", reason="",
                  data=None) -> LeaseEvent:
-    return LeaseEvent.objects.create(
-        lease_id=lease_id, kind=kind, at=now, actor=actor if getattr(actor, "pk", None) else None,
-        from_state=from_state, to_state=to_state, reason=reason[:300], data=data or {},
-    )
+    event = event_row(lease_id, kind=kind, now=now, actor=actor, from_state=from_state, to_state=to_state,
+                      reason=reason, data=data)
+    event.save()
+    return event
+
+
+def events_record(events: list[LeaseEvent]) -> list[LeaseEvent]:
+    """Many unsaved LeaseEvents (a lifecycle batch's transitions) in one statement."""
+    return LeaseEvent.objects.bulk_create(events)
+
+
+def event_row(lease_id: int, *, kind: str, now: datetime, actor=None, from_state="", to_state="", reason="",
+              data=None) -> LeaseEvent:
+    """The unsaved LeaseEvent `event_record` writes (for `events_record`)."""
+    return LeaseEvent(lease_id=lease_id, kind=kind, at=now, actor=actor if getattr(actor, "pk", None) else None,
+                      from_state=from_state, to_state=to_state, reason=reason[:300], data=data or {})

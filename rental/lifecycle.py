@@ -11,14 +11,14 @@ from . import rules
 from .agent import get_agent
 from .events import Transition
 from .models import WIPE_PENDING, DiskKey, Lease, LeaseState, Notification
+from .notifications.notices import Notice, notify_many
 from .services import (
     customer_language,
-    disk_key_complete_destroy,
+    disk_keys_complete_destroy,
     lease_provisioned,
-    lease_release,
-    lease_suspend,
-    lease_wipe,
-    notify,
+    leases_release,
+    leases_suspend,
+    leases_wipe,
 )
 
 S = LeaseState
@@ -45,7 +45,8 @@ def sweep_reminders(now: datetime, limit: int = BATCH) -> list[Transition]:
     """Each reminder is due from its moment (end − lead) until the term ends, so one missed
     by late beats is sent late. Only the most urgent due one goes out: a lease that missed
     its 3-day reminder and is now within a day gets the 1-day one alone. Once the term has
-    ended, the suspension notice (with the real hold end) takes their place."""
+    ended, the suspension notice (with the real hold end) takes their place. Each kind's
+    batch is sent as one (notify_many)."""
     done, sent_kinds = [], []
     for kind, lead in sorted(rules.reminders(), key=lambda item: item[1]):  # shortest lead first
         sent_kinds.append(kind)
@@ -53,13 +54,12 @@ def sweep_reminders(now: datetime, limit: int = BATCH) -> list[Transition]:
                                               deadline=OuterRef("ends_at"))
         due = (Lease.objects.filter(state=S.ACTIVE, ends_at__gt=now, ends_at__lte=now + lead)
                .exclude(Exists(already)).select_related(*DUE_LEASE_RELATED).order_by("ends_at")[:limit])
-        for lease in due:
-            if _remind(lease, kind=kind, now=now):
-                done.append(Transition(lease.pk, kind))
+        sent = notify_many([_reminder(lease, kind=kind) for lease in due], now=now)
+        done += [Transition(notice.lease.pk, kind) for notice in sent]
     return done
 
 
-def _remind(lease: Lease, *, kind: str, now: datetime) -> bool:
+def _reminder(lease: Lease, *, kind: str) -> Notice:
     args = {"id": lease.pk, "offer": lease.offer, "end": f"{lease.ends_at:%Y-%m-%d %H:%M}",
             "renewal_hours": settings.LEASE_RENEWAL_LEAD_HOURS, "hold_hours": settings.LEASE_HOLD_HOURS}
     with customer_language(lease.customer):
@@ -67,30 +67,30 @@ def _remind(lease: Lease, *, kind: str, now: datetime) -> bool:
         body = _("Your lease #%(id)s ends at %(end)s UTC. A renewal invoice is issued %(renewal_hours)s hours "
                  "before the end. Unpaid, the instance is stopped and held %(hold_hours)s hours, then its disk "
                  "key is destroyed.") % args
-    return notify(lease=lease, kind=kind, deadline=lease.ends_at, subject=subject, body=body, now=now)
+    return Notice(lease=lease, kind=kind, deadline=lease.ends_at, subject=subject, body=body)
 
 
 def sweep_suspend(now: datetime, limit: int = BATCH) -> list[Transition]:
     due = _due_ids(Lease.objects.filter(state=S.ACTIVE, ends_at__lte=now), "ends_at", limit)
-    return [Transition(i, "active → suspended") for i in due if lease_suspend(lease_id=i, now=now)]
+    return [Transition(i, "active → suspended") for i in leases_suspend(due, now=now)]
 
 
 def sweep_release(now: datetime, limit: int = BATCH) -> list[Transition]:
     due = _due_ids(Lease.objects.filter(state=S.SUSPENDED, hold_until__lte=now), "hold_until", limit)
-    return [Transition(i, "suspended → released") for i in due if lease_release(lease_id=i, now=now)]
+    return [Transition(i, "suspended → released") for i in leases_release(due, now=now)]
 
 
 def sweep_key_destruction(now: datetime, limit: int = BATCH) -> list[Transition]:
     """Finishes phase two for keys whose first phase committed but whose worker died."""
     due = list(DiskKey.objects.filter(state=DiskKey.State.DESTROY_REQUESTED)
                .order_by("destroy_requested_at").values_list("lease_id", flat=True)[:limit])
-    return [Transition(i, "key destroyed") for i in due if disk_key_complete_destroy(lease_id=i, now=now)]
+    return [Transition(i, "key destroyed") for i in disk_keys_complete_destroy(lease_ids=due, now=now)]
 
 
 def sweep_wipe(now: datetime, limit: int = BATCH) -> list[Transition]:
     """Wipes as soon as the key is destroyed; wipe_by is the deadline alerts watch."""
     due = _due_ids(Lease.objects.filter(WIPE_PENDING, disk_key__state=DiskKey.State.DESTROYED), "wipe_by", limit)
-    return [Transition(i, "→ wiped") for i in due if lease_wipe(lease_id=i, now=now)]
+    return [Transition(i, "→ wiped") for i in leases_wipe(due, now=now)]
 
 
 def sweep_snapshots(now: datetime, limit: int = BATCH) -> list[Transition]:

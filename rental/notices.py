@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 from . import rules
 from .lifecycle import BATCH, DUE_LEASE_RELATED, Transition
 from .models import Lease, LeaseState, Notification
-from .notifications.notices import customer_language, notify
+from .notifications.notices import Notice, customer_language, notify_many
 
 S = LeaseState
 
@@ -22,7 +22,7 @@ def _missing(kind: str, deadline_field: str):
 
 
 def sweep_state_notices(now: datetime, limit: int = BATCH) -> list[Transition]:
-    done = []
+    done, notices = [], []
     suspended = (Lease.objects.filter(state=S.SUSPENDED, hold_until__isnull=False)
                  .exclude(Exists(_missing("suspended", "hold_until")))
                  .select_related(*DUE_LEASE_RELATED).order_by("hold_until")[:limit])
@@ -35,10 +35,11 @@ def sweep_state_notices(now: datetime, limit: int = BATCH) -> list[Transition]:
                      "and disk are held until %(hold)s UTC. Paying the renewal invoice before then resumes it. "
                      "After that the slot is released and the disk key is destroyed: data on the local NVMe "
                      "cannot be recovered.") % args
-        if notify(lease=lease, kind="suspended", deadline=lease.hold_until, subject=subject, body=body, now=now):
-            done.append(Transition(lease.pk, "suspension notice"))
+        notices.append(Notice(lease=lease, kind="suspended", deadline=lease.hold_until, subject=subject, body=body))
+    done += [Transition(n.lease.pk, "suspension notice") for n in notify_many(notices, now=now)]
     # Released within the wipe period (older ones are history), also when already wiped:
     # the wipe follows the key's destruction in the same pass.
+    notices = []
     released = (Lease.objects.filter(state__in=[S.RELEASED, S.WIPED], hold_until__isnull=False,
                                      ended_at__gte=now - rules.wipe_within())
                 .exclude(Exists(_missing("released", "ended_at")))
@@ -51,6 +52,6 @@ def sweep_state_notices(now: datetime, limit: int = BATCH) -> list[Transition]:
             body = _("Lease #%(id)s was released at %(ended)s UTC after its %(hold_hours)s-hour hold ended unpaid. "
                      "Its GPU slot is back in stock and the disk encryption key is destroyed; the local NVMe is "
                      "wiped by %(wipe)s UTC. Network volumes and snapshots are kept.") % args
-        if notify(lease=lease, kind="released", deadline=lease.ended_at, subject=subject, body=body, now=now):
-            done.append(Transition(lease.pk, "release notice"))
+        notices.append(Notice(lease=lease, kind="released", deadline=lease.ended_at, subject=subject, body=body))
+    done += [Transition(n.lease.pk, "release notice") for n in notify_many(notices, now=now)]
     return done

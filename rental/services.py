@@ -8,12 +8,12 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, Q, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import Offer, Site
-from inventory.services import slots_allocate, slots_release
+from inventory.services import slots_allocate, slots_release, slots_release_many
 
 from . import rules
 from .accounts.services import (  # noqa: F401 - account_create and the settings rows, re-exported
@@ -25,9 +25,12 @@ from .accounts.services import (  # noqa: F401 - account_create and the settings
 from .addresses import ssh_command
 from .agent import Instance, get_agent
 from .events import event_record as _event
+from .events import event_row as _event_row
+from .events import events_record
 from .models import (
     ENDED_ON_HOST,
     LIVE_STATES,
+    TERM_LENGTH,
     CustomerSettings,
     DiskKey,
     Image,
@@ -49,21 +52,53 @@ class TransitionRefused(Exception):
 def _transition(lease_id: int, *, to: str, from_states, now: datetime, kind: str, actor=None, reason="",
                 when: Q | None = None, data=None, **fields) -> str | None:
     """Guarded update; returns the state it left, or None when another run got there first.
-    The row is locked while read (a no-op on SQLite, which serialises writers): without the
-    lock, a payment that read `active` and then waited for the sweep's `suspended` found
+    One lease of `_transition_many`."""
+    left = _transition_many([lease_id], to=to, from_states=from_states, now=now, kind=kind, actor=actor,
+                            reason=reason, when=when, data=data, change=fields)
+    return left.get(lease_id)
+
+
+def _transition_many(lease_ids, *, to: str, from_states, now: datetime, kind: str, actor=None, reason="",
+                     when: Q | None = None, read: tuple[str, ...] = (), change=None, data=None) -> dict[int, str]:
+    """The guarded update of a batch of leases: {lease id: the state it left} for those that
+    were still in `from_states` (and `when`); the others another run got to first. The rows
+    are locked while read, in id order (a no-op on SQLite, which serialises writers): without
+    the lock, a payment that read `active` and then waited for the sweep's `suspended` found
     its `state = 'active'` update matching nothing and credited the renewal to the balance
-    instead of resuming the lease."""
-    candidates = Lease.objects.select_for_update().filter(pk=lease_id, state__in=list(from_states))
+    instead of resuming the lease. Then one UPDATE (per-lease values as CASE) and one INSERT of
+    the LeaseEvents. `change`/`data`/`reason`: one value for all, or a function of the locked
+    row (a dict of "pk", "state" and the `read` fields; `data` also gets the row's changes)."""
+    candidates = Lease.objects.select_for_update().filter(pk__in=list(lease_ids), state__in=list(from_states))
     if when is not None:
         candidates = candidates.filter(when)
-    row = candidates.values_list("state", flat=True).first()
-    if row is None:
-        return None
-    changed = Lease.objects.filter(pk=lease_id, state=row).filter(when or Q()).update(state=to, **fields)
-    if not changed:
-        return None
-    _event(lease_id, kind=kind, now=now, actor=actor, from_state=row, to_state=to, reason=reason, data=data)
-    return row
+    rows = list(candidates.order_by("pk").values("pk", "state", *read))
+    if not rows:
+        return {}
+    changes = {row["pk"]: (change(row) if callable(change) else change) or {} for row in rows}
+    guard = Lease.objects.filter(pk__in=list(changes), state__in=list(from_states)).filter(when or Q())
+    if not guard.update(state=to, **_per_row_values(Lease, changes)):
+        return {}
+    events_record([_event_row(row["pk"], kind=kind, now=now, actor=actor, from_state=row["state"], to_state=to,
+                              reason=reason(row) if callable(reason) else reason,
+                              data=data(row, changes[row["pk"]]) if callable(data) else data) for row in rows])
+    return {row["pk"]: row["state"] for row in rows}
+
+
+def _per_row_values(model, changes: dict[int, dict]) -> dict:
+    """UPDATE values for rows that each get their own: a field every row gives the same value
+    is that value, else a CASE on the primary key."""
+    fields = {name for values in changes.values() for name in values}
+    out = {}
+    for name in fields:
+        values = {pk: row[name] for pk, row in changes.items()}
+        distinct = set(values.values())
+        if len(distinct) == 1:
+            out[name] = distinct.pop()
+            continue
+        field = model._meta.get_field(name)
+        out[name] = Case(*[When(pk=pk, then=Value(value, output_field=field)) for pk, value in values.items()],
+                         output_field=field)
+    return out
 
 
 # --- ordering -------------------------------------------------------------------------
@@ -128,23 +163,58 @@ def lease_provisioned(*, lease_id: int, instance: Instance, now: datetime) -> bo
 def lease_extend(*, lease_id: int, term_start: datetime, now: datetime, actor=None, reason="renewal paid") -> bool:
     """A renewal for the term starting at `term_start` was paid: the new term runs from the
     old end. Resumes a suspended lease. Guarded on ends_at == term_start, so each renewal
-    extends once. Returns False when the lease can no longer be extended (released)."""
-    lease = Lease.objects.get(pk=lease_id)
+    extends once. Returns False when the lease can no longer be extended (released). One
+    lease of `leases_extend`."""
+    return lease_id in leases_extend({lease_id: term_start}, now=now, actor=actor, reasons={lease_id: reason})
+
+
+@transaction.atomic
+def leases_extend(term_starts: dict[int, datetime], *, now: datetime, actor=None,
+                  reasons: dict[int, str]) -> set[int]:
+    """`lease_extend` for a batch of paid renewals ({lease id: the paid term's start}): the
+    leases extended."""
+    if not term_starts:
+        return set()
+    when = Q()
+    for lease_id, term_start in term_starts.items():
+        when |= Q(pk=lease_id, ends_at=term_start)
+
+    def new_end(row):
+        return term_starts[row["pk"]] + TERM_LENGTH[Term(row["term"])]
+
+    left = _transition_many(term_starts, to=S.ACTIVE, from_states=[S.ACTIVE, S.SUSPENDED], now=now, kind="extended",
+                            actor=actor, reason=lambda row: reasons[row["pk"]], when=when, read=("term",),
+                            change=lambda row: {"ends_at": new_end(row), "suspended_at": None, "hold_until": None,
+                                                "wipe_by": None},
+                            data=lambda row, change: {"term_start": term_starts[row["pk"]].isoformat(),
+                                                      "ends_at": change["ends_at"].isoformat()})
+    resumed = [lease_id for lease_id, state in left.items() if state == S.SUSPENDED]
+    if resumed:
+        transaction.on_commit(lambda: _agent_each("resume", resumed))
+    extended = set(left)
+    for lease_id in set(term_starts) - extended:  # a provisioning lease keeps its state while its end moves
+        if _provisioning_extend(lease_id, term_starts[lease_id], now=now, actor=actor, reason=reasons[lease_id]):
+            extended.add(lease_id)
+    return extended
+
+
+def _provisioning_extend(lease_id: int, term_start: datetime, *, now: datetime, actor, reason: str) -> bool:
+    lease = Lease.objects.filter(pk=lease_id, state=S.PROVISIONING, ends_at=term_start).first()
+    if lease is None:
+        return False
     new_end = term_start + lease.term_length
-    left = _transition(lease_id, to=S.ACTIVE, from_states=[S.ACTIVE, S.SUSPENDED], now=now, kind="extended",
-                       actor=actor, reason=reason, when=Q(ends_at=term_start), ends_at=new_end, suspended_at=None,
-                       hold_until=None,
-                       wipe_by=None, data={"term_start": term_start.isoformat(), "ends_at": new_end.isoformat()})
-    if left is None:
-        # A provisioning lease keeps its state while its end moves.
-        changed = Lease.objects.filter(pk=lease_id, state=S.PROVISIONING, ends_at=term_start).update(ends_at=new_end)
-        if changed:
-            _event(lease_id, kind="extended", now=now, actor=actor, from_state=S.PROVISIONING,
-                   to_state=S.PROVISIONING, reason=reason, data={"ends_at": new_end.isoformat()})
-        return bool(changed)
-    if left == S.SUSPENDED:
-        transaction.on_commit(lambda: get_agent().resume(lease_id=lease_id))
-    return True
+    changed = Lease.objects.filter(pk=lease_id, state=S.PROVISIONING, ends_at=term_start).update(ends_at=new_end)
+    if changed:
+        _event(lease_id, kind="extended", now=now, actor=actor, from_state=S.PROVISIONING,
+               to_state=S.PROVISIONING, reason=reason, data={"ends_at": new_end.isoformat()})
+    return bool(changed)
+
+
+def _agent_each(action: str, lease_ids) -> None:
+    """The host agent's `action` (stop, resume) for each lease, after the batch committed."""
+    agent = get_agent()
+    for lease_id in lease_ids:
+        getattr(agent, action)(lease_id=lease_id)
 
 
 @transaction.atomic
@@ -152,18 +222,26 @@ def lease_suspend(*, lease_id: int, now: datetime, actor=None, reason="term ende
     """active → suspended at term end: instance stopped, slot held for the hold
     (LEASE_HOLD_HOURS), disk untouched. The hold counts from this moment, the one the
     instance is actually stopped, so a late sweep never shortens it; an operator's
-    mid-term suspend counts it from the term's end (a paid term is never cut short)."""
-    lease = Lease.objects.get(pk=lease_id)
-    if lease.state != S.ACTIVE:  # only an active lease has an end to count the hold from
-        return False
-    held_from = rules.held_from(stopped_at=now, ends_at=lease.ends_at)
-    left = _transition(lease_id, to=S.SUSPENDED, from_states=[S.ACTIVE], now=now, kind="suspended", actor=actor,
-                       reason=reason, when=None if force else Q(ends_at__lte=now), suspended_at=now,
-                       hold_until=held_from + rules.hold(), wipe_by=held_from + rules.wipe_within(),
-                       data={"hold_until": (held_from + rules.hold()).isoformat()})
+    mid-term suspend counts it from the term's end (a paid term is never cut short).
+    One lease of `leases_suspend`."""
+    return lease_id in leases_suspend([lease_id], now=now, actor=actor, reason=reason, force=force)
+
+
+@transaction.atomic
+def leases_suspend(lease_ids, *, now: datetime, actor=None, reason="term ended unpaid", force=False) -> list[int]:
+    """`lease_suspend` for a batch (the suspend sweep's): the leases suspended. Only an active
+    lease has an end to count the hold from."""
+    def hold(row):
+        held_from = rules.held_from(stopped_at=now, ends_at=row["ends_at"])
+        return {"suspended_at": now, "hold_until": held_from + rules.hold(), "wipe_by": held_from + rules.wipe_within()}
+
+    left = list(_transition_many(lease_ids, to=S.SUSPENDED, from_states=[S.ACTIVE], now=now, kind="suspended",
+                                 actor=actor, reason=reason, when=None if force else Q(ends_at__lte=now),
+                                 read=("ends_at",), change=hold,
+                                 data=lambda row, change: {"hold_until": change["hold_until"].isoformat()}))
     if left:
-        transaction.on_commit(lambda: get_agent().stop(lease_id=lease_id))
-    return bool(left)
+        transaction.on_commit(lambda: _agent_each("stop", left))
+    return left
 
 
 @transaction.atomic
@@ -178,21 +256,31 @@ def lease_resume(*, lease_id: int, now: datetime, actor, reason: str) -> bool:
 
 @transaction.atomic
 def lease_release(*, lease_id: int, now: datetime, actor=None, reason="hold expired unpaid", force=False) -> bool:
-    """suspended → released after the hold: slots back to stock, NVMe key destroyed."""
-    left = _transition(lease_id, to=S.RELEASED, from_states=[S.SUSPENDED], now=now, kind="released", actor=actor,
-                       reason=reason, when=None if force else Q(hold_until__lte=now), ended_at=now)
+    """suspended → released after the hold: slots back to stock, NVMe key destroyed. One
+    lease of `leases_release`."""
+    return lease_id in leases_release([lease_id], now=now, actor=actor, reason=reason, force=force)
+
+
+@transaction.atomic
+def leases_release(lease_ids, *, now: datetime, actor=None, reason="hold expired unpaid",
+                   force=False) -> list[int]:
+    """`lease_release` for a batch (the release sweep's): the leases released."""
+    left = list(_transition_many(lease_ids, to=S.RELEASED, from_states=[S.SUSPENDED], now=now, kind="released",
+                                 actor=actor, reason=reason, when=None if force else Q(hold_until__lte=now),
+                                 change={"ended_at": now}))
     if not left:
-        return False
-    slots_release(lease_id=lease_id, now=now)
-    _volumes_let_go(lease_id, now=now, reason="lease ended")
-    disk_key_request_destroy(lease_id=lease_id, now=now, actor=actor, reason=reason)
-    return True
+        return []
+    slots_release_many(lease_ids=left, now=now)
+    _volumes_let_go(left, now=now, reason="lease ended")
+    disk_keys_request_destroy(lease_ids=left, now=now, actor=actor, reason=reason)
+    return left
 
 
-def _volumes_let_go(lease_id: int, *, now: datetime, reason: str) -> None:
-    from .storage import lease_volumes_detach  # rental.storage imports this module
+def _volumes_let_go(lease_ids, *, now: datetime, reason: str) -> None:
+    from .storage import leases_volumes_detach  # rental.storage imports this module
 
-    lease_volumes_detach(lease_id=lease_id, now=now, reason=reason)
+    leases_volumes_detach(lease_ids=[lease_ids] if isinstance(lease_ids, int) else lease_ids, now=now,
+                          reason=reason)
 
 
 @transaction.atomic
@@ -260,59 +348,102 @@ def lease_record(*, lease_id: int, kind: str, now: datetime, actor=None, reason:
 def lease_wipe(*, lease_id: int, now: datetime) -> bool:
     """released/cancelled/failed → wiped as soon as the key is destroyed (wipe_by is only the
     deadline alerts watch) and the host agent proved the wipe; without a proof yet, False
-    (next pass). The lease row stays locked from this check to the update (SQLite: the
-    write lock), so two overlapping passes never ask the host to wipe the same disk twice."""
-    lease = (Lease.objects.select_for_update(of=("self",)).select_related("disk_key")
-             .filter(pk=lease_id, state__in=ENDED_ON_HOST).first())
-    if lease is None or lease.disk_key.state != DiskKey.State.DESTROYED:
-        return False
-    receipt = get_agent().wipe(lease_id=lease_id, at=now)
-    if receipt is None:
-        return False
-    return bool(_transition(lease_id, to=S.WIPED, from_states=ENDED_ON_HOST, now=now, kind="wiped",
-                            reason="local NVMe wiped", data={"receipt": receipt}))
+    (next pass). One lease of `leases_wipe`."""
+    return lease_id in leases_wipe([lease_id], now=now)
+
+
+@transaction.atomic
+def leases_wipe(lease_ids, *, now: datetime) -> list[int]:
+    """`lease_wipe` for a batch (the wipe sweep's): the leases wiped. The lease rows stay
+    locked from this check to the update (SQLite: the write lock), so two overlapping passes
+    never ask the host to wipe the same disk twice."""
+    leases = (Lease.objects.select_for_update(of=("self",)).select_related("disk_key")
+              .filter(pk__in=list(lease_ids), state__in=ENDED_ON_HOST).order_by("pk"))
+    agent, receipts = get_agent(), {}
+    for lease in leases:
+        if lease.disk_key.state != DiskKey.State.DESTROYED:
+            continue
+        receipt = agent.wipe(lease_id=lease.pk, at=now)
+        if receipt is not None:
+            receipts[lease.pk] = receipt
+    if not receipts:
+        return []
+    return list(_transition_many(receipts, to=S.WIPED, from_states=ENDED_ON_HOST, now=now, kind="wiped",
+                                 reason="local NVMe wiped", data=lambda row, _: {"receipt": receipts[row["pk"]]}))
 
 
 # --- disk keys: two-phase, refused while a term is paid ---------------------------------
 
 @transaction.atomic
 def disk_key_request_destroy(*, lease_id: int, now: datetime, actor=None, reason: str) -> DiskKey:
-    key = DiskKey.objects.select_for_update().select_related("lease").get(lease_id=lease_id)
-    if key.lease.state not in (*ENDED_ON_HOST, S.WIPED):
-        raise TransitionRefused(_("Lease #%(id)s is %(state)s: its key cannot be destroyed.")
-                               % {"id": lease_id, "state": key.lease.get_state_display()})
-    if key.lease.state == S.RELEASED and key.lease.ends_at and key.lease.ends_at > now:
-        raise TransitionRefused(_("Lease #%(id)s has a paid term until %(end)s UTC.")
-                               % {"id": lease_id, "end": f"{key.lease.ends_at:%Y-%m-%d %H:%M}"})
-    if key.state == DiskKey.State.ACTIVE:
-        DiskKey.objects.filter(pk=key.pk, state=DiskKey.State.ACTIVE).update(
-            state=DiskKey.State.DESTROY_REQUESTED, destroy_requested_at=now,
-            destroy_requested_by=actor if getattr(actor, "pk", None) else None, destroy_reason=reason[:200])
-        _event(lease_id, kind="key_destroy_requested", now=now, actor=actor, reason=reason)
-    transaction.on_commit(lambda: disk_key_complete_destroy(lease_id=lease_id, now=now))
+    """One lease of `disk_keys_request_destroy`."""
+    [key] = disk_keys_request_destroy(lease_ids=[lease_id], now=now, actor=actor, reason=reason)
     key.refresh_from_db()
     return key
 
 
 @transaction.atomic
+def disk_keys_request_destroy(*, lease_ids, now: datetime, actor=None, reason: str) -> list[DiskKey]:
+    """Phase one for a batch of ended leases (refused, for all, while one has a paid term):
+    the keys marked destroy-requested with an event each; phase two (the host) once the
+    batch committed."""
+    keys = list(DiskKey.objects.select_for_update().select_related("lease").filter(lease_id__in=list(lease_ids))
+                .order_by("lease_id"))
+    for key in keys:
+        if key.lease.state not in (*ENDED_ON_HOST, S.WIPED):
+            raise TransitionRefused(_("Lease #%(id)s is %(state)s: its key cannot be destroyed.")
+                                    % {"id": key.lease_id, "state": key.lease.get_state_display()})
+        if key.lease.state == S.RELEASED and key.lease.ends_at and key.lease.ends_at > now:
+            raise TransitionRefused(_("Lease #%(id)s has a paid term until %(end)s UTC.")
+                                    % {"id": key.lease_id, "end": f"{key.lease.ends_at:%Y-%m-%d %H:%M}"})
+    active = [key for key in keys if key.state == DiskKey.State.ACTIVE]
+    if active:
+        DiskKey.objects.filter(pk__in=[key.pk for key in active], state=DiskKey.State.ACTIVE).update(
+            state=DiskKey.State.DESTROY_REQUESTED, destroy_requested_at=now,
+            destroy_requested_by=actor if getattr(actor, "pk", None) else None, destroy_reason=reason[:200])
+        events_record([_event_row(key.lease_id, kind="key_destroy_requested", now=now, actor=actor, reason=reason)
+                       for key in active])
+    ids = [key.lease_id for key in keys]
+    transaction.on_commit(lambda: disk_keys_complete_destroy(lease_ids=ids, now=now))
+    return keys
+
+
+@transaction.atomic
 def disk_key_complete_destroy(*, lease_id: int, now: datetime) -> bool:
     """Phase two: the agent destroys the key and returns a receipt, stored as the proof
-    (the node agent's signed key_destroyed evidence); None means not done yet."""
-    key = DiskKey.objects.select_for_update().get(lease_id=lease_id)
-    if key.state != DiskKey.State.DESTROY_REQUESTED:
-        return False
-    receipt = get_agent().destroy_key(lease_id=lease_id, key_ref=key.key_ref, at=now)
-    if receipt is None:  # the host has not proven it yet: stays requested, the sweep asks again
-        return False
-    DiskKey.objects.filter(pk=key.pk).update(state=DiskKey.State.DESTROYED, destroyed_at=now,
-                                             destruction_proof=receipt)
-    _event(lease_id, kind="key_destroyed", now=now, reason="LUKS2 key destroyed by host agent",
-           data={"receipt": receipt})
-    from .notifications.services import lease_event_emit
+    (the node agent's signed key_destroyed evidence); None means not done yet. One lease of
+    `disk_keys_complete_destroy`."""
+    return lease_id in disk_keys_complete_destroy(lease_ids=[lease_id], now=now)
 
-    lease_event_emit(event="key.destroyed", lease=Lease.objects.select_related("customer").get(pk=lease_id), at=None,
-                     now=now, key={"destroyed_at": now.isoformat(), "proof": receipt})
-    return True
+
+@transaction.atomic
+def disk_keys_complete_destroy(*, lease_ids, now: datetime) -> list[int]:
+    """Phase two for a batch: the leases whose key the host destroyed now (a key not
+    requested, or not proven destroyed yet, stays for the sweep). The keys are locked from
+    the check to the update, so two callers never ask the host twice."""
+    from .notifications.services import Event, events_emit, lease_data, lease_term
+
+    keys = (DiskKey.objects.select_for_update().filter(lease_id__in=list(lease_ids),
+                                                       state=DiskKey.State.DESTROY_REQUESTED).order_by("lease_id"))
+    agent, receipts = get_agent(), {}
+    for key in keys:
+        receipt = agent.destroy_key(lease_id=key.lease_id, key_ref=key.key_ref, at=now)
+        if receipt is not None:  # the host has not proven it yet: stays requested, the sweep asks again
+            receipts[key.pk] = (key.lease_id, receipt)
+    if not receipts:
+        return []
+    DiskKey.objects.filter(pk__in=list(receipts)).update(
+        state=DiskKey.State.DESTROYED, destroyed_at=now,
+        **_per_row_values(DiskKey, {pk: {"destruction_proof": proof} for pk, (_, proof) in receipts.items()}))
+    events_record([_event_row(lease_id, kind="key_destroyed", now=now, reason="LUKS2 key destroyed by host agent",
+                              data={"receipt": receipt}) for lease_id, receipt in receipts.values()])
+    proofs = dict(receipts.values())
+    leases = Lease.objects.select_related("customer").filter(pk__in=list(proofs)).order_by("pk")
+    events_emit([Event(event="key.destroyed", term=lease_term(lease, None), customer=lease.customer, lease=lease,
+                       data=lambda lease=lease: {"lease": lease_data(lease), "key": {
+                           "destroyed_at": now.isoformat(), "proof": proofs[lease.pk]}}) for lease in leases],
+                now=now)
+    return sorted(proofs)
 
 
 # --- notifications ----------------------------------------------------------------------
@@ -358,6 +489,9 @@ def lease_auto_renews(lease, *, account_default: bool | None = None) -> bool:
     account-wide default (the settings page's checkbox; pass it when listing many leases)."""
     if lease.auto_renew is not None:
         return lease.auto_renew
+    if account_default is None and Lease.customer.is_cached(lease):  # read with the lease (the sweeps)
+        loaded = _loaded_settings(lease.customer)
+        account_default = loaded.auto_renew if loaded else None
     return account_auto_renew(lease.customer_id) if account_default is None else account_default
 
 

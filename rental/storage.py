@@ -84,14 +84,26 @@ def volume_detach(*, volume: NetworkVolume, lease_id: int, now: datetime, actor=
 def lease_volumes_detach(*, lease_id: int, now: datetime, reason: str) -> list[int]:
     """The lease ended (cancelled, released, failed): its volumes are detached now, not at
     the next sweep; the volumes themselves survive. Returns the volumes let go of."""
-    ids = list(VolumeAttachment.objects.filter(lease_id=lease_id, detached_at__isnull=True)
-               .values_list("volume_id", flat=True))
-    for volume in NetworkVolume.objects.filter(pk__in=ids):
-        volume_detach(volume=volume, lease_id=lease_id, now=now, reason=reason)
-    if ids:
-        transaction.on_commit(lambda: lease_volumes_released.send(sender=Lease, lease_id=lease_id, volume_ids=ids,
-                                                                  now=now))
-    return ids
+    return leases_volumes_detach(lease_ids=[lease_id], now=now, reason=reason)
+
+
+def leases_volumes_detach(*, lease_ids: list[int], now: datetime, reason: str) -> list[int]:
+    """`lease_volumes_detach` for a batch of ended leases: one query finds the attachments
+    (most leases have none)."""
+    attached = list(VolumeAttachment.objects.filter(lease_id__in=list(lease_ids), detached_at__isnull=True)
+                    .order_by("lease_id", "volume_id").values_list("lease_id", "volume_id"))
+    if not attached:
+        return []
+    volumes = NetworkVolume.objects.in_bulk([volume_id for _, volume_id in attached])
+    by_lease: dict[int, list[int]] = {}
+    for lease_id, volume_id in attached:
+        by_lease.setdefault(lease_id, []).append(volume_id)
+        if volume_id in volumes:
+            volume_detach(volume=volumes[volume_id], lease_id=lease_id, now=now, reason=reason)
+    for lease_id, ids in by_lease.items():
+        transaction.on_commit(lambda lease_id=lease_id, ids=ids: lease_volumes_released.send(
+            sender=Lease, lease_id=lease_id, volume_ids=ids, now=now))
+    return [volume_id for _, volume_id in attached]
 
 
 @transaction.atomic

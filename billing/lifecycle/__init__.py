@@ -1,6 +1,7 @@
 """One lifecycle pass: every sweep, in dependency order, in committed batches. Called every minute by
 Celery beat (billing.tasks.lifecycle_tick) and by `manage.py lifecycle`. The sweeps read
 customers with their settings (language, auto-renew) in the same query as the due leases."""
+import logging
 import time
 from datetime import datetime, timedelta
 
@@ -20,11 +21,13 @@ from ..models import Invoice
 from ..payments import health as payments_health
 from ..payments import reversals as payments_reversals
 from ..payments import services as payments
-from ..services import lease_fail_and_refund, order_invoice_expire, renewal_invoice_create
+from ..services import lease_fail_and_refund, order_invoice_expire, renewal_invoices_create
 from ..storage.charges import sweep_storage
 from ..storage.snapshot_usage import sweep_snapshot_usage
 from ..storage.sweeps import sweep_ceph
 from .locks import exclusive
+
+log = logging.getLogger(__name__)
 
 
 def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
@@ -54,16 +57,33 @@ def sweep_provisioning_deadline(now: datetime, limit: int = BATCH) -> list[Trans
 
 def sweep_renewal_invoices(now: datetime, limit: int = BATCH) -> list[Transition]:
     """Renewals of active leases only: a lease that never became active is not renewed
-    (it becomes active or fails within NODE_PROVISIONING_DEADLINE)."""
+    (it becomes active or fails within NODE_PROVISIONING_DEADLINE). The batch is issued (and
+    auto-paid) as one (billing.services.renewal_invoices_create); should it fail, each lease
+    is tried on its own, so one lease that cannot be renewed does not hold back the others."""
     invoiced = Invoice.objects.filter(lease=OuterRef("pk"), kind=Invoice.Kind.RENEWAL, term_start=OuterRef("ends_at"))
     # Only active leases have a term: one still provisioning has not started it.
-    due = (Lease.objects.filter(state=LeaseState.ACTIVE, ends_at__lte=now + rules.renewal_lead())
-           .exclude(Exists(invoiced)).select_related(*DUE_LEASE_RELATED).order_by("ends_at")[:limit])
+    due = list(Lease.objects.filter(state=LeaseState.ACTIVE, ends_at__lte=now + rules.renewal_lead())
+               .exclude(Exists(invoiced)).select_related(*DUE_LEASE_RELATED).order_by("ends_at")[:limit])
+    return [Transition(invoice.lease_id, f"renewal invoice #{invoice.pk}"
+                       + (" (paid from balance)" if invoice.state == Invoice.State.PAID else ""))
+            for invoice in _renewals_made(due, now)]
+
+
+def _renewals_made(due: list[Lease], now: datetime) -> list[Invoice]:
+    try:
+        with transaction.atomic():
+            return renewal_invoices_create(due, now=now)
+    except Exception:
+        if len(due) == 1:
+            raise
+        log.exception("renewal batch of %d leases failed; renewing them one by one", len(due))
     made = []
     for lease in due:
-        if invoice := renewal_invoice_create(lease=lease, now=now):
-            paid = " (paid from balance)" if invoice.state == Invoice.State.PAID else ""
-            made.append(Transition(lease.pk, f"renewal invoice #{invoice.pk}{paid}"))
+        try:
+            with transaction.atomic():
+                made += renewal_invoices_create([lease], now=now)
+        except Exception:
+            log.exception("renewal of lease #%s failed; the next pass tries again", lease.pk)
     return made
 
 
@@ -73,13 +93,13 @@ def sweep_void_dead_renewals(now: datetime, limit: int = BATCH) -> list[Transiti
     dead = (Invoice.objects.filter(kind=Invoice.Kind.RENEWAL, state=Invoice.State.OPEN,
                                    lease__state__in=[LeaseState.RELEASED, LeaseState.WIPED, LeaseState.CANCELLED,
                                                     LeaseState.FAILED])
-            .values_list("pk", "lease_id")[:limit])
-    done = []
-    for pk, lease_id in dead:
-        if Invoice.objects.filter(pk=pk, state=Invoice.State.OPEN).update(state=Invoice.State.VOID,
-                                                                          note="lease released unpaid"):
-            done.append(Transition(lease_id, f"renewal invoice #{pk} void"))
-    return done
+            .values_list("pk", flat=True)[:limit])
+    # locked and re-checked, then one update for the batch: a payment that got there first keeps its invoice
+    still_open = list(Invoice.objects.select_for_update().filter(pk__in=list(dead), state=Invoice.State.OPEN)
+                      .order_by("pk").values_list("pk", "lease_id"))
+    Invoice.objects.filter(pk__in=[pk for pk, _ in still_open]).update(state=Invoice.State.VOID,
+                                                                        note="lease released unpaid")
+    return [Transition(lease_id, f"renewal invoice #{pk} void") for pk, lease_id in still_open]
 
 
 SWEEPS = [

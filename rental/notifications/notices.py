@@ -4,6 +4,7 @@ address, and sent as the matching webhook event; written in the customer's langu
 (`customer_language`). Used by the lease services, the notice sweep, storage and failover,
 all of which sit above this package (issue 33: storage and failover imported rental.services
 for it, in a circle)."""
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
@@ -11,11 +12,12 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone, translation
 
-from inventory.rows import insert_once
+from inventory.rows import insert_many_once
 
 from ..accounts.services import _loaded_settings
 from ..models import CustomerSettings, Lease, Notification
-from .services import dispatch_claim, event_emit, lease_data, lease_term, notice_event
+from .models import Dispatch
+from .services import Event, dispatch_claim_many, events_emit, lease_data, lease_term, notice_event
 
 
 def customer_language(user) -> "translation.override":
@@ -32,24 +34,73 @@ def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: s
     """Once per (lease, kind, deadline): claimed in the notifications ledger (issue 30) with
     the in-app notice in one transaction, e-mailed when the customer gave an address, and
     sent as the matching webhook event. `now` is the sweep's clock (a simulated one under
-    `manage.py lifecycle --at`)."""
+    `manage.py lifecycle --at`). One notice of `notify_many`."""
+    return bool(notify_many([Notice(lease=lease, kind=kind, deadline=deadline, subject=subject, body=body)],
+                            now=now))
+
+
+@dataclass
+class Notice:
+    """One notice to a lease's customer (the arguments of `notify`)."""
+    lease: Lease
+    kind: str
+    deadline: datetime
+    subject: str
+    body: str
+
+    @property
+    def term(self) -> str:
+        return f"{lease_term(self.lease, self.deadline)}/{self.kind}"  # a 3-day and a 1-day reminder are two
+
+
+def notify_many(notices: list[Notice], *, now: datetime | None = None) -> list[Notice]:
+    """`notify` for a lifecycle batch: the ledger claims, the in-app notices and the webhook
+    events of all of them in a few statements, not a few per notice; the e-mails go out in
+    one on-commit hook. Returns the notices sent now (each once per lease, kind and deadline:
+    one claimed before, or twice in the list, is left out)."""
     now = now or timezone.now()
-    term = f"{lease_term(lease, deadline)}/{kind}"  # a 3-day and a 1-day reminder are two messages
-    if dispatch_claim(recipient=f"user:{lease.customer_id}", event=kind, term=term, now=now,
-                      customer=lease.customer, lease=lease) is None:
-        return False
-    note = Notification(lease=lease, customer_id=lease.customer_id, kind=kind, deadline=deadline,
-                        subject=subject, body=body, created_at=now)
-    if not insert_once(note):
-        return False
-    note_id = note.pk
-    event_emit(event=notice_event(kind), term=term, customer=lease.customer, lease=lease, now=now,
-               data=lambda: {"lease": lease_data(lease), "notice": {"kind": kind, "subject": subject, "body": body,
-                                                                      "deadline": deadline.isoformat()}})
-    email = lease.customer.email
-    if email:
-        def send():
-            send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [email], fail_silently=True)
-            Notification.objects.filter(pk=note_id).update(emailed_at=now)
-        transaction.on_commit(send)
-    return True
+    claims = dispatch_claim_many([Dispatch(recipient=f"user:{n.lease.customer_id}", event=n.kind, term=n.term,
+                                           created_at=now, customer=n.lease.customer, lease=n.lease)
+                                  for n in notices])
+    claimed = {(c.lease_id, c.event, c.term) for c in claims}
+    notes = {}
+    for n in notices:
+        if (n.lease.pk, n.kind, n.term[:120]) in claimed:
+            claimed.discard((n.lease.pk, n.kind, n.term[:120]))
+            notes[id(n)] = Notification(lease=n.lease, customer_id=n.lease.customer_id, kind=n.kind,
+                                        deadline=n.deadline, subject=n.subject, body=n.body, created_at=now)
+    inserted = {id(note) for note in _insert_notes(list(notes.values()))}
+    sent = [n for n in notices if id(notes.get(id(n))) in inserted]
+    events_emit([Event(event=notice_event(n.kind), term=n.term, customer=n.lease.customer, lease=n.lease,
+                       data=_notice_data(n)) for n in sent], now=now)
+    mail = [(notes[id(n)].pk, n.subject, n.body, n.lease.customer.email) for n in sent if n.lease.customer.email]
+    if mail:
+        transaction.on_commit(lambda: _send_mail(mail, now))
+    return sent
+
+
+def _insert_notes(notes: list[Notification]) -> list[Notification]:
+    """The notices inserted, in rounds of distinct (lease, kind) (what tells them apart on the
+    way back); a duplicate of one already held is not inserted."""
+    inserted, left = [], notes
+    while left:
+        seen, this_round, later = set(), [], []
+        for note in left:
+            (later if (note.lease_id, note.kind) in seen else this_round).append(note)
+            seen.add((note.lease_id, note.kind))
+        inserted += insert_many_once(this_round, key=("lease_id", "kind"))
+        left = later
+    return inserted
+
+
+def _notice_data(n: Notice):
+    return lambda: {"lease": lease_data(n.lease), "notice": {"kind": n.kind, "subject": n.subject, "body": n.body,
+                                                             "deadline": n.deadline.isoformat()}}
+
+
+def _send_mail(mail: list[tuple[int, str, str, str]], now: datetime) -> None:
+    sent = []
+    for note_id, subject, body, email in mail:
+        send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [email], fail_silently=True)
+        sent.append(note_id)
+    Notification.objects.filter(pk__in=sent).update(emailed_at=now)

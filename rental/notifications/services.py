@@ -1,6 +1,7 @@
 """Every write of the notifications ledger and the webhooks (see the package doc)."""
 import json
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from celery import shared_task
@@ -11,7 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.audit import audit_record
-from inventory.rows import insert_once
+from inventory.rows import insert_many_once
 
 from .models import Dispatch, WebhookDelivery, WebhookEndpoint, new_secret
 from .sending import Refused, check_url, post
@@ -48,9 +49,24 @@ def dispatch_claim(*, recipient: str, event: str, term: str, now: datetime, cust
     been or is being sent and must not be sent again). One INSERT … ON CONFLICT DO NOTHING,
     so the caller's transaction carries on either way; under concurrency the unique
     constraint decides."""
-    dispatch = Dispatch(recipient=recipient, event=event, term=term[:120], created_at=now, customer=customer,
-                        lease=lease)
-    return dispatch if insert_once(dispatch) else None
+    claimed = dispatch_claim_many([Dispatch(recipient=recipient, event=event, term=term[:120], created_at=now,
+                                            customer=customer, lease=lease)])
+    return claimed[0] if claimed else None
+
+
+def dispatch_claim_many(dispatches: list[Dispatch]) -> list[Dispatch]:
+    """`dispatch_claim` for many unsaved ledger rows at once (a statement per chunk, not per
+    message): the ones claimed now, in order; a repeat of one claimed before (or earlier in the
+    list) is left out. The unique constraint decides under concurrency, as for one."""
+    for dispatch in dispatches:
+        dispatch.term = dispatch.term[:120]
+    seen, unique = set(), []
+    for dispatch in dispatches:
+        key = (dispatch.recipient, dispatch.event, dispatch.term)
+        if key not in seen:
+            seen.add(key)
+            unique.append(dispatch)
+    return insert_many_once(unique, key=("recipient", "event", "term"))
 
 
 def dispatch_mark_sent(*, dispatch_id: int, now: datetime) -> None:
@@ -59,11 +75,11 @@ def dispatch_mark_sent(*, dispatch_id: int, now: datetime) -> None:
 
 # --- events ---------------------------------------------------------------------------------
 
-def _endpoints_for(customer_id: int | None):
+def _endpoints_for_many(customer_ids):
     scope = Q(scope=WebhookEndpoint.Scope.OPERATOR)
-    if customer_id:
-        scope |= Q(scope=WebhookEndpoint.Scope.CUSTOMER, owner_id=customer_id)
-    return WebhookEndpoint.objects.filter(scope, is_active=True, owner__is_active=True)
+    if customer_ids:
+        scope |= Q(scope=WebhookEndpoint.Scope.CUSTOMER, owner_id__in=sorted(customer_ids))
+    return WebhookEndpoint.objects.filter(scope, is_active=True, owner__is_active=True).order_by("pk")
 
 
 def event_emit(*, event: str, term: str, customer, data, now: datetime | None = None,
@@ -72,19 +88,47 @@ def event_emit(*, event: str, term: str, customer, data, now: datetime | None = 
     (endpoint, event, term); deliveries start when the caller's transaction commits.
     `data` is the payload's data, or a callable making it (only called when some endpoint
     listens, so an event nobody receives costs one query)."""
+    return events_emit([Event(event=event, term=term, customer=customer, data=data, lease=lease)], now=now)
+
+
+@dataclass
+class Event:
+    """One webhook event for `events_emit` (the arguments of `event_emit`)."""
+    event: str
+    term: str
+    customer: object
+    data: object
+    lease: object = None
+
+
+def events_emit(events: list[Event], *, now: datetime | None = None) -> list[WebhookDelivery]:
+    """`event_emit` for many events at once (a lifecycle batch): the endpoints of all their
+    customers in one query — so a batch whose customers have none costs that one query — and
+    the ledger claims of each endpoint's events in one statement."""
     now = now or timezone.now()
+    if not events:
+        return []
+    customer_ids = {getattr(e.customer, "pk", e.customer) for e in events} - {None}
+    endpoints = list(_endpoints_for_many(customer_ids))
+    if not endpoints:
+        return []
     made = []
-    customer_id = getattr(customer, "pk", customer)
-    endpoints = list(_endpoints_for(customer_id))
-    if endpoints and callable(data):
-        data = data()
     for endpoint in endpoints:
-        dispatch = dispatch_claim(recipient=f"webhook:{endpoint.pk}", event=event, term=term, now=now,
-                                  customer=customer if getattr(customer, "pk", None) else None, lease=lease)
-        if dispatch is None:
-            continue
-        made.append(_delivery_create(dispatch=dispatch, endpoint=endpoint, event=event, now=now,
-                                     data={**data, "customer": getattr(customer, "username", None)}))
+        mine = [e for e in events if endpoint.scope == WebhookEndpoint.Scope.OPERATOR
+                or endpoint.owner_id == getattr(e.customer, "pk", e.customer)]
+        claims = dispatch_claim_many([
+            Dispatch(recipient=f"webhook:{endpoint.pk}", event=e.event, term=e.term, created_at=now,
+                     customer=e.customer if getattr(e.customer, "pk", None) else None, lease=e.lease)
+            for e in mine])
+        claimed = {(d.event, d.term): d for d in claims}
+        for e in mine:
+            dispatch = claimed.pop((e.event, e.term[:120]), None)
+            if dispatch is None:
+                continue
+            if callable(e.data):
+                e.data = e.data()
+            made.append(_delivery_create(dispatch=dispatch, endpoint=endpoint, event=e.event, now=now,
+                                         data={**e.data, "customer": getattr(e.customer, "username", None)}))
     return made
 
 

@@ -259,10 +259,10 @@ def summary(leases, t0):
 
 CRASH_POINTS = [  # (where the worker dies, on which call, in which of the scenario's passes)
     ("rental.lifecycle.lease_provisioned", 7, 0),  # while provisioning
-    ("billing.services.invoice_pay_from_balance", 4, 1),  # inside a renewal's transaction: rolled back
-    ("rental.lifecycle.lease_suspend", 11, 1),
-    ("rental.services.disk_key_request_destroy", 5, 2),  # inside a release: the release rolls back
-    ("rental.services.disk_key_complete_destroy", 3, 2),  # between the two phases of key destruction
+    ("billing.services.invoices_pay_from_balance", 1, 1),  # inside the renewals' transaction: rolled back
+    ("rental.lifecycle.leases_suspend", 1, 1),  # the batch of suspensions (one transaction) rolls back
+    ("rental.services.disk_keys_request_destroy", 1, 2),  # inside a release: the release rolls back
+    ("rental.services.disk_keys_complete_destroy", 1, 2),  # between the two phases of key destruction
 ]
 
 
