@@ -74,6 +74,7 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
         "tests/billing/test_money_refunds.py", "tests/billing/test_money_property.py",
         "tests/billing/test_money_reversals.py", "tests/billing/test_storage_pages.py",
         "tests/fleet/test_lifecycle_contract.py",
+        "tests/security/test_refund_limit.py",  # refunds_left: REFUNDS_PER_MONTH
     ]),
     "fleet-desired": (["fleet/desired.py"], [], [
         "tests/fleet/test_lifecycle.py", "tests/fleet/test_lifecycle_contract.py",

@@ -196,3 +196,30 @@ def test_desk_refund_while_the_volume_is_being_created_leaves_its_part_to_the_ad
     assert refunds(customer) == [PRICE]
     ordered_volume_refund(row=row, now=now, reason="storage down")
     assert refunds(customer) == [PRICE, VOLUME_PART] and fresh(invoice).refunded_cents == PRICE + VOLUME_PART
+
+
+def test_only_paid_orders_and_renewals_are_refundable(catalog, customer):
+    """refundable_cents: a paid order's amount less what was refunded of it; nothing of an
+    unpaid invoice, nothing of a top-up (that money is the balance itself)."""
+    from billing.services import topup_invoice_create
+
+    now = timezone.now()
+    balance_top_up(customer=customer, amount_cents=PRICE, now=now)
+    _, paid = order(customer, now)
+    _, unpaid = order(customer, now, pay=False)
+    topup = topup_invoice_create(customer=customer, amount_cents=5000, now=now)
+    Invoice.objects.filter(pk=topup.pk).update(state=Invoice.State.PAID)
+    assert [refundable_cents(fresh(i)) for i in (paid, unpaid, topup)] == [PRICE, 0, 0]
+
+
+def test_a_refund_of_at_most_some_cents_takes_the_invoices_in_order(catalog, customer):
+    """invoices_refund_claim with a ceiling: the first invoice all of it, the next only what
+    is left of the ceiling ($100 over two $65 orders: $65 + $35)."""
+    from billing.ledger import invoices_refund_claim
+
+    now = timezone.now()
+    balance_top_up(customer=customer, amount_cents=2 * PRICE, now=now)
+    first, second = order(customer, now)[1], order(customer, now)[1]
+    taken, touched = invoices_refund_claim(invoices=[first, second], now=now, cents=10_000)
+    assert (taken, [i.pk for i in touched]) == (10_000, [first.pk, second.pk])
+    assert (fresh(first).refunded_cents, fresh(second).refunded_cents) == (PRICE, 10_000 - PRICE)

@@ -89,7 +89,9 @@ def test_the_credit_of_an_extra_payment_says_which_payment_and_which_rate(placed
     by_settlement = replace(paid(quote, 10 * USD, 6, "ab" * 32, n=1), chain_time=int(settled.timestamp()))
     after_it = paid(quote, 10 * USD, 6, "cd" * 32, n=3)
     apply(quote, [by_settlement, after_it], later)
-    memos = sorted(LedgerEntry.objects.filter(kind=LedgerEntry.Kind.EXCESS_PAYMENT).values_list("memo", flat=True))
+    entries = LedgerEntry.objects.filter(kind=LedgerEntry.Kind.EXCESS_PAYMENT)
+    assert {e.invoice_id for e in entries} == {quote.invoice_id}  # each line points at the invoice paid
+    memos = sorted(e.memo for e in entries)
     assert memos == [f"LTC abababababababab…:1 to quote #{quote.pk} at $100/LTC (quoted)",
                      f"LTC cdcdcdcdcdcdcdcd…:3 to quote #{quote.pk} at $200/LTC (when confirmed)"]
 
@@ -128,6 +130,7 @@ def test_a_quote_credits_up_to_its_cap_automatically_the_rest_waits(placed, cust
     assert balance(customer) == 3250
     review = PaymentReview.objects.get()
     assert (review.kind, review.proposed_cents, int(review.amount)) == (R.Kind.OVER_CAP, 3_250_000, 1000 * DUE)
+    assert Payment.objects.get(amount=1000 * DUE).credited_cents is None  # held, not credited
     payment_review_close(review=review, actor=operator, now=later, note="refunded on-chain, tx abc")
     assert balance(customer) == 3250 and fresh(review).state == R.State.CLOSED
     with pytest.raises(PaymentError):
@@ -368,6 +371,42 @@ def test_speed_policy_small_quotes_settle_with_fewer_confirmations(catalog, cust
     expected = 3 if q_big.usd_cents < 100000 else 6
     apply(q_big, [paid(q_big, int(q_big.amount), expected, Payment.objects.get(quote=q_big).txid)], t0)
     assert fresh(q_big).state == Q.SETTLED
+
+
+@pytest.mark.parametrize("policy,settled_with_one", [("6500:1", False), ("6501:1", True)])
+def test_the_speed_policy_applies_below_its_amount_not_at_it(placed, settings, t0, policy, settled_with_one):
+    """PAYMENT_SPEED_POLICY "<cents>:<confirmations>": a quote worth LESS than the cents needs
+    that many; the $65.00 quote at "6500:1" is not below it and waits for the coin's count."""
+    settings.PAYMENT_SPEED_POLICY = policy
+    _, invoice, quote = placed
+    apply(quote, [paid(quote, DUE, 1)], t0 + timedelta(minutes=2))
+    assert (fresh(quote).state == Q.SETTLED) is settled_with_one
+    assert (fresh(invoice).state == Invoice.State.PAID) is settled_with_one
+
+
+def test_a_payment_first_seen_at_the_expiry_second_is_on_time(placed, t0):
+    """On time means first seen on the chain by the quote's expiry, its own second included:
+    it pays the invoice, it is not a late payment credited to the balance."""
+    _, invoice, quote = placed
+    at_expiry = replace(paid(quote, DUE, 6), chain_time=int(quote.expires_at.timestamp()))
+    apply(quote, [at_expiry], quote.expires_at)
+    assert fresh(invoice).state == Invoice.State.PAID
+    assert credits(LedgerEntry.Kind.LATE_PAYMENT) == []
+
+
+def test_an_extra_payment_is_credited_from_one_cent_and_under_a_cent_leaves_no_line(placed, customer, t0):
+    """Cents are rounded down; an extra payment worth under a cent is settled with nothing to
+    credit (no ledger line, no review), one worth a cent is credited that cent."""
+    _, _, quote = placed  # $100/LTC: 10,000 litoshi a cent
+    settled = t0 + timedelta(minutes=5)
+    apply(quote, [paid(quote, DUE, 6)], settled)
+    under = replace(paid(quote, 9_999, 6), chain_time=int(settled.timestamp()))
+    one = replace(paid(quote, 10_000, 6), chain_time=int(settled.timestamp()))
+    apply(quote, [under, one], settled + timedelta(minutes=1))
+    assert credits(LedgerEntry.Kind.EXCESS_PAYMENT) == [1] and balance(customer) == 1
+    assert sorted(Payment.objects.filter(amount__lt=DUE).values_list("amount", "credited_cents")) == [
+        (9_999, 0), (10_000, 1)]
+    assert not PaymentReview.objects.exists()
 
 
 def test_an_invoice_paid_from_the_balance_meanwhile_is_not_paid_twice(placed, customer, t0):
