@@ -1,7 +1,8 @@
 """Issue 23, the production path as the tested path: a GPU server in a QEMU guest (KVM
 when /dev/kvm can be opened, TCG otherwise: the output says which) booting Debian with systemd as PID 1 and dockerd; the agent installed the way
-nodeagent/README.md says (its own venv, `pip install ./nodeagent`, the shipped unit
-enabled with systemctl); the `luks` backend with the LVM carver on an emulated NVMe drive;
+nodeagent/README.md says — by nodeagent/install-node.sh: in a chroot at image build (its
+own venv, `pip install ./nodeagent`, daemon.json, the shipped unit enabled with
+systemctl), then on the booted guest (volume group, enrol, images pull, start); the `luks` backend with the LVM carver on an emulated NVMe drive;
 the live test storefront on the host over user-mode networking.
 
 An operator enrols the node, a customer orders and pays, logs in with ssh (forwarded port)
@@ -37,12 +38,14 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGE_SLUG = "pytorch-2.5-cuda-12.4"
 INSTANCE_REF = "gpu-node-test:box"     # imported in the image (scripts/build-node-guest-image.sh)
 VG = "gpu-leases"
-# Not finished (issue 23 stays open): KVM would take minutes, but the CI machine's /dev/kvm is
-# PVM (no vmx/svm: it boots only PVM guest kernels), so it runs under TCG. On the loaded 2-core
-# machine (2026-12-02) the guest booted in 230-307 s and the README's node setup and install
-# (dockerd restart, venv, pip, docker import, enrol, unit enabled) passed in ~33 min; the
-# scenario from "paid" on has not run to the end yet. .ci/run deselects it (marker node_box);
-# run it by hand with `-m node_box` (NODE_BOX_KEEP=1 leaves a failed guest running for ssh).
+# Duration: KVM would take minutes; the CI machine's /dev/kvm is PVM (no vmx/svm: it boots only
+# PVM guest kernels), so it runs under TCG. On the loaded 2-core machine (2026-12-02, QEMU at
+# nice 0 beside niced jobs) one run took ~15 min with the image cached: boot 50-90 s, the
+# install finished on the node 100-175 s (each Python start of the agent is ~20 s under TCG;
+# the venv, pip, daemon.json and the instance image are done at image build), paid to ready
+# ~60 s, reboot ~200 s, back with the data ~100 s, suspend/resume ~60 s, release to wiped.
+# A cold image build adds ~6 min (debootstrap), an agent change ~40 s. .ci/run runs it in
+# a phase of its own; NODE_BOX_KEEP=1 leaves a failed guest running for ssh.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.node_box]
 
 
