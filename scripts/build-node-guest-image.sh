@@ -30,6 +30,11 @@ PINS="$repo/nodeagent/pyproject.toml"
 INSTANCE_REF=gpu-node-test:box      # the test's [images] entry
 STAND_IN_MINORS="3 5 7 8 9 3 5 7"     # null, zero, full, random, urandom (private_dev.sh)
 started=$(date +%s)
+# One build at a time (two test processes, or CI beside a hand run): the second waits, then
+# finds the first one's image instead of replacing it under a running guest.
+mkdir -p "$CACHE_DIR"
+exec 9>"$CACHE_DIR/node-guest-build.lock"
+flock 9
 took() { echo "node guest image: $1 ($(( $(date +%s) - started )) s so far)" >&2; }
 
 base=$("$here/build-node-guest-base.sh" "$CACHE_DIR")

@@ -39,13 +39,14 @@ IMAGE_SLUG = "pytorch-2.5-cuda-12.4"
 INSTANCE_REF = "gpu-node-test:box"     # imported in the image (scripts/build-node-guest-image.sh)
 VG = "gpu-leases"
 # Duration: KVM would take minutes; the CI machine's /dev/kvm is PVM (no vmx/svm: it boots only
-# PVM guest kernels), so it runs under TCG. On the loaded 2-core machine (2026-12-02, QEMU at
-# nice 0 beside niced jobs) one run took ~15 min with the image cached: boot 50-90 s, the
-# install finished on the node 100-175 s (each Python start of the agent is ~20 s under TCG;
-# the venv, pip, daemon.json and the instance image are done at image build), paid to ready
-# ~60 s, reboot ~200 s, back with the data ~100 s, suspend/resume ~60 s, release to wiped.
-# A cold image build adds ~6 min (debootstrap), an agent change ~40 s. .ci/run runs it in
-# a phase of its own; NODE_BOX_KEEP=1 leaves a failed guest running for ssh.
+# PVM guest kernels), so it runs under TCG. On the loaded 2-core machine (2026-12-02, load
+# ~12, QEMU at nice 0) the passing run on PostgreSQL took 615 s with the image cached: boot
+# 98 s, the install finished on the node 111 s (each start of the agent's Python is ~20 s
+# under TCG; the venv, pip, daemon.json and the instance image are done at image build),
+# paid to ready 41 s, the ssh write and scans 44 s, reboot 112 s, back with the data 60 s,
+# suspend/resume 42 s, release to wiped 12 s (an earlier run: 870 s to suspend/resume). A
+# cold image build adds ~6 min (debootstrap), an agent change ~35 s. .ci/run runs it in a
+# phase of its own; NODE_BOX_KEEP=1 leaves a failed guest running for ssh.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.node_box]
 
 
