@@ -44,7 +44,7 @@ VG = "gpu-leases"
 # 98 s, the install finished on the node 111 s (each start of the agent's Python is ~20 s
 # under TCG; the venv, pip, daemon.json and the instance image are done at image build),
 # paid to ready 41 s, the ssh write and scans 44 s, reboot 112 s, back with the data 60 s,
-# suspend/resume 42 s, release to wiped 12 s (an earlier run: 870 s to suspend/resume). A
+# suspend/resume 42 s, release to wiped 12 s; on SQLite at a lighter load 390 s in all. A
 # cold image build adds ~6 min (debootstrap), an agent change ~35 s. .ci/run runs it in a
 # phase of its own; NODE_BOX_KEEP=1 leaves a failed guest running for ssh.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.node_box]
