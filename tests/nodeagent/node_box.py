@@ -11,10 +11,12 @@ slower); `accelerator()` says which and why, and the test prints it."""
 import fcntl
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -168,10 +170,22 @@ class NodeBox:
         started = time.monotonic()
         while time.monotonic() - started < timeout:
             time.sleep(5)
-            result = self.ssh("cat /proc/sys/kernel/random/boot_id", timeout=30, check=False)
+            try:   # QEMU's user-mode forward accepts while the guest's sshd is not up yet
+                result = self.ssh("cat /proc/sys/kernel/random/boot_id", timeout=30, check=False)
+            except subprocess.TimeoutExpired:
+                continue
             if result.returncode == 0 and result.stdout.decode().strip() != before:
                 return time.monotonic() - started
         raise AssertionError(f"the guest did not come back within {timeout}s: {self.tail()}")
+
+    def keep(self) -> Path:
+        """Copy the guest's ssh key and console out of the test's temporary directory
+        (removed at the end of the session), for NODE_BOX_KEEP; returns where."""
+        kept = Path(tempfile.mkdtemp(prefix="node-box-kept-", dir="/tmp"))
+        for path in (self.key, self.console):
+            if path.exists():
+                shutil.copy2(path, kept / path.name)
+        return kept
 
     def tail(self) -> str:
         return self.console.read_text(errors="replace")[-4000:] if self.console.exists() else ""

@@ -127,6 +127,10 @@ def test_the_shipped_unit_gives_the_agent_no_mount_namespace():
         f"{sorted(MOUNT_NAMESPACE_OPTIONS & set(service))} hide the agent's mounts from dockerd"
     assert service["NoNewPrivileges"] == "yes" and service["UMask"] == "0077"
     assert service["RestrictSUIDSGID"] == "yes" and service["LockPersonality"] == "yes"
+    # not enrolled / bad config: restarting cannot help (an image with the unit enabled
+    # before enrolment would restart the agent every 5 s until it is enrolled)
+    from nodeagent.cli import EXIT_CONFIG, EXIT_NOT_ENROLLED
+    assert set(service["RestartPreventExitStatus"].split()) == {str(EXIT_NOT_ENROLLED), str(EXIT_CONFIG)}
     doc = unit["Unit"]["Documentation"]
     assert doc == "file:///usr/share/doc/gpu-node-agent/README.md"
     assert doc.removeprefix("file://") in (ROOT / "nodeagent" / "README.md").read_text()
