@@ -85,6 +85,18 @@ def ready(node: FakeNode, lease, port=22042, op_id=""):
                          gpus=["GPU-0"], image="pytorch")
 
 
+def provision_then_release(node: FakeNode, lease) -> None:
+    """The lease's instance reported ready on `node`, then the term run out unpaid: suspended
+    at its end and released when the hold ends."""
+    from rental.services import lease_release, lease_suspend
+
+    node.report(evidence=[ready(node, lease)])
+    lease.refresh_from_db()
+    lease_suspend(lease_id=lease.pk, now=lease.ends_at)
+    lease.refresh_from_db()
+    lease_release(lease_id=lease.pk, now=lease.hold_until)
+
+
 def key_destroyed(node: FakeNode, lease, op_id="", keyslots_after=0, test_exit=2):
     return node.evidence("key_destroyed", lease, op_id, device="/dev/vg/lease", luks_uuid="u-1",
                          commands=[{"argv": ["cryptsetup", "erase", "/dev/vg/lease"], "exit": 0}],

@@ -19,7 +19,7 @@ from fleet.models import NodeAgent
 from rental.models import DiskKey, LeaseState
 from tests.conftest import ON_POSTGRES
 
-from .conftest import FakeNode, disk_wiped, key_destroyed, node_of, ready
+from .conftest import FakeNode, disk_wiped, key_destroyed, node_of, provision_then_release, ready
 
 S = LeaseState
 
@@ -138,15 +138,10 @@ def test_the_same_report_sent_eight_times_at_once_is_accepted_once(paid_lease, e
 @postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_key_proof_racing_the_sweep_destroys_once(paid_lease, enrol):
-    from rental.services import lease_release, lease_suspend
 
     lease = paid_lease()
     node = enrol(node_of(lease))
-    node.report(evidence=[ready(node, lease)])
-    lease.refresh_from_db()
-    lease_suspend(lease_id=lease.pk, now=lease.ends_at)
-    lease.refresh_from_db()
-    lease_release(lease_id=lease.pk, now=lease.hold_until)
+    provision_then_release(node, lease)
     node.desired()
     record = key_destroyed(node, lease)
     results = in_threads(lambda: node.post(node.body(evidence=[record])).json(),

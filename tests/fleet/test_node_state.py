@@ -14,7 +14,7 @@ from inventory.models import Downtime, Incident, Node, SlotAllocation
 from rental.failover import node_evacuate
 from rental.models import DiskKey, LeaseState, Notification
 
-from .conftest import KEY, key_destroyed, node_of, ready
+from .conftest import KEY, key_destroyed, node_of, provision_then_release, ready
 
 pytestmark = pytest.mark.django_db
 
@@ -263,18 +263,13 @@ def test_an_instance_gets_the_nodes_cpus_and_memory_in_proportion_of_its_gpus(
     memory is its GPUs over the node's, in whole CPUs and GB rounded down; /dev/shm is a
     quarter of that memory (SHM_SHARE_OF_MEMORY), at least 1 GB; a lease with no GPU on the
     node any more gets none of it."""
-    from rental.services import lease_release, lease_suspend
 
     lease = paid_lease()  # one GPU
     node = enrol(node_of(lease))
     Node.objects.filter(pk=node.node.pk).update(gpu_count=gpu_count, vcpus=vcpus, host_ram_gb=ram_gb)
     [item] = node.desired().json()["instances"]
     assert (item["cpus"], item["memory_gb"], item["shm_gb"]) == expected
-    node.report(evidence=[ready(node, lease)])
-    lease.refresh_from_db()
-    lease_suspend(lease_id=lease.pk, now=lease.ends_at)
-    lease.refresh_from_db()
-    lease_release(lease_id=lease.pk, now=lease.hold_until)
+    provision_then_release(node, lease)
     [item] = node.desired().json()["instances"]
     assert (item["gpus"], item["cpus"], item["memory_gb"], item["shm_gb"]) == ([], 0, 0, 0)
 
@@ -282,15 +277,10 @@ def test_an_instance_gets_the_nodes_cpus_and_memory_in_proportion_of_its_gpus(
 def test_an_ended_lease_keeps_its_disk_until_rental_asks_for_the_key(paid_lease, enrol):
     """Disk work only once rental asked for it (fleet/desired.py): an ended lease whose key
     nobody asked to destroy (its key still active) is removed from the node, disk kept."""
-    from rental.services import lease_release, lease_suspend
 
     lease = paid_lease()
     node = enrol(node_of(lease))
-    node.report(evidence=[ready(node, lease)])
-    lease.refresh_from_db()
-    lease_suspend(lease_id=lease.pk, now=lease.ends_at)
-    lease.refresh_from_db()
-    lease_release(lease_id=lease.pk, now=lease.hold_until)
+    provision_then_release(node, lease)
     DiskKey.objects.filter(lease=lease).update(state=DiskKey.State.ACTIVE)  # as before rental's request
     [item] = node.desired().json()["instances"]
     assert (item["want"], item["disk"]) == ("absent", "keep")
