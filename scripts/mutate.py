@@ -53,22 +53,30 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
         "tests/billing/test_concurrency.py", "tests/fleet/test_burn_in.py",
         "tests/experience/test_operator_day.py",  # the node admin: node_save, draining
     ]),
-    "payments": (["billing/payments/"],
-                 # presentation and wiring, not rules
-                 ["billing/payments/admin.py", "billing/payments/views.py", "billing/payments/urls.py",
-                  "billing/payments/__init__.py"], [
+    # the payment rules: what a quote asks for, what a payment is worth and when it counts, what is
+    # credited, taken back after a reorg (reversals), used late, or reported in the wrong coin; the
+    # rate a quote may lock (pricing, and coins/rates.py's staleness and median); base units and
+    # cents (coins/amounts.py); the block walker's reorg detection (coins/walker.py, tested against
+    # an in-memory chain)
+    "payments": ([
+        "billing/payments/services.py", "billing/payments/quotes.py", "billing/payments/credits.py",
+        "billing/payments/reversals.py", "billing/payments/late.py", "billing/payments/misdirected.py",
+        "billing/payments/pricing.py", "billing/payments/coins/amounts.py", "billing/payments/coins/walker.py",
+        "billing/payments/coins/rates.py",
+    ], [], [
         "tests/billing/test_confirmations.py", "tests/billing/test_payments.py",
         "tests/billing/test_payments_holes.py", "tests/billing/test_payments_ops.py",
         "tests/billing/test_payments_concurrency.py", "tests/billing/test_money_reversals.py",
         "tests/billing/test_price_sources.py", "tests/billing/coins/test_units.py",
     ]),
-    # the speed policy and crediting alone (services.py, quotes.py, credits.py) with their three test files:
-    # what fits a slow machine when all of billing/payments/ does not
-    "payments-credit": (["billing/payments/services.py", "billing/payments/quotes.py", "billing/payments/credits.py"],
-                        [], [
-        "tests/billing/test_confirmations.py", "tests/billing/test_payments.py",
-        "tests/billing/test_payments_holes.py",
-    ]),
+    # Not mutated, the rest of billing/payments/: the chain adapters (coins/evm.py, utxo.py,
+    # monero.py, solana.py: JSON-RPC against the chain nodes) and the key/address derivation
+    # (coins/keys.py, addresses.py) are I/O and encodings tested against real daemons in
+    # tests/billing/coins and tests/billing/test_*_chains.py, minutes per session, which cannot run
+    # per mutant; coins/registry.py, base.py, config.py read settings and wire adapters (the rules'
+    # values are settings, read by the tests above); selectors.py, views.py, admin.py, urls.py are
+    # presentation; health.py (a watcher's liveness) and demo.py / coins/demo.py (the demo store's
+    # fake coin) decide no money.
     "billing": (["billing/services.py", "billing/ledger.py"], [], [
         "tests/billing/test_lifecycle.py", "tests/billing/test_lifecycle_edges.py",
         "tests/billing/test_money_refunds.py", "tests/billing/test_money_property.py",

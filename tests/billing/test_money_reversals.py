@@ -51,3 +51,29 @@ def test_a_debt_forgiven_by_an_operator_is_not_given_back_again_when_the_payment
     assert balance(customer) == 0  # the debt was forgiven once; the payment pays it, nothing more
     assert kinds(customer) == [("clawback", -6500), ("late_payment", 6500)]
     assert fresh(invoice).flag == "payment_recovered"
+
+
+def test_a_payment_reorged_and_mined_again_twice_leaves_the_money_where_it_was(placed, customer, t0):
+    """Reorg, re-mined, reorg, re-mined: each reversal takes the invoice's amount back, each
+    return gives exactly that back (one RESTORED per CLAWBACK, nothing more), and once all
+    is given back the reversal's review is closed and the invoice recovered."""
+    _, invoice, quote = placed
+    p = paid(quote, DUE, 6)
+    apply(quote, [p], t0 + timedelta(minutes=3))
+    assert balance(customer) == 0 and kinds(customer) == []  # the settlement paid the invoice
+    apply(quote, [], t0 + timedelta(minutes=10), reorged=[(p.txid, 0)])
+    review = PaymentReview.objects.get(kind="reversed")
+    assert balance(customer) == -6500 and review.state == "open"
+    apply(quote, [paid(quote, DUE, 6, p.txid)], t0 + timedelta(minutes=20))  # back on the chain
+    assert balance(customer) == 0 and kinds(customer) == [("clawback", -6500), ("restored", 6500)]
+    review.refresh_from_db()
+    assert review.state == "closed" and review.decided_by is None
+    run_lifecycle(t0 + timedelta(minutes=21))
+    assert fresh(invoice).flag == "payment_recovered"
+    apply(quote, [paid(quote, DUE, 6, p.txid)], t0 + timedelta(minutes=22))  # seen again: nothing posted
+    assert len(kinds(customer)) == 2
+
+    apply(quote, [], t0 + timedelta(minutes=30), reorged=[(p.txid, 0)])  # and once more
+    apply(quote, [paid(quote, DUE, 6, p.txid)], t0 + timedelta(minutes=40))
+    assert kinds(customer) == [("clawback", -6500), ("restored", 6500)] * 2 and balance(customer) == 0
+    assert not PaymentReview.objects.filter(kind="reversed", state="open").exists()

@@ -519,3 +519,52 @@ def test_the_invoice_page_lists_its_quotes_and_a_reversal(placed, customer, clie
     client.force_login(customer)
     page = client.get(f"/billing/invoices/{invoice.pk}/").content.decode()
     assert f"/pay/quote/{quote.pk}/" in page and "was reversed on its chain" in page
+
+
+def test_coins_of_the_same_wallet_sent_to_a_quote_in_another_coin_wait_for_an_operator(
+        catalog, customer, operator, coins, t0):
+    """issue 27's misdirected coins, without a chain (test_money_chains.py has them on anvil):
+    USDC and ETH sent to a USDT quote's address open one review each once confirmed, worth
+    the sent coin at its rate (no rate: no proposed amount); they pay nothing of the quote, and
+    an address that is no quote's, or a coin of another wallet, is nobody's review."""
+    from billing.payments.coins.base import DetectedPayment
+    from billing.payments.misdirected import misdirected_report
+
+    _, invoice = order(customer, t0, pay=False)
+    quote = quote_create(invoice=invoice, coin="USDT", now=t0)
+    set_rate("ETH", "2000", t0)
+    usdc = DetectedPayment(Coin.USDC, "c" * 64, 1, quote.address.lower(), 65_000_000, 11, "b" * 64, 100)
+    assert misdirected_report(coin=Coin.USDC, payment=usdc, required=12, now=t0) is True  # not yet confirmed
+    assert not PaymentReview.objects.exists()
+    usdc = replace(usdc, confirmations=12)
+    eth = DetectedPayment(Coin.ETH, "e" * 64, 0, quote.address, 10**16, 12, "b" * 64, 100)
+    for _ in range(2):  # reported once per transfer
+        assert misdirected_report(coin=Coin.USDC, payment=usdc, required=12, now=t0 + timedelta(minutes=1))
+        assert misdirected_report(coin=Coin.ETH, payment=eth, required=12, now=t0 + timedelta(minutes=1))
+    assert misdirected_report(coin=Coin.USDC, payment=replace(usdc, output_index=2), required=12, now=t0)
+    reviews = list(PaymentReview.objects.order_by("pk"))
+    assert [(r.kind, r.quote, r.sent_coin, r.txid, int(r.amount), r.proposed_cents, r.state, r.created_at)
+            for r in reviews] == [
+        (R.Kind.MISDIRECTED, quote, "USDC", "c" * 64, 65_000_000, 6500, R.State.OPEN, t0 + timedelta(minutes=1)),
+        (R.Kind.MISDIRECTED, quote, "ETH", "e" * 64, 10**16, 2000, R.State.OPEN, t0 + timedelta(minutes=1)),
+        (R.Kind.MISDIRECTED, quote, "USDC", "c" * 64, 65_000_000, 6500, R.State.OPEN, t0),  # another output
+    ]
+    assert reviews[0].payment is None and not Payment.objects.exists()
+    assert fresh(invoice).state == Invoice.State.OPEN and fresh(quote).state == quote.state
+
+    # an ETH payment without a fresh rate: reviewed, the operator prices it when crediting
+    stale = DetectedPayment(Coin.ETH, "f" * 64, 0, quote.address, 10**16, 12, "b" * 64, 100)
+    set_rate("ETH", "2000", t0 - timedelta(days=1))
+    assert misdirected_report(coin=Coin.ETH, payment=stale, required=12, now=t0)
+    assert PaymentReview.objects.get(txid="f" * 64).proposed_cents is None
+    # USDT to the USDT quote is no misdirection (the quote's own coin), LTC shares no wallet with it,
+    # and an address that is no quote's is not ours to review
+    own = DetectedPayment(Coin.USDT, "a" * 64, 0, quote.address, 1, 12, "b" * 64, 100)
+    assert misdirected_report(coin=Coin.USDT, payment=own, required=12, now=t0) is False
+    ltc = DetectedPayment(Coin.LTC, "d" * 64, 0, quote.address, 1, 12, "b" * 64, 100)
+    assert misdirected_report(coin=Coin.LTC, payment=ltc, required=6, now=t0) is False
+    nobody = replace(usdc, address="0x" + "9" * 40, txid="9" * 64)
+    assert misdirected_report(coin=Coin.USDC, payment=nobody, required=12, now=t0) is False
+    assert PaymentReview.objects.count() == 4
+    payment_review_credit(review=reviews[0], actor=operator, now=t0 + timedelta(minutes=5))
+    assert balance(customer) == 6500  # the USDC at its peg, one click
