@@ -97,11 +97,18 @@ def ltc_quote(litecoind, customer, now, first_index):  # noqa: F811
     return lease, invoice, quote_create(invoice=invoice, coin="LTC", now=now)
 
 
+def _confirmed_coin_over(wallet, amount):
+    return next((u for u in wallet.call("listunspent", 1) if u["amount"] > amount), None)
+
+
 def rbf_payment(litecoind, address, amount, fee=Decimal("0.0001")):  # noqa: F811
     """A BIP125-replaceable payment built from one explicit coin of the funding wallet:
     (txid, the coin it spends)."""
     w = litecoind.wallet
-    coin = next(u for u in w.call("listunspent", 1) if u["amount"] > amount + 1)
+    coin = _confirmed_coin_over(w, amount + 1)
+    if coin is None:   # earlier tests spent the confirmed coins: confirm their change
+        litecoind.mine(1)
+        coin = _confirmed_coin_over(w, amount + 1)
     change = w.call("getrawchangeaddress", "bech32")
     spend = [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}]
     raw = w.call("createrawtransaction", spend, {address: amount, change: coin["amount"] - amount - fee})
