@@ -93,6 +93,11 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
     "fleet-evidence": (["fleet/evidence.py"], [], [
         "tests/fleet/test_evidence.py", "tests/fleet/test_sanitization_record.py",
         "tests/fleet/test_lifecycle.py", "tests/fleet/test_lifecycle_contract.py",
+        # session 7: the field checks' refusals, migrations (old node's evidence), the
+        # snapshot kinds' op checks (snapshot_taken / snapshot_restored)
+        "tests/fleet/test_node_state.py", "tests/fleet/test_report_bounds.py", "tests/fleet/test_bad_input.py",
+        "tests/fleet/test_trust.py", "tests/storage/test_snapshots.py", "tests/storage/test_snapshot_storefront.py",
+        "tests/storage/test_snapshot_restore_into.py", "tests/storage/test_snapshot_attempts.py",
     ]),
 }
 
