@@ -4,9 +4,11 @@ Each worker keeps the agents it has seen by credential hash (only credentials th
 an enrolled, unrevoked agent; at most NODE_CREDENTIAL_CACHE_MAX of them), for at most
 NODE_CREDENTIAL_CACHE_SECONDS. The cached row is never the last word:
 
-- a **report** is accepted by one UPDATE that checks the credential, the public key the
-  signature was verified with and that the agent is not revoked, together with the seq
-  (fleet/reports.py): a revoked or re-enrolled credential is refused at once;
+- a **report** writing the agent's row does so by one UPDATE that checks the credential, the
+  public key the signature was verified with and that the agent is not revoked, together
+  with the seq (fleet/reports.py); a steady report whose seq Redis takes alone (fleet/seq.py)
+  writes nothing, so it trusts the entry as a desired poll does, and the row is written
+  (and the credential re-checked) at least every NODE_SEEN_WRITE_SECONDS;
 - a **desired-state poll** trusts an entry only under the credential epoch it was loaded
   under, a cache key every enrolment and revocation moves (`credentials_changed`, called by
   the services and by the ORM signals of NodeAgent); it is read in the same round trip as

@@ -19,7 +19,9 @@ class NodeAgent(models.Model):
     agent_version = models.CharField(max_length=40, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True, help_text="Last authenticated request")
     last_report_at = models.DateTimeField(null=True, blank=True, db_index=True)
-    last_seq = models.BigIntegerField(default=0, help_text="Highest accepted report seq (replay guard)")
+    last_seq = models.BigIntegerField(default=0, help_text="Highest report seq the database accepted (replay guard)")
+    seq_fence = models.BigIntegerField(
+        default=0, help_text="Redis takes report seqs up to this one; past a Redis loss only higher ones pass")
     public_host = models.CharField(max_length=255, blank=True, help_text="Where customers reach the instances")
     gpus = models.JSONField(default=list, blank=True, help_text="GPUs as last reported (NVML)")
     gpu_library = models.CharField(max_length=10, blank=True, help_text="nvml, or none")

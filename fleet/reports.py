@@ -31,6 +31,7 @@ from .desired import lease_on_node
 from .evidence import Refused, evidence_accept
 from .jsonbody import parse_json
 from .models import EgressMeter, InstanceReport, NodeAgent
+from .seq import Verdict, fence_after, fence_bound, seq_checkpointed, seq_take
 from .steady import StoredReport, reports_written, steady_agent_update, stored_reports
 from .timeutil import parse_time
 
@@ -155,20 +156,29 @@ def _node_facts(agent: NodeAgent, data: dict, now: datetime, outcome: Outcome, *
                 signature: str) -> NodeAgent:
     """The seq guard and the node's facts in one UPDATE (issue 31: a report writes one row
     of its own); a fact is written only when it changed. Returns the agent as stored now."""
-    fields = _reported_facts(data, outcome)
-    if _steady_update(agent, data["seq"], fields, now):
+    fields, seq = _reported_facts(data, outcome), data["seq"]
+    verdict = seq_take(agent, seq, fields, now)
+    if verdict is Verdict.REPLAYED:
+        raise ReportRefused(409, "replayed")
+    if verdict is Verdict.TAKEN and "gpus" not in fields:
+        return agent                              # issue 31: the seq in Redis, nothing to write
+    if _steady_update(agent, seq, fields, now, verdict):
+        seq_checkpointed(agent, seq, fields, now, verdict)
         return agent
     agent = _fresh(agent, body, signature, now)     # the credential and key, from the database
-    seq = data["seq"]
-    fields = {"last_seq": seq, "last_seen_at": now, "last_report_at": now, **fields}
+    facts = fields
+    fields = {"last_seq": seq, "seq_fence": fence_after(verdict, seq), "last_seen_at": now, "last_report_at": now,
+              **fields}
     moved_host = agent.public_host and fields.get("public_host", agent.public_host) != agent.public_host
-    changed = {k: v for k, v in fields.items() if k in ("last_seq", "last_seen_at", "last_report_at")
+    changed = {k: v for k, v in fields.items() if k in ("last_seq", "seq_fence", "last_seen_at", "last_report_at")
                or getattr(agent, k) != v}
-    if not NodeAgent.objects.filter(pk=agent.pk, last_seq__lt=seq).update(**changed):
+    if not NodeAgent.objects.filter(pk=agent.pk, last_seq__lt=seq,
+                                    seq_fence__lt=fence_bound(verdict, seq)).update(**changed):
         raise ReportRefused(409, "replayed")
     for key, value in fields.items():
         setattr(agent, key, value)
     remember(agent)
+    seq_checkpointed(agent, seq, facts, now, verdict)
     if "gpus" in fields:
         _nvlink_reported(agent.node, fields["gpus"])
     if moved_host:
@@ -199,15 +209,17 @@ def _reported_facts(data: dict, outcome: Outcome) -> dict:
     return fields
 
 
-def _steady_update(agent: NodeAgent, seq: int, fields: dict, now: datetime) -> bool:
+def _steady_update(agent: NodeAgent, seq: int, fields: dict, now: datetime, verdict: Verdict) -> bool:
     """Issue 31, the steady report: its facts are the ones stored (they are conditions of
     the UPDATE, so an agent row cached by this worker cannot mislead it), the credential is
     still the agent's, unrevoked, with the key the signature was checked with — then the seq
     guard and the heartbeat are the one query (fleet/steady.py). False: anything else,
     decided from the row."""
-    if "gpus" in fields or not steady_agent_update(agent, seq, fields, now):
+    fence = fence_after(verdict, seq)
+    if "gpus" in fields or not steady_agent_update(agent, seq, fields, now, fence=fence,
+                                                   fence_below=fence_bound(verdict, seq)):
         return False
-    for key, value in {**fields, "last_seq": seq, "last_seen_at": now}.items():
+    for key, value in {**fields, "last_seq": seq, "seq_fence": fence, "last_seen_at": now}.items():
         setattr(agent, key, value)
     remember(agent)
     return True

@@ -55,7 +55,7 @@ def node_enrol(*, code: str, public_key: str, agent_version: str, hostname: str,
             raise EnrolmentRefused
         credential = new_secret()
         fields = {"credential_hash": secret_hash(credential), "public_key": public_key.strip(), "enrolled_at": now,
-                  "revoked_at": None, "last_seq": 0, "agent_version": agent_version[:40], "hostname": hostname[:120]}
+                  "revoked_at": None, "last_seq": 0, "seq_fence": 0, "agent_version": agent_version[:40], "hostname": hostname[:120]}
         NodeAgent.objects.update_or_create(node=row.node, defaults=fields)
         credentials_changed()
         audit_record(actor=None, action="node_enrolled", obj=row.node,

@@ -32,17 +32,19 @@ def _update_sql(facts: tuple[str, ...]) -> str:
                               ("id", "credential_hash", "public_key", *facts))
     report_at = _column(NodeAgent, "last_report_at")
     return (f"UPDATE {q(NodeAgent._meta.db_table)} SET {_column(NodeAgent, 'last_seq')} = %s, "
+            f"{_column(NodeAgent, 'seq_fence')} = %s, "
             f"{_column(NodeAgent, 'last_seen_at')} = %s, {report_at} = CASE WHEN {report_at} IS NULL "
             f"OR {report_at} < %s THEN %s ELSE {report_at} END "
             f"WHERE {conditions} AND {_column(NodeAgent, 'last_seq')} < %s "
-            f"AND {_column(NodeAgent, 'revoked_at')} IS NULL")
+            f"AND {_column(NodeAgent, 'seq_fence')} < %s AND {_column(NodeAgent, 'revoked_at')} IS NULL")
 
 
-def steady_agent_update(agent: NodeAgent, seq: int, facts: dict, now: datetime) -> bool:
-    """last_seq, last_seen_at := seq, now, and last_report_at := now once the stored one is
-    NODE_SEEN_WRITE_SECONDS old — only where the row is this agent's, with this credential
-    and key, unrevoked, seq below `seq`, and every given fact as stored. True when that row
-    was updated.
+def steady_agent_update(agent: NodeAgent, seq: int, facts: dict, now: datetime, *, fence: int,
+                        fence_below: int) -> bool:
+    """last_seq, seq_fence, last_seen_at := seq, fence, now, and last_report_at := now once
+    the stored one is NODE_SEEN_WRITE_SECONDS old — only where the row is this agent's, with
+    this credential and key, unrevoked, seq below `seq`, seq_fence below `fence_below`
+    (fleet/seq.py), and every given fact as stored. True when that row was updated.
 
     last_report_at is indexed (the admin's "not reporting" filter): a row whose indexed
     columns keep their values is updated in place by PostgreSQL (a HOT update, no index
@@ -53,8 +55,8 @@ def steady_agent_update(agent: NodeAgent, seq: int, facts: dict, now: datetime) 
     adapt = connection.ops.adapt_datetimefield_value
     at, stale_before = adapt(now), adapt(now - timedelta(seconds=settings.NODE_SEEN_WRITE_SECONDS))
     with connection.cursor() as cursor:
-        cursor.execute(_update_sql(names), [seq, at, stale_before, at, agent.pk, agent.credential_hash,
-                                            agent.public_key, *(facts[f] for f in names), seq])
+        cursor.execute(_update_sql(names), [seq, fence, at, stale_before, at, agent.pk, agent.credential_hash,
+                                            agent.public_key, *(facts[f] for f in names), seq, fence_below])
         return cursor.rowcount == 1
 
 

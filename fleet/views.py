@@ -168,9 +168,9 @@ def _with_desired(payload: dict, agent: NodeAgent, held_etag: str, now, found: d
 @csrf_exempt
 @require_POST
 def report(request):
-    # The report's UPDATE re-checks the credential and key (fleet/reports.py): a cached
-    # entry serves whatever the credential epoch.
-    agent, found, refusal = _agent_or_refusal(request, checked_by_caller=True, keys_of=_report_keys)
+    # A steady report may be accepted by Redis alone (fleet/seq.py): the cached agent serves
+    # only under the current credential epoch, as for a desired poll.
+    agent, found, refusal = _agent_or_refusal(request, checked_by_caller=False, keys_of=_report_keys)
     if refusal:
         return refusal
     body = _body(request)

@@ -18,7 +18,8 @@ logger = logging.getLogger("rental.cache")
 SKIP_SECONDS = 1.0
 
 _MISS = {"hit": (1, {}), "get": "default", "get_many": {}, "has_key": False, "add": False, "touch": False,
-         "delete": False, "incr": None, "set": None, "set_many": [], "delete_many": None, "clear": None}
+         "delete": False, "incr": None, "set": None, "set_many": [], "delete_many": None, "clear": None,
+         "run_script": None}
 
 
 class ReusedClientRedisCacheClient(RedisCacheClient):
@@ -45,6 +46,7 @@ class FailOpenRedisCache(RedisCache):
     def __init__(self, server, params):
         super().__init__(server, params)
         self._class = ReusedClientRedisCacheClient
+        self._scripts = {}
 
     def hit(self, key, timeout: int, *, read: tuple = ()) -> tuple[int, dict]:
         """Counts one use of a fixed window (the first use starts it, `timeout` seconds) and
@@ -64,6 +66,16 @@ class FailOpenRedisCache(RedisCache):
         loads = self._cache._serializer.loads
         found = {k: loads(v) for k, v in zip(read, results[2], strict=True) if v is not None} if names else {}
         return results[0], found
+
+    def run_script(self, source: str, *, keys: tuple = (), args: tuple = ()):
+        """Runs a Lua script atomically on the keys (cache keys, prefixed as every other
+        call's); redis-py sends it by hash and loads it again after a Redis restart. None
+        when Redis is unavailable, so a caller must have a path without it."""
+        client = self._cache.get_client(write=True)
+        script = self._scripts.get((id(client), source))
+        if script is None:
+            script = self._scripts[(id(client), source)] = client.register_script(source)
+        return script(keys=[self.make_and_validate_key(k) for k in keys], args=list(args))
 
     def _fallback(self, name, args, kwargs):
         result = _MISS[name]

@@ -406,7 +406,7 @@ NODE_REPORT_MAX_SKEW = timedelta(minutes=5)
 NODE_POLL_SECONDS = int(os.environ.get("NODE_POLL_SECONDS", "15"))
 # Issue 31: a node's cached desired-state ETag (fleet/desired_version.py) is recomputed at
 # least this often even when no change bumped it; the node's last_seen_at is written by a
-# desired poll only when older than NODE_SEEN_WRITE_SECONDS (every report writes it anyway);
+# desired poll only when older than NODE_SEEN_WRITE_SECONDS, and by a report at least that often;
 # a steady instance's egress counter is stored (and metered) once it grew by
 # NODE_EGRESS_FLUSH_BYTES or its last stored report is NODE_EGRESS_FLUSH_SECONDS old.
 NODE_DESIRED_REVALIDATE_SECONDS = int(os.environ.get("NODE_DESIRED_REVALIDATE_SECONDS", "300"))
@@ -418,6 +418,12 @@ NODE_EGRESS_FLUSH_BYTES = int(os.environ.get("NODE_EGRESS_FLUSH_BYTES", str(10**
 # under the credential epoch that every enrolment and revocation moves).
 NODE_CREDENTIAL_CACHE_SECONDS = int(os.environ.get("NODE_CREDENTIAL_CACHE_SECONDS", "60"))
 NODE_CREDENTIAL_CACHE_MAX = int(os.environ.get("NODE_CREDENTIAL_CACHE_MAX", "50000"))
+# Issue 31: Redis takes a steady report's seq (fleet/seq.py) up to this far above the one the
+# database last stored; after Redis lost its entry the database accepts only seqs past that
+# fence. At most the agent's REPLAY_SKIP (nodeagent/agent.py: it skips that far on a 409).
+# An agent's entry outlives its last checkpoint by NODE_SEQ_KEY_SECONDS.
+NODE_SEQ_FENCE = int(os.environ.get("NODE_SEQ_FENCE", "1000"))
+NODE_SEQ_KEY_SECONDS = int(os.environ.get("NODE_SEQ_KEY_SECONDS", str(24 * 3600)))
 # Issue 32: a card on an enrolled node is sold only with a passing burn-in newer than its
 # last lease (inventory.burnin); the agent runs `dcgmi diag -r BURN_IN_DCGM_LEVEL`.
 BURN_IN_BEFORE_SALE = os.environ.get("BURN_IN_BEFORE_SALE", "1") == "1"

@@ -145,14 +145,17 @@ def test_a_steady_instance_is_stored_and_metered_in_aggregate(paid_lease, enrol,
         node.desired()
         with CaptureQueriesContext(connection) as queries:
             assert node.post(node.body(**items)).status_code == 200
-        return [q["sql"].split()[0:2] for q in queries.captured_queries if q["sql"].startswith(("INSERT", "UPDATE"))]
+        # The agent's own row (its seq and heartbeat) aside: with Redis a steady report may not
+        # write even that (fleet/seq.py).
+        return [q["sql"].split()[0:2] for q in queries.captured_queries if q["sql"].startswith(("INSERT", "UPDATE"))
+                and '"fleet_nodeagent"' not in q["sql"].split()[1]]
 
     report(instances=instance(0))
     report(instances=instance(10**9))                  # the first bytes: metered at once
     assert InstanceReport.objects.get(lease=lease).egress_counter == 10**9
     assert EgressUsage.objects.get(lease=lease).tb_used == Decimal("0.001")
     for sent in (2 * 10**9, 3 * 10**9):
-        assert report(instances=instance(sent)) == [["UPDATE", '"fleet_nodeagent"']]   # the seq, nothing else
+        assert report(instances=instance(sent)) == []        # nothing but the seq
     assert InstanceReport.objects.get(lease=lease).egress_counter == 10**9
     settings.NODE_EGRESS_FLUSH_SECONDS = 0
     report(instances=instance(4 * 10**9))

@@ -1,0 +1,117 @@
+"""Issue 31: a report's replay guard (its seq) in Redis, fenced by the database.
+
+A steady report used to be accepted by one UPDATE of the agent's row (the seq, the
+heartbeat): at 10,000 nodes, 667 commits a second. Now Redis keeps the highest accepted seq
+of each credential and takes a steady report's seq atomically (a Lua script); the database
+is written once per NODE_SEEN_WRITE_SECONDS (the heartbeat), when a report's facts differ
+from those last written, and when the seq reaches the fence.
+
+Replay protection must survive Redis losing what it held (a restart without persistence, an
+eviction, a snapshot restored from disk, a replica promoted). So:
+
+- the database keeps `seq_fence`: Redis never takes a seq above it, and every write of the
+  agent's row moves it to seq + NODE_SEQ_FENCE;
+- a Redis entry serves only under the run id of the Redis process that wrote it (a restored
+  or promoted Redis has another), else it is unknown;
+- with no usable entry, the database accepts only a seq above the fence. The agent, refused
+  with 409 `replayed`, skips REPLAY_SKIP (≥ NODE_SEQ_FENCE, nodeagent/agent.py) and its next
+  report passes: one refused report per node per Redis loss.
+
+Redis records a seq before the database is written (a `VOUCHED` verdict), so a checkpoint
+lost after the database write cannot leave Redis below a seq the database accepted.
+Without Redis (the embedded default, or an outage) every report is decided by the
+database as before, with a fence equal to the seq.
+"""
+from datetime import datetime
+from enum import Enum
+
+from django.conf import settings
+from django.core.cache import cache
+
+from .models import NodeAgent
+
+#: Lua numbers are doubles: above 2**53 the script could not compare seqs exactly.
+_EXACT_BELOW = 2**53
+#: A bound every stored fence is below (the column is a signed 64-bit integer).
+_ANY_FENCE = 2**63 - 1
+
+_TAKE = """
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+local h = redis.call('HMGET', KEYS[1], 'seq', 'top', 'seen', 'facts', 'run')
+if not h[1] or h[5] ~= run then return -2 end
+local seq = tonumber(ARGV[1])
+if seq <= tonumber(h[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'seq', ARGV[1])
+if seq > tonumber(h[2]) or tonumber(ARGV[2]) - tonumber(h[3]) >= tonumber(ARGV[3]) or h[4] ~= ARGV[4] then
+  return -1
+end
+return 1
+"""
+
+_CHECKPOINT = """
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+local h = redis.call('HMGET', KEYS[1], 'seq', 'run')
+local seq = ARGV[1]
+if h[1] and h[2] == run and tonumber(h[1]) > tonumber(seq) then seq = h[1] end
+redis.call('HSET', KEYS[1], 'seq', seq, 'top', ARGV[2], 'seen', ARGV[3], 'facts', ARGV[4], 'run', run)
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+
+class Verdict(Enum):
+    TAKEN = 1        # Redis took the seq: nothing to write for it
+    REPLAYED = 0     # not above the highest accepted seq: refuse
+    VOUCHED = -1     # above every accepted seq (Redis recorded it); the database must be written
+    UNKNOWN = -2     # Redis holds nothing usable: the database accepts only a seq above the fence
+    NO_REDIS = None  # no Redis at all: the database alone decides, as before
+
+
+def _key(agent: NodeAgent) -> str:
+    # The credential in the name: a re-enrolment (new credential, seq from 0) starts afresh.
+    return f"fleet:seq:{agent.pk}:{agent.credential_hash[:16]}"
+
+
+def _facts(facts: dict) -> str:
+    return "\x1f".join(f"{name}={facts[name]}" for name in sorted(facts) if name != "gpus")
+
+
+def seq_take(agent: NodeAgent, seq: int, facts: dict, now: datetime) -> Verdict:
+    """Redis's verdict on a report's seq, with the facts it carries (agent version, host,
+    GPU library): a report whose facts differ from the last written ones is VOUCHED at
+    best, so the database is written."""
+    if not hasattr(cache, "run_script"):
+        return Verdict.NO_REDIS
+    if seq >= _EXACT_BELOW:
+        return Verdict.UNKNOWN
+    answer = cache.run_script(_TAKE, keys=(_key(agent),),
+                              args=(seq, int(now.timestamp()), settings.NODE_SEEN_WRITE_SECONDS, _facts(facts)))
+    return Verdict.NO_REDIS if answer is None else Verdict(answer)
+
+
+def fence_after(verdict: Verdict, seq: int) -> int:
+    """The seq_fence to store with an accepted seq: NODE_SEQ_FENCE above it when Redis is
+    there to take the next ones, the seq itself when it is not."""
+    return seq if verdict is Verdict.NO_REDIS else seq + settings.NODE_SEQ_FENCE
+
+
+def fence_bound(verdict: Verdict, seq: int) -> int:
+    """The database accepts `seq` only when its seq_fence is below this: Redis vouches that
+    the seq is above every accepted one (any fence), or the fence must be below the seq."""
+    return _ANY_FENCE if verdict in (Verdict.TAKEN, Verdict.VOUCHED) else seq
+
+
+def seq_checkpointed(agent: NodeAgent, seq: int, facts: dict, now: datetime, verdict: Verdict) -> None:
+    """The database accepted `seq` with fence_after(verdict, seq): Redis may take the seqs
+    up to that fence, and holds the facts just written, until the next heartbeat is due."""
+    if verdict is Verdict.NO_REDIS or seq >= _EXACT_BELOW:
+        return
+    cache.run_script(_CHECKPOINT, keys=(_key(agent),),
+                     args=(seq, fence_after(verdict, seq), int(now.timestamp()), _facts(facts),
+                           settings.NODE_SEQ_KEY_SECONDS))
+
+
+def seq_forgotten(agent: NodeAgent) -> None:
+    """Tests and tools: Redis loses the agent's entry (what a restart without persistence does)."""
+    cache.delete(_key(agent))
+
