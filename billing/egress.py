@@ -23,22 +23,24 @@ def term_start_at(lease: Lease, at: datetime) -> datetime | None:
     return lease.ends_at - terms_back * length
 
 
-@transaction.atomic
-def egress_record(*, lease_id: int, tb_used, at: datetime):
-    """The host agent's cumulative egress counter for the lease's current term."""
-    lease = Lease.objects.get(pk=lease_id)
-    term_start = term_start_at(lease, at)
-    if term_start is None:
-        raise BillingError(f"Lease #{lease_id} had no paid term at {at:%Y-%m-%d %H:%M}.")
-    tb = Decimal(str(tb_used)).quantize(Decimal("0.001"))
-    row, created = EgressUsage.objects.select_for_update().get_or_create(
-        lease=lease, term_start=term_start, defaults={"tb_used": tb, "reported_at": at})
-    if created:
-        audit_record(actor=None, action="egress_metering_start", obj=row, detail={"term_start": term_start.isoformat()})
-    elif tb > row.tb_used:
-        EgressUsage.objects.filter(pk=row.pk).update(tb_used=tb, reported_at=at)
-        row.refresh_from_db()
-    return row
+def egress_record(*, lease_id: int, tb_used, at: datetime, lease: Lease | None = None):
+    """The host agent's cumulative egress counter for the lease's current term. `lease`: the
+    lease's row when the caller read it already (a node's report, issue 31)."""
+    with transaction.atomic(savepoint=False):
+        lease = lease if lease is not None and lease.pk == lease_id else Lease.objects.get(pk=lease_id)
+        term_start = term_start_at(lease, at)
+        if term_start is None:
+            raise BillingError(f"Lease #{lease_id} had no paid term at {at:%Y-%m-%d %H:%M}.")
+        tb = Decimal(str(tb_used)).quantize(Decimal("0.001"))
+        row, created = EgressUsage.objects.select_for_update().get_or_create(
+            lease=lease, term_start=term_start, defaults={"tb_used": tb, "reported_at": at})
+        if created:
+            audit_record(actor=None, action="egress_metering_start", obj=row,
+                         detail={"term_start": term_start.isoformat()})
+        elif tb > row.tb_used:
+            EgressUsage.objects.filter(pk=row.pk).update(tb_used=tb, reported_at=at)
+            row.tb_used, row.reported_at = tb, at
+        return row
 
 
 def egress_renewal_lines(*, lease: Lease) -> list:

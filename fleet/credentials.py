@@ -70,6 +70,16 @@ def cached_agent(credential_hash: str, *, epoch: str | None = None, checked_by_c
     return _load(credential_hash, epoch)
 
 
+def cached_unchecked(credential_hash: str) -> tuple[NodeAgent, str | None] | None:
+    """The young cached entry's agent and the credential epoch it was loaded under, whatever
+    the current epoch: a report checks its signature with it, then serves from it only if
+    that epoch is still current (fleet/seq.py's one round trip)."""
+    entry = _known.get(credential_hash)
+    if entry is None or time.monotonic() - entry[0] >= settings.NODE_CREDENTIAL_CACHE_SECONDS:
+        return None
+    return _instance(entry[2]), entry[1]
+
+
 def cached_ids(credential_hash: str) -> tuple[int, int] | None:
     """(agent id, node id) of the cached entry, unchecked: which keys to read in the round
     trip that then tells whether the entry serves."""

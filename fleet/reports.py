@@ -80,16 +80,35 @@ def _envelope(agent: NodeAgent, body: bytes, signature: str, now: datetime) -> d
     return data
 
 
-def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetime, cached: dict | None = None
-                  ) -> Outcome:
-    """`cached`: the cache keys the view read with the poll (the node's stored instance
-    reports, fleet/steady.py), if any."""
+@dataclass
+class Envelope:
+    """A report's envelope checked (signature over the raw body, JSON, seq, sent_at) and the
+    node's facts read from it, before its seq is taken. `verdict`: Redis's verdict on the
+    seq when the view took it already (issue 31: in the poll's one round trip, fleet/seq.py)."""
+    data: dict
+    facts: dict
+    refused: list[dict]
+    verdict: Verdict | None = None
+
+
+def report_envelope(agent: NodeAgent, body: bytes, signature: str, now: datetime) -> Envelope:
     data = _envelope(agent, body, signature, now)
     outcome = Outcome()
+    return Envelope(data, _reported_facts(data, outcome), outcome.refused)
+
+
+def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetime, cached: dict | None = None,
+                  envelope: Envelope | None = None) -> Outcome:
+    """`cached`: the cache keys the view read with the poll (the node's stored instance
+    reports, fleet/steady.py), if any; `envelope`: the view's report_envelope of this body,
+    checked with this agent's key."""
+    if envelope is None:
+        envelope = report_envelope(agent, body, signature, now)
+    data, outcome = envelope.data, Outcome(refused=list(envelope.refused))
     if isinstance(data.get("desired_etag"), str):
         outcome.desired_etag = data["desired_etag"][:80]
     # The seq check: a replay stops here, changing nothing.
-    agent = _node_facts(agent, data, now, outcome, body=body, signature=signature)
+    agent = _node_facts(agent, envelope, now, body=body, signature=signature)
     slots = _GpuSlots(agent)
     instances = _Instances(agent.node_id, data.get("instances"), cached or {})
     for name, apply in (("gpus", partial(_gpu, slots=slots)), ("instances", partial(_instance, known=instances)),
@@ -152,12 +171,11 @@ def _topology(item) -> dict:
             "mig": item.get("mig") is True}
 
 
-def _node_facts(agent: NodeAgent, data: dict, now: datetime, outcome: Outcome, *, body: bytes,
-                signature: str) -> NodeAgent:
+def _node_facts(agent: NodeAgent, envelope: Envelope, now: datetime, *, body: bytes, signature: str) -> NodeAgent:
     """The seq guard and the node's facts in one UPDATE (issue 31: a report writes one row
     of its own); a fact is written only when it changed. Returns the agent as stored now."""
-    fields, seq = _reported_facts(data, outcome), data["seq"]
-    verdict = seq_take(agent, seq, fields, now)
+    fields, seq = envelope.facts, envelope.data["seq"]
+    verdict = envelope.verdict if envelope.verdict is not None else seq_take(agent, seq, fields, now)
     if verdict is Verdict.REPLAYED:
         raise ReportRefused(409, "replayed")
     if verdict is Verdict.TAKEN and "gpus" not in fields:
@@ -376,20 +394,24 @@ def _instance(agent: NodeAgent, item, now: datetime, *, known: _Instances | None
 def _instance_store(agent: NodeAgent, item: dict, lease_id: int, state: str, op_id: str, port, egress: int, error,
                     now: datetime) -> None:
     reports_written(agent.node_id)
-    report = InstanceReport.objects.select_for_update().filter(lease_id=lease_id, node=agent.node).first()
+    report = InstanceReport.objects.select_for_update().filter(lease_id=lease_id, node_id=agent.node_id).first()
     previous = report.egress_counter if report else 0
-    if (egress - previous if egress >= previous else egress) > egress_ceiling(lease_id, report, now):
+    lease = Lease.objects.select_related("offer").get(pk=lease_id)
+    if (egress - previous if egress >= previous else egress) > egress_ceiling(lease, report, now):
         raise Refused("egress_implausible")  # nothing stored: the last plausible counter stays
     values = {"state": state, "ssh_port": port, "op_id": op_id, "error": error, "egress_counter": egress,
               "reported_at": now}
-    InstanceReport.objects.update_or_create(lease_id=lease_id, node=agent.node, defaults=values)
+    if report is None:                     # the first: update_or_create settles a concurrent one
+        InstanceReport.objects.update_or_create(lease_id=lease_id, node_id=agent.node_id, defaults=values)
+    else:                                  # locked above: an UPDATE, not update_or_create's read again
+        InstanceReport.objects.filter(pk=report.pk).update(**values)
     if isinstance(item.get("volumes"), list):  # issue 25: mounted, or the named failure
         mounts_record(node=agent.node, lease_id=lease_id, items=item["volumes"], now=now)
     _snapshot_progress(lease_id, item.get("snapshot"), now)
     # The counter restarts at 0 with a new instance (a migration, a re-created container).
     sent = egress - previous if egress >= previous else egress
     if sent > 0:
-        _meter_egress(lease_id, sent, now)
+        _meter_egress(lease, sent, now)
 
 
 def _snapshot_progress(lease_id: int, item, now: datetime) -> None:
@@ -401,26 +423,24 @@ def _snapshot_progress(lease_id: int, item, now: datetime) -> None:
         snapshot_progress(snapshot_id=item["snapshot_id"], op_id=item["op_id"][:80], report=item, now=now)
 
 
-def egress_ceiling(lease_id: int, report: InstanceReport | None, now: datetime) -> int:
+def egress_ceiling(lease: Lease, report: InstanceReport | None, now: datetime) -> int:
     """Issue 28: the most an instance can have sent since its last report, at its link speed
     (the offer's network_gbps, else NODE_LINK_GBPS) for the time elapsed, plus
-    EGRESS_SLACK_BYTES; a node once reported 1 PB in a minute."""
-    lease = Lease.objects.select_related("offer").get(pk=lease_id)
+    EGRESS_SLACK_BYTES; a node once reported 1 PB in a minute. `lease` with its offer."""
     since = report.reported_at if report else (lease.started_at or lease.provisioning_started_at or lease.created_at)
     seconds = max(0.0, (now - since).total_seconds())
     gbps = lease.offer.network_gbps or settings.NODE_LINK_GBPS
     return int(gbps * 10**9 / 8 * seconds) + settings.EGRESS_SLACK_BYTES
 
 
-def _meter_egress(lease_id: int, sent: int, now: datetime) -> None:
-    lease = Lease.objects.get(pk=lease_id)
+def _meter_egress(lease: Lease, sent: int, now: datetime) -> None:
     term_start = term_start_at(lease, now)
     if term_start is None:
         return  # no paid term (never started): nothing to bill
     meter, _ = EgressMeter.objects.select_for_update().get_or_create(lease=lease, term_start=term_start)
     total = meter.bytes_sent + sent
     EgressMeter.objects.filter(pk=meter.pk).update(bytes_sent=total)
-    egress_record(lease_id=lease_id, tb_used=Decimal(total) / BYTES_PER_TB, at=now)
+    egress_record(lease_id=lease.pk, tb_used=Decimal(total) / BYTES_PER_TB, at=now, lease=lease)
 
 
 def _evidence(agent: NodeAgent, item, now: datetime) -> None:

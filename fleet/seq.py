@@ -22,6 +22,7 @@ lost after the database write cannot leave Redis below a seq the database accept
 Without Redis (the embedded default, or an outage) every report is decided by the
 database as before, with a fence equal to the seq.
 """
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
@@ -35,17 +36,37 @@ _EXACT_BELOW = 2**53
 #: A bound every stored fence is below (the column is a signed 64-bit integer).
 _ANY_FENCE = 2**63 - 1
 
-_TAKE = """
-local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
-local h = redis.call('HMGET', KEYS[1], 'seq', 'top', 'seen', 'facts', 'run')
-if not h[1] or h[5] ~= run then return -2 end
-local seq = tonumber(ARGV[1])
-if seq <= tonumber(h[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'seq', ARGV[1])
-if seq > tonumber(h[2]) or tonumber(ARGV[2]) - tonumber(h[3]) >= tonumber(ARGV[3]) or h[4] ~= ARGV[4] then
-  return -1
+_TAKE_FUNCTION = """
+local function take(key, seq_text, now, heartbeat_seconds, facts)
+  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+  local h = redis.call('HMGET', key, 'seq', 'top', 'seen', 'facts', 'run')
+  if not h[1] or h[5] ~= run then return -2 end
+  local seq = tonumber(seq_text)
+  if seq <= tonumber(h[1]) then return 0 end
+  redis.call('HSET', key, 'seq', seq_text)
+  if seq > tonumber(h[2]) or tonumber(now) - tonumber(h[3]) >= tonumber(heartbeat_seconds) or h[4] ~= facts then
+    return -1
+  end
+  return 1
 end
-return 1
+"""
+
+_TAKE = _TAKE_FUNCTION + "return take(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])"
+
+#: A known agent's report in one round trip: counted against its rate limit (the throttle's
+#: fixed window: INCR, then EXPIRE NX), the poll's keys read (the first: the credential
+#: epoch), and its seq taken only when the call is within the limit and the epoch is still
+#: the one the worker's cached credential was loaded under (else the view looks it up).
+#: KEYS: counter, seq key, the keys to read; ARGV: window, limit, epoch as stored, then take's.
+_POLL = _TAKE_FUNCTION + """
+local count = redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[1], 'NX')
+local values = redis.call('MGET', unpack(KEYS, 3))
+local verdict = false
+if count <= tonumber(ARGV[2]) and values[1] == ARGV[3] then
+  verdict = take(KEYS[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+end
+return {count, verdict, values}
 """
 
 _CHECKPOINT = """
@@ -76,6 +97,10 @@ def _facts(facts: dict) -> str:
     return "\x1f".join(f"{name}={facts[name]}" for name in sorted(facts) if name != "gpus")
 
 
+def _take_args(seq: int, facts: dict, now: datetime) -> tuple:
+    return seq, int(now.timestamp()), settings.NODE_SEEN_WRITE_SECONDS, _facts(facts)
+
+
 def seq_take(agent: NodeAgent, seq: int, facts: dict, now: datetime) -> Verdict:
     """Redis's verdict on a report's seq, with the facts it carries (agent version, host,
     GPU library): a report whose facts differ from the last written ones is VOUCHED at
@@ -84,9 +109,31 @@ def seq_take(agent: NodeAgent, seq: int, facts: dict, now: datetime) -> Verdict:
         return Verdict.NO_REDIS
     if seq >= _EXACT_BELOW:
         return Verdict.UNKNOWN
-    answer = cache.run_script(_TAKE, keys=(_key(agent),),
-                              args=(seq, int(now.timestamp()), settings.NODE_SEEN_WRITE_SECONDS, _facts(facts)))
+    answer = cache.run_script(_TAKE, keys=(_key(agent),), args=_take_args(seq, facts, now))
     return Verdict.NO_REDIS if answer is None else Verdict(answer)
+
+
+@dataclass
+class Polled:
+    count: int                  # the call's number in its rate-limit window
+    found: dict                 # the keys read, as cache.get_many finds them
+    verdict: Verdict | None     # None: not taken (over the limit, or the epoch moved)
+
+
+def seq_take_polled(agent: NodeAgent, seq: int, facts: dict, now: datetime, *, counter: str, limit: int,
+                    window_seconds: int, read: tuple, epoch: str) -> Polled | None:
+    """seq_take with the poll's rate-limit count and key reads (`read[0]`: the credential
+    epoch, which must still be `epoch`), in one round trip (issue 31). None: no Redis, or a
+    seq the script cannot compare (the caller takes the usual path)."""
+    if not hasattr(cache, "run_script") or seq >= _EXACT_BELOW:
+        return None
+    answer = cache.run_script(_POLL, keys=(counter, _key(agent), *read),
+                              args=(window_seconds, limit, cache.encoded(epoch), *_take_args(seq, facts, now)))
+    if answer is None:
+        return None
+    count, verdict, values = answer
+    found = {k: cache.decoded(v) for k, v in zip(read, values, strict=True) if v is not None}
+    return Polled(count, found, None if verdict is None else Verdict(verdict))
 
 
 def fence_after(verdict: Verdict, seq: int) -> int:

@@ -9,14 +9,15 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from rental.accounts.throttle import throttle_take, throttle_take_reading
+from rental.accounts.throttle import throttle_counter, throttle_take, throttle_take_reading
 
 from . import credentials
 from .desired import desired_answer
 from .desired_version import changes_so_far, current_etag, etag_keys
 from .jsonbody import parse_json
 from .models import NodeAgent
-from .reports import ReportRefused, report_accept
+from .reports import Envelope, ReportRefused, report_accept, report_envelope
+from .seq import seq_take_polled
 from .services import EnrolmentRefused, node_enrol
 from .steady import reports_key
 
@@ -40,8 +41,10 @@ def _credential_hash(request) -> str | None:
 def _rate_limited(request, *, scope: str, limit: int, key: str | None = None) -> JsonResponse | None:
     """Issue 28: the agents' API is rate limited — enrolment and unauthenticated calls per
     client address, a node's calls per credential — with a JSON 429 the agent retries."""
-    if throttle_take(scope, request, limit=limit, window_seconds=60, key=key):
-        return None
+    return None if throttle_take(scope, request, limit=limit, window_seconds=60, key=key) else _too_many()
+
+
+def _too_many() -> JsonResponse:
     response = _error(429, "rate_limited")
     response["Retry-After"] = "60"
     return response
@@ -85,9 +88,7 @@ def _agent_or_refusal(request, *, checked_by_caller: bool, keys_of=etag_keys
         allowed, found = throttle_take_reading("node-requests", request, limit=_request_limit(), window_seconds=60,
                                                key=f"node:{agent.pk}", read=keys_of(agent.node_id))
     if not allowed:
-        response = _error(429, "rate_limited")
-        response["Retry-After"] = "60"
-        return None, {}, response
+        return None, {}, _too_many()
     return agent, found, None
 
 
@@ -165,22 +166,70 @@ def _with_desired(payload: dict, agent: NodeAgent, held_etag: str, now, found: d
     return payload
 
 
+def _polled_report(request, signature: str, now) -> tuple[NodeAgent, dict, Envelope] | JsonResponse | None:
+    """Issue 31: the report of an agent this worker knows, in one Redis round trip: its
+    signature checked with the cached key first, then the call counted against the node's
+    rate limit, the poll's keys read and the seq taken, together (fleet/seq.py). None: the
+    usual path decides (no entry, a body that does not check out with it, no Redis)."""
+    credential_hash = _credential_hash(request)
+    cached = credentials.cached_unchecked(credential_hash) if credential_hash else None
+    body = _body(request) if cached and cached[1] is not None else None
+    if body is None:
+        return None
+    agent, epoch = cached
+    try:
+        envelope = report_envelope(agent, body, signature, now)
+    except ReportRefused:
+        return None                         # refused on the usual path, counted like any call
+    limit = _request_limit()
+    polled = seq_take_polled(agent, envelope.data["seq"], envelope.facts, now, limit=limit, window_seconds=60,
+                             counter=throttle_counter("node-requests", request, key=f"node:{agent.pk}"),
+                             read=(credentials.EPOCH_KEY, *_report_keys(agent.node_id)), epoch=epoch)
+    if polled is None:
+        return None
+    if polled.count > limit:
+        return _too_many()
+    if polled.verdict is None:              # counted and read; the credential epoch moved since
+        return _looked_up(request, credential_hash, polled.found, agent.node_id, body, signature, now)
+    envelope.verdict = polled.verdict
+    return agent, polled.found, envelope
+
+
+def _looked_up(request, credential_hash: str, found: dict, node_id: int, body: bytes, signature: str, now
+               ) -> tuple[NodeAgent, dict, Envelope] | JsonResponse:
+    agent = credentials.cached_agent(credential_hash, epoch=credentials.current_epoch(found))
+    if agent is None:
+        return _unauthorized(request)
+    if agent.node_id != node_id:
+        found = cache.get_many(_report_keys(agent.node_id))
+    try:
+        return agent, found, report_envelope(agent, body, signature, now)
+    except ReportRefused as exc:
+        return _error(exc.status, exc.code)
+
+
 @csrf_exempt
 @require_POST
 def report(request):
     # A steady report may be accepted by Redis alone (fleet/seq.py): the cached agent serves
     # only under the current credential epoch, as for a desired poll.
-    agent, found, refusal = _agent_or_refusal(request, checked_by_caller=False, keys_of=_report_keys)
-    if refusal:
-        return refusal
+    now, signature, envelope = timezone.now(), request.headers.get("X-Node-Signature", ""), None
+    polled = _polled_report(request, signature, now)
+    if isinstance(polled, JsonResponse):
+        return polled
+    if polled:
+        agent, found, envelope = polled
+    else:
+        agent, found, refusal = _agent_or_refusal(request, checked_by_caller=False, keys_of=_report_keys)
+        if refusal:
+            return refusal
     body = _body(request)
     if body is None:
         return _error(413, "too_large")
     changes = changes_so_far()
     try:
-        now = timezone.now()
-        outcome = report_accept(agent=agent, body=body, signature=request.headers.get("X-Node-Signature", ""),
-                                now=now, cached=found)
+        outcome = report_accept(agent=agent, body=body, signature=signature, now=now, cached=found,
+                                envelope=envelope)
     except ReportRefused as exc:
         return _error(exc.status, exc.code)
     payload = outcome.as_json()

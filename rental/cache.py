@@ -77,6 +77,14 @@ class FailOpenRedisCache(RedisCache):
             script = self._scripts[(id(client), source)] = client.register_script(source)
         return script(keys=[self.make_and_validate_key(k) for k in keys], args=list(args))
 
+    def encoded(self, value) -> bytes | int:
+        """A value as this cache stores it (what a script compares with a stored value)."""
+        return self._cache._serializer.dumps(value)
+
+    def decoded(self, stored):
+        """A stored value as a script returned it, as get() would."""
+        return self._cache._serializer.loads(stored)
+
     def _fallback(self, name, args, kwargs):
         result = _MISS[name]
         if result == "default":

@@ -46,6 +46,12 @@ def throttle_take_reading(scope: str, request, *, limit: int, window_seconds: in
     return _hit(counter, window_seconds) <= limit, cache.get_many(read) if read else {}
 
 
+def throttle_counter(scope: str, request, *, key: str | None = None) -> str:
+    """The cache key of the counter throttle_take counts on (for a script that counts it
+    in a round trip of its own, fleet/seq.py)."""
+    return _scoped(scope, request, key)
+
+
 def throttle_give_back(scope: str, request, *, key: str | None = None) -> None:
     try:
         cache.decr(_scoped(scope, request, key))
