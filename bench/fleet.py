@@ -41,7 +41,7 @@ from pathlib import Path
 BASE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BASE), str(BASE / "bench")]
 
-from load import Gunicorn, manage, production_env, run_wrk, wait_http, with_db  # noqa: E402
+from load import Granian, Gunicorn, manage, production_env, run_wrk, wait_http, with_db  # noqa: E402
 
 LEASES_PER_NODE = 2   # each of the demo's largest offer that fits twice on an 8-GPU node
 
@@ -55,6 +55,11 @@ def parse_args():
     parser.add_argument("--threads", type=int, default=1,
                         help="threads per gunicorn worker (> 1: the gthread worker, keep-alive; scripts/start.sh "
                              "WEB_THREADS)")
+    parser.add_argument("--worker-class", choices=("sync", "gthread"), default=None,
+                        help="gunicorn's worker (default: gthread when --threads > 1, else sync)")
+    parser.add_argument("--server", choices=("gunicorn", "granian"), default="gunicorn",
+                        help="the WSGI server: production's gunicorn (scripts/start.sh), or granian to compare "
+                             "(pip install -e '.[bench]')")
     parser.add_argument("--connections", type=int, default=64, help="the generator's open connections")
     parser.add_argument("--protocol", choices=("report", "get"), default="report",
                         help="report: the agent since issue 31, whose signed report is answered with the "
@@ -399,9 +404,13 @@ def main() -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        server = Gunicorn(env, port, args.workers, "gthread" if args.threads > 1 else "sync", args.threads,
-                          Path(var_dir) / "gunicorn.log")
-        print(f"gunicorn: {args.workers} workers x {args.threads} threads", flush=True)
+        if args.server == "granian":
+            server = Granian(env, port, args.workers, args.threads, Path(var_dir) / "granian.log")
+        else:
+            worker_class = args.worker_class or ("gthread" if args.threads > 1 else "sync")
+            server = Gunicorn(env, port, args.workers, worker_class, args.threads,
+                              Path(var_dir) / "gunicorn.log")
+        print(f"{args.server}: {args.workers} workers x {args.threads} threads", flush=True)
         base = f"http://127.0.0.1:{port}"
         wait_http(base + "/healthz")
         fleet: list[dict] = []

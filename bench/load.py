@@ -39,6 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 BASE = Path(__file__).resolve().parent.parent
 PY = sys.executable
 GUNICORN = str(Path(PY).with_name("gunicorn"))
+GRANIAN = str(Path(PY).with_name("granian"))
 VARIED_LUA = BASE / "bench" / "varied.lua"
 
 TARGETS = [
@@ -94,6 +95,7 @@ class Gunicorn:
         self.log = open(log, "w")  # noqa: SIM115 - closed in stop()
         cmd = [GUNICORN, "storefront.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
                "--worker-class", worker_class, "--access-logfile", "-" if os.environ.get("ACCESS_LOG") else "/dev/null",
+               "--logger-class", "rental.accesslog.AccessLogger",       # production's (scripts/start.sh)
                "--graceful-timeout", "5", "--timeout", "30"]
         if worker_class == "gthread":
             cmd += ["--threads", str(threads)]
@@ -110,6 +112,21 @@ class Gunicorn:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
         self.log.close()
+
+
+class Granian(Gunicorn):
+    """The same WSGI application under granian (a Rust HTTP server; `threads` Python threads
+    per worker run the app), to compare with production's gunicorn: the `bench` extra."""
+
+    def __init__(self, env: dict, port: int, workers: int, threads: int, log: Path):  # its own command line
+        self.log = open(log, "w")  # noqa: SIM115 - closed in stop()
+        cmd = [GRANIAN, "--interface", "wsgi", "storefront.wsgi:application", "--host", "127.0.0.1", "--port",
+               str(port), "--workers", str(workers), "--blocking-threads", str(threads), "--log-level", "warning"]
+        if not os.environ.get("ACCESS_LOG"):
+            cmd.append("--no-access-log")
+        self.proc = subprocess.Popen(cmd, cwd=BASE, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.pid = self.proc.pid
 
 
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
