@@ -223,3 +223,42 @@ def test_a_refund_of_at_most_some_cents_takes_the_invoices_in_order(catalog, cus
     taken, touched = invoices_refund_claim(invoices=[first, second], now=now, cents=10_000)
     assert (taken, [i.pk for i in touched]) == (10_000, [first.pk, second.pk])
     assert (fresh(first).refunded_cents, fresh(second).refunded_cents) == (PRICE, 10_000 - PRICE)
+
+
+# --- which invoices a refund touches (issue 34) ---------------------------------------------
+
+
+def test_a_lease_refund_touches_only_the_invoices_with_something_left(catalog, customer, operator, t0):
+    """Ordered, extended by a week (a paid renewal), then the desk refunded the order: the
+    customer's "Cancel and refund" returns the renewal. Only the renewal is refunded now —
+    its refunded time is the refund's, the ledger entry and the audit name it — and the
+    order keeps the desk's refund time: nothing of it was left to touch."""
+    from billing.services import lease_extend_order
+    from inventory.models import AuditEntry
+    from tests.automation.helpers import active_lease
+
+    lease = active_lease(customer, t0)
+    order_invoice = Invoice.objects.get(lease=lease, kind=Invoice.Kind.ORDER)
+    renewal = lease_extend_order(lease=lease, actor=customer, pay_from_balance=True, now=t0 + timedelta(minutes=10))
+    assert renewal.state == Invoice.State.PAID
+    desk_at, refund_at = t0 + timedelta(minutes=15), t0 + timedelta(minutes=20)
+    invoice_refund_to_balance(invoice=order_invoice, actor=operator, reason="goodwill", now=desk_at)
+
+    assert lease_refund(lease=lease, actor=customer, now=refund_at) == PRICE
+    order_invoice, renewal = fresh(order_invoice), fresh(renewal)
+    assert (order_invoice.refunded_cents, order_invoice.refunded_at) == (PRICE, desk_at)
+    assert (renewal.refunded_cents, renewal.refunded_at) == (PRICE, refund_at)
+    entry = LedgerEntry.objects.get(account__customer=customer, kind="refund", actor=customer)
+    assert (entry.amount_cents, entry.invoice_id, entry.at) == (PRICE, renewal.pk, refund_at)
+    audit = AuditEntry.objects.get(action="lease_refund", object_id=str(lease.pk))
+    assert audit.detail["invoices"] == [renewal.pk]
+
+
+def test_the_last_cent_left_of_an_invoice_is_refunded_too(paid_order, customer, operator):
+    """The desk returned all but one cent of the order: the customer's refund returns that cent."""
+    lease, invoice = paid_order
+    invoice_refund_to_balance(invoice=invoice, actor=operator, reason="goodwill", now=timezone.now(), cents=PRICE - 1)
+    assert lease_refund(lease=lease, actor=customer) == 1
+    assert refunds(customer) == [PRICE - 1, 1] and fresh(invoice).refunded_cents == PRICE
+    assert balance(customer) == 10_000
+

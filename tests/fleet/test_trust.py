@@ -106,6 +106,13 @@ def test_a_node_asking_for_another_nodes_desired_state_gets_its_own(paid_lease, 
         document = response.json()
         assert document["node"] == node_b.node.name, query
         assert [i["lease_id"] for i in document["instances"]] == [lease_b.pk], query
+    # Nor does A's ETag (what A holds) stand for B's state: B gets its own document, not a 304.
+    a_holds, b_holds = node_a.desired()["ETag"], node_b.desired()["ETag"]
+    assert a_holds != b_holds
+    for query in ({"node": node_a.node.name}, {}):
+        response = node_b.client.get("/agent/v1/desired", query, HTTP_IF_NONE_MATCH=a_holds, **node_b.auth)
+        assert (response.status_code, response["ETag"]) == (200, b_holds), query
+        assert [i["lease_id"] for i in response.json()["instances"]] == [lease_b.pk], query
 
 
 def test_forged_signature_is_refused_and_changes_nothing(paid_lease, enrol):
