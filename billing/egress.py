@@ -23,7 +23,12 @@ def term_start_at(lease: Lease, at: datetime) -> datetime | None:
     return lease.ends_at - terms_back * length
 
 
-def egress_record(*, lease_id: int, tb_used, at: datetime, lease: Lease | None = None):
+def egress_tb(tb_used) -> Decimal:
+    """TB as EgressUsage stores it: to the 0.001 TB (1 GB)."""
+    return Decimal(str(tb_used)).quantize(Decimal("0.001"))
+
+
+def egress_record(*, lease_id: int, tb_used, at: datetime, lease: Lease | None = None) -> None:
     """The host agent's cumulative egress counter for the lease's current term. `lease`: the
     lease's row when the caller read it already (a node's report, issue 31)."""
     with transaction.atomic(savepoint=False):
@@ -31,16 +36,18 @@ def egress_record(*, lease_id: int, tb_used, at: datetime, lease: Lease | None =
         term_start = term_start_at(lease, at)
         if term_start is None:
             raise BillingError(f"Lease #{lease_id} had no paid term at {at:%Y-%m-%d %H:%M}.")
-        tb = Decimal(str(tb_used)).quantize(Decimal("0.001"))
+        tb = egress_tb(tb_used)
+        # The term's row grows (one statement, the usual case), else it is made or stays.
+        if EgressUsage.objects.filter(lease=lease, term_start=term_start, tb_used__lt=tb).update(
+                tb_used=tb, reported_at=at):
+            return
         row, created = EgressUsage.objects.select_for_update().get_or_create(
             lease=lease, term_start=term_start, defaults={"tb_used": tb, "reported_at": at})
         if created:
             audit_record(actor=None, action="egress_metering_start", obj=row,
                          detail={"term_start": term_start.isoformat()})
-        elif tb > row.tb_used:
+        elif tb > row.tb_used:             # grown since the UPDATE above found it
             EgressUsage.objects.filter(pk=row.pk).update(tb_used=tb, reported_at=at)
-            row.tb_used, row.reported_at = tb, at
-        return row
 
 
 def egress_renewal_lines(*, lease: Lease) -> list:

@@ -11,7 +11,7 @@ from functools import partial
 from django.conf import settings
 from django.db import transaction
 
-from billing.egress import egress_record, term_start_at
+from billing.egress import egress_record, egress_tb, term_start_at
 from billing.storage.volumes import mounts_record
 from inventory.burnin import slot_health_hold_set
 from inventory.incidents import health_report
@@ -27,12 +27,19 @@ from .burnin import burn_in_accept
 from .conditions import DRAIN, INCIDENT, split_by_rule
 from .credentials import forget, remember
 from .crypto import signature_valid
-from .desired import lease_on_node
 from .evidence import Refused, evidence_accept
 from .jsonbody import parse_json
-from .models import EgressMeter, InstanceReport, NodeAgent
+from .models import InstanceReport, NodeAgent
 from .seq import Verdict, fence_after, fence_bound, seq_checkpointed, seq_take
-from .steady import StoredReport, reports_written, steady_agent_update, stored_reports
+from .steady import (
+    StoredReport,
+    locked_report,
+    meter_add,
+    reports_writing,
+    reports_written,
+    steady_agent_update,
+    stored_reports,
+)
 from .timeutil import parse_time
 
 MAX_ITEMS = 256
@@ -129,6 +136,7 @@ def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetim
                 outcome.refused.append({"item": label, "error": exc.code})
             else:
                 outcome.accepted.append(label)
+    instances.done()
     return outcome
 
 
@@ -339,15 +347,32 @@ class _Instances:
     """The node's stored instance reports among those the report lists, and which of those
     leases are on the node, read once for the whole report (issue 31), not twice per instance.
     A stored report proves its lease held slots on the node (nothing else is accepted, and
-    allocations are released, never deleted), so only leases without one are looked up."""
+    allocations are released, never deleted), so only leases without one are looked up.
+    The instance reports written are put back in the node's copy (fleet/steady.py) at the end."""
 
     def __init__(self, node_id: int, items, cached: dict):
         ids = [i["lease_id"] for i in items if isinstance(i, dict) and type(i.get("lease_id")) is int] \
             if isinstance(items, list) and len(items) <= MAX_ITEMS else []
+        self.node_id = node_id
         self.reports = stored_reports(node_id, ids, cached) if ids else {}
         unknown = [i for i in ids if i not in self.reports]
         self.on_node = set(self.reports) | (set(SlotAllocation.objects.filter(
             slot__node_id=node_id, lease_id__in=unknown).values_list("lease_id", flat=True)) if unknown else set())
+        self._written: dict[int, StoredReport] | None = None
+
+    def writing(self) -> None:
+        """An instance report is about to be written: the node's copy goes (once a report)."""
+        if self._written is None:
+            reports_writing(self.node_id)
+            self._written = {}
+
+    def written(self, stored: StoredReport) -> None:
+        self._written[stored.lease_id] = stored
+
+    def done(self) -> None:
+        """The copy is what the table holds now, once the writes are committed."""
+        if self._written:
+            reports_written(self.node_id, {**self.reports, **self._written})
 
 
 def _unchanged(report: StoredReport | None, item: dict, port, op_id: str, error, egress: int, now: datetime) -> bool:
@@ -366,7 +391,7 @@ def _unchanged(report: StoredReport | None, item: dict, port, op_id: str, error,
         (now - report.reported_at).total_seconds() < settings.NODE_EGRESS_FLUSH_SECONDS
 
 
-def _instance(agent: NodeAgent, item, now: datetime, *, known: _Instances | None = None) -> None:
+def _instance(agent: NodeAgent, item, now: datetime, *, known: _Instances) -> None:
     if not isinstance(item, dict):
         raise Refused("invalid")
     lease_id, state, op_id = item.get("lease_id"), item.get("state"), item.get("op_id", "")
@@ -381,23 +406,24 @@ def _instance(agent: NodeAgent, item, now: datetime, *, known: _Instances | None
         raise Refused("invalid")
     if error is not None and not (isinstance(error, dict) and isinstance(error.get("code"), str)):
         raise Refused("invalid")
-    if not (lease_id in known.on_node if known else lease_on_node(lease_id=lease_id, node=agent.node)):
+    if lease_id not in known.on_node:
         raise Refused("unknown_lease")
     if error is not None:
         error = {"code": error["code"][:40], "detail": str(error.get("detail") or "")[:500]}
-    if known is not None and _unchanged(known.reports.get(lease_id), item, port, op_id, error, egress, now):
+    if _unchanged(known.reports.get(lease_id), item, port, op_id, error, egress, now):
         return
+    known.writing()
     with transaction.atomic():
-        _instance_store(agent, item, lease_id, state, op_id, port, egress, error, now)
+        stored = _instance_store(agent, item, lease_id, state, op_id, port, egress, error, now)
+    known.written(stored)
 
 
 def _instance_store(agent: NodeAgent, item: dict, lease_id: int, state: str, op_id: str, port, egress: int, error,
-                    now: datetime) -> None:
-    reports_written(agent.node_id)
-    report = InstanceReport.objects.select_for_update().filter(lease_id=lease_id, node_id=agent.node_id).first()
+                    now: datetime) -> StoredReport:
+    report, lease, network_gbps = locked_report(lease_id, agent.node_id)
     previous = report.egress_counter if report else 0
-    lease = Lease.objects.select_related("offer").get(pk=lease_id)
-    if (egress - previous if egress >= previous else egress) > egress_ceiling(lease, report, now):
+    since = report.reported_at if report else None
+    if (egress - previous if egress >= previous else egress) > egress_ceiling(lease, since, network_gbps, now):
         raise Refused("egress_implausible")  # nothing stored: the last plausible counter stays
     values = {"state": state, "ssh_port": port, "op_id": op_id, "error": error, "egress_counter": egress,
               "reported_at": now}
@@ -412,6 +438,7 @@ def _instance_store(agent: NodeAgent, item: dict, lease_id: int, state: str, op_
     sent = egress - previous if egress >= previous else egress
     if sent > 0:
         _meter_egress(lease, sent, now)
+    return StoredReport(lease_id, state, port, op_id, error, egress, now)
 
 
 def _snapshot_progress(lease_id: int, item, now: datetime) -> None:
@@ -423,13 +450,14 @@ def _snapshot_progress(lease_id: int, item, now: datetime) -> None:
         snapshot_progress(snapshot_id=item["snapshot_id"], op_id=item["op_id"][:80], report=item, now=now)
 
 
-def egress_ceiling(lease: Lease, report: InstanceReport | None, now: datetime) -> int:
-    """Issue 28: the most an instance can have sent since its last report, at its link speed
-    (the offer's network_gbps, else NODE_LINK_GBPS) for the time elapsed, plus
-    EGRESS_SLACK_BYTES; a node once reported 1 PB in a minute. `lease` with its offer."""
-    since = report.reported_at if report else (lease.started_at or lease.provisioning_started_at or lease.created_at)
+def egress_ceiling(lease: Lease, since: datetime | None, network_gbps: int | None, now: datetime) -> int:
+    """Issue 28: the most an instance can have sent since its last report (`since`; None:
+    since the lease started), at its link speed (the offer's network_gbps, else
+    NODE_LINK_GBPS) for the time elapsed, plus EGRESS_SLACK_BYTES; a node once reported 1 PB
+    in a minute."""
+    since = since or lease.started_at or lease.provisioning_started_at or lease.created_at
     seconds = max(0.0, (now - since).total_seconds())
-    gbps = lease.offer.network_gbps or settings.NODE_LINK_GBPS
+    gbps = network_gbps or settings.NODE_LINK_GBPS
     return int(gbps * 10**9 / 8 * seconds) + settings.EGRESS_SLACK_BYTES
 
 
@@ -437,9 +465,9 @@ def _meter_egress(lease: Lease, sent: int, now: datetime) -> None:
     term_start = term_start_at(lease, now)
     if term_start is None:
         return  # no paid term (never started): nothing to bill
-    meter, _ = EgressMeter.objects.select_for_update().get_or_create(lease=lease, term_start=term_start)
-    total = meter.bytes_sent + sent
-    EgressMeter.objects.filter(pk=meter.pk).update(bytes_sent=total)
+    total = meter_add(lease.pk, term_start, sent)
+    if total > sent and egress_tb(Decimal(total) / BYTES_PER_TB) == egress_tb(Decimal(total - sent) / BYTES_PER_TB):
+        return  # the billed figure (to the GB) is unchanged, and was recorded with the earlier bytes
     egress_record(lease_id=lease.pk, tb_used=Decimal(total) / BYTES_PER_TB, at=now, lease=lease)
 
 

@@ -1,4 +1,4 @@
-"""Issue 31: the two statements of a steady report, written once as SQL.
+"""Issue 31: the statements of a steady report, and the egress meter's addition, written once as SQL.
 
 Building them through the ORM (a filter of eight terms, an `IN` over the instance reports)
 cost more CPU than everything else in the report; the statements are fixed, so their text
@@ -13,7 +13,10 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
 
-from .models import InstanceReport, NodeAgent
+from inventory.models import Offer
+from rental.models import Lease
+
+from .models import EgressMeter, InstanceReport, NodeAgent
 
 #: The node facts a report may carry that a steady UPDATE compares with the stored ones.
 FACTS = ("agent_version", "public_host", "gpu_library")
@@ -69,16 +72,19 @@ def _reports_sql(count: int) -> str:
 
 
 @functools.cache
-def _converters() -> list:
-    """Per column, the backend's and the field's conversions of a raw value (as the ORM
-    applies them: a JSON text parsed, an SQLite timestamp made an aware datetime)."""
-    out = []
-    for name in _REPORT_FIELDS:
-        field = InstanceReport._meta.get_field(name)
-        steps = [*connection.ops.get_db_converters(field.get_col(InstanceReport._meta.db_table)),
-                 *field.get_db_converters(connection)]
-        out.append((field.get_col(InstanceReport._meta.db_table), steps))
-    return out
+def _conversions(model, name: str) -> tuple:
+    """A column's expression and the backend's and the field's conversions of a raw value
+    (as the ORM applies them: a JSON text parsed, an SQLite timestamp made an aware datetime)."""
+    field = model._meta.get_field(name)
+    expression = field.get_col(model._meta.db_table)
+    return expression, (*connection.ops.get_db_converters(expression), *field.get_db_converters(connection))
+
+
+def _converted(model, name: str, value):
+    expression, steps = _conversions(model, name)
+    for step in steps:
+        value = step(value, expression, connection)
+    return value
 
 
 class StoredReport(NamedTuple):
@@ -98,24 +104,90 @@ def _read_reports(node_id: int, lease_ids: list[int]) -> dict[int, StoredReport]
         rows = cursor.fetchall()
     reports = {}
     for row in rows:
-        values = []
-        for value, (expression, steps) in zip(row, _converters(), strict=True):
-            for step in steps:
-                value = step(value, expression, connection)
-            values.append(value)
+        values = [_converted(InstanceReport, name, value) for name, value in zip(_REPORT_FIELDS, row, strict=True)]
         stored = StoredReport(*values[1:2], *values[3:])
         reports[stored.lease_id] = stored
     return reports
 
 
+# --- an instance report about to be written, with its lease ----------------------------------
+
+#: What the write of an instance report reads, locking the report's row: its counter and
+#: time (the egress ceiling, what was sent since), the lease's term (the meter's term
+#: start) and the offer's link speed.
+_LOCKED = ((InstanceReport, ("id", "egress_counter", "reported_at")),
+           (Lease, ("id", "term", "started_at", "provisioning_started_at", "created_at", "ends_at")),
+           (Offer, ("network_gbps",)))
+
+
+class LockedReport(NamedTuple):
+    pk: int
+    egress_counter: int
+    reported_at: datetime
+
+
+@functools.cache
+def _locked_sql() -> str:
+    q = connection.ops.quote_name
+    ir, lease, offer = (q(model._meta.db_table) for model, _ in _LOCKED)
+    columns = ", ".join(f"{q(model._meta.db_table)}.{_column(model, name)}" for model, names in _LOCKED
+                        for name in names)
+    lock = f" FOR UPDATE OF {ir}" if connection.features.has_select_for_update_of else ""
+    return (f"SELECT {columns} FROM {ir} INNER JOIN {lease} ON {lease}.{_column(Lease, 'id')} = "
+            f"{ir}.{_column(InstanceReport, 'lease')} INNER JOIN {offer} ON {offer}.{_column(Offer, 'id')} = "
+            f"{lease}.{_column(Lease, 'offer')} WHERE {ir}.{_column(InstanceReport, 'lease')} = %s "
+            f"AND {ir}.{_column(InstanceReport, 'node')} = %s{lock}")
+
+
+def locked_report(lease_id: int, node_id: int) -> tuple[LockedReport | None, Lease, int | None]:
+    """The node's stored report of the lease, locked (None: its first), the lease (only the
+    fields above loaded; the others load if read) and its offer's network_gbps. One
+    statement where the report exists; in the caller's transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute(_locked_sql(), [lease_id, node_id])
+        row = cursor.fetchone()
+    if row is None:
+        lease = Lease.objects.select_related("offer").get(pk=lease_id)
+        return None, lease, lease.offer.network_gbps
+    values = iter(row)
+    converted = [[_converted(model, name, next(values)) for name in names] for model, names in _LOCKED]
+    lease = Lease.from_db(connection.alias, list(_LOCKED[1][1]), converted[1])
+    return LockedReport(*converted[0]), lease, converted[2][0]
+
+
+@functools.cache
+def _meter_add_sql() -> str:
+    sent = _column(EgressMeter, "bytes_sent")
+    return (f"UPDATE {connection.ops.quote_name(EgressMeter._meta.db_table)} SET {sent} = {sent} + %s "
+            f"WHERE {_column(EgressMeter, 'lease')} = %s AND {_column(EgressMeter, 'term_start')} = %s "
+            f"RETURNING {sent}")
+
+
+def meter_add(lease_id: int, term_start: datetime, sent: int) -> int:
+    """Adds `sent` bytes to the lease's meter of the term (created at 0 the first time) and
+    returns its total: one statement, the row locked by the UPDATE itself."""
+    values = [sent, lease_id, connection.ops.adapt_datetimefield_value(term_start)]
+    with connection.cursor() as cursor:
+        cursor.execute(_meter_add_sql(), values)
+        row = cursor.fetchone()
+        if row is None:                    # the term's first bytes (get_or_create settles a race)
+            EgressMeter.objects.get_or_create(lease_id=lease_id, term_start=term_start)
+            cursor.execute(_meter_add_sql(), values)
+            row = cursor.fetchone()
+    return row[0]
+
+
 # --- the node's stored instance reports, copied in the cache ----------------------------------
 # A steady report of a node reads its instances' stored reports to decide that nothing needs
 # writing. The copy is read in the round trip that counts the poll (fleet/views.py), so a
-# steady report reads no table for it. It holds exactly what the table held when read, and
-# is dropped before and after every write of the node's instance reports (in the
-# transaction, and on commit; reports.py `_instance_store`). Should both drops be lost to a
-# cache outage, the copy is at most NODE_EGRESS_FLUSH_SECONDS old (its lifetime): an
-# instance whose state then went back to what the copy says is stored late by that much.
+# steady report reads no table for it. It holds what the table holds: a report that writes
+# drops it before its first write, and once its writes committed puts back the copy with
+# the values written (reports.py `_Instances`), so the next report reads no table either.
+# A copy read from the table is only added (SET NX): one read before such a write committed
+# and put after it never replaces the newer copy. Only a node's own reports write its
+# instance reports, and its agent sends one at a time; should a copy still be wrong (two
+# reports of one node at once, a lost drop), it lives NODE_EGRESS_FLUSH_SECONDS: an instance
+# whose state then went back to what the copy says is stored late by that much.
 
 def reports_key(node_id: int) -> str:
     return f"fleet:instance-reports:{node_id}"
@@ -129,11 +201,17 @@ def stored_reports(node_id: int, lease_ids: list[int], found: dict) -> dict[int,
     if isinstance(copy, dict) and all(i in copy for i in ids):
         return {i: copy[i] for i in ids}
     reports = _read_reports(node_id, ids)
-    cache.set(reports_key(node_id), reports, timeout=settings.NODE_EGRESS_FLUSH_SECONDS)
+    cache.add(reports_key(node_id), reports, timeout=settings.NODE_EGRESS_FLUSH_SECONDS)
     return reports
 
 
-def reports_written(node_id: int) -> None:
-    """An instance report of the node is being written: the copy goes, now and on commit."""
+def reports_writing(node_id: int) -> None:
+    """The node's instance reports are about to be written: the copy goes."""
     cache.delete(reports_key(node_id))
-    transaction.on_commit(lambda: cache.delete(reports_key(node_id)))
+
+
+def reports_written(node_id: int, reports: dict[int, StoredReport]) -> None:
+    """Once committed, `reports` (what the table holds now for the report's leases) is the
+    node's copy."""
+    transaction.on_commit(lambda: cache.set(reports_key(node_id), reports,
+                                            timeout=settings.NODE_EGRESS_FLUSH_SECONDS))

@@ -166,6 +166,40 @@ def test_a_steady_instance_is_stored_and_metered_in_aggregate(paid_lease, enrol,
     assert InstanceReport.objects.get(lease=lease).state == "stopped"
 
 
+def test_a_flush_within_the_same_gigabyte_meters_its_bytes_and_leaves_the_billed_figure(paid_lease, enrol,
+                                                                                      settings):
+    """EgressUsage holds TB to the GB: a flush that does not move that figure adds its bytes
+    to the meter and writes no usage row; the bytes count when the next flush crosses it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from fleet.models import EgressMeter
+
+    settings.NODE_EGRESS_FLUSH_SECONDS = 0   # every report is stored and metered
+    settings.EGRESS_SLACK_BYTES = 10**13
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    node.report(evidence=[ready(node, lease)])
+
+    def report(sent) -> list[str]:
+        item = {"lease_id": lease.pk, "op_id": f"{lease.pk}:running:1", "state": "running", "ssh_port": 22042,
+                "egress_bytes": sent, "error": None}
+        with CaptureQueriesContext(connection) as queries:
+            assert node.report(instances=[item]).status_code == 200
+        return [q["sql"] for q in queries.captured_queries if "billing_egressusage" in q["sql"]]
+
+    report(0)
+    assert report(10**9)                                       # the first bytes: the term's row
+    first = EgressUsage.objects.get(lease=lease)
+    assert first.tb_used == Decimal("0.001")
+    assert report(14 * 10**8) == []                            # 1.4 GB: still 0.001 TB
+    assert EgressMeter.objects.get(lease=lease).bytes_sent == 14 * 10**8
+    assert EgressUsage.objects.get(lease=lease).reported_at == first.reported_at
+    assert report(16 * 10**8)                                  # 1.6 GB: 0.002 TB
+    assert EgressMeter.objects.get(lease=lease).bytes_sent == 16 * 10**8
+    assert EgressUsage.objects.get(lease=lease).tb_used == Decimal("0.002")
+
+
 def test_a_node_with_a_new_address_moves_the_connection_line(paid_lease, enrol):
     lease = paid_lease()
     node = enrol(node_of(lease))

@@ -6,6 +6,7 @@ cannot hide a change, and the agent API's answers keep their security headers.""
 import json
 from datetime import timedelta
 
+import pytest
 from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -144,6 +145,7 @@ def test_a_steady_report_is_one_update_and_the_heartbeat_is_written_once_stale(p
     assert written.last_report_at > after.last_report_at and written.last_seq > first.last_seq
 
 
+@pytest.mark.django_db(transaction=True)     # the copy is put once the writes are committed
 def test_the_cached_copy_of_the_instance_reports_follows_every_write(paid_lease, enrol):
     from fleet.models import InstanceReport
 
@@ -156,11 +158,33 @@ def test_the_cached_copy_of_the_instance_reports_follows_every_write(paid_lease,
     stopped = {**item, "state": "stopped"}
     assert any("INSTANCEREPORT" in s for s in _statements(node, node.body(instances=[stopped])))
     assert InstanceReport.objects.get(lease=lease).state == "stopped"
-    # The copy went with the write: "stopped" is now steady, and "running" a change again.
-    assert not any("INSTANCEREPORT" in s and not s.startswith("SELECT")
-                   for s in _statements(node, node.body(instances=[stopped])))
+    # The write put its values in the copy: "stopped" is now steady, read from no table, and
+    # "running" a change again.
+    with CaptureQueriesContext(connection) as queries:
+        assert node.post(node.body(instances=[stopped])).status_code == 200
+    assert not [q["sql"] for q in queries.captured_queries if "fleet_instancereport" in q["sql"]]
     assert node.post(node.body(instances=[item])).status_code == 200
     assert InstanceReport.objects.get(lease=lease).state == "running"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_copy_read_before_a_write_never_replaces_the_one_the_write_put(paid_lease, enrol, monkeypatch):
+    """A report that read the table before another's write committed adds its copy only
+    where there is none (fleet/steady.py): the written values stay the copy."""
+    from fleet import steady
+
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    item = {"lease_id": lease.pk, "op_id": node.issued_op(lease), "state": "running", "ssh_port": 22042,
+            "egress_bytes": 0, "error": None}
+    assert node.post(node.body(instances=[item])).status_code == 200
+    assert node.post(node.body(instances=[{**item, "state": "stopped"}])).status_code == 200
+    written = cache.get(steady.reports_key(node.node.pk))
+    assert written[lease.pk].state == "stopped"
+    read_before = {lease.pk: written[lease.pk]._replace(state="running")}
+    monkeypatch.setattr(steady, "_read_reports", lambda node_id, ids: read_before)
+    assert steady.stored_reports(node.node.pk, [lease.pk], {}) == read_before   # what that report saw
+    assert cache.get(steady.reports_key(node.node.pk)) == written
 
 
 def test_the_agent_api_keeps_its_security_headers_without_the_browser_middleware(paid_lease, enrol):
