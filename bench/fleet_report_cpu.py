@@ -1,0 +1,115 @@
+"""CPU of one node report, steady and flushing, against the bare view (issue 31).
+
+bench/fleet.py measures a whole fleet over HTTP; this isolates the report's own cost in one
+process (Django's test client, production settings, PostgreSQL and Redis), so a change to the
+report path can be compared with the bare Django view of the same run:
+
+- steady: an unchanged report (2 instances, egress growing 1 MB a report): nothing written;
+- flush: both instances' egress past NODE_EGRESS_FLUSH_BYTES in every report, so every report
+  stores both instance reports and meters their egress (one report in ~20 does at the poll rate);
+- bare: GET /bench/bare.
+
+Each figure is the median of 5 rounds of 100 requests, in CPU milliseconds of this process
+(PostgreSQL and Redis run elsewhere), with the statements of one request of each kind.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/9 \\
+        .venv/bin/python bench/fleet_report_cpu.py
+"""
+import base64
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BASE = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(BASE), str(BASE / "bench")]
+
+from load import manage, production_env, with_db  # noqa: E402
+
+# bench/fleet.py by path: the name `fleet` is the Django app's.
+_spec = importlib.util.spec_from_file_location("bench_fleet", BASE / "bench" / "fleet.py")
+bench_fleet = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_fleet)
+
+
+def cpu_ms(call, rounds: int = 5, n: int = 100) -> float:
+    times = []
+    for _ in range(rounds):
+        t = time.process_time()
+        for _ in range(n):
+            call()
+        times.append((time.process_time() - t) * 1000 / n)
+    return sorted(times)[rounds // 2]
+
+
+def main() -> None:
+    url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")) or not redis_url:
+        raise SystemExit("Set DATABASE_URL (a PostgreSQL server) and REDIS_URL")
+    import psycopg
+
+    name = f"bench_report_cpu_{os.getpid()}"
+    with psycopg.connect(with_db(url, "postgres"), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        env = production_env(with_db(url, name), redis_url, tempfile.mkdtemp(prefix="bench-report-"),
+                             NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE="1000000",
+                             EGRESS_SLACK_BYTES=str(10**15))   # gigabytes within milliseconds
+        env["HOST_AGENT"] = "fleet.driver.NodeAgentDriver"
+        manage(env, "migrate", "--noinput")
+        manage(env, "load_demo")
+        os.environ.update({k: v for k, v in env.items() if k != "PYTHONPATH"})
+        import django
+        django.setup()
+        run(bench_fleet.enrol_fleet(20, 0)[5])
+    finally:
+        from django.db import connections
+        connections.close_all()
+        with psycopg.connect(with_db(url, "postgres"), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run(node: dict) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    auth = {"HTTP_AUTHORIZATION": f"Node {node['credential']}"}
+    client, key = Client(HTTP_HOST="127.0.0.1"), Ed25519PrivateKey.from_private_bytes(node["key"])
+    document = client.get("/agent/v1/desired", **auth)
+    etag, ops = document["ETag"], {i["lease_id"]: i["op_id"] for i in document.json()["instances"]}
+    state = {"seq": 1, "egress": 10**6}
+
+    def report(grow: int) -> None:
+        state["seq"] += 1
+        state["egress"] += grow
+        body = bench_fleet.report_body(node, state["seq"], ops, state["egress"], desired_etag=etag,
+                                       with_gpus=state["seq"] == 2)
+        response = client.post("/agent/v1/report", body, content_type="application/json",
+                               HTTP_X_NODE_SIGNATURE=base64.b64encode(key.sign(body)).decode(), **auth)
+        assert response.status_code == 200, response.content
+
+    def bare() -> None:
+        assert client.get("/bench/bare").status_code == 200
+
+    kinds = {"bare": bare, "steady": lambda: report(10**6), "flush": lambda: report(2 * 10**9)}
+    report(10**6)
+    figures = {}
+    for label, call in kinds.items():
+        call()
+        with CaptureQueriesContext(connection) as queries:
+            call()
+        statements = len(queries.captured_queries)
+        figures[label] = (cpu_ms(call), statements)
+    bare_ms = figures["bare"][0]
+    for label, (ms, statements) in figures.items():
+        print(f"{label:>6}: {ms:.2f} ms CPU per request ({ms / bare_ms:.1f}x bare), {statements} statements")
+    print(f"report cpu: steady {figures['steady'][0]:.2f} ms, flush {figures['flush'][0]:.2f} ms, "
+          f"bare {bare_ms:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
