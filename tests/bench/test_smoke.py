@@ -52,6 +52,8 @@ CASES = {
     "fleet": ("fleet.py", ["--smoke"], True,
               [rf"fleet: 20 nodes at 2 s poll: {NUMBER} req/s, p99 desired {NUMBER} ms, p99 report {NUMBER} ms",
                r"dropped bench_fleet_\d+"]),
+    "fleet_report_cpu": ("fleet_report_cpu.py", ["--smoke"], True,
+                         [rf"report cpu: steady {NUMBER} ms, flush {NUMBER} ms, bare {NUMBER} ms"]),
     "load": ("load.py", ["--smoke"], True,
              [rf"\| {label} \| `[^`]+` \| {NUMBER} \| {NUMBER} \| {NUMBER}[^|]* \| 0 \| 0 \| {NUMBER}"
               for label in ("bare Django view", "home page", "catalog, filtered", "calculator \\(htmx\\)",
@@ -111,6 +113,7 @@ def test_bench_runs_on_postgres(case):
     script, args, _pg, lines = CASES[case]
     if case in ("load", "fleet"):
         require_tool("wrk", "scripts/install-test-tools.sh installs it")
+    if case in ("load", "fleet", "fleet_report_cpu"):
         require(HAS_REDIS, f"bench/{case}.py serves with the Redis cache: set REDIS_URL")
     out = run_bench(script, args, dict(os.environ))
     missing = [line for line in lines if not re.search(line, out)]
