@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 
 from billing.lifecycle import run_lifecycle
 from billing.models import (
@@ -28,8 +29,8 @@ from billing.payments.services import (
     watch_coin,
     watch_set,
 )
-from billing.services import account_for, balance_top_up
-from inventory.models import Node
+from billing.services import account_for, balance_top_up, checkout_place_order
+from inventory.models import Node, Offer, Site
 from rental.models import Lease, LeaseEvent, LeaseState
 from tests.billing.payments_helpers import apply, fresh, paid, set_rate
 from tests.billing.test_lifecycle import order
@@ -405,3 +406,80 @@ def test_xmr_subaddress_and_sol_reference_quotes(catalog, customer, t0):
         apply(sol, [paid(sol, 500_000_000, 1)], t0 + timedelta(minutes=1))  # found by its reference
     assert fresh(sol).state == Q.SETTLED and fresh(invoice).state == Invoice.State.PAID
     assert not CoinWallet.objects.exists()  # no derivation counter for XMR / SOL
+
+
+def _claimable(quote, *, invoice=None, claim=False, review=None, **quote_changes) -> bool:
+    """late_payment_claimable with the quote (and its invoice, claim or review) changed, the
+    changes rolled back after."""
+    from billing.models import PaymentReview
+    from billing.payments.late import late_payment_claimable
+
+    with transaction.atomic():
+        if quote_changes:
+            Quote.objects.filter(pk=quote.pk).update(**quote_changes)
+        if invoice:
+            Invoice.objects.filter(pk=quote.invoice_id).update(state=invoice)
+        if claim:
+            LatePaymentClaim.objects.create(quote=quote, invoice=quote.invoice, at=quote.expires_at)
+        if review:
+            PaymentReview.objects.filter(quote=quote).update(state=review)
+        result = late_payment_claimable(fresh(quote))
+        transaction.set_rollback(True)
+    return result
+
+
+def test_a_late_payment_is_claimable_only_while_every_condition_holds(placed, t0):
+    """Term by term: a closed quote (expired or settled), paid late or partly, with confirmed
+    coins credited to the balance, for an invoice not paid since, never claimed before."""
+    _lease, _invoice, quote = placed
+    later = t0 + timedelta(minutes=31)
+    run_lifecycle(later)
+    sweep_expire_quotes(later)
+    set_rate("LTC", "100", later)
+    apply(quote, [paid(quote, DUE, 6)], later + timedelta(minutes=5))
+    assert _claimable(quote)
+    assert [s for s in Q.values if _claimable(quote, state=s)] == [Q.SETTLED, Q.EXPIRED]
+    assert [x for x in X.values if _claimable(quote, exception=x)] == [X.PARTIAL, X.LATE]
+    assert not _claimable(quote, confirmed=0) and _claimable(quote, confirmed=1)
+    assert [s for s in Invoice.State.values if _claimable(quote, invoice=s)] == [
+        Invoice.State.OPEN, Invoice.State.EXPIRED, Invoice.State.VOID]
+    assert not _claimable(quote, claim=True)
+
+
+def test_a_late_payment_held_for_an_operator_is_claimable_once_credited(placed, t0):
+    """No fresh rate when the late coins confirmed: nothing reached the balance by itself,
+    the payment waits for an operator; only a credited review makes it claimable."""
+    from billing.models import PaymentReview
+
+    _lease, _invoice, quote = placed
+    later = t0 + timedelta(minutes=31)
+    run_lifecycle(later)
+    sweep_expire_quotes(later)
+    apply(quote, [paid(quote, DUE, 6)], later + timedelta(days=2))     # the rate is stale by then
+    assert credits() == [] and PaymentReview.objects.filter(quote=quote, state=PaymentReview.State.OPEN).exists()
+    assert not _claimable(quote)
+    assert [s for s in PaymentReview.State.values if _claimable(quote, review=s)] == [PaymentReview.State.CREDITED]
+
+
+def test_a_late_payment_reorders_the_same_order_term_image_key_and_add_ons(catalog, customer, coins, t0):
+    """The reorder buys what the expired order was: its offer, site, a month, its image and
+    SSH key, and its add-ons (the non-zero ones), paid from the balance the late coins reached."""
+    from rental.models import Image
+    from tests.billing.test_lifecycle import KEY
+
+    set_rate("LTC", "100", t0)
+    lease, invoice = checkout_place_order(
+        customer=customer, offer=Offer.objects.get(slug="rtx-3090"), site=Site.objects.get(code="DFW-1"),
+        term="month", image=Image.objects.get(slug="cuda-12.4-base"), ssh_public_key=KEY,
+        addons={"extra_nvme_tb": 1}, pay_from_balance=False, now=t0)
+    quote = quote_create(invoice=invoice, coin="LTC", now=t0)
+    later = t0 + timedelta(minutes=31)
+    run_lifecycle(later)
+    sweep_expire_quotes(later)
+    set_rate("LTC", "100", later)
+    apply(quote, [paid(quote, int(fresh(quote).amount), 6)], later + timedelta(minutes=5))
+    assert balance(customer) == invoice.amount_cents
+    new = late_payment_confirm(quote=quote, customer=customer, now=later + timedelta(minutes=6)).lease
+    same = ("offer_id", "site_id", "term", "image_id", "ssh_public_key", "extra_nvme_tb", "network_volume_tb")
+    assert [getattr(new, f) for f in same] == [getattr(lease, f) for f in same]
+    assert (new.term, new.extra_nvme_tb) == ("month", 1) and balance(customer) == 0
