@@ -483,3 +483,42 @@ def test_a_late_payment_reorders_the_same_order_term_image_key_and_add_ons(catal
     same = ("offer_id", "site_id", "term", "image_id", "ssh_public_key", "extra_nvme_tb", "network_volume_tb")
     assert [getattr(new, f) for f in same] == [getattr(lease, f) for f in same]
     assert (new.term, new.extra_nvme_tb) == ("month", 1) and balance(customer) == 0
+
+
+def _renewal_paid_late(customer, t0, settings):
+    """An active lease's renewal invoice, its LTC quote expired unpaid and paid after."""
+    settings.HOST_AGENT_FAKE_DELAY = 0
+    balance_top_up(customer=customer, amount_cents=6500, now=t0)
+    lease, _ = order(customer, t0)
+    run_lifecycle(t0)
+    at = fresh(lease).ends_at - timedelta(hours=23)
+    run_lifecycle(at)
+    renewal = Invoice.objects.get(lease=lease, kind=Invoice.Kind.RENEWAL)
+    set_rate("LTC", "100", at)
+    quote = quote_create(invoice=renewal, coin="LTC", now=at)
+    late = quote.expires_at + timedelta(minutes=1)
+    sweep_expire_quotes(late)
+    set_rate("LTC", "100", late)
+    apply(quote, [paid(quote, DUE, 6)], late)
+    assert (fresh(quote).state, quote.exception, balance(customer)) == (Q.EXPIRED, X.LATE, 6500)
+    return lease, renewal, quote, late
+
+
+def test_a_late_payment_pays_the_renewal_invoice_still_open(catalog, customer, coins, t0, settings):
+    lease, renewal, quote, late = _renewal_paid_late(customer, t0, settings)
+    ends_at = fresh(lease).ends_at
+    assert late_payment_confirm(quote=quote, customer=customer, now=late) == renewal
+    assert fresh(renewal).state == Invoice.State.PAID and balance(customer) == 0
+    assert fresh(lease).ends_at == ends_at + timedelta(days=7) and Lease.objects.count() == 1
+    assert LatePaymentClaim.objects.get(quote=quote).invoice == renewal
+
+
+def test_a_late_payment_for_a_renewal_no_longer_open_stays_on_the_balance(catalog, customer, coins, t0, settings):
+    """A renewal is not a new order: once its invoice closed (the lease ended), its late
+    payment is not spent on anything; the customer is told it stays on the balance."""
+    lease, renewal, quote, late = _renewal_paid_late(customer, t0, settings)
+    Invoice.objects.filter(pk=renewal.pk).update(state=Invoice.State.VOID)
+    with pytest.raises(PaymentError) as refused:
+        late_payment_confirm(quote=quote, customer=customer, now=late)
+    assert str(refused.value) == f"Invoice #{renewal.pk} is void; the payment stays on your balance."
+    assert balance(customer) == 6500 and not LatePaymentClaim.objects.exists() and Lease.objects.count() == 1
