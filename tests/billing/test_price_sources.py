@@ -99,3 +99,27 @@ def test_the_beat_task_prices_quotes(catalog, customer, feeds):
         quote = quote_create(invoice=invoice, coin="LTC", now=timezone.now())
     assert quote.rate_source == "median:alpha,beta" and quote.rate_usd_per_coin == Decimal("100.375")
     assert JobRun.objects.get(name="refresh_rates").last_result["LTC"].startswith("100.375")
+
+
+def test_an_operator_rate_is_checked_dated_and_audited(db, operator):
+    """coin_rate_set: any case of a known coin, a positive Decimal, dated `now`, the operator's
+    source unless another is named; each accepted rate audited with what was set; an unknown
+    coin, a float, zero or a negative rate refused with its reason, nothing changed."""
+    from billing.payments.pricing import PaymentError
+    from inventory.models import AuditEntry
+
+    rate = coin_rate_set(coin="ltc", usd_per_coin=Decimal("101.25"), actor=operator, now=NOW)
+    assert (rate.coin, rate.usd_per_coin, rate.source, rate.set_at) == ("LTC", Decimal("101.25"), "operator", NOW)
+    rate = coin_rate_set(coin="LTC", usd_per_coin=Decimal("99"), actor=operator, now=NOW + timedelta(minutes=1),
+                         source="")
+    assert (rate.usd_per_coin, rate.source, CoinRate.objects.count()) == (Decimal("99"), "operator", 1)
+    assert [(e.actor, e.object_id, e.detail) for e in AuditEntry.objects.filter(action="coin_rate_set").order_by("pk")] \
+        == [(operator, str(rate.pk), {"coin": "LTC", "usd_per_coin": "101.25", "source": "operator"}),
+            (operator, str(rate.pk), {"coin": "LTC", "usd_per_coin": "99", "source": "operator"})]
+    refusals = []
+    for coin, usd in (("DOGE", Decimal("1")), ("LTC", 101.5), ("LTC", Decimal("0")), ("LTC", Decimal("-1"))):
+        with pytest.raises(PaymentError) as refused:
+            coin_rate_set(coin=coin, usd_per_coin=usd, actor=operator, now=NOW + timedelta(minutes=2))
+        refusals.append(str(refused.value))
+    assert refusals == ["Unknown coin 'DOGE'."] + ["A rate is a positive decimal number of USD per coin."] * 3
+    assert CoinRate.objects.get().usd_per_coin == Decimal("99") and AuditEntry.objects.count() == 2
