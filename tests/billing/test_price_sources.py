@@ -64,7 +64,8 @@ def feeds(settings):
 
 def test_median_of_the_fresh_sources_becomes_the_rate(db, feeds):
     with offline_coins():
-        assert rates_refresh(coins=["LTC", "USDT"], now=NOW) == {"LTC": "100.37500000 from 2 source(s)"}
+        # The stablecoin first: it is passed over, and the coins after it are still priced.
+        assert rates_refresh(coins=["USDT", "LTC"], now=NOW) == {"LTC": "100.37500000 from 2 source(s)"}
     rate = CoinRate.objects.get(coin="LTC")
     assert rate.usd_per_coin == Decimal("100.375") and rate.source == "median:alpha,beta"
     assert rate.set_at == NOW - timedelta(seconds=30)  # the older of the two answers
@@ -123,3 +124,11 @@ def test_an_operator_rate_is_checked_dated_and_audited(db, operator):
         refusals.append(str(refused.value))
     assert refusals == ["Unknown coin 'DOGE'."] + ["A rate is a positive decimal number of USD per coin."] * 3
     assert CoinRate.objects.get().usd_per_coin == Decimal("99") and AuditEntry.objects.count() == 2
+
+
+def test_a_fresh_rate_from_the_feeds_is_replaced_by_the_next_median(db, feeds):
+    """Only a rate set by hand is kept while fresh; the feeds' own is refreshed every time."""
+    CoinRate.objects.create(coin="LTC", usd_per_coin=Decimal(90), source="median:alpha",
+                            set_at=NOW - timedelta(minutes=1))
+    assert rates_refresh(coins=["LTC"], now=NOW) == {"LTC": "100.37500000 from 2 source(s)"}
+    assert CoinRate.objects.get(coin="LTC").usd_per_coin == Decimal("100.375")
