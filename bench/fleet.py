@@ -7,7 +7,8 @@ per node — then starts gunicorn with production settings (DEBUG=0, NodeAgentDr
 Redis cache) and drives the real endpoints at the poll rate: every node, at its own offset in
 the interval, GETs /agent/v1/desired (with the ETag of its last answer, as the agent does)
 and POSTs a report signed over its raw bytes with an increasing seq (8 GPUs, 2 instances
-with growing egress). The load generator (asyncio + aiohttp, one process) measures itself.
+with growing egress). The load generator (asyncio and bench/rawhttp.py's keep-alive client, one
+process) measures itself.
 
 Per size it prints the request rate asked and sustained, p50/p99 of both endpoints, errors,
 the rows written and the queries per poll (measured in-process on the same database), the
@@ -26,6 +27,7 @@ At the largest size it prints EXPLAIN of every query a poll and a report make.
 import argparse
 import asyncio
 import base64
+import functools
 import json
 import os
 import random
@@ -42,8 +44,18 @@ BASE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BASE), str(BASE / "bench")]
 
 from load import Granian, Gunicorn, manage, production_env, run_wrk, wait_http, with_db  # noqa: E402
+from rawhttp import HttpError, Pool, request_bytes  # noqa: E402
 
 LEASES_PER_NODE = 2   # each of the demo's largest offer that fits twice on an 8-GPU node
+WARM_REPORTS = 4      # each node's untimed reports before the timed run
+SETTLE_POLLS = 6      # untimed polls on the timed run's connections: a worker has then met all
+                      # but (1/2)^6 of the nodes (2 workers)
+FLEET_POLL = 15.0     # the poll the issue's fleet runs at (NODE_POLL_SECONDS' default)
+#: The settings counted in seconds that decide how often a poll costs more than a steady one:
+#: the heartbeat write, a worker's credential lookup, a time-flushed egress counter, a
+#: desired state recomputed.
+TIMERS = ("NODE_SEEN_WRITE_SECONDS", "NODE_CREDENTIAL_CACHE_SECONDS", "NODE_EGRESS_FLUSH_SECONDS",
+          "NODE_DESIRED_REVALIDATE_SECONDS")
 
 
 def parse_args():
@@ -67,15 +79,30 @@ def parse_args():
                              "get: an older agent, GET /agent/v1/desired (with its ETag) then the report")
     parser.add_argument("--no-warm", dest="warm", action="store_false",
                         help="time each node's first (cold) round too: a fleet that just enrolled")
+    parser.add_argument("--settle", type=float, default=None,
+                        help="seconds of polling before the counted window (default: 6 polls)")
     parser.add_argument("--smoke", action="store_true", help="20 nodes, 2 s poll, 4 s: checks it runs (CI)")
     args = parser.parse_args()
     args.sizes = tuple(args.sizes) or (100, 1_000, 10_000)
     if args.smoke:
         args.sizes, args.poll, args.duration, args.workers, args.connections = (20,), 2.0, 4.0, 1, 8
+        args.settle = 1.0
     return args
 
 
 # --- the fleet, straight into the database -------------------------------------------------
+
+def compressed_timers(poll: float) -> dict[str, int]:
+    """A shorter poll stands for a larger fleet at the same request rate (1,000 nodes at 1.5 s
+    for 10,000 at 15 s) only if every timer shrinks by the same factor: then a heartbeat is
+    still one report in 4, a cached credential serves as many reports, an egress counter is
+    flushed by time as often. Without this the short poll hides those costs (40 reports per
+    heartbeat instead of 4). Read after django.setup(): the settings' own values."""
+    from django.conf import settings
+
+    factor = min(1.0, poll / FLEET_POLL)
+    return {name: max(1, round(getattr(settings, name) * factor)) for name in TIMERS}
+
 
 def enrol_fleet(n: int, offset: int) -> list[dict]:
     """N nodes with agents and two running leases each; returns each node's credential and
@@ -182,8 +209,11 @@ def per_poll_costs(fleet: list[dict], explain: bool) -> dict:
     with CaptureQueriesContext(connection) as q:
         assert client.get("/agent/v1/desired", HTTP_IF_NONE_MATCH=etag, **auth).status_code == 304
     captured["desired (304)"] = [x["sql"] for x in q.captured_queries]
+    # One steady report first: the ETag the GET stored could not say which Redis answered, so
+    # the first report computes it again (once per node; fleet/desired_version.py).
+    post(report_body(node, 10**9 + 1, ops, 2000, desired_etag=etag, with_gpus=False))
     with CaptureQueriesContext(connection) as q:
-        answer = post(report_body(node, 10**9 + 1, ops, 2000, desired_etag=etag, with_gpus=False)).json()
+        answer = post(report_body(node, 10**9 + 2, ops, 2000, desired_etag=etag, with_gpus=False)).json()
     assert answer.get("desired") is None, answer     # (an older storefront: no desired at all)
     captured["report"] = [x["sql"] for x in q.captured_queries]
     out["cpu_ms"] = _cpu_per_request(client, node, key, auth, ops, etag)
@@ -237,6 +267,13 @@ def _cpu_per_request(client, node: dict, key, auth: dict, ops: dict, etag: str, 
     return out
 
 
+def server_counters(db, database: str, master_pid: int) -> dict:
+    """The gunicorn workers' CPU seconds and the rows the database has written, so far."""
+    written = db.execute("SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database "
+                         "WHERE datname = %s", (database,)).fetchone()[0]
+    return {"cpu": worker_cpu_seconds(master_pid), "rows": written}
+
+
 def worker_cpu_seconds(master_pid: int) -> float:
     """User+system CPU seconds of gunicorn's workers so far (Linux /proc)."""
     total, tick = 0.0, os.sysconf("SC_CLK_TCK")
@@ -266,42 +303,55 @@ async def warm(base: str, fleet: list[dict], connections: int) -> None:
     """Each node's first round, untimed: the GET that issues its ops and the first full
     report (GPUs, instances, metering rows), as a fleet that has been running for a while
     did long ago. Leaves each node's ETag and ops in its dict for the timed run."""
-    import aiohttp
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    limit = asyncio.Semaphore(connections)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+    pool = _pool(base, connections, timeout=120)
 
-        async def first(node: dict):
-            auth = {"Authorization": f"Node {node['credential']}"}
-            async with limit:
-                async with session.get(f"{base}/agent/v1/desired", headers=auth) as r:
-                    document = json.loads(await r.read())
-                node["etag"], node["ops"] = r.headers.get("ETag", ""), {
-                    i["lease_id"]: i["op_id"] for i in document["instances"]}
-                node["seq"] = 1
-                data = report_body(node, 1, node["ops"], 10**6, desired_etag=node["etag"])
-                key = Ed25519PrivateKey.from_private_bytes(node["key"])
-                async with session.post(f"{base}/agent/v1/report", data=data, headers={
-                        **auth, "Content-Type": "application/json",
-                        "X-Node-Signature": base64.b64encode(key.sign(data)).decode()}) as r:
-                    await r.read()
+    async def first(node: dict):
+        auth = {"Authorization": f"Node {node['credential']}"}
+        status, headers, body = await pool.request(request_bytes("GET", "/agent/v1/desired", auth))
+        if status != 200:
+            raise HttpError(f"desired: {status}")
+        document = json.loads(body)
+        node["etag"] = headers.get("etag", "")
+        node["ops"] = {i["lease_id"]: i["op_id"] for i in document["instances"]}
+        key = Ed25519PrivateKey.from_private_bytes(node["key"])
+        # The first, full report, then steady ones until the storefront holds what a node that
+        # has run a while left there (each worker's copy of its credential; an ETag stored by
+        # the GET, which could not say which Redis answered, computed again once by a report).
+        for seq in range(1, WARM_REPORTS + 1):
+            data = report_body(node, seq, node["ops"], 10**6, desired_etag=node["etag"], with_gpus=seq == 1)
+            status, _, body = await pool.request(request_bytes("POST", "/agent/v1/report", {
+                **auth, "Content-Type": "application/json",
+                "X-Node-Signature": base64.b64encode(key.sign(data)).decode()}, data))
+            if status == 200 and isinstance(json.loads(body).get("desired"), dict):
+                answer = json.loads(body)
+                node["etag"] = answer["desired_etag"]
+                node["ops"] = {i["lease_id"]: i["op_id"] for i in answer["desired"]["instances"]}
+        node["seq"] = WARM_REPORTS
 
-        async def first_retried(node: dict):
-            for attempt in range(3):        # a busy server may drop a connection: untimed, so retried
-                try:
-                    return await first(node)
-                except (TimeoutError, aiohttp.ClientError):
-                    if attempt == 2:
-                        raise
-                    await asyncio.sleep(1 + attempt)
+    async def first_retried(node: dict):
+        for attempt in range(3):        # a busy server may drop a connection: untimed, so retried
+            try:
+                return await first(node)
+            except HttpError:
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(1 + attempt)
 
+    try:
         await asyncio.gather(*(first_retried(n) for n in fleet if "etag" not in n))
+    finally:
+        pool.close()
 
 
 async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, connections: int,
-                protocol: str) -> dict:
-    import aiohttp
+                protocol: str, settle: float, mark) -> dict:
+    """The fleet polls for `settle` seconds untimed, then `duration` seconds counted. The
+    settle period runs on the same connections: each gunicorn worker meets every node it has
+    not served yet (a per-worker credential lookup, paid once per node and worker restart,
+    not per poll), so the counted window is the steady state. `mark()` reads the server's
+    counters, at the start and at the end of the counted window."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     lat = {"desired": [], "report": []}
@@ -311,70 +361,90 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
         stats["errors"] += 1
         stats["why"][why] = stats["why"].get(why, 0) + 1
     keys = [Ed25519PrivateKey.from_private_bytes(n["key"]) for n in fleet]
-    deadline = time.monotonic() + duration
-    connector = aiohttp.TCPConnector(limit=connections)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+    timed_from = time.monotonic() + settle
+    deadline = timed_from + duration
+    pool = _pool(base, connections, timeout=30)
+    window = {}
 
-        async def one_node(k: int, node: dict):
-            auth = {"Authorization": f"Node {node['credential']}"}
-            etag, ops, seq, egress = node.get("etag", ""), node.get("ops", {}), node.get("seq", 0), 10**6
-            next_at = time.monotonic() + random.uniform(0, poll)
-            while True:
-                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-                if time.monotonic() >= deadline:
-                    return
-                if time.monotonic() - next_at > poll:
-                    stats["late"] += 1              # the generator (or server) fell a whole poll behind
-                next_at += poll
+    async def one_node(k: int, node: dict):
+        auth = {"Authorization": f"Node {node['credential']}"}
+        etag, ops, seq, egress = node.get("etag", ""), node.get("ops", {}), node.get("seq", 0), 10**6
+        next_at = time.monotonic() + random.uniform(0, poll)
+        while True:
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if time.monotonic() >= deadline:
+                return
+            counted = time.monotonic() >= timed_from
+            if counted and time.monotonic() - next_at > poll:
+                stats["late"] += 1              # the generator (or server) fell a whole poll behind
+            next_at += poll
+            if protocol == "get" or not etag:   # the agent's first round, or an older agent
                 t = time.perf_counter()
-                if protocol == "get" or not etag:   # the agent's first round, or an older agent
-                    t = time.perf_counter()
-                    try:
-                        async with session.get(f"{base}/agent/v1/desired",
-                                               headers={**auth, **({"If-None-Match": etag} if etag else {})}) as r:
-                            body = await r.read()
-                            if r.status == 200:
-                                ops = {i["lease_id"]: i["op_id"] for i in json.loads(body)["instances"]}
-                                etag = r.headers.get("ETag", "")
-                            elif r.status == 304:
-                                stats["not_modified"] += 1
-                            else:
-                                failed(r.status)
-                    except (TimeoutError, aiohttp.ClientError) as exc:
-                        failed(type(exc).__name__)  # counted, and the node keeps polling
+                try:
+                    status, headers, body = await pool.request(request_bytes(
+                        "GET", "/agent/v1/desired", {**auth, **({"If-None-Match": etag} if etag else {})}))
+                    if status == 200:
+                        ops = {i["lease_id"]: i["op_id"] for i in json.loads(body)["instances"]}
+                        etag = headers.get("etag", "")
+                    elif status == 304:
+                        stats["not_modified"] += counted
+                    elif counted:
+                        failed(status)
+                except HttpError as exc:
+                    if counted:
+                        failed(str(exc).split(":")[0])  # counted, and the node keeps polling
+                if counted:
                     stats["requests"] += 1
                     stats["gets"] += 1
                     lat["desired"].append((time.perf_counter() - t) * 1000)
-                seq, egress = seq + 1, egress + random.randint(10**6, 10**8)
-                data = report_body(node, seq, ops, egress, desired_etag=etag if protocol == "report" else None,
-                                   with_gpus=protocol == "get" or seq % 20 == 1)
-                t = time.perf_counter()
-                try:
-                    async with session.post(f"{base}/agent/v1/report", data=data, headers={
-                            **auth, "Content-Type": "application/json",
-                            "X-Node-Signature": base64.b64encode(keys[k].sign(data)).decode()}) as r:
-                        body = await r.read()
-                        if r.status != 200:
-                            failed(r.status)
-                        if r.status == 200 and protocol == "report":
-                            answer = json.loads(body)
-                            if isinstance(answer.get("desired"), dict):
-                                ops = {i["lease_id"]: i["op_id"] for i in answer["desired"]["instances"]}
-                                etag = answer["desired_etag"]
-                            elif "desired_etag" in answer:
-                                stats["not_modified"] += 1
-                except (TimeoutError, aiohttp.ClientError) as exc:
-                    failed(type(exc).__name__)
-                stats["requests"] += 1
-                ms = (time.perf_counter() - t) * 1000
-                lat["report"].append(ms)
-                if protocol == "report":
-                    lat["desired"].append(ms)       # this answer is the node's desired-state poll
+            seq, egress = seq + 1, egress + random.randint(10**6, 10**8)
+            data = report_body(node, seq, ops, egress, desired_etag=etag if protocol == "report" else None,
+                               with_gpus=protocol == "get" or seq % 20 == 1)
+            raw = request_bytes("POST", "/agent/v1/report", {
+                **auth, "Content-Type": "application/json",
+                "X-Node-Signature": base64.b64encode(keys[k].sign(data)).decode()}, data)
+            t = time.perf_counter()
+            try:
+                status, _, body = await pool.request(raw)
+                if status != 200:
+                    if counted:
+                        failed(status)
+                elif protocol == "report":
+                    answer = json.loads(body)
+                    if isinstance(answer.get("desired"), dict):
+                        ops = {i["lease_id"]: i["op_id"] for i in answer["desired"]["instances"]}
+                        etag = answer["desired_etag"]
+                    elif "desired_etag" in answer:
+                        stats["not_modified"] += counted
+            except HttpError as exc:
+                if counted:
+                    failed(str(exc).split(":")[0])
+            if not counted:
+                continue
+            stats["requests"] += 1
+            ms = (time.perf_counter() - t) * 1000
+            lat["report"].append(ms)
+            if protocol == "report":
+                lat["desired"].append(ms)       # this answer is the node's desired-state poll
 
-        cpu0, t0 = time.process_time(), time.monotonic()
-        await asyncio.gather(*(one_node(k, n) for k, n in enumerate(fleet)))
-        elapsed = time.monotonic() - t0
-    return {**stats, "lat": lat, "elapsed": elapsed, "generator_cpu": time.process_time() - cpu0}
+    async def count_from_settled():
+        await asyncio.sleep(max(0.0, timed_from - time.monotonic()))
+        window.update(start=mark(), cpu0=time.process_time(), t0=time.monotonic())
+
+    try:
+        await asyncio.gather(count_from_settled(), *(one_node(k, n) for k, n in enumerate(fleet)))
+    finally:
+        pool.close()
+    elapsed, generator_cpu = time.monotonic() - window["t0"], time.process_time() - window["cpu0"]
+    await asyncio.sleep(0.6)                    # pg_stat counters are flushed every 500 ms
+    end = mark()
+    return {**stats, "lat": lat, "elapsed": elapsed, "generator_cpu": generator_cpu,
+            "server": {k: end[k] - window["start"][k] for k in end}}
+
+
+def _pool(base: str, connections: int, timeout: float) -> Pool:
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    return Pool(host, int(port), connections, timeout)
 
 
 def main() -> None:
@@ -401,6 +471,14 @@ def main() -> None:
         os.environ.update({k: v for k, v in env.items() if k not in ("PYTHONPATH",)})
         import django
         django.setup()
+        from django.conf import settings
+        timers = compressed_timers(args.poll)
+        for timer, seconds in timers.items():   # the server's and this process's (per_poll_costs)
+            env[timer] = str(seconds)
+            setattr(settings, timer, seconds)
+        print("timers: " + ", ".join(f"{timer} {seconds} s" for timer, seconds in timers.items()) +
+              (f" (x{args.poll / FLEET_POLL:g}: a {args.poll:g} s poll stands for {FLEET_POLL:g} s)"
+               if args.poll < FLEET_POLL else ""), flush=True)
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
@@ -424,19 +502,17 @@ def main() -> None:
                   f"{time.perf_counter() - t:.1f} s", flush=True)
             costs = per_poll_costs(fleet, explain=size == max(args.sizes) and not args.smoke)
             with psycopg.connect(with_db(url, name), autocommit=True) as db:
-                row = "SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database WHERE datname = %s"
-                before = db.execute(row, (name,)).fetchone()[0]
                 if args.warm:
                     t = time.perf_counter()
                     asyncio.run(warm(base, fleet, args.connections))
                     print(f"  warm-up (each node's first GET and full report, untimed): "
                           f"{time.perf_counter() - t:.1f} s", flush=True)
-                server_cpu = worker_cpu_seconds(server.pid)
+                settle = args.settle if args.settle is not None else SETTLE_POLLS * args.poll
                 run = asyncio.run(drive(base, fleet, poll=args.poll, duration=args.duration,
-                                        connections=args.connections, protocol=args.protocol))
-                time.sleep(0.6)                 # pg_stat counters are flushed every 500 ms
-                rows = db.execute(row, (name,)).fetchone()[0] - before
-                server_cpu = worker_cpu_seconds(server.pid) - server_cpu
+                                        connections=args.connections, protocol=args.protocol, settle=settle,
+                                        mark=functools.partial(server_counters, db, name, server.pid)))
+                rows, server_cpu = run["server"]["rows"], run["server"]["cpu"]
+            print(f"  counted from {settle:g} s after the start (untimed: each worker meets each node)")
             bare = run_wrk(base + "/bench/bare", [], max(2, int(args.duration // 6)), 16, 1)
             rate = run["requests"] / run["elapsed"]
             polls = max(1, len(run["lat"]["report"]))
