@@ -117,7 +117,9 @@ def _resources(node: Node, gpus: list[int]) -> dict:
             "shm_gb": max(1, memory_gb // SHM_SHARE_OF_MEMORY) if n else 0}
 
 
-def desired_instances(*, node: Node, now: datetime) -> list[dict]:
+def desired_instances(*, node: Node, now: datetime, clock: list[datetime] | None = None) -> list[dict]:
+    """`clock`, when given, receives the moments after `now` at which these instances
+    change by time alone (fleet/desired_version.py keeps the ETag only until the first)."""
     leases, current = _leases_on(node)
     intents = {i.lease_id: i for i in InstanceIntent.objects.filter(lease__in=[le.pk for le in leases])}
     volumes = desired_volumes(node=node, lease_ids=list(current))
@@ -135,6 +137,8 @@ def desired_instances(*, node: Node, now: datetime) -> list[dict]:
             # node restores holds everything written here.
             wanted = Wanted("stopped", wanted.disk)
         if snap is not None and snap.attempt_started_at is not None and snap.attempt_started_at > now:
+            if clock is not None:
+                clock.append(snap.attempt_started_at)
             snap = None     # its next attempt is not due yet (SNAPSHOT_RETRY_SECONDS)
         restore_into = restore_into_pending(lease) if gpus and lease.restore_from_id else None
         if restore_into is not None and wanted.want == "running":
@@ -204,25 +208,26 @@ def desired_etag(document: dict) -> str:
     return f'"{digest.hexdigest()[:32]}"'
 
 
-def desired_document(*, node: Node, now: datetime) -> dict:
+def desired_document(*, node: Node, now: datetime, clock: list[datetime] | None = None) -> dict:
     return {
         "node": node.name,
         "generated_at": rfc3339(now),
         "poll_seconds": settings.NODE_POLL_SECONDS,
-        "instances": desired_instances(node=node, now=now),
+        "instances": desired_instances(node=node, now=now, clock=clock),
         "burn_in": desired_burn_ins(node=node),
         "storage": desired_storage(node=node),
     }
 
 
-def desired_answer(*, node: Node, now: datetime) -> tuple[dict, str]:
+def desired_answer(*, node: Node, now: datetime, run: str | None = None) -> tuple[dict, str]:
     """The document and its ETag, which is remembered under the node's version as read
-    before computing (fleet/desired_version.py): until a change moves that version, polls
-    are answered 304 from the cache."""
-    stamp = desired_stamp(node.pk)
-    document = desired_document(node=node, now=now)
+    before computing (fleet/desired_version.py): until a change moves that version or the
+    clock reaches a moment the document depends on, polls are answered 304 from the cache.
+    `run`: the run id of the Redis the poll's round trip reached, if it said."""
+    stamp, clock = desired_stamp(node.pk), []
+    document = desired_document(node=node, now=now, clock=clock)
     etag = desired_etag(document)
-    remember_etag(node.pk, stamp, etag, now)
+    remember_etag(node.pk, stamp, etag, now, until=min(clock, default=None), run=run)
     return document, etag
 
 

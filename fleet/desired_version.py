@@ -15,8 +15,14 @@ fails when the document starts reading a table that is not watched.
 A change is bumped at once and again when its transaction commits (a poll that read the
 old rows between the two stores its ETag under the first token, which the second replaces).
 With the cache unavailable every poll computes the document (the content ETag still gives
-a 304); a validator older than NODE_DESIRED_REVALIDATE_SECONDS is recomputed anyway, which
-bounds what a lost bump (Redis restarted mid-change) can cost."""
+a 304). What the version cannot see is handled precisely, not by recomputing every document
+every few minutes (at 10,000 nodes that was half of the storefront's CPU, BENCHMARKS §11):
+- the clock: a document that changes by time alone (a snapshot attempt not due yet) is
+  stored with that moment, and not answered from the cache once it has come;
+- a Redis that lost versions by coming back older (restored from disk, a replica
+  promoted): an ETag stored under another Redis run id is computed again;
+- a bump lost while Redis kept its data (unreachable at the change and again at its
+  commit): a validator older than NODE_DESIRED_REVALIDATE_SECONDS is recomputed anyway."""
 import secrets
 from collections.abc import Iterable
 from datetime import datetime
@@ -28,6 +34,11 @@ from django.db.models import Q, QuerySet, signals
 
 EPOCH_KEY = "fleet:desired:epoch"
 ALL = "all"   # a mapper's answer when a change reaches every node
+#: Not a cache key: where a poll's `found` carries the run id of the Redis process that
+#: answered its round trip (fleet/seq.py). A restored snapshot or a promoted replica has
+#: another run id and may hold versions older than changes made since, so an ETag stored
+#: under another run is computed again (once per node after such an event).
+REDIS_RUN = "redis:run_id"
 _changes = 0  # desired_changed() calls in this process (changes_so_far)
 
 
@@ -148,25 +159,35 @@ def changes_so_far() -> int:
 
 
 def current_etag(node_id: int, now: datetime, *, found: dict | None = None) -> str | None:
-    """The ETag of the node's desired state if the one stored is still current (same epoch
-    and version, younger than NODE_DESIRED_REVALIDATE_SECONDS); else None. `found`: the
-    keys as poll_keys read them in this request."""
+    """The ETag of the node's desired state if the one stored is still current: same epoch
+    and version, not past the moment its document changes by the clock alone, written under
+    the run of the Redis that answered this poll (when the poll's round trip said which:
+    REDIS_RUN in `found`), and younger than NODE_DESIRED_REVALIDATE_SECONDS; else None.
+    `found`: the keys as the poll's round trip read them in this request."""
     keys = etag_keys(node_id)
+    run = found.get(REDIS_RUN) if found is not None else None
     found = {k: found[k] for k in keys if k in found} if found is not None else cache.get_many(keys)
     stored = found.get(_etag_key(node_id))
-    if not stored or len(found) < 3:
-        return None
-    epoch, version, etag, at = stored
+    if not isinstance(stored, tuple) or len(stored) != 6 or len(found) < 3:
+        return None                    # none, or stored by an older release: computed again
+    epoch, version, etag, at, until, stored_run = stored
     if (epoch, version) != (found[EPOCH_KEY], found[_version_key(node_id)]):
+        return None
+    if until is not None and now.timestamp() >= until:
+        return None
+    if run is not None and stored_run != run:
         return None
     if now.timestamp() - at > settings.NODE_DESIRED_REVALIDATE_SECONDS:
         return None
     return etag
 
 
-def remember_etag(node_id: int, stamp: tuple | None, etag: str, now: datetime) -> None:
+def remember_etag(node_id: int, stamp: tuple | None, etag: str, now: datetime, *, until: datetime | None = None,
+                  run: str | None = None) -> None:
+    """`until`: when the document changes by the clock alone (a snapshot attempt that is not
+    due yet); `run`: the Redis run id the poll's round trip reported, if it did."""
     if stamp is not None:
-        cache.set(_etag_key(node_id), (*stamp, etag, now.timestamp()),
+        cache.set(_etag_key(node_id), (*stamp, etag, now.timestamp(), until and until.timestamp(), run),
                   timeout=2 * settings.NODE_DESIRED_REVALIDATE_SECONDS)
 
 

@@ -57,6 +57,8 @@ _TAKE = _TAKE_FUNCTION + "return take(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4
 #: fixed window: INCR, then EXPIRE NX), the poll's keys read (the first: the credential
 #: epoch), and its seq taken only when the call is within the limit and the epoch is still
 #: the one the worker's cached credential was loaded under (else the view looks it up).
+#: Also the run id of this Redis process, which a stored desired-state ETag must have been
+#: written under (fleet/desired_version.py: a restored or promoted Redis holds old versions).
 #: KEYS: counter, seq key, the keys to read; ARGV: window, limit, epoch as stored, then take's.
 _POLL = _TAKE_FUNCTION + """
 local count = redis.call('INCR', KEYS[1])
@@ -66,7 +68,7 @@ local verdict = false
 if count <= tonumber(ARGV[2]) and values[1] == ARGV[3] then
   verdict = take(KEYS[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 end
-return {count, verdict, values}
+return {count, verdict, values, string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')}
 """
 
 _CHECKPOINT = """
@@ -118,6 +120,7 @@ class Polled:
     count: int                  # the call's number in its rate-limit window
     found: dict                 # the keys read, as cache.get_many finds them
     verdict: Verdict | None     # None: not taken (over the limit, or the epoch moved)
+    run: str                    # the run id of the Redis process that answered
 
 
 def seq_take_polled(agent: NodeAgent, seq: int, facts: dict, now: datetime, *, counter: str, limit: int,
@@ -131,9 +134,10 @@ def seq_take_polled(agent: NodeAgent, seq: int, facts: dict, now: datetime, *, c
                               args=(window_seconds, limit, cache.encoded(epoch), *_take_args(seq, facts, now)))
     if answer is None:
         return None
-    count, verdict, values = answer
+    count, verdict, values, run = answer
     found = {k: cache.decoded(v) for k, v in zip(read, values, strict=True) if v is not None}
-    return Polled(count, found, None if verdict is None else Verdict(verdict))
+    return Polled(count, found, None if verdict is None else Verdict(verdict),
+                  run.decode() if isinstance(run, bytes) else run)
 
 
 def fence_after(verdict: Verdict, seq: int) -> int:

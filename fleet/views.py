@@ -13,7 +13,7 @@ from rental.accounts.throttle import throttle_counter, throttle_take, throttle_t
 
 from . import credentials
 from .desired import desired_answer
-from .desired_version import changes_so_far, current_etag, etag_keys
+from .desired_version import REDIS_RUN, changes_so_far, current_etag, etag_keys
 from .jsonbody import parse_json
 from .models import NodeAgent
 from .reports import Envelope, ReportRefused, report_accept, report_envelope
@@ -160,7 +160,7 @@ def _with_desired(payload: dict, agent: NodeAgent, held_etag: str, now, found: d
     report was applied, None when applying it moved a desired-state version."""
     etag = current_etag(agent.node_id, now, found=found)
     if etag is None or etag != held_etag:
-        document, etag = desired_answer(node=agent.node, now=now)
+        document, etag = desired_answer(node=agent.node, now=now, run=(found or {}).get(REDIS_RUN))
     payload["desired"] = None if etag == held_etag else document
     payload["desired_etag"] = etag
     return payload
@@ -192,7 +192,7 @@ def _polled_report(request, signature: str, now) -> tuple[NodeAgent, dict, Envel
     if polled.verdict is None:              # counted and read; the credential epoch moved since
         return _looked_up(request, credential_hash, polled.found, agent.node_id, body, signature, now)
     envelope.verdict = polled.verdict
-    return agent, polled.found, envelope
+    return agent, {**polled.found, REDIS_RUN: polled.run}, envelope
 
 
 def _looked_up(request, credential_hash: str, found: dict, node_id: int, body: bytes, signature: str, now

@@ -12,6 +12,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from tests.conftest import HAS_REDIS
+
 from .conftest import disk_wiped, key_destroyed, node_of
 
 pytestmark = pytest.mark.django_db
@@ -134,6 +136,58 @@ def test_a_validator_is_recomputed_once_too_old(paid_lease, enrol, settings):
     assert current_etag(agent.node.pk, timezone.now()) is None
     again = agent.client.get("/agent/v1/desired", HTTP_IF_NONE_MATCH=etag, **agent.auth)
     assert again.status_code == 304          # recomputed: the same content, still a 304
+
+
+def test_a_validator_lasts_until_the_clock_changes_the_document(paid_lease, enrol):
+    """A snapshot attempt that is not due yet (SNAPSHOT_RETRY_SECONDS) is the one part of the
+    document that changes by time alone: the ETag is answered from the cache until that moment
+    and not after, without waiting for the revalidation interval (issue 31)."""
+    from fleet.desired_version import current_etag
+    from rental.models import Snapshot
+
+    lease = paid_lease()
+    agent = enrol(node_of(lease))
+    now = timezone.now()
+    due = now + timedelta(seconds=60)
+    Snapshot.objects.create(customer=lease.customer, source_lease=lease, region=lease.site.region, site=lease.site,
+                            size_tb=1, state=Snapshot.State.CREATING, created_at=now, paid_until=now + timedelta(days=7),
+                            repository="s3:rgw.example/snapshots", attempt_started_at=due)
+    etag = _held(agent)
+    assert "snapshot" not in agent.desired().json()["instances"][0]      # not due yet
+    assert current_etag(agent.node.pk, due - timedelta(seconds=1)) == etag
+    assert current_etag(agent.node.pk, due) is None
+
+
+def test_an_etag_stored_under_another_redis_run_is_computed_again(paid_lease, enrol):
+    """A Redis restored from disk or a promoted replica may hold a version older than a change
+    made since: an ETag written under another Redis run id is not answered from the cache. A
+    poll whose round trip did not say which Redis answered (an older agent's GET) is decided by
+    the version alone."""
+    from django.core.cache import cache
+
+    from fleet.desired_version import (
+        REDIS_RUN,
+        current_etag,
+        desired_stamp,
+        etag_keys,
+        remember_etag,
+    )
+
+    lease = paid_lease()
+    agent = enrol(node_of(lease))
+    node_id, now = agent.node.pk, timezone.now()
+    remember_etag(node_id, desired_stamp(node_id), '"held"', now, run="run-before")
+    found = cache.get_many(etag_keys(node_id))
+    assert current_etag(node_id, now, found={**found, REDIS_RUN: "run-before"}) == '"held"'
+    assert current_etag(node_id, now, found={**found, REDIS_RUN: "run-after"}) is None
+    assert current_etag(node_id, now, found=found) == '"held"'
+    if HAS_REDIS:        # the report's one round trip (fleet/seq.py) says which Redis answered
+        assert agent.report().status_code == 200
+        run = cache._cache.get_client().info("server")["run_id"]
+        answer = agent.post(agent.body(desired_etag='"held"')).json()
+        assert answer["desired"] is not None                 # computed again under this run…
+        assert cache.get(etag_keys(node_id)[-1])[-1] == run  # …and stored under it
+        assert agent.post(agent.body(desired_etag=answer["desired_etag"])).json()["desired"] is None
 
 
 def test_a_report_is_answered_with_the_desired_state(paid_lease, enrol):
