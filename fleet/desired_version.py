@@ -20,7 +20,9 @@ every few minutes (at 10,000 nodes that was half of the storefront's CPU, BENCHM
 - the clock: a document that changes by time alone (a snapshot attempt not due yet) is
   stored with that moment, and not answered from the cache once it has come;
 - a Redis that lost versions by coming back older (restored from disk, a replica
-  promoted): an ETag stored under another Redis run id is computed again;
+  promoted): an ETag stored under another Redis run id is computed again, for a report
+  (its round trip says which Redis answered; an older agent's GET does not, and is left
+  to the bound below);
 - a bump lost while Redis kept its data (unreachable at the change and again at its
   commit): a validator older than NODE_DESIRED_REVALIDATE_SECONDS is recomputed anyway."""
 import secrets
