@@ -233,11 +233,15 @@ def test_late_payment_goes_to_balance_and_confirm_reorders(placed, customer, t0)
     assert credits(LedgerEntry.Kind.LATE_PAYMENT) == [6500] and balance(customer) == 6500
     assert fresh(invoice).state == Invoice.State.EXPIRED  # not fulfilled automatically
 
-    new_invoice = late_payment_confirm(quote=quote, customer=customer, now=later + timedelta(minutes=6))
+    claimed_at = later + timedelta(minutes=6)       # the service's clock, not the wall's
+    new_invoice = late_payment_confirm(quote=quote, customer=customer, now=claimed_at)
     assert new_invoice.pk != invoice.pk and new_invoice.state == Invoice.State.PAID
+    assert (new_invoice.created_at, new_invoice.paid_at) == (claimed_at, claimed_at)
     assert new_invoice.lease.state == LeaseState.PROVISIONING and balance(customer) == 0
-    with pytest.raises(PaymentError):
+    assert LatePaymentClaim.objects.get(quote=quote).at == claimed_at
+    with pytest.raises(PaymentError) as again:
         late_payment_confirm(quote=quote, customer=customer, now=later + timedelta(minutes=7))
+    assert str(again.value) == "This quote has no late payment to use."
     assert LatePaymentClaim.objects.count() == 1 and Lease.objects.count() == 2
 
 
@@ -263,11 +267,13 @@ def test_late_payment_confirm_refused_when_sold_out_money_stays(placed, customer
     set_rate("LTC", "100", later)
     apply(quote, [paid(quote, DUE, 6)], later)
     Node.objects.update(draining=True)
-    with pytest.raises(PaymentError, match="sold out"):
+    with pytest.raises(PaymentError) as sold_out:
         late_payment_confirm(quote=quote, customer=customer, now=later)
+    assert str(sold_out.value) == "That GPU is sold out now; your payment stays on your balance."
     assert balance(customer) == 6500 and Lease.objects.count() == 1 and not LatePaymentClaim.objects.exists()
-    with pytest.raises(PaymentError, match="not yours"):
+    with pytest.raises(PaymentError) as not_theirs:
         late_payment_confirm(quote=quote, customer=other_customer, now=later)
+    assert str(not_theirs.value) == "This quote is not yours."
 
 
 def test_payment_for_an_invoice_paid_another_way_goes_to_balance(placed, customer, t0):
@@ -509,6 +515,9 @@ def test_a_late_payment_pays_the_renewal_invoice_still_open(catalog, customer, c
     ends_at = fresh(lease).ends_at
     assert late_payment_confirm(quote=quote, customer=customer, now=late) == renewal
     assert fresh(renewal).state == Invoice.State.PAID and balance(customer) == 0
+    assert fresh(renewal).paid_at == late                     # the service's clock, not the wall's
+    paid_by = LedgerEntry.objects.get(invoice=renewal, kind=LedgerEntry.Kind.RENEWAL)
+    assert paid_by.actor == customer                          # the customer chose to use it
     assert fresh(lease).ends_at == ends_at + timedelta(days=7) and Lease.objects.count() == 1
     assert LatePaymentClaim.objects.get(quote=quote).invoice == renewal
 

@@ -92,6 +92,24 @@ def test_a_fresh_hand_set_rate_stays_then_the_feeds_take_over(db, feeds, operato
     assert rates_refresh(coins=["LTC"], now=NOW + timedelta(minutes=16)) == {"LTC": "101.50000000 from 1 source(s)"}
 
 
+def test_every_coin_is_refreshed_after_one_kept_by_hand_or_without_sources(db, feeds, operator, settings):
+    """A hand-set rate kept (fresh by the configured RATE_MAX_AGE_MINUTES, not a default) or a
+    coin the sources cannot price is that coin's answer; the coins after it are still priced."""
+    settings.PRICE_SOURCES_MIN = 2
+    settings.RATE_MAX_AGE_MINUTES = 30
+    coin_rate_set(coin="BTC", usd_per_coin=Decimal("90000"), actor=operator, now=NOW - timedelta(minutes=20))
+    result = rates_refresh(coins=["BTC", "ETH", "LTC"], now=NOW)
+    assert result["BTC"] == "manual rate kept"                  # 20 minutes old: within the 30 configured
+    assert result["ETH"].startswith("error: ETH: 1 fresh source(s) of 2 needed")    # alpha prices no ETH
+    assert result["LTC"] == "100.37500000 from 2 source(s)"
+    assert CoinRate.objects.get(coin="BTC").usd_per_coin == 90000
+
+
+def test_a_coin_worth_less_than_a_dollar_takes_its_rate(db, operator):
+    rate = coin_rate_set(coin="LTC", usd_per_coin=Decimal("0.35"), actor=operator, now=NOW)
+    assert (rate.usd_per_coin, CoinRate.objects.get(coin="LTC").usd_per_coin) == (Decimal("0.35"), Decimal("0.35"))
+
+
 def test_the_beat_task_prices_quotes(catalog, customer, feeds):
     Feeds.answers["beta"] = (200, {"result": [{"price": "99.25", "at": int(timezone.now().timestamp())}]})
     with offline_coins():
