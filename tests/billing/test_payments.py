@@ -452,6 +452,17 @@ def test_a_late_payment_is_claimable_only_while_every_condition_holds(placed, t0
     assert not _claimable(quote, claim=True)
 
 
+def test_a_late_payment_worth_one_cent_is_claimable(placed, t0):
+    """The smallest late credit still reached the balance: one cent is something to use."""
+    _lease, _invoice, quote = placed
+    later = t0 + timedelta(minutes=31)
+    run_lifecycle(later)
+    sweep_expire_quotes(later)
+    set_rate("LTC", "100", later)
+    apply(quote, [paid(quote, USD // 100, 6)], later + timedelta(minutes=5))    # 0.0001 LTC at $100
+    assert credits(LedgerEntry.Kind.LATE_PAYMENT) == [1] and _claimable(quote)
+
+
 def test_a_late_payment_held_for_an_operator_is_claimable_once_credited(placed, t0):
     """No fresh rate when the late coins confirmed: nothing reached the balance by itself,
     the payment waits for an operator; only a credited review makes it claimable."""
