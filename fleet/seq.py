@@ -37,8 +37,10 @@ _EXACT_BELOW = 2**53
 _ANY_FENCE = 2**63 - 1
 
 _TAKE_FUNCTION = """
-local function take(key, seq_text, now, heartbeat_seconds, facts)
-  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+local function run_id()
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+end
+local function take(key, seq_text, now, heartbeat_seconds, facts, run)
   local h = redis.call('HMGET', key, 'seq', 'top', 'seen', 'facts', 'run')
   if not h[1] or h[5] ~= run then return -2 end
   local seq = tonumber(seq_text)
@@ -51,7 +53,7 @@ local function take(key, seq_text, now, heartbeat_seconds, facts)
 end
 """
 
-_TAKE = _TAKE_FUNCTION + "return take(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])"
+_TAKE = _TAKE_FUNCTION + "return take(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], run_id())"
 
 #: A known agent's report in one round trip: counted against its rate limit (the throttle's
 #: fixed window: INCR, then EXPIRE NX), the poll's keys read (the first: the credential
@@ -65,10 +67,11 @@ local count = redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], ARGV[1], 'NX')
 local values = redis.call('MGET', unpack(KEYS, 3))
 local verdict = false
+local run = run_id()
 if count <= tonumber(ARGV[2]) and values[1] == ARGV[3] then
-  verdict = take(KEYS[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+  verdict = take(KEYS[2], ARGV[4], ARGV[5], ARGV[6], ARGV[7], run)
 end
-return {count, verdict, values, string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')}
+return {count, verdict, values, run}
 """
 
 _CHECKPOINT = """
