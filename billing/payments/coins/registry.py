@@ -9,7 +9,7 @@ BTC_XPUB, LTC_XPUB     account key (xpub=P2PKH, ypub/Mtub=P2SH-P2WPKH, zpub=P2WP
 BTC_RPC_URL            Core JSON-RPC URL (``http://user:pass@host:8332/``) ...
 BTC_RPC_COOKIE         ... or the node's ``.cookie`` file (same for LTC_*)
 BTC_NETWORK            main (default) / test / signet / regtest (same for LTC_NETWORK)
-BTC_START_HEIGHT       first block a new watcher scans (default: the tip at first pass)
+BTC_START_HEIGHT       first block a new watcher scans (default: the block after the tip at its first pass)
 ETH_XPUB               account xpub at m/44'/60'/0'; with ETH_RPC_URL and ETH_CHAIN_ID (default 1)
 USDT_CONTRACT          ERC-20 contract address (needs the ETH_* settings); USDC_CONTRACT alike
 MONERO_WALLET_RPC_URL  monero-wallet-rpc of the view-only wallet (``http://u:p@host:18083``)
