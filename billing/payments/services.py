@@ -294,13 +294,16 @@ def _set_state(quote: Quote, state: str, exception: str | None) -> None:
 
 
 def _extend_partial(quote: Quote, last_seen: datetime) -> None:
-    """A partly paid quote stays open a window past its last payment, up to a bound."""
+    """A partly paid quote stays open a window past its last payment, up to a bound, and
+    the order's slots are held as long. The hold is renewed even when the quote's expiry
+    does not move: another quote of the order may have released it meanwhile (this
+    payment left the mempool, then came back mined)."""
     bound = quote.created_at + coins_config.quote_window() + coins_config.partial_max_extension()
     until = min(max(quote.expires_at, last_seen + coins_config.quote_window()), bound)
     if until > quote.expires_at:
         Quote.objects.filter(pk=quote.pk).update(expires_at=until)
         quote.expires_at = until
-        _hold_invoice(quote, until)
+    _hold_invoice(quote, until)
 
 
 def _release_hold(quote: Quote, now: datetime) -> None:
