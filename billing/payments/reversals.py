@@ -23,7 +23,7 @@ import logging
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 
 from inventory.audit import audit_record
 from rental import services as rental
@@ -79,7 +79,7 @@ def quote_reconcile(quote: Quote, now: datetime) -> int:
     if not taken and not any(p.state in (PS.REORGED, PS.INVALID) and (p.in_settlement or p.credited_cents)
                              for p in payments):
         return 0  # nothing that counted left the chain, nothing is owed: the credits stand as posted
-    entries = LedgerEntry.objects.filter(quote_entry_keys(quote))
+    entries = LedgerEntry.objects.filter(quote_entry_keys(quote) | _payment_reviews_credited(quote))
     posted = entries.aggregate(s=Sum("amount_cents"))["s"] or 0
     delta = target_cents(quote, payments) - posted
     if delta > 0:  # give back what reversals took, never more — less what an operator forgave meanwhile
@@ -99,6 +99,15 @@ def quote_reconcile(quote: Quote, now: datetime) -> int:
                     memo=f"{quote.coin} quote #{quote.pk}: the reversed payment is back on the chain")
         _close_returned(quote, payments, now)
     return delta
+
+
+def _payment_reviews_credited(quote: Quote) -> Q:
+    """The credits operators gave for the quote's payments on review (held for want of a
+    rate, over the cap, misdirected): target_cents counts them through the payment's
+    credited_cents, so what the quote posted counts them too."""
+    keys = [f"review:{pk}" for pk in quote.reviews.filter(state=R.State.CREDITED, payment__isnull=False)
+            .exclude(kind=R.Kind.REVERSED).values_list("pk", flat=True)]
+    return Q(idempotency_key__in=keys)
 
 
 def _forgiven_cents(quote: Quote) -> int:
