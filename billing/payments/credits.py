@@ -81,6 +81,9 @@ def credit_extra_payment(quote: Quote, payment: Payment, now: datetime, kind: st
                       amount=int(payment.amount)):
         Payment.objects.filter(pk=payment.pk).update(credited_cents=cents, credit_rate=rate)
         payment.credited_cents, payment.credit_rate = cents, rate
+    else:  # held over the cap: the rate of the proposed credit, which an operator's credit keeps
+        Payment.objects.filter(pk=payment.pk).update(credit_rate=rate)
+        payment.credit_rate = rate
 
 
 def credit_or_hold(quote: Quote, cents: int, now: datetime, *, kind: str, key: str, memo: str,
@@ -130,8 +133,9 @@ def payment_review_credit(*, review: PaymentReview, actor, now: datetime) -> Pay
         ledger_post(customer=quote.invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=cents, now=now,
                     invoice=quote.invoice, actor=actor, idempotency_key=f"review:{review.pk}",
                     memo=f"{review.get_kind_display()}: quote #{quote.pk}, credited by an operator"[:200])
-        if review.payment_id and review.kind != R.Kind.REVERSED:
-            Payment.objects.filter(pk=review.payment_id).update(credited_cents=cents, credit_rate=rate)
+        if review.payment_id and review.kind != R.Kind.REVERSED:  # a proposed credit keeps its rate
+            Payment.objects.filter(pk=review.payment_id).update(
+                credited_cents=cents, **({"credit_rate": rate} if rate is not None else {}))
         return _decide(review, R.State.CREDITED, actor, now, f"credited {cents} cents", cents=cents)
 
 
