@@ -128,6 +128,13 @@ def payment_review_credit(*, review: PaymentReview, actor, now: datetime) -> Pay
         if cents is None:
             rate = rate_for(Coin(coin), now).usd_per_coin
             cents = cents_at(int(review.amount), rate, coin)
+        if review.kind == R.Kind.REVERSED:
+            # each reversed payment has its review proposing all that was taken: forgiving
+            # them all forgives the debt once
+            from .reversals import reversal_debt_cents  # reversals imports this module
+            cents = min(cents, reversal_debt_cents(quote))
+            if cents <= 0:
+                raise PaymentError(gettext("Nothing to credit: what this reversal took back is already forgiven."))
         if cents <= 0:
             raise PaymentError(gettext("Nothing to credit: the amount is worth less than a cent."))
         ledger_post(customer=quote.invoice.customer, kind=LedgerEntry.Kind.LATE_PAYMENT, amount_cents=cents, now=now,

@@ -110,6 +110,13 @@ def _payment_reviews_credited(quote: Quote) -> Q:
     return Q(idempotency_key__in=keys)
 
 
+def reversal_debt_cents(quote: Quote) -> int:
+    """What the quote's reversals took back and no operator forgave yet."""
+    taken = -(LedgerEntry.objects.filter(idempotency_key__startswith=f"rec:{quote.pk}:").aggregate(
+        s=Sum("amount_cents"))["s"] or 0)
+    return max(taken - _forgiven_cents(quote), 0)
+
+
 def _forgiven_cents(quote: Quote) -> int:
     """What operators credited on the quote's reversal reviews (the debt they forgave)."""
     keys = [f"review:{pk}" for pk in quote.reviews.filter(kind=R.Kind.REVERSED, state=R.State.CREDITED)

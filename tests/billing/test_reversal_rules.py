@@ -10,6 +10,7 @@ import pytest
 from billing.lifecycle import run_lifecycle
 from billing.models import LedgerEntry, Payment, PaymentReview
 from billing.payments.credits import payment_review_close, payment_review_credit
+from billing.payments.pricing import PaymentError
 from billing.services import balance_top_up, invoice_settle_manually
 from inventory.models import AuditEntry
 from rental.agent import Instance
@@ -213,3 +214,21 @@ def test_a_reversed_settlement_takes_back_the_whole_invoice_when_an_operator_cre
     apply(quote, [], t0 + timedelta(minutes=25), reorged=[(p.txid, 0)])
     assert kinds(customer) == [("late_payment", 500), ("clawback", -6500)]
     assert balance(customer) == -6000
+
+
+def test_forgiving_every_review_of_one_reversal_credits_the_debt_once(placed, customer, operator, t0):
+    """The settlement's two parts leave the chain in one scan: $65 is taken back once and each
+    part gets its review. An operator who forgives both credits $65, not $65 twice; a review
+    with nothing left to forgive is refused and stays open for a close with a reason."""
+    _, _, quote = placed
+    parts = [paid(quote, 40 * USD, 6), paid(quote, 25 * USD, 6)]
+    apply(quote, parts, t0 + timedelta(minutes=3))
+    apply(quote, [], t0 + timedelta(minutes=10), reorged=[(p.txid, 0) for p in parts])
+    assert kinds(customer) == [("clawback", -6500)]
+    first, second = PaymentReview.objects.filter(kind="reversed").order_by("pk")
+    payment_review_credit(review=first, actor=operator, now=t0 + timedelta(minutes=11))
+    with pytest.raises(PaymentError) as refused:
+        payment_review_credit(review=second, actor=operator, now=t0 + timedelta(minutes=12))
+    assert str(refused.value) == "Nothing to credit: what this reversal took back is already forgiven."
+    assert kinds(customer) == [("clawback", -6500), ("late_payment", 6500)] and balance(customer) == 0
+    assert fresh(second).state == PaymentReview.State.OPEN
