@@ -73,7 +73,7 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
         "tests/billing/coins/test_walker.py", "tests/billing/coins/test_rate_sources.py", "tests/billing/test_watch_rules.py",
         "tests/billing/test_reversal_rules.py", "tests/billing/test_settlement_rules.py",
         "tests/billing/test_review_rules.py", "tests/billing/test_payment_rows.py",
-        "tests/billing/test_reconcile_rules.py",
+        "tests/billing/test_reconcile_rules.py", "tests/billing/test_sweep_rules.py",
     ]),
     # Not mutated, the rest of billing/payments/: the chain adapters (coins/evm.py, utxo.py,
     # monero.py, solana.py: JSON-RPC against the chain nodes) and the key/address derivation

@@ -184,7 +184,10 @@ def sweep_reversed_payments(now: datetime, limit: int = BATCH) -> list[Transitio
     debts still owed past the grace → the lease they paid for is suspended."""
     done: list[Transition] = []
     flagged = Invoice.objects.filter(flag=REVERSED_FLAG).order_by("pk")
-    for customer_id in set(flagged.values_list("customer_id", flat=True)[:limit]):
+    # only the customers back at zero or above fill the batch: those still owing would
+    # otherwise hold a recovered customer behind them for as long as they owe
+    recovered = flagged.exclude(customer__billing_account__balance_cents__lt=0)
+    for customer_id in set(recovered.values_list("customer_id", flat=True)[:limit]):
         if debt_settle(customer_id=customer_id, now=now):
             done.append(Transition(None, f"reversed payments of customer #{customer_id} paid again"))
     since = now - config.reversal_grace()
