@@ -51,6 +51,20 @@ def auto_credited_cents(quote: Quote) -> int:
     return LedgerEntry.objects.filter(quote_entry_keys(quote)).aggregate(s=Sum("amount_cents"))["s"] or 0
 
 
+def reversal_debt_cents(quote: Quote) -> int:
+    """What the quote's reversals took back and no operator forgave yet."""
+    taken = -(LedgerEntry.objects.filter(idempotency_key__startswith=f"rec:{quote.pk}:").aggregate(
+        s=Sum("amount_cents"))["s"] or 0)
+    return max(taken - forgiven_cents(quote), 0)
+
+
+def forgiven_cents(quote: Quote) -> int:
+    """What operators credited on the quote's reversal reviews (the debt they forgave)."""
+    keys = [f"review:{pk}" for pk in quote.reviews.filter(kind=R.Kind.REVERSED, state=R.State.CREDITED)
+            .values_list("pk", flat=True)]
+    return LedgerEntry.objects.filter(idempotency_key__in=keys).aggregate(s=Sum("amount_cents"))["s"] or 0 if keys else 0
+
+
 def payment_on_time(quote: Quote, payment: Payment) -> bool:
     """The one late/on-time test: first seen on the chain (chain time) by the quote's expiry."""
     return payment.first_seen_at <= quote.expires_at
@@ -131,7 +145,6 @@ def payment_review_credit(*, review: PaymentReview, actor, now: datetime) -> Pay
         if review.kind == R.Kind.REVERSED:
             # each reversed payment has its review proposing all that was taken: forgiving
             # them all forgives the debt once
-            from .reversals import reversal_debt_cents  # reversals imports this module
             cents = min(cents, reversal_debt_cents(quote))
             if cents <= 0:
                 raise PaymentError(gettext("Nothing to credit: what this reversal took back is already forgiven."))

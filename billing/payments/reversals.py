@@ -33,7 +33,7 @@ from rental.models import LeaseEvent, LeaseState
 from ..models import Account, Invoice, LatePaymentClaim, LedgerEntry, Payment, PaymentReview, Quote
 from ..services import ledger_post
 from . import config
-from .credits import quote_entry_keys, review_open
+from .credits import forgiven_cents, quote_entry_keys, review_open
 from .pricing import cents_at
 
 log = logging.getLogger("billing.payments")
@@ -83,7 +83,7 @@ def quote_reconcile(quote: Quote, now: datetime) -> int:
     posted = entries.aggregate(s=Sum("amount_cents"))["s"] or 0
     delta = target_cents(quote, payments) - posted
     if delta > 0:  # give back what reversals took, never more — less what an operator forgave meanwhile
-        delta = min(delta, taken - _forgiven_cents(quote))
+        delta = min(delta, taken - forgiven_cents(quote))
     if delta == 0:
         return 0
     step = entries.filter(idempotency_key__startswith=f"rec:{quote.pk}:").count() + 1
@@ -108,20 +108,6 @@ def _payment_reviews_credited(quote: Quote) -> Q:
     keys = [f"review:{pk}" for pk in quote.reviews.filter(state=R.State.CREDITED, payment__isnull=False)
             .exclude(kind=R.Kind.REVERSED).values_list("pk", flat=True)]
     return Q(idempotency_key__in=keys)
-
-
-def reversal_debt_cents(quote: Quote) -> int:
-    """What the quote's reversals took back and no operator forgave yet."""
-    taken = -(LedgerEntry.objects.filter(idempotency_key__startswith=f"rec:{quote.pk}:").aggregate(
-        s=Sum("amount_cents"))["s"] or 0)
-    return max(taken - _forgiven_cents(quote), 0)
-
-
-def _forgiven_cents(quote: Quote) -> int:
-    """What operators credited on the quote's reversal reviews (the debt they forgave)."""
-    keys = [f"review:{pk}" for pk in quote.reviews.filter(kind=R.Kind.REVERSED, state=R.State.CREDITED)
-            .values_list("pk", flat=True)]
-    return LedgerEntry.objects.filter(idempotency_key__in=keys).aggregate(s=Sum("amount_cents"))["s"] or 0 if keys else 0
 
 
 def _alert(quote: Quote, payments: list[Payment], taken: int, now: datetime) -> None:
