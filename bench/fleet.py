@@ -48,6 +48,7 @@ from rawhttp import HttpError, Pool, request_bytes  # noqa: E402
 
 LEASES_PER_NODE = 2   # each of the demo's largest offer that fits twice on an 8-GPU node
 WARM_REPORTS = 4      # each node's untimed reports before the timed run
+FULL_GPU_REPORT_EVERY = 20   # the agent's (nodeagent/agent.py): a report with GPUs at least this often
 SETTLE_POLLS = 6      # untimed polls on the timed run's connections: a worker has then met all
                       # but (1/2)^6 of the nodes (2 workers)
 FLEET_POLL = 15.0     # the poll the issue's fleet runs at (NODE_POLL_SECONDS' default)
@@ -355,11 +356,15 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     lat = {"desired": [], "report": []}
-    stats = {"errors": 0, "not_modified": 0, "requests": 0, "late": 0, "gets": 0, "why": {}}
+    sent_at: list[float] = []                   # perf_counter() at which each counted report was sent
+    stats = {"errors": 0, "not_modified": 0, "requests": 0, "answered": 0, "late": 0, "gets": 0, "why": {}}
 
     def failed(why) -> None:
         stats["errors"] += 1
         stats["why"][why] = stats["why"].get(why, 0) + 1
+    from django.conf import settings
+
+    flush_bytes = settings.NODE_EGRESS_FLUSH_BYTES
     keys = [Ed25519PrivateKey.from_private_bytes(n["key"]) for n in fleet]
     timed_from = time.monotonic() + settle
     deadline = timed_from + duration
@@ -368,7 +373,13 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
 
     async def one_node(k: int, node: dict):
         auth = {"Authorization": f"Node {node['credential']}"}
-        etag, ops, seq, egress = node.get("etag", ""), node.get("ops", {}), node.get("seq", 0), 10**6
+        etag, ops, seq = node.get("etag", ""), node.get("ops", {}), node.get("seq", 0)
+        # A fleet that has run a while, not one that started together: each node is at its own
+        # point between two egress flushes (by bytes) and between two full GPU reports. Started
+        # in step, every node sent its GPUs in the same poll interval (1 in 20) and flushed its
+        # egress within a few intervals, a burst the counted window then measured.
+        egress = 10**6 + random.randrange(flush_bytes)
+        gpu_phase = random.randrange(FULL_GPU_REPORT_EVERY)
         next_at = time.monotonic() + random.uniform(0, poll)
         while True:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
@@ -393,13 +404,15 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
                 except HttpError as exc:
                     if counted:
                         failed(str(exc).split(":")[0])  # counted, and the node keeps polling
+                if timed_from <= time.monotonic() < deadline:
+                    stats["answered"] += 1
                 if counted:
                     stats["requests"] += 1
                     stats["gets"] += 1
                     lat["desired"].append((time.perf_counter() - t) * 1000)
             seq, egress = seq + 1, egress + random.randint(10**6, 10**8)
             data = report_body(node, seq, ops, egress, desired_etag=etag if protocol == "report" else None,
-                               with_gpus=protocol == "get" or seq % 20 == 1)
+                               with_gpus=protocol == "get" or (seq + gpu_phase) % FULL_GPU_REPORT_EVERY == 0)
             raw = request_bytes("POST", "/agent/v1/report", {
                 **auth, "Content-Type": "application/json",
                 "X-Node-Signature": base64.b64encode(keys[k].sign(data)).decode()}, data)
@@ -419,17 +432,20 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
             except HttpError as exc:
                 if counted:
                     failed(str(exc).split(":")[0])
+            if timed_from <= time.monotonic() < deadline:
+                stats["answered"] += 1          # answered inside the counted window
             if not counted:
                 continue
             stats["requests"] += 1
             ms = (time.perf_counter() - t) * 1000
             lat["report"].append(ms)
+            sent_at.append(t)
             if protocol == "report":
                 lat["desired"].append(ms)       # this answer is the node's desired-state poll
 
     async def count_from_settled():
         await asyncio.sleep(max(0.0, timed_from - time.monotonic()))
-        window.update(start=mark(), cpu0=time.process_time(), t0=time.monotonic())
+        window.update(start=mark(), cpu0=time.process_time(), t0=time.monotonic(), perf0=time.perf_counter())
 
     try:
         await asyncio.gather(count_from_settled(), *(one_node(k, n) for k, n in enumerate(fleet)))
@@ -438,8 +454,19 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
     elapsed, generator_cpu = time.monotonic() - window["t0"], time.process_time() - window["cpu0"]
     await asyncio.sleep(0.6)                    # pg_stat counters are flushed every 500 ms
     end = mark()
-    return {**stats, "lat": lat, "elapsed": elapsed, "generator_cpu": generator_cpu,
+    return {**stats, "lat": lat, "elapsed": elapsed, "generator_cpu": generator_cpu, "duration": duration,
+            "p99_by_third": _p99_by_third(lat["report"], sent_at, window["perf0"], duration),
             "server": {k: end[k] - window["start"][k] for k in end}}
+
+
+def _p99_by_third(latencies: list[float], sent_at: list[float], start: float, duration: float) -> list[float]:
+    """p99 of the reports sent in each third of the counted window: falling when a backlog
+    (the settle's first meetings) drains, flat in a steady state, rising when the server
+    cannot keep up."""
+    thirds: list[list[float]] = [[], [], []]
+    for ms, t in zip(latencies, sent_at, strict=True):
+        thirds[min(2, max(0, int(3 * (t - start) / duration)))].append(ms)
+    return [percentile(third, 99) if third else 0.0 for third in thirds]
 
 
 def _pool(base: str, connections: int, timeout: float) -> Pool:
@@ -514,15 +541,18 @@ def main() -> None:
                 rows, server_cpu = run["server"]["rows"], run["server"]["cpu"]
             print(f"  counted from {settle:g} s after the start (untimed: each worker meets each node)")
             bare = run_wrk(base + "/bench/bare", [], max(2, int(args.duration // 6)), 16, 1)
-            rate = run["requests"] / run["elapsed"]
+            # Answers inside the counted window, over its length: the requests sent in it, over
+            # the window plus the time their last answers took, understated the rate.
+            rate = run["answered"] / run["duration"]
             polls = max(1, len(run["lat"]["report"]))
             d99, r99 = percentile(run["lat"]["desired"], 99), percentile(run["lat"]["report"], 99)
             print(f"  protocol {args.protocol}: {run['gets']} GET /agent/v1/desired, {len(run['lat']['report'])} reports; "
-                  f"asked {(2 if args.protocol == 'get' else 1) * size / args.poll:.1f} req/s, sustained {rate:.1f} req/s over {run['elapsed']:.1f} s; "
+                  f"asked {(2 if args.protocol == 'get' else 1) * size / args.poll:.1f} req/s, sustained {rate:.1f} req/s ({run['answered']} answers in {run['duration']:g} s); "
                   f"errors {run['errors']} {run['why'] or ''}, polls late by a whole interval {run['late']}, "
                   f"304 answers {run['not_modified']} of {polls}")
             print(f"  desired p50 {percentile(run['lat']['desired'], 50):.1f} ms p99 {d99:.1f} ms; "
-                  f"report p50 {percentile(run['lat']['report'], 50):.1f} ms p99 {r99:.1f} ms")
+                  f"report p50 {percentile(run['lat']['report'], 50):.1f} ms p99 {r99:.1f} ms; p99 of the reports "
+                  f"sent in each third of the window " + " / ".join(f"{ms:.0f}" for ms in run["p99_by_third"]) + " ms")
             print("  per request: " + ", ".join(f"{name} {c['queries']} queries ({c['writes']} writes)"
                                               for name, c in costs.items() if name != "cpu_ms") + "; "
                   f"rows written {rows / polls:.1f} per poll+report")

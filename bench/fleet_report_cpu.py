@@ -7,6 +7,8 @@ report path can be compared with the bare Django view of the same run:
 - steady: an unchanged report (2 instances, egress growing 1 MB a report): nothing written;
 - flush: both instances' egress past NODE_EGRESS_FLUSH_BYTES in every report, so every report
   stores both instance reports and meters their egress (one report in ~20 does at the poll rate);
+- gpus: a steady report with the node's 8 GPUs, unchanged (the agent sends them at least every
+  20th report);
 - bare: GET /bench/bare.
 
 Each figure is the median of 5 rounds of 100 requests, in CPU milliseconds of this process
@@ -86,11 +88,11 @@ def run(node: dict) -> None:
     etag, ops = document["ETag"], {i["lease_id"]: i["op_id"] for i in document.json()["instances"]}
     state = {"seq": 1, "egress": 10**6}
 
-    def report(grow: int) -> None:
+    def report(grow: int, with_gpus: bool = False) -> None:
         state["seq"] += 1
         state["egress"] += grow
         body = bench_fleet.report_body(node, state["seq"], ops, state["egress"], desired_etag=etag,
-                                       with_gpus=state["seq"] == 2)
+                                       with_gpus=with_gpus or state["seq"] == 2)
         response = client.post("/agent/v1/report", body, content_type="application/json",
                                HTTP_X_NODE_SIGNATURE=base64.b64encode(key.sign(body)).decode(), **auth)
         assert response.status_code == 200, response.content
@@ -98,7 +100,8 @@ def run(node: dict) -> None:
     def bare() -> None:
         assert client.get("/bench/bare").status_code == 200
 
-    kinds = {"bare": bare, "steady": lambda: report(10**6), "flush": lambda: report(2 * 10**9)}
+    kinds = {"bare": bare, "steady": lambda: report(10**6), "flush": lambda: report(2 * 10**9),
+             "gpus": lambda: report(10**6, with_gpus=True)}
     report(10**6)
     figures = {}
     for label, call in kinds.items():
@@ -111,7 +114,7 @@ def run(node: dict) -> None:
     for label, (ms, statements) in figures.items():
         print(f"{label:>6}: {ms:.2f} ms CPU per request ({ms / bare_ms:.1f}x bare), {statements} statements")
     print(f"report cpu: steady {figures['steady'][0]:.2f} ms, flush {figures['flush'][0]:.2f} ms, "
-          f"bare {bare_ms:.2f} ms")
+          f"gpus {figures['gpus'][0]:.2f} ms, bare {bare_ms:.2f} ms")
 
 
 if __name__ == "__main__":
