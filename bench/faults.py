@@ -2,9 +2,9 @@
 figures; exits non-zero when an expectation fails.
 
   pg     PostgreSQL restarted under load (a fast-mode restart: `pg_ctl restart -m fast`, or
-         `pg_ctlcluster <ver> main restart` on the system's cluster): gunicorn keeps running;
+         `pg_ctlcluster <ver> main restart` on the system's cluster): the web server keeps running;
          while the database is away answers are clean 503s with Retry-After (never 500s), and
-         every endpoint answers 200 again within seconds, with no gunicorn restart (same
+         every endpoint answers 200 again within seconds, with no web server restart (same
          master, same workers; CONN_HEALTH_CHECKS drops the dead connections).
   redis  Redis stopped for --redis-seconds (default 60) while pages are under load and a
          real Celery worker + beat run the lifecycle every 5 s: pages keep answering 200 (the
@@ -25,7 +25,8 @@ if the script is SIGKILLed. DATABASE_URL and REDIS_URL are then ignored.
 tested; both are left running when the script ends, whatever happens.
 
 Either way it makes a throwaway database (bench_faults_<pid>, dropped at the end) with the
-demo catalog, and serves it with gunicorn (4 sync workers, production settings) on a
+demo catalog, and serves it as production does (scripts/start.sh web: granian, 2 workers x 2
+threads, production settings) on a
 free port of 127.0.0.1.
 
     .venv/bin/python bench/faults.py pg redis [--load-seconds 30] [--redis-seconds 60]
@@ -48,11 +49,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from drill_services import PrivateServices, SystemServices, exit_on_signals  # noqa: E402
-from load import BASE, PY, Gunicorn, manage, production_env, wait_http, with_db  # noqa: E402
+from load import BASE, PY, Granian, manage, production_env, wait_http, with_db  # noqa: E402
 from private_services import free_port  # noqa: E402
 
 CELERY = str(Path(PY).with_name("celery"))
-PORT = free_port()  # gunicorn: never a port another run or service holds
+PORT = free_port()  # the web server: never a port another run or service holds
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P faults@host"
 FAILED: list[str] = []
 
@@ -116,8 +117,8 @@ def summary(records, label: str) -> Counter:
 
 # --- environment --------------------------------------------------------------------------------
 
-def worker_pids(gunicorn: Gunicorn) -> set[int]:
-    out = subprocess.run(["pgrep", "-P", str(gunicorn.pid)], capture_output=True, text=True).stdout
+def worker_pids(web: Granian) -> set[int]:
+    out = subprocess.run(["pgrep", "-P", str(web.pid)], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
 
 
@@ -155,15 +156,15 @@ def django_setup(env: dict) -> None:
 
 # --- drills -------------------------------------------------------------------------------------
 
-def drill_postgres(services, gunicorn: Gunicorn, token: str, load_seconds: float) -> None:
-    print(f"\n== PostgreSQL restarted under load ({services.restart_command}; gunicorn pid {gunicorn.pid})",
+def drill_postgres(services, web: Granian, token: str, load_seconds: float) -> None:
+    print(f"\n== PostgreSQL restarted under load ({services.restart_command}; web server pid {web.pid})",
           flush=True)
     from django.db import connections
 
     connections.close_all()
     db_urls = [("/healthz", {}), ("/gpus/rtx-3090/", {}), ("/api/v1/leases", {"Authorization": f"Bearer {token}"}),
                ("/gpus/?vendor=nvidia&min_vram=40", {}), ("/api/v1/offers", {}), ("/faq/", {})]
-    workers_before = worker_pids(gunicorn)
+    workers_before = worker_pids(web)
     load = Load(db_urls, threads=8, max_seconds=load_seconds + 60)
     time.sleep(5)
     t_restart = load.now()
@@ -189,7 +190,7 @@ def drill_postgres(services, gunicorn: Gunicorn, token: str, load_seconds: float
     expect(all(r[2] == 503 for r in errors), f"every error is a 503 ({Counter(r[2] for r in errors)})")
     expect(all(r[3] for r in errors if r[2] == 503 and r[1] != "/healthz"),
            "every 503 (but /healthz's own) carries Retry-After")
-    expect(s_during[0] == 0 and s_after[0] == 0, "gunicorn never stopped answering (no connection errors)")
+    expect(s_during[0] == 0 and s_after[0] == 0, "the web server never stopped answering (no connection errors)")
     first_ok = {path: min((r[0] for r in after if r[1] == path and r[2] == 200), default=None) for path, _ in db_urls}
     recovered = max((t for t in first_ok.values() if t is not None), default=None)
     expect(all(t is not None for t in first_ok.values()), "every endpoint answered 200 again")
@@ -197,18 +198,18 @@ def drill_postgres(services, gunicorn: Gunicorn, token: str, load_seconds: float
         print(f"  every endpoint answering 200 again {recovered - t_back:.2f} s after the restart returned")
     late = [r for r in after if r[0] > (recovered or t_back) + 1 and r[2] != 200]
     expect(not late, f"no error more than 1 s after recovery ({len(late)})")
-    expect(gunicorn.proc.poll() is None and worker_pids(gunicorn) == workers_before,
-           "same gunicorn master and workers: no restart needed")
-    tracebacks = gunicorn_log(gunicorn).count("Traceback")
-    expect(tracebacks == 0, f"no traceback in gunicorn's log ({tracebacks})")
+    expect(web.proc.poll() is None and worker_pids(web) == workers_before,
+           "same web server and workers: no restart needed")
+    tracebacks = web_log(web).count("Traceback")
+    expect(tracebacks == 0, f"no traceback in the web server's log ({tracebacks})")
     print(f"  503s: {s_during[503] + s_after[503] + Counter(r[2] for r in before)[503]}; "
           f"p50/max latency during the restart: {median([r[4] for r in during]) * 1000:.0f} / "
           f"{max([r[4] for r in during], default=0) * 1000:.0f} ms")
 
 
-def gunicorn_log(gunicorn: Gunicorn) -> str:
-    gunicorn.log.flush()
-    return Path(gunicorn.log.name).read_text(errors="replace")
+def web_log(web: Granian) -> str:
+    web.log.flush()
+    return Path(web.log.name).read_text(errors="replace")
 
 
 def median(values):
@@ -435,7 +436,7 @@ def run_drills(services, args: argparse.Namespace) -> None:
     var_dir = Path(tempfile.mkdtemp(prefix="bench-faults-"))
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
-    gunicorn = None
+    web = None
     try:
         env = production_env(with_db(url, name), services.redis_url, str(var_dir))
         manage(env, "migrate", "--noinput")
@@ -447,21 +448,21 @@ def run_drills(services, args: argparse.Namespace) -> None:
 
         token = api_token_create(customer=account_create(username="apiuser", password="faults password 123"),
                                  name="faults")[1]
-        gunicorn = Gunicorn(env, PORT, 4, "sync", 1, var_dir / "gunicorn.log")
+        web = Granian(env, PORT, 2, 2, var_dir / "web.log")
         try:
-            wait_http(f"http://127.0.0.1:{PORT}/healthz", timeout=90)  # 4 workers' imports on a busy box
+            wait_http(f"http://127.0.0.1:{PORT}/healthz", timeout=90)  # the workers' imports on a busy box
         except SystemExit:
-            print(gunicorn_log(gunicorn)[-3000:], flush=True)
+            print(web_log(web)[-3000:], flush=True)
             raise
         print(f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores; {services.label}; database {name}; "
-              f"gunicorn 4 sync workers on 127.0.0.1:{PORT}", flush=True)
+              f"granian (scripts/start.sh web) 2 workers x 2 threads on 127.0.0.1:{PORT}", flush=True)
         if "pg" in args.drills:
-            drill_postgres(services, gunicorn, token, args.load_seconds)
+            drill_postgres(services, web, token, args.load_seconds)
         if "redis" in args.drills:
             drill_redis(services, env, var_dir, args.redis_seconds, args.tick, args.settle)
     finally:
-        if gunicorn:
-            gunicorn.stop()
+        if web:
+            web.stop()
         if isinstance(services, SystemServices):
             services.close()  # the database must be up to drop ours
         if "django" in sys.modules:

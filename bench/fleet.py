@@ -3,8 +3,8 @@
 Creates a throwaway PostgreSQL database (bench_fleet_<pid>, dropped at the end), migrates it,
 loads the demo catalog, and for each size N enrols N simulated nodes straight into the
 database — real Ed25519 keys, real hashed credentials, 8 GPU slots each, two running leases
-per node — then starts gunicorn with production settings (DEBUG=0, NodeAgentDriver,
-Redis cache) and drives the real endpoints at the poll rate: every node, at its own offset in
+per node — then starts the web server as production does (scripts/start.sh web: granian,
+DEBUG=0, NodeAgentDriver, Redis cache) and drives the real endpoints at the poll rate: every node, at its own offset in
 the interval, GETs /agent/v1/desired (with the ETag of its last answer, as the agent does)
 and POSTs a report signed over its raw bytes with an increasing seq (8 GPUs, 2 instances
 with growing egress). The load generator (asyncio and bench/rawhttp.py's keep-alive client, one
@@ -64,15 +64,15 @@ def parse_args():
     parser.add_argument("sizes", nargs="*", type=int, help="nodes per run (default 100 1000 10000)")
     parser.add_argument("--poll", type=float, default=15.0, help="seconds between a node's polls (NODE_POLL_SECONDS)")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of load per size")
-    parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="threads per gunicorn worker (> 1: the gthread worker, keep-alive; scripts/start.sh "
-                             "WEB_THREADS)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(),
+                        help="web workers (scripts/start.sh WEB_CONCURRENCY; default: production's, one per CPU)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="threads per worker (scripts/start.sh WEB_THREADS; default: production's, 2)")
     parser.add_argument("--worker-class", choices=("sync", "gthread"), default=None,
                         help="gunicorn's worker (default: gthread when --threads > 1, else sync)")
-    parser.add_argument("--server", choices=("gunicorn", "granian"), default="gunicorn",
-                        help="the WSGI server: production's gunicorn (scripts/start.sh), or granian to compare "
-                             "(pip install -e '.[bench]')")
+    parser.add_argument("--server", choices=("granian", "gunicorn"), default="granian",
+                        help="granian: production's web server started as production starts it (scripts/start.sh "
+                             "web); gunicorn: the server production ran until issue 31, to compare (the bench extra)")
     parser.add_argument("--connections", type=int, default=64, help="the generator's open connections")
     parser.add_argument("--protocol", choices=("report", "get"), default="report",
                         help="report: the agent since issue 31, whose signed report is answered with the "
@@ -269,14 +269,14 @@ def _cpu_per_request(client, node: dict, key, auth: dict, ops: dict, etag: str, 
 
 
 def server_counters(db, database: str, master_pid: int) -> dict:
-    """The gunicorn workers' CPU seconds and the rows the database has written, so far."""
+    """The web workers' CPU seconds and the rows the database has written, so far."""
     written = db.execute("SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database "
                          "WHERE datname = %s", (database,)).fetchone()[0]
     return {"cpu": worker_cpu_seconds(master_pid), "rows": written}
 
 
 def worker_cpu_seconds(master_pid: int) -> float:
-    """User+system CPU seconds of gunicorn's workers so far (Linux /proc)."""
+    """User+system CPU seconds of the web server's workers so far (Linux /proc)."""
     total, tick = 0.0, os.sysconf("SC_CLK_TCK")
     try:
         children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
@@ -349,7 +349,7 @@ async def warm(base: str, fleet: list[dict], connections: int) -> None:
 async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, connections: int,
                 protocol: str, settle: float, mark) -> dict:
     """The fleet polls for `settle` seconds untimed, then `duration` seconds counted. The
-    settle period runs on the same connections: each gunicorn worker meets every node it has
+    settle period runs on the same connections: each web worker meets every node it has
     not served yet (a per-worker credential lookup, paid once per node and worker restart,
     not per poll), so the counted window is the steady state. `mark()` reads the server's
     counters, at the start and at the end of the counted window."""
@@ -559,7 +559,7 @@ def main() -> None:
             cpu = costs["cpu_ms"]
             print(f"  CPU per request in-process (Django side): bare view {cpu['bare']:.2f} ms, desired (304) "
                   f"{cpu['desired']:.2f} ms ({cpu['desired'] / cpu['bare']:.1f}x bare), report {cpu['report']:.2f} ms "
-                  f"({cpu['report'] / cpu['bare']:.1f}x bare); gunicorn workers under load "
+                  f"({cpu['report'] / cpu['bare']:.1f}x bare); web workers under load "
                   f"{1000 * server_cpu / max(1, run['requests']):.2f} ms per request "
                   f"({server_cpu:.1f} s for {run['requests']} requests); load average {os.getloadavg()[0]:.1f}")
             print(f"  generator CPU {run['generator_cpu']:.1f} s of {run['elapsed']:.1f} s "

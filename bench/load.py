@@ -1,7 +1,8 @@
-"""Load test: gunicorn with production settings on loopback, driven by wrk.
+"""Load test: the web server as production starts it (scripts/start.sh web: granian), with
+production settings on loopback, driven by wrk.
 
 Creates a throwaway PostgreSQL database (bench_load_<pid>, dropped at the end), runs
-`migrate`, `load_demo` and `collectstatic` into a temporary VAR_DIR, starts gunicorn
+`migrate`, `load_demo` and `collectstatic` into a temporary VAR_DIR, starts the server
 (DEBUG=0, SECRET_KEY set, ALLOWED_HOSTS=127.0.0.1, SECURE_SSL_REDIRECT=0, REDIS_URL as
 given, BENCH_BASELINE_VIEW=1), then runs wrk against each target in turn — the bare
 Django view first (the baseline of this same run), the home page, the filtered catalog,
@@ -19,7 +20,7 @@ Installs nothing: wrk comes from Debian (`apt-get install -y wrk`).
     ... bench/load.py --duration 5 --connections 8            # a quick run
     ... bench/load.py --smoke                                 # seconds: checks it runs (CI)
 
-Every wrk run is bounded by --duration; the script stops gunicorn and drops the database
+Every wrk run is bounded by --duration; the script stops the server and drops the database
 on exit, whatever happens.
 """
 import argparse
@@ -39,7 +40,6 @@ from urllib.parse import urlsplit, urlunsplit
 BASE = Path(__file__).resolve().parent.parent
 PY = sys.executable
 GUNICORN = str(Path(PY).with_name("gunicorn"))
-GRANIAN = str(Path(PY).with_name("granian"))
 VARIED_LUA = BASE / "bench" / "varied.lua"
 
 TARGETS = [
@@ -93,10 +93,9 @@ def wait_http(url: str, timeout: float = 30) -> None:
 class Gunicorn:
     def __init__(self, env: dict, port: int, workers: int, worker_class: str, threads: int, log: Path):
         self.log = open(log, "w")  # noqa: SIM115 - closed in stop()
-        cmd = [GUNICORN, "storefront.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
-               "--worker-class", worker_class, "--access-logfile", "-" if os.environ.get("ACCESS_LOG") else "/dev/null",
-               "--logger-class", "rental.accesslog.AccessLogger",       # production's (scripts/start.sh)
-               "--graceful-timeout", "5", "--timeout", "30"]
+        # the application with production's access log (storefront.wsgi:served, scripts/start.sh)
+        cmd = [GUNICORN, "storefront.wsgi:served", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+               "--worker-class", worker_class, "--graceful-timeout", "5", "--timeout", "30"]
         if worker_class == "gthread":
             cmd += ["--threads", str(threads)]
         self.proc = subprocess.Popen(cmd, cwd=BASE, env=env, stdout=self.log, stderr=subprocess.STDOUT,
@@ -115,17 +114,15 @@ class Gunicorn:
 
 
 class Granian(Gunicorn):
-    """The same WSGI application under granian (a Rust HTTP server; `threads` Python threads
-    per worker run the app), to compare with production's gunicorn: the `bench` extra."""
+    """Production's web server as production starts it (scripts/start.sh web: granian, the
+    application with its access log), `threads` Python threads per worker."""
 
     def __init__(self, env: dict, port: int, workers: int, threads: int, log: Path):  # its own command line
         self.log = open(log, "w")  # noqa: SIM115 - closed in stop()
-        cmd = [GRANIAN, "--interface", "wsgi", "storefront.wsgi:application", "--host", "127.0.0.1", "--port",
-               str(port), "--workers", str(workers), "--blocking-threads", str(threads), "--log-level", "warning"]
-        if not os.environ.get("ACCESS_LOG"):
-            cmd.append("--no-access-log")
-        self.proc = subprocess.Popen(cmd, cwd=BASE, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        env = {**env, "WEB_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers), "WEB_THREADS": str(threads),
+               "PATH": f"{Path(PY).parent}{os.pathsep}{env.get('PATH', '')}"}
+        self.proc = subprocess.Popen(["bash", "scripts/start.sh", "web"], cwd=BASE, env=env, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
         self.pid = self.proc.pid
 
 
@@ -171,15 +168,20 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=60, help="seconds per target (default 60)")
     parser.add_argument("--connections", type=int, default=32, help="wrk connections (default 32)")
     parser.add_argument("--wrk-threads", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=4, help="gunicorn workers (default 4)")
-    parser.add_argument("--worker-class", default="sync", choices=["sync", "gthread"])
-    parser.add_argument("--threads", type=int, default=4, help="threads per gthread worker")
+    parser.add_argument("--server", choices=("granian", "gunicorn"), default="granian",
+                        help="granian: production's web server as production starts it (scripts/start.sh web); "
+                             "gunicorn: production's until issue 31, to compare")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(),
+                        help="web workers (default: production's WEB_CONCURRENCY, one per CPU)")
+    parser.add_argument("--worker-class", default="sync", choices=["sync", "gthread"], help="gunicorn's worker")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="threads per worker (production's WEB_THREADS, 2; gunicorn: per gthread worker)")
     parser.add_argument("--port", type=int, default=8765, help="0: a free port")
     parser.add_argument("--smoke", action="store_true",
                         help="checks it runs (CI): 1 s × 2 connections, 1 worker, no warm-up, a free port; "
                              "fails on errors only, never on a ratio or p99")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="extra environment for gunicorn, e.g. --set CATALOG_CACHE_SECONDS=0 (caches off)")
+                        help="extra environment for the server, e.g. --set CATALOG_CACHE_SECONDS=0 (caches off)")
     parser.add_argument("--only", help="comma-separated substrings of target labels to run (bare always runs)")
     args = parser.parse_args()
     if args.smoke:
@@ -213,7 +215,11 @@ def main() -> None:
         manage(env, "load_demo")
         manage(env, "collectstatic", "--noinput")
         print(f"database {name} migrated, demo catalog loaded in {time.perf_counter() - t:.1f} s")
-        server = Gunicorn(env, args.port, args.workers, args.worker_class, args.threads, Path(var_dir) / "gunicorn.log")
+        if args.server == "granian":
+            server = Granian(env, args.port, args.workers, args.threads, Path(var_dir) / "web.log")
+        else:
+            server = Gunicorn(env, args.port, args.workers, args.worker_class, args.threads,
+                              Path(var_dir) / "gunicorn.log")
         base = f"http://127.0.0.1:{args.port}"
         wait_http(base + "/healthz")
         targets = [t for t in TARGETS if t[1] == "/bench/bare" or not args.only
@@ -230,8 +236,10 @@ def main() -> None:
                   f"non-2xx {r['non2xx']}  socket errors {r['socket_errors']}", flush=True)
         bare = (results[0][2]["rps"] + results[-1][2]["rps"]) / 2
         print(f"baseline: mean of the two bare-view runs, {bare:.1f} req/s")
-        print(f"\n{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores, gunicorn {args.workers} × "
-              f"{args.worker_class}{f' ({args.threads} threads)' if args.worker_class == 'gthread' else ''}, "
+        served = f"granian {args.workers} × {args.threads} threads" if args.server == "granian" else (
+            f"gunicorn {args.workers} × {args.worker_class}"
+            f"{f' ({args.threads} threads)' if args.worker_class == 'gthread' else ''}")
+        print(f"\n{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores, {served}, "
               f"wrk -t{args.wrk_threads} -c{args.connections} -d{args.duration}s"
               + (f", {' '.join(args.set)}" if args.set else ""))
         print("| target | path | req/s | p50 ms | p99 ms | non-2xx | socket errors | ratio to bare |")

@@ -1,4 +1,4 @@
-"""The load baseline: the cheapest response the same gunicorn + Django stack can give
+"""The load baseline: the cheapest response the same web server + Django stack can give
 (no database, no template, no session). Mounted at /bench/bare only when
 settings.BENCH_BASELINE_VIEW is true (bench/load.py sets BENCH_BASELINE_VIEW=1)."""
 from django.http import HttpResponse

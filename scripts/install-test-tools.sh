@@ -11,7 +11,7 @@ source scripts/apt-lib.sh
 
 status=0
 apt_install_all chromium gettext postgresql-client || status=1
-# issue 35: tests/bench runs bench/load.py at its smallest size (wrk drives gunicorn).
+# issue 35: tests/bench runs bench/load.py at its smallest size (wrk drives the web server).
 apt_install_all wrk || status=1
 # issue 35: bench/faults.py's smoke run initdb-s its own cluster and starts its own redis-server.
 apt_install_all postgresql redis-server || status=1

@@ -2,7 +2,7 @@
 # The processes of the production stack, shared by docker-compose.yml (each service's
 # command) and the CI smoke test (tests/deploy/), so both start them the same way:
 #   start.sh migrate   one-shot: deploy checks, then database migrations (every upgrade)
-#   start.sh web       gunicorn behind the reverse proxy (Caddyfile)
+#   start.sh web       granian behind the reverse proxy (Caddyfile)
 #   start.sh worker    the Celery worker
 #   start.sh beat      the one Celery beat (heartbeat for its healthcheck: rental/beat.py)
 # Settings come from the environment (.env.example); static files and catalogs are already
@@ -16,15 +16,16 @@ case "${1:-}" in
     python manage.py check --deploy
     exec python manage.py migrate --noinput ;;
   web)
-    # issue 28: the client's address and no reset token in the access log
-    # (rental/accesslog.py); no control socket: nothing but the master manages workers.
-    # WEB_THREADS > 1 runs gunicorn's threaded worker (keep-alive to the proxy): issue 31
-    # measured it for a storefront serving a large fleet of node agents (BENCHMARKS.md §11).
-    exec gunicorn storefront.wsgi:application --bind "${GUNICORN_BIND:-0.0.0.0:8000}" \
-      --workers "${WEB_CONCURRENCY:-4}" --threads "${WEB_THREADS:-1}" --worker-tmp-dir /dev/shm --access-logfile - \
-      --logger-class rental.accesslog.AccessLogger \
-      --access-logformat '%(h)s via %({peer}e)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"' \
-      --no-control-socket ;;
+    # issue 31: granian (HTTP in Rust; the app on WEB_THREADS Python threads per worker) serves
+    # a fleet's polls at ~1.5 ms of a worker's CPU each, where gunicorn's threaded worker took
+    # 2.3-3.0 ms: 10,000 nodes at a 15 s poll fit a 2-core machine (BENCHMARKS.md §11).
+    # issue 28: the access log is the application's (storefront.wsgi:served,
+    # rental/accesslog.py: the client's address, no reset token), so the server's is off;
+    # no control socket: nothing but the main process manages workers.
+    bind="${WEB_BIND:-0.0.0.0:8000}"
+    exec granian --interface wsgi storefront.wsgi:served --host "${bind%:*}" --port "${bind##*:}" \
+      --workers "${WEB_CONCURRENCY:-$(nproc)}" --blocking-threads "${WEB_THREADS:-2}" \
+      --no-access-log --log-level warning --respawn-failed-workers ;;
   worker)
     exec celery -A storefront worker --loglevel=INFO --concurrency="${CELERY_CONCURRENCY:-4}" ;;
   beat)

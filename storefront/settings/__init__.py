@@ -148,7 +148,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 else:
     # issue 14: a database that does not answer fails the request (503) or the
-    # healthcheck within this many seconds instead of hanging a gunicorn worker.
+    # healthcheck within this many seconds instead of hanging a web worker.
     DB_CONNECT_TIMEOUT_SECONDS = int(os.environ.get("DB_CONNECT_TIMEOUT_SECONDS", "5"))
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = DB_CONNECT_TIMEOUT_SECONDS
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

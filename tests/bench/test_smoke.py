@@ -53,7 +53,7 @@ CASES = {
               [rf"fleet: 20 nodes at 2 s poll: {NUMBER} req/s, p99 desired {NUMBER} ms, p99 report {NUMBER} ms",
                r"dropped bench_fleet_\d+"]),
     "fleet_report_cpu": ("fleet_report_cpu.py", ["--smoke"], True,
-                         [rf"report cpu: steady {NUMBER} ms, flush {NUMBER} ms, bare {NUMBER} ms"]),
+                         [rf"report cpu: steady {NUMBER} ms, flush {NUMBER} ms, gpus {NUMBER} ms, bare {NUMBER} ms"]),
     "load": ("load.py", ["--smoke"], True,
              [rf"\| {label} \| `[^`]+` \| {NUMBER} \| {NUMBER} \| {NUMBER}[^|]* \| 0 \| 0 \| {NUMBER}"
               for label in ("bare Django view", "home page", "catalog, filtered", "calculator \\(htmx\\)",

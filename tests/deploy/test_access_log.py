@@ -1,28 +1,25 @@
-"""The production access log's rules (rental/accesslog.py), on gunicorn's own logger: the
-stack test (test_production.py) reads real lines; these check what is left out."""
-from datetime import timedelta
-from types import SimpleNamespace
+"""The production access log's rules (rental/accesslog.py, the WSGI middleware production
+serves): the stack test (test_production.py) reads real lines through Caddy; these check
+what is left out and what a line holds."""
+import io
 
 import pytest
-from gunicorn.config import Config
 
-from rental.accesslog import AccessLogger
+from rental.accesslog import AccessLog
 
 
 @pytest.fixture
-def logged(monkeypatch):
-    config = Config()
-    config.set("accesslog", "-")
-    logger, lines = AccessLogger(config), []
-    monkeypatch.setattr(logger.access_log, "info", lambda fmt, atoms: lines.append(fmt % atoms))
+def logged():
+    stream = io.StringIO()
 
-    def log(path: str, status: int, method="POST") -> list[str]:
-        environ = {"PATH_INFO": path, "REQUEST_METHOD": method, "RAW_URI": path, "SERVER_PROTOCOL": "HTTP/1.1",
-                   "REMOTE_ADDR": "127.0.0.1", "QUERY_STRING": ""}
-        request = SimpleNamespace(headers=[], method=method, uri=path, path=path, query="", version=(1, 1))
-        response = SimpleNamespace(status=f"{status} X", status_code=status, sent=2, headers=[], response_length=2)
-        logger.access(response, request, environ, timedelta(milliseconds=3))
-        return lines
+    def log(path: str, status: int, method="POST", **environ) -> list[str]:
+        def app(environ, start_response):
+            start_response(f"{status} X", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+            return [b"ok"]
+        environ = {"PATH_INFO": path, "REQUEST_METHOD": method, "SERVER_PROTOCOL": "HTTP/1.1",
+                   "REMOTE_ADDR": "127.0.0.1", "QUERY_STRING": "", **environ}
+        assert AccessLog(app, stream)(environ, lambda status, headers, exc_info=None: None) == [b"ok"]
+        return stream.getvalue().splitlines()
     return log
 
 
@@ -37,3 +34,17 @@ def test_a_node_agents_successful_polls_are_not_logged_but_its_refusals_are(logg
 def test_every_other_request_is_logged(logged):
     assert len(logged("/agent/v1/enrol", 200)) == 1            # enrolments are rare and worth a line
     assert len(logged("/gpus/", 200, method="GET")) == 2
+
+
+def test_a_line_names_the_client_the_proxy_the_request_and_the_answer(logged):
+    [line] = logged("/gpus/", 200, method="GET", QUERY_STRING="vendor=nvidia", HTTP_X_FORWARDED_FOR="203.0.113.9",
+                    HTTP_USER_AGENT="curl/8.1")
+    assert line.startswith("203.0.113.9 via 127.0.0.1 - - [")
+    assert line.endswith('] "GET /gpus/?vendor=nvidia HTTP/1.1" 200 2 "-" "curl/8.1"'), line
+
+
+def test_a_reset_token_is_redacted_in_the_request_and_the_referrer(logged):
+    token_path = "/accounts/password/reset/MQ/cz6f-0123456789abcdef/"
+    [line] = logged(token_path, 302, method="GET", HTTP_REFERER=f"https://shop.example{token_path}")
+    assert "cz6f-0123456789abcdef" not in line
+    assert line.count("/accounts/password/reset/MQ/[redacted]/") == 2, line

@@ -3,7 +3,7 @@ starts it, without Docker Hub: scripts/build-assets.sh (the Dockerfile's build s
 scripts/start.sh migrate|web|worker|beat (each compose service's command, read from the
 compose file), the compose healthcheck commands, and Caddy with the repository's
 Caddyfile terminating TLS (internal CA, high loopback ports, its own config and data
-dirs) in front of gunicorn with DEBUG=0, on a fresh PostgreSQL database and Redis.
+dirs) in front of granian with DEBUG=0, on a fresh PostgreSQL database and Redis.
 
 Checked over https through Caddy: pages, admin login, the API, HSTS, the http → https
 redirect, a lifecycle tick run by beat + worker (shown on the operator dashboard), and
@@ -239,12 +239,12 @@ def stack(tmp_path_factory):
         DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="localhost",
         DATABASE_URL=database_url, REDIS_URL=os.environ["REDIS_URL"],
         VAR_DIR=str(tmp / "data"), STATIC_ROOT=str(tmp / "staticfiles"),
-        GUNICORN_BIND=f"127.0.0.1:{port}", HEALTHCHECK_BIND=f"127.0.0.1:{port}",
+        WEB_BIND=f"127.0.0.1:{port}", HEALTHCHECK_BIND=f"127.0.0.1:{port}",
         PYTHONDONTWRITEBYTECODE="1", WEB_CONCURRENCY="2", CELERY_CONCURRENCY="1", HOST_AGENT_FAKE_DELAY="0",
         LIFECYCLE_INTERVAL_SECONDS="2",  # a beat tick within seconds, not a minute
         SITE_ADDRESS="localhost", CADDY_TLS="internal", UPSTREAM=f"127.0.0.1:{port}",
-        # issue 28: the Caddyfile's own default for the admin API (off), gunicorn's control
-        # socket would land under HOME; reset mails to files (SMTP is the production default).
+        # issue 28: the Caddyfile's own default for the admin API (off); reset mails to files
+        # (SMTP is the production default).
         HOME=str(tmp / "home"), EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
         EMAIL_FILE_PATH=str(tmp / "mail"),
         CADDY_HTTPS_PORT=str(https_port), CADDY_HTTP_PORT=str(http_port),
@@ -421,11 +421,11 @@ def test_caddy_has_no_admin_api_listening(stack):
     assert not [line for line in sockets if line.startswith("u_")], sockets
 
 
-def test_gunicorn_has_no_control_socket(stack):
+def test_the_web_server_has_no_control_socket(stack):
     pids = descendants(stack.procs["web"][0].pid)
+    assert len(pids) >= 3, pids             # granian's main process and its two workers
     unix = [line for pid in pids for line in listening(pid) if line.startswith("u_")]
     assert unix == [], unix
-    assert not (Path(stack.env["HOME"]) / ".gunicorn").exists()
 
 
 SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".chain-tools"}

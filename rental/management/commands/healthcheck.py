@@ -1,7 +1,7 @@
 """`manage.py healthcheck web|worker|beat`: the docker-compose healthchecks, exit 0 when
 healthy, 1 with one line saying why not. The CI smoke test runs the same commands.
 
-web: GET /healthz on the local gunicorn with the public Host and X-Forwarded-Proto: https,
+web: GET /healthz on the local web server with the public Host and X-Forwarded-Proto: https,
 as the reverse proxy sends it (else Django answers 400 or redirects to https).
 worker: a Celery ping answered by this host's worker.
 beat: the heartbeat file the beat touches on every tick is recent."""
@@ -56,7 +56,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("process", choices=["web", "worker", "beat"])
         parser.add_argument("--bind", default=os.environ.get("HEALTHCHECK_BIND", "127.0.0.1:8000"),
-                            help="host:port of gunicorn (web only)")
+                            help="host:port of the web server (web only)")
 
     def handle(self, *args, process, bind, **options):
         checks = {"web": lambda: check_web(bind), "worker": check_worker, "beat": check_beat}
