@@ -1,6 +1,10 @@
 """How many nodes can one storefront serve? (issue 31)
 
-Creates a throwaway PostgreSQL database (bench_fleet_<pid>, dropped at the end), migrates it,
+Starts its own PostgreSQL and Redis configured as docker-compose.yml runs them (PostgreSQL's
+defaults, autovacuum among them; Redis with its append-only file), or with
+--use-system-services uses the servers DATABASE_URL and REDIS_URL name as they are (a CI
+machine's PostgreSQL may run without autovacuum, which a long run then does not pay for).
+Creates a throwaway database there (bench_fleet_<pid>, dropped at the end), migrates it,
 loads the demo catalog, and for each size N enrols N simulated nodes straight into the
 database — real Ed25519 keys, real hashed credentials, 8 GPU slots each, two running leases
 per node — then starts the web server as production does (scripts/start.sh web: granian,
@@ -17,12 +21,16 @@ read:
 
     fleet: N nodes at S s poll: R req/s, p99 desired D ms, p99 report P ms
 
-At the largest size it prints EXPLAIN of every query a poll and a report make.
+At the largest size it prints EXPLAIN of every query a poll and a report make. Through the
+counted window a sampler reads /proc every 2 s; the median 5 s slice and the three slowest are
+printed with the CPU each kind of process took meanwhile (bench/timeline.py; --timeline
+writes every slice), so a slow stretch comes with what was running.
 
+    .venv/bin/python bench/fleet.py                     # 100, 1,000, 10,000 nodes, 15 s poll, 30 s each
+    .venv/bin/python bench/fleet.py 10000 --poll 15 --duration 120 --settle 180    # the issue's fleet
+    .venv/bin/python bench/fleet.py --smoke             # seconds: 20 nodes (CI, tests/bench)
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/13 \\
-        .venv/bin/python bench/fleet.py                 # 100, 1,000, 10,000 nodes, 15 s poll, 30 s each
-    ... bench/fleet.py 100 1000 --duration 20 --poll 15
-    ... bench/fleet.py --smoke                          # seconds: 20 nodes (CI, tests/bench)
+        .venv/bin/python bench/fleet.py 1000 --use-system-services
 """
 import argparse
 import asyncio
@@ -44,7 +52,9 @@ BASE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BASE), str(BASE / "bench")]
 
 from load import Granian, Gunicorn, manage, production_env, run_wrk, wait_http, with_db  # noqa: E402
+from private_services import PrivatePostgres, PrivateRedis, start_watchdog  # noqa: E402
 from rawhttp import HttpError, Pool, request_bytes  # noqa: E402
+from timeline import Sampler, percentile, report, slices, write_tsv  # noqa: E402
 
 LEASES_PER_NODE = 2   # each of the demo's largest offer that fits twice on an 8-GPU node
 WARM_REPORTS = 4      # each node's untimed reports before the timed run
@@ -82,6 +92,11 @@ def parse_args():
                         help="time each node's first (cold) round too: a fleet that just enrolled")
     parser.add_argument("--settle", type=float, default=None,
                         help="seconds of polling before the counted window (default: 6 polls)")
+    parser.add_argument("--use-system-services", action="store_true",
+                        help="the PostgreSQL and Redis that DATABASE_URL and REDIS_URL name, as they are configured "
+                             "(default: the bench's own, configured as docker-compose.yml runs them)")
+    parser.add_argument("--timeline", metavar="TSV", help="write every 5 s slice of the counted window: the "
+                                                            "latencies and the CPU of each kind of process")
     parser.add_argument("--smoke", action="store_true", help="20 nodes, 2 s poll, 4 s: checks it runs (CI)")
     args = parser.parse_args()
     args.sizes = tuple(args.sizes) or (100, 1_000, 10_000)
@@ -248,6 +263,7 @@ def _cpu_per_request(client, node: dict, key, auth: dict, ops: dict, etag: str, 
 
     def report():
         seq[0] += 1
+        node["seq"] = seq[0]            # the generator goes on from here: a lower seq is refused (409)
         body = report_body(node, seq[0], ops, 3000 + seq[0], desired_etag=etag, with_gpus=seq[0] % 20 == 1)
         response = client.post("/agent/v1/report", body, content_type="application/json",
                                HTTP_X_NODE_SIGNATURE=base64.b64encode(key.sign(body)).decode(), **auth)
@@ -293,13 +309,6 @@ def worker_cpu_seconds(master_pid: int) -> float:
 
 # --- the load generator ----------------------------------------------------------------------
 
-def percentile(values: list[float], pct: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
-
-
 async def warm(base: str, fleet: list[dict], connections: int) -> None:
     """Each node's first round, untimed: the GET that issues its ops and the first full
     report (GPUs, instances, metering rows), as a fleet that has been running for a while
@@ -320,8 +329,9 @@ async def warm(base: str, fleet: list[dict], connections: int) -> None:
         # The first, full report, then steady ones until the storefront holds what a node that
         # has run a while left there (each worker's copy of its credential; an ETag stored by
         # the GET, which could not say which Redis answered, computed again once by a report).
-        for seq in range(1, WARM_REPORTS + 1):
-            data = report_body(node, seq, node["ops"], 10**6, desired_etag=node["etag"], with_gpus=seq == 1)
+        first_seq = node.get("seq", 0) + 1       # above what per_poll_costs sent for its node
+        for seq in range(first_seq, first_seq + WARM_REPORTS):
+            data = report_body(node, seq, node["ops"], 10**6, desired_etag=node["etag"], with_gpus=seq == first_seq)
             status, _, body = await pool.request(request_bytes("POST", "/agent/v1/report", {
                 **auth, "Content-Type": "application/json",
                 "X-Node-Signature": base64.b64encode(key.sign(data)).decode()}, data))
@@ -329,7 +339,7 @@ async def warm(base: str, fleet: list[dict], connections: int) -> None:
                 answer = json.loads(body)
                 node["etag"] = answer["desired_etag"]
                 node["ops"] = {i["lease_id"]: i["op_id"] for i in answer["desired"]["instances"]}
-        node["seq"] = WARM_REPORTS
+        node["seq"] = first_seq + WARM_REPORTS - 1
 
     async def first_retried(node: dict):
         for attempt in range(3):        # a busy server may drop a connection: untimed, so retried
@@ -347,12 +357,12 @@ async def warm(base: str, fleet: list[dict], connections: int) -> None:
 
 
 async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, connections: int,
-                protocol: str, settle: float, mark) -> dict:
+                protocol: str, settle: float, mark, sampler: Sampler) -> dict:
     """The fleet polls for `settle` seconds untimed, then `duration` seconds counted. The
     settle period runs on the same connections: each web worker meets every node it has
     not served yet (a per-worker credential lookup, paid once per node and worker restart,
     not per poll), so the counted window is the steady state. `mark()` reads the server's
-    counters, at the start and at the end of the counted window."""
+    counters, at the start and at the end of the counted window; `sampler` runs through it."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     lat = {"desired": [], "report": []}
@@ -446,16 +456,20 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
     async def count_from_settled():
         await asyncio.sleep(max(0.0, timed_from - time.monotonic()))
         window.update(start=mark(), cpu0=time.process_time(), t0=time.monotonic(), perf0=time.perf_counter())
+        sampler.start()
 
     try:
         await asyncio.gather(count_from_settled(), *(one_node(k, n) for k, n in enumerate(fleet)))
     finally:
         pool.close()
+        if sampler.is_alive():
+            sampler.stop()
     elapsed, generator_cpu = time.monotonic() - window["t0"], time.process_time() - window["cpu0"]
     await asyncio.sleep(0.6)                    # pg_stat counters are flushed every 500 ms
     end = mark()
     return {**stats, "lat": lat, "elapsed": elapsed, "generator_cpu": generator_cpu, "duration": duration,
             "p99_by_third": _p99_by_third(lat["report"], sent_at, window["perf0"], duration),
+            "slices": slices(sampler, sent_at, lat["report"], window["perf0"], window["perf0"] + duration),
             "server": {k: end[k] - window["start"][k] for k in end}}
 
 
@@ -476,13 +490,51 @@ def _pool(base: str, connections: int, timeout: float) -> Pool:
 
 def main() -> None:
     args = parse_args()
-    url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")) or not redis_url:
-        raise SystemExit("Set DATABASE_URL (a PostgreSQL server) and REDIS_URL, e.g.\n"
-                         "  DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/13")
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
+    if args.use_system_services:
+        url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
+        if not url.startswith(("postgres://", "postgresql://")) or not redis_url:
+            raise SystemExit("--use-system-services: set DATABASE_URL (a PostgreSQL server) and REDIS_URL, e.g.\n"
+                             "  DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres "
+                             "REDIS_URL=redis://127.0.0.1:6379/13")
+        bench(args, url, redis_url)
+        return
+    # The servers as production runs them (docker-compose.yml): PostgreSQL with its defaults,
+    # autovacuum among them (a CI machine's may turn it off), Redis with its append-only file.
+    postgres, redis = PrivatePostgres(), PrivateRedis(append_only=True)
+    watchdog = start_watchdog([postgres.root, redis.root])
+    try:
+        postgres.start()
+        redis.start()
+        bench(args, postgres.url, redis.url)
+    finally:
+        postgres.stop()
+        redis.stop()
+        watchdog.terminate()
+        print("the bench's PostgreSQL and Redis stopped and removed")
+
+
+def describe_services(url: str, redis_url: str) -> str:
+    """The settings of the servers that decide what a long run costs, as the servers report them."""
     import psycopg
+    import redis
+
+    with psycopg.connect(url, autocommit=True) as db:
+        pg = {name: db.execute(f"SHOW {name}").fetchone()[0] for name in
+              ("server_version", "autovacuum", "shared_buffers", "synchronous_commit", "max_wal_size")}
+    client = redis.Redis.from_url(redis_url)
+    aof, version = client.config_get("appendonly")["appendonly"], client.info("server")["redis_version"]
+    client.close()
+    return (f"PostgreSQL {pg['server_version'].split()[0]} (autovacuum {pg['autovacuum']}, shared_buffers "
+            f"{pg['shared_buffers']}, synchronous_commit {pg['synchronous_commit']}, max_wal_size "
+            f"{pg['max_wal_size']}), Redis {version} (appendonly {aof})")
+
+
+def bench(args, url: str, redis_url: str) -> None:
+    import psycopg
+
+    print(f"services: {describe_services(url, redis_url)}", flush=True)
 
     name, var_dir = f"bench_fleet_{os.getpid()}", tempfile.mkdtemp(prefix="bench-fleet-")
     admin_url = with_db(url, "postgres")
@@ -537,7 +589,8 @@ def main() -> None:
                 settle = args.settle if args.settle is not None else SETTLE_POLLS * args.poll
                 run = asyncio.run(drive(base, fleet, poll=args.poll, duration=args.duration,
                                         connections=args.connections, protocol=args.protocol, settle=settle,
-                                        mark=functools.partial(server_counters, db, name, server.pid)))
+                                        mark=functools.partial(server_counters, db, name, server.pid),
+                                        sampler=Sampler(server.pid)))
                 rows, server_cpu = run["server"]["rows"], run["server"]["cpu"]
             print(f"  counted from {settle:g} s after the start (untimed: each worker meets each node)")
             bare = run_wrk(base + "/bench/bare", [], max(2, int(args.duration // 6)), 16, 1)
@@ -553,6 +606,10 @@ def main() -> None:
             print(f"  desired p50 {percentile(run['lat']['desired'], 50):.1f} ms p99 {d99:.1f} ms; "
                   f"report p50 {percentile(run['lat']['report'], 50):.1f} ms p99 {r99:.1f} ms; p99 of the reports "
                   f"sent in each third of the window " + " / ".join(f"{ms:.0f}" for ms in run["p99_by_third"]) + " ms")
+            for line in report(run["slices"]):
+                print(line)
+            if args.timeline:
+                write_tsv(run["slices"], args.timeline if len(args.sizes) == 1 else f"{args.timeline}.{size}")
             print("  per request: " + ", ".join(f"{name} {c['queries']} queries ({c['writes']} writes)"
                                               for name, c in costs.items() if name != "cpu_ms") + "; "
                   f"rows written {rows / polls:.1f} per poll+report")

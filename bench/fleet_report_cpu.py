@@ -15,11 +15,16 @@ Each figure is the median of 5 rounds of 100 requests, in CPU milliseconds of th
 (PostgreSQL and Redis run elsewhere), with the statements of one request of each kind.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/9 \\
-        .venv/bin/python bench/fleet_report_cpu.py [--smoke]
+        .venv/bin/python bench/fleet_report_cpu.py [--smoke] [--profile steady|flush|gpus|bare]
+
+--profile KIND then runs 1,000 requests of that kind under cProfile and prints where their
+CPU went (the functions by own time, then by cumulative time).
 """
 import base64
+import cProfile
 import importlib.util
 import os
+import pstats
 import sys
 import tempfile
 import time
@@ -37,6 +42,7 @@ _spec.loader.exec_module(bench_fleet)
 
 
 ROUNDS, PER_ROUND = (3, 10) if "--smoke" in sys.argv else (5, 100)   # --smoke: checks it runs (CI)
+PROFILE = sys.argv[sys.argv.index("--profile") + 1] if "--profile" in sys.argv else None
 
 
 def cpu_ms(call, rounds: int = ROUNDS, n: int = PER_ROUND) -> float:
@@ -115,6 +121,18 @@ def run(node: dict) -> None:
         print(f"{label:>6}: {ms:.2f} ms CPU per request ({ms / bare_ms:.1f}x bare), {statements} statements")
     print(f"report cpu: steady {figures['steady'][0]:.2f} ms, flush {figures['flush'][0]:.2f} ms, "
           f"gpus {figures['gpus'][0]:.2f} ms, bare {bare_ms:.2f} ms")
+    if PROFILE:
+        profile(kinds[PROFILE])
+
+
+def profile(call, n: int = 1000) -> None:
+    profiler = cProfile.Profile(time.process_time)     # CPU, not waiting on Redis or PostgreSQL
+    profiler.runcall(lambda: [call() for _ in range(n)])
+    stats = pstats.Stats(profiler).strip_dirs()
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(45)
+    if os.environ.get("PROFILE_CALLERS"):
+        stats.print_callers(os.environ["PROFILE_CALLERS"])
 
 
 if __name__ == "__main__":

@@ -124,9 +124,10 @@ class PrivatePostgres:
 
 
 class PrivateRedis:
-    """A Redis server of its own on 127.0.0.1:<port>, nothing persisted (like CI's)."""
+    """A Redis server of its own on 127.0.0.1:<port>: nothing persisted (like CI's), or with
+    `append_only` an append-only file fsynced every second, as docker-compose.yml runs it."""
 
-    def __init__(self):
+    def __init__(self, append_only: bool = False):
         if shutil.which("redis-server") is None:
             raise SystemExit("redis-server not found (Debian: apt-get install redis-server)")
         self.port = free_port()
@@ -135,7 +136,7 @@ class PrivateRedis:
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--daemonize", "yes",
                         "--dir", str(self.root), "--pidfile", str(self.pidfile), "--logfile",
-                        str(self.root / "redis.log"), "--save", "", "--appendonly", "no"]
+                        str(self.root / "redis.log"), "--save", "", "--appendonly", "yes" if append_only else "no"]
         self.stopped = False
 
     def start(self) -> "PrivateRedis":
