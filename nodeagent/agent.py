@@ -75,6 +75,11 @@ class Agent:
         self._held: dict | None = None   # the desired state the last report's answer carried
         self._gpus_sent: list | None = None   # the GPUs as last accepted (temperature aside)
         self._reports_since_gpus = 0
+        # Where the count toward the next full GPU report starts after this start's first
+        # one: a fleet restarted together (a rollout, a power cut) would otherwise send its
+        # GPUs in the same poll interval every FULL_GPU_REPORT_EVERY polls, a burst of the
+        # costliest reports (issue 31).
+        self._gpu_phase: int | None = random.randrange(FULL_GPU_REPORT_EVERY)
 
     def run_forever(self, stop: threading.Event) -> None:
         log.info("node %s: agent %s polling %s", self.node, __version__, self.client.url)
@@ -141,7 +146,8 @@ class Agent:
                 self.state.skip_seq(REPLAY_SKIP)
             raise
         if send_gpus:
-            self._gpus_sent, self._reports_since_gpus = steady, 0
+            self._gpus_sent, self._reports_since_gpus = steady, self._gpu_phase or 0
+            self._gpu_phase = None
         else:
             self._reports_since_gpus += 1
         for record, error in self.outbox.settle(evidence, answer):
