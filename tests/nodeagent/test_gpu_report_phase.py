@@ -1,6 +1,7 @@
 """Issue 31: an agent sends its GPUs in its first report and then at least every 20th, and
 where that cycle starts is its own, so a fleet restarted together does not send its
 costliest reports in the same poll interval forever."""
+import itertools
 import random
 from dataclasses import replace
 
@@ -48,7 +49,7 @@ def test_a_restarted_fleet_spreads_its_full_gpu_reports(tmp_path):
     fleet = [_reports_with_gpus(_agent(tmp_path / f"node{n}")) for n in range(40)]
     for full in fleet:
         assert full[0] == 0                                        # the first report after a start
-        gaps = [b - a for a, b in zip(full, full[1:])]
+        gaps = [b - a for a, b in itertools.pairwise(full)]
         assert 2 <= gaps[0] <= FULL_GPU_REPORT_EVERY + 1           # after 1 to 20 without
         assert set(gaps[1:]) == {FULL_GPU_REPORT_EVERY + 1}        # then never more than 20 without
     # Forty nodes started together: their second full reports fall in many different intervals.
