@@ -6,7 +6,8 @@ run in CI's PostgreSQL pass, each in a throwaway database of its own on that ser
 
 bench/faults.py restarts PostgreSQL and stops Redis, so it runs without DATABASE_URL and
 REDIS_URL, on the private cluster and Redis server it starts itself (initdb, redis-server):
-the shared ones every other test uses are never touched. Like every tests/bench test it is
+the shared ones every other test uses are never touched. bench/fleet.py runs on servers of
+its own too, configured as production's. Like every tests/bench test it is
 `infra`, so CI runs it once, in the PostgreSQL pass."""
 import glob
 import os
@@ -49,9 +50,12 @@ CASES = {
                    rf"due 40: first pass {NUMBER} s, {NUMBER} ms per due lease .*, {NUMBER} queries per due "
                    r"lease, finished in one pass",
                    r"dropped bench_lifecycle_\d+"]),
-    "fleet": ("fleet.py", ["--smoke"], True,
-              [rf"fleet: 20 nodes at 2 s poll: {NUMBER} req/s, p99 desired {NUMBER} ms, p99 report {NUMBER} ms",
-               r"dropped bench_fleet_\d+"]),
+    # Its own PostgreSQL (autovacuum on) and Redis (append-only), as docker-compose.yml runs them.
+    "fleet": ("fleet.py", ["--smoke"], False,
+              [r"services: PostgreSQL \d+\.\d+ \(autovacuum on, .*\), Redis [\d.]+ \(appendonly yes\)",
+               rf"timeline \(\d+ slices of 5 s\) median: \d+ sent, p99 {NUMBER} ms, .*cores: web {NUMBER}",
+               rf"fleet: 20 nodes at 2 s poll: {NUMBER} req/s, p99 desired {NUMBER} ms, p99 report {NUMBER} ms",
+               r"dropped bench_fleet_\d+", r"the bench's PostgreSQL and Redis stopped and removed"]),
     "fleet_report_cpu": ("fleet_report_cpu.py", ["--smoke"], True,
                          [rf"report cpu: steady {NUMBER} ms, flush {NUMBER} ms, gpus {NUMBER} ms, bare {NUMBER} ms"]),
     "load": ("load.py", ["--smoke"], True,
@@ -98,8 +102,10 @@ def run_bench(script: str, args: list[str], env: dict) -> str:
 @pytest.mark.parametrize("case", [name for name, case in CASES.items() if not case[2]])
 def test_bench_runs_anywhere(case):
     script, args, _pg, lines = CASES[case]
-    if case == "faults":
+    if case in ("faults", "fleet"):
         require_private_servers()
+    if case == "fleet":
+        require_tool("wrk", "scripts/install-test-tools.sh installs it")
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     out = run_bench(script, args, env)
     missing = [line for line in lines if not re.search(line, out)]
@@ -111,9 +117,9 @@ def test_bench_runs_anywhere(case):
 @pytest.mark.parametrize("case", [name for name, case in CASES.items() if case[2]])
 def test_bench_runs_on_postgres(case):
     script, args, _pg, lines = CASES[case]
-    if case in ("load", "fleet"):
+    if case == "load":
         require_tool("wrk", "scripts/install-test-tools.sh installs it")
-    if case in ("load", "fleet", "fleet_report_cpu"):
+    if case in ("load", "fleet_report_cpu"):
         require(HAS_REDIS, f"bench/{case}.py serves with the Redis cache: set REDIS_URL")
     out = run_bench(script, args, dict(os.environ))
     missing = [line for line in lines if not re.search(line, out)]
