@@ -39,6 +39,7 @@ import functools
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import socket
@@ -61,6 +62,7 @@ WARM_REPORTS = 4      # each node's untimed reports before the timed run
 FULL_GPU_REPORT_EVERY = 20   # the agent's (nodeagent/agent.py): a report with GPUs at least this often
 SETTLE_POLLS = 6      # untimed polls on the timed run's connections: a worker has then met all
                       # but (1/2)^6 of the nodes (2 workers)
+SMALL_TABLE_ROWS = 100   # a sequential scan of a table under this is the planner's right choice, not a defect
 FLEET_POLL = 15.0     # the poll the issue's fleet runs at (NODE_POLL_SECONDS' default)
 #: The settings counted in seconds that decide how often a poll costs more than a steady one:
 #: the heartbeat write, a worker's credential lookup, a time-flushed egress counter, a
@@ -246,9 +248,23 @@ def per_poll_costs(fleet: list[dict], explain: bool) -> dict:
                         continue
                     cursor.execute("EXPLAIN " + sql)
                     plan = [row[0] for row in cursor.fetchall()]
-                    scans = [line.strip() for line in plan if "Seq Scan" in line]
-                    print(f"  {sql[:110]}…\n    {plan[0].strip()}" + (f"\n    !! {'; '.join(scans)}" if scans else ""))
+                    scanned = {m.group(1) for line in plan if (m := re.search(r"Seq Scan on (\w+)", line))}
+                    big = [f"{table} ({rows:,} rows)" for table, rows in _table_rows(cursor, scanned).items()
+                           if rows > SMALL_TABLE_ROWS]
+                    small = sorted(scanned - {b.split()[0] for b in big})
+                    print(f"  {sql[:110]}…\n    {plan[0].strip()}"
+                          + (f"\n    !! sequential scan of {', '.join(big)}" if big else "")
+                          + (f"\n    (sequential scans of tables under {SMALL_TABLE_ROWS} rows, the planner's "
+                             f"choice: {', '.join(small)})" if small else ""))
     return out
+
+
+def _table_rows(cursor, tables: set[str]) -> dict[str, int]:
+    """Rows per table as the statistics have them (ANALYZE ran after the warm-up)."""
+    if not tables:
+        return {}
+    cursor.execute("SELECT relname, reltuples::bigint FROM pg_class WHERE relname = ANY(%s)", [sorted(tables)])
+    return dict(cursor.fetchall())
 
 
 def _cpu_per_request(client, node: dict, key, auth: dict, ops: dict, etag: str, n: int = 60) -> dict:
@@ -579,13 +595,15 @@ def bench(args, url: str, redis_url: str) -> None:
                 cursor.execute("ANALYZE")           # the planner sees 10,000 nodes, not the demo's 6
             print(f"== {size} nodes ({size * 8:,} GPUs, {size * LEASES_PER_NODE:,} leases) enrolled in "
                   f"{time.perf_counter() - t:.1f} s", flush=True)
-            costs = per_poll_costs(fleet, explain=size == max(args.sizes) and not args.smoke)
             with psycopg.connect(with_db(url, name), autocommit=True) as db:
                 if args.warm:
                     t = time.perf_counter()
                     asyncio.run(warm(base, fleet, args.connections))
                     print(f"  warm-up (each node's first GET and full report, untimed): "
                           f"{time.perf_counter() - t:.1f} s", flush=True)
+                    with connection.cursor() as cursor:   # the issued ops and instance reports the
+                        cursor.execute("ANALYZE")         # first round wrote: EXPLAIN sees the fleet's
+                costs = per_poll_costs(fleet, explain=size == max(args.sizes) and not args.smoke)
                 settle = args.settle if args.settle is not None else SETTLE_POLLS * args.poll
                 run = asyncio.run(drive(base, fleet, poll=args.poll, duration=args.duration,
                                         connections=args.connections, protocol=args.protocol, settle=settle,
