@@ -18,7 +18,8 @@ Each figure is the median of 5 rounds of 100 requests, in CPU milliseconds of th
         .venv/bin/python bench/fleet_report_cpu.py [--smoke] [--profile steady|flush|gpus|bare]
 
 --profile KIND then runs 1,000 requests of that kind under cProfile and prints where their
-CPU went (the functions by own time, then by cumulative time).
+CPU went (the functions by own time, then by cumulative time); BENCH_FLEET_SQL=1 prints the
+statements of one request of each kind.
 """
 import base64
 import cProfile
@@ -115,6 +116,8 @@ def run(node: dict) -> None:
         with CaptureQueriesContext(connection) as queries:
             call()
         statements = len(queries.captured_queries)
+        if os.environ.get("BENCH_FLEET_SQL"):       # the statements of one request of each kind
+            print(f"-- {label}:\n" + "\n".join(f"  {q['sql'][:150]}" for q in queries.captured_queries))
         figures[label] = (cpu_ms(call), statements)
     bare_ms = figures["bare"][0]
     for label, (ms, statements) in figures.items():
