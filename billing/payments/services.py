@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.translation import gettext
 
@@ -308,12 +308,14 @@ def _extend_partial(quote: Quote, last_seen: datetime) -> None:
 
 def _release_hold(quote: Quote, now: datetime) -> None:
     """No payment of this quote is confirming any more (invalid, expired, settled): the
-    order's slots are held no longer than its own window, the quote's, or now — unless
-    another quote of the same invoice is confirming."""
-    if quote.invoice.kind != Invoice.Kind.ORDER or Quote.objects.filter(
-            invoice_id=quote.invoice_id, state=QS.PROCESSING).exclude(pk=quote.pk).exists():
+    order's slots are held no longer than its own window, the quote's, the deadline another
+    unpaid quote of the order was given (a quote taken late gets the minimum time to pay,
+    `_hold_invoice`), or now — unless another quote of the same invoice is confirming."""
+    others = Quote.objects.filter(invoice_id=quote.invoice_id).exclude(pk=quote.pk)
+    if quote.invoice.kind != Invoice.Kind.ORDER or others.filter(state=QS.PROCESSING).exists():
         return
-    floor = max(quote.expires_at, _order_window_end(quote.invoice), now)
+    promised = others.filter(state=QS.NEW).aggregate(latest=Max("expires_at"))["latest"]
+    floor = max(quote.expires_at, _order_window_end(quote.invoice), now, promised or now)
     Invoice.objects.filter(pk=quote.invoice_id, state=Invoice.State.OPEN, expires_at__gt=floor).update(
         expires_at=floor)
 
