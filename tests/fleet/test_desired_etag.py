@@ -7,6 +7,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from tests.nodeagent.no_instances import NoInstances
+
 from .conftest import node_of
 
 pytestmark = pytest.mark.django_db
@@ -102,17 +104,6 @@ def test_the_agent_client_keeps_its_copy_on_a_304(live_server, paid_lease, opera
     assert seen[0] == (None, 200) and seen[1][1] == 304 and seen[1][0]
 
 
-class _NoInstances:
-    """A runtime (and disk backend) for a node without leases: nothing to run."""
-
-    def guard(self) -> None: ...
-
-    def lease_ids(self) -> list[int]:
-        return []
-
-    def unpause_all(self, *, except_leases) -> list[int]:
-        return []
-
 
 @pytest.mark.django_db(transaction=True)
 def test_a_steady_agent_round_is_one_signed_report(live_server, catalog, operator, tmp_path):
@@ -136,7 +127,7 @@ def test_a_steady_agent_round_is_one_signed_report(live_server, catalog, operato
     write_json(state.enrolment_path, {"url": live_server.url, "node": answer["node"],
                                       "credential": answer["credential"], "poll_seconds": 15})
     agent = Agent(AgentConfig(storefront_url=live_server.url, state_dir=tmp_path, public_host="203.0.113.7"),
-                  runtime=_NoInstances(), disks=_NoInstances(), probe=NoGpuProbe("test"))
+                  runtime=NoInstances(), disks=NoInstances(), probe=NoGpuProbe("test"))
     calls = []
     original = agent.client.session.request
 

@@ -12,17 +12,10 @@ from nodeagent.interfaces import GpuInfo
 from nodeagent.signing import NodeKey
 from nodeagent.state import StateDir, write_json
 
+from .no_instances import NoInstances
+
 REPORTS = 70
 
-
-class _NoInstances:
-    def guard(self) -> None: ...
-
-    def lease_ids(self) -> list[int]:
-        return []
-
-    def unpause_all(self, *, except_leases) -> list[int]:
-        return []
 
 
 def _agent(root) -> Agent:
@@ -32,7 +25,7 @@ def _agent(root) -> Agent:
     write_json(state.enrolment_path, {"url": "http://127.0.0.1:9", "node": root.name, "credential": "c",
                                       "poll_seconds": 15})
     return Agent(AgentConfig(storefront_url="http://127.0.0.1:9", state_dir=root, public_host="203.0.113.7"),
-                 runtime=_NoInstances(), disks=_NoInstances(), probe=NoGpuProbe("test"))
+                 runtime=NoInstances(), disks=NoInstances(), probe=NoGpuProbe("test"))
 
 
 def _reports_with_gpus(agent: Agent) -> list[int]:
