@@ -148,17 +148,27 @@ def device_size(device: str) -> int:
 
 
 def verify_zero(device: str, samples: int) -> dict:
-    """Read `samples` blocks with O_DIRECT (the media, not the page cache); all must be zero."""
+    """Read `samples` blocks with O_DIRECT (the media, not the page cache); all must be zero.
+    A block that cannot be read is not proven zero: it counts as nonzero and is listed
+    with its error, so the wipe fails with evidence instead of crashing the operation."""
     offsets = sample_offsets(device_size(device), samples)
     buf = mmap.mmap(-1, BLOCK)                 # page-aligned, as O_DIRECT requires
-    nonzero = []
+    nonzero, unreadable = [], {}
     fd = os.open(device, os.O_RDONLY | os.O_DIRECT)
     try:
         for offset in offsets:
-            if os.preadv(fd, [buf], offset) != BLOCK or buf[:] != ZERO_BLOCK:
+            try:
+                complete = os.preadv(fd, [buf], offset) == BLOCK
+            except OSError as exc:
+                unreadable[offset] = exc.strerror or repr(exc)
+                complete = False
+            if not complete or buf[:] != ZERO_BLOCK:
                 nonzero.append(offset)
     finally:
         os.close(fd)
         buf.close()
-    return {"samples": len(offsets), "nonzero": len(nonzero), "pattern": "zero",
-            "block_bytes": BLOCK, "offsets": offsets, "nonzero_offsets": nonzero}
+    result = {"samples": len(offsets), "nonzero": len(nonzero), "pattern": "zero",
+              "block_bytes": BLOCK, "offsets": offsets, "nonzero_offsets": nonzero}
+    if unreadable:
+        result["unreadable_offsets"] = {str(offset): error for offset, error in unreadable.items()}
+    return result

@@ -8,7 +8,7 @@ import subprocess
 import traceback
 from pathlib import Path
 
-from nodeagent.disks import DevicePoolCarver, KeyStore, LuksDisks, LvmCarver, Runner, StateDir
+from nodeagent.disks import DevicePoolCarver, KeyStore, LuksDisks, LvmCarver, Runner, StateDir, wipe
 from nodeagent.interfaces import OperationFailed
 
 DEVICE, LEASE = "/dev/nvme0n1", 7
@@ -44,7 +44,8 @@ def mounted(path: str) -> str:
 
 def main() -> None:
     id_ctrl = subprocess.run(["nvme", "id-ctrl", "/dev/nvme0", "-o", "json"], capture_output=True, text=True)
-    emit("id-ctrl", exit=id_ctrl.returncode, json=json.loads(id_ctrl.stdout or "{}"))
+    emit("id-ctrl", exit=id_ctrl.returncode, json=json.loads(id_ctrl.stdout or "{}"),
+         io_timeout=Path("/sys/module/nvme_core/parameters/io_timeout").read_text().strip())
 
     disks = backend()
     path = disks.ensure_ready(LEASE, size_gb=0)
@@ -94,10 +95,20 @@ def lvm_main() -> None:
          neighbour_mounted=bool(mounted(theirs)),
          neighbour_data=Path(theirs, "neighbour.txt").read_text() == "the other tenant\n")
 
+def unreadable_main() -> None:
+    """A block that returns EIO on read-back: device-mapper's error target over the last
+    4 KiB of a device whose first MiB is the (wiped, zero) whole drive."""
+    table = f"0 2040 linear {DEVICE} 0\n2040 8 error\n"
+    subprocess.run(["dmsetup", "create", "flaky"], input=table, text=True, check=True, capture_output=True)
+    emit("unreadable", verification=wipe.verify_zero("/dev/mapper/flaky", 16))
+    subprocess.run(["dmsetup", "remove", "flaky"], check=True, capture_output=True)
+
 
 if __name__ == "__main__":
     try:
         main()
         lvm_main()
+        unreadable_main()
     except (OperationFailed, Exception) as exc:                 # report, then power off
-        emit("error", error=repr(exc), trace=traceback.format_exc())
+        kernel_log = subprocess.run(["dmesg"], capture_output=True, text=True).stdout
+        emit("error", error=repr(exc), trace=traceback.format_exc() + "\nguest dmesg:\n" + kernel_log[-4000:])
