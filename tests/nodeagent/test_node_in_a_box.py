@@ -93,6 +93,19 @@ def finish_install(box: NodeBox, *, url: str, code: str, lease_port: int, gpus: 
             f"--volume-group {VG} --url {url} --code {code}", timeout=1800)
 
 
+def print_failure_context(box: NodeBox, lease_id: int, node) -> None:
+    """What the storefront and the guest's console knew when a step timed out: a silent
+    agent (never seen, or seen long ago), a refused report (seq not moving) and a hung
+    guest (console) look alike from the test's wait alone."""
+    from fleet.models import NodeAgent
+    from rental.models import Lease
+    agent = NodeAgent.objects.filter(node=node).values(
+        "enrolled_at", "last_seen_at", "last_report_at", "last_seq", "revoked_at").first()
+    lease = Lease.objects.filter(pk=lease_id).values("state", "host", "ssh_port").first()
+    print(f"node-in-a-box: storefront side at {timezone.now():%H:%M:%S}: agent {agent}; lease {lease}", flush=True)
+    print(f"node-in-a-box: guest console, last lines:\n{box.tail()}", flush=True)
+
+
 def contains(path: Path, needle: bytes) -> bool:
     with open(path, "rb") as f:
         if not path.stat().st_size:
@@ -267,7 +280,12 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
             print("node-in-a-box: guest journal (agent, docker), last lines:\n"
                   + "\n".join(journal.splitlines()[-60:]), flush=True)
         except subprocess.TimeoutExpired:
-            pass
+            print("node-in-a-box: the guest did not answer ssh for its journal", flush=True)
+        if sys.exc_info()[0] is not None:
+            try:
+                print_failure_context(box, lease.pk, node)
+            except Exception as exc:      # a diagnostic must never hide the failure itself
+                print(f"node-in-a-box: no failure context: {exc!r}", flush=True)
         if os.environ.get("NODE_BOX_KEEP") and sys.exc_info()[0] is not None:
             kept = box.keep()
             print(f"node-in-a-box: NODE_BOX_KEEP: guest left running (QEMU pid {box.process.pid}), "
