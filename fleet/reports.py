@@ -10,13 +10,12 @@ from functools import partial
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
 
 from billing.egress import egress_record, egress_tb, term_start_at
 from billing.storage.volumes import mounts_record
 from inventory.burnin import slot_health_hold_set
 from inventory.incidents import health_report
-from inventory.models import GpuSlot, Incident, Node, SlotAllocation
+from inventory.models import Node, SlotAllocation
 from inventory.selectors import catalog_changed
 from rental.addresses import valid_host
 from rental.agent import Instance
@@ -34,6 +33,8 @@ from .models import InstanceReport, NodeAgent
 from .seq import Verdict, fence_after, fence_bound, seq_checkpointed, seq_take
 from .steady import (
     StoredReport,
+    agent_as_stored,
+    gpu_slots,
     locked_report,
     meter_add,
     reports_writing,
@@ -255,8 +256,7 @@ def _steady_update(agent: NodeAgent, seq: int, fields: dict, now: datetime, verd
 def _fresh(agent: NodeAgent, body: bytes, signature: str, now: datetime) -> NodeAgent:
     """The agent's row as stored; refused when its credential was revoked or replaced since
     this worker cached it, re-checked when its key changed."""
-    stored = NodeAgent.objects.select_related("node").filter(
-        pk=agent.pk, credential_hash=agent.credential_hash, revoked_at__isnull=True).first()
+    stored = agent_as_stored(agent.pk, agent.credential_hash)
     if stored is None:
         forget(agent.credential_hash)
         raise ReportRefused(401, "unauthorized")
@@ -298,9 +298,7 @@ class _GpuSlots:
 
     def _load(self) -> None:
         if self._by_index is None:
-            open_incident = Incident.objects.filter(source=Incident.Source.HEALTH_CHECK, ends_at__isnull=True,
-                                                    slot=OuterRef("pk"))
-            slots = list(GpuSlot.objects.filter(node_id=self.node_id).annotate(incident_open=Exists(open_incident)))
+            slots = gpu_slots(self.node_id)
             self._by_index = {s.index: s for s in slots}
             self._with_incident = {s.pk for s in slots if s.incident_open}
 

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
 
-from inventory.models import Offer
+from inventory.models import GpuSlot, Incident, Node, Offer
 from rental.models import Lease
 
 from .models import EgressMeter, InstanceReport, NodeAgent
@@ -175,6 +175,69 @@ def meter_add(lease_id: int, term_start: datetime, sent: int) -> int:
             cursor.execute(_meter_add_sql(), values)
             row = cursor.fetchone()
     return row[0]
+
+
+# --- a full report's reads: the agent as stored, the node's GPU slots ------------------------
+
+def _columns_of(model) -> list[str]:
+    q = connection.ops.quote_name
+    return [f"{q(model._meta.db_table)}.{q(f.column)}" for f in model._meta.concrete_fields]
+
+
+def _from_row(model, values):
+    """A model instance from its concrete columns' raw values, converted as the ORM does."""
+    fields = model._meta.concrete_fields
+    return model.from_db(connection.alias, [f.attname for f in fields],
+                         [_converted(model, f.name, v) for f, v in zip(fields, values, strict=True)])
+
+
+@functools.cache
+def _fresh_sql() -> str:
+    q = connection.ops.quote_name
+    agents, nodes = q(NodeAgent._meta.db_table), q(Node._meta.db_table)
+    return (f"SELECT {', '.join(_columns_of(NodeAgent) + _columns_of(Node))} FROM {agents} INNER JOIN {nodes} "
+            f"ON {nodes}.{_column(Node, 'id')} = {agents}.{_column(NodeAgent, 'node')} "
+            f"WHERE {agents}.{_column(NodeAgent, 'id')} = %s AND {agents}.{_column(NodeAgent, 'credential_hash')} = %s "
+            f"AND {agents}.{_column(NodeAgent, 'revoked_at')} IS NULL")
+
+
+def agent_as_stored(pk: int, credential_hash: str) -> NodeAgent | None:
+    """The agent's row and its node, where it still has this credential, unrevoked (None:
+    revoked or replaced): NodeAgent.objects.select_related("node") in one statement whose
+    text is composed once."""
+    with connection.cursor() as cursor:
+        cursor.execute(_fresh_sql(), [pk, credential_hash])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    split = len(NodeAgent._meta.concrete_fields)
+    agent = _from_row(NodeAgent, row[:split])
+    NodeAgent.node.field.set_cached_value(agent, _from_row(Node, row[split:]))
+    return agent
+
+
+@functools.cache
+def _slots_sql() -> str:
+    q = connection.ops.quote_name
+    slots, incidents = q(GpuSlot._meta.db_table), q(Incident._meta.db_table)
+    return (f"SELECT {', '.join(_columns_of(GpuSlot))}, EXISTS(SELECT 1 FROM {incidents} WHERE "
+            f"{incidents}.{_column(Incident, 'slot')} = {slots}.{_column(GpuSlot, 'id')} AND "
+            f"{incidents}.{_column(Incident, 'source')} = %s AND {incidents}.{_column(Incident, 'ends_at')} IS NULL) "
+            f"FROM {slots} WHERE {slots}.{_column(GpuSlot, 'node')} = %s")
+
+
+def gpu_slots(node_id: int) -> list[GpuSlot]:
+    """The node's GPU slots, each with `incident_open`: whether a health-check incident of
+    it is open (one statement, composed once)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_slots_sql(), [Incident.Source.HEALTH_CHECK.value, node_id])
+        rows = cursor.fetchall()
+    slots = []
+    for row in rows:
+        slot = _from_row(GpuSlot, row[:-1])
+        slot.incident_open = bool(row[-1])
+        slots.append(slot)
+    return slots
 
 
 # --- the node's stored instance reports, copied in the cache ----------------------------------
