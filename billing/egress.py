@@ -1,9 +1,10 @@
 """Egress metering (the host agent's counter per lease term) and the overage lines a
 renewal invoice carries (billing.services.renewal_invoice_issue)."""
+import functools
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from inventory.audit import audit_record
 from rental.models import Lease
@@ -38,8 +39,7 @@ def egress_record(*, lease_id: int, tb_used, at: datetime, lease: Lease | None =
             raise BillingError(f"Lease #{lease_id} had no paid term at {at:%Y-%m-%d %H:%M}.")
         tb = egress_tb(tb_used)
         # The term's row grows (one statement, the usual case), else it is made or stays.
-        if EgressUsage.objects.filter(lease=lease, term_start=term_start, tb_used__lt=tb).update(
-                tb_used=tb, reported_at=at):
+        if _usage_grow(lease.pk, term_start, tb, at):
             return
         row, created = EgressUsage.objects.select_for_update().get_or_create(
             lease=lease, term_start=term_start, defaults={"tb_used": tb, "reported_at": at})
@@ -48,6 +48,27 @@ def egress_record(*, lease_id: int, tb_used, at: datetime, lease: Lease | None =
                          detail={"term_start": term_start.isoformat()})
         elif tb > row.tb_used:             # grown since the UPDATE above found it
             EgressUsage.objects.filter(pk=row.pk).update(tb_used=tb, reported_at=at)
+
+
+@functools.cache
+def _usage_grow_sql() -> str:
+    def column(name: str) -> str:
+        return connection.ops.quote_name(EgressUsage._meta.get_field(name).column)
+    return (f"UPDATE {connection.ops.quote_name(EgressUsage._meta.db_table)} SET {column('tb_used')} = %s, "
+            f"{column('reported_at')} = %s WHERE {column('lease')} = %s AND {column('term_start')} = %s "
+            f"AND {column('tb_used')} < %s")
+
+
+def _usage_grow(lease_id: int, term_start: datetime, tb: Decimal, at: datetime) -> bool:
+    """EgressUsage.objects.filter(lease, term_start, tb_used__lt=tb).update(tb_used=tb,
+    reported_at=at), as one statement whose text is composed once (issue 31: a node's
+    report meters egress; compiling this through the ORM was a third of its flush)."""
+    field = EgressUsage._meta.get_field("tb_used")
+    amount = connection.ops.adapt_decimalfield_value(tb, field.max_digits, field.decimal_places)
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(_usage_grow_sql(), [amount, adapt(at), lease_id, adapt(term_start), amount])
+        return cursor.rowcount > 0
 
 
 def egress_renewal_lines(*, lease: Lease) -> list:

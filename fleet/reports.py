@@ -37,6 +37,7 @@ from .steady import (
     gpu_slots,
     locked_report,
     meter_add,
+    report_update,
     reports_writing,
     reports_written,
     steady_agent_update,
@@ -430,7 +431,7 @@ def _instance_store(agent: NodeAgent, item: dict, lease_id: int, state: str, op_
     if report is None:                     # the first: update_or_create settles a concurrent one
         InstanceReport.objects.update_or_create(lease_id=lease_id, node_id=agent.node_id, defaults=values)
     else:                                  # locked above: an UPDATE, not update_or_create's read again
-        InstanceReport.objects.filter(pk=report.pk).update(**values)
+        report_update(report.pk, values)
     if isinstance(item.get("volumes"), list):  # issue 25: mounted, or the named failure
         mounts_record(node=agent.node, lease_id=lease_id, items=item["volumes"], now=now)
     _snapshot_progress(lease_id, item.get("snapshot"), now)

@@ -155,6 +155,26 @@ def locked_report(lease_id: int, node_id: int) -> tuple[LockedReport | None, Lea
     return LockedReport(*converted[0]), lease, converted[2][0]
 
 
+#: What the write of a steady instance's report sets (fleet/reports.py `_instance_store`).
+REPORT_VALUES = ("state", "ssh_port", "op_id", "error", "egress_counter", "reported_at")
+
+
+@functools.cache
+def _report_update_sql() -> str:
+    assignments = ", ".join(f"{_column(InstanceReport, name)} = %s" for name in REPORT_VALUES)
+    return (f"UPDATE {connection.ops.quote_name(InstanceReport._meta.db_table)} SET {assignments} "
+            f"WHERE {_column(InstanceReport, 'id')} = %s")
+
+
+def report_update(pk: int, values: dict) -> None:
+    """InstanceReport.objects.filter(pk=pk).update(**values) for the REPORT_VALUES, in a
+    statement composed once; each value prepared by its field as the ORM would."""
+    prepared = [InstanceReport._meta.get_field(name).get_db_prep_save(values[name], connection)
+                for name in REPORT_VALUES]
+    with connection.cursor() as cursor:
+        cursor.execute(_report_update_sql(), [*prepared, pk])
+
+
 @functools.cache
 def _meter_add_sql() -> str:
     sent = _column(EgressMeter, "bytes_sent")

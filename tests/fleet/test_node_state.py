@@ -224,6 +224,26 @@ def test_instance_error_is_kept_for_the_customer_page(paid_lease, enrol):
     assert [r.lease_id for r in fleet_panel(timezone.now()).instance_errors] == [lease.pk]
 
 
+def test_an_error_reported_after_a_running_report_is_stored_and_cleared_by_the_next(paid_lease, enrol):
+    """The stored report's update (not its first insert): every reported value is written."""
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+
+    def instance(state, port, error=None):
+        item = {"lease_id": lease.pk, "op_id": f"{lease.pk}:{state}", "state": state, "ssh_port": port,
+                "egress_bytes": 0}
+        return node.report(instances=[item if error is None else {**item, "error": error}])
+
+    assert instance("running", 22042).json()["accepted"] == ["instances[0]"]
+    failed = {"code": "oom", "detail": "the container ran out of memory"}
+    assert instance("failed", None, failed).json()["accepted"] == ["instances[0]"]
+    stored = InstanceReport.objects.get(lease=lease)
+    assert (stored.state, stored.ssh_port, stored.op_id, stored.error) == ("failed", None, f"{lease.pk}:failed", failed)
+    instance("running", 22043)
+    stored.refresh_from_db()
+    assert (stored.state, stored.ssh_port, stored.error) == ("running", 22043, None)
+
+
 def test_migration_moves_the_instance_and_tells_the_customer(paid_lease, enrol, operator):
     lease = paid_lease()
     source = enrol(node_of(lease))
