@@ -376,6 +376,9 @@ class _Instances:
             reports_written(self.node_id, {**self.reports, **self._written})
 
 
+_INSTANCE_STATES = frozenset(InstanceReport.State.values)   # `.values` builds a list on every read
+
+
 def _unchanged(report: StoredReport | None, item: dict, port, op_id: str, error, egress: int, now: datetime) -> bool:
     """Issue 31: a steady instance — same state, port, op and error, no volumes or snapshot
     news — whose egress grew less than NODE_EGRESS_FLUSH_BYTES since the stored counter, which
@@ -397,7 +400,7 @@ def _instance(agent: NodeAgent, item, now: datetime, *, known: _Instances) -> No
         raise Refused("invalid")
     lease_id, state, op_id = item.get("lease_id"), item.get("state"), item.get("op_id", "")
     port, egress, error = item.get("ssh_port"), item.get("egress_bytes", 0), item.get("error")
-    if type(lease_id) is not int or not 0 < lease_id < 2**62 or state not in InstanceReport.State.values:
+    if type(lease_id) is not int or not 0 < lease_id < 2**62 or state not in _INSTANCE_STATES:
         raise Refused("invalid")
     if not isinstance(op_id, str) or len(op_id) > 80:
         raise Refused("invalid")
