@@ -315,12 +315,14 @@ def _refund_key(prefix: str, touched: list[Invoice]) -> str:
 
 def _lease_refund_claim(lease: Lease, paid: list[Invoice], *, now: datetime) -> tuple[int, list[Invoice]]:
     """Everything paid for the lease and not refunded yet (``refundable_cents``: a network
-    volume created with the order stays paid). An add-on not created yet is refunded on its
-    own first (and never created)."""
+    volume created with the order stays paid), an add-on not created yet included (and
+    never created): one amount, posted as one refund."""
     from .storage.orders import ordered_volume_cancel
 
-    ordered_volume_cancel(lease=lease, now=now)
-    return invoices_refund_claim(invoices=paid, now=now)
+    volume_cents, volume_touched = ordered_volume_cancel(lease=lease, now=now)
+    amount, touched = invoices_refund_claim(invoices=paid, now=now)
+    claimed = {i.pk: i for i in volume_touched} | {i.pk: i for i in touched}   # the later refunded_cents
+    return volume_cents + amount, sorted(claimed.values(), key=lambda i: i.pk)
 
 
 def _volume_pending_cents(lease: Lease) -> int:

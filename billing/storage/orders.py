@@ -103,23 +103,36 @@ def _term_days(lease: Lease) -> int:
 def ordered_volume_refund(*, row: OrderedVolume, now: datetime, reason: str, tell_customer: bool = True) -> str:
     """Not created: the add-on's part of the invoice back to the balance, once, with an
     audit row and a notice; the lease's renewals no longer include it."""
-    from ..ledger import invoices_refund_claim, ledger_post
+    from ..ledger import ledger_post
 
-    if not OrderedVolume.objects.filter(pk=row.pk, state=OrderedVolume.State.PENDING).update(
-            state=OrderedVolume.State.REFUNDED, reason=reason[:300], settled_at=now):
+    claimed = _not_created(row=row, now=now, reason=reason)
+    if claimed is None:
         return OrderedVolume.objects.get(pk=row.pk).state
-    lease = Lease.objects.select_related("customer", "site").get(pk=row.lease_id)
-    taken, touched = invoices_refund_claim(invoices=[row.invoice], now=now, cents=row.cents)
+    lease, taken, touched = claimed
     if taken:
         ledger_post(customer=lease.customer, kind=LedgerEntry.Kind.REFUND, amount_cents=taken, now=now,
                     invoice=touched[0], memo=f"network volume add-on of lease #{lease.pk} not created",
                     idempotency_key=f"ordered_volume:{lease.pk}")
-    lease_volume_addon_settled(lease_id=lease.pk, cents=row.cents, now=now, outcome="network volume not created")
-    audit_record(actor=None, action="ordered_volume_refunded", obj=row,
-                 detail={"lease": lease.pk, "refunded_cents": taken, "reason": reason[:300]}, at=now)
     if tell_customer and lease.state in ATTACHABLE:
         _notify_not_created(lease, size_tb=row.size_tb, cents=taken, now=now)
     return OrderedVolume.State.REFUNDED
+
+
+def _not_created(*, row: OrderedVolume, now: datetime, reason: str):
+    """Marks the add-on refunded (once: None when it was settled already) and takes its
+    part of the invoice; returns (lease, cents taken, invoices touched) for the caller to
+    post."""
+    from ..ledger import invoices_refund_claim
+
+    if not OrderedVolume.objects.filter(pk=row.pk, state=OrderedVolume.State.PENDING).update(
+            state=OrderedVolume.State.REFUNDED, reason=reason[:300], settled_at=now):
+        return None
+    lease = Lease.objects.select_related("customer", "site").get(pk=row.lease_id)
+    taken, touched = invoices_refund_claim(invoices=[row.invoice], now=now, cents=row.cents)
+    lease_volume_addon_settled(lease_id=lease.pk, cents=row.cents, now=now, outcome="network volume not created")
+    audit_record(actor=None, action="ordered_volume_refunded", obj=row,
+                 detail={"lease": lease.pk, "refunded_cents": taken, "reason": reason[:300]}, at=now)
+    return lease, taken, touched
 
 
 def _notify_not_created(lease: Lease, *, size_tb: int, cents: int, now: datetime) -> None:
@@ -140,12 +153,18 @@ def ordered_volume_pending_cents(lease: Lease) -> int:
                .values_list("cents", flat=True))
 
 
-def ordered_volume_cancel(*, lease: Lease, now: datetime) -> None:
+def ordered_volume_cancel(*, lease: Lease, now: datetime) -> tuple[int, list]:
     """The lease is refunded or failed before its volume was created: the add-on is
-    refunded as not created (and never created later)."""
+    settled as not created (and never created later). Returns (cents taken, invoices
+    touched): the lease's refund posts them with the rest, as one refund the customer is
+    told of and the monthly allowance counts once."""
+    taken, touched = 0, []
     for row in OrderedVolume.objects.filter(lease=lease, state=OrderedVolume.State.PENDING):
-        ordered_volume_refund(row=row, now=now, reason="the lease ended before its volume was created",
-                              tell_customer=False)
+        claimed = _not_created(row=row, now=now, reason="the lease ended before its volume was created")
+        if claimed is not None:
+            taken += claimed[1]
+            touched += [i for i in claimed[2] if i.pk not in {t.pk for t in touched}]
+    return taken, touched
 
 
 def ordered_volumes_retry(*, now: datetime, older_than: timedelta, limit: int) -> list[str]:
