@@ -404,12 +404,15 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
         # point between two egress flushes (by bytes) and between two full GPU reports. Started
         # in step, every node sent its GPUs in the same poll interval (1 in 20) and flushed its
         # egress within a few intervals, a burst the counted window then measured.
-        egress = 10**6 + random.randrange(flush_bytes)
+        egress = node.get("egress") or 10**6 + random.randrange(flush_bytes)
         gpu_phase = random.randrange(FULL_GPU_REPORT_EVERY)
         next_at = time.monotonic() + random.uniform(0, poll)
         while True:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             if time.monotonic() >= deadline:
+                # The next size's run goes on from here: its fleet holds this one's nodes, whose
+                # lower seqs would be refused (409) and whose counters would seem to restart.
+                node.update(seq=seq, etag=etag, ops=ops, egress=egress)
                 return
             counted = time.monotonic() >= timed_from
             if counted and time.monotonic() - next_at > poll:
