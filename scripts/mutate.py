@@ -75,6 +75,8 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
         "tests/billing/test_review_rules.py", "tests/billing/test_payment_rows.py",
         "tests/billing/test_reconcile_rules.py", "tests/billing/test_sweep_rules.py",
         "tests/billing/test_quote_rules.py",  # quote_create's refusals, reuse, rate limit, hold
+        # session 15: how a pass reaches its quotes (per coin, per output, SOL by reference), its result
+        "tests/billing/test_reorg_grouping.py",
     ]),
     # Not mutated, the rest of billing/payments/: the chain adapters (coins/evm.py, utxo.py,
     # monero.py, solana.py: JSON-RPC against the chain nodes) and the key/address derivation
