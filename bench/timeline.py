@@ -154,8 +154,9 @@ def slices(sampler: Sampler, sent_at: list[float], latencies: list[float], start
 
 
 def _describe(row: dict) -> str:
-    cores = ", ".join(f"{role} {row[role]:.2f}" for role in (*ROLES, "iowait") if row[role] >= 0.01)
-    return (f"{row['requests']} sent, p99 {row['p99 ms']:.0f} ms, max {row['max ms']:.0f} ms; cores: {cores}; "
+    # The web server is the subject: always shown, even when a tiny run's share rounds to 0.
+    cores = ", ".join(f"{role} {row[role]:.2f}" for role in (*ROLES, "iowait") if row[role] >= 0.01 or role == "web")
+    return (f"{row['requests']:.0f} sent, p99 {row['p99 ms']:.0f} ms, max {row['max ms']:.0f} ms; cores: {cores}; "
             f"machine busy {row['busy']:.2f} of 2; dirty {row['dirty MB']:.0f} MB, writeback {row['writeback MB']:.0f} MB")
 
 
