@@ -163,7 +163,7 @@ def ordered_volume_cancel(*, lease: Lease, now: datetime) -> tuple[int, list]:
         claimed = _not_created(row=row, now=now, reason="the lease ended before its volume was created")
         if claimed is not None:
             taken += claimed[1]
-            touched += [i for i in claimed[2] if i.pk not in {t.pk for t in touched}]
+            touched += claimed[2]          # the lease's refund keeps one of each invoice
     return taken, touched
 
 
