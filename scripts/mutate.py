@@ -97,6 +97,15 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
         # a pending add-on, lease_fail_and_refund's rows, notice and voided invoices)
         "tests/billing/test_refund_rules.py",
     ]),
+    # the balance itself (session 16): postings under the account lock, idempotency, the refusal to go below
+    # zero, batches with refused="skip", top-ups, what is left to refund of an invoice
+    "ledger": (["billing/ledger.py"], [], [
+        "tests/billing/test_money_property.py", "tests/billing/test_money_refunds.py",
+        "tests/billing/test_lifecycle_batch.py", "tests/billing/test_payments_holes.py",
+        "tests/billing/test_refund_rules.py", "tests/security/test_refund_limit.py",
+        "tests/ops/test_ordered_volume_edges.py", "tests/ops/test_ledger_revenue.py",
+        "tests/rental/test_api.py",
+    ]),
     "fleet-desired": (["fleet/desired.py"], [], [
         "tests/fleet/test_lifecycle.py", "tests/fleet/test_lifecycle_contract.py",
         "tests/fleet/test_desired_etag.py", "tests/fleet/test_trust.py",
