@@ -136,6 +136,21 @@ def test_a_paid_top_up_tells_an_integration_without_a_lease(db, customer, t0, se
                                      "customer": "alice"}  # no lease
 
 
+def test_a_paid_renewal_tells_an_integration_which_term_it_pays(catalog, customer, t0, settings):
+    """invoice.paid of a renewal carries the term it pays for: the lease's old end, in ISO 8601."""
+    settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES = True
+    lease = active_lease(customer, t0)
+    drain_balance(customer, t0)
+    webhook_endpoint_save(customer=customer, url="http://127.0.0.1:9/hook", now=t0)
+    renewal, created = renewal_invoice_issue(lease=lease, now=lease.ends_at - timedelta(hours=23))
+    assert created and renewal.term_start == lease.ends_at
+    assert invoice_mark_paid(invoice=renewal, via="BTC", now=lease.ends_at - timedelta(hours=22)) is True
+    paid = WebhookDelivery.objects.get(event="invoice.paid")
+    assert paid.payload["data"]["invoice"] == {
+        "id": renewal.pk, "kind": "renewal", "state": "paid", "lease": lease.pk, "amount_cents": PRICE,
+        "term_start": lease.ends_at.isoformat(), "paid_via": "BTC"}
+
+
 def test_a_settlement_keeps_300_characters_of_its_note_and_names_only_a_real_settler(catalog, customer, operator,
                                                                                       t0):
     _, invoice = order(customer, t0)
