@@ -33,11 +33,10 @@ from rental.models import Image, LeaseEvent, LeaseState, Notification, Snapshot
 from rental.notifications.models import WebhookDelivery
 from rental.notifications.services import webhook_endpoint_save
 from rental.storage import StorageRefused
-from tests.automation.helpers import WEEK, active_lease, drain_balance
+from tests.automation.helpers import KEY, WEEK, active_lease, drain_balance
 from tests.billing.payments_helpers import fresh
 
 PRICE = 6500  # rtx-3090, one week
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
 
 
 def order(customer, t0, *, pay=False, addons=None, restore_from=None, address=None):
