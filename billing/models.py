@@ -205,7 +205,7 @@ class Quote(models.Model):
     settled_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
         constraints = [
             models.UniqueConstraint(fields=["coin", "address"], condition=~Q(coin="SOL"), name="one_quote_per_address"),
             models.UniqueConstraint(fields=["reference"], condition=Q(coin="SOL"), name="one_quote_per_sol_reference"),
@@ -246,7 +246,7 @@ class Payment(models.Model):
                                       help_text="USD per coin it was credited at")
 
     class Meta:
-        ordering = ["-first_seen_at"]
+        ordering = ["-first_seen_at", "-id"]
         constraints = [models.UniqueConstraint(fields=["coin", "txid", "output_index"], name="payment_credited_once")]
 
     def __str__(self) -> str:
@@ -374,7 +374,7 @@ class EgressUsage(models.Model):
     reported_at = models.DateTimeField()
 
     class Meta:
-        ordering = ["-term_start"]
+        ordering = ["-term_start", "-id"]
         constraints = [models.UniqueConstraint(fields=["lease", "term_start"], name="one_egress_row_per_term")]
 
     def __str__(self) -> str:

@@ -415,12 +415,21 @@ def renewal_invoice_create(*, lease: Lease, now: datetime) -> Invoice | None:
 
 def renewal_invoices_create(leases: list[Lease], *, now: datetime) -> list[Invoice]:
     """The renewal sweep's batch: the renewal invoices made now (a lease whose term already has
-    one is left out), those of auto-renewing leases that the balance covers paid from it."""
+    one is left out), those of auto-renewing leases that the balance covers paid from it.
+
+    When a balance covers only some of an account's renewals, the rule is renewal_payment_order:
+    the earliest term first (ties: the older lease), whatever order the leases came in; a
+    renewal the remaining balance does not cover stays open and the later ones are still tried."""
     with transaction.atomic(savepoint=False):
         made = [invoice for invoice, created in renewal_invoices_issue(leases, now=now) if created]
-        auto = [invoice for invoice in made if lease_auto_renews(invoice.lease)]
+        auto = sorted((invoice for invoice in made if lease_auto_renews(invoice.lease)), key=renewal_payment_order)
         invoices_pay_from_balance(auto, now=now)
         return made
+
+
+def renewal_payment_order(invoice: Invoice) -> tuple:
+    """Which renewal a balance pays first: the earliest term start, then the older lease."""
+    return (invoice.term_start, invoice.lease_id)
 
 
 def renewal_invoice_issue(*, lease: Lease, now: datetime) -> tuple[Invoice, bool]:

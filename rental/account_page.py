@@ -17,7 +17,7 @@ def settings_context(request, **extra) -> dict:
         "token_form": ApiTokenForm(),
         "ssh_key_form": SshKeyForm(),
         "ssh_keys": SshKey.objects.filter(customer=request.user),
-        "tokens": ApiToken.objects.filter(customer=request.user).order_by("revoked_at", "-created_at"),
+        "tokens": ApiToken.objects.filter(customer=request.user).order_by("revoked_at", "-created_at", "-pk"),
         "notifications": Notification.objects.filter(customer=request.user).select_related("lease")[:50],
         "two_factor_on": is_enrolled(request.user),
         "recovery_codes_left": RecoveryCode.objects.filter(user=request.user, used_at__isnull=True).count(),

@@ -191,7 +191,7 @@ def offers(request):
 @api_endpoint("GET")
 def leases(request):
     rows = (Lease.objects.filter(customer=request.api_user)
-            .select_related("offer__gpu_model", "site", "image").order_by("-created_at")[:200])
+            .select_related("offer__gpu_model", "site", "image").order_by("-created_at", "-pk")[:200])
     default = account_auto_renew(request.api_user.pk)       # one read for the whole list
     return JsonResponse({"leases": [lease_json(lease, account_default=default) for lease in rows]})
 

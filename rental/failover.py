@@ -198,7 +198,7 @@ def migration_snapshots_overdue(*, now: datetime, limit: int = 500) -> list[Snap
     """Moves whose copy was not ready within MIGRATION_SNAPSHOT_WAIT_MINUTES."""
     before = now - timedelta(minutes=settings.MIGRATION_SNAPSHOT_WAIT_MINUTES)
     return list(Snapshot.objects.filter(purpose=Snapshot.Purpose.MIGRATION, state=Snapshot.State.CREATING,
-                                        created_at__lte=before).order_by("created_at")[:limit])
+                                        created_at__lte=before).order_by("created_at", "pk")[:limit])
 
 
 def _restore_snapshot(lease: Lease, snap, *, now: datetime, why: str):

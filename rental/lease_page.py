@@ -47,7 +47,7 @@ def open_incident(lease: Lease) -> OpenIncident | None:
 
 def last_migration(lease: Lease, now: datetime) -> Migration | None:
     event = (LeaseEvent.objects.filter(lease=lease, kind="migrated", at__gte=now - MIGRATION_SHOWN_FOR)
-             .order_by("-at").first())
+             .order_by("-at", "-pk").first())
     if event is None:
         return None
     data = event.data or {}
@@ -68,7 +68,7 @@ def in_progress(lease: Lease, now: datetime, incident: OpenIncident | None) -> b
 
 def lease_page_context(lease: Lease, now: datetime) -> dict:
     incident = open_incident(lease)
-    snapshots = list(lease.snapshots.exclude(state="deleted").order_by("-created_at")[:10])
+    snapshots = list(lease.snapshots.exclude(state="deleted").order_by("-created_at", "-pk")[:10])
     taking = any(s.state == "creating" for s in snapshots)       # issue 26: progress while the node copies
     return {"incident": incident, "migration": last_migration(lease, now), "snapshots": snapshots,
             "snapshottable": lease.state in ("active", "suspended"),

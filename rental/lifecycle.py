@@ -29,12 +29,12 @@ DUE_LEASE_RELATED = ("customer__rental_settings", "offer__gpu_model")
 
 
 def _due_ids(queryset, order: str, limit: int) -> list[int]:
-    return list(queryset.order_by(order).values_list("pk", flat=True)[:limit])
+    return list(queryset.order_by(order, "pk").values_list("pk", flat=True)[:limit])
 
 
 def sweep_provisioning(now: datetime, limit: int = BATCH) -> list[Transition]:
     agent, done = get_agent(), []
-    for lease in Lease.objects.filter(state=S.PROVISIONING).order_by("provisioning_started_at")[:limit]:
+    for lease in Lease.objects.filter(state=S.PROVISIONING).order_by("provisioning_started_at", "pk")[:limit]:
         instance = agent.poll_ready(lease_id=lease.pk, started_at=lease.provisioning_started_at, now=now)
         if instance and lease_provisioned(lease_id=lease.pk, instance=instance, now=now):
             done.append(Transition(lease.pk, "provisioning → active"))
@@ -53,7 +53,7 @@ def sweep_reminders(now: datetime, limit: int = BATCH) -> list[Transition]:
         already = Notification.objects.filter(lease=OuterRef("pk"), kind__in=list(sent_kinds),
                                               deadline=OuterRef("ends_at"))
         due = (Lease.objects.filter(state=S.ACTIVE, ends_at__gt=now, ends_at__lte=now + lead)
-               .exclude(Exists(already)).select_related(*DUE_LEASE_RELATED).order_by("ends_at")[:limit])
+               .exclude(Exists(already)).select_related(*DUE_LEASE_RELATED).order_by("ends_at", "pk")[:limit])
         sent = notify_many([_reminder(lease, kind=kind) for lease in due], now=now)
         done += [Transition(notice.lease.pk, kind) for notice in sent]
     return done
@@ -83,7 +83,7 @@ def sweep_release(now: datetime, limit: int = BATCH) -> list[Transition]:
 def sweep_key_destruction(now: datetime, limit: int = BATCH) -> list[Transition]:
     """Finishes phase two for keys whose first phase committed but whose worker died."""
     due = list(DiskKey.objects.filter(state=DiskKey.State.DESTROY_REQUESTED)
-               .order_by("destroy_requested_at").values_list("lease_id", flat=True)[:limit])
+               .order_by("destroy_requested_at", "pk").values_list("lease_id", flat=True)[:limit])
     return [Transition(i, "key destroyed") for i in disk_keys_complete_destroy(lease_ids=due, now=now)]
 
 

@@ -109,7 +109,7 @@ class Lease(models.Model):
                                      help_text="Renew from balance; empty follows the account's setting")
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["customer", "-created_at"]),
             # One partial index per live state the sweeps select from, so a pass costs what
@@ -212,7 +212,7 @@ class Notification(models.Model):
     read_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
         constraints = [models.UniqueConstraint(fields=["lease", "kind", "deadline"], name="one_notice_per_deadline")]
 
 
@@ -280,7 +280,7 @@ class NetworkVolume(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
         constraints = [models.CheckConstraint(condition=Q(size_tb__gte=1), name="volume_at_least_1tb")]
 
     def __str__(self) -> str:
@@ -372,7 +372,7 @@ class Snapshot(models.Model):
     purpose = models.CharField(max_length=10, choices=Purpose.choices, default=Purpose.CUSTOMER)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
         constraints = [models.CheckConstraint(condition=Q(size_tb__gte=1), name="snapshot_at_least_1tb")]
 
     def __str__(self) -> str:

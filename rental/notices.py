@@ -25,7 +25,7 @@ def sweep_state_notices(now: datetime, limit: int = BATCH) -> list[Transition]:
     done, notices = [], []
     suspended = (Lease.objects.filter(state=S.SUSPENDED, hold_until__isnull=False)
                  .exclude(Exists(_missing("suspended", "hold_until")))
-                 .select_related(*DUE_LEASE_RELATED).order_by("hold_until")[:limit])
+                 .select_related(*DUE_LEASE_RELATED).order_by("hold_until", "pk")[:limit])
     for lease in suspended:
         args = {"id": lease.pk, "offer": lease.offer, "end": f"{lease.ends_at:%Y-%m-%d %H:%M}",
                 "hold": f"{lease.hold_until:%Y-%m-%d %H:%M}"}
@@ -43,7 +43,7 @@ def sweep_state_notices(now: datetime, limit: int = BATCH) -> list[Transition]:
     released = (Lease.objects.filter(state__in=[S.RELEASED, S.WIPED], hold_until__isnull=False,
                                      ended_at__gte=now - rules.wipe_within())
                 .exclude(Exists(_missing("released", "ended_at")))
-                .select_related(*DUE_LEASE_RELATED).order_by("ended_at")[:limit])
+                .select_related(*DUE_LEASE_RELATED).order_by("ended_at", "pk")[:limit])
     for lease in released:
         args = {"id": lease.pk, "offer": lease.offer, "ended": f"{lease.ended_at:%Y-%m-%d %H:%M}",
                 "wipe": f"{lease.wipe_by:%Y-%m-%d %H:%M}", "hold_hours": settings.LEASE_HOLD_HOURS}

@@ -269,7 +269,7 @@ def snapshot_attempts_stalled(*, now: datetime, limit: int = 500) -> list[Snapsh
     return list(Snapshot.objects.filter(state=Snapshot.State.CREATING, key_destroyed_at__isnull=True)
                 .exclude(repository="")
                 .annotate(alive=Coalesce("alive_at", "attempt_started_at", "created_at"))
-                .filter(alive__lte=before).order_by("alive")[:limit])
+                .filter(alive__lte=before).order_by("alive", "pk")[:limit])
 
 
 @transaction.atomic
@@ -396,10 +396,10 @@ def storage_due(*, now: datetime, limit: int = 500):
     """Volumes whose paid term has ended, at most `limit`. (Snapshots have no term: they are
     billed in arrears by what they store, billing.storage.snapshot_usage.)"""
     return list(NetworkVolume.objects.filter(state=NetworkVolume.State.ACTIVE, paid_until__lte=now)
-                .order_by("paid_until")[:limit])
+                .order_by("paid_until", "pk")[:limit])
 
 
 def storage_expired(*, before: datetime, limit: int = 500):
     """Lapsed volumes past their grace, at most `limit` (unpaid snapshots: snapshot_usage)."""
     q = Q(state="lapsed", paid_until__lte=before)
-    return list(NetworkVolume.objects.filter(q).order_by("paid_until")[:limit])
+    return list(NetworkVolume.objects.filter(q).order_by("paid_until", "pk")[:limit])

@@ -90,7 +90,7 @@ def renewals_due(now: datetime) -> dict:
     leases = list(Lease.objects.filter(state__in=[S.PROVISIONING, S.ACTIVE], ends_at__gt=now,
                                        ends_at__lte=now + timedelta(hours=72))
                   .annotate(renewed=Exists(paid_renewal))
-                  .select_related("customer", "offer__gpu_model", "site").order_by("ends_at")[:LIST_LIMIT])
+                  .select_related("customer", "offer__gpu_model", "site").order_by("ends_at", "pk")[:LIST_LIMIT])
     in_24h = [lease for lease in leases if lease.ends_at <= now + timedelta(hours=24)]
     return {"due_24h": len(in_24h), "due_72h": len(leases), "unpaid_24h": sum(not x.renewed for x in in_24h),
             "unpaid_72h": sum(not x.renewed for x in leases), "leases": leases, "truncated": len(leases) == LIST_LIMIT}
@@ -98,7 +98,7 @@ def renewals_due(now: datetime) -> dict:
 
 def suspended_leases(now: datetime) -> list[Lease]:
     return list(Lease.objects.filter(state=S.SUSPENDED).select_related("customer", "offer__gpu_model", "site")
-                .order_by("hold_until")[:LIST_LIMIT])
+                .order_by("hold_until", "pk")[:LIST_LIMIT])
 
 
 @dataclass
@@ -115,7 +115,7 @@ def unpaid_holds() -> list[Hold]:
     expiry first; with each customer's count of open unpaid orders, to spot hoarding.
     Three queries whatever the number of rows."""
     leases = list(Lease.objects.filter(state=S.PENDING).select_related("customer", "offer__gpu_model", "site")
-                  .order_by("pay_by")[:LIST_LIMIT])
+                  .order_by("pay_by", "pk")[:LIST_LIMIT])
     slots = defaultdict(list)
     for alloc in (SlotAllocation.objects.filter(lease_id__in=[x.pk for x in leases], released_at__isnull=True)
                   .select_related("slot__node").order_by("slot__node__name", "slot__index")):
@@ -131,14 +131,14 @@ def unpaid_holds() -> list[Hold]:
 
 def keys_pending_destruction() -> list[DiskKey]:
     return list(DiskKey.objects.filter(state=DiskKey.State.DESTROY_REQUESTED).select_related("lease")
-                .order_by("destroy_requested_at")[:LIST_LIMIT])
+                .order_by("destroy_requested_at", "pk")[:LIST_LIMIT])
 
 
 def wipes_due(now: datetime) -> dict:
     """Ended leases whose local NVMe must be wiped: overdue now, or due within 24 h."""
     ran = Q(state__in=[S.RELEASED, S.FAILED]) | Q(state=S.CANCELLED, provisioning_started_at__isnull=False)
     leases = list(Lease.objects.filter(ran, wipe_by__lte=now + timedelta(hours=24))
-                  .select_related("disk_key", "site").order_by("wipe_by")[:LIST_LIMIT])
+                  .select_related("disk_key", "site").order_by("wipe_by", "pk")[:LIST_LIMIT])
     return {"overdue": [x for x in leases if x.wipe_by <= now], "next_24h": [x for x in leases if x.wipe_by > now]}
 
 
@@ -191,7 +191,7 @@ def quotes_stuck(now: datetime) -> list[Quote]:
                 .annotate(first_seen=Min("payments__first_seen_at"))
                 .filter(Q(first_seen__lte=now - QUOTE_STUCK_AFTER)
                         | Q(first_seen__isnull=True, created_at__lte=now - QUOTE_STUCK_AFTER))
-                .select_related("invoice").order_by("created_at")[:LIST_LIMIT])
+                .select_related("invoice").order_by("created_at", "pk")[:LIST_LIMIT])
 
 
 @dataclass

@@ -73,13 +73,13 @@ def customer_detail(request, user_id: int):
         **admin.site.each_context(request), "title": _("Customer %(name)s") % {"name": customer.username},
         "customer": customer, "account": account_for(customer), "adjust_form": adjust, "refund_form": refund,
         "leases": Lease.objects.filter(customer=customer).select_related("offer__gpu_model", "site")[:100],
-        "invoices": Invoice.objects.filter(customer=customer).order_by("-created_at")[:100],
+        "invoices": Invoice.objects.filter(customer=customer).order_by("-created_at", "-pk")[:100],
         "payments": Payment.objects.filter(quote__invoice__customer=customer).select_related("quote")
                     .order_by("-id")[:100],
-        "entries": LedgerEntry.objects.filter(account__customer=customer).order_by("-at")[:100],
-        "tokens": ApiToken.objects.filter(customer=customer).order_by("-created_at"),
-        "volumes": NetworkVolume.objects.filter(customer=customer).select_related("site").order_by("-created_at")[:100],
-        "snapshots": Snapshot.objects.filter(customer=customer).select_related("meter").order_by("-created_at")[:100],
+        "entries": LedgerEntry.objects.filter(account__customer=customer).order_by("-at", "-pk")[:100],
+        "tokens": ApiToken.objects.filter(customer=customer).order_by("-created_at", "-pk"),
+        "volumes": NetworkVolume.objects.filter(customer=customer).select_related("site").order_by("-created_at", "-pk")[:100],
+        "snapshots": Snapshot.objects.filter(customer=customer).select_related("meter").order_by("-created_at", "-pk")[:100],
     }, status=400 if (adjust.errors or refund.errors) else 200)
 
 

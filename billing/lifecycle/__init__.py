@@ -36,7 +36,7 @@ def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
     waiting = Invoice.objects.filter(payments_health.awaiting_watchers(
         now, coin_field="quotes__coin", deadline_field="expires_at")).values("pk")
     due = (Invoice.objects.filter(kind=Invoice.Kind.ORDER, state=Invoice.State.OPEN, expires_at__lte=now)
-           .exclude(pk__in=waiting).order_by("expires_at")[:limit])
+           .exclude(pk__in=waiting).order_by("expires_at", "pk")[:limit])
     return [Transition(inv.lease_id, f"order invoice #{inv.pk} expired → cancelled")
             for inv in due if order_invoice_expire(invoice=inv, now=now)]
 
@@ -46,7 +46,7 @@ def sweep_provisioning_deadline(now: datetime, limit: int = BATCH) -> list[Trans
     is refunded to the balance (billing.services.lease_fail_and_refund)."""
     due = (Lease.objects.filter(state=LeaseState.PROVISIONING,
                                 provisioning_started_at__lte=now - settings.NODE_PROVISIONING_DEADLINE)
-           .select_related("customer", "offer__gpu_model").order_by("provisioning_started_at")[:limit])
+           .select_related("customer", "offer__gpu_model").order_by("provisioning_started_at", "pk")[:limit])
     done = []
     for lease in due:
         refunded = lease_fail_and_refund(lease=lease, now=now)
@@ -63,7 +63,7 @@ def sweep_renewal_invoices(now: datetime, limit: int = BATCH) -> list[Transition
     invoiced = Invoice.objects.filter(lease=OuterRef("pk"), kind=Invoice.Kind.RENEWAL, term_start=OuterRef("ends_at"))
     # Only active leases have a term: one still provisioning has not started it.
     due = list(Lease.objects.filter(state=LeaseState.ACTIVE, ends_at__lte=now + rules.renewal_lead())
-               .exclude(Exists(invoiced)).select_related(*DUE_LEASE_RELATED).order_by("ends_at")[:limit])
+               .exclude(Exists(invoiced)).select_related(*DUE_LEASE_RELATED).order_by("ends_at", "pk")[:limit])
     return [Transition(invoice.lease_id, f"renewal invoice #{invoice.pk}"
                        + (" (paid from balance)" if invoice.state == Invoice.State.PAID else ""))
             for invoice in _renewals_made(due, now)]

@@ -173,7 +173,7 @@ def sweep_reversed_payments(now: datetime, limit: int = BATCH) -> list[Transitio
     # only the customers back at zero or above fill the batch: those still owing would
     # otherwise hold a recovered customer behind them for as long as they owe
     recovered = flagged.exclude(customer__billing_account__balance_cents__lt=0)
-    for customer_id in set(recovered.values_list("customer_id", flat=True)[:limit]):
+    for customer_id in sorted(set(recovered.values_list("customer_id", flat=True)[:limit])):
         if debt_settle(customer_id=customer_id, now=now):
             done.append(Transition(None, f"reversed payments of customer #{customer_id} paid again"))
     since = now - config.reversal_grace()

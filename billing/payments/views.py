@@ -27,7 +27,7 @@ def invoice_pay(request, invoice_id: int):
             messages.error(request, str(exc))
         else:
             return redirect("payments:quote", quote_id=quote.pk)
-    quotes = invoice.quotes.order_by("-created_at")[:10]
+    quotes = invoice.quotes.order_by("-created_at", "-pk")[:10]
     return render(request, "billing/payments/pay.html",
                   {"invoice": invoice, "coins": coin_choices(request.user), "quotes": quotes})
 

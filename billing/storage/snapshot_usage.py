@@ -173,7 +173,7 @@ def sweep_snapshot_usage(now: datetime, limit: int = 500) -> list[Transition]:
            .exclude(purpose=Snapshot.Purpose.MIGRATION).order_by("pk")[:limit])
     due = Q(meter__billed_until__lte=now - BILLING_PERIOD) | Q(state=Snapshot.State.DELETED) | Q(
         key_destroyed_at__isnull=False)
-    open_ = Snapshot.objects.filter(due, meter__closed_at__isnull=True).order_by("meter__billed_until")[:limit]
+    open_ = Snapshot.objects.filter(due, meter__closed_at__isnull=True).order_by("meter__billed_until", "pk")[:limit]
     for snap in [*new, *open_]:
         billed = snapshot_bill(snapshot=snap, now=now)
         cents = sum(c.cents for c in billed.charges)

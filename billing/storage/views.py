@@ -36,7 +36,7 @@ def storage_context(user) -> dict:
     accounts = list(S3Account.objects.filter(customer=user, state=S3Account.State.ACTIVE).select_related("site"))
     for account in accounts:
         account.endpoint = s3_endpoint(account.site)
-        account.live_keys = list(account.keys.filter(revoked_at__isnull=True).order_by("created_at"))
+        account.live_keys = list(account.keys.filter(revoked_at__isnull=True).order_by("created_at", "pk"))
     mounts = {(m.volume_id, m.lease_id): m for m in VolumeMount.objects.filter(volume__customer=user)}
     return {"storage_simulated": not StorageCluster.objects.exists(), "s3_accounts": accounts,
             "s3_form": S3AccountForm(), "mounts": mounts}

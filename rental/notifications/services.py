@@ -210,7 +210,7 @@ def sweep_webhooks(now: datetime, limit: int = 200) -> list:
 
     stale = now - timedelta(seconds=settings.WEBHOOK_TIMEOUT_SECONDS * 4 + 60)
     WebhookDelivery.objects.filter(state=D.SENDING, claimed_at__lt=stale).update(state=D.PENDING, claimed_at=None)
-    due = (WebhookDelivery.objects.filter(state=D.PENDING, next_attempt_at__lte=now).order_by("next_attempt_at")
+    due = (WebhookDelivery.objects.filter(state=D.PENDING, next_attempt_at__lte=now).order_by("next_attempt_at", "pk")
            .values_list("pk", "dispatch__lease_id")[:limit])
     done = []
     for pk, lease_id in due:

@@ -10,12 +10,20 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 from django.utils import timezone
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from billing import services
 from billing.egress import egress_record
 from billing.lifecycle import sweep_renewal_invoices
 from billing.models import Account, EgressUsage, Invoice, InvoiceLine, LedgerEntry
-from billing.services import renewal_invoice_create, renewal_invoice_issue, renewal_invoices_create
+from billing.services import (
+    balance_top_up,
+    renewal_invoice_create,
+    renewal_invoice_issue,
+    renewal_invoices_create,
+)
 from inventory.models import Site
 from rental.lifecycle import DUE_LEASE_RELATED, sweep_provisioning, sweep_release, sweep_suspend
 from rental.models import CustomerSettings, DiskKey, Lease, LeaseEvent, Notification
@@ -206,3 +214,37 @@ def test_one_lease_that_cannot_be_renewed_does_not_hold_back_its_batch(two_copie
     assert per_lease == [1] * len(leases)
     assert [LedgerEntry.objects.filter(invoice__lease=lease, kind="renewal").count() for lease in leases] == \
         [1, 0, 0, 1, 1, 0, 1]
+
+
+# --- which renewals a balance pays when it covers only some --------------------------------
+
+@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(offsets=st.lists(st.sampled_from([0, 0, 1, 2, 5]), min_size=2, max_size=4),
+       covered=st.integers(0, 4), data=st.data())
+def test_a_balance_pays_the_earliest_terms_first_whatever_order_the_leases_come_in(catalog, settings, offsets,
+                                                                                   covered, data):
+    """renewal_payment_order: the earliest term end first, ties by the older lease; the order of
+    the batch (the database's row order, a caller's list) changes nothing."""
+    settings.HOST_AGENT_FAKE_DELAY = 0
+    site = Site.objects.first()
+    t0 = timezone.now().replace(microsecond=0) - timedelta(days=30)
+    with transaction.atomic():
+        customer = new_customer("several", balance=len(offsets) * PRICE, now=t0)
+        leases = []
+        for hours in offsets:  # each paid at its order and started then: its term ends a week later
+            lease, _ = order(customer, t0 + timedelta(hours=hours), site=site)
+            sweep_provisioning(t0 + timedelta(hours=hours))
+            leases.append(lease)
+        assert len({lease.ends_at for lease in due(leases)}) == len(set(offsets))  # the terms end as drawn
+        if covered:  # the orders took the first top-up: the balance now covers `covered` renewals
+            balance_top_up(customer=customer, amount_cents=covered * PRICE, now=t0)
+        rule = sorted(due(leases), key=lambda lease: (lease.ends_at, lease.pk))  # read before the renewals extend them
+        shuffled = data.draw(st.permutations(due(leases)), label="the batch's order")
+
+        made = renewal_invoices_create(shuffled, now=t0 + WEEK)
+
+        paid = {invoice.lease_id for invoice in made if invoice.state == Invoice.State.PAID}
+        assert paid == {lease.pk for lease in rule[:covered]}
+        assert [invoice.lease_id for invoice in made] == [lease.pk for lease in shuffled]  # the caller's order kept
+        transaction.set_rollback(True)
