@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -23,6 +22,7 @@ from billing.models import Invoice, JobRun, LedgerEntry
 from inventory.models import Site
 from rental.lifecycle import sweep_provisioning
 from rental.models import Lease, LeaseEvent, LeaseState
+from tests import deadlines
 from tests.billing.test_concurrency import PRICE, new_customer, order, summary
 
 S = LeaseState
@@ -79,12 +79,7 @@ class Worker:
 
 
 def wait_for(condition, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return deadlines.wait_for(condition, timeout, what, every=0.2)
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from billing.models import JobLock
 from rental.agent import FakeAgent, agent_override
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState
 from rental.services import disk_key_complete_destroy, lease_wipe
+from tests import deadlines
 from tests.billing.test_celery_worker import database_url
 from tests.billing.test_concurrency import build_due_leases, in_threads, scenario
 from tests.conftest import HAS_REDIS, ON_POSTGRES
@@ -67,8 +68,8 @@ class Events:
 
 def wait_until(condition, timeout=10.0, every=0.01):
     """Poll a condition (a state change, not a pace) until true or the timeout; returns it."""
-    deadline = time.monotonic() + timeout
-    while not (met := condition()) and time.monotonic() < deadline:
+    deadline = deadlines.Deadline(timeout)
+    while not (met := condition()) and not deadline.expired():
         time.sleep(every)
     return met
 
@@ -178,13 +179,13 @@ def lock_expiry(backend) -> datetime:
 def test_lock_of_a_killed_holder_expires(catalog, settings, backend):
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "storefront.test_settings", "TESTING": "1",
            "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL, "PYTHONPATH": str(BASE)}
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_AND_WAIT, "3"], cwd=BASE, env=env,
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_AND_WAIT, "6"], cwd=BASE, env=env,
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         first_expiry = lock_expiry(backend)
         # The holder's renewal pushes the expiry back: past its first expiry it still holds.
-        assert wait_until(lambda: timezone.now() > first_expiry and lock_expiry(backend) > timezone.now())
+        assert wait_until(lambda: timezone.now() > first_expiry and lock_expiry(backend) > timezone.now(), timeout=20)
         assert run_lifecycle_exclusive(timezone.now()) is None
         os.killpg(holder.pid, signal.SIGKILL)  # no release, no more renewals
         holder.wait(10)

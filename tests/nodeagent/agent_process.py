@@ -3,8 +3,9 @@ does, with the stub NVML library and a config pointing at the private dockerd.""
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests import deadlines
 
 
 def stub_uuid(index: int) -> str:
@@ -69,14 +70,10 @@ def start_agent(config: Path, env: dict, log_path: Path) -> subprocess.Popen:
 
 
 def wait_for(condition, *, timeout=90.0, what="condition", log_path: Path | None = None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.25)
-    tail = log_path.read_text()[-3000:] if log_path and log_path.exists() else ""
-    raise AssertionError(f"timed out waiting for {what}\n{tail}")
+    def tail() -> str:
+        return log_path.read_text()[-3000:] if log_path and log_path.exists() else ""
+
+    return deadlines.wait_for(condition, timeout, what, every=0.25, detail=tail)
 
 
 def stop_agent(process: subprocess.Popen) -> int:

@@ -200,7 +200,7 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
         # The customer pays: the agent carves an LV, LUKS-formats, mounts, starts the container.
         step = time.monotonic()
         assert shared_db(invoice_settle_manually, invoice=invoice, actor=operator, note="paid")
-        wait_for(lambda: lease_state(lease.pk).state == LeaseState.ACTIVE, timeout=900,
+        wait_for(lambda: lease_state(lease.pk).state == LeaseState.ACTIVE, timeout=600,
                  what="lease active through the guest's agent")
         progress(times, "paid to instance ready (LV, LUKS2, mount, container)", step)
         lease = lease_state(lease.pk)
@@ -225,7 +225,7 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
         progress(times, "reboot", step)
         step = time.monotonic()
         back = wait_for(lambda: customer_ssh(lease_port, key_path, "cat /workspace/secret.txt", attempts=1)
-                        .stdout == secret, timeout=900, what="the instance back after the reboot, same data")
+                        .stdout == secret, timeout=600, what="the instance back after the reboot, same data")
         progress(times, "instance back after the reboot with the data", step)
         assert back
         assert box.out(f"findmnt -n -o SOURCE {mountpoint}").strip() == mapper

@@ -31,6 +31,7 @@ from nodeagent.journal import Journal, utc_now
 from nodeagent.outbox import Outbox
 from nodeagent.runtime.docker import DockerRuntime
 from nodeagent.signing import NodeKey
+from tests import deadlines
 from tests.nodeagent.agent_process import stub_uuid
 from tests.nodeagent.conftest import stand_in_devices
 from tests.tools import require_tool
@@ -80,13 +81,13 @@ class NodeLoop:
         return {"desired": desired.json(), "instances": instances, "answer": answer.json()}
 
     def until(self, condition, *, timeout=240, what="condition"):
-        deadline, last = time.monotonic() + timeout, None
-        while time.monotonic() < deadline:
+        deadline, last = deadlines.Deadline(timeout), None
+        while not deadline.expired():
             last = self.once()
             if condition():
                 return last
             time.sleep(0.5)
-        raise AssertionError(f"timed out waiting for {what}: {last}")
+        raise AssertionError(f"timed out after {deadline.waited:.0f} s waiting for {what}: {last}")
 
     def remove_all(self):
         for lease_id in self.runtime.lease_ids():

@@ -11,11 +11,11 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from tests import deadlines
 from tests.tools import require
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,18 +32,8 @@ def free_port() -> int:
 
 
 def wait_for(predicate, timeout: float, what: str, proc=None):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{what}: process exited with {proc.returncode}")
-        try:
-            if predicate():
-                return
-        except Exception as exc:  # not up yet
-            last = exc
-        time.sleep(0.1)
-    raise RuntimeError(f"{what} did not come up in {timeout}s: {last}")
+    return deadlines.wait_for(predicate, timeout, what, alive=[proc] if proc is not None else (),
+                              ignore=(Exception,))
 
 
 def stop(proc: subprocess.Popen):
