@@ -4,20 +4,32 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: run test lint setup clean-var mutate
+.PHONY: run test test-stress lint setup setup-run clean-var mutate
+# Two environments in one .venv: what the storefront needs (`make run`), and on top of it what
+# the tests drive (`make test`, `make lint`: pytest, Playwright, schemathesis, the agent...).
+setup-run: $(VENV)/.installed-run
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed-run: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-run
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-run: setup
+run: setup-run
 	PORT=$(PORT) scripts/run.sh
 
 test: setup
 	scripts/test.sh
+
+# Every test, three full runs in a row on PostgreSQL + Redis with a CPU hog on one core beside
+# them (scripts/test-stress.sh; RUNS=, HOGS=, DATABASE_URL=, REDIS_URL= to change them).
+test-stress: setup
+	scripts/test-stress.sh
 
 # issue 33: ruff, then the import contracts in pyproject.toml (layers, Django-free agent and CLI).
 lint: setup
