@@ -98,10 +98,10 @@ class FleetPanel:
 
 def fleet_panel(now: datetime) -> FleetPanel:
     failed = list(Lease.objects.filter(state=LeaseState.FAILED, ended_at__gte=now - RECENT_FAILURES)
-                  .select_related("customer", "offer__gpu_model", "site").order_by("-ended_at")[:50])
+                  .select_related("customer", "offer__gpu_model", "site").order_by("-ended_at", "-pk")[:50])
     # Live leases whose node says the last operation failed (image missing, GPU gone, …).
     errors = list(InstanceReport.objects.filter(error__isnull=False, lease__state__in=[
         LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.SUSPENDED])
-        .select_related("node", "lease").order_by("-reported_at")[:50])
+        .select_related("node", "lease").order_by("-reported_at", "-pk")[:50])
     return FleetPanel(fake_agent=agent_is_fake(), nodes=node_health(now), failed_leases=failed,
                       instance_errors=errors)

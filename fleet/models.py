@@ -42,7 +42,7 @@ class EnrolmentCode(models.Model):
                                    related_name="+")
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
 
 
 class InstanceIntent(models.Model):

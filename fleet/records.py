@@ -45,7 +45,7 @@ def _proof(receipt: str | None, kind: str) -> Proof | None:
 def record_proofs(lease: Lease) -> list[Proof]:
     key = DiskKey.objects.filter(lease=lease).first()
     proofs = [_proof(key.destruction_proof if key else None, "key_destroyed")]
-    wiped = lease.events.filter(kind="wiped").order_by("-at").first()
+    wiped = lease.events.filter(kind="wiped").order_by("-at", "-pk").first()
     proofs.append(_proof((wiped.data or {}).get("receipt") if wiped else None, "disk_wiped"))
     own = {p.signature for p in proofs if p}
     copies = (Evidence.objects.filter(lease=lease, kind=Evidence.Kind.KEY_DESTROYED).exclude(signature__in=own)

@@ -91,7 +91,7 @@ class Offer(models.Model):
     is_active = models.BooleanField(default=True)
 
     class Meta:
-        ordering = ["gpu_model__sort", "gpu_count"]
+        ordering = ["gpu_model__sort", "gpu_count", "id"]
         constraints = [
             models.CheckConstraint(condition=Q(gpu_count__gte=1, gpu_count__lte=8), name="offer_1_to_8_gpus"),
             models.CheckConstraint(condition=Q(weekly_cents__gt=0, monthly_cents__gt=0), name="offer_prices_positive"),
@@ -202,7 +202,7 @@ class AuditEntry(models.Model):
     detail = models.JSONField(default=dict, blank=True)
 
     class Meta:
-        ordering = ["-at"]
+        ordering = ["-at", "-id"]
         verbose_name_plural = "audit entries"
 
     def __str__(self) -> str:

@@ -32,7 +32,7 @@ def _site_of(incident: Incident) -> Site:
 def site_statuses(*, now: datetime, days: int) -> tuple[list[SiteStatus], list[Incident]]:
     recent = list(Incident.objects.filter(Q(ends_at__isnull=True) | Q(ends_at__gte=now - timedelta(days=days)),
                                           starts_at__lte=now)
-                  .select_related("site", "node__site", "slot__node__site").order_by("-starts_at"))
+                  .select_related("site", "node__site", "slot__node__site").order_by("-starts_at", "-pk"))
     statuses = {s.pk: SiteStatus(s) for s in Site.objects.filter(is_active=True).order_by("code")}
     for incident in recent:
         incident.site_code = _site_of(incident).code

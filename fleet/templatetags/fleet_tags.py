@@ -55,7 +55,7 @@ class InstanceView:
         return list(Snapshot.objects.filter(customer_id=self.lease.customer_id, site_id=self.lease.site_id,
                                             state=Snapshot.State.AVAILABLE, key_destroyed_at__isnull=True,
                                             purpose=Snapshot.Purpose.CUSTOMER)
-                    .exclude(restic_snapshot="").order_by("-ready_at")[:20])
+                    .exclude(restic_snapshot="").order_by("-ready_at", "-pk")[:20])
 
     @property
     def burn_in_passed_at(self):

@@ -137,9 +137,17 @@ def test_approval_without_credit_refused_and_decline_needs_reason(lease, custome
 
 
 @pytest.mark.urls("tests.ops.urls")
-def test_customer_files_a_claim_on_the_page(catalog, customer, place, client):
+def test_customer_files_a_claim_on_the_page(catalog, customer, place, client, monkeypatch):
+    from types import SimpleNamespace
+
     from django.utils import timezone
-    now = timezone.now()
+
+    from billing.sla import views
+    today = timezone.now()
+    # The page's clock, pinned mid-month: on a 31st last month ended over 30 days ago and no
+    # month is claimable at all (CLAIM_WINDOW), so the page would offer nothing.
+    now = datetime(today.year, today.month, 10, 12, tzinfo=UTC)
+    monkeypatch.setattr(views, "timezone", SimpleNamespace(now=lambda: now, datetime=timezone.datetime))
     last_month = (now.replace(day=1) - timedelta(days=1)).replace(day=1)
     start = datetime(last_month.year, last_month.month, 1, tzinfo=UTC)
     lease = place(customer, start, offer="a100-sxm", term="month")
