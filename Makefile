@@ -27,7 +27,7 @@ test: setup
 	scripts/test.sh
 
 # Every test, three full runs in a row on PostgreSQL + Redis with a CPU hog on one core beside
-# them (scripts/test-stress.sh; RUNS=, HOGS=, DATABASE_URL=, REDIS_URL= to change them).
+# them (scripts/test-stress.sh; RUNS=, HOGS=, PG_SERVER=, REDIS_URL=, NODE_BOX=0 to change them).
 test-stress: setup
 	scripts/test-stress.sh
 

@@ -5,7 +5,7 @@
 # passes only on a quiet machine fails here. Stops at the first failing run; prints each run's
 # time and a closing line. Needs PostgreSQL and Redis (as .ci/run starts them) and the tools of
 # scripts/install-test-tools.sh.
-#   RUNS=3 HOGS=1 DATABASE_URL=postgres://postgres@127.0.0.1:5432 REDIS_URL=redis://127.0.0.1:6379/13
+#   RUNS=3 HOGS=1 PG_SERVER=postgres://postgres@127.0.0.1:5432 REDIS_URL=redis://127.0.0.1:6379/13
 #   NODE_BOX=0 leaves the node in a box out (it alone takes 3-11 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,8 +13,7 @@ export CI="${CI:-true}"
 RUNS="${RUNS:-3}"
 HOGS="${HOGS:-1}"
 NODE_BOX="${NODE_BOX:-1}"
-SERVER="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432}"
-SERVER="${SERVER%/*}"
+SERVER="${PG_SERVER:-postgres://postgres@127.0.0.1:5432}"  # a database of its own is made there
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/13}"
 DB="storefront_stress_$$"
 export DATABASE_URL="$SERVER/$DB"
