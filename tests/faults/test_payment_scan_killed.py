@@ -78,7 +78,7 @@ def test_worker_killed_mid_scan_is_redelivered_and_ends_like_a_clean_scan(catalo
     set_rate("LTC", "100", now - timedelta(minutes=1))
     killed = open_quotes("k", now)
     env = {"CELERY_VISIBILITY_TIMEOUT": "4"}
-    slow = ScanWorker("slow", name, tmp_path / "slow.log", SCAN_APPLY_DELAY="0.5", **env)
+    slow = ScanWorker("slow", name, tmp_path / "slow.log", SCAN_APPLY_DELAY="1", **env)  # 9 s to kill it mid-scan
     fresh = None
     try:
         slow.wait_ready()

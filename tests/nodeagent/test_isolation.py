@@ -21,6 +21,7 @@ from nodeagent.directory_disks import DirectoryDisks
 from nodeagent.interfaces import InstanceSpec
 from nodeagent.netfilter import TABLE
 from nodeagent.runtime.docker import CAPABILITIES, DockerRuntime
+from tests import deadlines
 from tests.tools import require_tool
 
 from .conftest import ssh_run, stand_in_devices
@@ -220,10 +221,10 @@ def test_a_finds_no_host_secrets_in_proc_or_sys(tenants, netns):
     holder = subprocess.Popen(["ip", "netns", "exec", netns.node, "sleep", "60"],
                               env={**os.environ, "GNA_HOST_SECRET": secret})
     try:
-        time.sleep(0.3)
         # on the host the secret is plainly there: the search below can find it
-        assert any(secret in Path(f"/proc/{p}/environ").read_text(errors="replace")
-                   for p in _pids_of(holder.pid))
+        deadlines.wait_for(lambda: any(secret in Path(f"/proc/{p}/environ").read_text(errors="replace")
+                                       for p in _pids_of(holder.pid)), 10, "the secret in the holder's environ",
+                           ignore=(OSError,))
         # (the pattern from a file: no command line in A holds the secret in one piece)
         code, out = tenants.sh(A, f"printf %s%s {secret[:12]} {secret[12:]} > /tmp/pattern; "
                                   "grep -rls -f /tmp/pattern /proc/*/environ /proc/*/cmdline "
@@ -317,10 +318,7 @@ def test_egress_counts_only_traffic_that_left_the_node(tenants):
     sent = tenants.sh(A, f"head -c 500000 /dev/urandom > /dev/tcp/{tenants.netns.client_ip}/"
                          f"{tenants.internet.port} && echo sent")
     assert sent == (0, "sent\n")
-    deadline = time.monotonic() + 10
-    while 500000 not in tenants.internet.received() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert 500000 in tenants.internet.received()
+    deadlines.wait_for(lambda: 500000 in tenants.internet.received(), 10, "500 kB at the internet's end", every=0.2)
     after_internet = tenants.runtime.status(A).egress_bytes
     assert 500000 <= after_internet - before_a < 600000          # payload + headers
 

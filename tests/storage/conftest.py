@@ -2,10 +2,10 @@
 booted once per session from its cache). Missing Ceph skips locally, fails with CI=true."""
 import shutil
 import subprocess
-import time
 
 import pytest
 
+from tests import deadlines
 from tests.tools import require, require_tool
 
 from . import ceph_cluster as cluster_script
@@ -37,9 +37,7 @@ def ceph_cluster(ceph_cluster_running):
         down = [o["osd"] for o in cluster.ceph("osd", "dump")["osds"] if not o["up"]]
         for osd in down:
             cluster.osd_start(osd)
-        deadline = time.monotonic() + 60
-        while cluster.ceph("osd", "stat")["num_up_osds"] != 3 and time.monotonic() < deadline:
-            time.sleep(0.5)
+        deadlines.wait_for(lambda: cluster.ceph("osd", "stat")["num_up_osds"] == 3, 60, "three OSDs up", every=0.5)
     return cluster
 
 

@@ -1,13 +1,13 @@
 """The test cluster itself is what the storage tests rely on: three replicas on three OSDs
 (failure domain osd), a CephFS with its MDS, radosgw answering S3 on loopback; and the
 storefront's adapter (billing.storage.ceph) against it, without Django."""
-import time
 
 import boto3
 import pytest
 from botocore.client import Config
 
 from billing.storage.ceph import Ceph, CephError, CephUnavailable, ClusterConfig
+from tests import deadlines
 
 GiB = 1024 ** 3
 
@@ -72,10 +72,7 @@ def test_s3_user_keys_quota_and_usage(ceph_cluster):
                       config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
     s3.create_bucket(Bucket="t-bucket")
     s3.put_object(Bucket="t-bucket", Key="a", Body=b"x" * 300_000)
-    deadline = time.monotonic() + 30
-    while ceph.s3_bytes_stored("t-s3") < 300_000 and time.monotonic() < deadline:
-        time.sleep(1)
-    assert ceph.s3_bytes_stored("t-s3") >= 300_000
+    deadlines.wait_for(lambda: ceph.s3_bytes_stored("t-s3") >= 300_000, 60, "RGW's usage statistics", every=1)
     ceph.s3_key_remove("t-s3", access)
     with pytest.raises(Exception, match="InvalidAccessKeyId|Forbidden|403"):
         s3.list_objects_v2(Bucket="t-bucket")

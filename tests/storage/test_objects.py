@@ -2,7 +2,6 @@
 user per customer and site with its quota, a key that works with boto3 (a directory synced
 to a bucket), usage read back from RGW and billed per GB-month as a ledger entry with its
 site; a revoked key stops working; the quota refuses what exceeds it."""
-import time
 from datetime import timedelta
 
 import boto3
@@ -24,6 +23,7 @@ from billing.storage.objects import (
 )
 from billing.storage.volumes import ceph_for
 from inventory.models import Site
+from tests import deadlines
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,9 +53,7 @@ def test_s3_user_bucket_sync_usage_billed(site_cluster, customer, tmp_path, sett
     assert sorted(o["Key"] for o in listed["Contents"]) == [f"checkpoints/step-{i}.pt" for i in range(3)]
 
     # Usage from RGW, metered over a (simulated) month, billed at the GB-month price.
-    deadline = time.monotonic() + 60
-    while s3_usage_read(account=account) < 3_000_000 and time.monotonic() < deadline:
-        time.sleep(1)
+    deadlines.wait_for(lambda: s3_usage_read(account=account) >= 3_000_000, 60, "RGW's usage statistics", every=1)
     stored = s3_usage_read(account=account)
     assert stored >= 3_000_000
     s3_meter(account=account, bytes_stored=stored, now=now)

@@ -15,7 +15,6 @@ converger and restic, speaking the real agent endpoints (test_snapshot_storefron
 import os
 import signal
 import subprocess
-import time
 from datetime import timedelta
 
 import pytest
@@ -24,6 +23,7 @@ from django.utils import timezone
 
 from nodeagent.converge import Converger
 from nodeagent.runtime.docker import DockerRuntime
+from tests import deadlines
 from tests.tools import require_tool
 
 from .test_snapshot_storefront import IMAGE, SSH_KEY, NodeLoop, _exec
@@ -126,9 +126,7 @@ def test_an_attempt_without_progress_times_out_and_the_next_attempt_completes(
     job = loop.converger.jobs.get(f"snapshot:{lease.pk}")
     assert job is not None and job.op_id == snap.op_id and job.process is not None
     os.kill(job.process.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while job.state == "running" and time.monotonic() < deadline:
-        time.sleep(0.2)
+    deadlines.wait_for(lambda: job.state != "running", 30, "the killed copy's job to end", every=0.2)
     snap.refresh_from_db()
     assert snap.state == Snapshot.State.CREATING and snap.ready_at is None
 
