@@ -54,9 +54,9 @@ def pytest_collection_finish(session):
     if not session.config.getoption("loadgroup", False):  # set on xdist's workers only
         return
     for item in session.items:
-        mark = item.get_closest_marker("xdist_group")
-        name = mark and str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-        if mark and not item.nodeid.endswith("@" + name):
+        names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                        for mark in item.iter_markers("xdist_group")})  # several: xdist joins them with "_"
+        if names and not item.nodeid.endswith("@" + "_".join(names)):
             item.add_marker(pytest.mark.xdist_misgrouped)
 
 

@@ -179,13 +179,17 @@ def lock_expiry(backend) -> datetime:
 def test_lock_of_a_killed_holder_expires(catalog, settings, backend):
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "storefront.test_settings", "TESTING": "1",
            "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL, "PYTHONPATH": str(BASE)}
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_AND_WAIT, "6"], cwd=BASE, env=env,
+    # A ttl of 6 unloaded seconds: the holder's renewal (every ttl/3) must not be starved past
+    # the ttl by a busy machine, or the lock is lost before the test kills the holder.
+    ttl = deadlines.scaled(6)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_AND_WAIT, f"{ttl:.1f}"], cwd=BASE, env=env,
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         first_expiry = lock_expiry(backend)
         # The holder's renewal pushes the expiry back: past its first expiry it still holds.
-        assert wait_until(lambda: timezone.now() > first_expiry and lock_expiry(backend) > timezone.now(), timeout=20)
+        assert wait_until(lambda: timezone.now() > first_expiry and lock_expiry(backend) > timezone.now(),
+                          timeout=3 * ttl)
         assert run_lifecycle_exclusive(timezone.now()) is None
         os.killpg(holder.pid, signal.SIGKILL)  # no release, no more renewals
         holder.wait(10)
