@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import deadlines
 from tests.tools import require
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
@@ -62,13 +63,18 @@ def new_context(browser, shop):
 
     def make(viewport=DESKTOP, **kwargs):
         ctx = browser.new_context(base_url=shop, viewport=viewport, **kwargs)
-        ctx.set_default_timeout(10_000)
+        ctx.set_default_timeout(ms(10))
         contexts.append(ctx)
         return ctx
 
     yield make
     for ctx in contexts:
         ctx.close()
+
+
+def ms(seconds: float) -> float:
+    """Playwright's timeouts are milliseconds: `seconds` unloaded, scaled by the load now."""
+    return deadlines.scaled(seconds) * 1000
 
 
 def login(page, username, password=PASSWORD):

@@ -8,7 +8,7 @@ import re
 import pytest
 from django.utils import timezone
 
-from tests.e2e.conftest import DESKTOP, PASSWORD, PHONE, login, screenshot
+from tests.e2e.conftest import DESKTOP, PASSWORD, PHONE, login, ms, screenshot
 from tests.e2e.test_customer_day import no_horizontal_overflow
 from tests.experience.scenes import node_down, renewal_due, running_lease
 
@@ -66,7 +66,7 @@ def test_demo_checkout_then_the_lease_page_updates_itself_and_stops_polling(new_
     lease.refresh_from_db()
     assert lease.state == LeaseState.ACTIVE
     # No reload: the status, the connection line and the event log all arrive in the region.
-    page.get_by_text("Your instance is running.").wait_for(timeout=15_000)
+    page.get_by_text("Your instance is running.").wait_for(timeout=ms(15))
     page.get_by_text("Instance ready for SSH").first.wait_for()
     assert page.locator("#ssh-line").input_value() == lease.ssh_command
     assert page.locator("#lease-live").get_attribute("hx-trigger") is None  # nothing in progress: stopped
@@ -98,7 +98,7 @@ def test_incident_banner_notice_count_and_the_migration_note_arrive_on_the_lease
     screenshot(page, f"lease-incident-{tag}")
 
     incident_migrate(incident=incident)  # the operator moves it; the page is still open
-    page.locator("#migration-note").wait_for(timeout=15_000)
+    page.locator("#migration-note").wait_for(timeout=ms(15))
     assert page.locator("#incident-banner").count() == 0
     assert page.get_by_text("Your instance is running.").is_visible()
     assert Notification.objects.filter(lease=lease, kind="migrated").exists()

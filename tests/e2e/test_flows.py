@@ -7,7 +7,7 @@ import re
 import pytest
 from django.utils import timezone
 
-from tests.e2e.conftest import PASSWORD, PHONE, screenshot
+from tests.e2e.conftest import PASSWORD, PHONE, ms, screenshot
 from tests.otp import code_for
 
 # A valid ed25519 public key (the lifecycle tests' key).
@@ -123,7 +123,7 @@ def test_signup_size_order_pay_settle_and_the_lease_turns_active(new_context, co
     assert page.locator("#lease-live").get_attribute("hx-trigger") == "every 3s"
     run_lifecycle(timezone.now())
     ssh = page.locator("#ssh-line")
-    ssh.wait_for(timeout=10_000)  # swapped in by the poll, no reload
+    ssh.wait_for(timeout=ms(10))  # swapped in by the poll, no reload
     assert ssh.input_value() == f"ssh -p {22000 + lease.pk} root@lease-{lease.pk}.gpu.local"
     assert page.get_by_text("Your instance is running.").is_visible()
     assert page.locator("#lease-status").get_attribute("hx-trigger") is None  # polling stopped

@@ -8,7 +8,7 @@ import re
 import pytest
 from django.utils import timezone
 
-from tests.e2e.conftest import login, screenshot
+from tests.e2e.conftest import login, ms, screenshot
 
 from .test_customer_day_three_small import _customer
 
@@ -75,14 +75,14 @@ def test_the_lease_page_shows_a_snapshot_s_progress_then_ready(new_context, shop
 
     _report(snap, 3 * 2**30, 4 * 2**30)
     # htmx swaps the region every 3 s; without JS the page refreshes itself every 10 s.
-    page.wait_for_selector(f"#lease-snapshot-{snap.pk} progress[value='75.0']", timeout=25_000)
+    page.wait_for_selector(f"#lease-snapshot-{snap.pk} progress[value='75.0']", timeout=ms(25))
     assert "75.0 %" in row.inner_text() and re.search(r"3\.0\s*GB\s*/\s*4\.0\s*GB", row.inner_text())
     if javascript:
         assert loads == []          # swapped in place, no reload
 
     _ready(snap)
     # (selectors, not wait_for_function: the site's CSP allows no eval)
-    page.wait_for_selector(f"#lease-snapshot-{snap.pk}:has-text('ready')", timeout=25_000)
+    page.wait_for_selector(f"#lease-snapshot-{snap.pk}:has-text('ready')", timeout=ms(25))
     assert page.locator(f"#lease-snapshot-{snap.pk} progress").count() == 0
     text = row.inner_text()
     assert "ready" in text and "stored" in text
