@@ -22,9 +22,21 @@ def dead_port() -> int:
         return s.getsockname()[1]  # closed again: connections are refused
 
 
+@pytest.fixture(autouse=True)
+def _cache_state_restored():
+    """The fail-open layer's "down until" and the catalog's generation are process-wide: each
+    test starts and ends with them reset, also when it fails half-way."""
+    from inventory import selectors
+
+    FailOpenRedisCache._down_until = 0.0
+    selectors._generation_seen[:] = [None, 0.0]
+    yield
+    FailOpenRedisCache._down_until = 0.0
+    selectors._generation_seen[:] = [None, 0.0]
+
+
 def test_fail_open_backend_against_a_dead_redis():
     cache = FailOpenRedisCache(f"redis://127.0.0.1:{dead_port()}/0", {"OPTIONS": {"socket_connect_timeout": 0.2}})
-    FailOpenRedisCache._down_until = 0.0
     assert cache.get("k") is None and cache.get("k", "dflt") == "dflt"
     assert cache.set("k", 1) is None and cache.add("k", 1) is False and cache.get_many(["a", "b"]) == {}
     assert cache.delete("k") is False and cache.has_key("k") is False
