@@ -10,3 +10,13 @@ def demo_payments_off(app_configs, **kwargs):
                       hint="Unset DEMO_PAYMENTS (it is for the embedded `make run` demo only).",
                       id="billing.E001")]
     return []
+
+
+@register(Tags.security, deploy=True)
+def storage_not_simulated(app_configs, **kwargs):
+    if settings.STORAGE_SIMULATED:
+        return [Error("STORAGE_SIMULATED is on: network volumes, snapshots and object storage are sold "
+                      "without a storage cluster behind them.",
+                      hint="Unset STORAGE_SIMULATED and set the Ceph cluster (docs: Ceph storage), or sell no storage.",
+                      id="billing.E002")]
+    return []

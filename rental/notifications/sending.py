@@ -41,9 +41,30 @@ def signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(mac).decode()
 
 
+#: IPv6 prefixes whose addresses carry an IPv4 address that a relay or translator delivers to:
+#: NAT64 (RFC 6052) and the deprecated IPv4-compatible form. 6to4 and Teredo are read by
+#: ipaddress itself (sixtofour, teredo).
+_EMBEDDING_96 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::/96"))
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address leads to (mapped, 6to4, Teredo client, NAT64)."""
+    found = [a for a in (ip.ipv4_mapped, ip.sixtofour, ip.teredo and ip.teredo[1]) if a is not None]
+    if any(ip in network for network in _EMBEDDING_96) and int(ip) > 1:  # not :: or ::1
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return found
+
+
 def address_allowed(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
+    """A webhook may connect to a global unicast address, and an IPv6 address only when every
+    IPv4 address it embeds is one too: a 6to4 (2002:7f00:1::) or NAT64 address reaches
+    127.0.0.1 through a relay."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(ip)
+        if ip.ipv4_mapped:
+            return address_allowed(ip.ipv4_mapped)
+        if embedded and not all(address_allowed(v4) for v4 in embedded):
+            return False
     if settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES:  # tests' local receiver only (check --deploy refuses it)
         return not ip.is_unspecified and not ip.is_multicast
     return ip.is_global and not (ip.is_multicast or ip.is_reserved or ip.is_unspecified or ip.is_link_local)

@@ -160,9 +160,13 @@ def test_private_loopback_and_link_local_addresses_are_refused_by_default(catalo
                                                                           settings):
     assert settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES is False
     for address in ("127.0.0.1", "10.1.2.3", "192.168.0.10", "172.16.5.5", "169.254.169.254", "100.64.0.1",
-                    "0.0.0.0", "::1", "fe80::1", "fc00::1", "::ffff:127.0.0.1", "224.0.0.1"):
+                    "0.0.0.0", "::1", "fe80::1", "fc00::1", "::ffff:127.0.0.1", "224.0.0.1",
+                    # IPv6 that a relay or translator turns into a private IPv4 address
+                    "2002:7f00:1::", "2002:a01:203::1", "2001:0:4136:e378:8000:63bf:80ff:fffe",
+                    "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "::127.0.0.1"):
         assert not address_allowed(ipaddress.ip_address(address)), address
-    assert address_allowed(ipaddress.ip_address("93.184.215.14"))
+    for address in ("93.184.215.14", "::ffff:93.184.215.14", "2002:5db8:d70e::1", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"):
+        assert address_allowed(ipaddress.ip_address(address)), address
     webhook_endpoint_save(customer=customer, url=receiver.url)
     [delivery] = event_emit(event="webhook.test", term="t4", customer=customer, data={}, now=t0)
     delivery.refresh_from_db()

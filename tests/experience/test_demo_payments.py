@@ -72,3 +72,11 @@ def test_check_deploy_refuses_demo_payments(settings):
     assert "billing.E001" in ids
     settings.DEMO_PAYMENTS = False
     assert "billing.E001" not in {m.id for m in checks.run_checks(include_deployment_checks=True)}
+
+
+def test_check_deploy_refuses_simulated_storage(settings):
+    settings.DEMO_PAYMENTS = False
+    settings.STORAGE_SIMULATED = True
+    assert "billing.E002" in {m.id for m in checks.run_checks(include_deployment_checks=True)}
+    settings.STORAGE_SIMULATED = False
+    assert "billing.E002" not in {m.id for m in checks.run_checks(include_deployment_checks=True)}
