@@ -12,8 +12,29 @@ def client_address(request) -> str:
     return get_client_ip_address(request) or "unknown"
 
 
+#: One IPv6 client is a /64: a host is handed a whole /64 and picks any address in it, so
+#: counting per address would give each guess a fresh counter.
+IPV6_CLIENT_PREFIX = 64
+
+
+def throttle_address(request) -> str:
+    """What a per-address throttle counts on: the IPv4 address, or the IPv6 address's /64."""
+    import ipaddress
+
+    address = client_address(request)
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:  # an IPv4 client seen through a dual-stack socket
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/{IPV6_CLIENT_PREFIX}", strict=False))
+    return str(ip)
+
+
 def _key(scope: str, request) -> str:
-    return f"throttle:{scope}:{client_address(request)}"
+    return f"throttle:{scope}:{throttle_address(request)}"
 
 
 def throttled(scope: str, request, *, limit: int, key: str | None = None) -> bool:

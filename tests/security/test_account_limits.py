@@ -40,6 +40,19 @@ def test_password_reset_requests_are_throttled_per_address_and_per_address_maile
     assert answers == [429, 429] and len(mail.outbox) == 2
 
 
+def test_an_ipv6_client_is_its_64_not_each_address_it_picks(customer, settings):
+    """A host gets a whole /64: a fresh address per request must not reset the count."""
+    settings.PASSWORD_RESETS_PER_IP, settings.PASSWORD_RESETS_PER_EMAIL = 2, 10
+    answers = [Client(REMOTE_ADDR=f"2001:db8:7:9::{n:x}").post(reverse("password_reset"), {"email": f"x{n}@example.org"})
+               .status_code for n in range(1, 4)]
+    assert answers == [302, 302, 429]
+    neighbour = Client(REMOTE_ADDR="2001:db8:7:a::1")  # the next /64 is another client
+    assert neighbour.post(reverse("password_reset"), {"email": "y@example.org"}).status_code == 302
+    mapped = [Client(REMOTE_ADDR=a).post(reverse("password_reset"), {"email": f"m{a[-1]}@example.org"}).status_code
+              for a in ("203.0.113.9", "::ffff:203.0.113.9", "203.0.113.9")]  # one IPv4 client, either form
+    assert mapped == [302, 302, 429]
+
+
 @pytest.fixture
 def signed_in(customer):
     client = Client()
