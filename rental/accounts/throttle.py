@@ -122,7 +122,9 @@ def throttle_posts(scope: str, *, limit: str, window_minutes: str, key=None):
             if request.method == "POST" and not throttle_take(
                     scope, request, limit=getattr(settings, limit),
                     window_seconds=getattr(settings, window_minutes) * 60, key=key(request) if key else None):
-                return render(request, "registration/throttled.html", status=429)
+                response = render(request, "registration/throttled.html", status=429)
+                response["Retry-After"] = str(getattr(settings, window_minutes) * 60)  # at most one window
+                return response
             return view(request, *args, **kwargs)
 
         return guarded

@@ -75,6 +75,11 @@ def dispatch_mark_sent(*, dispatch_id: int, now: datetime) -> None:
 
 # --- events ---------------------------------------------------------------------------------
 
+#: Events that reach the customer's own endpoint only: a customer's "send a test event" is no
+#: news to the operators (and must not let a customer make the store call them at will).
+CUSTOMER_ONLY = frozenset({"webhook.test"})
+
+
 def _endpoints_for_many(customer_ids):
     scope = Q(scope=WebhookEndpoint.Scope.OPERATOR)
     if customer_ids:
@@ -84,8 +89,9 @@ def _endpoints_for_many(customer_ids):
 
 def event_emit(*, event: str, term: str, customer, data, now: datetime | None = None,
                lease=None) -> list[WebhookDelivery]:
-    """The event goes to the customer's endpoint and every operator endpoint, once per
-    (endpoint, event, term); deliveries start when the caller's transaction commits.
+    """The event goes to the customer's endpoint and every operator endpoint (a CUSTOMER_ONLY
+    event to the customer's alone), once per (endpoint, event, term); deliveries start when the
+    caller's transaction commits.
     `data` is the payload's data, or a callable making it (only called when some endpoint
     listens, so an event nobody receives costs one query)."""
     return events_emit([Event(event=event, term=term, customer=customer, data=data, lease=lease)], now=now)
@@ -114,7 +120,7 @@ def events_emit(events: list[Event], *, now: datetime | None = None) -> list[Web
         return []
     made = []
     for endpoint in endpoints:
-        mine = [e for e in events if endpoint.scope == WebhookEndpoint.Scope.OPERATOR
+        mine = [e for e in events if (endpoint.scope == WebhookEndpoint.Scope.OPERATOR and e.event not in CUSTOMER_ONLY)
                 or endpoint.owner_id == getattr(e.customer, "pk", e.customer)]
         claims = dispatch_claim_many([
             Dispatch(recipient=f"webhook:{endpoint.pk}", event=e.event, term=e.term, created_at=now,

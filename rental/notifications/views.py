@@ -11,6 +11,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from ..account_page import settings_context
+from ..accounts.throttle import per_user, throttle_posts
 from .models import WebhookDelivery, WebhookEndpoint
 from .sending import Refused, check_url, resolve
 from .services import (
@@ -69,8 +70,14 @@ def webhook_delete(request):
     return _back()
 
 
+#: Customer-triggered outbound calls share one per-customer allowance.
+manual_send_throttled = throttle_posts("webhook-manual-send", limit="WEBHOOK_MANUAL_SENDS_PER_USER",
+                                       window_minutes="WEBHOOK_MANUAL_SEND_WINDOW_MINUTES", key=per_user)
+
+
 @login_required
 @require_POST
+@manual_send_throttled
 def webhook_test(request):
     now = timezone.now()
     if not event_emit(event="webhook.test", term=f"test@{now.isoformat()}", customer=request.user, now=now,
@@ -82,6 +89,7 @@ def webhook_test(request):
 
 @login_required
 @require_POST
+@manual_send_throttled
 def webhook_redeliver(request, delivery_id: int):
     delivery = WebhookDelivery.objects.filter(pk=delivery_id, endpoint__owner=request.user,
                                               endpoint__scope=WebhookEndpoint.Scope.CUSTOMER).first()

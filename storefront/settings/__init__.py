@@ -474,6 +474,10 @@ WEBHOOK_RETRY_SECONDS = [int(s) for s in env_list("WEBHOOK_RETRY_SECONDS", "10,6
 # Webhooks never go to private, loopback or link-local addresses (SSRF). Only tests turn this
 # on, for their local receiver; `check --deploy` refuses it.
 WEBHOOK_ALLOW_PRIVATE_ADDRESSES = env_bool("WEBHOOK_ALLOW_PRIVATE_ADDRESSES")
+# Outbound calls a customer triggers by hand ("send a test event", "redeliver"): at most this
+# many per customer per window; past it the button answers 429 with Retry-After.
+WEBHOOK_MANUAL_SENDS_PER_USER = int(os.environ.get("WEBHOOK_MANUAL_SENDS_PER_USER", "10"))
+WEBHOOK_MANUAL_SEND_WINDOW_MINUTES = int(os.environ.get("WEBHOOK_MANUAL_SEND_WINDOW_MINUTES", "10"))
 CELERY_IMPORTS = ["rental.notifications.tasks"]  # the webhook delivery task
 # --- issues 25 and 26: storage on each site's Ceph cluster, snapshots of lease disks
 from .storage import *  # noqa: E402,F403

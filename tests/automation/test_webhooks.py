@@ -226,6 +226,27 @@ def test_settings_page_shows_the_secret_once_the_log_and_redelivers(client, cata
     assert endpoint.url == receiver.url  # refused, unchanged
 
 
+def test_test_events_and_redeliveries_are_limited_per_customer_and_never_reach_the_operators(
+        client, catalog, customer, operator, t0, loopback_allowed, receiver, settings):
+    settings.WEBHOOK_MANUAL_SENDS_PER_USER, settings.WEBHOOK_MANUAL_SEND_WINDOW_MINUTES = 3, 10
+    ops = Receiver()
+    try:
+        WebhookEndpoint.objects.create(owner=operator, scope="operator", url=ops.url, created_at=t0)
+        endpoint, _secret = webhook_endpoint_save(customer=customer, url=receiver.url)
+        client.force_login(customer)
+        answers = [client.post("/account/webhooks/test/").status_code for _ in range(2)]
+        delivery = WebhookDelivery.objects.filter(endpoint=endpoint).first()
+        answers.append(client.post(f"/account/webhooks/deliveries/{delivery.pk}/redeliver/").status_code)
+        refused = client.post("/account/webhooks/test/")
+        assert answers == [302, 302, 302] and refused.status_code == 429
+        assert refused["Retry-After"] == "600"
+        assert client.post(f"/account/webhooks/deliveries/{delivery.pk}/redeliver/").status_code == 429
+        assert WebhookDelivery.objects.filter(endpoint=endpoint).count() == 3 and len(receiver.requests) == 3
+        assert ops.requests == [] and not WebhookDelivery.objects.filter(endpoint__scope="operator").exists()
+    finally:
+        ops.close()
+
+
 def test_admin_redeliver_action(client, catalog, customer, operator, t0, loopback_allowed, receiver):
     webhook_endpoint_save(customer=customer, url=receiver.url)
     [delivery] = event_emit(event="webhook.test", term="t7", customer=customer, data={}, now=t0)
