@@ -83,6 +83,20 @@ def _fresh_throttles():
 
 
 @pytest.fixture(autouse=True)
+def _storefront_celery_app_stays_current():
+    """A Celery app made in a test becomes the current one by default, and the storefront's
+    shared tasks then queue through it (to Redis, never eagerly) in every later test on the
+    same xdist worker: the webhook tests failed only after the Celery worker tests."""
+    from celery import current_app
+
+    from storefront import celery_app
+
+    yield
+    assert current_app._get_current_object() is celery_app, \
+        "this test left another Celery app current: make it with set_as_current=False"
+
+
+@pytest.fixture(autouse=True)
 def _default_language():
     """A request served in Chinese leaves zh-hans active in the worker thread (Django's
     LocaleMiddleware activates and never deactivates it); every test starts in the site's

@@ -86,7 +86,9 @@ def wait_for(condition, timeout, what):
 def queue():
     """A queue of our own on the shared Redis database, so parallel runs never meet."""
     name = f"lifecycle-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    app = Celery("test-sender", broker=os.environ["REDIS_URL"])
+    # not the current app: the storefront's tasks queued later in this process (eager in tests) must
+    # not be sent through this sender to a queue no worker reads
+    app = Celery("test-sender", broker=os.environ["REDIS_URL"], set_as_current=False)
     yield name, app
     with app.connection_for_write() as conn:
         conn.default_channel.client.delete(name)
