@@ -48,8 +48,8 @@ _EMBEDDING_96 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::/
 
 
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 address leads to (mapped, 6to4, Teredo client, NAT64)."""
-    found = [a for a in (ip.ipv4_mapped, ip.sixtofour, ip.teredo and ip.teredo[1]) if a is not None]
+    """The IPv4 addresses an IPv6 address leads to through a relay (6to4, Teredo client, NAT64)."""
+    found = [a for a in (ip.sixtofour, ip.teredo and ip.teredo[1]) if a is not None]
     if any(ip in network for network in _EMBEDDING_96) and int(ip) > 1:  # not :: or ::1
         found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
     return found
@@ -60,10 +60,9 @@ def address_allowed(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     IPv4 address it embeds is one too: a 6to4 (2002:7f00:1::) or NAT64 address reaches
     127.0.0.1 through a relay."""
     if isinstance(ip, ipaddress.IPv6Address):
-        embedded = _embedded_ipv4(ip)
         if ip.ipv4_mapped:
             return address_allowed(ip.ipv4_mapped)
-        if embedded and not all(address_allowed(v4) for v4 in embedded):
+        if not all(address_allowed(v4) for v4 in _embedded_ipv4(ip)):
             return False
     if settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES:  # tests' local receiver only (check --deploy refuses it)
         return not ip.is_unspecified and not ip.is_multicast
