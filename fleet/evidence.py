@@ -81,12 +81,36 @@ def _check_kind_fields(kind: str, record: dict) -> None:
         _check_commands(record)
         if _int(record.get("keyslots_after"), 0, 64) != 0 or _int(record.get("test_passphrase_exit"), -255, 255) == 0:
             raise Refused("not_proven")  # the old key still opens the volume
+        _check_gpu_memory(record)
     else:
         _check_commands(record)
         if record.get("result") not in ("ok", "failed"):
             raise Refused("invalid")
         verification = record.get("verification")
         if record["result"] == "ok" and not _verified(verification):
+            raise Refused("not_proven")
+
+
+MAX_GPUS_PER_RECORD = 64    # far above any node's GPU count: a bound, not a limit in use
+
+
+def _check_gpu_memory(record: dict) -> None:
+    """`gpu_memory_cleared` (absent from agents that predate it): per GPU the lease used on
+    the node, whether its memory was overwritten and read back. An `ok` is proven as a wipe
+    is (verified, some bytes); a `failed` is accepted and quarantines the node."""
+    cleared = record.get("gpu_memory_cleared")
+    if cleared is None:
+        return
+    if not isinstance(cleared, dict) or len(cleared) > MAX_GPUS_PER_RECORD:
+        raise Refused("invalid")
+    for uuid, entry in cleared.items():
+        _str(uuid, 80)
+        if not isinstance(entry, dict) or entry.get("result") not in ("ok", "failed") or \
+                type(entry.get("verified")) is not bool:
+            raise Refused("invalid")
+        _int(entry.get("bytes"), 0, 2**62)
+        _int(entry.get("total_bytes"), 0, 2**62)
+        if entry["result"] == "ok" and not (entry["verified"] and entry["bytes"] > 0):
             raise Refused("not_proven")
 
 
@@ -213,6 +237,8 @@ def _apply(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
             lease_connection_update(lease_id=lease_id, instance=instance, now=now,
                                     reason=f"instance ready on node {agent.node.name}")
         return
+    if evidence.kind == Evidence.Kind.KEY_DESTROYED:
+        _apply_gpu_memory(evidence, agent=agent, now=now)   # this node's GPUs, whichever copy
     if last_node_id(lease_id) != agent.node_id:
         return  # a copy left behind by a migration: proven gone, the lease's own disk is elsewhere
     with agent_override(NodeAgentDriver()):
@@ -223,6 +249,22 @@ def _apply(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
             lease_wipe(lease_id=lease_id, now=now)
         else:
             node_quarantine(agent=agent, evidence=evidence, now=now)
+
+
+def _apply_gpu_memory(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
+    """A GPU whose memory was not cleared after the lease may still hold its data: the node
+    is quarantined as after a failed wipe (no new lease), until an operator has the card
+    cleared (the agent fails the card's burn-in until a clear succeeds)."""
+    entries = evidence.record.get("gpu_memory_cleared") or {}
+    failed = sorted(uuid for uuid, entry in entries.items() if entry["result"] != "ok")
+    if not failed:
+        return
+    what = f"GPU memory not cleared after lease #{evidence.lease_id}"
+    node_set_draining(node=agent.node, draining=True, reason=what)
+    detail = str(entries[failed[0]].get("detail") or "")[:120]
+    incident_open(node=agent.node, kind=Incident.Kind.DEGRADED, starts_at=now, now=now,
+                  source=Incident.Source.HEALTH_CHECK,
+                  reason=f"quarantined: {what} ({', '.join(failed)[:200]}) {detail}".strip())
 
 
 def node_quarantine(*, agent: NodeAgent, evidence: Evidence, now: datetime) -> Incident:

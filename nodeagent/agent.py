@@ -14,6 +14,7 @@ from .client import StorefrontClient, StorefrontRefused, StorefrontUnreachable
 from .config import AgentConfig
 from .converge import Converger
 from .gpu import gpu_report, open_gpu_probe
+from .gpu_memory import GpuMemory
 from .interfaces import OperationFailed
 from .journal import Journal, utc_now
 from .outbox import Outbox
@@ -62,15 +63,18 @@ class Agent:
         self.probe = probe or open_gpu_probe(max_temperature_c=config.max_temperature_c,
                                              min_cuda=config.min_cuda)
         self.outbox = Outbox(self.state.outbox_path)
+        gpu_memory = GpuMemory(config.gpu_memory, self.state.root / "gpu-memory.json")
         self.burn_in = BurnInRunner(node=self.node, key=self.key, outbox=self.outbox,
                                     journal=Journal(self.state.root / "burn-in.json"),
-                                    probe=self.probe, diagnostics=Diagnostics(config.burn_in))
+                                    probe=self.probe, diagnostics=Diagnostics(config.burn_in),
+                                    gpu_memory=gpu_memory)
         self.converger = Converger(
             node=self.node, runtime=runtime or open_runtime(config),
             disks=disks or open_disks(config), journal=Journal(self.state.journal_path),
             outbox=self.outbox, key=self.key, images=config.images,
             public_host=config.public_host,
-            volumes=Volumes(config.state_dir / "volumes", client=config.volume_client))
+            volumes=Volumes(config.state_dir / "volumes", client=config.volume_client),
+            gpu_memory=gpu_memory)
         self.failures = 0
         self._held: dict | None = None   # the desired state the last report's answer carried
         self._gpus_sent: list | None = None   # the GPUs as last accepted (temperature aside)

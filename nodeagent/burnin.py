@@ -149,9 +149,11 @@ class BurnInRunner:
     """One diagnostic at a time on a worker thread; each request's signed record goes to
     the outbox; a finished op_id is journaled so a restart does not run it again."""
 
-    def __init__(self, *, node: str, key, outbox, journal, probe, diagnostics: Diagnostics):
+    def __init__(self, *, node: str, key, outbox, journal, probe, diagnostics: Diagnostics,
+                 gpu_memory=None):
         self.node, self.key, self.outbox, self.journal = node, key, outbox, journal
         self.probe, self.diagnostics = probe, diagnostics
+        self.gpu_memory = gpu_memory    # nodeagent.gpu_memory.GpuMemory: the last lease's data
         self._queue: queue.Queue = queue.Queue()
         self._queued: set[str] = set()
         self._lock = threading.Lock()
@@ -199,8 +201,12 @@ class BurnInRunner:
         level = int(request.get("level", 2))
         before = self._readings(index)
         started = utc_now()
+        not_clean = self.gpu_memory.not_clean(before.uuid) if self.gpu_memory and before else ""
         if before is None:
             diagnosis = Diagnostics._failed("nvml", f"GPU {index} not found by NVML")
+        elif not_clean:
+            # A card whose memory may hold the last tenant's data is never passed for sale.
+            diagnosis = Diagnostics._failed("gpu_memory", f"GPU memory not cleared: {not_clean}")
         else:
             log.info("burn-in %s: GPU %s, level %s", op_id, index, level)
             diagnosis = self.diagnostics.diagnose(index=index, uuid=before.uuid, level=level)

@@ -12,6 +12,7 @@ from . import __version__
 from .agent import Agent, NotEnrolled, warn_if_cleartext
 from .client import StorefrontClient, StorefrontRefused, StorefrontUnreachable
 from .config import DEFAULT_CONFIG_PATH, AgentConfig, ConfigError, load_config
+from .gpu import open_gpu_probe
 from .interfaces import OperationFailed
 from .signing import NodeKey
 from .state import StateDir, read_json, write_json
@@ -37,7 +38,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def enrol(config: AgentConfig, args) -> int:
     """Generate a fresh Ed25519 key, trade the one-time code for a node credential. The
-    new key replaces the old one only once the storefront accepted it."""
+    new key replaces the old one only once the storefront accepted it. A node that fails
+    a start check (nodeagent/preflight.py) is not enrolled: it could not run a lease."""
+    refused = _preflight(config, _probe(config), "enrol")
+    if refused is not None:
+        return refused
     state = StateDir(config.state_dir)
     state.ensure()
     pending = state.root / "node-key.pending.pem"
@@ -64,8 +69,12 @@ def enrol(config: AgentConfig, args) -> int:
 
 
 def run(config: AgentConfig, args) -> int:
+    probe = _probe(config)
+    refused = _preflight(config, probe, "run")
+    if refused is not None:
+        return refused
     try:
-        agent = Agent(config)
+        agent = Agent(config, probe=probe)
     except OperationFailed as exc:       # e.g. docker not answering: systemd restarts us
         log.error("cannot start: %s", exc)
         return 1
@@ -136,6 +145,27 @@ def verify_record(config: AgentConfig, args) -> int:
     for result in results:
         print(f"{'OK ' if result.ok else 'BAD'} {result.kind}: {result.summary}")
     return 0 if all(r.ok for r in results) else 1
+
+
+def _probe(config: AgentConfig):
+    return open_gpu_probe(max_temperature_c=config.max_temperature_c, min_cuda=config.min_cuda)
+
+
+def _preflight(config: AgentConfig, probe, what: str) -> int | None:
+    """The node's start checks: None when it may go on, else the exit status (3: systemd
+    does not restart it; the messages name each fix)."""
+    from . import preflight
+
+    try:
+        info = preflight.docker_info(config.docker.socket)
+    except OperationFailed as exc:       # dockerd still starting: systemd restarts us
+        log.error("cannot start: %s", exc)
+        return 1
+    problems = preflight.node_problems(config, info, gpu_count=len(probe.inventory()))
+    refusals = preflight.refusals(problems, config.preflight_waive)
+    for problem in refusals:
+        log.error("refusing to %s: %s", what, problem)
+    return EXIT_CONFIG if refusals else None
 
 
 def _config(path: str | None) -> AgentConfig:

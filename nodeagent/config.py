@@ -30,6 +30,13 @@
     dcgmi = "dcgmi"
     fallback_command = []      # e.g. ["/usr/local/bin/gpu-burn-in", "{uuid}"]
     timeout_seconds = 3600
+
+    [gpu_memory]               # a released GPU's memory zeroed (nodeagent/gpu_memory.py)
+    command = []               # [] = the built-in CUDA routine; else e.g. ["/usr/local/bin/clear-vram", "{uuid}"]
+    timeout_seconds = 300
+
+    preflight_waive = []       # (top level) start checks not enforced: development only
+                               # (nodeagent/preflight.py CHECKS, e.g. "io_uring", "pid_max")
 """
 import socket
 import tomllib
@@ -37,7 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .burnin import BurnInConfig
+from .gpu_memory import GpuMemoryConfig
 from .netfilter import DEFAULT_BLOCKED, validate_networks
+from .preflight import CHECKS
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-node-agent/config.toml"
 DEFAULT_STATE_DIR = "/var/lib/gpu-node-agent"
@@ -79,6 +88,10 @@ class AgentConfig:
     max_temperature_c: int = 90
     min_cuda: str = ""
     burn_in: BurnInConfig = field(default_factory=BurnInConfig)
+    gpu_memory: GpuMemoryConfig = field(default_factory=GpuMemoryConfig)
+    # Start checks (nodeagent/preflight.py) only warned about, not enforced: a development
+    # machine or test host that cannot change a kernel setting. Never on a node that sells.
+    preflight_waive: tuple[str, ...] = ()
     request_timeout: float = 20.0
     max_backoff_seconds: float = 300.0
     volume_client: str = "auto"      # network volumes: "kernel" CephFS client, "fuse" (ceph-fuse), "auto"
@@ -103,11 +116,14 @@ def parse_config(raw: dict, path: Path | None = None) -> AgentConfig:
     raw = dict(raw)
     docker = _docker_config(raw.pop("docker", {}))
     burn_in = _burn_in_config(raw.pop("burn_in", {}))
-    known = AgentConfig.__dataclass_fields__.keys() - {"path", "docker", "burn_in"}
+    gpu_memory = _gpu_memory_config(raw.pop("gpu_memory", {}))
+    if "preflight_waive" in raw:
+        raw["preflight_waive"] = _preflight_waive(raw["preflight_waive"])
+    known = AgentConfig.__dataclass_fields__.keys() - {"path", "docker", "burn_in", "gpu_memory"}
     unknown = set(raw) - known
     if unknown:
         raise ConfigError(f"unknown config keys: {', '.join(sorted(unknown))}")
-    config = AgentConfig(path=path, docker=docker, burn_in=burn_in, **raw)
+    config = AgentConfig(path=path, docker=docker, burn_in=burn_in, gpu_memory=gpu_memory, **raw)
     config.state_dir = Path(config.state_dir)
     config.storefront_url = config.storefront_url.rstrip("/")
     return config
@@ -145,3 +161,26 @@ def _burn_in_config(raw: dict) -> BurnInConfig:
     if not isinstance(command, list) or not all(isinstance(part, str) for part in command):
         raise ConfigError("burn_in.fallback_command must be a list of strings")
     return BurnInConfig(**raw)
+
+
+def _gpu_memory_config(raw: dict) -> GpuMemoryConfig:
+    unknown = set(raw) - GpuMemoryConfig.__dataclass_fields__.keys()
+    if unknown:
+        raise ConfigError(f"unknown [gpu_memory] keys: {', '.join(sorted(unknown))}")
+    command = raw.get("command", [])
+    if not isinstance(command, list) or not all(isinstance(part, str) for part in command):
+        raise ConfigError("gpu_memory.command must be a list of strings")
+    timeout = raw.get("timeout_seconds", GpuMemoryConfig.timeout_seconds)
+    if type(timeout) is not int or timeout <= 0:
+        raise ConfigError("gpu_memory.timeout_seconds must be a positive number of seconds")
+    return GpuMemoryConfig(command=list(command), timeout_seconds=timeout)
+
+
+def _preflight_waive(raw) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(name, str) for name in raw):
+        raise ConfigError("preflight_waive must be a list of check names")
+    unknown = set(raw) - set(CHECKS)
+    if unknown:
+        raise ConfigError(f"preflight_waive: no such check {', '.join(sorted(unknown))} "
+                          f"(checks: {', '.join(CHECKS)})")
+    return tuple(raw)

@@ -19,22 +19,31 @@ PENDING = ("image_pulling", "snapshot_restoring")
 
 class Converger:
     def __init__(self, *, node: str, runtime, disks, journal: Journal, outbox: Outbox,
-                 key: NodeKey, images: dict[str, str], public_host: str, volumes=None):
+                 key: NodeKey, images: dict[str, str], public_host: str, volumes=None,
+                 gpu_memory=None):
         self.node, self.runtime, self.disks = node, runtime, disks
         self.journal, self.outbox, self.key = journal, outbox, key
         self.images, self.public_host = images, public_host
         self.volumes = volumes          # nodeagent.volumes.Volumes: network volumes (issue 25)
         self.storage = None             # the desired state's `storage` (how to reach the CephFS)
         self.jobs = Jobs()              # snapshots and restores on worker threads (issue 26)
+        # nodeagent.gpu_memory.GpuMemory: a released GPU's memory zeroed before the next lease
+        self.gpu_memory = gpu_memory
+        self._listed: list[dict] = []   # this pass's desired instances (which GPUs are taken)
+        self._gpus: list[GpuInfo] = []
 
     def converge(self, instances: list[dict], gpus: list[GpuInfo], storage: dict | None = None) -> list[dict]:
         """One report item per desired lease, plus the leases this node still runs that
         the storefront no longer lists (left alone: only `want: absent` removes)."""
         self.storage = storage if isinstance(storage, dict) else None
         instances = [item for item in instances if _well_formed(item)]
+        self._listed, self._gpus = instances, gpus
         self._resume_interrupted()
-        reports = [self._with_jobs(item, self._with_volumes(item, self._converge_one(item, gpus)))
-                   for item in instances]
+        # Releases first: a GPU's memory is cleared before a lease listed after it starts on it.
+        order = sorted(range(len(instances)), key=lambda i: instances[i].get("want") != "absent")
+        done = {i: self._with_jobs(instances[i], self._with_volumes(
+            instances[i], self._converge_one(instances[i], gpus))) for i in order}
+        reports = [done[i] for i in range(len(instances))]
         listed = {item["lease_id"] for item in instances}
         for lease_id in self._runtime_leases():
             if lease_id not in listed:
@@ -48,6 +57,8 @@ class Converger:
         for lease_id in self.journal.leases() - listed:
             if self.journal.is_done(f"lease:{lease_id}:disk_wiped"):
                 self.journal.forget_lease(lease_id)
+                if self.gpu_memory is not None:
+                    self.gpu_memory.forget(lease_id)
 
     def _converge_one(self, item: dict, gpus: list[GpuInfo]) -> dict:
         lease_id, op_id = item["lease_id"], item["op_id"]
@@ -91,6 +102,8 @@ class Converger:
             status = self.runtime.ensure_stopped(lease_id)
         else:
             status = self.runtime.ensure_absent(lease_id)
+            if self.gpu_memory is not None:     # the instance is gone: nothing uses its GPUs
+                self.gpu_memory.release(lease_id, in_use=self._gpus_in_use(but=lease_id))
             if self.volumes is not None:
                 self.volumes.release(lease_id)
             self.disks.detach(lease_id)
@@ -125,6 +138,8 @@ class Converger:
         if not self.disks.is_ready(lease_id):
             raise OperationFailed("disk_not_mounted", f"lease {lease_id}'s disk is not mounted "
                                   f"at {spec.disk_path} where dockerd sees it: not starting")
+        if self.gpu_memory is not None:     # known before it runs: a crash cannot lose it
+            self.gpu_memory.hold(lease_id, spec.gpu_uuids)
         status = self.runtime.ensure_running(spec)
         marker = f"{item['op_id']}:instance_ready"
         if not self.journal.is_done(marker):        # one record per op, not per (re)start
@@ -300,8 +315,12 @@ class Converger:
         if self.journal.is_done(marker):
             return
         evidence: DiskEvidence = step(lease_id)
+        details = dict(evidence.details)
+        if kind == "key_destroyed" and self.gpu_memory is not None:
+            # the release's record: every GPU the lease used here, cleared or not (PROTOCOL.md)
+            details["gpu_memory_cleared"] = self.gpu_memory.results(lease_id)
         self._evidence(kind, lease_id, op_id, {
-            **evidence.details,
+            **details,
             "commands": [{"argv": c.argv, "exit": c.exit} for c in evidence.commands]})
         self.journal.done(lease_id, marker)
 
@@ -315,6 +334,18 @@ class Converger:
             raise OperationFailed("image_missing",
                                   f"no local image configured for {slug!r} ([images] in config)")
         return self.images[slug]
+
+    def _gpus_in_use(self, *, but: int) -> dict[str, int]:
+        """GPUs another listed lease's instance runs on now (uuid -> that lease)."""
+        by_index = {g.index: g.uuid for g in self._gpus}
+        taken = {}
+        for item in self._listed:
+            if item["lease_id"] == but or item.get("want") != "running":
+                continue
+            uuids = [by_index[s] for s in item.get("gpus") or [] if s in by_index]
+            if uuids and self._safe_status(item["lease_id"]).state == "running":
+                taken.update((uuid, item["lease_id"]) for uuid in uuids)
+        return taken
 
     @staticmethod
     def _gpu_uuids(slots: list[int], gpus: list[GpuInfo]) -> tuple[str, ...]:

@@ -24,6 +24,8 @@ src=$(cd "$(dirname "$0")" && pwd)
 VENV=/opt/gpu-node-agent
 ETC=/etc/gpu-node-agent
 UNIT=/etc/systemd/system/gpu-node-agent.service
+SYSCTL=/etc/sysctl.d/60-gpu-node-agent.conf
+SECCOMP=/etc/docker/gpu-node-seccomp.json
 # the disk tools (luks backend, LVM carver, NVMe sanitize), venv, NTP, nft, and AppArmor
 # (dockerd loads its docker-default profile into every container where the kernel has it)
 PACKAGES="cryptsetup-bin lvm2 nvme-cli e2fsprogs util-linux python3-venv chrony nftables apparmor"
@@ -75,6 +77,9 @@ for ids in /etc/subuid /etc/subgid; do
     grep -q '^dockremap:' "$ids" 2>/dev/null || echo "dockremap:$DOCKREMAP_RANGE" >> "$ids"
 done
 install -d -m 0755 /etc/docker
+# The seccomp profile that denies io_uring where the kernel cannot turn it off (moby's
+# default profile; docs/adr/0004-node-start-checks.md), before a daemon.json that names it.
+cmp -s "$src/seccomp-no-io-uring.json" "$SECCOMP" || install -m 0644 "$src/seccomp-no-io-uring.json" "$SECCOMP"
 if ! cmp -s "$src/docker-daemon.json" /etc/docker/daemon.json; then
     if [ -e /etc/docker/daemon.json ] && [ ! -e /etc/docker/daemon.json.before-gpu-node-agent ]; then
         cp -p /etc/docker/daemon.json /etc/docker/daemon.json.before-gpu-node-agent
@@ -85,6 +90,17 @@ if ! cmp -s "$src/docker-daemon.json" /etc/docker/daemon.json; then
     if running; then
         systemctl restart docker
     fi
+fi
+# The kernel settings the agent checks at start (nodeagent/sysctl.conf): io_uring off, a
+# pid space for every instance's pids_limit. Applied now on a running node, at boot after.
+if ! cmp -s "$src/sysctl.conf" "$SYSCTL"; then
+    install -m 0644 "$src/sysctl.conf" "$SYSCTL"
+    step "wrote $SYSCTL"
+fi
+if running; then
+    sysctl_bin=/usr/lib/systemd/systemd-sysctl
+    [ -x "$sysctl_bin" ] || sysctl_bin=/lib/systemd/systemd-sysctl
+    "$sysctl_bin" "$SYSCTL"
 fi
 include='include "/var/lib/gpu-node-agent/runtime/*.nft"'
 grep -qxF "$include" /etc/nftables.conf 2>/dev/null || echo "$include" >> /etc/nftables.conf

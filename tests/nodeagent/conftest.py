@@ -35,6 +35,7 @@ from .storefront_double import StorefrontDouble
 
 ROOT = Path(__file__).resolve().parents[2]
 STUB_SOURCE = Path(__file__).parent / "nvml_stub" / "nvml_stub.c"
+CUDA_STUB_SOURCE = Path(__file__).parent / "cuda_stub" / "cuda_stub.c"
 IMAGE_SCRIPT = ROOT / "scripts" / "build-node-test-image.sh"
 LEASE_POOL = "10.213.0.0/16"             # per-lease /28 networks, node namespace only
 PRIVATE_DEV = Path(__file__).parent / "private_dev.sh"
@@ -51,11 +52,13 @@ DATA_FS_BYTES = 8 * 1024 ** 3            # sparse
 
 @pytest.fixture(scope="session")
 def nvml_stub(tmp_path_factory) -> Path:
-    """The directory holding the stub libnvidia-ml.so.1 (for LD_LIBRARY_PATH)."""
+    """The directory holding the stub libnvidia-ml.so.1 and the stub libcuda.so.1 (the GPU
+    memory clearing routine's, cuda_stub/), for LD_LIBRARY_PATH."""
     gcc = require_tool("gcc")
     out = tmp_path_factory.mktemp("nvml")
-    subprocess.run([gcc, "-shared", "-fPIC", "-Wall", "-Werror", "-O2", "-o",
-                    str(out / "libnvidia-ml.so.1"), str(STUB_SOURCE)], check=True)
+    for library, source in (("libnvidia-ml.so.1", STUB_SOURCE), ("libcuda.so.1", CUDA_STUB_SOURCE)):
+        subprocess.run([gcc, "-shared", "-fPIC", "-Wall", "-Werror", "-O2", "-o",
+                        str(out / library), str(source)], check=True)
     return out
 
 

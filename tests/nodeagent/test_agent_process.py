@@ -127,6 +127,9 @@ def test_agent_process_serves_a_lease_through_an_outage(node, storefront, netns,
         assert not (state / "disks" / "lease-21").exists()
         destroyed = next(e for e in double_node.evidence if e["kind"] == "key_destroyed")
         assert destroyed["method"] == "none: unencrypted directory backend"
+        # both GPUs' memory zeroed by the agent's own routine (here on the stub libcuda)
+        assert {uuid: (c["result"], c["verified"]) for uuid, c in destroyed["gpu_memory_cleared"].items()} == \
+            {uuid: ("ok", True) for uuid in STUB_GPUS}
         assert instance_report(double_node, 21)["state"] == "absent"
     finally:
         assert stop_agent(agent) == 0

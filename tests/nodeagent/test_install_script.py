@@ -33,3 +33,44 @@ def test_an_unknown_option_is_refused():
     result = subprocess.run(["sh", str(SCRIPT), "--lease-drives", "/dev/nvme1n1"],
                             capture_output=True, text=True)
     assert result.returncode == 64 and "unknown option --lease-drives" in result.stderr
+
+
+def _assignments(path: Path) -> dict[str, str]:
+    """The sysctl.d file's settings, keyed as /proc/sys paths ("-": may be missing)."""
+    settings = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith(("#", ";")):
+            key, _, value = line.partition("=")
+            settings[key.strip().lstrip("-").replace(".", "/")] = value.strip()
+    return settings
+
+
+def test_the_kernel_settings_the_script_installs_pass_the_agents_start_checks(tmp_path):
+    from nodeagent import preflight
+    from nodeagent.config import DockerConfig
+
+    settings = _assignments(ROOT / "nodeagent" / "sysctl.conf")
+    for key, value in settings.items():
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_text(value + "\n")
+    old_docker = {"ServerVersion": "20.10.24", "SecurityOptions": ["name=seccomp,profile=default"]}
+    assert preflight.io_uring(old_docker, tmp_path / "kernel/io_uring_disabled") is None
+    # a 16-GPU node at the default pids_limit, with room to spare
+    assert preflight.pid_max(DockerConfig().pids_limit, 16, tmp_path / "kernel/pid_max") is None
+    assert int(settings["kernel/pid_max"]) == preflight.PID_MAX_SET_BY_INSTALLER
+
+
+def test_the_script_installs_the_files_where_the_agents_fixes_say():
+    from nodeagent import preflight
+
+    script = SCRIPT.read_text()
+    sysctl = re.search(r"^SYSCTL=(\S+)$", script, re.M).group(1)
+    seccomp = re.search(r"^SECCOMP=(\S+)$", script, re.M).group(1)
+    assert sysctl == preflight.SYSCTL_FILE
+    assert 'install -m 0644 "$src/sysctl.conf" "$SYSCTL"' in script
+    assert 'install -m 0644 "$src/seccomp-no-io-uring.json" "$SECCOMP"' in script
+    old_kernel_fix = preflight.io_uring({"ServerVersion": "20.10.24", "SecurityOptions": []},
+                                        Path("/nonexistent")).fix
+    assert f'"seccomp-profile": "{seccomp}"' in old_kernel_fix
+    # the profile is in place before dockerd is restarted with a daemon.json naming it
+    assert script.index('"$SECCOMP"') < script.index("systemctl restart docker")
