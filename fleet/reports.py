@@ -400,7 +400,9 @@ def _instance(agent: NodeAgent, item, now: datetime, *, known: _Instances) -> No
         raise Refused("invalid")
     lease_id, state, op_id = item.get("lease_id"), item.get("state"), item.get("op_id", "")
     port, egress, error = item.get("ssh_port"), item.get("egress_bytes", 0), item.get("error")
-    if type(lease_id) is not int or not 0 < lease_id < 2**62 or state not in _INSTANCE_STATES:
+    # A frozenset cannot be asked about a list or an object (unhashable): strings only.
+    if type(lease_id) is not int or not 0 < lease_id < 2**62 or type(state) is not str or \
+            state not in _INSTANCE_STATES:
         raise Refused("invalid")
     if not isinstance(op_id, str) or len(op_id) > 80:
         raise Refused("invalid")
