@@ -3,10 +3,14 @@ database every time: which leases hold slots on the node, their state, the custo
 stop/restart, and the disk key's state. Moving a slot allocation (a migration) therefore
 moves the instance: the new node sees the lease `running`, the old one `absent`.
 
-Disk work is asked only of the node the lease was on last, and only once rental asked for
-it (DiskKey destroy requested; the wipe as soon as the key is destroyed — `wipe_by` is only
-the deadline alerts watch, as README and rental.lifecycle promise): nothing here can destroy
-a paid lease's disk."""
+Disk work on the lease's own disk is asked only of the node the lease was on last, and only
+once rental asked for it (DiskKey destroy requested; the wipe as soon as the key is destroyed
+— `wipe_by` is only the deadline alerts watch, as README and rental.lifecycle promise):
+nothing here can destroy a paid lease's disk. A node the lease moved off holds only a copy
+(the lease's disk is now elsewhere): it is told to destroy that copy's key, then, once it
+proved that, to wipe it and give the device back to its pool — the same two steps and the
+same signed evidence as a release, so a move neither strands a drive nor leaves an LV
+behind. The copy is listed until its wipe is proven, even once the lease itself is wiped."""
 import hashlib
 import json
 from collections import defaultdict
@@ -15,6 +19,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from billing.storage.volumes import desired_storage, desired_volumes
 from inventory.burnin import pending_for_node
@@ -24,7 +29,7 @@ from rental.models import DiskKey, Lease, LeaseState, Snapshot
 from rental.storage import restore_into_pending, snapshot_repository
 
 from .desired_version import desired_stamp, remember_etag
-from .models import InstanceIntent, IssuedOp
+from .models import Evidence, InstanceIntent, IssuedOp
 from .timeutil import rfc3339
 
 S = LeaseState
@@ -40,13 +45,21 @@ class Wanted:
     disk: str   # keep | destroy_key | wipe
 
 
-def _wanted(lease: Lease, *, here_now: bool, last_here: bool, stopped_by_customer: bool) -> Wanted:
+#: How far the copy a move left on a node is sanitized (_copies_left_here).
+COPY_KEY_PENDING, COPY_KEY_DESTROYED, COPY_WIPED = "", "key_destroyed", "wiped"
+
+
+def _wanted(lease: Lease, *, here_now: bool, last_here: bool, stopped_by_customer: bool,
+            copy: str = COPY_KEY_PENDING) -> Wanted:
     if here_now and lease.state == S.SUSPENDED:
         return Wanted("stopped", "keep")
     if here_now and lease.state in (S.PROVISIONING, S.ACTIVE):
         return Wanted("stopped" if stopped_by_customer and lease.state == S.ACTIVE else "running", "keep")
-    if lease.state in ON_HOST or not last_here:
-        # Moved to another node: this copy goes (the instance, then its disk key).
+    if not last_here:
+        # Moved to another node: this copy goes — the instance, its disk key, then (once this
+        # node proved the key gone) its blocks, and the device returns to the node's pool.
+        return Wanted("absent", "wipe" if copy == COPY_KEY_DESTROYED else "destroy_key")
+    if lease.state in ON_HOST:
         return Wanted("absent", "destroy_key")
     key_state = lease.disk_key.state
     if key_state == DiskKey.State.DESTROYED:
@@ -57,10 +70,12 @@ def _wanted(lease: Lease, *, here_now: bool, last_here: bool, stopped_by_custome
 
 
 def _leases_on(node: Node):
-    """Leases that hold slots on the node now, or held them and are not wiped yet, with
-    the node each was on last. Never-started leases (cancelled unpaid) never reached a host.
-    Three indexed reads (issue 31: EXPLAIN at 10,000 nodes showed the former OR of an id
-    list and a subquery scanning the lease and allocation tables)."""
+    """Leases that hold slots on the node now, or held them and are not wiped yet — their
+    own disk, or the copy a move left here — with the node each was on last and how far
+    that copy is sanitized. Never-started leases (cancelled unpaid) never reached a host.
+    Three indexed reads, two more when the node holds copies left by moves (issue 31:
+    EXPLAIN at 10,000 nodes showed the former OR of an id list and a subquery scanning the
+    lease and allocation tables)."""
     current: dict[int, list[int]] = defaultdict(list)
     ids: set[int] = set()
     for lease_id, index, released_at in (SlotAllocation.objects.filter(slot__node=node)
@@ -73,12 +88,44 @@ def _leases_on(node: Node):
     for lease_id, node_id in (SlotAllocation.objects.filter(lease_id__in=ids)
                               .order_by("lease_id", "-allocated_at", "-id").values_list("lease_id", "slot__node_id")):
         last_node.setdefault(lease_id, node_id)
-    leases = list(Lease.objects.filter(pk__in=ids)
-                  .exclude(state__in=[S.PENDING, S.WIPED]).exclude(provisioning_started_at__isnull=True)
+    copies = _copies_left_here(node, {pk for pk in ids if last_node.get(pk) != node.pk})
+    wiped = {pk for pk, state in copies.items() if state == COPY_WIPED}
+    # A lease wiped on the node it moved to is still listed here while its copy is not.
+    unwiped_copies = [pk for pk in copies if pk not in wiped]
+    gone = Q(state=S.WIPED) & ~Q(pk__in=unwiped_copies) if unwiped_copies else Q(state=S.WIPED)
+    leases = list(Lease.objects.filter(pk__in=ids - wiped)
+                  .exclude(state=S.PENDING).exclude(gone).exclude(provisioning_started_at__isnull=True)
                   .select_related("offer__gpu_model", "image", "disk_key", "restore_from").order_by("pk")) if ids else []
     for lease in leases:
         lease.last_node_id = last_node.get(lease.pk)
+        lease.copy_here = copies.get(lease.pk, COPY_KEY_PENDING)
     return leases, current
+
+
+def _copies_left_here(node: Node, moved: set[int]) -> dict[int, str]:
+    """For each lease that moved off this node: how far the copy it left here is sanitized,
+    as this node proved for the op it was last issued for the lease — COPY_KEY_PENDING,
+    COPY_KEY_DESTROYED (a `key_destroyed` accepted for that op, or the op already asks for
+    the wipe) or COPY_WIPED (a `disk_wiped` with `result: ok` for it: nothing is left here).
+    Evidence counts only for the op it answers, so a lease that came back to this node and
+    left again starts over with its new copy."""
+    if not moved:
+        return {}
+    issued = {lease_id: (op_id, disk) for lease_id, op_id, disk in
+              IssuedOp.objects.filter(node=node, lease_id__in=moved).values_list("lease_id", "op_id", "disk")}
+    proven = set(Evidence.objects.filter(node=node, lease_id__in=moved)
+                 .filter(Q(kind=Evidence.Kind.KEY_DESTROYED) | Q(kind=Evidence.Kind.DISK_WIPED, record__result="ok"))
+                 .values_list("lease_id", "kind", "op_id"))
+    out = {}
+    for lease_id in moved:
+        op_id, disk = issued.get(lease_id, ("", ""))
+        if (lease_id, Evidence.Kind.DISK_WIPED, op_id) in proven:
+            out[lease_id] = COPY_WIPED
+        elif disk == "wipe" or (lease_id, Evidence.Kind.KEY_DESTROYED, op_id) in proven:
+            out[lease_id] = COPY_KEY_DESTROYED
+        else:
+            out[lease_id] = COPY_KEY_PENDING
+    return out
 
 
 def _issue(*, lease: Lease, node: Node, wanted: Wanted, restarts: int, now: datetime,
@@ -130,7 +177,7 @@ def desired_instances(*, node: Node, now: datetime, clock: list[datetime] | None
         intent = intents.get(lease.pk)
         gpus = current.get(lease.pk, [])
         wanted = _wanted(lease, here_now=bool(gpus), last_here=lease.last_node_id == node.pk,
-                         stopped_by_customer=bool(intent and intent.stopped_by_customer))
+                         stopped_by_customer=bool(intent and intent.stopped_by_customer), copy=lease.copy_here)
         snap = snapshots.get(lease.pk)
         if snap is not None and snap.purpose == Snapshot.Purpose.MIGRATION and wanted.want == "running":
             # Issue 26: the lease is moving off this node; it stops, so that the copy the new

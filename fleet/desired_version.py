@@ -94,6 +94,9 @@ WATCHED = {
     "billing.VolumeStore": lambda qs: _volume_nodes(qs.values("volume_id")),
     "billing.NodeStorageKey": lambda qs: qs.values_list("node_id", flat=True),
     "billing.StorageCluster": _cluster_nodes,
+    # A node's proof that it destroyed or wiped the copy a move left there is what tells it
+    # the next step (fleet.desired._copies_left_here); other evidence changes no document.
+    "fleet.Evidence": lambda qs: qs.filter(kind__in=("key_destroyed", "disk_wiped")).values_list("node_id", flat=True),
     # Rare, and read by every node's document: the whole fleet's epoch moves.
     "rental.Image": lambda qs: ALL,
     "inventory.Offer": lambda qs: ALL,

@@ -2,9 +2,11 @@
 verified with the node's registered Ed25519 key over its canonical JSON, stored verbatim,
 then applied — instance_ready makes the lease active (or moves its connection line),
 key_destroyed completes the DiskKey's destruction, disk_wiped wipes the lease or, when the
-wipe failed, quarantines the node. Evidence counts only for what the storefront asked of
-that node (the op it issued: running, destroy_key, wipe), so a node cannot destroy a paid
-lease's disk, nor start an unpaid one, by claiming it did."""
+wipe failed, quarantines the node; for the copy a move left on a node, both are written on
+the lease (rental.services.lease_copy_sanitized) and a failed wipe quarantines that node.
+Evidence counts only for what the storefront asked of that node (the op it issued: running,
+destroy_key, wipe), so a node cannot destroy a paid lease's disk, nor start an unpaid one,
+by claiming it did."""
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -18,6 +20,7 @@ from rental.models import DiskKey, Lease, Snapshot
 from rental.services import (
     disk_key_complete_destroy,
     lease_connection_update,
+    lease_copy_sanitized,
     lease_provisioned,
     lease_wipe,
 )
@@ -25,7 +28,7 @@ from rental.storage import lease_restored, snapshot_ready
 
 from .crypto import canonical_json, signature_valid
 from .desired import current_node_id, instance_of, last_node_id, lease_on_node
-from .driver import NodeAgentDriver
+from .driver import NodeAgentDriver, proof_text
 from .models import Evidence, IssuedOp, NodeAgent
 from .timeutil import parse_time
 
@@ -240,7 +243,8 @@ def _apply(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
     if evidence.kind == Evidence.Kind.KEY_DESTROYED:
         _apply_gpu_memory(evidence, agent=agent, now=now)   # this node's GPUs, whichever copy
     if last_node_id(lease_id) != agent.node_id:
-        return  # a copy left behind by a migration: proven gone, the lease's own disk is elsewhere
+        _apply_to_copy(evidence, agent=agent, now=now)
+        return
     with agent_override(NodeAgentDriver()):
         if evidence.kind == Evidence.Kind.KEY_DESTROYED:
             if DiskKey.objects.filter(lease_id=lease_id, state=DiskKey.State.DESTROY_REQUESTED).exists():
@@ -249,6 +253,19 @@ def _apply(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
             lease_wipe(lease_id=lease_id, now=now)
         else:
             node_quarantine(agent=agent, evidence=evidence, now=now)
+
+
+def _apply_to_copy(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
+    """A copy a move left on this node (the lease's own disk is elsewhere): its key
+    destroyed, or its blocks wiped, is written on the lease with the node-signed receipt —
+    the audit row, and what the lease's sanitization record shows of that copy. The lease's
+    own key and state are untouched. A failed wipe quarantines the node, as after a release:
+    its drive is not handed to the next lease."""
+    ok = evidence.kind == Evidence.Kind.KEY_DESTROYED or evidence.record.get("result") == "ok"
+    lease_copy_sanitized(lease_id=evidence.lease_id, node=agent.node.name, kind=evidence.kind, ok=ok,
+                         receipt=proof_text(evidence), now=now)
+    if not ok:
+        node_quarantine(agent=agent, evidence=evidence, now=now)
 
 
 def _apply_gpu_memory(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:

@@ -132,7 +132,9 @@ def images(config: AgentConfig, args) -> int:
 
 
 def verify_record(config: AgentConfig, args) -> int:
-    """Check a sanitization record offline (no enrolment, no network)."""
+    """Check a sanitization record offline (no enrolment, no network). Exit status in
+    nodeagent/records.py: 0 proven, 1 a proof fails, 6 a wipe proof is missing."""
+    from .records import EXIT_BAD, exit_status
     from .records import verify_record as check
 
     try:
@@ -140,11 +142,15 @@ def verify_record(config: AgentConfig, args) -> int:
             document = json.load(f)
     except (OSError, ValueError) as exc:
         log.error("cannot read %s: %s", args.file, exc)
-        return 1
+        return EXIT_BAD
+    if not args.node_key:
+        print("WARNING: no --node-key given: each signature was checked only against the public key written "
+              "in the record itself. That proves the record was not changed after it was signed, not which "
+              "server signed it; pass each server's published key with --node-key.", file=sys.stderr)
     results = check(document, node_key=args.node_key)
     for result in results:
-        print(f"{'OK ' if result.ok else 'BAD'} {result.kind}: {result.summary}")
-    return 0 if all(r.ok for r in results) else 1
+        print(f"{'OK ' if result.ok else 'MISSING' if result.missing else 'BAD'} {result.kind}: {result.summary}")
+    return exit_status(results)
 
 
 def _probe(config: AgentConfig):
@@ -192,9 +198,14 @@ def _parser() -> argparse.ArgumentParser:
     p = commands.add_parser("images", help="pre-pull the configured images, or prune old ones")
     p.add_argument("action", choices=("pull", "prune"))
     p.set_defaults(command=images)
-    p = commands.add_parser("verify-record", help="check a customer's sanitization record")
+    p = commands.add_parser("verify-record", help="check a customer's sanitization record",
+                            epilog="exit status: 0 every proof checks out and every destroyed key has its "
+                                   "wipe proof; 1 a proof does not check out; 6 the proofs check out but a "
+                                   "disk's wipe proof is missing")
     p.add_argument("file", help="the record (JSON) downloaded from the lease page or the API")
-    p.add_argument("--node-key", help="the node's public key (base64) the record must be signed with")
+    p.add_argument("--node-key", action="append",
+                   help="a server's public key (base64) the proofs must be signed with; once per server "
+                        "(a move leaves proofs of two)")
     p.set_defaults(command=verify_record)
     return parser
 

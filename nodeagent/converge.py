@@ -96,6 +96,12 @@ class Converger:
             raise OperationFailed("bad_desired_state", f"want={want!r} disk={disk!r}")
         if disk != "keep" and want != "absent":
             raise OperationFailed("disk_error", f"disk {disk} needs the instance absent")
+        if disk == "keep" and self.journal.is_done(f"lease:{lease_id}:disk_wiped"):
+            # The lease moved off this node, the copy it left was wiped, and it is back: on a
+            # new disk, so nothing journaled of the old one (its key destroyed, its wipe, a
+            # restore into it) may skip a step for the new one.
+            log.info("lease %s: back on this node after its earlier disk here was wiped", lease_id)
+            self.journal.forget_lease(lease_id)
         if want == "running":
             status = self._run(item, gpus)
         elif want == "stopped":

@@ -114,13 +114,17 @@ PATHS = {
             **_errors(401, 403, 404, 409)}}},
     "/api/v1/leases/{id}/sanitization-record": {"get": {
         "operationId": "getSanitizationRecord",
-        "summary": "The node-signed proofs that the lease's disk key was destroyed and the disk wiped "
-                   "(check offline: gpu-node-agent verify-record FILE)",
+        "summary": "The node-signed proofs that the lease's disk key was destroyed and the disk wiped, and "
+                   "the same for each copy a move left on another node (check offline: gpu-node-agent "
+                   "verify-record FILE --node-key KEY)",
         "security": SECURED, "parameters": [ID_PARAM],
         "responses": {"200": _json({"type": "object", "properties": {
             "format": {"type": "string"}, "lease_id": {"type": "integer"},
+            "covers": {"type": "object", "description": "what the encrypted disk held and what it did not "
+                                                        "(the storefront's statement, not signed)"},
             "proofs": {"type": "array", "items": {"type": "object", "properties": {
-                "kind": {"type": "string"}, "node": {"type": "string"}, "public_key": {"type": "string"},
+                "kind": {"type": "string"}, "node": {"type": "string"},
+                "disk": {"type": "string", "enum": ["lease", "moved_copy"]}, "public_key": {"type": "string"},
                 "signed": {"type": "string"}, "signature": {"type": "string"}}}}}},
             "The record"), **_errors(401, 404)}}},
     "/api/v1/invoices/{id}": {"get": {

@@ -7,7 +7,9 @@ replaces the lease's host and port and the customer is told the new connection l
 The local NVMe (issue 26): when the source node still answers, the move waits for a fresh
 copy first — the source stops the instance and snapshots its disk (a `migration` snapshot,
 not charged), then the lease moves, the target restores that copy and the copy is deleted
-(its key destroyed) once restored; the source's own disk goes as after any move. When the
+(its key destroyed) once restored. The source's own disk is released as an ended lease's is
+— its key destroyed, then wiped and its device returned to the node's pool (fleet/desired.py)
+— and never while the copy is being taken: the lease moves only once it settled. When the
 source is dead, or its copy is not ready within MIGRATION_SNAPSHOT_WAIT_MINUTES (or fails
 for good), the lease moves at once and the target restores the lease's most recent ready
 snapshot, and the customer is told exactly which point in time they got back; without any

@@ -446,6 +446,24 @@ def disk_keys_complete_destroy(*, lease_ids, now: datetime) -> list[int]:
     return sorted(proofs)
 
 
+#: The LeaseEvent kinds a node's proof about a moved lease's copy writes.
+COPY_EVENTS = {("key_destroyed", True): "copy_key_destroyed", ("disk_wiped", True): "copy_wiped",
+               ("disk_wiped", False): "copy_wipe_failed"}
+
+
+@transaction.atomic
+def lease_copy_sanitized(*, lease_id: int, node: str, kind: str, ok: bool, receipt: str, now: datetime):
+    """A node the lease moved off proved what became of the copy of the disk it held: its
+    LUKS2 key destroyed (`key_destroyed`) or its blocks wiped (`disk_wiped`, `ok` or failed).
+    The lease's own disk, key and state are elsewhere and untouched; this is the audit row,
+    with the node-signed receipt, that the lease's sanitization record and timeline show."""
+    event_kind = COPY_EVENTS[(kind, ok)]
+    what = {"copy_key_destroyed": "key destroyed", "copy_wiped": "wiped", "copy_wipe_failed": "wipe failed"}
+    # inventory.templatetags.stored_text shows this reason in the reader's language
+    return _event(lease_id, kind=event_kind, now=now, reason=f"disk copy {what[event_kind]} on node {node}",
+                  data={"node": node, "receipt": receipt})
+
+
 # --- notifications ----------------------------------------------------------------------
 
 # --- operator actions (admin, management commands) --------------------------------------

@@ -17,7 +17,7 @@ from rental.api import api_endpoint, customer_lease, error_response
 from rental.models import Lease
 from rental.services import TransitionRefused
 
-from ..records import record_proofs, sanitization_record
+from ..records import proofs_unwiped, record_proofs, sanitization_record
 from ..services import instance_restart, instance_restore, instance_start, instance_stop
 
 ACTIONS = {
@@ -94,7 +94,9 @@ def sanitization_record_page(request, lease_id: int):
     """Printable: what was done to the disk, by which node, checked how; the signatures."""
     lease = get_object_or_404(Lease, pk=lease_id, customer=request.user)
     _record_or_404(lease)
-    return render(request, "fleet/sanitization_record.html", {"lease": lease, "proofs": record_proofs(lease)})
+    proofs = record_proofs(lease)
+    return render(request, "fleet/sanitization_record.html",
+                  {"lease": lease, "proofs": proofs, "unwiped": proofs_unwiped(proofs)})
 
 
 @api_endpoint("GET")

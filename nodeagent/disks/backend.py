@@ -69,6 +69,11 @@ class LuksDisks:
     def provision(self, lease_id: int, size_gb: int) -> LeaseDisk:
         """Carve the lease's device and give it a LUKS2 header with a fresh key (once)."""
         disk = self.state.load(lease_id) or LeaseDisk(lease_id)
+        if disk.wiped:
+            # The lease moved off this node, the copy it left here was wiped and its device
+            # returned to the pool (its proofs went to the storefront), and it is back: a new
+            # disk. Nothing of the old one is readable, so nothing can be exposed by this.
+            disk = LeaseDisk(lease_id)
         if disk.key_destroyed:
             raise OperationFailed("disk_error", f"the key of lease {lease_id}'s disk was destroyed")
         carve = self.carver.ensure(self.runner, lease_id, size_gb)
