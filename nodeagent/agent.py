@@ -17,6 +17,7 @@ from .gpu import gpu_report, open_gpu_probe
 from .gpu_memory import GpuMemory
 from .interfaces import OperationFailed
 from .journal import Journal, utc_now
+from .netfilter import FilterGuard
 from .outbox import Outbox
 from .signing import NodeKey
 from .state import StateDir, read_json, write_json
@@ -88,13 +89,27 @@ class Agent:
     def run_forever(self, stop: threading.Event) -> None:
         log.info("node %s: agent %s polling %s", self.node, __version__, self.client.url)
         warn_if_cleartext(self.client.url)
-        while not stop.is_set():
-            try:
-                delay = self.run_once()
-            except Exception as exc:  # never exit on a surprise: the instances stay up anyway
-                log.exception("agent round failed")
-                delay = self._back_off(exc)
-            stop.wait(delay)
+        guard = self._start_filter_guard()
+        try:
+            while not stop.is_set():
+                try:
+                    delay = self.run_once()
+                except Exception as exc:  # never exit on a surprise: the instances stay up anyway
+                    log.exception("agent round failed")
+                    delay = self._back_off(exc)
+                stop.wait(delay)
+        finally:
+            if guard is not None:
+                guard.stop()
+
+    def _start_filter_guard(self) -> FilterGuard | None:
+        """The packet filter checked on its own timer: a round can be minutes away (the
+        storefront back-off) and a flushed table must not wait for it. A runtime without
+        a packet filter (tests' NoInstances) has nothing to guard."""
+        packet_filter = getattr(self.converger.runtime, "filter", None)
+        if packet_filter is None:
+            return None
+        return FilterGuard(packet_filter, self.config.filter_guard_seconds).start()
 
     def run_once(self) -> float:
         """One round; returns how long to wait before the next.
@@ -126,7 +141,8 @@ class Agent:
         return self.poll_seconds
 
     def _guard(self) -> None:
-        """Tenant isolation is restored every round, also while the storefront is down."""
+        """The packet filter follows the leases Docker has, every round (FilterGuard also
+        restores it between rounds, with the lease set last written)."""
         try:
             self.converger.runtime.guard()
         except OperationFailed as exc:

@@ -6,6 +6,7 @@
     public_host = "203.0.113.7"                 # the address customers ssh to
     disk_backend = "luks"                       # or "directory" (development: NOT encrypted)
     max_temperature_c = 90                      # a hotter GPU is reported unhealthy
+    filter_guard_seconds = 1.0                  # how often the packet filter is checked
 
     [disks]                                     # options for the disk backend
     root = "/var/lib/gpu-node-agent/disks"
@@ -94,6 +95,9 @@ class AgentConfig:
     preflight_waive: tuple[str, ...] = ()
     request_timeout: float = 20.0
     max_backoff_seconds: float = 300.0
+    # The packet filter's own check (netfilter.FilterGuard), independent of the rounds: the
+    # most a flushed table stays open, whatever the storefront's back-off.
+    filter_guard_seconds: float = 1.0
     volume_client: str = "auto"      # network volumes: "kernel" CephFS client, "fuse" (ceph-fuse), "auto"
 
     @property
@@ -126,6 +130,9 @@ def parse_config(raw: dict, path: Path | None = None) -> AgentConfig:
     config = AgentConfig(path=path, docker=docker, burn_in=burn_in, gpu_memory=gpu_memory, **raw)
     config.state_dir = Path(config.state_dir)
     config.storefront_url = config.storefront_url.rstrip("/")
+    guard = config.filter_guard_seconds
+    if isinstance(guard, bool) or not isinstance(guard, (int, float)) or not 0 < guard <= 60:
+        raise ConfigError("filter_guard_seconds must be a number of seconds in (0, 60]")
     return config
 
 

@@ -132,6 +132,20 @@ elif [ ! -e "$ETC/config.toml" ]; then
     install -m 0644 "$src/config.example.toml" "$ETC/config.toml"
     step "wrote the example $ETC/config.toml: edit it ([disks], [images], public_host, port_range)"
 fi
+# The agent's packet filter before the agent ever ran: its table with no lease (the forward
+# chain's policy drop: dockerd turns on ip_forward even without iptables, and the node must
+# not route between its networks), loaded at boot through the include above, and now
+# unless the agent's own table is already there. The agent replaces the file when it runs.
+boot_table=/var/lib/gpu-node-agent/runtime/nftables.nft
+if [ ! -e "$boot_table" ]; then
+    install -d -m 0700 /var/lib/gpu-node-agent
+    "$VENV/bin/python" -m nodeagent.netfilter --config "$ETC/config.toml" --write "$boot_table"
+    step "wrote $boot_table (the packet filter nftables.service loads at boot)"
+fi
+if running && ! nft list table inet gpu_node_agent >/dev/null 2>&1; then
+    nft -f "$boot_table"
+    step "loaded the packet filter: the node forwards only the leases' own traffic"
+fi
 
 # 4. The shipped unit, enabled (started below once the node is enrolled).
 if ! cmp -s "$src/systemd/gpu-node-agent.service" "$UNIT"; then

@@ -11,6 +11,11 @@ Every lease's instance sits alone on its own bridge, named `gl<lease id>`. The t
   `blocked_networks`); the rest leaves the node, masqueraded;
 - forward into a lease bridge: only replies (nothing from outside opens a connection to
   an instance; its ssh port is published by the proxy on the node);
+- everything else the node would route (public side to management network and back,
+  anything not a lease's own egress or its reply) is dropped by the forward chain's
+  `policy drop`: dockerd turns on ip_forward even with `"iptables": false`, and a node is a
+  wall, not a router. The published ssh ports are unaffected: the userland proxy is a
+  local process (input and output, never forward);
 - egress metering: one named counter per lease, fed by the forward path out of the node
   and by the proxy's packets leaving the node from the lease's published port. Bytes to
   neighbours or the node are never counted (they are dropped before the counter).
@@ -18,6 +23,11 @@ Every lease's instance sits alone on its own bridge, named `gl<lease id>`. The t
 The table is replaced atomically (one `nft -f` transaction) whenever the set of leases
 changes or what the kernel holds no longer matches what the agent wrote (a hand-made
 `nft flush ruleset`, a reboot, a restarted firewall); checking costs one `nft -j list`.
+`FilterGuard` checks on a timer of its own (`filter_guard_seconds`), with nft only and the
+last lease set written, so a lost table comes back within a second whatever the agent's
+round is doing (backing off through a storefront outage, pulling an image). The same
+table with no lease is what `nodeagent/install-node.sh` installs for boot
+(`python -m nodeagent.netfilter`), so the drop holds before the agent ever ran.
 The rules are written in the network namespace of dockerd (the peer of its socket), so a
 daemon running in another namespace (the tests') gets them where its bridges are.
 """
@@ -29,6 +39,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,13 +84,21 @@ class PacketFilter:
         self._written: tuple[str, frozenset] | None = None   # (fingerprint, leases)
         self._checked_at = 0.0
         self.restored = 0                                      # times a lost table was rewritten
+        # The agent's round and FilterGuard's thread both write the table: one at a time.
+        self._lock = threading.RLock()
+        # Each lease counter's bytes as last listed: a table restored after a flush starts
+        # its counters there, so they never go backwards under the egress meter.
+        self._seen_bytes: dict[int, int] = {}
 
     # -- the one entry point -------------------------------------------------------------
     def ensure(self, leases: list[LeaseRule], *, force_check: bool = False) -> dict[int, int]:
         """Make the kernel hold the table for exactly these leases. Returns, for leases
         whose counters were recreated (0 bytes from now on), their byte count before
         (None when the old table was lost)."""
-        wanted = frozenset(leases)
+        with self._lock:
+            return self._ensure(frozenset(leases), force_check)
+
+    def _ensure(self, wanted: frozenset, force_check: bool) -> dict[int, int]:
         now = time.monotonic()
         if (self._written and self._written[1] == wanted and not force_check
                 and now - self._checked_at < CHECK_INTERVAL_SECONDS):
@@ -101,21 +120,57 @@ class PacketFilter:
         self._written = (_fingerprint(after), wanted)
         return {rule.lease_id: before.get(rule.lease_id) for rule in wanted}
 
+    def restore(self) -> bool:
+        """FilterGuard's check: rewrite the table last written (same leases) if the kernel
+        lost or changed it. Needs only nft, never Docker (whose client is not thread-safe).
+        The lease counters continue from their last value. True when it rewrote."""
+        with self._lock:
+            if self._written is None:       # nothing written yet: the runtime writes it first
+                return False
+            current = self._list()
+            if current is not None and _fingerprint(current) == self._written[0]:
+                return False
+            self.restored += 1
+            log.warning("packet filter: table inet %s was %s; restoring it", TABLE,
+                        "missing" if current is None else "changed")
+            leases = self._written[1]
+            self._apply(leases, counters=self._seen_bytes, save=False)
+            after = self._list()
+            if after is None:
+                raise OperationFailed("runtime_error",
+                                      "packet filter: table vanished after writing")
+            self._written = (_fingerprint(after), leases)
+            return True
+
     def egress_bytes(self) -> dict[int, int]:
         """Bytes each lease sent out of the node since its counter was created."""
-        current = self._list()
-        return _counter_bytes(current) if current is not None else {}
+        with self._lock:
+            current = self._list()
+            return _counter_bytes(current) if current is not None else {}
 
     # -- nft -----------------------------------------------------------------------------
-    def _apply(self, leases: frozenset) -> None:
-        script = f"table inet {TABLE}\ndelete table inet {TABLE}\n" + self.ruleset(leases)
+    def _apply(self, leases: frozenset, *, counters: dict[int, int] | None = None,
+               save: bool = True) -> None:
+        script = (f"table inet {TABLE}\ndelete table inet {TABLE}\n"
+                  + self.ruleset(leases, counters=counters))
         self._run(["-f", "-"], input=script)
-        if self.saved_path:     # for nftables.service at boot (nodeagent/README.md)
-            write_atomic(self.saved_path, script.encode(), mode=0o644)
+        if save and self.saved_path:     # for nftables.service at boot (nodeagent/README.md)
+            # always with counters at zero: the agent folds what the boot table counted
+            # into its totals once it starts
+            write_atomic(self.saved_path, self._boot_script(leases).encode(), mode=0o644)
+        self._seen_bytes = {r.lease_id: (counters or {}).get(r.lease_id, 0) for r in leases}
 
-    def ruleset(self, leases) -> str:
+    def _boot_script(self, leases) -> str:
+        return f"table inet {TABLE}\ndelete table inet {TABLE}\n" + self.ruleset(leases)
+
+    def ruleset(self, leases, *, counters: dict[int, int] | None = None) -> str:
+        """The table for these leases; `counters`: bytes each lease's counter starts at."""
         ordered = sorted(leases, key=lambda r: r.lease_id)
-        counters = "".join(f"  counter egress_{r.lease_id} {{}}\n" for r in ordered)
+        start = counters or {}
+        declared = "".join(
+            f"  counter egress_{r.lease_id} {{ packets 0 bytes {int(start[r.lease_id])} }}\n"
+            if start.get(r.lease_id) else f"  counter egress_{r.lease_id} {{}}\n"
+            for r in ordered)
         by_iface = ", ".join(f'"{bridge_name(r.lease_id)}" : "egress_{r.lease_id}"'
                              for r in ordered)
         by_port = ", ".join(f'{r.ssh_port} : "egress_{r.lease_id}"' for r in ordered)
@@ -126,7 +181,7 @@ class PacketFilter:
   }}
 """ if self.masquerade else "")
         return f"""table inet {TABLE} {{
-{counters}  map egress_if {{ type ifname : counter; {_elements(by_iface)}}}
+{declared}  map egress_if {{ type ifname : counter; {_elements(by_iface)}}}
   map egress_port {{ type inet_service : counter; {_elements(by_port)}}}
   set blocked4 {{ type ipv4_addr; flags interval; {_elements(', '.join(self.blocked[4]))}}}
   set blocked6 {{ type ipv6_addr; flags interval; {_elements(', '.join(self.blocked[6]))}}}
@@ -136,12 +191,13 @@ class PacketFilter:
     iifname {lease_if} counter drop
   }}
   chain forward {{
-    type filter hook forward priority filter - 10; policy accept;
+    type filter hook forward priority filter - 10; policy drop;
     oifname {lease_if} ct state established,related accept
     oifname {lease_if} counter drop
     iifname {lease_if} ip daddr @blocked4 counter drop
     iifname {lease_if} ip6 daddr @blocked6 counter drop
-    iifname {lease_if} counter name iifname map @egress_if
+    iifname {lease_if} counter name iifname map @egress_if accept
+    counter comment "routed, not a lease's egress or its reply: dropped"
   }}
   chain output {{
     type filter hook output priority filter - 10; policy accept;
@@ -154,7 +210,9 @@ class PacketFilter:
         result = self._run(["-j", "list", "table", "inet", TABLE], check=False)
         if result.returncode != 0:
             return None
-        return json.loads(result.stdout)["nftables"]
+        objects = json.loads(result.stdout)["nftables"]
+        self._seen_bytes.update(_counter_bytes(objects))
+        return objects
 
     def _run(self, args, *, input=None, check=True):
         argv = [self.nft, *args]
@@ -165,6 +223,43 @@ class PacketFilter:
             raise OperationFailed("runtime_error", f"nft {' '.join(args)}: "
                                   f"{result.stderr.strip()[-500:]}")
         return result
+
+
+class FilterGuard:
+    """Checks the table every `interval` seconds in a thread of its own and restores it
+    (`PacketFilter.restore`). The agent's round also syncs the table, but rounds can be
+    minutes apart (the storefront back-off): isolation must not wait for them."""
+
+    def __init__(self, packet_filter: PacketFilter, interval: float):
+        self.filter = packet_filter
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="filter-guard", daemon=True)
+        self._last_error = ""
+
+    def start(self) -> "FilterGuard":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 35.0) -> None:
+        """Stop and wait for a check in progress (nft is bounded by its own timeout)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.filter.restore()
+            except Exception as exc:    # keep guarding; log a failure once, not every second
+                if str(exc) != self._last_error:
+                    log.error("isolation: packet filter guard: %s", exc)
+                self._last_error = str(exc)
+            else:
+                self._last_error = ""
 
 
 def socket_peer_pid(unix_url: str) -> int | None:
@@ -216,3 +311,28 @@ def _counter_bytes(objects) -> dict[int, int]:
         if counter and counter.get("name", "").startswith("egress_"):
             found[int(counter["name"][len("egress_"):])] = counter.get("bytes", 0)
     return found
+
+
+def main(argv=None) -> int:
+    """`python -m nodeagent.netfilter --config FILE --write PATH`: the agent's table with no
+    lease, for nftables.service to load at boot before the agent first runs (install-node.sh).
+    The agent replaces it with the current one when it starts."""
+    import argparse
+
+    from .config import DEFAULT_CONFIG_PATH, ConfigError, load_config
+    parser = argparse.ArgumentParser(prog="python -m nodeagent.netfilter")
+    parser.add_argument("--config", default=DEFAULT_CONFIG_PATH)
+    parser.add_argument("--write", required=True, type=Path, metavar="PATH")
+    args = parser.parse_args(argv)
+    try:
+        docker = load_config(args.config).docker
+    except ConfigError as exc:
+        parser.error(str(exc))
+    packet_filter = PacketFilter(blocked_networks=docker.blocked_networks,
+                                 masquerade=docker.masquerade)
+    write_atomic(args.write, packet_filter._boot_script(frozenset()).encode(), mode=0o644)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

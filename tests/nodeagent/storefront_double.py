@@ -33,6 +33,7 @@ class Node:
     instances: list = field(default_factory=list)
     reports: list = field(default_factory=list)
     evidence: list = field(default_factory=list)
+    poll_seconds: float = 1          # what enrolment and the desired state tell the agent
 
 
 class StorefrontDouble:
@@ -69,7 +70,8 @@ class StorefrontDouble:
         if node is None:
             return 403, {"error": "enrolment_refused"}
         node.credential, node.public_key = secrets.token_urlsafe(24), body["public_key"]
-        return 200, {"node": node.name, "credential": node.credential, "poll_seconds": 1}
+        return 200, {"node": node.name, "credential": node.credential,
+                     "poll_seconds": node.poll_seconds}
 
     def node_for(self, authorization: str | None) -> Node | None:
         scheme, _, credential = (authorization or "").partition(" ")
@@ -78,7 +80,7 @@ class StorefrontDouble:
 
     def desired(self, node: Node):
         return 200, {"node": node.name, "generated_at": "2026-12-01T00:00:00Z",
-                     "poll_seconds": 1, "instances": node.instances}
+                     "poll_seconds": node.poll_seconds, "instances": node.instances}
 
     def report(self, node: Node, raw: bytes, signature: str | None):
         if not signature or not verify(node.public_key, signature, raw):

@@ -16,15 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config import ConfigError, DockerConfig, parse_config
+from nodeagent.config import AgentConfig, ConfigError, DockerConfig, parse_config
 from nodeagent.directory_disks import DirectoryDisks
 from nodeagent.interfaces import InstanceSpec
-from nodeagent.netfilter import TABLE
+from nodeagent.netfilter import TABLE, FilterGuard
 from nodeagent.runtime.docker import CAPABILITIES, DockerRuntime
 from tests import deadlines
 from tests.tools import require_tool
 
 from .conftest import ssh_run, stand_in_devices
+from .netprobe import Sink, tcp_open, udp_arrives, udp_dropped
 
 SINK = Path(__file__).parent / "sink.py"
 GPUS = ("GPU-15014710-0000-4000-8000-00000000000a", "GPU-15014710-0000-4000-8000-00000000000b")
@@ -342,3 +343,81 @@ def test_host_network_and_bad_blocked_networks_are_refused():
         parse_config({"docker": {"blocked_networks": ["10.0.0.0/33"]}})
     parsed = parse_config({"docker": {"blocked_networks": ["192.0.2.7/24"]}})
     assert parsed.docker.blocked_networks == ("192.0.2.0/24",)
+
+
+class Management:
+    """The node's management network: a host in a namespace of its own behind a second
+    interface of the node, with TCP and UDP listeners; UDP listeners on the public side."""
+
+    def __init__(self, name, host, tcp, udp, public_udp):
+        self.name, self.host, self.tcp, self.udp, self.public_udp = name, host, tcp, udp, public_udp
+
+
+@pytest.fixture(scope="module")
+def management(netns, node_tmp_root):
+    """A veth from the node namespace to a third one, `mgmt`, whose host answers on
+    10.99.<octet>.66 (inside the tenants' blocked range) and routes back through the node;
+    the client (the public side) is given a route to it via the node, as anyone on the
+    node's public segment can."""
+    suffix = netns.node.rsplit("-", 1)[1]
+    octet = netns.node_ip.split(".")[2]
+    name, node_side, host = f"gna-mgmt-{suffix}", f"10.99.{octet}.65", f"10.99.{octet}.66"
+    network = f"10.99.{octet}.64/30"
+    work = Path(tempfile.mkdtemp(prefix="management-", dir=node_tmp_root))
+    steps = [
+        ["ip", "netns", "add", name],
+        ["ip", "link", "add", f"gnam{suffix}", "netns", netns.node, "type", "veth",
+         "peer", "name", f"gnma{suffix}", "netns", name],
+        ["ip", "-n", netns.node, "addr", "add", f"{node_side}/30", "dev", f"gnam{suffix}"],
+        ["ip", "-n", netns.node, "link", "set", f"gnam{suffix}", "up"],
+        ["ip", "-n", name, "addr", "add", f"{host}/30", "dev", f"gnma{suffix}"],
+        ["ip", "-n", name, "link", "set", f"gnma{suffix}", "up"],
+        ["ip", "-n", name, "link", "set", "lo", "up"],
+        ["ip", "-n", name, "route", "add", "default", "via", node_side],
+        ["ip", "-n", netns.client, "route", "add", network, "via", netns.node_ip],
+    ]
+    sinks = []
+    try:
+        for argv in steps:
+            subprocess.run(argv, check=True, capture_output=True)
+        sinks = [Sink(name, work), Sink(name, work, udp=True), Sink(netns.client, work, udp=True)]
+        yield Management(name, host, *sinks)
+    finally:
+        for sink in sinks:
+            sink.stop()
+        subprocess.run(["ip", "-n", netns.client, "route", "del", network], capture_output=True)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def assert_no_route_through_the_node(tenants, management):
+    """Public side to management host and back, TCP and UDP: nothing crosses the node."""
+    netns, m = tenants.netns, management
+    connections = len(m.tcp.lines()), len(tenants.internet.received())
+    assert not tcp_open(netns.client, m.host, m.tcp.port)
+    assert udp_dropped(m.udp, netns.client, m.host, m.udp.port, node_netns=netns.node)
+    assert not tcp_open(m.name, netns.client_ip, tenants.internet.port)
+    assert udp_dropped(m.public_udp, m.name, netns.client_ip, m.public_udp.port,
+                       node_netns=netns.node)
+    assert (len(m.tcp.lines()), len(tenants.internet.received())) == connections
+
+
+def test_the_node_routes_nothing_between_its_networks(tenants, management):
+    netns, m = tenants.netns, management
+    assert_no_route_through_the_node(tenants, m)
+    tenants.assert_isolated()               # A still reaches the internet, B and the node work
+    # Flushed by hand, the node routes again (dockerd turned ip_forward on): what the
+    # forward chain's drop is for ...
+    assert nft_in_node(netns, "flush", "ruleset").returncode == 0
+    assert tcp_open(netns.client, m.host, m.tcp.port)
+    assert udp_arrives(m.udp, netns.client, m.host, m.udp.port)
+    # ... until the guard's next check (the agent runs it on its own timer), with nft only
+    interval = AgentConfig().filter_guard_seconds
+    guard = FilterGuard(tenants.runtime.filter, interval).start()
+    try:
+        deadlines.wait_for(
+            lambda: nft_in_node(netns, "list", "table", "inet", TABLE).returncode == 0,
+            3 * interval + 2, "the guard restoring the table", every=0.05)
+        assert_no_route_through_the_node(tenants, m)
+        tenants.assert_isolated()           # the round's filter use beside the guard's thread
+    finally:
+        guard.stop()
