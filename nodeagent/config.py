@@ -13,7 +13,6 @@
 
     [docker]
     socket = "unix:///var/run/docker.sock"   # the node's own dockerd (with userns-remap)
-    rootfs_size = "50G"        # each instance's writable layer (overlay2 on XFS pquota)
     blocked_networks = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]  # + link-local
     gpu_mode = "nvidia"        # nvidia (toolkit device requests) | cdi | devices (tests)
     port_range = [22000, 22999]
@@ -39,6 +38,7 @@
     preflight_waive = []       # (top level) start checks not enforced: development only
                                # (nodeagent/preflight.py CHECKS, e.g. "io_uring", "pid_max")
 """
+import logging
 import socket
 import tomllib
 from dataclasses import dataclass, field
@@ -52,6 +52,12 @@ from .preflight import CHECKS
 DEFAULT_CONFIG_PATH = "/etc/gpu-node-agent/config.toml"
 DEFAULT_STATE_DIR = "/var/lib/gpu-node-agent"
 GPU_MODES = ("nvidia", "cdi", "devices")
+# [docker] keys an older configuration may still hold: accepted, ignored, warned about.
+OBSOLETE_DOCKER_KEYS = {
+    "rootfs_size": "an instance's writable layer lives on its lease's disk and shares its size",
+    "log_max_size": "instances' logs are not kept (they could hold tenant bytes)",
+}
+log = logging.getLogger(__name__)
 
 
 class ConfigError(Exception):
@@ -67,9 +73,7 @@ class DockerConfig:
     stop_timeout: int = 10
     pull_images: bool = True         # pull a configured image that is not on the node yet
     pids_limit: int = 32768          # a tenant's fork bomb stays in its container
-    log_max_size: str = "10m"        # container logs (sshd) rotate instead of filling the disk
     # Isolation (nodeagent/netfilter.py, README "Isolation"): each lease on its own bridge.
-    rootfs_size: str = "50G"         # writable layer limit ("" = none: development only)
     require_userns: bool = True      # refuse a dockerd without userns-remap
     blocked_networks: tuple[str, ...] = DEFAULT_BLOCKED   # never reachable from instances
     masquerade: bool = True          # NAT the instances' traffic leaving the node
@@ -138,6 +142,10 @@ def parse_config(raw: dict, path: Path | None = None) -> AgentConfig:
 
 def _docker_config(raw: dict) -> DockerConfig:
     raw = dict(raw)
+    for key, why in OBSOLETE_DOCKER_KEYS.items():
+        if key in raw:
+            raw.pop(key)
+            log.warning("[docker] %s is no longer used and is ignored: %s", key, why)
     if "port_range" in raw:
         low, high = raw["port_range"]
         if not 0 < low <= high < 65536:

@@ -22,9 +22,11 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-CHECKS = ("storage_driver", "cdi", "io_uring", "pid_max", "gpu_memory")
+CHECKS = ("storage_driver", "cdi", "io_uring", "pid_max", "swap", "gpu_memory")
 IO_URING_SYSCTL = Path("/proc/sys/kernel/io_uring_disabled")
 PID_MAX_SYSCTL = Path("/proc/sys/kernel/pid_max")
+PROC_SWAPS = Path("/proc/swaps")
+SYS_BLOCK = Path("/sys/block")
 IO_URING_OFF = 2                 # io_uring_setup fails for every process, root included
 IO_URING_SYSCALLS = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 # Docker Engine 25 dropped the io_uring syscalls from its builtin seccomp profile (moby #46762).
@@ -182,6 +184,37 @@ def pid_max(pids_limit: int, instances: int, sysctl: Path = PID_MAX_SYSCTL) -> P
     return None
 
 
+def swap(swaps: Path = PROC_SWAPS, sys_block: Path = SYS_BLOCK) -> Problem | None:
+    """An instance's memory must not be paged to a disk in plaintext, where it would outlive
+    the lease: swap is off, in RAM (zram) or on a dm-crypt device."""
+    try:
+        lines = Path(swaps).read_text().splitlines()[1:]
+    except OSError:
+        return None                       # no /proc/swaps: a kernel without swap support
+    plain = []
+    for line in lines:
+        if not line.split():
+            continue
+        device = line.split()[0]
+        name = os.path.basename(os.path.realpath(device))
+        if name.startswith("zram"):
+            continue
+        uuid = Path(sys_block) / name / "dm" / "uuid"
+        try:
+            if uuid.read_text().startswith("CRYPT-"):
+                continue
+        except OSError:
+            pass
+        plain.append(device)
+    if not plain:
+        return None
+    return Problem("swap", f"swap on {', '.join(plain)} is not encrypted: instances' memory "
+                   "would be written there in plaintext and outlive their leases",
+                   f"swapoff {' '.join(plain)} and remove it from /etc/fstab, or put swap on "
+                   "dm-crypt with a random key per boot (crypttab: swap,cipher=aes-xts-plain64,"
+                   "size=512,key=/dev/urandom) or on zram")
+
+
 def gpu_memory(command: list[str], gpu_count: int, env: dict | None = None) -> Problem | None:
     """The routine that clears a released GPU's memory (nodeagent/gpu_memory.py) must be
     able to run here, or every lease's end would report GPU memory not cleared."""
@@ -215,7 +248,7 @@ def node_problems(config, info: dict, *, gpu_count: int, io_uring_sysctl: Path =
     """Every check, in the order an operator fixes them."""
     found = [storage_driver(info), cdi(info, config.docker.gpu_mode),
              io_uring(info, io_uring_sysctl),
-             pid_max(config.docker.pids_limit, gpu_count, pid_max_sysctl),
+             pid_max(config.docker.pids_limit, gpu_count, pid_max_sysctl), swap(),
              gpu_memory(list(config.gpu_memory.command), gpu_count, env)]
     return [p for p in found if p is not None]
 

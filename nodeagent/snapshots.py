@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .interfaces import OperationFailed
+from .runtime.instance_root import INSTANCE_ROOT
 
 log = logging.getLogger(__name__)
 RESTIC = "restic"
@@ -226,7 +227,9 @@ def take_snapshot(job: Job, *, repo: Repository, source: str, tags: list[str], p
     paused = pause()
     try:
         tag_args = [a for tag in tags for a in ("--tag", tag)]
-        restic.run("backup", "--one-file-system", "--host", "gpu-node", *tag_args, ".",
+        # the instance's writable layer is the container's, not the customer's /workspace
+        restic.run("backup", "--one-file-system", "--host", "gpu-node", *tag_args,
+                   "--exclude", os.path.join(source, INSTANCE_ROOT), ".",
                    cwd=source, on_line=progress, timeout=None, job=job)
     finally:
         if paused:
@@ -263,13 +266,14 @@ def restore_snapshot(job: Job, *, repo: Repository, restic_snapshot: str, target
 
 
 def empty_directory(path: str) -> int:
-    """Remove everything under the mount point (not the point itself, nor lost+found, and
-    never across into another file system); the number of top-level entries removed."""
+    """Remove everything under the mount point (not the point itself, nor lost+found, nor
+    the instance's own root file system, and never across into another file system); the
+    number of top-level entries removed."""
     removed = 0
     device = os.stat(path).st_dev
     with os.scandir(path) as entries:
         for entry in entries:
-            if entry.name == "lost+found":
+            if entry.name in ("lost+found", INSTANCE_ROOT):   # the latter: the instance's root
                 continue
             if entry.is_dir(follow_symlinks=False):
                 if os.stat(entry.path, follow_symlinks=False).st_dev != device:

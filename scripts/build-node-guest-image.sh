@@ -15,7 +15,8 @@
 # Also in the image, because the guest has no Internet: the agent's dependency wheels
 # (/opt/wheelhouse), the debootstrap instance image (scripts/build-node-test-image.sh)
 # imported as gpu-node-test:box (the stand-in for a registry pull, see below), a
-# stand-in libnvidia-ml.so.1 (tests/nodeagent/nvml_stub, built with gcc) and stand-in GPU
+# stand-in libnvidia-ml.so.1 and libcuda.so.1 (tests/nodeagent/nvml_stub and cuda_stub,
+# built with gcc: the GPU memory clearing routine runs against the latter) and stand-in GPU
 # device nodes /dev/nvidia0..7 made by systemd-tmpfiles at every boot.
 # Output: $CACHE_DIR/node-guest-<key>/ (root.img, vmlinuz, initrd.img, id_ed25519 for
 # root's ssh); its path is the last line on stdout. Each stage's time goes to stderr.
@@ -26,6 +27,7 @@ repo=$(dirname "$here")
 CACHE_DIR=${1:-${GPU_TEST_IMAGE_CACHE:-/var/cache/gpu-storefront-tests}}
 PYTHON=${PYTHON:-python3}
 STUB="$repo/tests/nodeagent/nvml_stub/nvml_stub.c"
+CUDA_STUB="$repo/tests/nodeagent/cuda_stub/cuda_stub.c"
 PINS="$repo/nodeagent/pyproject.toml"
 INSTANCE_REF=gpu-node-test:box      # the test's [images] entry
 STAND_IN_MINORS="3 5 7 8 9 3 5 7"     # null, zero, full, random, urandom (private_dev.sh)
@@ -57,7 +59,7 @@ fi
 
 agent_sources=$(cd "$repo/nodeagent" && find . -type f ! -path '*/__pycache__/*' ! -path './build/*' \
     ! -path '*.egg-info/*' -print | LC_ALL=C sort | xargs sha256sum | sha256sum)
-key=$( { cat "$0" "$STUB"; echo "$base $instance_tar $wheels $agent_sources"; } | sha256sum | cut -c1-16)
+key=$( { cat "$0" "$STUB" "$CUDA_STUB"; echo "$base $instance_tar $wheels $agent_sources"; } | sha256sum | cut -c1-16)
 out="$CACHE_DIR/node-guest-$key"
 if [ -s "$out/root.img" ] && [ -s "$out/initrd.img" ]; then
     took "cached $out"
@@ -82,6 +84,7 @@ ssh-keygen -q -A -f "$root"
 cp -r "$wheels" "$root/opt/wheelhouse"
 mkdir -p "$root/opt/nvml-stub"
 gcc -shared -fPIC -O2 -o "$root/opt/nvml-stub/libnvidia-ml.so.1" "$STUB"
+gcc -shared -fPIC -O2 -o "$root/opt/nvml-stub/libcuda.so.1" "$CUDA_STUB"
 i=0
 for minor in $STAND_IN_MINORS; do
     echo "c /dev/nvidia$i 0666 root root - 1:$minor"

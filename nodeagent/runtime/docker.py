@@ -5,9 +5,12 @@ Engine API, with exactly the lease's GPUs, CPU/memory/shm limits, the lease's di
 Isolation (issue #24): each lease's container alone on its own bridge network
 (`lease-<id>`, bridge `gl<id>`) behind the agent's nftables table (nodeagent/netfilter.py),
 every capability dropped but `CAPABILITIES`, no-new-privileges, Docker's default seccomp
-profile, a size limit on the writable layer (`rootfs_size`), and a daemon with
-`userns-remap` (container root is an unprivileged host uid; refused otherwise unless
-`require_userns = false`).
+profile, and a daemon with `userns-remap` (container root is an unprivileged host uid;
+refused otherwise unless `require_userns = false`).
+
+Tenant bytes: the container's writable layer and its /etc files live on the lease's
+encrypted disk, its logs are not kept (nodeagent/runtime/instance_root.py); the writable
+layer is therefore limited by the lease's disk, and dockerd must use overlay2.
 
 GPUs are attached by NVML UUID: NVIDIA Container Toolkit device requests
 (`gpu_mode = "nvidia"`), CDI names `nvidia.com/gpu=<uuid>` (`"cdi"`, preferred where the
@@ -30,6 +33,7 @@ from ..interfaces import InstanceSpec, InstanceStatus, OperationFailed
 from ..netfilter import LeaseRule, PacketFilter, bridge_name, socket_peer_pid
 from .egress import EgressMeter
 from .images import ImagePuller
+from .instance_root import INSTANCE_ROOT, etc_binds, forget_other_layers, place_layer
 from .ports import PortBook
 
 log = logging.getLogger(__name__)
@@ -59,7 +63,13 @@ CAPABILITIES = (
 )
 SECURITY_OPT = ("no-new-privileges:true",)    # seccomp: Docker's default profile (not set)
 NFT_FILE = "nftables.nft"  # the table as last written, for nftables.service at boot
-ISOLATION_VERSION = 1     # own network per lease, device paths kept (issue #24)
+# 1: own network per lease, device paths kept; 2: writable layer, /etc files on the
+# lease's disk, no logs (a container made by an older agent is recreated, its disk kept)
+ISOLATION_VERSION = 2
+STORAGE_DRIVER = "overlay2"      # the writable layer's directories can move (instance_root.py)
+NO_LOGS = LogConfig(type="none")  # PID 1's output (sshd, or a tenant writing to it) is not kept
+# The instance's view of its disk hides the agent's directory there behind this mount.
+MASK = {f"{WORKSPACE}/{INSTANCE_ROOT}": "ro,size=4k,mode=0555"}
 
 
 class DockerRuntime:
@@ -97,6 +107,8 @@ class DockerRuntime:
             container = None
         if container is None:
             container = self._create(spec)
+        elif container.status not in ("running", "restarting", "paused"):
+            self._layer_on_lease_disk(container, spec)     # after a reboot: checked again
         self._sync_filter()                # the lease's rules exist before it starts
         self._install_keys(container, spec.ssh_authorized_keys)
         self._no_restart_policy(container)
@@ -170,7 +182,7 @@ class DockerRuntime:
             raise OperationFailed("runtime_error", f"docker: {exc}") from exc
 
     def _spec_hash(self, spec: InstanceSpec) -> str:
-        return _spec_hash(spec, self.config.rootfs_size)
+        return _spec_hash(spec)
 
     def guard(self) -> None:
         """Rewrite the packet filter if it was flushed or changed (each agent round)."""
@@ -193,6 +205,8 @@ class DockerRuntime:
         port = self.ports.port_for(spec.lease_id, taken=self._published_ports(but=spec.lease_id))
         network = self._ensure_network(spec.lease_id)
         self._own_workspace(spec.disk_path)
+        volumes = {spec.disk_path: {"bind": WORKSPACE, "mode": "rw"},
+                   **etc_binds(spec.disk_path, container_name(spec.lease_id), self.root_uid)}
         kwargs = dict(
             image=spec.image,
             name=container_name(spec.lease_id),
@@ -203,7 +217,8 @@ class DockerRuntime:
             nano_cpus=min(spec.cpus, os.cpu_count() or spec.cpus) * 10 ** 9,
             mem_limit=spec.memory_gb * GiB,
             shm_size=spec.shm_gb * GiB,
-            volumes={spec.disk_path: {"bind": WORKSPACE, "mode": "rw"}},
+            volumes=volumes,
+            tmpfs=dict(MASK),
             working_dir=WORKSPACE,
             network=network,
             ports={"22/tcp": port},
@@ -212,25 +227,34 @@ class DockerRuntime:
             security_opt=list(SECURITY_OPT),
             restart_policy=NO_RESTART,
             pids_limit=self.config.pids_limit,
-            log_config=LogConfig(type="json-file", config={"max-size": self.config.log_max_size,
-                                                           "max-file": "3"}),
+            log_config=NO_LOGS,
             detach=True,
             **self._gpu_options(spec.gpu_uuids),
         )
         if spec.volumes_path:  # network volumes (nodeagent/volumes.py), mounted later appear too
             kwargs["volumes"][spec.volumes_path] = {"bind": VOLUMES, "mode": "rw,rslave"}
-        if self.config.rootfs_size:
-            kwargs["storage_opt"] = {"size": self.config.rootfs_size}
+        container = self._call(self.client.containers.create, **kwargs)
         try:
-            return self.client.containers.create(**kwargs)
-        except APIError as exc:
-            if "storage-opt" in str(exc) or "storage_opt" in str(exc):
-                raise OperationFailed("runtime_error", "the writable layer cannot be limited "
-                                      "(rootfs_size): dockerd needs overlay2 on XFS mounted "
-                                      f"with pquota, or btrfs: {exc}") from exc
-            raise OperationFailed("runtime_error", f"docker: {exc}") from exc
-        except DockerException as exc:
-            raise OperationFailed("runtime_error", f"docker: {exc}") from exc
+            self._layer_on_lease_disk(container, spec)
+        except OperationFailed:
+            self._remove(container)        # never left to start with its layer on the node
+            raise
+        forget_other_layers(spec.disk_path, keep=container.id)
+        return container
+
+    def _layer_on_lease_disk(self, container, spec: InstanceSpec) -> None:
+        """The container's overlay2 writable layer links to the lease's disk before it
+        ever starts (instance_root.py); checked again before every start."""
+        graph = container.attrs.get("GraphDriver") or {}
+        if graph.get("Name") != STORAGE_DRIVER or not graph.get("Data", {}).get("UpperDir"):
+            raise OperationFailed("runtime_error", f"dockerd's storage driver is "
+                                  f"{graph.get('Name')!r}: instances need {STORAGE_DRIVER!r} "
+                                  "(docker-daemon.json), whose writable layer can live on the "
+                                  "lease's encrypted disk")
+        changed = place_layer(graph["Data"]["UpperDir"], spec.disk_path, container.id)
+        if changed:
+            log.info("lease %s: writable layer on the lease's disk (%s)", spec.lease_id,
+                     ", ".join(changed))
 
     def _gpu_options(self, uuids: tuple[str, ...]) -> dict:
         uuids = list(uuids)
@@ -284,9 +308,10 @@ class DockerRuntime:
             if container.status in ("exited", "dead"):
                 break
             time.sleep(0.2)
-        logs = container.logs(tail=20).decode(errors="replace")
-        raise OperationFailed("runtime_error",
-                              f"container {container.name} is {container.status}: {logs}")
+        state = container.attrs.get("State") or {}
+        raise OperationFailed("runtime_error", f"container {container.name} is {container.status}"
+                              f" (exit {state.get('ExitCode')}; {state.get('Error') or 'no error'}"
+                              "; its own log: /var/log/instance.log inside)")
 
     def _remove(self, container) -> None:
         try:
@@ -383,21 +408,22 @@ def container_name(lease_id: int) -> str:
     return f"lease-{lease_id}"
 
 
-def _spec_hash(spec: InstanceSpec, rootfs_size: str) -> str:
+def _spec_hash(spec: InstanceSpec) -> str:
     """What requires a new container when it changes (keys do not: they are rewritten).
     The isolation settings are part of it, so an upgraded agent recreates containers made
     with weaker ones (the disk and the port are kept)."""
     fields = {"image": spec.image, "gpus": list(spec.gpu_uuids), "cpus": spec.cpus,
               "memory_gb": spec.memory_gb, "shm_gb": spec.shm_gb, "disk": spec.disk_path,
-              "isolation": [ISOLATION_VERSION, list(CAPABILITIES), list(SECURITY_OPT),
-                            rootfs_size]}
+              "isolation": [ISOLATION_VERSION, list(CAPABILITIES), list(SECURITY_OPT)]}
     if spec.volumes_path:
         fields["volumes"] = spec.volumes_path
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _sshd_command(port: int) -> str:
-    # Host keys are made at first start, so no two instances share one.
-    return ("ssh-keygen -A >/dev/null && mkdir -p /run/sshd && "
+    # Host keys are made at first start, so no two instances share one. The output goes
+    # to a file in the instance (its writable layer, on the lease's disk): Docker keeps
+    # no logs.
+    return ("exec >>/var/log/instance.log 2>&1; ssh-keygen -A && mkdir -p /run/sshd && "
             f"exec /usr/sbin/sshd -D -e -p {port} -o PasswordAuthentication=no "
             "-o PermitRootLogin=prohibit-password")

@@ -7,10 +7,11 @@
   customer's ssh comes from). No address is added to the host's own namespace.
 - `dockerd`: a private Docker daemon configured as a production node (nodeagent/README.md
   "Node setup"): `--userns-remap=default`, `--iptables=false`, no default bridge, its own
-  socket, exec root and data root — a btrfs file system on a loop device, so the
-  instances' writable layers get a size limit (this kernel's XFS has no project quota) —
-  started inside the node namespace and in a mount namespace whose /dev holds stand-in
-  GPU nodes /dev/nvidia0..7 (private_dev.sh). That namespace is a slave of the host's and
+  socket, exec root and data root — ext4 on a loop device, with the production storage
+  driver overlay2 (each instance's writable layer then lives on its lease's disk:
+  nodeagent/runtime/instance_root.py), and the image file is one of the "node's block
+  devices" the tenant-bytes scans search — started inside the node namespace and in a
+  mount namespace whose /dev holds stand-in GPU nodes /dev/nvidia0..7 (private_dev.sh). That namespace is a slave of the host's and
   the tests' files are below a shared mount (`node_tmp_root`), so dockerd sees the
   agent's mounts there (lease disks, network volumes) as on a node. Every lease gets its own bridge network
   from `LEASE_POOL`; the agent's nftables table goes into the node namespace.
@@ -148,6 +149,7 @@ def netns():
 class PrivateDockerd:
     socket: str                  # unix:///…/docker.sock
     pid: int
+    data_image: Path | None = None   # the file holding its data root's ext4 (a "block device")
 
     def client(self):
         import docker
@@ -161,7 +163,7 @@ def dockerd(netns, node_tmp_root):
     nsenter = require_tool("nsenter", "util-linux")
     unshare = require_tool("unshare", "util-linux")
     require_tool("nft", "nftables")
-    mkfs = require_tool("mkfs.btrfs", "btrfs-progs")
+    mkfs = require_tool("mkfs.ext4", "e2fsprogs")
     require(_has_subordinate_ids("dockremap"), "no dockremap user with /etc/subuid and "
             "/etc/subgid ranges (scripts/install-node-tools.sh makes them)")
     home = node_tmp_root / "dockerd"
@@ -169,10 +171,10 @@ def dockerd(netns, node_tmp_root):
     exec_root = Path(f"/tmp/gna{secrets.token_hex(3)}")   # short: unix socket paths are limited
     sock = home / "docker.sock"
     data = home / "data"
-    image = home / "data.btrfs"
+    image = home / "data.ext4"
     with open(image, "wb") as sparse:
         sparse.truncate(DATA_FS_BYTES)
-    subprocess.run([mkfs, "-q", str(image)], check=True, capture_output=True)
+    subprocess.run([mkfs, "-q", "-F", str(image)], check=True, capture_output=True)
     data.mkdir()
     host_dev = home / "host-dev"
     host_dev.mkdir()
@@ -183,11 +185,12 @@ def dockerd(netns, node_tmp_root):
         [unshare, "--mount", "--propagation", "slave", str(PRIVATE_DEV), str(host_dev),
          nsenter, f"--net=/run/netns/{netns.node}", dockerd_bin, "--bridge=none",
          "--iptables=false", "--ip6tables=false", "--userns-remap=default",
-         "--storage-driver=btrfs", "--default-address-pool", f"base={LEASE_POOL},size=28",
+         "--storage-driver=overlay2", "--log-driver=none",
+         "--default-address-pool", f"base={LEASE_POOL},size=28",
          "--data-root", str(data), "--exec-root", str(exec_root), "-H", f"unix://{sock}",
          "--shutdown-timeout", "2", "--pidfile", str(home / "docker.pid")],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    daemon = PrivateDockerd(socket=f"unix://{sock}", pid=process.pid)
+    daemon = PrivateDockerd(socket=f"unix://{sock}", pid=process.pid, data_image=image)
     try:
         _wait_for_daemon(daemon, process, home / "dockerd.log")
         yield daemon

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import docker
 import pytest
 
 from nodeagent.config import DockerConfig
@@ -207,26 +208,31 @@ def test_after_a_reboot_the_disk_is_mounted_before_the_container_starts(
     assert kinds == ["instance_ready"]                  # one record for the op, not two
 
 
-def test_a_container_running_on_the_bare_mount_point_is_stopped_remounted_restarted(
-        converger_for, loop_disk, dockerd):
-    """What an older agent left: `unless-stopped`, started by dockerd at boot before the
-    disk was mounted, the op journaled as done."""
+def test_dockerd_cannot_start_an_instance_on_the_bare_mount_point(converger_for, loop_disk, dockerd):
+    """A restart policy left by an older agent: dockerd starts the container at boot, before
+    the disk is mounted. Its writable layer lives on that disk (nodeagent/runtime/
+    instance_root.py), so the start fails and nothing lands under the bare mount point; the
+    agent then mounts the disk, drops the policy and starts it."""
     converger = converger_for()
     converger.converge([desired(52, "52:running:1")], GPUS)
     container = dockerd.client().containers.get("lease-52")
+    assert container.exec_run(["/bin/sh", "-c", "echo kept > /root/kept"]).exit_code == 0
     container.stop(timeout=2)
     loop_disk.unmount()
     container.update(restart_policy={"Name": "unless-stopped"})
-    container.start()                                     # dockerd at boot
+    with pytest.raises(docker.errors.APIError, match="overlay"):
+        container.start()                                 # dockerd at boot
+    assert os.listdir(loop_disk.mountpoint) == []
 
     restarted = converger_for()
     [report] = restarted.converge([desired(52, "52:running:1")], GPUS)
     assert report["state"] == "running"
-    assert restarted.runtime.calls == ["ensure_stopped", "ensure_running"]
+    assert restarted.runtime.calls == ["ensure_running"]
     container.reload()
     assert container.attrs["HostConfig"]["RestartPolicy"]["Name"] == "no"
     assert container.exec_run(["/bin/sh", "-c", "echo x > /workspace/g"]).exit_code == 0
     assert _on_disk(loop_disk, "g") == b"x\n"
+    assert container.exec_run(["cat", "/root/kept"]).output == b"kept\n"
 
 
 def test_no_container_starts_while_its_disk_is_not_mounted(converger_for, loop_disk, dockerd):

@@ -6,8 +6,10 @@ systemctl), then on the booted guest (volume group, enrol, images pull, start); 
 the live test storefront on the host over user-mode networking.
 
 An operator enrols the node, a customer orders and pays, logs in with ssh (forwarded port)
-and writes a file in /workspace; neither the raw drive nor the guest's root filesystem
-ever holds the file's bytes; the guest reboots and the instance comes back with the data,
+and writes a file in /workspace and a marker everywhere a tenant's bytes land outside it
+(/root's Hugging Face cache, /tmp, /var/tmp, /opt, /home, /etc/hosts, PID 1's stdout);
+neither the raw drive nor the guest's root filesystem ever holds any of them, during the
+lease and after its release; the guest reboots and the instance comes back with the data,
 nothing having been written under the bare mount point; suspend and resume; release: the
 key destroyed (no keyslot left), the disk wiped, each through the agent's signed evidence
 that the storefront verified, and the customer's sanitization record checks out.
@@ -32,6 +34,7 @@ from tests.tools import require_tool
 
 from .agent_process import wait_for
 from .node_box import NodeBox, build_image, free_port
+from .raw_scan import count
 from .test_end_to_end import lease_state, shared_db
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,9 +60,7 @@ def agent_config(*, lease_port: int, gpus: int) -> str:
     """/etc/gpu-node-agent/config.toml of the node in a box: the luks backend with the LVM
     carver on the emulated NVMe drive, the stand-in GPUs (device nodes the image's
     systemd-tmpfiles makes at every boot), the one lease port QEMU forwards. The guest's
-    /var/lib/docker is on its ext4 root, which cannot limit a writable layer:
-    rootfs_size = "" (the limit is tested on the host's btrfs data root,
-    tests/nodeagent/test_isolation.py)."""
+    /var/lib/docker is on its ext4 root; each writable layer lives on its lease's disk."""
     devices = "\n".join(f'"GPU-5ca1ab1e-0000-4000-8000-{i:012d}" = "/dev/nvidia{i}"' for i in range(gpus))
     return f"""public_host = "127.0.0.1"
 disk_backend = "luks"
@@ -71,7 +72,6 @@ gpu_mode = "devices"
 port_range = [{lease_port}, {lease_port}]
 pull_images = false
 stop_timeout = 5
-rootfs_size = ""
 [docker.gpu_devices]
 {devices}
 [images]
@@ -84,10 +84,11 @@ def finish_install(box: NodeBox, *, url: str, code: str, lease_port: int, gpus: 
     `install-node.sh` in a chroot (venv, pip, daemon.json, dockremap, nftables, the unit
     enabled); the same script now makes the volume group on the NVMe drive, enrols,
     pulls the configured images (present: imported from the image's tarball, the
-    stand-in for a registry) and starts the service. Test-only: the stub NVML's drop-in."""
+    stand-in for a registry) and starts the service. Test-only: the drop-in for the stub
+    NVML and CUDA libraries (the GPU memory clearing routine runs against the latter)."""
     box.ssh("cat > /root/config.toml", stdin=agent_config(lease_port=lease_port, gpus=gpus).encode())
     box.ssh("install -d /etc/systemd/system/gpu-node-agent.service.d && printf '[Service]\\nEnvironment="
-            f"LD_LIBRARY_PATH=/opt/nvml-stub NVML_STUB_GPUS={gpus}\\n' "
+            f"LD_LIBRARY_PATH=/opt/nvml-stub NVML_STUB_GPUS={gpus} CUDA_STUB_MEMORY_MB=16\\n' "
             "> /etc/systemd/system/gpu-node-agent.service.d/stand-in-gpus.conf && systemctl daemon-reload")
     box.ssh(f"{AGENT_SOURCE}/install-node.sh --config /root/config.toml --lease-drive /dev/nvme0n1 "
             f"--volume-group {VG} --url {url} --code {code}", timeout=1800)
@@ -112,6 +113,14 @@ def contains(path: Path, needle: bytes) -> bool:
             return False
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             return data.find(needle) >= 0
+
+
+# Where a tenant's bytes land outside /workspace by default, each written 200 times.
+TENANT_WRITES = " && ".join(
+    f"mkdir -p {os.path.dirname(p)} && for i in $(seq 200); do echo {{marker}}; done > {p}"
+    for p in ("/root/.cache/huggingface/hub/marker.txt", "/tmp/marker.txt", "/var/tmp/marker.txt",
+              "/opt/marker.txt", "/home/marker.txt")) + (
+    " && echo {marker} >> /etc/hosts && echo {marker} > /proc/1/fd/1 && sync")
 
 
 def customer_ssh(port: int, key: Path, command: str, attempts: int = 60) -> subprocess.CompletedProcess:
@@ -159,7 +168,7 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
     from rental.models import DiskKey, Image, LeaseState
     from rental.services import lease_release, lease_suspend
 
-    times, secret = {}, secrets.token_hex(24)
+    times, secret, marker = {}, secrets.token_hex(24), f"tenant-marker-{secrets.token_hex(16)}"
     started = time.monotonic()
     image = build_image()
     progress(times, "image", started)
@@ -214,10 +223,13 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
         written = customer_ssh(lease_port, key_path, f"printf %s {secret} > /workspace/secret.txt && sync && "
                                                      "cat /workspace/secret.txt")
         assert written.returncode == 0 and written.stdout == secret, written.stderr
+        spread = customer_ssh(lease_port, key_path, TENANT_WRITES.format(marker=marker))
+        assert spread.returncode == 0, spread.stderr
         box.ssh("sync && echo 3 > /proc/sys/vm/drop_caches")
-        assert not contains(box.nvme, secret.encode()), "plaintext on the raw NVMe drive"
-        assert not contains(box.overlay, secret.encode()), "plaintext on the guest's root filesystem"
-        progress(times, "file written over ssh, not on the raw drive nor the root fs", step)
+        for needle in (secret, marker):
+            assert not contains(box.nvme, needle.encode()), "plaintext on the raw NVMe drive"
+            assert not contains(box.overlay, needle.encode()), "plaintext on the guest's root filesystem"
+        progress(times, "files written over ssh, not on the raw drive nor the root fs", step)
 
         # Reboot: dockerd starts nothing; the agent re-opens and mounts, then starts.
         step = time.monotonic()
@@ -272,6 +284,11 @@ def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
         wiped = json.loads(record["proofs"][1]["signed"])
         assert wiped["method"] == "discard+overwrite" and wiped["verification"]["nonzero"] == 0
         assert wiped["device_model"].startswith("QEMU")
+        box.ssh("sync && echo 3 > /proc/sys/vm/drop_caches")
+        after = {name: count(path, marker.encode()) for name, path in
+                 (("root filesystem", box.overlay), ("NVMe drive", box.nvme))}
+        print(f"node-in-a-box: tenant marker after release: {after}", flush=True)
+        assert after == {"root filesystem": 0, "NVMe drive": 0}
     finally:
         try:    # what the guest's agent and dockerd said (all boots), shown with a failure
             journal = box.out("journalctl -u gpu-node-agent -u docker -o short-monotonic --no-pager "

@@ -105,6 +105,22 @@ def test_pid_max_holds_every_instances_pids_limit_and_the_node(tmp_path):
     assert "unlimited" in preflight.pid_max(0, 2, big).detail
 
 
+def test_swap_is_off_in_ram_or_encrypted(tmp_path):
+    header = "Filename\tType\tSize\tUsed\tPriority\n"
+    sys_block = tmp_path / "block"
+    (sys_block / "dm-0" / "dm").mkdir(parents=True)
+    (sys_block / "dm-0" / "dm" / "uuid").write_text("CRYPT-PLAIN-swap\n")
+    (sys_block / "dm-1" / "dm").mkdir(parents=True)
+    (sys_block / "dm-1" / "dm" / "uuid").write_text("LVM-abc\n")
+    assert preflight.swap(sysctl(tmp_path, "none", header), sys_block) is None
+    ram_and_crypt = header + "/dev/zram0\tpartition\t8G\t0\t100\n/dev/dm-0\tpartition\t8G\t0\t-2\n"
+    assert preflight.swap(sysctl(tmp_path, "ok", ram_and_crypt), sys_block) is None
+    plain = header + "/dev/dm-1\tpartition\t8G\t0\t-2\n/swapfile\tfile\t2G\t0\t-3\n"
+    problem = preflight.swap(sysctl(tmp_path, "plain", plain), sys_block)
+    assert problem.check == "swap" and "/dev/dm-1, /swapfile" in problem.detail
+    assert problem.fix.startswith("swapoff /dev/dm-1 /swapfile")
+
+
 def test_the_gpu_memory_routine_must_reach_every_gpu_nvml_lists(nvml_stub, tmp_path):
     env = agent_env(nvml_stub)
     assert preflight.gpu_memory([], 0, env) is None                   # no GPU, nothing to clear
