@@ -1,4 +1,5 @@
-"""`gpu-node-agent enrol | run | status | images pull|prune | verify-record` (console script)."""
+"""`gpu-node-agent enrol | run | status | images pull|prune | verify-record | boot-filter`
+(console script)."""
 import argparse
 import json
 import logging
@@ -14,8 +15,9 @@ from .client import StorefrontClient, StorefrontRefused, StorefrontUnreachable
 from .config import DEFAULT_CONFIG_PATH, AgentConfig, ConfigError, load_config
 from .gpu import open_gpu_probe
 from .interfaces import OperationFailed
+from .netfilter import boot_table
 from .signing import NodeKey
-from .state import StateDir, read_json, write_json
+from .state import StateDir, read_json, write_atomic, write_json
 
 log = logging.getLogger("nodeagent")
 EXIT_NOT_ENROLLED, EXIT_CONFIG, EXIT_REFUSED, EXIT_UNREACHABLE = 2, 3, 4, 5
@@ -180,6 +182,14 @@ def _config(path: str | None) -> AgentConfig:
     return load_config(path or DEFAULT_CONFIG_PATH)
 
 
+def boot_filter(config: AgentConfig, args) -> int:
+    """Forwarding is dropped from boot on, before the agent ever ran (netfilter.boot_table)."""
+    table = boot_table(blocked_networks=config.docker.blocked_networks,
+                       masquerade=config.docker.masquerade)
+    write_atomic(Path(args.write), table, mode=0o644)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-node-agent",
                                      description="GPU node agent for the storefront")
@@ -207,6 +217,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="a server's public key (base64) the proofs must be signed with; once per server "
                         "(a move leaves proofs of two)")
     p.set_defaults(command=verify_record)
+    p = commands.add_parser("boot-filter", help="write the packet filter without leases, for "
+                            "nftables.service at boot (install-node.sh)")
+    p.add_argument("--write", required=True, metavar="PATH")
+    p.set_defaults(command=boot_filter)
     return parser
 
 

@@ -139,7 +139,7 @@ fi
 boot_table=/var/lib/gpu-node-agent/runtime/nftables.nft
 if [ ! -e "$boot_table" ]; then
     install -d -m 0700 /var/lib/gpu-node-agent
-    "$VENV/bin/python" -m nodeagent.netfilter --config "$ETC/config.toml" --write "$boot_table"
+    "$VENV/bin/python" -m nodeagent --config "$ETC/config.toml" boot-filter --write "$boot_table"
     step "wrote $boot_table (the packet filter nftables.service loads at boot)"
 fi
 if running && ! nft list table inet gpu_node_agent >/dev/null 2>&1; then

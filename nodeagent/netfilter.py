@@ -313,26 +313,9 @@ def _counter_bytes(objects) -> dict[int, int]:
     return found
 
 
-def main(argv=None) -> int:
-    """`python -m nodeagent.netfilter --config FILE --write PATH`: the agent's table with no
-    lease, for nftables.service to load at boot before the agent first runs (install-node.sh).
-    The agent replaces it with the current one when it starts."""
-    import argparse
-
-    from .config import DEFAULT_CONFIG_PATH, ConfigError, load_config
-    parser = argparse.ArgumentParser(prog="python -m nodeagent.netfilter")
-    parser.add_argument("--config", default=DEFAULT_CONFIG_PATH)
-    parser.add_argument("--write", required=True, type=Path, metavar="PATH")
-    args = parser.parse_args(argv)
-    try:
-        docker = load_config(args.config).docker
-    except ConfigError as exc:
-        parser.error(str(exc))
-    packet_filter = PacketFilter(blocked_networks=docker.blocked_networks,
-                                 masquerade=docker.masquerade)
-    write_atomic(args.write, packet_filter._boot_script(frozenset()).encode(), mode=0o644)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def boot_table(*, blocked_networks, masquerade: bool) -> bytes:
+    """The agent's table with no lease, for nftables.service to load at boot before the
+    agent first runs (`gpu-node-agent boot-filter`, install-node.sh). The agent replaces it
+    with the current one when it starts."""
+    packet_filter = PacketFilter(blocked_networks=blocked_networks, masquerade=masquerade)
+    return packet_filter._boot_script(frozenset()).encode()

@@ -211,8 +211,9 @@ def test_the_guard_restores_a_flushed_table_within_its_interval(node, sinks):
 def test_the_install_scripts_boot_table_drops_forwarding(node, sinks, tmp_path):
     """What install-node.sh writes for nftables.service before the agent ever ran."""
     boot = tmp_path / "nftables.nft"
-    made = subprocess.run([sys.executable, "-m", "nodeagent.netfilter", "--config",
-                           str(ROOT / "nodeagent" / "config.example.toml"), "--write", str(boot)],
+    made = subprocess.run([sys.executable, "-m", "nodeagent", "--config",
+                           str(ROOT / "nodeagent" / "config.example.toml"), "boot-filter",
+                           "--write", str(boot)],
                           cwd=ROOT, capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
     assert node.nft("flush", "ruleset").returncode == 0
