@@ -159,6 +159,26 @@ class CoinRate(models.Model):
         return f"{self.coin} ${self.usd_per_coin} ({self.source}, {self.set_at:%Y-%m-%d %H:%M})"
 
 
+class CoinRateGuard(models.Model):
+    """The price guard of one coin (``billing.payments.pricing``): the anchor — the last rate
+    a quorum of price sources or an operator set, which a rate from fewer sources must stay
+    close to — and, while the sources' answers are refused, since when quoting in the coin is
+    stopped, why, and the rate they proposed (for an operator to confirm by setting it)."""
+
+    coin = models.CharField(max_length=5, choices=COIN_CHOICES, unique=True)
+    anchor_usd_per_coin = models.DecimalField(max_digits=20, decimal_places=8, null=True, blank=True)
+    anchor_source = models.CharField(max_length=40, blank=True)
+    anchor_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True, help_text="Quoting stopped since (None: quoting)")
+    checked_at = models.DateTimeField(null=True, blank=True, help_text="The last refusal")
+    reason = models.CharField(max_length=600, blank=True)
+    proposed_usd_per_coin = models.DecimalField(max_digits=20, decimal_places=8, null=True, blank=True)
+    proposed_source = models.CharField(max_length=40, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.coin} price guard ({'stopped' if self.stopped_at else 'quoting'})"
+
+
 class CoinWallet(models.Model):
     """Watch-only receive side of a coin: the next derivation index to hand out, and the
     highest index that has been paid (for the gap-limit warning)."""

@@ -55,7 +55,7 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
     ]),
     # the payment rules: what a quote asks for, what a payment is worth and when it counts, what is
     # credited, taken back after a reorg (reversals), used late, or reported in the wrong coin; the
-    # rate a quote may lock (pricing, and coins/rates.py's staleness and median); base units and
+    # rate a quote may lock (pricing, and coins/rates.py's staleness and price guard); base units and
     # cents (coins/amounts.py); the block walker's reorg detection (coins/walker.py, tested against
     # an in-memory chain)
     "payments": ([
@@ -80,6 +80,7 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
         # session 16: a reversed debt paid back (debt_settle), rate_for's refusals / max age / peg,
         # format_amount, and how quote_refresh / _advance move a quote (timeouts, hold, exceptions)
         "tests/billing/test_payment_remainder_rules.py",
+        "tests/billing/test_price_guard.py",  # the price guard: agreement, move bound, anchor, its property
     ]),
     # Not mutated, the rest of billing/payments/: the chain adapters (coins/evm.py, utxo.py,
     # monero.py, solana.py: JSON-RPC against the chain nodes) and the key/address derivation

@@ -24,9 +24,11 @@ from inventory.models import AuditEntry, GpuSlot, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
 from ..ledger import month_start
+from ..lifecycle.renewal_check import renewal_alerts
 from ..models import Invoice, JobRun, PaymentReview, Quote
 from ..payments.addresses import wallets_past_gap
 from ..payments.health import coins_unwell
+from ..payments.pricing import rate_stop_alert, rates_stopped
 from ..payments.services import coins_offered
 from ..revenue import SiteRevenue, revenue_between, revenue_by_site
 
@@ -211,6 +213,8 @@ class Dashboard:
     wallets_past_gap: list[str] = field(default_factory=list)
     wrong_tokens: int = 0
     revenue_sites: list[SiteRevenue] = field(default_factory=list)
+    #: the price guard's stopped coins and the missed-renewal alarm, one line each
+    money_alerts: list[str] = field(default_factory=list)
 
     @property
     def capacity_totals(self) -> dict:
@@ -242,6 +246,7 @@ class Dashboard:
         if self.wrong_tokens:
             alerts.append(gettext("%(n)s deposit(s) of a token we do not take, to quote addresses, in the last 7 days "
                                   "(audit log: wrong_token_deposit)") % {"n": self.wrong_tokens})
+        alerts += self.money_alerts
         return alerts
 
 
@@ -255,4 +260,5 @@ def dashboard(now: datetime) -> Dashboard:
                      wallets_past_gap=wallets_past_gap(),
                      wrong_tokens=AuditEntry.objects.filter(action="wrong_token_deposit",
                                                             at__gte=now - timedelta(days=7)).count(),
-                     revenue_sites=revenue_by_site(month_start(now), now))
+                     revenue_sites=revenue_by_site(month_start(now), now),
+                     money_alerts=[*map(rate_stop_alert, rates_stopped()), *renewal_alerts(now, LIST_LIMIT)])

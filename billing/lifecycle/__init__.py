@@ -25,6 +25,7 @@ from ..services import lease_fail_and_refund, order_invoice_expire, renewal_invo
 from ..storage.charges import sweep_storage
 from ..storage.snapshot_usage import sweep_snapshot_usage
 from ..storage.sweeps import sweep_ceph
+from . import renewal_check
 from .locks import exclusive
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ SWEEPS = [
     ("provisioning_deadline", sweep_provisioning_deadline),
     ("reminders", rental_sweeps.sweep_reminders),
     ("renewal_invoices", sweep_renewal_invoices),
+    ("renewal_check", renewal_check.sweep_renewal_check),  # every lease due has exactly one renewal invoice
     ("suspend", rental_sweeps.sweep_suspend),
     ("release", rental_sweeps.sweep_release),
     ("void_dead_renewals", sweep_void_dead_renewals),

@@ -14,6 +14,7 @@ from rental.admin import confirm_with_form, report
 from ..admin import dollars
 from ..models import (
     CoinRate,
+    CoinRateGuard,
     CoinWallet,
     LatePaymentClaim,
     Payment,
@@ -57,6 +58,15 @@ class CoinRateAdmin(admin.ModelAdmin):
             self.message_user(request, str(exc), messages.ERROR)
             return
         obj.pk, obj.set_at = saved.pk, saved.set_at
+
+
+@admin.register(CoinRateGuard)
+class CoinRateGuardAdmin(ReadOnlyAdmin):
+    """The price guard per coin: the anchor, and while quoting is stopped, why and what the
+    sources proposed (confirm a rate by setting it under Coin rates)."""
+
+    list_display = ("coin", "stopped_at", "reason", "proposed_usd_per_coin", "proposed_source",
+                    "anchor_usd_per_coin", "anchor_source", "anchor_at", "checked_at")
 
 
 @admin.register(CoinWallet)

@@ -22,7 +22,7 @@ ADAPTER_KEYS = (
     "BTC_XPUB", "BTC_RPC_URL", "BTC_RPC_COOKIE", "BTC_NETWORK", "BTC_START_HEIGHT",
     "LTC_XPUB", "LTC_RPC_URL", "LTC_RPC_COOKIE", "LTC_NETWORK", "LTC_START_HEIGHT",
     "ETH_XPUB", "ETH_RPC_URL", "ETH_CHAIN_ID", "ETH_START_HEIGHT", "USDT_CONTRACT", "USDC_CONTRACT",
-    "MONERO_WALLET_RPC_URL", "SOL_MERCHANT_ADDRESS", "SOL_RPC_URL",
+    "MONERO_WALLET_RPC_URL", "XMR_SETTLED_WATCH_BLOCKS", "SOL_MERCHANT_ADDRESS", "SOL_RPC_URL",
     *(f"{c}_CONFIRMATIONS" for c in Coin),
 )
 
@@ -201,5 +201,16 @@ def price_sources() -> list[dict]:
 
 
 def price_sources_min() -> int:
-    """How many sources must answer with a fresh rate before the median is used."""
+    """How many agreeing sources make a rate on their own (the quorum, see ``rates.judge``)."""
     return int(rule("PRICE_SOURCES_MIN"))
+
+
+def price_tolerance_bps() -> int:
+    """How far (basis points) an answer may be from the answers' median and still agree."""
+    return int(rule("PRICE_SOURCES_TOLERANCE_BPS"))
+
+
+def price_max_move_bps() -> int:
+    """How far (basis points) a new rate may be from the last accepted one (and, from fewer
+    sources than the quorum, from the last rate a quorum or an operator set)."""
+    return int(rule("PRICE_MAX_MOVE_BPS"))

@@ -23,11 +23,18 @@ PAYMENT_QUOTE_MIN_MINUTES = int(os.environ.get("PAYMENT_QUOTE_MIN_MINUTES", "10"
 # New quotes (fresh receive addresses) one customer may ask for per hour.
 QUOTES_PER_CUSTOMER_PER_HOUR = int(os.environ.get("QUOTES_PER_CUSTOMER_PER_HOUR", "20"))
 # Price sources: JSON list of {"name", "url", "path"[, "time_path"]}, {coin}/{coin_lower}
-# filled in; the median of those answering with a rate younger than RATE_MAX_AGE_MINUTES,
-# if at least PRICE_SOURCES_MIN answer, becomes the coin's rate every minute (a fresh
-# hand-set rate stays). Empty: rates are set by hand only.
+# filled in; every minute the answers younger than RATE_MAX_AGE_MINUTES go through the price
+# guard (billing/payments/coins/rates.py ``judge``, docs/adr/0006): a strict majority of them
+# must agree within PRICE_SOURCES_TOLERANCE_BPS of their median, and the median of those
+# must be less than PRICE_MAX_MOVE_BPS from the last accepted rate. PRICE_SOURCES_MIN agreeing
+# sources make a rate on their own; fewer are accepted only within PRICE_MAX_MOVE_BPS of the
+# last rate that many sources (or an operator) set, and a first rate needs at least two
+# sources or an operator. A refused round stops quoting in the coin until a round passes or
+# an operator sets the rate (a fresh hand-set rate stays). Empty: rates are set by hand only.
 PRICE_SOURCES = os.environ.get("PRICE_SOURCES", "")
-PRICE_SOURCES_MIN = int(os.environ.get("PRICE_SOURCES_MIN", "1"))
+PRICE_SOURCES_MIN = int(os.environ.get("PRICE_SOURCES_MIN", "2"))
+PRICE_SOURCES_TOLERANCE_BPS = int(os.environ.get("PRICE_SOURCES_TOLERANCE_BPS", "200"))
+PRICE_MAX_MOVE_BPS = int(os.environ.get("PRICE_MAX_MOVE_BPS", "1000"))
 # --- issue 27: every payment rule defined here once (billing.payments.config reads these) ---
 UNDERPAYMENT_TOLERANCE_BPS = int(os.environ.get("UNDERPAYMENT_TOLERANCE_BPS", "0"))
 RATE_MAX_AGE_MINUTES = int(os.environ.get("RATE_MAX_AGE_MINUTES", "15"))
@@ -43,3 +50,12 @@ PAYMENT_REVERSAL_GRACE_MINUTES = int(os.environ.get("PAYMENT_REVERSAL_GRACE_MINU
 # The expiry sweeps wait at most this long for a coin watcher that has not scanned past an
 # order's deadline, so a payment the chain dates on time wins over the sweep.
 PAYMENT_WATCHER_LAG_MAX_MINUTES = int(os.environ.get("PAYMENT_WATCHER_LAG_MAX_MINUTES", "360"))
+# A settled Monero payment is still looked for in the view-only wallet this many blocks past
+# its block (720 ≈ 24 h): one that leaves the chain in a reorg deeper than its confirmations
+# is reversed like any coin's (billing.payments.reversals). Keep it within LATE_PAYMENT_WATCH_DAYS
+# (settled quotes stay watched that long).
+XMR_SETTLED_WATCH_BLOCKS = int(os.environ.get("XMR_SETTLED_WATCH_BLOCKS", "720"))
+# The lifecycle pass checks that every active lease this far into its renewal window
+# (LEASE_RENEWAL_LEAD_HOURS before its end) has exactly one renewal invoice for its next term,
+# and alerts the operators otherwise: the margin lets the renewal sweep of a busy pass finish.
+RENEWAL_CHECK_GRACE_MINUTES = int(os.environ.get("RENEWAL_CHECK_GRACE_MINUTES", "10"))

@@ -1,4 +1,5 @@
-"""issue 27 on real local chains (litecoind regtest, anvil): no double credit after a reorg,
+"""issue 27 on real local chains (litecoind regtest, anvil, monerod regtest with a view-only
+wallet): no double credit after a reorg,
 no lost claw-back, on-time payments win over the sweeps after a watcher outage, no stock
 held by dust or by payments that never confirm, misdirected coins reported. Each test
 asserts the ledger, the balance, the invoice and the lease afterwards.
@@ -16,6 +17,7 @@ from billing.models import CoinWallet, Invoice, LedgerEntry, Payment, PaymentRev
 from billing.payments import config as coins_config
 from billing.payments.coins.base import Coin
 from billing.payments.coins.evm import EvmAdapter
+from billing.payments.coins.monero import MoneroAdapter
 from billing.payments.coins.utxo import UtxoAdapter
 from billing.payments.services import quote_create, watch_coin
 from billing.services import account_for, topup_invoice_create
@@ -23,7 +25,7 @@ from billing.tasks import watch_payments
 from rental.agent import Instance
 from rental.models import LeaseState
 from rental.services import lease_provisioned
-from tests.billing.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
+from tests.billing.coins.conftest import anvil, litecoind, monero_regtest  # noqa: F401 - session fixtures
 from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
 from tests.billing.test_lifecycle import order
 from tests.billing.test_payments_chains import CONTRACT, FORWARDER, deploy, ltc_quote, rbf_payment
@@ -177,6 +179,42 @@ def test_ltc_double_spent_after_settlement_suspends_the_lease_until_a_top_up_on_
     assert ledger(customer) == [("excess_payment", 1000), ("clawback", -7500), ("topup", 6500)]
     assert balance(customer) == 0
     assert fresh(invoice).flag == "payment_recovered" and fresh(lease).state == LeaseState.ACTIVE
+
+
+def test_xmr_settled_then_gone_in_a_reorg_deeper_than_its_confirmations_is_reversed(
+        monero_regtest, catalog, customer, settings):  # noqa: F811
+    """Monero: settled at 10 confirmations and the lease running, then an 11-block reorg whose
+    chain lacks the payment (gone from the daemon and the view-only wallet). The watcher still
+    looks for settled payments (XMR_SETTLED_WATCH_BLOCKS), so the settlement is reversed the
+    way every coin's is: taken back, the invoice flagged, a review for the operators, and the
+    lease suspended once the grace has passed with the debt unpaid."""
+    settings.PAYMENT_REVERSAL_GRACE_MINUTES = 0
+    net, now = monero_regtest, timezone.now()
+    set_rate("XMR", "150", now)
+    net.funder.call("refresh")
+    with coins_config.use_adapters({Coin.XMR: MoneroAdapter(net.merchant)}):
+        lease, invoice = order(customer, now, pay=False)
+        quote = quote_create(invoice=invoice, coin="XMR", now=now)
+        watch_coin(coin="XMR")
+        sent = net.funder.call("transfer", destinations=[{"address": quote.address, "amount": int(quote.amount)}])
+        net.mine(10)
+        watch_coin(coin="XMR")
+        assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
+        activate(lease, timezone.now())
+        net.mine(1)
+        watch_coin(coin="XMR")  # settled: nothing changes while it stays on the chain
+        assert ledger(customer) == [] and Payment.objects.get().state == Payment.State.CONFIRMED
+
+        net.reorg(11, without=[sent["tx_hash"]])
+        watch_coin(coin="XMR")
+        watch_coin(coin="XMR")  # reported once, taken back once
+        run_lifecycle(timezone.now())
+
+    assert Payment.objects.get().state == Payment.State.REORGED
+    assert ledger(customer) == [("clawback", -6500)] and balance(customer) == -6500
+    review = PaymentReview.objects.get()
+    assert (review.kind, review.state, review.clawed_back_cents) == ("reversed", "open", 6500)
+    assert fresh(invoice).flag == "payment_reversed" and fresh(lease).state == LeaseState.SUSPENDED
 
 
 # --- watcher downtime ---------------------------------------------------------------------------

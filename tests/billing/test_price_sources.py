@@ -1,7 +1,8 @@
 """Price sources against a real local HTTP server started by the test: the median of the
-fresh answers becomes the rate; a stale, failing, malformed or missing source is left out;
-too few answers keep the old rate (quotes then refuse it when stale); a fresh hand-set rate
-stays; the beat task records its run."""
+fresh, agreeing answers becomes the rate; a stale, failing, malformed or missing source is left
+out; fewer agreeing sources than the quorum keep the old rate and stop quoting unless an
+operator's rate holds them (the price guard: tests/billing/test_price_guard.py); a fresh
+hand-set rate stays; the beat task records its run."""
 import json
 import threading
 from datetime import UTC, datetime, timedelta
@@ -53,7 +54,7 @@ def feeds(settings):
     ])
     Feeds.answers = {
         "alpha": (200, {"data": {"ltc": {"usd": 101.5}}}),
-        "beta": (200, {"result": [{"price": "99.25", "at": int(NOW.timestamp()) - 30}]}),
+        "beta": (200, {"result": [{"price": "100.25", "at": int(NOW.timestamp()) - 30}]}),
         "gamma": (200, {"price": 100, "time": (NOW - timedelta(hours=2)).isoformat()}),  # stale
         "delta": (500, {"error": "down"}),
     }
@@ -65,30 +66,37 @@ def feeds(settings):
 def test_median_of_the_fresh_sources_becomes_the_rate(db, feeds):
     with offline_coins():
         # The stablecoin first: it is passed over, and the coins after it are still priced.
-        assert rates_refresh(coins=["USDT", "LTC"], now=NOW) == {"LTC": "100.37500000 from 2 source(s)"}
-    rate = CoinRate.objects.get(coin="LTC")
-    assert rate.usd_per_coin == Decimal("100.375") and rate.source == "median:alpha,beta"
+        assert rates_refresh(coins=["USDT", "LTC"], now=NOW) == {"LTC": "100.25000000 from 2 source(s)"}
+    rate = CoinRate.objects.get(coin="LTC")  # of two answers the lower: a value one of them gave
+    assert rate.usd_per_coin == Decimal("100.25") and rate.source == "median:alpha,beta"
     assert rate.set_at == NOW - timedelta(seconds=30)  # the older of the two answers
     assert not CoinRate.objects.filter(coin="USDT").exists()  # the peg stays
 
 
 def test_too_few_fresh_answers_keep_the_old_rate(db, feeds, settings):
+    """Two agreeing answers of the three needed, and no rate a quorum or an operator set to
+    hold them to: refused, with every left-out source's reason; the old rate stays."""
     settings.PRICE_SOURCES_MIN = 3
-    CoinRate.objects.create(coin="LTC", usd_per_coin=Decimal(90), source="median:old", set_at=NOW - timedelta(hours=1))
+    CoinRate.objects.create(coin="LTC", usd_per_coin=Decimal(100), source="median:old",
+                            set_at=NOW - timedelta(hours=1))
     result = rates_refresh(coins=["LTC"], now=NOW)
-    assert result["LTC"].startswith("error: LTC: 2 fresh source(s) of 3 needed")
+    assert result["LTC"].startswith("refused: 2 source(s) of the 3 needed, and no rate a quorum or an operator set")
     assert "gamma: stale" in result["LTC"] and "delta: HTTPError" in result["LTC"]
-    assert CoinRate.objects.get(coin="LTC").usd_per_coin == 90
+    assert CoinRate.objects.get(coin="LTC").usd_per_coin == 100
     feeds["delta"] = (200, b"not json")
     feeds["gamma"] = (200, {"price": "-3", "time": int(NOW.timestamp())})
-    assert rates_refresh(coins=["LTC"], now=NOW)["LTC"].startswith("error:")
+    assert rates_refresh(coins=["LTC"], now=NOW)["LTC"].startswith("refused:")
+    feeds.update(alpha=(500, {}), beta=(500, {}))
+    assert rates_refresh(coins=["LTC"], now=NOW)["LTC"].startswith("error: LTC: no fresh source")
+    assert CoinRate.objects.get(coin="LTC").usd_per_coin == 100
 
 
 def test_a_fresh_hand_set_rate_stays_then_the_feeds_take_over(db, feeds, operator):
-    coin_rate_set(coin="LTC", usd_per_coin=Decimal("120"), actor=operator, now=NOW)
+    coin_rate_set(coin="LTC", usd_per_coin=Decimal("100"), actor=operator, now=NOW)
     assert rates_refresh(coins=["LTC"], now=NOW + timedelta(minutes=5)) == {"LTC": "manual rate kept"}
-    assert CoinRate.objects.get(coin="LTC").usd_per_coin == 120
-    # beta's answer is now 16.5 min old, so only alpha counts
+    assert CoinRate.objects.get(coin="LTC").usd_per_coin == 100
+    # beta's answer is now 16.5 min old, so only alpha counts: one source, 1.5 % from the
+    # operator's rate (the anchor), within the bound
     assert rates_refresh(coins=["LTC"], now=NOW + timedelta(minutes=16)) == {"LTC": "101.50000000 from 1 source(s)"}
 
 
@@ -100,8 +108,9 @@ def test_every_coin_is_refreshed_after_one_kept_by_hand_or_without_sources(db, f
     coin_rate_set(coin="BTC", usd_per_coin=Decimal("90000"), actor=operator, now=NOW - timedelta(minutes=20))
     result = rates_refresh(coins=["BTC", "ETH", "LTC"], now=NOW)
     assert result["BTC"] == "manual rate kept"                  # 20 minutes old: within the 30 configured
-    assert result["ETH"].startswith("error: ETH: 1 fresh source(s) of 2 needed")    # alpha prices no ETH
-    assert result["LTC"] == "100.37500000 from 2 source(s)"
+    # alpha prices no ETH: beta alone, and no ETH rate before it
+    assert result["ETH"].startswith("refused: a first rate from 1 source(s) needs an operator's confirmation")
+    assert result["LTC"] == "100.25000000 from 2 source(s)"
     assert CoinRate.objects.get(coin="BTC").usd_per_coin == 90000
 
 
@@ -111,13 +120,13 @@ def test_a_coin_worth_less_than_a_dollar_takes_its_rate(db, operator):
 
 
 def test_the_beat_task_prices_quotes(catalog, customer, feeds):
-    Feeds.answers["beta"] = (200, {"result": [{"price": "99.25", "at": int(timezone.now().timestamp())}]})
+    Feeds.answers["beta"] = (200, {"result": [{"price": "100.25", "at": int(timezone.now().timestamp())}]})
     with offline_coins():
         assert refresh_rates()["LTC"].endswith("from 2 source(s)")
         _, invoice = order(customer, timezone.now(), pay=False)
         quote = quote_create(invoice=invoice, coin="LTC", now=timezone.now())
-    assert quote.rate_source == "median:alpha,beta" and quote.rate_usd_per_coin == Decimal("100.375")
-    assert JobRun.objects.get(name="refresh_rates").last_result["LTC"].startswith("100.375")
+    assert quote.rate_source == "median:alpha,beta" and quote.rate_usd_per_coin == Decimal("100.25")
+    assert JobRun.objects.get(name="refresh_rates").last_result["LTC"].startswith("100.25")
 
 
 def test_an_operator_rate_is_checked_dated_and_audited(db, operator):
@@ -146,7 +155,7 @@ def test_an_operator_rate_is_checked_dated_and_audited(db, operator):
 
 def test_a_fresh_rate_from_the_feeds_is_replaced_by_the_next_median(db, feeds):
     """Only a rate set by hand is kept while fresh; the feeds' own is refreshed every time."""
-    CoinRate.objects.create(coin="LTC", usd_per_coin=Decimal(90), source="median:alpha",
+    CoinRate.objects.create(coin="LTC", usd_per_coin=Decimal(99), source="median:alpha",
                             set_at=NOW - timedelta(minutes=1))
-    assert rates_refresh(coins=["LTC"], now=NOW) == {"LTC": "100.37500000 from 2 source(s)"}
-    assert CoinRate.objects.get(coin="LTC").usd_per_coin == Decimal("100.375")
+    assert rates_refresh(coins=["LTC"], now=NOW) == {"LTC": "100.25000000 from 2 source(s)"}
+    assert CoinRate.objects.get(coin="LTC").usd_per_coin == Decimal("100.25")

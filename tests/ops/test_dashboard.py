@@ -64,7 +64,8 @@ def world(catalog, customer, other_customer, place):
 
 
 def test_figures_match_the_fixture(world, django_assert_max_num_queries):
-    with django_assert_max_num_queries(16):  # + net revenue (ledger, outside) and per site, coin health, reviews, tokens, wallets
+    with django_assert_max_num_queries(19):  # + net revenue (ledger, outside) and per site, coin health, reviews, tokens, wallets,
+        # the price guard, the renewal check and the invoices of the leases it flags
         board = dashboard(NOW)
         board.alerts  # noqa: B018 — everything evaluated inside the block
 
@@ -101,7 +102,8 @@ def test_figures_match_the_fixture(world, django_assert_max_num_queries):
 def test_query_count_does_not_grow_with_rows(world, customer, place, django_assert_max_num_queries):
     for _ in range(5):
         place(customer, NOW - timedelta(hours=2), term="week")
-    with django_assert_max_num_queries(16):  # + net revenue (ledger, outside) and per site, coin health, reviews, tokens, wallets
+    with django_assert_max_num_queries(19):  # + net revenue (ledger, outside) and per site, coin health, reviews, tokens, wallets,
+        # the price guard, the renewal check and the invoices of the leases it flags
         dashboard(NOW).alerts  # noqa: B018
 
 

@@ -16,6 +16,15 @@ capped at ``required_confirmations - 1`` until it unlocks, so it stays "processi
 Double-spend-seen pool transfers are ignored. The wallet follows reorgs itself: a
 reported, not yet settled transfer that disappears from ``get_transfers`` is reported in
 ``reorged``.
+
+Settled is not forgotten: a transfer that reached its confirmations stays in the cursor's
+``settled`` (with its block height) and is looked for on every pass for
+``settled_watch_blocks`` (``XMR_SETTLED_WATCH_BLOCKS``) past its block — Monero has seen
+reorgs deeper than its ten confirmations. Gone from the wallet in that window → ``reorged``
+(the payment is reversed like any coin's, ``billing.payments.reversals``); back in the pool or
+mined again with fewer confirmations → reported again until it has them (a payment back in
+the pool keeps counting, as on the other chains, and one that then leaves it unmined is
+``dropped``). Past the window it is forgotten.
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ from typing import Any
 
 from .amounts import format_amount
 from .base import COIN_SPECS, Coin, DetectedPayment, ScanResult
+
+#: blocks a settled transfer is still looked for (the default of XMR_SETTLED_WATCH_BLOCKS, ~24 h)
+SETTLED_WATCH_BLOCKS = 720
 
 
 class MoneroRpcError(RuntimeError):
@@ -79,7 +91,8 @@ class MoneroAdapter:
     coin = Coin.XMR
 
     def __init__(self, rpc: MoneroWalletRpc, *, account_index: int = 0,
-                 required_confirmations: int | None = None, clock=time.time):
+                 required_confirmations: int | None = None, clock=time.time,
+                 settled_watch_blocks: int = SETTLED_WATCH_BLOCKS):
         spec = COIN_SPECS[Coin.XMR]
         self.decimals = spec.decimals
         self.required_confirmations = (
@@ -88,6 +101,7 @@ class MoneroAdapter:
         self.rpc = rpc
         self.account_index = account_index
         self._clock = clock
+        self.settled_watch_blocks = settled_watch_blocks
         self._index_cache: dict[str, int] = {}
 
     def create_address(self, label: str | None = None) -> tuple[str, int]:
@@ -132,8 +146,9 @@ class MoneroAdapter:
         hints = watch if isinstance(watch, dict) else dict.fromkeys(watch)
         by_index = {self._index_of(a, h): a for a, h in hints.items()}
         pending: dict[str, int] = dict(cursor.get("pending") or {})
+        settled = _settled_heights(cursor.get("settled"))
         if not by_index:
-            return ScanResult([], {"pending": pending}, [])
+            return ScanResult([], {"pending": pending, "settled": settled}, [])
         self.rpc.call("refresh")
         height = self.rpc.call("get_height")["height"]
         res = self.rpc.call("get_transfers", **{
@@ -143,6 +158,7 @@ class MoneroAdapter:
         now = self._clock()
         payments: list[DetectedPayment] = []
         present: set[str] = set()
+        mined_at: dict[str, int] = {}
         for kind in ("in", "pool"):
             for t in res.get(kind) or []:
                 minor = t["subaddr_index"]["minor"]
@@ -155,10 +171,15 @@ class MoneroAdapter:
                 conf = 0 if kind == "pool" else int(t.get("confirmations", height - t["height"]))
                 if not _unlocked(int(t.get("unlock_time", 0)), height, now):
                     conf = min(conf, self.required_confirmations - 1)
+                if kind == "in":
+                    mined_at[key] = int(t["height"])
+                if key in settled:
+                    if conf >= self.required_confirmations:  # still as deep as when it settled
+                        settled[key] = mined_at[key]
+                        continue
+                    del settled[key]  # back in the pool, or re-mined shallower: watched again
                 last = pending.get(key)
                 if last is not None and last >= self.required_confirmations:
-                    continue
-                if last is None and key in (cursor.get("settled") or ()):
                     continue
                 payments.append(DetectedPayment(
                     Coin.XMR, t["txid"], minor, by_index[minor], int(t["amount"]), conf,
@@ -177,9 +198,25 @@ class MoneroAdapter:
                 elif last < self.required_confirmations:
                     reorged.append((txid, int(minor_s)))
                 del pending[key]
-        settled = {k for k, c in pending.items() if c >= self.required_confirmations}
-        new_cursor = {
-            "pending": {k: c for k, c in pending.items() if k not in settled},
-            "settled": sorted(set(cursor.get("settled") or ()) | settled)[-1000:],
-        }
+        for key, mined in list(settled.items()):
+            txid, _, minor_s = key.rpartition(":")
+            if int(minor_s) not in by_index or (mined is not None and height - mined > self.settled_watch_blocks):
+                del settled[key]  # no longer watched, or past the window: forgotten
+            elif key not in present:
+                if mined is not None:  # settled, and now gone from the chain: a reorg deeper than its confirmations
+                    reorged.append((txid, int(minor_s)))
+                del settled[key]  # (a cursor from before heights were kept: unknown, not judged)
+        for key, conf in list(pending.items()):
+            if conf >= self.required_confirmations and key in mined_at:
+                settled[key] = mined_at[key]
+                del pending[key]
+        new_cursor = {"pending": pending, "settled": settled}
         return ScanResult(payments, new_cursor, sorted(reorged), sorted(dropped))
+
+
+def _settled_heights(saved) -> dict[str, int | None]:
+    """The cursor's settled transfers → their block heights; a cursor written before the
+    heights were kept holds a list of keys (height unknown until the wallet shows it again)."""
+    if isinstance(saved, dict):
+        return {k: (int(v) if v is not None else None) for k, v in saved.items()}
+    return dict.fromkeys(saved or ())

@@ -15,6 +15,9 @@ from typing import Protocol, runtime_checkable
 from .base import COIN_SPECS, Coin
 
 DEFAULT_MAX_AGE = timedelta(minutes=15)
+#: what a stored rate can hold (USD per coin, 8 decimal places, 20 digits): an answer outside
+#: is no price, whatever a source says
+MIN_RATE, MAX_RATE = Decimal("0.00000001"), Decimal(10) ** 12
 
 
 class StaleRateError(Exception):
@@ -161,16 +164,11 @@ def _parse_time(value) -> datetime:
     return parsed
 
 
-@dataclass(frozen=True)
-class MedianRate:
-    rate: Rate
-    used: tuple[str, ...]
-    refused: tuple[str, ...]
+# --- which answers a rate may be made of ----------------------------------------------------
 
-
-def median_rate(sources, coin: Coin, now: datetime, max_age: timedelta, minimum: int = 1) -> MedianRate:
-    """The median of the sources that answer with a fresh rate; fewer than ``minimum`` such
-    answers → ``RateUnavailable`` (with every source's reason)."""
+def fresh_answers(sources, coin: Coin, now: datetime, max_age: timedelta) -> tuple[list[Rate], list[str]]:
+    """Each source's fresh answer, and why the others were left out; no fresh answer at all
+    → ``RateUnavailable`` (with every source's reason)."""
     fresh, refused = [], []
     for source in sources:
         try:
@@ -180,13 +178,101 @@ def median_rate(sources, coin: Coin, now: datetime, max_age: timedelta, minimum:
             continue
         if is_stale(rate, now, max_age):
             refused.append(f"{rate.source}: stale ({rate.at.isoformat()})")
+        elif not MIN_RATE <= rate.usd_per_coin < MAX_RATE:
+            refused.append(f"{rate.source}: out of range (${rate.usd_per_coin:f})")
         else:
             fresh.append(rate)
-    if len(fresh) < max(minimum, 1):
-        raise RateUnavailable(f"{coin}: {len(fresh)} fresh source(s) of {minimum} needed; " + "; ".join(refused))
-    values = sorted(r.usd_per_coin for r in fresh)
-    mid = len(values) // 2
-    value = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-    oldest = min(r.at for r in fresh)
-    label = "median:" + ",".join(r.source for r in fresh)
-    return MedianRate(Rate(coin, value, label[:40], oldest), tuple(r.source for r in fresh), tuple(refused))
+    if not fresh:
+        raise RateUnavailable(f"{coin}: no fresh source; " + "; ".join(refused))
+    return fresh, refused
+
+
+def low_median(values) -> Decimal:
+    """The middle value; of an even count the lower of the two middle ones — always a value
+    some source gave, never a mean a liar can drag (and the lower rate asks more coins of a
+    quote and credits fewer dollars for a late payment: within the tolerance, the store's side)."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def bps_apart(value: Decimal, reference: Decimal) -> Decimal:
+    """How far ``value`` is from ``reference``, in basis points of ``reference``."""
+    return abs(value - reference) * 10_000 / reference
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the price guard made of one round of answers.
+
+    ``rate``: the rate to use, or None (refused: quoting in the coin stops, ``reason`` says
+    why). ``proposed``: the median of the agreeing answers — what an operator would confirm.
+    ``quorum``: enough sources agreed for the rate to be the new anchor (below, a rate is only
+    accepted close to the anchor)."""
+
+    rate: Rate | None
+    reason: str
+    proposed: Rate
+    agreeing: tuple[str, ...]
+    quorum: bool = False
+
+
+def judge(fresh: list[Rate], *, last: Decimal | None, anchor: Decimal | None, quorum: int,
+          tolerance_bps: int, max_move_bps: int) -> Verdict:
+    """The price guard, for one coin (pure: the caller reads ``last`` and ``anchor``).
+
+    1. The answers agreeing with their median within ``tolerance_bps`` must be a strict
+       majority of the fresh answers, else the sources disagree.
+    2. The rate is the median of the agreeing answers. It may move less than ``max_move_bps``
+       from ``last`` (the last accepted rate).
+    3. ``quorum`` (at least 1) agreeing answers make a rate that becomes the ``anchor``. Fewer
+       are accepted only within ``max_move_bps`` of the anchor too (the last rate a quorum or
+       an operator set), so one source cannot walk the price away step by step.
+    4. A first rate (no ``last``) needs a quorum of at least two; one source alone waits for
+       an operator's confirmation.
+    """
+    coin = fresh[0].coin
+    centre = low_median(r.usd_per_coin for r in fresh)
+    agreeing = [r for r in fresh if bps_apart(r.usd_per_coin, centre) <= tolerance_bps]
+    names = tuple(r.source for r in agreeing)
+    proposed = Rate(coin, low_median(r.usd_per_coin for r in agreeing), ("median:" + ",".join(names))[:40],
+                    min(r.at for r in agreeing))
+
+    def refuse(reason: str) -> Verdict:
+        return Verdict(None, reason, proposed, names)
+
+    value = proposed.usd_per_coin
+    if 2 * len(agreeing) <= len(fresh):
+        return refuse(f"the sources disagree: {len(agreeing)} of {len(fresh)} within "
+                      f"{_pct(tolerance_bps)} of their median ({_answers(fresh)})")
+    enough = len(agreeing) >= max(quorum, 1)
+    if last is None:
+        if enough and len(agreeing) >= 2:
+            return Verdict(proposed, "", proposed, names, quorum=True)
+        return refuse(f"a first rate from {len(agreeing)} source(s) needs an operator's confirmation "
+                      f"({_answers(agreeing)})")
+    moved = bps_apart(value, last)
+    if moved >= max_move_bps:
+        return refuse(f"{_usd(value)} is {_pct(moved)} from the last accepted rate {_usd(last)} "
+                      f"(bound {_pct(max_move_bps)}; {_answers(agreeing)})")
+    if not enough:
+        if anchor is None:
+            return refuse(f"{len(agreeing)} source(s) of the {max(quorum, 1)} needed, and no rate a quorum or an "
+                          f"operator set to hold it to: an operator's confirmation is needed ({_answers(agreeing)})")
+        drift = bps_apart(value, anchor)
+        if drift >= max_move_bps:
+            return refuse(f"{len(agreeing)} source(s) of the {max(quorum, 1)} needed, and {_usd(value)} is "
+                          f"{_pct(drift)} from {_usd(anchor)}, the last rate a quorum or an operator set "
+                          f"(bound {_pct(max_move_bps)}; {_answers(agreeing)})")
+    return Verdict(proposed, "", proposed, names, quorum=enough)
+
+
+def _pct(bps) -> str:
+    return f"{Decimal(bps) / 100:.2f}%"
+
+
+def _usd(value: Decimal) -> str:
+    return f"${Decimal(value).normalize():f}"
+
+
+def _answers(rates: list[Rate]) -> str:
+    return ", ".join(f"{r.source} {_usd(r.usd_per_coin)}" for r in rates)

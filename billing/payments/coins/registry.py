@@ -13,6 +13,7 @@ BTC_START_HEIGHT       first block a new watcher scans (default: the block after
 ETH_XPUB               account xpub at m/44'/60'/0'; with ETH_RPC_URL and ETH_CHAIN_ID (default 1)
 USDT_CONTRACT          ERC-20 contract address (needs the ETH_* settings); USDC_CONTRACT alike
 MONERO_WALLET_RPC_URL  monero-wallet-rpc of the view-only wallet (``http://u:p@host:18083``)
+XMR_SETTLED_WATCH_BLOCKS  blocks a settled XMR payment is still looked for (a deep reorg; default 720)
 SOL_MERCHANT_ADDRESS   Solana Pay recipient; with SOL_RPC_URL
 <COIN>_CONFIRMATIONS   overrides the default confirmations (BTC 2, LTC 6, ETH/ERC-20 12, XMR 10)
 =====================  =====================================================================
@@ -72,10 +73,12 @@ def build_adapters(config: Mapping[str, Any], *, require_backend: bool = False) 
                                    start_height=start, known_tokens=tuple(t for t in tokens.values() if t))
 
     if config.get("MONERO_WALLET_RPC_URL"):
-        from .monero import MoneroAdapter, MoneroWalletRpc
+        from .monero import SETTLED_WATCH_BLOCKS, MoneroAdapter, MoneroWalletRpc
 
         out[Coin.XMR] = MoneroAdapter(MoneroWalletRpc(config["MONERO_WALLET_RPC_URL"]),
-                                      required_confirmations=_int(config, "XMR_CONFIRMATIONS"))
+                                      required_confirmations=_int(config, "XMR_CONFIRMATIONS"),
+                                      settled_watch_blocks=_int(config, "XMR_SETTLED_WATCH_BLOCKS",
+                                                                SETTLED_WATCH_BLOCKS))
 
     merchant, sol_url = config.get("SOL_MERCHANT_ADDRESS"), config.get("SOL_RPC_URL")
     if merchant and (sol_url or not require_backend):

@@ -146,6 +146,31 @@ class MoneroRegtest:
         assert "error" not in reply, reply
         return reply["result"]["blocks"]
 
+    def _daemon(self, path: str, body: dict) -> dict:
+        import json
+        import urllib.request
+
+        url = self.daemon_url.rsplit("/", 1)[0] + path
+        with urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode()), timeout=120) as r:
+            reply = json.loads(r.read())
+        assert "error" not in reply and reply.get("result", reply).get("status") == "OK", reply
+        return reply
+
+    def reorg(self, depth: int, *, without: list[str], longer_by: int = 1) -> None:
+        """A reorg ``depth`` blocks deep whose new chain lacks the transactions ``without``
+        (double-spent elsewhere, say): the daemon pops ``depth`` blocks (their transactions go
+        back to its pool), the pool drops ``without``, and ``depth + longer_by`` new blocks
+        are mined. Each wallet follows at its next refresh."""
+        height = self._daemon("/json_rpc", {"jsonrpc": "2.0", "id": "0", "method": "get_block_count"})[
+            "result"]["count"]
+        self._daemon("/pop_blocks", {"nblocks": depth})
+        self._daemon("/json_rpc", {"jsonrpc": "2.0", "id": "0", "method": "flush_txpool",
+                                   "params": {"txids": without}})
+        self.mine(depth + longer_by)
+        after = self._daemon("/json_rpc", {"jsonrpc": "2.0", "id": "0", "method": "get_block_count"})[
+            "result"]["count"]
+        assert after == height + longer_by, (height, after)
+
 
 @pytest.fixture(scope="session")
 def monero_regtest(tmp_path_factory):

@@ -41,3 +41,37 @@ def test_subaddress_payment_pool_then_confirmed(monero_regtest, xmr):
     net.mine(1)
     r = xmr.scan(watch, r.cursor)
     assert r.payments == [] and r.reorged == []  # settled: not reported again
+
+
+def test_a_settled_payment_gone_in_a_reorg_deeper_than_its_confirmations_is_reported(monero_regtest):
+    """Settled at 10 confirmations, then an 11-block reorg whose chain lacks the transfer: the
+    view-only wallet no longer shows it and the adapter reports it reorged (once); past
+    ``settled_watch_blocks`` a settled transfer is no longer looked for."""
+    net = monero_regtest
+    xmr = MoneroAdapter(net.merchant, settled_watch_blocks=30)
+    net.funder.call("refresh")
+    (a, i), (b, j) = xmr.create_address(label="reorged"), xmr.create_address(label="kept")
+    gone = net.funder.call("transfer", destinations=[{"address": a, "amount": 3_000_000_000}])["tx_hash"]
+    net.funder.call("transfer", destinations=[{"address": b, "amount": 4_000_000_000}])
+    watch = {a: i, b: j}
+    r = xmr.scan(watch, {})
+    net.mine(10)
+    r = xmr.scan(watch, r.cursor)
+    assert sorted((p.amount, p.confirmations) for p in r.payments) == [(3_000_000_000, 10), (4_000_000_000, 10)]
+    net.mine(1)
+    r = xmr.scan(watch, r.cursor)
+    assert r.payments == [] and r.reorged == [] and r.cursor["pending"] == {}  # settled, quiet, still watched
+
+    kept = next(k for k in r.cursor["settled"] if k.endswith(f":{j}"))
+    mined_first = r.cursor["settled"][kept]
+    net.reorg(11, without=[gone])  # 11 > 10 confirmations; the other transfer is mined again
+    r = xmr.scan(watch, r.cursor)
+    assert r.reorged == [(gone, i)] and r.dropped == []
+    # the other one is mined again in the new chain's first block (its old height), 12 deep: still settled
+    assert r.payments == [] and r.cursor["settled"] == {kept: mined_first}
+    r = xmr.scan(watch, r.cursor)
+    assert r.reorged == [] and r.payments == []  # reported once
+
+    net.mine(31)  # past the window the cursor forgets it: nothing of it is kept or reported
+    r = xmr.scan(watch, r.cursor)
+    assert r.cursor["settled"] == {} and r.reorged == []

@@ -1,8 +1,9 @@
 """Rate providers and HTTP price sources, the latter against a local HTTP server the test
 starts (never the network): what a source is asked, how its price and time are read (exact
 decimals, unix seconds or ISO 8601 with a zone), which answers count (fresh by the configured
-age, within the source's timeout), the median of an odd and an even count, and what the
-operator is told when too few answer."""
+age, within the source's timeout), the median of an odd and an even count (the lower middle
+answer: a value a source gave), an outlier left out, and what the operator is told when too few
+answer."""
 import threading
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -18,7 +19,7 @@ from billing.payments.coins.rates import (
     RateUnavailable,
     require_fresh,
 )
-from billing.payments.pricing import rates_refresh
+from billing.payments.pricing import coin_rate_set, rates_refresh
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 HOLD = object()  # an answer that never comes while the test runs (released at teardown)
@@ -96,28 +97,32 @@ def test_a_source_time_may_be_unix_seconds_as_a_number_or_as_text_or_iso_with_an
 
 # -- the refresh: which answers count, and the median ----------------------------------------
 @pytest.mark.django_db
-def test_the_median_is_the_middle_answer_of_an_odd_count_and_the_mean_of_the_two_middle_of_an_even(
-        feeds, settings):
-    """The label names the sources that were used, cut to the rate's 40-character source."""
-    settings.PRICE_SOURCES_MIN = 1
+def test_the_median_is_the_middle_answer_of_an_odd_count_and_the_lower_middle_of_an_even(feeds, settings):
+    """The label names the sources that were used, cut to the rate's 40-character source; an
+    answer far from the others (a liar, a broken feed) is left out and changes nothing."""
     names = ("coingecko", "kraken", "bitstamp", "coinbase", "binance")
     configure(settings, feeds, *((name, "price", "") for name in names))
-    for name, price in zip(names, ("103", "100", "110", "101", "107"), strict=True):
+    for name, price in zip(names, ("103", "100", "102", "101", "102.5"), strict=True):
         Feeds.answers[f"/{name}/BTC"] = (200, b'{"price": %s}' % price.encode())
-    assert rates_refresh(coins=["BTC"], now=NOW) == {"BTC": "103.00000000 from 5 source(s)"}
+    assert rates_refresh(coins=["BTC"], now=NOW) == {"BTC": "102.00000000 from 5 source(s)"}
     rate = CoinRate.objects.get(coin="BTC")
     assert (rate.usd_per_coin, rate.source, rate.set_at) == (
-        Decimal("103"), "median:coingecko,kraken,bitstamp,coinbas", NOW)
+        Decimal("102"), "median:coingecko,kraken,bitstamp,coinbas", NOW)
 
-    Feeds.answers["/binance/BTC"] = (503, b'{"error": "maintenance"}')  # 100, 101, 103, 110 left
-    assert rates_refresh(coins=["BTC"], now=NOW) == {"BTC": "102.00000000 from 4 source(s)"}
-    assert CoinRate.objects.get(coin="BTC").usd_per_coin == Decimal("102")
+    Feeds.answers["/binance/BTC"] = (503, b'{"error": "maintenance"}')  # 100, 101, 102, 103 left
+    assert rates_refresh(coins=["BTC"], now=NOW) == {"BTC": "101.00000000 from 4 source(s)"}  # not their mean
+    assert CoinRate.objects.get(coin="BTC").usd_per_coin == Decimal("101")
+
+    Feeds.answers["/binance/BTC"] = (200, b'{"price": 1000}')  # 1000 is no price the others agree with
+    assert rates_refresh(coins=["BTC"], now=NOW) == {"BTC": "101.00000000 from 4 source(s)"}
+    assert CoinRate.objects.get(coin="BTC").source == "median:coingecko,kraken,bitstamp,coinbas"
 
 
 @pytest.mark.django_db
 def test_an_answer_counts_while_younger_than_the_configured_rate_max_age(feeds, settings):
-    settings.PRICE_SOURCES_MIN = 1
+    """One source, held to the rate an operator set an hour ago (the price guard's anchor)."""
     configure(settings, feeds, ("kraken", "price", "time"))
+    coin_rate_set(coin="LTC", usd_per_coin=Decimal("84"), actor=None, now=NOW - timedelta(hours=1))
     answered_at = NOW - timedelta(minutes=20)
     Feeds.answers["/kraken/LTC"] = (200, b'{"price": "84.5", "time": %d}' % answered_at.timestamp())
     settings.RATE_MAX_AGE_MINUTES = 30
@@ -128,7 +133,7 @@ def test_an_answer_counts_while_younger_than_the_configured_rate_max_age(feeds, 
     Feeds.answers["/kraken/LTC"] = (200, b'{"price": "90", "time": %d}' % answered_at.timestamp())
     settings.RATE_MAX_AGE_MINUTES = 5
     assert rates_refresh(coins=["LTC"], now=NOW) == {
-        "LTC": "error: LTC: 0 fresh source(s) of 1 needed; kraken: stale (2026-01-01T11:50:00+00:00)"}
+        "LTC": "error: LTC: no fresh source; kraken: stale (2026-01-01T11:50:00+00:00)"}
     assert CoinRate.objects.get(coin="LTC").usd_per_coin == Decimal("84.5")
 
 
@@ -144,15 +149,15 @@ def test_too_few_answers_tell_the_operator_every_source_s_reason(feeds, settings
         "/old/LTC": (200, b'{"price": "100", "time": "2026-01-01T10:00:00+00:00"}'),
     })
     assert rates_refresh(coins=["LTC"], now=NOW) == {"LTC": (
-        "error: LTC: 0 fresh source(s) of 1 needed; naive: ValueError: a source time without a timezone; "
+        "error: LTC: no fresh source; naive: ValueError: a source time without a timezone; "
         "down: HTTPError: HTTP Error 500: Internal Server Error; old: stale (2026-01-01T10:00:00+00:00)")}
     assert not CoinRate.objects.exists()
 
 
 @pytest.mark.django_db
 def test_a_source_that_does_not_answer_within_its_timeout_is_left_out(feeds, settings):
-    settings.PRICE_SOURCES_MIN = 1
     configure(settings, feeds, ("kraken", "price", ""), ("hung", "price", "", {"timeout": 0.3}))
+    coin_rate_set(coin="LTC", usd_per_coin=Decimal("99"), actor=None, now=NOW - timedelta(hours=1))
     Feeds.answers.update({"/kraken/LTC": (200, b'{"price": 100}'), "/hung/LTC": HOLD})
     assert rates_refresh(coins=["LTC"], now=NOW) == {"LTC": "100.00000000 from 1 source(s)"}
     assert CoinRate.objects.get(coin="LTC").source == "median:kraken"
