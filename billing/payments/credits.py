@@ -38,12 +38,13 @@ def auto_credit_cap_cents(quote: Quote) -> int:
 
 
 def quote_entry_keys(quote: Quote) -> Q:
-    """The ledger entries a quote posted by itself: its settlement's excess (``excess:<quote>``),
+    """The ledger entries a quote posted by itself: its settlement's excess (``excess:<quote>``,
+    and ``excess:<quote>:<n>`` when a payment that replaced a reversed one paid more),
     each extra payment (``payment:<payment>``), and what reconciling it after a reorg took
     back or gave back (``rec:<quote>:<n>``, ``reversals``)."""
     payments = [f"payment:{pk}" for pk in quote.payments.values_list("pk", flat=True)]
     return (Q(idempotency_key=f"excess:{quote.pk}") | Q(idempotency_key__in=payments)
-            | Q(idempotency_key__startswith=f"rec:{quote.pk}:"))
+            | Q(idempotency_key__startswith=f"rec:{quote.pk}:") | Q(idempotency_key__startswith=f"excess:{quote.pk}:"))
 
 
 def auto_credited_cents(quote: Quote) -> int:
@@ -101,13 +102,14 @@ def credit_extra_payment(quote: Quote, payment: Payment, now: datetime, kind: st
 
 
 def credit_or_hold(quote: Quote, cents: int, now: datetime, *, kind: str, key: str, memo: str,
-                   payment: Payment | None, amount: int) -> bool:
+                   payment: Payment | None, amount: int, review_key: str | None = None) -> bool:
     """Credit ``cents`` under ``key`` unless the quote's automatic cap would be passed
     (then a review holds it). True when credited (or nothing to credit: under a cent)."""
     if cents <= 0:
         return True
     if auto_credited_cents(quote) + cents > auto_credit_cap_cents(quote):
-        review_open(quote=quote, payment=payment, kind=R.Kind.OVER_CAP, amount=amount, cents=cents, now=now)
+        review_open(quote=quote, payment=payment, kind=R.Kind.OVER_CAP, amount=amount, cents=cents, now=now,
+                    key=review_key)
         return False
     ledger_post(customer=quote.invoice.customer, kind=kind, amount_cents=cents, now=now, invoice=quote.invoice,
                 memo=memo[:200], idempotency_key=key)

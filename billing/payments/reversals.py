@@ -6,7 +6,10 @@
   posted once per step (``rec:<quote>:<n>``): taken back in full — the balance may go
   negative, the customer owes it — or given back (never more than was taken) when the
   payment returns: re-mined after the reorg, or replaced by a fee bump that fills the
-  settlement again. One payment on the chain, one credit in the ledger.
+  settlement again. One payment on the chain, one credit in the ledger. A replacement that
+  pays more than the invoice needs is an overpayment like any other: what it paid beyond
+  what was taken goes to the balance (``excess:<quote>:<n>``), or past the quote's automatic
+  cap to a review an operator decides — never kept silently.
 * **The operator is alerted:** the invoice is flagged ``payment_reversed``, a review is
   opened per reversed payment, an audit row says what was taken.
 * **The lease waits for the money:** while the customer's balance is negative, the lease the
@@ -33,7 +36,7 @@ from rental.models import LeaseEvent, LeaseState
 from ..models import Account, Invoice, LatePaymentClaim, LedgerEntry, Payment, PaymentReview, Quote
 from ..services import ledger_post
 from . import config
-from .credits import forgiven_cents, quote_entry_keys, review_open
+from .credits import credit_or_hold, forgiven_cents, quote_entry_keys, review_open
 from .pricing import cents_at
 
 log = logging.getLogger("billing.payments")
@@ -82,10 +85,20 @@ def quote_reconcile(quote: Quote, now: datetime) -> int:
     entries = LedgerEntry.objects.filter(quote_entry_keys(quote) | _payment_reviews_credited(quote))
     posted = entries.aggregate(s=Sum("amount_cents"))["s"] or 0
     delta = target_cents(quote, payments) - posted
+    excess = 0
     if delta > 0:  # give back what reversals took, never more — less what an operator forgave meanwhile
+        # A replacement or re-payment that filled the settlement with more than the invoice
+        # needs: what it paid beyond what was taken is the customer's, like any overpayment.
+        excess = max(delta - taken - _excess_held_cents(quote), 0)
         delta = min(delta, taken - forgiven_cents(quote))
-    if delta == 0:
-        return 0
+    if delta:
+        _post_difference(quote, payments, entries, delta, now)
+    if excess:  # after what is given back: the automatic cap counts the quote's net credit
+        _credit_excess(quote, excess, max(settlement_units(payments) - int(quote.amount), 0), now)
+    return delta + excess
+
+
+def _post_difference(quote: Quote, payments: list[Payment], entries, delta: int, now: datetime) -> None:
     step = entries.filter(idempotency_key__startswith=f"rec:{quote.pk}:").count() + 1
     customer = quote.invoice.customer
     if delta < 0:
@@ -98,7 +111,23 @@ def quote_reconcile(quote: Quote, now: datetime) -> int:
                     invoice=quote.invoice, idempotency_key=f"rec:{quote.pk}:{step}",
                     memo=f"{quote.coin} quote #{quote.pk}: the reversed payment is back on the chain")
         _close_returned(quote, payments, now)
-    return delta
+
+
+def _excess_held_cents(quote: Quote) -> int:
+    """Settlement excess of the quote that waits for (or was decided by) an operator: it is
+    not proposed again."""
+    return quote.reviews.filter(kind=R.Kind.OVER_CAP, payment__isnull=True).aggregate(
+        s=Sum("proposed_cents"))["s"] or 0
+
+
+def _credit_excess(quote: Quote, cents: int, units: int, now: datetime) -> None:
+    """The settlement's excess after a reversal, at the locked rate: to the balance within
+    the quote's automatic cap (``excess:<quote>:<n>``), else a review for an operator."""
+    step = LedgerEntry.objects.filter(idempotency_key__startswith=f"excess:{quote.pk}:").count() + 1
+    held = quote.reviews.filter(kind=R.Kind.OVER_CAP, payment__isnull=True).count()
+    credit_or_hold(quote, cents, now, kind=LedgerEntry.Kind.EXCESS_PAYMENT, key=f"excess:{quote.pk}:{step}",
+                   memo=f"overpayment of {quote.coin} quote #{quote.pk} by the payment that replaced a reversed one",
+                   payment=None, amount=units, review_key=f"{R.Kind.OVER_CAP}:quote:{quote.pk}:excess:{held + 1}")
 
 
 def _payment_reviews_credited(quote: Quote) -> Q:

@@ -361,3 +361,63 @@ def test_usdc_to_a_usdt_quote_eth_to_a_token_quote_and_a_token_to_an_eth_quote_a
     payment_review_credit(review=reviews["USDC"], actor=operator, now=timezone.now())  # one click: credited
     payment_review_close(review=reviews["ETH"], actor=operator, now=timezone.now(), note="refunded on chain")
     assert ledger(customer) == [("late_payment", 6500)] and balance(customer) == 6500
+
+
+# --- after a reversal -------------------------------------------------------------------------
+
+def test_ltc_repayment_larger_than_the_invoice_after_a_reversal_credits_the_excess(
+        litecoind, catalog, customer, settings):  # noqa: F811
+    """The settling payment is double-spent after it counted ($65 taken back), and the customer
+    pays the same address again, $130 this time: it fills the settlement in the reversed one's
+    place — the $65 taken is given back and the other $65 is the customer's, on the balance
+    (not silently kept by the store)."""
+    settings.PAYMENT_SPEED_POLICY = "10000:1"
+    now = timezone.now()
+    with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 8700)
+        watch_payments()
+        _, coin = rbf_payment(litecoind, quote.address, Decimal("0.65"))
+        (block,) = litecoind.mine(1)
+        watch_payments()
+        assert fresh(invoice).state == Invoice.State.PAID and ledger(customer) == []
+
+        litecoind.rpc.call("invalidateblock", block)
+        steal_back(litecoind, coin)
+        litecoind.mine(2, fresh=True)
+        watch_payments()
+        assert ledger(customer) == [("clawback", -6500)] and fresh(invoice).flag == "payment_reversed"
+
+        litecoind.wallet.call("sendtoaddress", quote.address, Decimal("1.30"))
+        litecoind.mine(1)
+        watch_payments()
+        watch_payments()  # credited once
+
+    assert ledger(customer) == [("clawback", -6500), ("restored", 6500), ("excess_payment", 6500)]
+    assert balance(customer) == 6500 and fresh(invoice).flag == "payment_recovered"
+    assert not PaymentReview.objects.filter(state=PaymentReview.State.OPEN).exists()
+
+
+def test_ltc_repayment_excess_over_the_automatic_cap_after_a_reversal_waits_for_an_operator(
+        litecoind, catalog, customer, settings):  # noqa: F811
+    settings.PAYMENT_SPEED_POLICY = "10000:1"
+    settings.PAYMENT_AUTO_CREDIT_MAX_PERCENT = 50  # $32.50 of a $65 quote credited by itself
+    now = timezone.now()
+    with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 8800)
+        watch_payments()
+        _, coin = rbf_payment(litecoind, quote.address, Decimal("0.65"))
+        (block,) = litecoind.mine(1)
+        watch_payments()
+        litecoind.rpc.call("invalidateblock", block)
+        steal_back(litecoind, coin)
+        litecoind.mine(2, fresh=True)
+        watch_payments()
+        litecoind.wallet.call("sendtoaddress", quote.address, Decimal("1.30"))
+        litecoind.mine(1)
+        watch_payments()
+        watch_payments()  # held once
+
+    assert ledger(customer) == [("clawback", -6500), ("restored", 6500)] and balance(customer) == 0
+    review = PaymentReview.objects.get(state=PaymentReview.State.OPEN)
+    assert (review.kind, review.proposed_cents, int(review.amount), review.quote_id) == (
+        "over_cap", 6500, 65_000_000, quote.pk)
