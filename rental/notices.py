@@ -11,14 +11,27 @@ from django.utils.translation import gettext as _
 
 from . import rules
 from .lifecycle import BATCH, DUE_LEASE_RELATED, Transition
-from .models import Lease, LeaseState, Notification
+from .models import Lease, LeaseEvent, LeaseState, Notification
 from .notifications.notices import Notice, customer_language, notify_many
 
 S = LeaseState
+#: The reason billing suspends a running lease whose payment left its chain after it counted
+#: (billing.payments.reversals): its term has not ended and no renewal invoice is due, so
+#: its notice says what happened and what resumes it.
+PAYMENT_REVERSED_REASON = "a payment for it was reversed on its chain and is not paid again"
 
 
 def _missing(kind: str, deadline_field: str):
     return Notification.objects.filter(lease=OuterRef("pk"), kind=kind, deadline=OuterRef(deadline_field))
+
+
+def _suspend_reasons(lease_ids: list[int]) -> dict[int, str]:
+    """The reason of each lease's latest suspension (its notice depends on it)."""
+    reasons: dict[int, str] = {}
+    for lease_id, reason in (LeaseEvent.objects.filter(lease_id__in=lease_ids, kind="suspended")
+                             .order_by("at", "pk").values_list("lease_id", "reason")):
+        reasons[lease_id] = reason
+    return reasons
 
 
 def sweep_state_notices(now: datetime, limit: int = BATCH) -> list[Transition]:
@@ -26,15 +39,23 @@ def sweep_state_notices(now: datetime, limit: int = BATCH) -> list[Transition]:
     suspended = (Lease.objects.filter(state=S.SUSPENDED, hold_until__isnull=False)
                  .exclude(Exists(_missing("suspended", "hold_until")))
                  .select_related(*DUE_LEASE_RELATED).order_by("hold_until", "pk")[:limit])
+    reasons = _suspend_reasons([lease.pk for lease in suspended])
     for lease in suspended:
         args = {"id": lease.pk, "offer": lease.offer, "end": f"{lease.ends_at:%Y-%m-%d %H:%M}",
                 "hold": f"{lease.hold_until:%Y-%m-%d %H:%M}"}
         with customer_language(lease.customer):
             subject = _("Lease #%(id)s (%(offer)s) is suspended: pay by %(hold)s UTC") % args
-            body = _("The term of lease #%(id)s ended unpaid at %(end)s UTC. The instance is stopped; its GPU slot "
-                     "and disk are held until %(hold)s UTC. Paying the renewal invoice before then resumes it. "
-                     "After that the slot is released and the disk key is destroyed: data on the local NVMe "
-                     "cannot be recovered.") % args
+            if reasons.get(lease.pk) == PAYMENT_REVERSED_REASON:
+                body = _("A payment for lease #%(id)s left its chain after it counted (a reorganisation or a "
+                         "double-spend), so it was taken back from your balance and is owed. The instance is "
+                         "stopped; its GPU slot and disk are held until %(hold)s UTC. Topping up your balance by "
+                         "what is owed before then resumes it. After that the slot is released and the disk key "
+                         "is destroyed: data on the local NVMe cannot be recovered.") % args
+            else:
+                body = _("The term of lease #%(id)s ended unpaid at %(end)s UTC. The instance is stopped; its GPU "
+                         "slot and disk are held until %(hold)s UTC. Paying the renewal invoice before then resumes "
+                         "it. After that the slot is released and the disk key is destroyed: data on the local NVMe "
+                         "cannot be recovered.") % args
         notices.append(Notice(lease=lease, kind="suspended", deadline=lease.hold_until, subject=subject, body=body))
     done += [Transition(n.lease.pk, "suspension notice") for n in notify_many(notices, now=now)]
     # Released within the wipe period (older ones are history), also when already wiped:

@@ -32,6 +32,7 @@ from inventory.audit import audit_record
 from rental import services as rental
 from rental.lifecycle import BATCH, Transition
 from rental.models import LeaseEvent, LeaseState
+from rental.notices import PAYMENT_REVERSED_REASON
 
 from ..models import Account, Invoice, LatePaymentClaim, LedgerEntry, Payment, PaymentReview, Quote
 from ..services import ledger_post
@@ -43,7 +44,7 @@ log = logging.getLogger("billing.payments")
 
 REVERSED_FLAG = "payment_reversed"
 RECOVERED_FLAG = "payment_recovered"
-SUSPEND_REASON = "a payment for it was reversed on its chain and is not paid again"
+SUSPEND_REASON = PAYMENT_REVERSED_REASON  # its notice says so (not "term ended unpaid")
 PS = Payment.State
 R = PaymentReview
 

@@ -23,7 +23,7 @@ from billing.payments.services import quote_create, watch_coin
 from billing.services import account_for, topup_invoice_create
 from billing.tasks import watch_payments
 from rental.agent import Instance
-from rental.models import LeaseState
+from rental.models import LeaseState, Notification
 from rental.services import lease_provisioned
 from tests.billing.coins.conftest import anvil, litecoind, monero_regtest  # noqa: F401 - session fixtures
 from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
@@ -167,6 +167,8 @@ def test_ltc_double_spent_after_settlement_suspends_the_lease_until_a_top_up_on_
         assert (review.kind, review.state, review.clawed_back_cents) == ("reversed", "open", 7500)
         run_lifecycle(timezone.now())
         assert fresh(lease).state == LeaseState.SUSPENDED  # no grace configured: at once
+        notice = Notification.objects.get(lease=lease, kind="suspended")  # why, and what resumes it
+        assert "left its chain after it counted" in notice.body and "ended unpaid" not in notice.body
 
         set_rate("LTC", "100", timezone.now())
         topup = topup_invoice_create(customer=customer, amount_cents=6500, now=timezone.now())

@@ -20,7 +20,7 @@ from billing.payments.services import payments_apply_scan, watch_coin
 from billing.services import balance_top_up
 from rental.agent import Instance
 from rental.events import Transition
-from rental.models import LeaseEvent, LeaseState
+from rental.models import LeaseEvent, LeaseState, Notification
 from rental.services import lease_provisioned
 from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid, set_rate
 from tests.billing.test_lifecycle import order
@@ -230,6 +230,9 @@ def test_a_reversed_payment_suspends_the_lease_after_the_grace_and_a_top_up_resu
     assert of(results, "reversed_payments") == [Transition(lease.pk, suspended_text(invoice))]
     assert fresh(lease).state == LeaseState.SUSPENDED
     assert LeaseEvent.objects.filter(lease=lease, kind="suspended").get().reason == SUSPEND_REASON
+    notice = Notification.objects.get(lease=lease, kind="suspended")  # the payment, not the term
+    assert "left its chain after it counted" in notice.body and "Topping up your balance" in notice.body
+    assert "ended unpaid" not in notice.body and "renewal invoice" not in notice.body
 
     balance_top_up(customer=customer, amount_cents=6500, now=t0 + timedelta(minutes=80))
     assert balance(customer) == 0
