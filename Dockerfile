@@ -1,4 +1,4 @@
-# The storefront image: web, worker, beat and the migrate step (docker-compose.yml).
+# The storefront image: web, the two workers (worker, outbound), beat and the migrate step (docker-compose.yml).
 # Static files and translation catalogs are built here, at build time, by the same script
 # the CI smoke test runs (scripts/build-assets.sh). At run time the image is read-only
 # and runs as `app`; the only place it writes is its data volume, /data (VAR_DIR).

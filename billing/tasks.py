@@ -4,8 +4,15 @@ import logging
 from celery import shared_task
 from django.utils import timezone
 
+from .jobs import (
+    LIFECYCLE,
+    WATCH_PAYMENTS,
+    coin_job,
+    job_run_finished,
+    job_run_record,
+    job_run_started,
+)
 from .lifecycle import SKIPPED, run_lifecycle_exclusive
-from .models import JobRun
 
 log = logging.getLogger("billing.tasks")
 
@@ -19,21 +26,33 @@ def lifecycle_tick() -> int | str:
     if results is None:
         log.info("lifecycle tick %s", SKIPPED)
         return SKIPPED
-    JobRun.objects.filter(name="lifecycle").update(
-        last_finished_at=timezone.now(), last_result={"transitions": len(results)})
+    job_run_finished(LIFECYCLE, timezone.now(), {"transitions": len(results)})
     return len(results)
 
 
 def _record_start(started) -> None:
-    JobRun.objects.update_or_create(name="lifecycle", defaults={"last_started_at": started})
+    job_run_started(LIFECYCLE, started)
 
 
 @shared_task(name="billing.watch_coin", acks_late=True)
 def watch_coin(coin: str) -> int:
     """One watcher pass for one coin; returns how many quotes it touched."""
+    return _watch_one(coin)
+
+
+def _watch_one(coin: str) -> int:
+    """One coin's pass, recorded in its own JobRun row when it completes (the healthcheck's
+    and the dashboard's age of that coin's watcher), even when its node failed."""
     from .payments.services import watch_coin as watch
 
-    return len(watch(coin=coin, now=timezone.now()).quotes)
+    started = timezone.now()
+    try:
+        touched = len(watch(coin=coin, now=started).quotes)
+    except Exception as exc:
+        job_run_record(coin_job(coin), started, timezone.now(), {"error": f"{exc.__class__.__name__}: {exc}"[:200]})
+        raise
+    job_run_record(coin_job(coin), started, timezone.now(), {"quotes": touched})
+    return touched
 
 
 @shared_task(name="billing.watch_payments", acks_late=True)
@@ -41,18 +60,16 @@ def watch_payments(coins: list[str] | None = None) -> dict[str, int | str]:
     """One pass over every configured coin (or ``coins``); a coin whose node is down is
     reported and skipped, the others still run. Records the run in JobRun."""
     from .payments.services import coins_watched
-    from .payments.services import watch_coin as watch
 
-    started = timezone.now()
-    JobRun.objects.update_or_create(name="watch_payments", defaults={"last_started_at": started})
+    job_run_started(WATCH_PAYMENTS, timezone.now())
     result: dict[str, int | str] = {}
     for coin in coins or [str(c) for c in coins_watched()]:
         try:
-            result[coin] = len(watch(coin=coin, now=timezone.now()).quotes)
+            result[coin] = _watch_one(coin)
         except Exception as exc:  # one coin's node being down must not stop the others
             log.exception("%s watcher pass failed", coin)
             result[coin] = f"error: {exc.__class__.__name__}: {exc}"[:200]
-    JobRun.objects.filter(name="watch_payments").update(last_finished_at=timezone.now(), last_result=result)
+    job_run_finished(WATCH_PAYMENTS, timezone.now(), result)
     return result
 
 
@@ -63,7 +80,7 @@ def refresh_rates() -> dict[str, str]:
     from .payments.services import coins_watched
 
     started = timezone.now()
-    JobRun.objects.update_or_create(name="refresh_rates", defaults={"last_started_at": started})
+    job_run_started("refresh_rates", started)
     result = rates_refresh(coins=coins_watched(), now=started)
-    JobRun.objects.filter(name="refresh_rates").update(last_finished_at=timezone.now(), last_result=result)
+    job_run_finished("refresh_rates", timezone.now(), result)
     return result

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The embedded default: SQLite in var/, demo catalog, an operator account, the web server
-# and a Celery worker with beat (filesystem broker; Redis when REDIS_URL is set).
+# and the two Celery workers of production (filesystem broker; Redis when REDIS_URL is set):
+# the jobs worker with beat inside it, and the outbound worker (webhook deliveries), so a slow
+# webhook receiver cannot stop the demo's lifecycle either.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBUG="${DEBUG:-1}"
@@ -16,10 +18,15 @@ fi
 $BIN/python manage.py load_demo
 $BIN/python manage.py create_operator
 
-$BIN/celery -A storefront worker --beat --pool=solo --loglevel=INFO \
+JOBS_QUEUE="${JOBS_QUEUE:-jobs}" OUTBOUND_QUEUE="${OUTBOUND_QUEUE:-outbound}"  # the settings' defaults
+$BIN/celery -A storefront worker --beat -Q "$JOBS_QUEUE" -n "$JOBS_QUEUE@%h" --pool=solo --loglevel=INFO \
   --schedule var/celerybeat-schedule >var/celery.log 2>&1 &
 CELERY_PID=$!
-trap 'kill $CELERY_PID 2>/dev/null || true' EXIT INT TERM
+$BIN/celery -A storefront worker -Q "$OUTBOUND_QUEUE" -n "$OUTBOUND_QUEUE@%h" --pool=solo --loglevel=INFO \
+  >var/celery-outbound.log 2>&1 &
+OUTBOUND_PID=$!
+trap 'kill $CELERY_PID $OUTBOUND_PID 2>/dev/null || true' EXIT INT TERM
 echo "Lifecycle jobs: Celery worker + beat (pid $CELERY_PID), log in var/celery.log"
+echo "Webhook deliveries: Celery worker (pid $OUTBOUND_PID), log in var/celery-outbound.log"
 echo "Storefront: http://127.0.0.1:$PORT/"
 $BIN/python manage.py runserver "127.0.0.1:$PORT" --noreload

@@ -3,8 +3,12 @@
 # command) and the CI smoke test (tests/deploy/), so both start them the same way:
 #   start.sh migrate   one-shot: deploy checks, then database migrations (every upgrade)
 #   start.sh web       granian behind the reverse proxy (Caddyfile)
-#   start.sh worker    the Celery worker
+#   start.sh worker    the Celery worker of the jobs queue: the lifecycle pass, the payment watchers
+#   start.sh outbound  the Celery worker of the outbound queue: calls to customers' addresses (webhooks)
 #   start.sh beat      the one Celery beat (heartbeat for its healthcheck: rental/beat.py)
+# Each worker reads its own queue (CELERY_TASK_ROUTES in storefront/settings/) and is named after
+# it, which is the name its healthcheck pings: a slow customer endpoint can fill the outbound
+# worker's slots, never the jobs worker's.
 # Settings come from the environment (.env.example); static files and catalogs are already
 # in the image (scripts/build-assets.sh), so nothing here writes outside VAR_DIR.
 set -euo pipefail
@@ -27,10 +31,18 @@ case "${1:-}" in
       --workers "${WEB_CONCURRENCY:-$(nproc)}" --blocking-threads "${WEB_THREADS:-2}" \
       --no-access-log --log-level warning --respawn-failed-workers ;;
   worker)
-    exec celery -A storefront worker --loglevel=INFO --concurrency="${CELERY_CONCURRENCY:-4}" ;;
+    queue="${JOBS_QUEUE:-jobs}"
+    exec celery -A storefront worker -Q "$queue" -n "$queue@%h" --loglevel=INFO \
+      --concurrency="${CELERY_CONCURRENCY:-4}" ;;
+  outbound)
+    # Attempts mostly wait on the network, each at most WEBHOOK_ATTEMPT_DEADLINE_SECONDS and at
+    # most WEBHOOK_CONCURRENCY_PER_ACCOUNT per customer at once: more slots than the jobs worker.
+    queue="${OUTBOUND_QUEUE:-outbound}"
+    exec celery -A storefront worker -Q "$queue" -n "$queue@%h" --loglevel=INFO \
+      --concurrency="${OUTBOUND_CONCURRENCY:-8}" ;;
   beat)
     exec celery -A storefront beat --loglevel=INFO ;;
   *)
-    echo "usage: $0 migrate|web|worker|beat" >&2
+    echo "usage: $0 migrate|web|worker|outbound|beat" >&2
     exit 2 ;;
 esac

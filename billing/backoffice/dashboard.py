@@ -23,6 +23,7 @@ from django.utils.translation import gettext
 from inventory.models import AuditEntry, GpuSlot, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
+from ..jobs import freshness, seconds, watched_names
 from ..ledger import month_start
 from ..lifecycle.renewal_check import renewal_alerts
 from ..models import Invoice, JobRun, PaymentReview, Quote
@@ -33,7 +34,6 @@ from ..payments.services import coins_offered
 from ..revenue import SiteRevenue, revenue_between, revenue_by_site
 
 S = LeaseState
-BEAT_LATE_AFTER = timedelta(minutes=3)
 QUOTE_STUCK_AFTER = timedelta(hours=1)
 LIST_LIMIT = 100
 BUCKETS = ("free", "leased", "held", "down", "draining")
@@ -151,38 +151,48 @@ class JobStatus:
     last_finished_at: datetime | None
     last_result: dict = field(default_factory=dict)
     alert: str = ""
+    age: timedelta | None = None       # since the last completed pass
+    allowed: timedelta | None = None   # how old it may be (billing/jobs.py); None: not scheduled
+
+    @property
+    def age_text(self) -> str:
+        return seconds(self.age) if self.age is not None else ""
+
+    @property
+    def allowed_text(self) -> str:
+        return seconds(self.allowed) if self.allowed is not None else ""
 
 
-def _late_after(name: str) -> timedelta:
-    schedule = getattr(settings, "CELERY_BEAT_SCHEDULE", {}).get(name, {}).get("schedule")
-    seconds = getattr(schedule, "total_seconds", lambda: schedule)() if schedule is not None else None
-    if isinstance(seconds, (int, float)):
-        return max(BEAT_LATE_AFTER, timedelta(seconds=seconds) + timedelta(minutes=2))
-    return BEAT_LATE_AFTER
+def _minutes(delta: timedelta) -> int:
+    return int(delta.total_seconds() // 60)
 
 
 def job_statuses(now: datetime) -> list[JobStatus]:
-    """The last run of every scheduled job; an alert when one is late (a stopped beat shows
-    within 3 minutes for the minutely jobs), never ran, or started and did not finish."""
+    """The last run of every scheduled job and every configured coin's watcher, with the age
+    of its last completed pass; an alert when that is older than the job allows (the rule the
+    jobs worker's healthcheck applies, billing/jobs.py), when it never ran, or when it started
+    and did not finish. A row no longer scheduled (a coin taken out) shows its age only."""
     runs = {r.name: r for r in JobRun.objects.all()}
-    names = sorted(set(runs) | set(getattr(settings, "CELERY_BEAT_SCHEDULE", {})))
+    watched = set(watched_names())
+    names = sorted(set(runs) | set(settings.CELERY_BEAT_SCHEDULE) | watched)
     out = []
     for name in names:
         run = runs.get(name)
-        status = JobStatus(name=name, last_started_at=run and run.last_started_at,
-                           last_finished_at=run and run.last_finished_at, last_result=(run and run.last_result) or {})
-        late_after = _late_after(name)
-        unfinished = status.last_finished_at is None or (
-            status.last_started_at is not None and status.last_finished_at < status.last_started_at)
-        if status.last_started_at is None:
-            status.alert = "never ran: is celery beat running?"
-        else:
-            minutes = int((now - status.last_started_at).total_seconds() // 60)
-            if unfinished and now - status.last_started_at > BEAT_LATE_AFTER:
-                status.alert = f"started {minutes} min ago and has not finished (worker stuck or killed?)"
-            elif now - status.last_started_at > late_after:
-                status.alert = (f"late: last started {minutes} min ago "
-                                f"(expected within {int(late_after.total_seconds() // 60)} min)")
+        last_started = run and run.last_started_at
+        fresh = freshness(name, now, run and run.last_finished_at)
+        allowed = fresh.allowed if (name in watched or name in settings.CELERY_BEAT_SCHEDULE) else None
+        status = JobStatus(name=name, last_started_at=last_started, last_finished_at=fresh.last_finished_at,
+                           last_result=(run and run.last_result) or {}, age=fresh.age, allowed=allowed)
+        unfinished = fresh.last_finished_at is None or (
+            last_started is not None and fresh.last_finished_at < last_started)
+        if last_started is None and fresh.last_finished_at is None:
+            status.alert = "never ran: is celery beat running?" if allowed else ""
+        elif allowed and unfinished and last_started and now - last_started > allowed:
+            status.alert = (f"started {_minutes(now - last_started)} min ago and has not finished "
+                            "(worker stuck or killed?)")
+        elif allowed and fresh.age is not None and fresh.age > allowed:
+            status.alert = (f"late: last completed {_minutes(fresh.age)} min ago "
+                            f"(expected within {_minutes(allowed)} min)")
         out.append(status)
     return out
 

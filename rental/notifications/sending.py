@@ -2,7 +2,9 @@
 be public (no private, loopback, link-local, multicast or reserved address: server-side
 request forgery), and the connection goes to that checked address (pinned, so a second DNS
 answer cannot swap it) with the original host name for Host, SNI and the certificate. A
-short timeout; redirects are not followed. Signed as Standard Webhooks do it: headers
+short timeout per connect and read, and a hard deadline on the whole attempt (name resolution,
+TLS handshake, request and the whole response); redirects are not followed. Signed as
+Standard Webhooks do it: headers
 `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of
 "id.timestamp.body">` with the endpoint's secret."""
 import base64
@@ -12,6 +14,8 @@ import http.client
 import ipaddress
 import socket
 import ssl
+import threading
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -83,11 +87,94 @@ def check_url(url: str) -> tuple[str, str, int]:
     return parts.scheme, parts.hostname, port
 
 
-def resolve(host: str, port: int) -> str:
+class Deadline:
+    """An attempt's wall clock. A socket timeout bounds one read, and a receiver that sends a
+    byte every few seconds never lets one expire; so when the deadline passes, a timer shuts
+    down every socket the attempt opened, whatever it is blocked in (TLS handshake, a header
+    line trickling in, the body), and the attempt fails at once. `close` stops the timer before
+    the attempt closes its sockets, so a cut never reaches a socket that is no longer its."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.ends = time.monotonic() + seconds
+        self.expired = False  # the timer cut the attempt
+        self._closed = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._cut)
+        self._timer.daemon = True
+        self._timer.start()
+
+    @property
+    def message(self) -> str:
+        return f"deadline: no complete answer within {self.seconds:g} s"
+
+    def passed(self) -> bool:
+        """Cut by the timer, or over by the clock (a step whose own timeout was what was left,
+        such as a TLS handshake, may end a moment before the timer fires)."""
+        return self.expired or time.monotonic() >= self.ends
+
+    def timeout(self) -> float:
+        """The timeout of one blocking step: WEBHOOK_TIMEOUT_SECONDS, or what is left if less."""
+        left = self.ends - time.monotonic()
+        if left <= 0 or self.expired:
+            raise TimeoutError(self.message)
+        return min(settings.WEBHOOK_TIMEOUT_SECONDS, left)
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self.expired:
+                sock.close()
+                raise TimeoutError(self.message)
+            self._sockets.append(sock)
+
+    def _cut(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self.expired = True
+            for sock in self._sockets:
+                try:  # the plain socket's shutdown: an SSLSocket's would also drop its TLS state under the reader
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:  # already closed, or a raw socket that TLS took over
+                    pass
+
+    def close(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._closed = True
+
+
+def _getaddrinfo(host: str, port: int, timeout: float | None) -> list:
+    """socket.getaddrinfo, given up after `timeout` seconds: a resolver asking a customer's
+    slow name server blocks for its own timeouts and retries, which no socket timeout bounds.
+    The lookup's thread is left to finish on its own."""
+    if timeout is None:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    outcome: dict = {}
+    done = threading.Event()
+
+    def lookup():
+        try:
+            outcome["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=lookup, name="webhook-resolve", daemon=True).start()
+    if not done.wait(timeout):
+        raise TimeoutError(f"{host} did not resolve within {timeout:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["infos"]
+
+
+def resolve(host: str, port: int, timeout: float | None = None) -> str:
     """The address to connect to: the first one the host resolves to, once every one of
     them is allowed (a host with any private address is refused outright)."""
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = _getaddrinfo(host, port, timeout)
     except (socket.gaierror, UnicodeError) as exc:
         raise Refused(_("%(host)s does not resolve") % {"host": host}) from exc
     addresses = [info[4][0] for info in infos]
@@ -99,46 +186,62 @@ def resolve(host: str, port: int) -> str:
 
 
 class _PinnedHTTP(http.client.HTTPConnection):
-    def __init__(self, host, port, address, timeout):
-        super().__init__(host, port, timeout=timeout)
-        self._address = address
+    def __init__(self, host, port, address, deadline: Deadline):
+        super().__init__(host, port, timeout=deadline.timeout())
+        self._address, self._deadline = address, deadline
+
+    def _socket(self) -> socket.socket:
+        sock = socket.create_connection((self._address, self.port), self._deadline.timeout())
+        self._deadline.watch(sock)
+        return sock
 
     def connect(self):
-        self.sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = self._socket()
 
 
-class _PinnedHTTPS(http.client.HTTPSConnection):
-    def __init__(self, host, port, address, timeout):
-        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
-        self._address = address
-
+class _PinnedHTTPS(_PinnedHTTP):
     def connect(self):
-        sock = socket.create_connection((self._address, self.port), self.timeout)
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+        context = ssl.create_default_context()
+        sock = context.wrap_socket(self._socket(), server_hostname=self.host, do_handshake_on_connect=False)
+        self._deadline.watch(sock)  # wrapping took the file descriptor over: watch the TLS socket
+        try:
+            sock.do_handshake()
+        except BaseException:
+            sock.close()  # not the connection's yet: its close() would not reach it
+            raise
+        self.sock = sock
 
 
 def post(*, url: str, secret: str, msg_id: str, event: str, timestamp: int, body: bytes) -> Outcome:
+    """One attempt, over in at most WEBHOOK_ATTEMPT_DEADLINE_SECONDS whatever the receiver does."""
+    deadline = Deadline(settings.WEBHOOK_ATTEMPT_DEADLINE_SECONDS)
+    conn = None
     try:
         scheme, host, port = check_url(url)
-        address = resolve(host, port)
-    except Refused as exc:
-        return Outcome(False, None, f"refused: {exc}")
-    parts = urlsplit(url)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    cls = _PinnedHTTPS if scheme == "https" else _PinnedHTTP
-    conn = cls(host, port, address, settings.WEBHOOK_TIMEOUT_SECONDS)
-    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, "webhook-id": msg_id,
-               "webhook-timestamp": str(timestamp), "webhook-event": event,
-               "webhook-signature": signature(secret, msg_id, timestamp, body)}
-    try:
+        address = resolve(host, port, timeout=deadline.timeout())
+        parts = urlsplit(url)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        cls = _PinnedHTTPS if scheme == "https" else _PinnedHTTP
+        conn = cls(host, port, address, deadline)
+        headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, "webhook-id": msg_id,
+                   "webhook-timestamp": str(timestamp), "webhook-event": event,
+                   "webhook-signature": signature(secret, msg_id, timestamp, body)}
         conn.request("POST", target, body=body, headers=headers)
         response = conn.getresponse()
         response.read(MAX_RESPONSE_BYTES)
         status = response.status
+    except Refused as exc:
+        return Outcome(False, None, f"refused: {exc}")
     except (OSError, http.client.HTTPException) as exc:
+        if deadline.passed():  # the cut surfaces as whatever the blocked call saw: EOF, reset, SSL error
+            return Outcome(False, None, deadline.message)
         return Outcome(False, None, f"{exc.__class__.__name__}: {exc}"[:300])
     finally:
-        conn.close()
+        deadline.close()
+        if conn is not None:
+            conn.close()
+    if deadline.expired:  # a body read until the connection closes ends quietly when it is cut
+        return Outcome(False, None, deadline.message)
     if 200 <= status < 300:
         return Outcome(True, status, "")
     return Outcome(False, status, f"HTTP {status}")

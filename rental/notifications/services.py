@@ -167,14 +167,46 @@ def retry_delay(attempts: int) -> timedelta | None:
     return timedelta(seconds=schedule[attempts - 1]) if attempts <= len(schedule) else None
 
 
+#: What `delivery_attempt` returns when the account already has its share of attempts in flight.
+BUSY = "busy"
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.WEBHOOK_ATTEMPT_LEASE_SECONDS)
+
+
+def _claim(delivery_id: int, now: datetime) -> tuple[int, datetime] | str | None:
+    """Takes the delivery for one attempt: (its endpoint's owner, the claim's time, which the
+    attempt's result must match), BUSY when the owner has WEBHOOK_CONCURRENCY_PER_ACCOUNT
+    attempts in flight already, or None when it is not due or someone else holds it. The
+    owner's endpoints are locked first, so concurrent claims for one account count each other."""
+    with transaction.atomic():
+        owner = (WebhookDelivery.objects.filter(pk=delivery_id, state=D.PENDING, next_attempt_at__lte=now)
+                 .values_list("endpoint__owner_id", flat=True).first())
+        if owner is None:
+            return None
+        list(WebhookEndpoint.objects.select_for_update().filter(owner_id=owner).order_by("pk").values_list("pk"))
+        in_flight = WebhookDelivery.objects.filter(endpoint__owner_id=owner, state=D.SENDING,
+                                                   claimed_at__gt=now - _lease()).count()
+        if in_flight >= settings.WEBHOOK_CONCURRENCY_PER_ACCOUNT:
+            return BUSY
+        claimed = WebhookDelivery.objects.filter(pk=delivery_id, state=D.PENDING, next_attempt_at__lte=now).update(
+            state=D.SENDING, claimed_at=now)
+        return (owner, now) if claimed else None
+
+
 def delivery_attempt(*, delivery_id: int, now: datetime) -> str | None:
-    """One attempt, if the delivery is due and nobody else holds it: claimed with a guarded
-    update (pending → sending), posted outside any transaction, then recorded. Returns
-    the new state, or None when there was nothing to do (delivered, not due, claimed)."""
-    claimed = WebhookDelivery.objects.filter(pk=delivery_id, state=D.PENDING, next_attempt_at__lte=now).update(
-        state=D.SENDING, claimed_at=now)
-    if not claimed:
-        return None
+    """One attempt, if the delivery is due, nobody else holds it and its account has a free
+    slot: claimed with a guarded update (pending → sending, a lease of
+    WEBHOOK_ATTEMPT_LEASE_SECONDS), posted outside any transaction (at most
+    WEBHOOK_ATTEMPT_DEADLINE_SECONDS), then recorded only if the claim is still this attempt's.
+    Returns the new state, BUSY (left pending: the account's next finished attempt queues it,
+    else the sweep), or None when there was nothing to do (delivered, not due, claimed) or the
+    attempt's lease was lost before it ended (its result is dropped; the delivery is retried)."""
+    claim = _claim(delivery_id, now)
+    if not isinstance(claim, tuple):
+        return claim
+    owner, claimed_at = claim
     delivery = WebhookDelivery.objects.select_related("endpoint").get(pk=delivery_id)
     body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True).encode()
     outcome = post(url=delivery.endpoint.url, secret=delivery.endpoint.secret, msg_id=str(delivery.delivery_id),
@@ -185,37 +217,57 @@ def delivery_attempt(*, delivery_id: int, now: datetime) -> str | None:
     if outcome.ok:
         state = D.DELIVERED
         fields.update(delivered_at=now, next_attempt_at=None)
-        dispatch_mark_sent(dispatch_id=delivery.dispatch_id, now=now)
     elif (delay := retry_delay(attempts)) is not None and delivery.endpoint.is_active:
         state = D.PENDING
         fields["next_attempt_at"] = now + delay
     else:
         state = D.FAILED
         fields["next_attempt_at"] = None
-    WebhookDelivery.objects.filter(pk=delivery_id, state=D.SENDING).update(state=state, **fields)
-    if state == D.PENDING:
+    recorded = WebhookDelivery.objects.filter(pk=delivery_id, state=D.SENDING, claimed_at=claimed_at).update(
+        state=state, **fields)
+    if recorded and outcome.ok:
+        dispatch_mark_sent(dispatch_id=delivery.dispatch_id, now=now)
+    if recorded and state == D.PENDING:
         _queue(delivery_id, fields["next_attempt_at"], countdown=(fields["next_attempt_at"] - now).total_seconds())
-    return state
+    _queue_next_of(owner, now)
+    return state if recorded else None
 
 
-@shared_task(name="rental.webhook_deliver", acks_late=True)
+def _queue_next_of(owner: int, now: datetime) -> None:
+    """A finished attempt hands its slot on: the account's oldest due delivery (one left
+    pending as BUSY) is queued now rather than at the next sweep. Not with eager Celery, where
+    queueing is attempting, one inside the other (the sweep attempts them there)."""
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        return
+    waiting = (WebhookDelivery.objects.filter(endpoint__owner_id=owner, state=D.PENDING, next_attempt_at__lte=now)
+               .order_by("next_attempt_at", "pk").values_list("pk", flat=True).first())
+    if waiting is not None:
+        _queue(waiting, now)
+
+
+@shared_task(name="rental.webhook_deliver", acks_late=True,
+             # The backstop of the attempt's own deadline (a prefork worker kills the task),
+             # before its lease expires and the sweep could let a second attempt start.
+             time_limit=(settings.WEBHOOK_ATTEMPT_DEADLINE_SECONDS + settings.WEBHOOK_ATTEMPT_LEASE_SECONDS) / 2)
 def webhook_deliver(delivery_id: int, at: str | None = None) -> str | None:
-    """One attempt of one webhook delivery, on a Celery worker. `at`: the moment the attempt
-    is due (the sweep's clock); never before it is due. Defined beside the attempt it runs,
-    so that queueing it imports nothing back (rental/notifications/tasks.py lists it for
-    CELERY_IMPORTS)."""
+    """One attempt of one webhook delivery, on the outbound worker (CELERY_TASK_ROUTES). `at`:
+    the moment the attempt is due (the sweep's clock); never before it is due. Defined beside
+    the attempt it runs, so that queueing it imports nothing back (rental/notifications/tasks.py
+    lists it for CELERY_IMPORTS)."""
     now = max(timezone.now(), datetime.fromisoformat(at)) if at else timezone.now()
     return delivery_attempt(delivery_id=delivery_id, now=now)
 
 
 def sweep_webhooks(now: datetime, limit: int = 200) -> list:
     """Due deliveries are queued (a lost queue message, a retry whose countdown a worker
-    restart dropped; eager Celery attempts them at once); one claimed by a worker that
-    died long ago is freed first. Queuing twice is harmless: an attempt claims the row."""
+    restart dropped, one left pending while its account was busy; eager Celery attempts them
+    at once); one whose attempt's lease expired (its worker died) is freed first. An attempt
+    in flight still holds its lease, which outlasts its deadline: the sweep never starts a
+    second one beside it. Queuing twice is harmless: an attempt claims the row."""
     from rental.events import Transition
 
-    stale = now - timedelta(seconds=settings.WEBHOOK_TIMEOUT_SECONDS * 4 + 60)
-    WebhookDelivery.objects.filter(state=D.SENDING, claimed_at__lt=stale).update(state=D.PENDING, claimed_at=None)
+    WebhookDelivery.objects.filter(state=D.SENDING, claimed_at__lte=now - _lease()).update(
+        state=D.PENDING, claimed_at=None)
     due = (WebhookDelivery.objects.filter(state=D.PENDING, next_attempt_at__lte=now).order_by("next_attempt_at", "pk")
            .values_list("pk", "dispatch__lease_id")[:limit])
     done = []

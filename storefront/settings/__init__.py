@@ -306,6 +306,17 @@ else:
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", TESTING)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Work is isolated by kind, each kind on its own queue read by its own worker
+# (scripts/start.sh worker|outbound): the jobs queue carries the lifecycle pass, the payment
+# watchers and the rates; the outbound queue every call to an address a customer chose (webhook
+# deliveries). A receiver that answers slowly can then fill only outbound slots, never stop the
+# pass that credits payments, expires orders and releases leases. Whatever is not routed goes
+# to the jobs queue. The names are settings only so that tests can run workers on queues of
+# their own; the worker's node name is its queue's (the healthchecks ping it by that name).
+JOBS_QUEUE = os.environ.get("JOBS_QUEUE", "jobs")
+OUTBOUND_QUEUE = os.environ.get("OUTBOUND_QUEUE", "outbound")
+CELERY_TASK_DEFAULT_QUEUE = JOBS_QUEUE
+CELERY_TASK_ROUTES = {"billing.*": {"queue": JOBS_QUEUE}, "rental.webhook_deliver": {"queue": OUTBOUND_QUEUE}}
 # --- issue 14: one lifecycle pass at a time; beat heartbeat for its healthcheck ---
 # Seconds between lifecycle passes (beat); a tick not started within the interval expires.
 LIFECYCLE_INTERVAL_SECONDS = float(os.environ.get("LIFECYCLE_INTERVAL_SECONDS", "60"))
@@ -325,13 +336,24 @@ CELERY_BEAT_SCHEDULER = "rental.beat:HeartbeatScheduler"
 CELERY_BEAT_MAX_LOOP_INTERVAL = 30
 BEAT_HEARTBEAT_FILE = VAR_DIR / "beat-heartbeat"
 BEAT_HEARTBEAT_MAX_AGE_SECONDS = int(os.environ.get("BEAT_HEARTBEAT_MAX_AGE_SECONDS", "120"))
-# One beat runs every periodic job; the lifecycle lock makes a duplicate beat harmless.
+# Seconds between the payment watchers' passes (every configured coin) and between rate refreshes.
+PAYMENT_WATCH_INTERVAL_SECONDS = float(os.environ.get("PAYMENT_WATCH_INTERVAL_SECONDS", "30"))
+RATES_REFRESH_INTERVAL_SECONDS = float(os.environ.get("RATES_REFRESH_INTERVAL_SECONDS", "60"))
+# One beat runs every periodic job; the lifecycle lock makes a duplicate beat harmless. A tick
+# not started within its interval (less 5 s) expires: the next one is due by then.
 CELERY_BEAT_SCHEDULE = {
-    "lifecycle": {"task": "billing.lifecycle_tick", "schedule": LIFECYCLE_INTERVAL_SECONDS,
-                  "options": {"expires": max(1.0, LIFECYCLE_INTERVAL_SECONDS - 5)}},
-    "watch_payments": {"task": "billing.watch_payments", "schedule": 30.0, "options": {"expires": 25}},
-    "refresh_rates": {"task": "billing.refresh_rates", "schedule": 60.0, "options": {"expires": 55}},  # issue 15
+    name: {"task": task, "schedule": interval, "options": {"expires": max(1.0, interval - 5)}}
+    for name, task, interval in (("lifecycle", "billing.lifecycle_tick", LIFECYCLE_INTERVAL_SECONDS),
+                                 ("watch_payments", "billing.watch_payments", PAYMENT_WATCH_INTERVAL_SECONDS),
+                                 ("refresh_rates", "billing.refresh_rates", RATES_REFRESH_INTERVAL_SECONDS))
 }
+# A scheduled job is stale when its last completed pass (JobRun, written by the pass) is older
+# than this many of its intervals: the jobs worker's healthcheck fails on a stale lifecycle pass
+# or coin watcher (`manage.py healthcheck worker`), and the ops dashboard raises an alert.
+JOB_STALE_AFTER_INTERVALS = float(os.environ.get("JOB_STALE_AFTER_INTERVALS", "3"))
+# What the worker's healthcheck asks, besides a ping, whether the work is done: the jobs live in
+# billing, above the command (rental), which calls this by name (billing/jobs.py).
+WORKER_HEALTH_CHECK = "billing.jobs.stale_jobs"
 PAYMENT_WINDOW_MINUTES = int(os.environ.get("PAYMENT_WINDOW_MINUTES", "30"))
 # --- issue 12: the node agent (fleet/, nodeagent/PROTOCOL.md) ---
 # A real deployment drives its GPU servers through the node agent; FakeAgent, which
@@ -467,9 +489,21 @@ DEMO_PAYMENTS = env_bool("DEMO_PAYMENTS")
 # --- issue 30: extensions, webhooks and the notifications ledger ----------------------------
 # A customer may pay terms ahead ("extend") while the paid end is at most this far away.
 LEASE_EXTEND_MAX_AHEAD_DAYS = int(os.environ.get("LEASE_EXTEND_MAX_AHEAD_DAYS", "93"))
-# Outgoing webhook requests: connect + read timeout, and the retry back-off after each failed
-# attempt (BTCPay's: 10 s, 1 min, then 10 min six times), in seconds.
+# Outgoing webhook requests: the timeout of the connect and of each read, and the retry back-off
+# after each failed attempt (BTCPay's: 10 s, 1 min, then 10 min six times), in seconds.
 WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOK_TIMEOUT_SECONDS", "5"))
+# An attempt's hard deadline, from name resolution to the whole response: a receiver trickling
+# a byte every few seconds never times out a read, so the attempt's sockets are shut at this
+# wall-clock bound whatever they are doing (rental/notifications/sending.py).
+WEBHOOK_ATTEMPT_DEADLINE_SECONDS = float(os.environ.get("WEBHOOK_ATTEMPT_DEADLINE_SECONDS", "15"))
+# An attempt holds its delivery this long (a lease; the lifecycle sweep frees it only after
+# it expired, for a worker that died mid-attempt); longer than the deadline, so a delivery never
+# has two attempts in flight. The outbound worker kills a task still running halfway between the
+# two (the backstop of the deadline). `check` refuses a lease not longer than the deadline.
+WEBHOOK_ATTEMPT_LEASE_SECONDS = float(os.environ.get("WEBHOOK_ATTEMPT_LEASE_SECONDS", "60"))
+# Attempts in flight at once per account (the owner of the endpoints): one customer's slow
+# receiver holds at most this many of the outbound worker's slots.
+WEBHOOK_CONCURRENCY_PER_ACCOUNT = int(os.environ.get("WEBHOOK_CONCURRENCY_PER_ACCOUNT", "2"))
 WEBHOOK_RETRY_SECONDS = [int(s) for s in env_list("WEBHOOK_RETRY_SECONDS", "10,60,600,600,600,600,600,600")]
 # Webhooks never go to private, loopback or link-local addresses (SSRF). Only tests turn this
 # on, for their local receiver; `check --deploy` refuses it.

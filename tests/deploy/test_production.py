@@ -1,6 +1,6 @@
 """issue 14: the production stack on this machine, started the way docker-compose.yml
 starts it, without Docker Hub: scripts/build-assets.sh (the Dockerfile's build step),
-scripts/start.sh migrate|web|worker|beat (each compose service's command, read from the
+scripts/start.sh migrate|web|worker|outbound|beat (each compose service's command, read from the
 compose file), the compose healthcheck commands, and Caddy with the repository's
 Caddyfile terminating TLS (internal CA, high loopback ports, its own config and data
 dirs) in front of granian with DEBUG=0, on a fresh PostgreSQL database and Redis.
@@ -253,7 +253,7 @@ def stack(tmp_path_factory):
         # The image's build step and the migrate service need nothing from each other.
         stack.run_together(["scripts/build-assets.sh"], service_command("migrate"))
         stack.started_at = time.time()
-        for service in ("web", "worker", "beat"):
+        for service in ("web", "worker", "outbound", "beat"):
             stack.start(service, service_command(service))
         stack.start("caddy", [caddy, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"])
         stack.seeded_lease = int(stack.run(["python", "manage.py", "shell", "-c", SEED]).stdout.split()[-1])
@@ -263,7 +263,7 @@ def stack(tmp_path_factory):
         yield stack
     finally:
         stack.stop()
-        redis.Redis.from_url(os.environ["REDIS_URL"]).delete("celery", "unacked", "unacked_index")
+        redis.Redis.from_url(os.environ["REDIS_URL"]).delete("jobs", "outbound", "unacked", "unacked_index")
         drop_database(admin_url, db_name)
 
 
@@ -274,16 +274,16 @@ def https_ok(stack) -> bool:
         return False
 
 
-def test_healthchecks_of_web_worker_and_beat_pass(stack):
+def test_healthchecks_of_web_workers_and_beat_pass(stack):
     failing = {}
 
     def all_healthy():
         failing.clear()
-        failing.update(stack.unhealthy(["web", "worker", "beat"]))
+        failing.update(stack.unhealthy(["web", "worker", "outbound", "beat"]))
         return not failing
 
     try:
-        wait_for(all_healthy, 60, "the web, worker and beat healthchecks")
+        wait_for(all_healthy, 60, "the web, worker, outbound and beat healthchecks")
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {failing}") from None
 
@@ -301,6 +301,27 @@ def test_beat_healthcheck_fails_on_a_stale_heartbeat(stack):
         os.kill(stack.procs["beat"][0].pid, signal.SIGCONT)
     wait_for(lambda: time.time() - heartbeat.stat().st_mtime < 60, 60, "the beat to tick again")
     assert not stack.unhealthy(["beat"])
+
+
+def test_worker_healthcheck_fails_when_the_lifecycle_pass_stops(stack):
+    """A worker that answers pings but does no pass is unhealthy: with beat stopped no tick
+    reaches it, and after JOB_STALE_AFTER_INTERVALS (3) × LIFECYCLE_INTERVAL_SECONDS (2 s) its
+    healthcheck names the lifecycle pass; healthy again once beat ticks again."""
+    wait_for(lambda: not stack.unhealthy(["worker"]), 60, "a healthy worker first")
+    outputs = {}
+
+    def worker_unhealthy():
+        outputs.update(stack.unhealthy(["worker"]))
+        return outputs.get("worker")
+
+    os.kill(stack.procs["beat"][0].pid, signal.SIGSTOP)
+    try:
+        wait_for(worker_unhealthy, 60, "the worker's healthcheck to fail")
+    finally:
+        os.kill(stack.procs["beat"][0].pid, signal.SIGCONT)
+    assert re.search(r"worker: jobs@\S+ answered, but its work is late: lifecycle: last completed \d+ s ago "
+                     r"\(allowed 6 s\)", outputs["worker"]), outputs
+    wait_for(lambda: not stack.unhealthy(["worker"]), 60, "the worker to be healthy again")
 
 
 @pytest.mark.parametrize("path", ["/", "/gpus/", "/size/", "/accounts/login/", "/admin/login/?next=/admin/"])
@@ -458,8 +479,8 @@ def test_compose_file_is_valid(tmp_path):
     assert result.returncode == 0, result.stderr
     config = json.loads(result.stdout)
     services = config["services"]
-    assert set(services) == {"db", "redis", "migrate", "web", "worker", "beat", "caddy", "backup"}
-    for name in ("web", "worker", "beat"):
+    assert set(services) == {"db", "redis", "migrate", "web", "worker", "outbound", "beat", "caddy", "backup"}
+    for name in ("web", "worker", "outbound", "beat"):
         assert services[name]["healthcheck"]["test"][1:] == healthcheck_command(name)
         assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
         assert services[name]["read_only"] is True

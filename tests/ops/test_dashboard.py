@@ -93,9 +93,10 @@ def test_figures_match_the_fixture(world, django_assert_max_num_queries):
     assert [q.pk for q in board.quotes_stuck] == [world["stuck"].pk]
 
     jobs = {j.name: j for j in board.jobs}
-    assert jobs["lifecycle"].alert.startswith("late: last started 4 min ago")
-    assert jobs["watch_ltc"].alert == ""
-    assert "Job lifecycle: late: last started 4 min ago (expected within 3 min)" in board.alerts
+    assert jobs["lifecycle"].alert.startswith("late: last completed 4 min ago")
+    assert (jobs["lifecycle"].age_text, jobs["lifecycle"].allowed_text) == ("240 s", "180 s")
+    assert jobs["watch_ltc"].alert == "" and jobs["watch_ltc"].age_text == "50 s"  # not scheduled: its age only
+    assert "Job lifecycle: late: last completed 4 min ago (expected within 3 min)" in board.alerts
     assert "1 quote(s) stuck in processing for over an hour" in board.alerts
 
 
@@ -122,8 +123,9 @@ def test_revenue_is_net_of_refunds_and_sla_credits(world, customer):
 def test_a_beat_that_stopped_shows_within_minutes(db, settings):
     t = datetime(2025, 6, 15, 12, 0, tzinfo=UTC)
     JobRun.objects.create(name="lifecycle", last_started_at=t, last_finished_at=t + timedelta(seconds=2))
-    assert [j.alert for j in dashboard(t + timedelta(minutes=2, seconds=59)).jobs if j.name == "lifecycle"] == [""]
-    late = dashboard(t + timedelta(minutes=3, seconds=1))
+    # Three intervals (JOB_STALE_AFTER_INTERVALS) after the last completed pass.
+    assert [j.alert for j in dashboard(t + timedelta(minutes=3, seconds=1)).jobs if j.name == "lifecycle"] == [""]
+    late = dashboard(t + timedelta(minutes=3, seconds=3))
     assert any(a.startswith("Job lifecycle: late") for a in late.alerts)
     settings.CELERY_BEAT_SCHEDULE = {**settings.CELERY_BEAT_SCHEDULE, "coin_watch": {"task": "x", "schedule": 30}}
     assert "Job coin_watch: never ran: is celery beat running?" in dashboard(t).alerts

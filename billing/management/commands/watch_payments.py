@@ -2,6 +2,7 @@
 outside Celery (or to catch up after downtime): one pass per coin, then repeat."""
 import time
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.payments.services import coins_watched
@@ -14,9 +15,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--coin", action="append", help="Only this coin (repeatable).")
         parser.add_argument("--once", action="store_true", help="One pass, then exit.")
-        parser.add_argument("--interval", type=float, default=30.0, help="Seconds between passes (default 30).")
+        parser.add_argument("--interval", type=float, default=None,
+                            help="Seconds between passes (default PAYMENT_WATCH_INTERVAL_SECONDS, as beat's).")
 
-    def handle(self, *args, coin=None, once=False, interval=30.0, **options):
+    def handle(self, *args, coin=None, once=False, interval=None, **options):
+        interval = settings.PAYMENT_WATCH_INTERVAL_SECONDS if interval is None else interval
         offered = [str(c) for c in coins_watched()]
         wanted = [c.upper() for c in coin] if coin else offered
         if missing := [c for c in wanted if c not in offered]:
