@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from django.db.models import F
+from django.db.models import F, Max
 from django.utils.translation import gettext
 
 from ..models import CoinWallet, Quote
@@ -46,6 +46,11 @@ def receive_address(adapter, coin: Coin, *, customer_id: int) -> tuple[str, int 
     if coin is Coin.XMR:
         try:
             address, index = adapter.create_address()
+            used = Quote.objects.filter(coin=Coin.XMR).aggregate(m=Max("derivation_index"))["m"]
+            if used is not None and index <= used:  # the wallet was restored from its keys: it counts from 1 again
+                log.warning("XMR: the wallet gave subaddress %d, a quote already has up to %d; skipping past it",
+                            index, used)
+                address, index = adapter.create_address_after(used)
         except (OSError, RuntimeError, ValueError) as exc:  # wallet-rpc down, refusing, or answering nonsense
             log.error("XMR: monero-wallet-rpc could not create a subaddress: %s", exc)
             raise PaymentError(gettext("We cannot create a Monero address right now; please pay with another coin "

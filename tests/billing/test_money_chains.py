@@ -423,3 +423,54 @@ def test_ltc_repayment_excess_over_the_automatic_cap_after_a_reversal_waits_for_
     review = PaymentReview.objects.get(state=PaymentReview.State.OPEN)
     assert (review.kind, review.proposed_cents, int(review.amount), review.quote_id) == (
         "over_cap", 6500, 65_000_000, quote.pk)
+
+
+# --- a restored wallet ------------------------------------------------------------------------------
+
+def _restore_merchant_wallet(net, name):
+    """The operator restores the view-only wallet from its address and view key: a new wallet
+    file that counts its subaddresses from 1 again."""
+    address = net.merchant.call("get_address", account_index=0)["address"]
+    view = net.merchant.call("query_key", key_type="view_key")["key"]
+    net.merchant.call("close_wallet")
+    net.merchant.call("generate_from_keys", filename=name, address=address, viewkey=view, password="",
+                      restore_height=0)
+
+
+def test_xmr_quotes_after_the_wallet_is_restored_from_its_keys_get_new_subaddresses(
+        monero_regtest, catalog, customer, settings):  # noqa: F811
+    """Quotes were issued, then the view-only wallet is restored from its keys: the next quotes
+    get subaddresses past every quote's (no IntegrityError on the quote's address, no old
+    quote's address handed out again), and a payment to one settles its order."""
+    import uuid
+
+    net, now = monero_regtest, timezone.now()
+    settings.ADDRESSES_UNPAID_PER_CUSTOMER = 10
+    settings.MAX_OPEN_UNPAID_ORDERS = 10
+    set_rate("XMR", "150", now)
+    net.funder.call("refresh")
+    issued = len(net.merchant.call("get_address", account_index=0)["addresses"]) - 1  # every test's so far
+    tag = uuid.uuid4().hex[:8]
+    _restore_merchant_wallet(net, f"merchant-a-{tag}")  # counts from 1: as the store's first wallet did
+    try:
+        with coins_config.use_adapters({Coin.XMR: MoneroAdapter(net.merchant)}):
+            before = [quote_create(invoice=order(customer, now, pay=False)[1], coin="XMR", now=now)
+                      for _ in range(3)]
+            assert [q.derivation_index for q in before] == [1, 2, 3]
+            _restore_merchant_wallet(net, f"merchant-b-{tag}")
+            lease, invoice = order(customer, now, pay=False)
+            after = [quote_create(invoice=invoice, coin="XMR", now=now)]
+            after.append(quote_create(invoice=order(customer, now, pay=False)[1], coin="XMR", now=now))
+            assert [q.derivation_index for q in after] == [4, 5]
+            assert len({q.address for q in before + after}) == 5
+            assert net.merchant.call("get_address_index", address=after[0].address)["index"]["minor"] == 4
+
+            net.funder.call("transfer", destinations=[{"address": after[0].address,
+                                                       "amount": int(after[0].amount)}])
+            net.mine(10)
+            watch_coin(coin="XMR")
+        assert fresh(after[0]).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
+    finally:  # the session's wallet must not hand out subaddresses other tests were paid to
+        have = len(net.merchant.call("get_address", account_index=0)["addresses"]) - 1
+        if have < issued + 5:
+            net.merchant.call("create_address", account_index=0, count=issued + 5 - have)

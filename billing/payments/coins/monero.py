@@ -113,6 +113,18 @@ class MoneroAdapter:
         self._index_cache[r["address"]] = r["address_index"]
         return r["address"], r["address_index"]
 
+    def create_address_after(self, index: int) -> tuple[str, int]:
+        """A new subaddress past minor ``index``: a wallet restored from its keys counts its
+        subaddresses from 1 again, and would hand out the addresses of old quotes. The
+        subaddresses in between are created in one call (the wallet then also watches them)."""
+        first = self.create_address()
+        if first[1] > index:
+            return first
+        r = self.rpc.call("create_address", account_index=self.account_index, count=index - first[1] + 1)
+        for address, i in zip(r["addresses"], r["address_indices"], strict=True):
+            self._index_cache[address] = i
+        return r["addresses"][-1], r["address_indices"][-1]
+
     def address_for_index(self, i: int) -> str:
         """An existing subaddress (the wallet only knows those it created: use
         ``create_address`` to issue new ones)."""
