@@ -17,6 +17,7 @@ from rental.api import (
     json_body,
     lease_json,
     require_scope,
+    token_scopes,
     usd,
 )
 from rental.forms import ADDON_FIELDS, OrderForm, default_image
@@ -50,11 +51,12 @@ def invoice_json(invoice: Invoice) -> dict:
     }
 
 
-def lease_and_invoice(lease, invoice: Invoice) -> JsonResponse:
-    """201 with both as they are now (an order, an extension)."""
+def lease_and_invoice(request, lease, invoice: Invoice) -> JsonResponse:
+    """201 with both as they are now (an order, an extension), as the token may see them."""
     lease.refresh_from_db()
     invoice = Invoice.objects.prefetch_related("lines").get(pk=invoice.pk)
-    return JsonResponse({"lease": lease_json(lease), "invoice": invoice_json(invoice)}, status=201)
+    return JsonResponse({"lease": lease_json(lease, scopes=token_scopes(request)), "invoice": invoice_json(invoice)},
+                        status=201)
 
 
 def _order_offer(data: dict) -> Offer:
@@ -102,7 +104,7 @@ def _without_retired(addons: dict) -> dict:
     return {k: v for k, v in addons.items() if k not in RETIRED_ADDONS}
 
 
-@api_endpoint("POST", scope="order")
+@api_endpoint("POST", scope="order", also={"pay": "when pay_from_balance is true"})
 def orders(request):
     data = json_body(request)
     if data.get("pay_from_balance") is True:
@@ -123,10 +125,10 @@ def orders(request):
         raise ApiError(402, "insufficient_balance", str(exc)) from exc
     except TooManyOpenOrders as exc:
         raise ApiError(409, "too_many_unpaid_orders", str(exc)) from exc
-    return lease_and_invoice(lease, invoice)
+    return lease_and_invoice(request, lease, invoice)
 
 
-@api_endpoint("GET")
+@api_endpoint("GET", scope="read")
 def invoice_detail(request, invoice_id: int):
     invoice = (Invoice.objects.prefetch_related("lines")
                .filter(pk=invoice_id, customer=request.api_user).first())
@@ -145,12 +147,13 @@ def refund(request, lease_id: int):
     except BillingError as exc:
         raise ApiError(409, "refund_refused", str(exc)) from exc
     lease.refresh_from_db()
-    return JsonResponse({"refunded_cents": cents, "refunded_usd": usd(cents), "lease": lease_json(lease)})
+    return JsonResponse({"refunded_cents": cents, "refunded_usd": usd(cents),
+                         "lease": lease_json(lease, scopes=token_scopes(request))})
 
 
 # --- issue 30: what the command-line client needs ---------------------------------------------
 
-@api_endpoint("GET")
+@api_endpoint("GET", scope="read")
 def account(request):
     """Who the token belongs to, what it may do and the balance (the CLI's `login` check)."""
     user, token = request.api_user, request.api_token
@@ -160,7 +163,7 @@ def account(request):
                          "balance_cents": balance, "balance_usd": usd(balance)})
 
 
-@api_endpoint("GET")
+@api_endpoint("GET", scope="read")
 def invoices(request):
     """The customer's invoices, newest first; ?state=open|paid|expired|void filters."""
     rows = Invoice.objects.filter(customer=request.api_user).prefetch_related("lines")
@@ -172,7 +175,7 @@ def invoices(request):
     return JsonResponse({"invoices": [invoice_json(inv) for inv in rows[:200]]})
 
 
-@api_endpoint("POST", scope="order")
+@api_endpoint("POST", scope="order", also={"pay": "when pay_from_balance is true"})
 def lease_extend(request, lease_id: int):
     """Pay the next term now: the renewal invoice of the term starting at the current end
     (one per term, the same the renewal sweep makes), paid from the balance when asked."""
@@ -189,7 +192,7 @@ def lease_extend(request, lease_id: int):
         raise ApiError(402, "insufficient_balance", str(exc)) from exc
     except BillingError as exc:
         raise ApiError(409, "extend_refused", str(exc)) from exc
-    return lease_and_invoice(lease, invoice)
+    return lease_and_invoice(request, lease, invoice)
 
 
 @api_endpoint("POST", scope="order")

@@ -5,13 +5,13 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from rental.api import ApiError, api_endpoint, customer_lease, json_body, lease_json
+from rental.api import ApiError, api_endpoint, customer_lease, json_body, lease_json, token_scopes
 from rental.services import TransitionRefused
 
 from .instances.views import ACTIONS
 
 
-@api_endpoint("POST", scope="order")
+@api_endpoint("POST", scope="manage")
 def instance_action(request, lease_id: int, action: str):
     if action not in ACTIONS:
         raise Http404
@@ -22,10 +22,10 @@ def instance_action(request, lease_id: int, action: str):
     except TransitionRefused as exc:
         raise ApiError(409, "refused", str(exc)) from exc
     lease.refresh_from_db()
-    return JsonResponse({"action": action, "message": _(done), "lease": lease_json(lease)}, status=202)
+    return JsonResponse({"action": action, "message": _(done), "lease": lease_json(lease, scopes=token_scopes(request))}, status=202)
 
 
-@api_endpoint("POST", scope="order")
+@api_endpoint("POST", scope="manage")
 def instance_restore_api(request, lease_id: int):
     """Issue 26: {"snapshot": <id>} replaces the stopped lease's disk with the snapshot."""
     from .services import instance_restore
@@ -42,7 +42,7 @@ def instance_restore_api(request, lease_id: int):
     lease.refresh_from_db()
     return JsonResponse({"action": "restore", "snapshot": snapshot_id, "op_id": f"restore:{lease.pk}:{event.pk}",
                          "message": _("The server replaces this disk's files with the snapshot; start the "
-                                      "instance once it is done."), "lease": lease_json(lease)}, status=202)
+                                      "instance once it is done."), "lease": lease_json(lease, scopes=token_scopes(request))}, status=202)
 
 
 # Mounted by the root URLconf at /api/v1/leases/<id>/ (by name: nothing below fleet imports it).

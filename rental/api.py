@@ -1,8 +1,10 @@
 """The JSON API, version 1: plain Django views returning JSON. Customers authenticate
 with `Authorization: Bearer <token>` (tokens from the settings page); the session and its
 cookie are never used here, so these views are CSRF-exempt. Every error is JSON with a
-4xx status: 400 bad input naming the field, 401 no or bad token, 404 not found or not
-yours, 405 wrong method, 409 sold out or refused, 413 body over 64 KB.
+4xx status: 400 bad input naming the field, 401 no or bad token, 403 the token lacks the
+route's scope, 404 not found or not yours, 405 wrong method, 409 sold out or refused, 413
+body over 64 KB, 429 over a rate limit (with Retry-After). Every route declares its scope
+in its api_endpoint decorator; docs/API.md's table is checked against them.
 
 The views that touch money (orders, invoices, refunds) live in billing/api.py, which
 uses the plumbing here (rental never imports billing)."""
@@ -62,7 +64,7 @@ def _body_too_big(request) -> bool:
 
 
 def require_scope(request, scope: str) -> None:
-    """403 unless the request's token carries `scope` (read, order or pay)."""
+    """403 unless the request's token carries `scope` (read, order, manage or pay)."""
     token = getattr(request, "api_token", None)
     if token is None or scope not in token.scope_set:
         raise ApiError(403, "insufficient_scope",
@@ -70,9 +72,43 @@ def require_scope(request, scope: str) -> None:
                        % {"scope": scope}, scope=scope)
 
 
-def api_endpoint(*methods: str, auth: bool = True, scope: str = "read"):
-    """Method check (405), body size (413), bearer auth (401), the token's scope (403) and
-    JSON errors for a view; the customer is `request.api_user`, the token `request.api_token`."""
+PUBLIC = None  #: the scope of a route anyone may call, without a token
+
+
+def _too_many(limit_setting: str) -> JsonResponse:
+    response = error_response(429, "rate_limited", _("Too many requests; try again in a minute."),
+                              limit=limit_setting)
+    response["Retry-After"] = str(API_RATE_WINDOW_SECONDS)  # at most one window
+    return response
+
+
+#: Rate limits count fixed windows of this length (the limits are per minute).
+API_RATE_WINDOW_SECONDS = 60
+
+
+def _within_rate(request, scope: str, limit_setting: str, key: str | None = None) -> bool:
+    from django.conf import settings
+
+    from .accounts.throttle import throttle_take
+
+    return throttle_take(scope, request, limit=getattr(settings, limit_setting),
+                         window_seconds=API_RATE_WINDOW_SECONDS, key=key)
+
+
+def api_endpoint(*methods: str, scope, also: dict[str, str] | None = None):
+    """Method check (405), body size (413), rate limits per client address and per token
+    (429 with Retry-After), bearer auth (401), the token's scope (403) and JSON errors for a
+    view; the customer is `request.api_user`, the token `request.api_token`.
+
+    `scope` is declared on every route, here and nowhere else: one scope for every method,
+    a {method: scope} mapping, or PUBLIC (no token). `also` names scopes a request needs
+    only in some cases ({"pay": "when pay_from_balance is true"}), which the view checks
+    with require_scope. Both are kept on the view (`api_scopes`, `api_also`) for the route
+    table in docs/API.md and for the test that walks every route."""
+    per_method = dict(scope) if isinstance(scope, dict) else {method: scope for method in methods}
+    if set(per_method) != set(methods):
+        raise ValueError(f"declare a scope for each of {methods}, no more")
+
     def decorate(view):
         @csrf_exempt
         @wraps(view)
@@ -84,20 +120,29 @@ def api_endpoint(*methods: str, auth: bool = True, scope: str = "read"):
                 return response
             if _body_too_big(request):
                 return error_response(413, "too_large", _("Request bodies are limited to 64 KB."))
+            # Per address first: it also slows whoever guesses tokens.
+            if not _within_rate(request, "api-address", "API_REQUESTS_PER_IP_PER_MINUTE"):
+                return _too_many("API_REQUESTS_PER_IP_PER_MINUTE")
+            needed = per_method[request.method]
             request.api_token = api_token_authenticate(_bearer_token(request)) if _bearer_token(request) else None
             request.api_user = request.api_token.customer if request.api_token else None
-            if auth and request.api_user is None:
+            if needed is not PUBLIC and request.api_user is None:
                 response = error_response(401, "unauthorized", _("Send a valid API token as 'Authorization: Bearer <token>'."))
                 response["WWW-Authenticate"] = 'Bearer realm="api"'
                 return response
+            if request.api_token is not None and not _within_rate(
+                    request, "api-token", "API_REQUESTS_PER_TOKEN_PER_MINUTE", key=f"token:{request.api_token.pk}"):
+                return _too_many("API_REQUESTS_PER_TOKEN_PER_MINUTE")
             try:
-                if auth:
-                    require_scope(request, scope)
+                if needed is not PUBLIC:
+                    require_scope(request, needed)
                 return view(request, *args, **kwargs)
             except ApiError as exc:
                 return exc.response()
             except Http404:
                 return error_response(404, "not_found", _("Not found."))
+        wrapper.api_scopes = per_method
+        wrapper.api_also = dict(also or {})
         return wrapper
     return decorate
 
@@ -158,7 +203,20 @@ def offer_json(row) -> dict:
     }
 
 
-def lease_json(lease: Lease, *, events: bool = False, account_default: bool | None = None) -> dict:
+#: Fields of a reply that only a token with the scope may see (a token for placing orders
+#: learns what it ordered and what to pay, not where the instance answers).
+LEASE_FIELD_SCOPES = {"ssh": "read", "events": "read"}
+
+
+def token_scopes(request) -> frozenset[str]:
+    token = getattr(request, "api_token", None)
+    return frozenset(token.scope_set) if token is not None else frozenset()
+
+
+def lease_json(lease: Lease, *, scopes: frozenset[str], events: bool = False,
+               account_default: bool | None = None) -> dict:
+    """The lease as the API shows it to a token with `scopes` (token_scopes(request)):
+    fields in LEASE_FIELD_SCOPES are left out unless the token has their scope."""
     data = {
         "id": lease.pk, "state": lease.state, "offer": lease.offer.slug, "site": lease.site.code,
         "image": lease.image.slug, "term": lease.term, "price_cents": lease.price_cents,
@@ -178,47 +236,53 @@ def lease_json(lease: Lease, *, events: bool = False, account_default: bool | No
     if events:
         data["events"] = [{"at": iso(e.at), "kind": e.kind, "from": e.from_state, "to": e.to_state,
                            "reason": e.reason} for e in lease.events.all()]
-    return data
+    return {name: value for name, value in data.items()
+            if name not in LEASE_FIELD_SCOPES or LEASE_FIELD_SCOPES[name] in scopes}
 
 
 # --- views ------------------------------------------------------------------------------------
 
-@api_endpoint("GET", auth=False)
+@api_endpoint("GET", scope=PUBLIC)
 def offers(request):
     return JsonResponse({"offers": [offer_json(row) for row in catalog_rows()]})
 
 
-@api_endpoint("GET")
+@api_endpoint("GET", scope="read")
 def leases(request):
     rows = (Lease.objects.filter(customer=request.api_user)
             .select_related("offer__gpu_model", "site", "image").order_by("-created_at", "-pk")[:200])
     default = account_auto_renew(request.api_user.pk)       # one read for the whole list
-    return JsonResponse({"leases": [lease_json(lease, account_default=default) for lease in rows]})
+    return JsonResponse({"leases": [lease_json(lease, scopes=token_scopes(request), account_default=default)
+                                  for lease in rows]})
 
 
-@api_endpoint("GET")
+@api_endpoint("GET", scope="read")
 def lease_detail(request, lease_id: int):
-    return JsonResponse(lease_json(customer_lease(request, lease_id), events=True))
+    return JsonResponse(lease_json(customer_lease(request, lease_id), scopes=token_scopes(request), events=True))
 
 
-@api_endpoint("GET", auth=False)
+@api_endpoint("GET", scope=PUBLIC)
 def schema(request):
     return JsonResponse(build_schema(), json_dumps_params={"indent": 1})
 
 
 # --- issue 30: what the command-line client needs ---------------------------------------------
 
-@api_endpoint("POST", scope="order")
+@api_endpoint("POST", scope="manage", also={"pay": "unless it turns it off: true or null (the account's default) lets renewals spend the balance"})
 def lease_auto_renew(request, lease_id: int):
-    """{"auto_renew": true | false | null}: null follows the account's default."""
+    """{"auto_renew": true | false | null}: null follows the account's default. Turning it
+    off can let a lease lapse (manage); on, or the account's default, spends the balance
+    (pay as well)."""
     lease = customer_lease(request, lease_id)
     value = json_body(request).get("auto_renew", "missing")
     if value not in (True, False, None):
         raise field_errors({"auto_renew": [_("Give true, false or null (the account's default).")]})
+    if value is not False:
+        require_scope(request, "pay")
     if not lease_auto_renew_set(customer=request.api_user, lease_id=lease.pk, auto_renew=value):
         raise ApiError(409, "lease_ended", _("Lease #%(id)s has ended.") % {"id": lease.pk})
     lease.refresh_from_db()
-    return JsonResponse(lease_json(lease))
+    return JsonResponse(lease_json(lease, scopes=token_scopes(request)))
 
 
 def ssh_key_json(key: SshKey) -> dict:
@@ -226,12 +290,11 @@ def ssh_key_json(key: SshKey) -> dict:
             "created_at": iso(key.created_at)}
 
 
-@api_endpoint("GET", "POST")
+@api_endpoint("GET", "POST", scope={"GET": "read", "POST": "order"})
 def ssh_keys(request):
-    """GET: the saved SSH keys; POST {"name", "public_key"} saves one (scope order)."""
+    """GET: the saved SSH keys; POST {"name", "public_key"} saves one."""
     if request.method == "GET":
         return JsonResponse({"keys": [ssh_key_json(k) for k in SshKey.objects.filter(customer=request.api_user)]})
-    require_scope(request, "order")
     data = json_body(request)
     name, public_key = data.get("name", ""), data.get("public_key")
     if not isinstance(name, str) or not isinstance(public_key, str) or not public_key.strip():
@@ -250,7 +313,7 @@ def ssh_key_detail(request, key_id: int):
     return JsonResponse({"deleted": key_id})
 
 
-@api_endpoint("GET")
+@api_endpoint("GET", scope="read")
 def volumes(request):
     rows = (NetworkVolume.objects.filter(customer=request.api_user).select_related("site")
             .prefetch_related("attachments")[:200])
@@ -260,7 +323,7 @@ def volumes(request):
         "attached_to": [a.lease_id for a in v.attachments.all() if a.detached_at is None]} for v in rows]})
 
 
-@api_endpoint("GET")
+@api_endpoint("GET", scope="read")
 def snapshots(request):
     rows = Snapshot.objects.filter(customer=request.api_user)[:200]
     return JsonResponse({"snapshots": [{
@@ -269,6 +332,6 @@ def snapshots(request):
         for s in rows]})
 
 
-@api_endpoint("GET", "POST", "PUT", "PATCH", "DELETE", auth=False)
+@api_endpoint("GET", "POST", "PUT", "PATCH", "DELETE", scope=PUBLIC)
 def not_found(request, rest: str = ""):
     return error_response(404, "not_found", _("No such API endpoint."))

@@ -25,10 +25,12 @@ def _json(schema: dict, description: str) -> dict:
 
 def _errors(*codes: int) -> dict:
     text = {400: "Invalid JSON or fields (the `fields` object names them)", 401: "Missing or invalid token",
-            403: "The token lacks the scope (read; order; pay for paying from the balance and refunds)",
+            403: "The token lacks the route's scope (read; order; manage for instance actions and auto-renew; "
+                 "pay for paying from the balance and refunds): docs/API.md lists them",
             402: "Balance does not cover the order (nothing was created)", 404: "Not found, or not yours",
-            405: "Method not allowed", 409: "Sold out, too many unpaid orders, or refund refused (window or monthly limit)", 413: "Body over 64 KB"}
-    return {str(code): _json(_ref("Error"), text[code]) for code in codes}
+            405: "Method not allowed", 409: "Sold out, too many unpaid orders, or refund refused (window or monthly limit)", 413: "Body over 64 KB",
+            429: "Over a rate limit, per address or per token (Retry-After says when to try again)"}
+    return {str(code): _json(_ref("Error"), text[code]) for code in (*codes, 429)}
 
 
 ID_PARAM = {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}

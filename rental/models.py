@@ -217,9 +217,12 @@ class Notification(models.Model):
 
 
 class ApiScope(models.TextChoices):
-    """What an API token may do (issue 16): read, place orders, move money."""
+    """What an API token may do: read, place orders, control its instances, move money.
+    Controlling instances is its own scope: a token that only places orders must not stop,
+    restart or restore what is running, nor let a lease lapse."""
     READ = "read", _("read: offers, leases, invoices")
     ORDER = "order", _("order: place orders (unpaid, or paid from the balance with “pay”)")
+    MANAGE = "manage", _("manage: stop, start, restart and restore instances; auto-renew")
     PAY = "pay", _("pay: pay from the balance and refund")
 
 
@@ -231,7 +234,7 @@ class ApiToken(models.Model):
     token_hash = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=8)
     # Tokens made before scopes existed keep doing everything they did.
-    scopes = models.CharField(max_length=40, default="read order pay")
+    scopes = models.CharField(max_length=40, default="read order manage pay")
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

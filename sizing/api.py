@@ -86,3 +86,9 @@ def estimate(request):
     except RequestDataTooBig:
         return _error(413, "too_large", _("The body may be at most 64 KB."), "config")
     return JsonResponse(to_json(result))
+
+
+# Every /api/v1 route declares its scope per method (rental.api.api_endpoint keeps them the
+# same way); sizing sits below rental, so this public endpoint states it by hand.
+estimate.api_scopes = {"GET": None, "POST": None}
+estimate.api_also = {}

@@ -11,7 +11,7 @@ from billing import views as billing_views
 from billing.sla import views as sla_views
 from fleet.instances import urls as fleet_instance_urls
 from rental import api, i18n, views
-from rental.accounts import recovery
+from rental.accounts import login_limits, recovery
 from rental.accounts import views as otp_views
 from rental.accounts.throttle import per_posted_email, per_user, throttle_posts
 
@@ -25,7 +25,7 @@ class FaviconRedirect(RedirectView):
 
 accounts = [
     path("signup/", views.signup, name="signup"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", login_limits.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("password/", throttle_posts("password-check", limit="PASSWORD_CHECKS_PER_USER",
                                      window_minutes="PASSWORD_CHECK_WINDOW_MINUTES", key=per_user)(

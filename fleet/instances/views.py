@@ -99,7 +99,7 @@ def sanitization_record_page(request, lease_id: int):
                   {"lease": lease, "proofs": proofs, "unwiped": proofs_unwiped(proofs)})
 
 
-@api_endpoint("GET")
+@api_endpoint("GET", scope="read")
 def sanitization_record_api(request, lease_id: int):
     record = sanitization_record(customer_lease(request, lease_id), now=timezone.now())
     if record is None:

@@ -29,6 +29,7 @@ from inventory.audit import audit_record
 
 from ..models import RecoveryCode
 from ..shown_once import keep_to_show_once, take_to_show
+from .login_limits import remember_device
 from .throttle import per_user, throttle_hit, throttle_posts, throttled
 from .two_factor import display_code, normalize_code
 
@@ -135,7 +136,11 @@ def forgot_password(request):
             if user is not None:
                 messages.success(request, _("Your password is changed. Sign in with it; that recovery code is "
                                             "spent and your API tokens are revoked."))
-                return redirect("login")
+                # A recovery code proves the account is theirs: this browser is then known,
+                # so others' guesses at the username cannot keep them from signing in.
+                response = redirect("login")
+                remember_device(request, response, user)
+                return response
             form.add_error(None, _("That username and recovery code do not match (or the code was used)."))
     return render(request, "registration/forgot_password.html", {"form": form}, status=400 if form.errors else 200)
 

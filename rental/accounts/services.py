@@ -1,6 +1,6 @@
 """Writes a customer makes from their settings: API tokens, saved SSH keys and notification
 read marks. A token is shown once at creation; only its SHA-256 and an 8-character prefix
-are kept. Tokens carry scopes (read, order, pay) and all die when the password changes."""
+are kept. Tokens carry scopes (read, order, manage, pay) and all die when the password changes."""
 import hashlib
 import secrets
 from collections.abc import Iterable

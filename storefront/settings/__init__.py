@@ -190,6 +190,10 @@ AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("AXES_COOLOFF_MINUTES",
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 # issue 28: and a username from any address after this many failures (rental/accounts/login_limits.py).
 AXES_USERNAME_FAILURE_LIMIT = int(os.environ.get("AXES_USERNAME_FAILURE_LIMIT", "20"))
+# That lock spares a browser that signed in to the account (or recovered it) before: it
+# carries a signed cookie naming the account for this many days, so guesses cannot lock
+# the owner out of their own browser.
+LOGIN_DEVICE_DAYS = int(os.environ.get("LOGIN_DEVICE_DAYS", "180"))
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
@@ -409,6 +413,10 @@ UNPAID_EXPIRY_COOLDOWN_MINUTES = int(os.environ.get("UNPAID_EXPIRY_COOLDOWN_MINU
 # credential, per minute.
 NODE_ENROLMENTS_PER_IP_PER_MINUTE = int(os.environ.get("NODE_ENROLMENTS_PER_IP_PER_MINUTE", "10"))
 NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE = int(os.environ.get("NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE", "120"))
+# The customers' API (/api/v1): requests per client address (an IPv6 client is its /64)
+# and per token, per minute; past either, 429 with Retry-After.
+API_REQUESTS_PER_IP_PER_MINUTE = int(os.environ.get("API_REQUESTS_PER_IP_PER_MINUTE", "300"))
+API_REQUESTS_PER_TOKEN_PER_MINUTE = int(os.environ.get("API_REQUESTS_PER_TOKEN_PER_MINUTE", "120"))
 # An egress counter is refused when it grew more than the link allows since the last report:
 # the offer's network_gbps (else NODE_LINK_GBPS) × the seconds elapsed, plus the slack.
 NODE_LINK_GBPS = int(os.environ.get("NODE_LINK_GBPS", "100"))

@@ -26,7 +26,7 @@ LoRA QLoRA ZeRO ZeRO-2 ZeRO-3 Adam AdamW FP8 FP16 BF16 bf16 fp16 fp32 int8 bit b
 Llama Mistral Mixtral Qwen Gemma Phi DeepSeek Falcon Yi PyTorch Hugging Face Transformers PEFT TRL Unsloth
 Ubuntu Docker JSON CSV PDF QR SLA LUKS LUKS2 OpenAPI Bearer Authorization IP TOTP htmx
 DFW IAD PDX LAS ORD Dallas Ashburn Hillsboro InfiniBand English B rank checkpoint CSRF Cookie ID
-Tether USD base W read order pay FlashAttention FlashAttention-2 Liger Kernel Trainer axolotl torchtune
+Tether USD base W read order manage pay FlashAttention FlashAttention-2 Liger Kernel Trainer axolotl torchtune
 torchao logit logits Logits config json epoch token offload ZeRO-Offload ZeRO-0 ZeRO-1 N all framework hf
 lora qlora full single zero-3 config.json ssh-ed25519 ssh-rsa ecdsa-sha2-nistp256 ecdsa-sha2-nistp384 ecdsa-sha2-nistp521 T
 """.split()) | set(settings.OPERATOR_NAME.split())
