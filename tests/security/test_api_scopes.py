@@ -135,3 +135,20 @@ def test_the_docs_table_is_the_one_the_code_declares(db):
     doc = (Path(__file__).resolve().parents[2] / "docs" / "API.md").read_text()
     table = doc.split("<!-- route-scope-table:start -->\n", 1)[1].split("<!-- route-scope-table:end -->", 1)[0]
     assert table == scope_table(), "regenerate it: DEBUG=1 python -m storefront.api_routes"
+
+
+def test_the_migration_gives_manage_only_to_tokens_that_held_every_other_scope(customer):
+    import importlib
+
+    from django.apps import apps
+
+    from rental.models import ApiToken
+
+    migration = importlib.import_module("rental.migrations.0015_apitoken_manage_scope")
+    made = {scopes: api_token_create(customer=customer, name=scopes, scopes=scopes.split())[0]
+            for scopes in ("read order pay", "order", "read order", "order pay", "read")}
+    ApiToken.objects.filter(pk=made["read order pay"].pk).update(scopes="read order pay")  # as stored before
+    migration.grant_manage_to_full_tokens(apps, None)
+    after = {name: ApiToken.objects.get(pk=token.pk).scopes for name, token in made.items()}
+    assert after == {"read order pay": "read order manage pay", "order": "order", "read order": "read order",
+                     "order pay": "order pay", "read": "read"}
