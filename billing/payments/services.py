@@ -16,7 +16,8 @@ A quote's payments are split three ways, and each base unit ends up in exactly o
   window) before they counted. One that leaves after it counted is reversed (``credits``).
 
 Times are the chain's (mempool entry / block time), so a watcher's downtime does not make
-an on-time payment late.
+an on-time payment late — but never before the last watcher pass that caught up with the
+chain without the payment, so a miner's back-dated block does not make a late one on time.
 
 Writes lock the quote row first, so two watchers applying the same scan serialise there;
 the (coin, txid, output_index) unique constraint and the ledger's idempotency keys make a
@@ -98,9 +99,12 @@ def payments_apply_scan(*, coin: str, scan: ScanResult, now: datetime) -> ApplyR
     reorged = _reorged_by_quote(coin, [(t, n, "reorged") for t, n in scan.reorged])
     dropped = _reorged_by_quote(coin, scan.dropped)
     touched = sorted(set(by_quote) | set(reorged) | set(dropped))
+    # the last pass that caught up with the chain (this pass's cursor is saved after it) did
+    # not see the payments this one finds new: they reached the chain after it
+    seen_after = WatcherCursor.objects.filter(coin=coin).values_list("scanned_to", flat=True).first()
     for quote_id in touched:
         _apply_to_quote(quote_id, by_quote.get(quote_id, []), reorged.get(quote_id, []), dropped.get(quote_id, []),
-                        required, now)
+                        required, now, seen_after)
     for p in unknown:
         if not misdirected_report(coin=coin, payment=p, required=required, now=now):
             log.warning("%s payment %s:%d to %s matches no quote", coin, p.txid, p.output_index, p.address)
@@ -151,12 +155,13 @@ def _reorged_by_quote(coin: Coin, keys) -> dict[int, list[tuple[int, str]]]:
 
 
 def _apply_to_quote(quote_id: int, found: list[DetectedPayment], reorged: list[tuple[int, str]],
-                    dropped: list[tuple[int, str]], coin_required: int, now: datetime) -> None:
+                    dropped: list[tuple[int, str]], coin_required: int, now: datetime,
+                    seen_after: datetime | None = None) -> None:
     with transaction.atomic():
         quote = Quote.objects.select_for_update(of=("self",)).select_related("invoice").get(pk=quote_id)
         required = required_confirmations(quote, coin_required)
         for p in found:
-            _payment_upsert(quote, p, required, now)
+            _payment_upsert(quote, p, required, now, seen_after)
         gone = {pk: (PS.REORGED, reason) for pk, reason in reorged}
         gone.update({pk: (PS.INVALID, reason) for pk, reason in dropped if pk not in gone})
         for row in Payment.objects.filter(pk__in=gone).exclude(state__in=(PS.REORGED, PS.INVALID)).order_by("pk"):
@@ -167,15 +172,20 @@ def _apply_to_quote(quote_id: int, found: list[DetectedPayment], reorged: list[t
         debt_settle(customer_id=quote.invoice.customer_id, now=now)
 
 
-def _chain_time(p: DetectedPayment, now: datetime) -> datetime:
+def _chain_time(p: DetectedPayment, now: datetime, seen_after: datetime | None = None) -> datetime:
     """When the chain first showed the payment; never in the future (block times may run
-    ahead of ours), the watcher's clock when the chain does not say."""
-    if p.chain_time is None:
-        return now
-    return min(datetime.fromtimestamp(p.chain_time, tz=UTC), now)
+    ahead of ours), the watcher's clock when the chain does not say — and never before the
+    last watcher pass that caught up with the chain without it (``seen_after``): a miner
+    sets its block's time, and a block dated before a quote's expiry but first seen after
+    it is late. Only while the watcher was down does the chain's date stand alone."""
+    seen = now if p.chain_time is None else datetime.fromtimestamp(p.chain_time, tz=UTC)
+    if seen_after is not None:  # to the chain's resolution (whole seconds): no later than the chain says
+        seen = max(seen, seen_after.replace(microsecond=0))
+    return min(seen, now)
 
 
-def _payment_upsert(quote: Quote, p: DetectedPayment, required: int, now: datetime) -> Payment:
+def _payment_upsert(quote: Quote, p: DetectedPayment, required: int, now: datetime,
+                    seen_after: datetime | None = None) -> Payment:
     confirmed = p.confirmations >= required
     chain = {"confirmations": p.confirmations, "block_hash": p.block_hash or "", "block_height": p.block_height}
     # Two watchers can both miss the row only for two quotes (each holds its own quote's
@@ -185,7 +195,7 @@ def _payment_upsert(quote: Quote, p: DetectedPayment, required: int, now: dateti
     row, created = Payment.objects.get_or_create(
         coin=p.coin, txid=p.txid, output_index=p.output_index,
         defaults={"quote": quote, "address": p.address, "amount": p.amount,
-                  "first_seen_at": _chain_time(p, now),
+                  "first_seen_at": _chain_time(p, now, seen_after),
                   "state": PS.CONFIRMED if confirmed else PS.SEEN,
                   "confirmed_at": now if confirmed else None, **chain})
     if created:

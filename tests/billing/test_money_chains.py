@@ -233,21 +233,18 @@ def test_ltc_payment_on_time_by_the_chain_wins_over_the_sweep_after_a_watcher_ou
         run_lifecycle(later)  # the sweep runs first: the watcher has not scanned past the deadline
         assert fresh(invoice).state == Invoice.State.OPEN and fresh(lease).state == LeaseState.PENDING
         assert fresh(quote).state == Quote.State.NEW
-        watch_coin(coin="LTC", now=later)  # back: the chain dates the payment on time
-        run_lifecycle(later + timedelta(minutes=1))
-
-        assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
-        assert fresh(lease).state == LeaseState.PROVISIONING and ledger(customer) == []
-
-        # the other order: the watcher first (it catches up), then the sweep
+        # the other order, paid during the same outage: no sweep ran for it before the watcher
+        # is back (the watcher first, then the sweep)
         lease2, invoice2 = order(customer, now, pay=False, offer="rtx-3090")
         quote2 = quote_create(invoice=invoice2, coin="LTC", now=now)
         litecoind.wallet.call("sendtoaddress", quote2.address, Decimal("0.65"))
         litecoind.mine(6)
-        watch_coin(coin="LTC", now=later + timedelta(minutes=2))
-        run_lifecycle(later + timedelta(minutes=3))
+        watch_coin(coin="LTC", now=later)  # back: the chain dates the payments on time
+        run_lifecycle(later + timedelta(minutes=1))
+
+        assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
+        assert fresh(lease).state == LeaseState.PROVISIONING and ledger(customer) == []
         assert fresh(invoice2).state == Invoice.State.PAID and fresh(lease2).state == LeaseState.PROVISIONING
-        assert ledger(customer) == []
 
 
 def test_an_order_waits_for_a_dead_watcher_only_so_long(litecoind, catalog, customer, settings):  # noqa: F811
@@ -474,3 +471,35 @@ def test_xmr_quotes_after_the_wallet_is_restored_from_its_keys_get_new_subaddres
         have = len(net.merchant.call("get_address", account_index=0)["addresses"]) - 1
         if have < issued + 5:
             net.merchant.call("create_address", account_index=0, count=issued + 5 - have)
+
+
+# --- a miner's clock ---------------------------------------------------------------------------------
+
+def test_ltc_payment_in_a_block_dated_before_the_expiry_but_first_seen_after_it_is_late(
+        litecoind, catalog, customer, settings):  # noqa: F811
+    """The watcher caught up with the chain 10 minutes after the quote expired, and the payment
+    was not there. Then a miner's block carries it (straight into the block, never in the
+    store's mempool) with a time before the expiry. It was first seen after the expiry: late,
+    credited at the rate when it confirmed (half the quoted one), and the order is not paid
+    at the old rate."""
+    settings.PAYMENT_SPEED_POLICY = "10000:1"
+    now = timezone.now()
+    with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 8900)
+        after = quote.expires_at + timedelta(minutes=10)
+        set_rate("LTC", "50", after)  # the rate halved meanwhile
+        watch_coin(coin="LTC", now=after)  # caught up: no payment yet
+        w = litecoind.wallet
+        raw = w.call("createrawtransaction", [], {quote.address: Decimal("0.65")})
+        funded = w.call("fundrawtransaction", raw)["hex"]
+        signed = w.call("signrawtransactionwithwallet", funded)["hex"]
+        block = litecoind.rpc.call("generateblock", litecoind.mine_to, [signed])["hash"]
+        block_time = litecoind.rpc.call("getblockheader", block)["time"]
+        assert block_time < quote.expires_at.timestamp()  # the block says: on time
+        watch_coin(coin="LTC", now=after + timedelta(minutes=1))
+
+    payment = Payment.objects.get()
+    assert payment.first_seen_at == after.replace(microsecond=0) and payment.state == Payment.State.CONFIRMED
+    assert (fresh(quote).state, fresh(quote).exception) == (Quote.State.EXPIRED, Quote.Exception_.LATE)
+    assert fresh(invoice).state == Invoice.State.OPEN
+    assert ledger(customer) == [("late_payment", 3250)]  # 0.65 LTC at $50, not $65 at $100
