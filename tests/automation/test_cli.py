@@ -57,7 +57,7 @@ def cli(live_server, tmp_path, monkeypatch, capsys):
     return run
 
 
-def login(cli, customer, scopes=("read", "order", "pay")):
+def login(cli, customer, scopes=("read", "order", "manage", "pay")):
     token = api_token_create(customer=customer, name="cli", scopes=scopes)[1]
     code, out, err = cli("login", "--url", cli.url, "--token-stdin", stdin=token + "\n")
     assert code == 0, err
@@ -71,7 +71,7 @@ def test_login_stores_the_token_0600_and_whoami_uses_it(cli, catalog, customer):
     assert json.loads(path.read_text()) == {"url": cli.url, "token": token}
     code, out, _ = cli("whoami", "--json")
     assert code == 0 and json.loads(out)["username"] == "alice"
-    assert json.loads(out)["token"]["scopes"] == ["order", "pay", "read"]
+    assert json.loads(out)["token"]["scopes"] == ["manage", "order", "pay", "read"]
     code, _out, err = cli("login", "--url", cli.url, "--token-stdin", stdin="gpr_not-a-token\n")
     assert code == errors.NOT_LOGGED_IN and "valid API token" in err
     assert cli("logout")[0] == 0 and not path.exists()
