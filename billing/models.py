@@ -298,6 +298,7 @@ class PaymentReview(models.Model):
         OVER_CAP = "over_cap", _("over the automatic credit cap")
         REVERSED = "reversed", _("reversed after settlement")
         MISDIRECTED = "misdirected", _("sent in another coin than quoted")
+        AFTER_WINDOW = "after_window", _("paid after the late-payment window")
 
     class State(models.TextChoices):
         OPEN = "open", _("waiting for an operator")

@@ -4,6 +4,8 @@
   it was first seen while the rate was locked (before the quote expired or settled), else
   at the rate when it confirmed (the operator's rate at that watcher pass, fresh) — so a
   quote is never a free option on the coin's price.
+* A payment first seen more than ``LATE_PAYMENT_WATCH_DAYS`` after its quote closed is not
+  credited by itself either: a review (``after_window``) waits for an operator.
 * With no fresh rate, or past the quote's automatic cap (``PAYMENT_AUTO_CREDIT_MAX_PERCENT``
   of its USD value), nothing is credited: a ``PaymentReview`` waits for an operator
   (BTCPay's "paid late" / "paid over" marked by hand).
@@ -79,9 +81,19 @@ def rate_locked_until(quote: Quote) -> datetime:
     return quote.expires_at
 
 
+def _closed_at(quote: Quote) -> datetime:
+    """When the quote stopped waiting for money: its settlement, else its expiry."""
+    return quote.settled_at or quote.expires_at
+
+
 def credit_extra_payment(quote: Quote, payment: Payment, now: datetime, kind: str) -> None:
     """One confirmed payment that did not pay the invoice → the balance (once), or a review."""
     if payment.credited_cents is not None or payment.reviews.exists():
+        return
+    if payment.first_seen_at > _closed_at(quote) + config.late_watch():
+        # long after the quote closed: nobody may expect it any more — an operator decides
+        review_open(quote=quote, payment=payment, kind=R.Kind.AFTER_WINDOW, amount=int(payment.amount), cents=None,
+                    now=now)
         return
     locked = payment.first_seen_at <= rate_locked_until(quote)
     rate = quote.rate_usd_per_coin if locked else fresh_rate_or_none(quote.coin, now)

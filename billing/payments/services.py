@@ -411,14 +411,23 @@ def _expire_one(quote_id: int, now: datetime) -> bool:
         return quote_refresh(quote, now).state == QS.EXPIRED
 
 
+#: coins whose watcher matches addresses by a set lookup per output (or asks the wallet once
+#: per pass): they look for every address the store ever gave, so a payment after the
+#: late-payment window is recorded (and waits for an operator, ``credits``). The others do
+#: per-address work each pass (EVM balance checks, a Solana call per reference) and watch
+#: closed quotes for LATE_PAYMENT_WATCH_DAYS only.
+WATCH_EVERY_ADDRESS = (Coin.BTC, Coin.LTC, Coin.XMR)
+
+
 def watch_set(coin: Coin, now: datetime):
     """What the watcher looks for: open quotes, plus quotes closed within LATE_PAYMENT_WATCH_DAYS
-    (late payments and overpayments are still credited)."""
+    (late payments and overpayments are still credited) — every quote for WATCH_EVERY_ADDRESS."""
     recent = now - coins_config.late_watch()
     # every quote address of the wallet: money in the wrong coin is reported (``misdirected``)
     coins = coins_config.wallet_coins(coin)
-    quotes = Quote.objects.filter(coin__in=coins).filter(Q(state__in=OPEN_QUOTE_STATES) | Q(expires_at__gte=recent)
-                                                         | Q(settled_at__gte=recent))
+    quotes = Quote.objects.filter(coin__in=coins)
+    if coin not in WATCH_EVERY_ADDRESS:
+        quotes = quotes.filter(Q(state__in=OPEN_QUOTE_STATES) | Q(expires_at__gte=recent) | Q(settled_at__gte=recent))
     if coin is Coin.SOL:
         return set(quotes.values_list("reference", flat=True))
     if coin is Coin.XMR:

@@ -39,6 +39,9 @@ PRICE_MAX_MOVE_BPS = int(os.environ.get("PRICE_MAX_MOVE_BPS", "1000"))
 UNDERPAYMENT_TOLERANCE_BPS = int(os.environ.get("UNDERPAYMENT_TOLERANCE_BPS", "0"))
 RATE_MAX_AGE_MINUTES = int(os.environ.get("RATE_MAX_AGE_MINUTES", "15"))
 PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES = int(os.environ.get("PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES", "120"))
+# A payment first seen up to this long after its quote closed is credited by itself; a later
+# one is recorded and waits for an operator (BTC, LTC and XMR watch every address they gave;
+# the other coins stop watching a closed quote's address after this long).
 LATE_PAYMENT_WATCH_DAYS = int(os.environ.get("LATE_PAYMENT_WATCH_DAYS", "7"))
 ADDRESS_GAP_LIMIT = int(os.environ.get("ADDRESS_GAP_LIMIT", "20"))
 # Never-paid receive addresses one customer may hold past a wallet's last paid one (the gap

@@ -503,3 +503,41 @@ def test_ltc_payment_in_a_block_dated_before_the_expiry_but_first_seen_after_it_
     assert (fresh(quote).state, fresh(quote).exception) == (Quote.State.EXPIRED, Quote.Exception_.LATE)
     assert fresh(invoice).state == Invoice.State.OPEN
     assert ledger(customer) == [("late_payment", 3250)]  # 0.65 LTC at $50, not $65 at $100
+
+
+# --- after the late-payment window -------------------------------------------------------------------
+
+def test_ltc_payment_to_a_quote_long_after_its_late_window_is_recorded_for_an_operator(
+        litecoind, catalog, customer, operator, settings):  # noqa: F811
+    """The order was paid; 8 days later (past LATE_PAYMENT_WATCH_DAYS = 7) the customer's wallet
+    pays the old address again. The watcher still sees it: the payment is recorded and a
+    review waits for an operator (credited at that day's rate by one click); nothing is
+    credited by itself."""
+    from billing.payments.credits import payment_review_credit
+
+    settings.PAYMENT_SPEED_POLICY = "10000:1"
+    settings.LATE_PAYMENT_WATCH_DAYS = 7
+    now = timezone.now()
+    with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
+        lease, invoice, quote = ltc_quote(litecoind, customer, now, 9000)
+        watch_payments()
+        litecoind.wallet.call("sendtoaddress", quote.address, Decimal("0.65"))
+        litecoind.mine(1)
+        watch_payments()
+        assert fresh(invoice).state == Invoice.State.PAID
+        later = now + timedelta(days=8)
+        watch_coin(coin="LTC", now=later)
+        again = litecoind.wallet.call("sendtoaddress", quote.address, Decimal("0.20"))
+        litecoind.mine(1)
+        set_rate("LTC", "90", later)
+        watch_coin(coin="LTC", now=later + timedelta(minutes=1))
+        watch_coin(coin="LTC", now=later + timedelta(minutes=2))  # one review
+
+    payment = Payment.objects.get(txid=again)
+    assert payment.state == Payment.State.CONFIRMED and payment.quote_id == quote.pk
+    review = PaymentReview.objects.get()
+    assert (review.kind, review.state, review.payment_id, review.proposed_cents) == (
+        "after_window", "open", payment.pk, None)
+    assert ledger(customer) == []
+    payment_review_credit(review=review, actor=operator, now=later + timedelta(minutes=3))
+    assert ledger(customer) == [("late_payment", 1800)]  # 0.20 LTC at $90

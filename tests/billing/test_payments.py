@@ -366,13 +366,15 @@ def test_invalid_quote_past_its_window_expires(placed, t0):
     assert (fresh(quote).state, quote.exception) == (Q.EXPIRED, X.NONE)
 
 
-def test_unpaid_quote_expires_and_old_ones_leave_the_watch_set(placed, t0):
+def test_unpaid_quote_expires_and_stays_in_the_watch_set(placed, t0):
+    """LTC matches outputs against a set: it watches every address it gave, also past
+    LATE_PAYMENT_WATCH_DAYS, so a payment that late is recorded (for an operator)."""
     _, _, quote = placed
     assert sweep_expire_quotes(t0 + timedelta(minutes=29)) == []
     assert len(sweep_expire_quotes(t0 + timedelta(minutes=30))) == 1
     assert fresh(quote).state == Q.EXPIRED and sweep_expire_quotes(t0 + timedelta(minutes=31)) == []
     assert watch_set(Coin.LTC, t0 + timedelta(days=6)) == {quote.address}
-    assert watch_set(Coin.LTC, t0 + timedelta(days=8)) == set()
+    assert watch_set(Coin.LTC, t0 + timedelta(days=8)) == {quote.address}
 
 
 def test_unknown_address_is_reported_not_credited(placed, t0):
