@@ -23,6 +23,7 @@ from rental.api import (
 from rental.forms import ADDON_FIELDS, OrderForm, default_image
 from rental.models import RETIRED_ADDONS, Image
 
+from .holds import UnpaidHoldRefused
 from .models import Invoice
 from .services import (
     BillingError,
@@ -123,6 +124,8 @@ def orders(request):
                        site=site.code, free_by_site=sites_with_stock_for(offer)) from exc
     except InsufficientBalance as exc:
         raise ApiError(402, "insufficient_balance", str(exc)) from exc
+    except UnpaidHoldRefused as exc:
+        raise ApiError(409, exc.code, str(exc), offer=offer.slug, may_hold_unpaid_gpus=exc.may_hold) from exc
     except TooManyOpenOrders as exc:
         raise ApiError(409, "too_many_unpaid_orders", str(exc)) from exc
     return lease_and_invoice(request, lease, invoice)

@@ -21,7 +21,7 @@ from rental.notifications.notices import Notice, notify_many
 from rental.notifications.services import Event, events_emit, lease_data, lease_event_emit
 from rental.services import lease_auto_renews
 
-from .holds import hold_refusal
+from .holds import hold_refusal, sku_hold_refusal
 from .ledger import (  # noqa: F401 - the ledger's primitives, re-exported for billing's callers
     TERM_DAYS,
     BillingError,
@@ -135,7 +135,7 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
             disk_gb = offer.gpu_model.included_nvme_gb + 1000 * addons.get("extra_nvme_tb", 0)
             snapshot_restore_check(snapshot=restore_from, customer=customer, site=site, disk_bytes=disk_gb * 10**9)
         lines = price_lines(offer=offer, term=term, addons=addons)
-        _refuse_hoarding(customer, pay_from_balance=pay_from_balance, gpus=offer.gpu_count, client_address=client_address,
+        _refuse_hoarding(customer, pay_from_balance=pay_from_balance, offer=offer, client_address=client_address,
                          now=now)
         window = order_payment_window(customer)
         lease = rental.lease_create_pending(
@@ -153,12 +153,12 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
         return lease, invoice
 
 
-def _refuse_hoarding(customer: User, *, pay_from_balance: bool, gpus: int, client_address: str | None,
+def _refuse_hoarding(customer: User, *, pay_from_balance: bool, offer: Offer, client_address: str | None,
                      now: datetime) -> None:
-    """At most MAX_OPEN_UNPAID_ORDERS pending orders per account, and the GPU counts and
-    cool-down of billing.holds. The account row is locked so that concurrent orders of one
-    customer count one after the other. An order paid from the balance at once holds
-    nothing unpaid, so it is not refused."""
+    """At most MAX_OPEN_UNPAID_ORDERS pending orders per account, and the GPU counts,
+    cool-down and SKU share and reserve of billing.holds. The account row is locked so that
+    concurrent orders of one customer count one after the other. An order paid from the
+    balance at once holds nothing unpaid, so it is not refused."""
     account_for(customer)
     Account.objects.select_for_update().get(customer=customer)
     if pay_from_balance:
@@ -168,9 +168,12 @@ def _refuse_hoarding(customer: User, *, pay_from_balance: bool, gpus: int, clien
         raise TooManyOpenOrders(
             _("You already have %(n)d unpaid orders holding GPUs: pay or cancel one before ordering more.")
             % {"n": limit})
-    refusal = hold_refusal(customer=customer, gpus=gpus, client_address=client_address, now=now)
+    refusal = hold_refusal(customer=customer, gpus=offer.gpu_count, client_address=client_address, now=now)
     if refusal:
         raise TooManyOpenOrders(refusal)
+    share_refusal = sku_hold_refusal(customer=customer, offer=offer, client_address=client_address)
+    if share_refusal is not None:
+        raise share_refusal
 
 
 def _balance_payment(invoice: Invoice, actor=None) -> Posting:

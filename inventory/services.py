@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from .audit import audit_record
 from .models import GpuSlot, Node, Offer, Site, SlotAllocation
-from .selectors import SELLABLE_SLOT, catalog_changed
+from .selectors import SELLABLE_SLOT, catalog_changed, free_slots_queryset
 
 
 def _stock_changed() -> None:
@@ -53,6 +53,15 @@ def slots_allocate(*, offer: Offer, site: Site, lease_id: int, exclude_node_ids=
             raise SoldOut(offer.slug) from exc
         _stock_changed()
         return chosen
+
+
+def sku_free_units_locked(*, gpu_model_id: int) -> int:
+    """The sellable free GPUs of one model (a SKU) across the active sites, with the model's
+    nodes locked in id order (slots_allocate's order, so the two never deadlock) until the
+    transaction ends: a hold rule that counts them decides before anyone else takes one."""
+    with transaction.atomic():
+        list(Node.objects.select_for_update().filter(gpu_model_id=gpu_model_id).order_by("id").values_list("id"))
+        return free_slots_queryset().filter(node__gpu_model_id=gpu_model_id).count()
 
 
 def slots_release(*, lease_id: int, now: datetime | None = None) -> int:

@@ -409,6 +409,14 @@ SIGNUP_ATTEMPTS_PER_IP = int(os.environ.get("SIGNUP_ATTEMPTS_PER_IP", "20"))
 MAX_UNPAID_GPUS_PER_ACCOUNT = int(os.environ.get("MAX_UNPAID_GPUS_PER_ACCOUNT", "8"))
 MAX_UNPAID_GPUS_PER_IP = int(os.environ.get("MAX_UNPAID_GPUS_PER_IP", "8"))
 UNPAID_EXPIRY_COOLDOWN_MINUTES = int(os.environ.get("UNPAID_EXPIRY_COOLDOWN_MINUTES", "30"))
+# Unpaid holds scale with a SKU's stock (billing/holds.py): one account, client address
+# (IPv6: its /64) or network (these prefixes) may hold unpaid at most this share, in basis
+# points, of the SKU's units free to it (rounded down, at least 1); the last
+# UNPAID_HOLD_RESERVE_UNITS free units of a SKU go only to orders paid at once.
+UNPAID_HOLD_MAX_SHARE_BPS = int(os.environ.get("UNPAID_HOLD_MAX_SHARE_BPS", "2500"))
+UNPAID_HOLD_RESERVE_UNITS = int(os.environ.get("UNPAID_HOLD_RESERVE_UNITS", "2"))
+UNPAID_HOLD_NETWORK_PREFIX_V4 = int(os.environ.get("UNPAID_HOLD_NETWORK_PREFIX_V4", "24"))
+UNPAID_HOLD_NETWORK_PREFIX_V6 = int(os.environ.get("UNPAID_HOLD_NETWORK_PREFIX_V6", "48"))
 # The node agents' API: enrolment attempts per client address, and requests per node
 # credential, per minute.
 NODE_ENROLMENTS_PER_IP_PER_MINUTE = int(os.environ.get("NODE_ENROLMENTS_PER_IP_PER_MINUTE", "10"))

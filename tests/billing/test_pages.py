@@ -99,7 +99,8 @@ def test_old_lease_that_paid_for_snapshot_tb_still_shows_it(alice, catalog, cust
 
 
 def test_order_page_sold_out_when_no_site_has_stock(alice, catalog, customer):
-    place(customer, "8x-mi300x")
+    balance_top_up(customer=customer, amount_cents=400_000, now=timezone.now())
+    place(customer, "8x-mi300x", pay=True)  # an unpaid order may not take a whole SKU
     response = alice.get(order_url("8x-mi300x"))
     assert response.status_code == 200 and "is sold out" in response.content.decode()
 
@@ -138,7 +139,8 @@ def test_just_sold_out_is_409_and_nothing_is_created(alice, catalog, other_custo
     GpuSlot.objects.filter(node__gpu_model=offer.gpu_model).exclude(node__site__code="DFW-1").update(in_service=False)
     page = alice.get(order_url("8x-mi300x"))
     assert page.status_code == 200
-    place(other_customer, "8x-mi300x")  # someone else takes the last node meanwhile
+    balance_top_up(customer=other_customer, amount_cents=400_000, now=timezone.now())
+    place(other_customer, "8x-mi300x", pay=True)  # someone else takes the last node meanwhile
     leases, invoices = Lease.objects.count(), Invoice.objects.count()
     response = alice.post(order_url("8x-mi300x"), form_data(image="pytorch-2.5-rocm-6.4"))
     assert response.status_code == 409

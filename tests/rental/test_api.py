@@ -149,8 +149,10 @@ def test_schema_marks_the_snapshot_addon_retired(client, db):
 def test_sold_out_is_409_and_nothing_created(client, catalog, other_customer, token):
     offer = Offer.objects.get(slug="8x-mi300x")
     GpuSlot.objects.filter(node__gpu_model=offer.gpu_model).exclude(node__site__code="DFW-1").update(in_service=False)
+    balance_top_up(customer=other_customer, amount_cents=400_000, now=timezone.now())
     checkout_place_order(customer=other_customer, offer=offer, site=Site.objects.get(code="DFW-1"), term="week",
-                         image=Image.objects.get(slug="pytorch-2.5-rocm-6.4"), ssh_public_key=ED25519)
+                         image=Image.objects.get(slug="pytorch-2.5-rocm-6.4"), ssh_public_key=ED25519,
+                         pay_from_balance=True)  # an unpaid order may not take a whole SKU
     response = call(client, "post", "/api/v1/orders", token, order_body(offer="8x-mi300x", addons={}))
     assert response.status_code == 409 and response.json()["error"] == "sold_out"
     assert Lease.objects.count() == 1 and Invoice.objects.count() == 1

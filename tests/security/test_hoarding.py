@@ -156,6 +156,7 @@ def test_after_an_unpaid_order_expires_account_and_address_wait_a_cool_down(cata
     from billing.services import order_invoice_expire
 
     settings.UNPAID_EXPIRY_COOLDOWN_MINUTES = 30
+    settings.UNPAID_HOLD_MAX_SHARE_BPS, settings.UNPAID_HOLD_RESERVE_UNITS = 10_000, 0  # the whole SKU unpaid
     t0 = timezone.now()
     lease, invoice = order(customer, "8x-mi300x", address="203.0.113.7", now=t0)
     expired_at = invoice.expires_at + timedelta(seconds=1)
