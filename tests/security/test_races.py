@@ -77,3 +77,19 @@ def test_concurrent_sign_ups_from_one_address_cannot_pass_its_limit(settings):
     assert sorted(results) == [302] * 5 + [429] * 3, results  # 302: made, on to its recovery codes
     assert User.objects.filter(username__startswith="sock").count() == 5
     cache.clear()
+
+
+# --- unpaid holds against a SKU's reserve, at once from many networks -------------------------
+
+def test_concurrent_unpaid_orders_from_many_networks_leave_the_reserve(catalog, settings):
+    from billing.holds import UnpaidHoldRefused
+    from inventory.selectors import free_slots_queryset
+    from tests.security.test_hold_share import order
+
+    settings.UNPAID_HOLD_MAX_SHARE_BPS, settings.UNPAID_HOLD_RESERVE_UNITS = 10_000, 2
+    holders = [new_customer(f"net{i}") for i in range(8)]
+    results = in_threads(*[lambda i=i: order(holders[i], address=f"198.51.{i}.10") for i in range(8)])
+    placed = [r for r in results if isinstance(r, tuple)]
+    refused = [r for r in results if isinstance(r, UnpaidHoldRefused)]
+    assert len(placed) == 6 and len(refused) == 2, results
+    assert free_slots_queryset().filter(node__gpu_model__slug="mi300x").count() == 2
