@@ -150,7 +150,8 @@ def tenants(dockerd, netns, instance_image, node_tmp_root):
                 lease_id=lease_id, image=instance_image, gpu_uuids=(gpu,),
                 ssh_authorized_keys=(public_key,), cpus=1, memory_gb=1, shm_gb=1,
                 disk_path=disks.ensure_ready(lease_id, 10)))
-        assert ssh_run(netns, key, tenants.port(A), "true").returncode == 0
+        for lease_id in (A, B):       # both sshds listen before any test probes them
+            assert ssh_run(netns, key, tenants.port(lease_id), "true").returncode == 0
         yield tenants
     finally:
         for lease_id in tenants.runtime.lease_ids():
