@@ -106,7 +106,7 @@ def _network(address: str | None, v4_prefix: int, v6_prefix: int):
         return None
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    prefix = v4_prefix if ip.version == 4 else v6_prefix
+    prefix = min(max(v4_prefix if ip.version == 4 else v6_prefix, 0), ip.max_prefixlen)  # a bad setting: no 500
     return ipaddress.ip_network(f"{ip}/{prefix}", strict=False)
 
 

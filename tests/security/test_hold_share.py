@@ -141,6 +141,14 @@ def test_the_same_refusal_on_the_order_page_and_the_api(client, catalog, custome
     assert (Lease.objects.count(), Invoice.objects.count()) == (leases, invoices)
 
 
+def test_a_network_prefix_set_out_of_range_counts_the_whole_address_and_is_no_500(catalog, settings):
+    settings.UNPAID_HOLD_NETWORK_PREFIX_V4 = 40
+    a, b = users(2)
+    order(a, address="203.0.113.1")
+    order(b, address="203.0.113.2")  # another /32: another network
+    assert unpaid_mi300x() == 2
+
+
 def test_a_sku_with_no_room_is_sold_out_not_refused(catalog, customer):
     from inventory.services import SoldOut
 
