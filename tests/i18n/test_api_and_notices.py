@@ -28,8 +28,10 @@ def token(customer):
 def test_sold_out_message_in_chinese_code_in_english(client, catalog, other_customer, token):
     offer = Offer.objects.get(slug="8x-mi300x")
     GpuSlot.objects.filter(node__gpu_model=offer.gpu_model).exclude(node__site__code="DFW-1").update(in_service=False)
+    balance_top_up(customer=other_customer, amount_cents=400_000, now=timezone.now())
     checkout_place_order(customer=other_customer, offer=offer, site=Site.objects.get(code="DFW-1"), term="week",
-                         image=Image.objects.get(slug="pytorch-2.5-rocm-6.4"), ssh_public_key=ED25519)
+                         image=Image.objects.get(slug="pytorch-2.5-rocm-6.4"), ssh_public_key=ED25519,
+                         pay_from_balance=True)  # an unpaid order may not take a whole SKU
     body = order_body(offer="8x-mi300x", addons={})
     zh = call(client, "post", "/api/v1/orders", token, body, **ZH).json()
     en = call(client, "post", "/api/v1/orders", token, body, HTTP_ACCEPT_LANGUAGE="en").json()
