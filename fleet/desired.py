@@ -73,8 +73,8 @@ def _leases_on(node: Node):
     """Leases that hold slots on the node now, or held them and are not wiped yet — their
     own disk, or the copy a move left here — with the node each was on last and how far
     that copy is sanitized. Never-started leases (cancelled unpaid) never reached a host.
-    Three indexed reads, two more when the node holds copies left by moves (issue 31:
-    EXPLAIN at 10,000 nodes showed the former OR of an id list and a subquery scanning the
+    Three indexed reads, two more when the node holds copies left by moves (the poll's
+    budget: EXPLAIN at 10,000 nodes showed the former OR of an id list and a subquery scanning the
     lease and allocation tables)."""
     current: dict[int, list[int]] = defaultdict(list)
     ids: set[int] = set()

@@ -1,4 +1,4 @@
-"""issue 27 on real local chains (litecoind regtest, anvil, monerod regtest with a view-only
+"""Money on real local chains (litecoind regtest, anvil, monerod regtest with a view-only
 wallet): no double credit after a reorg,
 no lost claw-back, on-time payments win over the sweeps after a watcher outage, no stock
 held by dust or by payments that never confirm, misdirected coins reported. Each test
