@@ -15,6 +15,8 @@ apt_install_all chromium gettext postgresql-client || status=1
 apt_install_all wrk || status=1
 # issue 35: bench/faults.py's smoke run initdb-s its own cluster and starts its own redis-server.
 apt_install_all postgresql redis-server || status=1
+# tests/ha: point-in-time recovery (pgBackRest) and a Patroni cluster on etcd, each its own throwaway copy.
+apt_install_all pgbackrest patroni etcd-server etcd-client || status=1
 for part in install-chain-tools install-node-tools install-disk-tools install-deploy-tools install-ceph; do
   if [ -f "scripts/$part.sh" ]; then
     echo "== scripts/$part.sh"
