@@ -1,9 +1,13 @@
 """issue 14: one holder at a time for a named job, across processes and hosts.
 
-With REDIS_URL: `SET key token NX PX ttl` (the key names the database) and a compare-and-delete release, so a holder
-whose lock expired never deletes its successor's. Without Redis: a JobLock row taken by a
-guarded UPDATE (`WHERE expires_at <= now`), which PostgreSQL re-checks after a concurrent
-writer commits and SQLite serialises; released only by the token that took it.
+A JobLock row in the database, taken by a guarded UPDATE (`WHERE expires_at <= now`), which
+PostgreSQL re-checks after a concurrent writer commits and SQLite serialises; released only by
+the token that took it. The expiry is counted on the database's clock (on PostgreSQL), so two
+storefront hosts whose clocks differ still agree on when a lock has expired. The lock lived in
+Redis until the storefront ran on more than one host: a Redis that restarts empty, is flushed
+or fails over to a replica that missed the key let a second pass start beside a running one;
+the database is the one thing every host must reach anyway, and it survives its own failover
+(docs/adr/0008-two-storefront-hosts.md).
 While the holder lives, a thread renews the expiry every third of it, so a long run keeps
 its lock and a holder killed mid-run blocks the others for one expiry at most."""
 import logging
@@ -13,58 +17,38 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from django.conf import settings
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
+from django.db.models import DateTimeField, ExpressionWrapper
+from django.db.models.functions import Now
 from django.utils import timezone
 
 log = logging.getLogger(__name__)
 UNLOCKED = datetime(1970, 1, 1, tzinfo=UTC)
-REDIS_RELEASE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
-return 0
-"""
-REDIS_EXTEND = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
-return 0
-"""
 
 
-class RedisLock:
-    def __init__(self, url: str):
-        import redis
+def _now():
+    """The database's clock on PostgreSQL (the one clock every host shares), else the process's."""
+    return Now() if connection.vendor == "postgresql" else timezone.now()
 
-        self.client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
 
-    @staticmethod
-    def key(name: str) -> str:
-        """Scoped to the database the job works on: storefronts (or test databases) sharing
-        one Redis do not hold each other's locks."""
-        return f"joblock:{connections['default'].settings_dict['NAME']}:{name}"
-
-    def acquire(self, name: str, token: str, ttl: timedelta) -> bool:
-        return bool(self.client.set(self.key(name), token, nx=True, px=int(ttl.total_seconds() * 1000)))
-
-    def extend(self, name: str, token: str, ttl: timedelta) -> bool:
-        return bool(self.client.eval(REDIS_EXTEND, 1, self.key(name), token, int(ttl.total_seconds() * 1000)))
-
-    def release(self, name: str, token: str) -> bool:
-        return bool(self.client.eval(REDIS_RELEASE, 1, self.key(name), token))
+def _after(ttl: timedelta):
+    now = _now()
+    return ExpressionWrapper(now + ttl, output_field=DateTimeField()) if isinstance(now, Now) else now + ttl
 
 
 class DatabaseLock:
     def acquire(self, name: str, token: str, ttl: timedelta) -> bool:
         from ..models import JobLock
 
-        now = timezone.now()
         with transaction.atomic():
             JobLock.objects.get_or_create(name=name, defaults={"expires_at": UNLOCKED})
-        return bool(JobLock.objects.filter(name=name, expires_at__lte=now)
-                    .update(token=token, expires_at=now + ttl))
+        return bool(JobLock.objects.filter(name=name, expires_at__lte=_now())
+                    .update(token=token, expires_at=_after(ttl)))
 
     def extend(self, name: str, token: str, ttl: timedelta) -> bool:
         from ..models import JobLock
 
-        return bool(JobLock.objects.filter(name=name, token=token).update(expires_at=timezone.now() + ttl))
+        return bool(JobLock.objects.filter(name=name, token=token).update(expires_at=_after(ttl)))
 
     def release(self, name: str, token: str) -> bool:
         from ..models import JobLock
@@ -72,8 +56,8 @@ class DatabaseLock:
         return bool(JobLock.objects.filter(name=name, token=token).update(token="", expires_at=UNLOCKED))
 
 
-def lock_backend() -> RedisLock | DatabaseLock:
-    return RedisLock(settings.REDIS_URL) if settings.REDIS_URL else DatabaseLock()
+def lock_backend() -> DatabaseLock:
+    return DatabaseLock()
 
 
 class Renewal(threading.Thread):

@@ -324,7 +324,7 @@ CELERY_TASK_ROUTES = {"billing.*": {"queue": JOBS_QUEUE}, "rental.webhook_delive
 # --- issue 14: one lifecycle pass at a time; beat heartbeat for its healthcheck ---
 # Seconds between lifecycle passes (beat); a tick not started within the interval expires.
 LIFECYCLE_INTERVAL_SECONDS = float(os.environ.get("LIFECYCLE_INTERVAL_SECONDS", "60"))
-# A pass holds a lock (Redis when REDIS_URL is set, else a database row) that expires this
+# A pass holds a lock (a JobLock row, on the database's clock: billing/lifecycle/locks.py) that expires this
 # many seconds after its last renewal (every third of it while the pass runs): a holder
 # killed mid-pass blocks the next passes for at most this long.
 LIFECYCLE_LOCK_SECONDS = float(os.environ.get("LIFECYCLE_LOCK_SECONDS", "60"))

@@ -1,7 +1,7 @@
 """issue 14: exactly one lifecycle pass at a time, and host calls made once per lease.
 
 Two real passes race on PostgreSQL (threads, each on its own connection) with the lock in
-the database and in Redis: one sweeps, the other returns "skipped" at once. A holder
+the database (never in Redis, which a second host may find flushed): one sweeps, the other returns "skipped" at once. A holder
 killed with SIGKILL (a subprocess) blocks passes until its lock expires, then the next
 pass runs. Two overlapping wipes / key destructions of the same leases call the host
 once per lease.
@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,7 @@ from django.db import connection
 from django.utils import timezone
 
 from billing.lifecycle import SKIPPED, run_lifecycle, run_lifecycle_exclusive
-from billing.lifecycle.locks import DatabaseLock, RedisLock, exclusive, lock_backend
+from billing.lifecycle.locks import DatabaseLock, exclusive
 from billing.models import JobLock
 from rental.agent import FakeAgent, agent_override
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState
@@ -46,13 +46,10 @@ BACKENDS = ["database", pytest.param("redis", marks=[
 
 @pytest.fixture(params=BACKENDS)
 def backend(request, settings):
-    """The lock backend under test: settings.REDIS_URL selects Redis, as in production."""
+    """With and without REDIS_URL, as in production and in the embedded default: the lock is
+    the database's either way."""
     settings.REDIS_URL = os.environ["REDIS_URL"] if request.param == "redis" else ""
-    if request.param == "redis":
-        lock_backend().client.delete(RedisLock.key("lifecycle"))  # a stale key from an earlier run
-    yield request.param
-    if request.param == "redis":
-        lock_backend().client.delete(RedisLock.key("lifecycle"))
+    return request.param
 
 
 class Events:
@@ -169,10 +166,7 @@ with exclusive("lifecycle", ttl=timedelta(seconds=float(sys.argv[1]))) as held:
 
 
 def lock_expiry(backend) -> datetime:
-    """When the lifecycle lock expires, as the backend stores it."""
-    if backend == "redis":
-        expires_ms = lock_backend().client.pexpiretime(RedisLock.key("lifecycle"))
-        return datetime.fromtimestamp(expires_ms / 1000, tz=UTC)
+    """When the lifecycle lock expires, as the database stores it."""
     return JobLock.objects.get(name="lifecycle").expires_at
 
 
