@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from billing.storage.volumes import desired_storage, desired_volumes
-from inventory.burnin import pending_for_node
+from inventory.burnin import burn_in_depth, pending_for_node
 from inventory.models import Node, SlotAllocation
 from rental.agent import Instance
 from rental.models import DiskKey, Lease, LeaseState, Snapshot
@@ -243,7 +243,8 @@ def _snapshot_ops(lease: Lease, wanted: Wanted, snap: Snapshot | None, restore_i
 
 def desired_burn_ins(*, node: Node) -> list[dict]:
     """Diagnostics asked of the node: pending burn-ins on its idle cards."""
-    return [{"op_id": b.op_id, "gpu": b.slot.index, "level": settings.BURN_IN_DCGM_LEVEL}
+    return [{"op_id": b.op_id, "gpu": b.slot.index, "level": settings.BURN_IN_DCGM_LEVEL,
+             "depth": burn_in_depth(b)}        # agents before depth run `level`
             for b in pending_for_node(node)]
 
 

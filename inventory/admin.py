@@ -163,6 +163,21 @@ class BurnInAdmin(ReadOnlyAdmin):
     list_filter = ("result", "reason")
     search_fields = ("op_id", "slot__node__name")
     list_select_related = ("slot__node",)
+    readonly_fields = ("checks_figures",)
+
+    @admin.display(description=_("checks (figures as the node signed them)"))
+    def checks_figures(self, obj):
+        """The signed record's depth, class and each check of every level with its
+        figures (nodeagent/gpu_checks.py); a record from an agent before them has none."""
+        record = obj.record or {}
+        head = format_html_join("", "<p>{}: {} · {}: {} · {}: {}</p>", [(
+            gettext("depth"), record.get("depth", "—"), gettext("card class"), record.get("card_class", "—"),
+            gettext("DCGM level"), record.get("level", "—"))])
+        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", [
+            (c.get("name", "?"), c.get("status", "?"),
+             ", ".join(f"{k} {v}" for k, v in sorted((c.get("figures") or {}).items())), c.get("detail", ""))
+            for c in record.get("checks") or [] if isinstance(c, dict)])
+        return head + format_html_join("", "<table>{}</table>", [(rows,)]) if rows else head
 
 
 @admin.register(SlotAllocation)

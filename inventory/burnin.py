@@ -87,6 +87,18 @@ def burn_in_record(*, burn_in: BurnIn, passed: bool, record: dict, signature: st
     return burn_in
 
 
+def burn_in_depth(burn_in: BurnIn) -> str:
+    """`deep` (DCGM level 3 on a datacenter card) before a card's first sale, on an
+    operator's request and after any incident on the card since its last pass; `short`
+    (level 1) before each next lease (docs/adr/0013-burn-in-by-card-class.md)."""
+    if burn_in.reason != BurnIn.Reason.AFTER_LEASE or burn_in.slot.burn_in_passed_at is None:
+        return "deep"
+    since = burn_in.slot.burn_in_passed_at
+    incident = (Incident.objects.filter(slot=burn_in.slot, starts_at__gte=since).exists() or
+                Incident.objects.filter(slot_links__slot=burn_in.slot, starts_at__gte=since).exists())
+    return "deep" if incident else "short"
+
+
 def pending_for_node(node: Node) -> list[BurnIn]:
     """What the node's agent is asked to run now: pending requests on idle slots."""
     busy = SlotAllocation.objects.filter(slot__node=node, released_at__isnull=True).values("slot_id")

@@ -8,6 +8,12 @@ configured fallback command (nodeagent/README.md: a bounded matmul and memory-pa
 run in the instance image, exit 0 for pass, optional JSON on stdout). With neither, the
 record says so and fails: an unproven card is never sold.
 
+What runs depends on the card's class and the depth asked (nodeagent/gpu_checks.py,
+docs/adr/0013-burn-in-by-card-class.md): DCGM level 3 (deep) or 1 (short) on a datacenter
+card; level 1 and the fallback on a GeForce or workstation card. Every level adds four
+checks with their figures (recovery action, PCIe link, host-to-device bandwidth from
+nodeagent/gpu_bandwidth.py, remapped rows and retired pages); one failing fails the record.
+
 A diagnostic takes minutes (level 3: tens of minutes), so it runs on a worker thread beside
 the converge loop: reports and other leases' operations never wait for it."""
 import json
@@ -18,6 +24,8 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 
+from . import gpu_bandwidth
+from .gpu_checks import Limits, card_class, checks, depth_for_level, plan
 from .journal import utc_now
 
 log = logging.getLogger(__name__)
@@ -30,6 +38,15 @@ class BurnInConfig:
     dcgmi: str = "dcgmi"                 # name on PATH or a path
     fallback_command: list[str] = field(default_factory=list)   # {index}, {uuid} filled in
     timeout_seconds: int = 3600
+    min_h2d_fraction: float = 0.6        # host-to-device bandwidth / the link's peak
+    max_remapped_rows: int = 8
+    max_retired_pages: int = 10
+    bandwidth_command: list[str] = field(default_factory=list)  # [] = nodeagent.gpu_bandwidth
+
+    def limits(self) -> Limits:
+        return Limits(min_h2d_fraction=float(self.min_h2d_fraction),
+                      max_remapped_rows=int(self.max_remapped_rows),
+                      max_retired_pages=int(self.max_retired_pages))
 
 
 @dataclass(frozen=True)
@@ -72,12 +89,19 @@ class Diagnostics:
     def __init__(self, config: BurnInConfig, run=subprocess.run):
         self.config, self._run = config, run
 
-    def diagnose(self, *, index: int, uuid: str, level: int) -> Diagnosis:
+    def diagnose(self, *, index: int, uuid: str, level: int, fallback: bool = False) -> Diagnosis:
+        """DCGM at `level` where it is installed, else the fallback; `fallback`: the card's
+        class needs the fallback as well (GeForce, workstation), and fails without it."""
         dcgmi = shutil.which(self.config.dcgmi)
-        if dcgmi:
-            return self._dcgmi(dcgmi, index=index, level=level)
+        dcgm = self._dcgmi(dcgmi, index=index, level=level) if dcgmi else None
+        if dcgm is not None and not fallback:
+            return dcgm
         if self.config.fallback_command:
-            return self._fallback(index=index, uuid=uuid)
+            extra = self._fallback(index=index, uuid=uuid)
+            return extra if dcgm is None else _both(dcgm, extra)
+        if dcgm is not None:
+            return _both(dcgm, self._failed("fallback", "this card's class needs the fallback "
+                                                        "command (DCGM runs only level 1 on it)"))
         return Diagnosis(tool="none", tool_version="", passed=False, tests=[
             {"name": "diagnostic tool", "category": "", "status": "fail",
              "info": "neither dcgmi nor a fallback command is configured"}],
@@ -120,6 +144,23 @@ class Diagnostics:
             {"name": tool, "category": "", "status": "fail", "info": detail}])
 
 
+def _detail(diagnosis: Diagnosis, *, moved: bool, failed_checks: list[dict], passed: bool) -> str:
+    parts = [diagnosis.detail] if diagnosis.detail else []
+    if moved:
+        parts.append("health counters moved during the test")
+    parts += [f"{c['name']}: {c['detail']}" for c in failed_checks]
+    if not parts and not passed:
+        parts.append("the card is unhealthy after the test")
+    return "; ".join(parts)[:300]
+
+
+def _both(dcgm: Diagnosis, extra: Diagnosis) -> Diagnosis:
+    passed = dcgm.passed and extra.passed
+    return Diagnosis(tool=f"dcgmi+{extra.tool}", tool_version=f"{dcgm.tool_version}+{extra.tool_version}"[:40],
+                     tests=dcgm.tests + extra.tests, passed=passed,
+                     detail="; ".join(d.detail for d in (dcgm, extra) if not d.passed))
+
+
 def _fallback_tests(stdout: str) -> list[dict]:
     try:
         data = json.loads(stdout or "null")
@@ -150,9 +191,13 @@ class BurnInRunner:
     the outbox; a finished op_id is journaled so a restart does not run it again."""
 
     def __init__(self, *, node: str, key, outbox, journal, probe, diagnostics: Diagnostics,
-                 gpu_memory=None):
+                 gpu_memory=None, bandwidth=None):
         self.node, self.key, self.outbox, self.journal = node, key, outbox, journal
         self.probe, self.diagnostics = probe, diagnostics
+        config = diagnostics.config
+        # uuid -> {"h2d_gbps", …} or {"error"}; a process of its own per measurement
+        self.bandwidth = bandwidth or (lambda uuid: gpu_bandwidth.measure(
+            uuid, command=config.bandwidth_command, timeout=min(config.timeout_seconds, 300)))
         self.gpu_memory = gpu_memory    # nodeagent.gpu_memory.GpuMemory: the last lease's data
         self._queue: queue.Queue = queue.Queue()
         self._queued: set[str] = set()
@@ -198,9 +243,15 @@ class BurnInRunner:
 
     def _run_one(self, request: dict) -> None:
         op_id, index = request["op_id"], request["gpu"]
-        level = int(request.get("level", 2))
+        depth = request.get("depth")
+        depth = depth if depth in ("deep", "short") else depth_for_level(request.get("level"))
         before = self._readings(index)
+        card = card_class((before.readings or {}).get("brand") if before else None,
+                          before.name if before else "")
+        run = plan(card, depth)
+        level = run.dcgm_level
         started = utc_now()
+        measured = None
         not_clean = self.gpu_memory.not_clean(before.uuid) if self.gpu_memory and before else ""
         if before is None:
             diagnosis = Diagnostics._failed("nvml", f"GPU {index} not found by NVML")
@@ -208,22 +259,30 @@ class BurnInRunner:
             # A card whose memory may hold the last tenant's data is never passed for sale.
             diagnosis = Diagnostics._failed("gpu_memory", f"GPU memory not cleared: {not_clean}")
         else:
-            log.info("burn-in %s: GPU %s, level %s", op_id, index, level)
-            diagnosis = self.diagnostics.diagnose(index=index, uuid=before.uuid, level=level)
+            log.info("burn-in %s: GPU %s (%s), %s: DCGM level %s%s", op_id, index, card, depth,
+                     level, " and the fallback" if run.fallback else "")
+            diagnosis = self.diagnostics.diagnose(index=index, uuid=before.uuid, level=level,
+                                                  fallback=run.fallback)
+            measured = self.bandwidth(before.uuid)
         after = self._readings(index)
         moved = before is not None and after is not None and \
             counters(after.readings) != counters(before.readings)
-        passed = diagnosis.passed and after is not None and after.healthy and not moved
+        found = checks(after.readings, measured, self.diagnostics.config.limits()) \
+            if after is not None and measured is not None else []
+        failed_checks = [c for c in found if c["status"] == "fail"]
+        passed = diagnosis.passed and after is not None and after.healthy and not moved \
+            and bool(found) and not failed_checks
         record = {
             "kind": "burn_in", "node": self.node, "op_id": op_id, "gpu_index": index,
             "gpu_uuid": before.uuid if before else "", "at": utc_now(), "started_at": started,
             "tool": diagnosis.tool, "tool_version": diagnosis.tool_version, "level": level,
+            "depth": depth, "card_class": card, "fallback": run.fallback,
             "driver": before.driver if before else "", "tests": diagnosis.tests,
+            "checks": found,
             "counters_before": counters(before.readings) if before else {},
             "counters_after": counters(after.readings) if after else {},
             "result": "pass" if passed else "fail",
-            "detail": (diagnosis.detail or ("health counters moved during the test" if moved else
-                       "" if passed else "the card is unhealthy after the test"))[:300],
+            "detail": _detail(diagnosis, moved=moved, failed_checks=failed_checks, passed=passed),
         }
         self.outbox.add(self.key.sign_record(record))
         self.journal.done(0, f"burn_in:{op_id}", result=record["result"])

@@ -141,7 +141,31 @@ class NvmlProbe:
                 nvml.nvmlDeviceGetCurrentClocksEventReasons, handle) or 0,
             "mig": None if mig is None else {"current": mig[0], "pending": mig[1]},
             "fabric": self._fabric_state(handle),
+            "brand": self._best_effort(nvml.nvmlDeviceGetBrand, handle),
+            "recovery_action": self._recovery_action(handle),
+            "retired_pages": self._retired_pages(handle),
         }
+
+    def _recovery_action(self, handle) -> int | None:
+        """NVML's GPU recovery action (none, reset, reboot, drain …); None on a driver
+        that does not report it."""
+        field = getattr(self.nvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+        values = field is not None and self._best_effort(
+            self.nvml.nvmlDeviceGetFieldValues, handle, [field])
+        if not values or values[0].nvmlReturn != 0:
+            return None
+        return int(values[0].value.uiVal)
+
+    def _retired_pages(self, handle) -> dict | None:
+        """Pages retired for repeated single-bit and for double-bit ECC errors (cards
+        before row remapping); None where the card does not retire pages."""
+        counts = {}
+        for name, cause in (("single_bit", 0), ("double_bit", 1)):
+            pages = self._best_effort(self.nvml.nvmlDeviceGetRetiredPages, handle, cause)
+            if pages is None:
+                return None
+            counts[name] = len(pages)
+        return counts
 
     def _nvlink(self, device: _Device) -> dict:
         active, crc = 0, 0

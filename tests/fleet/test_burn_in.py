@@ -56,6 +56,7 @@ def test_enrolment_asks_every_card_for_a_burn_in_and_takes_it_out_of_stock(catal
     requests = asked(fake)
     assert sorted(r["gpu"] for r in requests) == list(range(node.gpu_count))
     assert {r["level"] for r in requests} == {2}
+    assert {r["depth"] for r in requests} == {"deep"}    # before the first sale
     assert free_gpus(node) == 0                      # nothing sold before a burn-in
 
 
@@ -134,8 +135,13 @@ def test_every_lease_end_asks_for_a_new_burn_in_before_the_next_customer(catalog
     slot.refresh_from_db()
     assert slot.burn_in_due
     assert BurnIn.objects.get(slot=slot, finished_at__isnull=True).reason == BurnIn.Reason.AFTER_LEASE
-    assert [r["gpu"] for r in asked(fake)] == [slot.index]
+    assert [(r["gpu"], r["depth"]) for r in asked(fake)] == [(slot.index, "short")]
     assert free_gpus(node) == node.gpu_count - 1
+    # an incident on the card since its last pass makes the next one deep
+    from inventory.incidents import incident_open
+
+    incident_open(slot=slot, starts_at=timezone.now(), reason="Xid 79", now=timezone.now())
+    assert [(r["gpu"], r["depth"]) for r in asked(fake)] == [(slot.index, "deep")]
 
 
 def test_without_the_gate_nothing_is_asked(catalog, enrol):

@@ -54,7 +54,9 @@ class Cards:
     """Two cards; `ecc_after_test` makes GPU 1's counter move during its diagnostic."""
 
     def __init__(self):
-        self.readings = {0: {"ecc_uncorrected": 0}, 1: {"ecc_uncorrected": 0}}
+        self.readings = {i: {"ecc_uncorrected": 0, "recovery_action": 0,
+                             "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
+                             "remapped_rows": {"correctable": 0, "uncorrectable": 0}} for i in (0, 1)}
 
     def inventory(self):
         return [GpuInfo(index=i, uuid=f"GPU-{i}", name="H100", memory_mb=81559, driver="550.54.15",
@@ -66,7 +68,8 @@ def runner(tmp_path, diagnostics, probe=None):
     key = NodeKey.generate(tmp_path / "key.pem")
     outbox = Outbox(tmp_path / "outbox.json")
     return BurnInRunner(node="n1", key=key, outbox=outbox, journal=Journal(tmp_path / "burn-in.json"),
-                        probe=probe or Cards(), diagnostics=diagnostics), key, outbox
+                        probe=probe or Cards(), diagnostics=diagnostics,
+                        bandwidth=lambda uuid: {"h2d_gbps": 52.0, "bytes": 2 ** 31}), key, outbox
 
 
 def wait_idle(r, timeout=30):
@@ -115,9 +118,9 @@ def test_counters_that_move_during_the_test_fail_it(tmp_path):
     cards = Cards()
 
     class Moving(Diagnostics):
-        def diagnose(self, *, index, uuid, level):
+        def diagnose(self, *, index, **kwargs):
             cards.readings[index]["ecc_uncorrected"] = 2      # the test itself hit memory errors
-            return super().diagnose(index=index, uuid=uuid, level=level)
+            return super().diagnose(index=index, **kwargs)
 
     r, _, outbox = runner(tmp_path, Moving(BurnInConfig(dcgmi=DCGMI)), probe=cards)
     r.submit([{"op_id": "burnin:5:1", "gpu": 1, "level": 1}], busy_gpus=set())

@@ -52,7 +52,10 @@ def test_burn_in_gates_the_sale_and_health_rules_act(storefront, settings, opera
         assert incident.source == Incident.Source.BURN_IN and "GPU Memory" in incident.reason
         record = shared_db(BurnIn.objects.get, slot=good, finished_at__isnull=False).record
         assert record["tool"] == "dcgmi" and record["tool_version"] == "3.3.5" and record["gpu_index"] == 0
-        assert sorted(calls.read_text().splitlines()) == ["diag -r 2 -j -i 0", "diag -r 2 -j -i 1"]
+        # before the first sale a datacenter card (the stub's brand) gets the deep level
+        assert sorted(calls.read_text().splitlines()) == ["diag -r 3 -j -i 0", "diag -r 3 -j -i 1"]
+        assert {c["name"]: c["status"] for c in record["checks"]} == {
+            "recovery_action": "pass", "pcie_link": "pass", "h2d_bandwidth": "pass", "memory_rows": "pass"}
         # The application Xid 13 on GPU 0 is reported and opens nothing.
         assert not shared_db(Incident.objects.filter(slot=good).exists)
         assert shared_db(free_on, node) == 1

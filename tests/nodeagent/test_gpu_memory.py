@@ -14,6 +14,7 @@ import pytest
 from nodeagent.burnin import BurnInConfig, BurnInRunner, Diagnostics
 from nodeagent.converge import Converger
 from nodeagent.directory_disks import DirectoryDisks
+from nodeagent.gpu_bandwidth import measure
 from nodeagent.gpu_memory import GpuMemory, GpuMemoryConfig
 from nodeagent.interfaces import GpuInfo, InstanceStatus
 from nodeagent.journal import Journal
@@ -25,8 +26,10 @@ from .agent_process import STUB_GPUS, agent_env
 
 STUB_MEMORY = 64 * 1024 ** 2           # cuda_stub's default per device
 STUB_RESERVED = 1024 ** 2              # of which the driver keeps this (never handed out)
+HEALTHY = {"pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16}, "recovery_action": 0,
+           "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failed": False}}
 GPUS = [GpuInfo(index=i, uuid=uuid, name="stand-in", memory_mb=64, driver="", cuda="",
-                temperature_c=None, ecc_uncorrected=0, xid_errors=(), healthy=True)
+                temperature_c=None, ecc_uncorrected=0, xid_errors=(), healthy=True, readings=HEALTHY)
         for i, uuid in enumerate(STUB_GPUS)]
 
 
@@ -121,6 +124,8 @@ def test_a_card_whose_memory_was_not_cleared_fails_burn_in_until_a_clear_succeed
     outbox = Outbox(tmp_path / "outbox.json")
     runner = BurnInRunner(node="n1", key=key, outbox=outbox, journal=Journal(tmp_path / "burn-in.json"),
                           probe=Cards(), gpu_memory=gpu_memory(tmp_path, stub_env),
+                          bandwidth=lambda uuid: measure(uuid, run=functools.partial(subprocess.run, env={
+                              k: v for k, v in stub_env.items() if k != "CUDA_STUB_REPORT"})),
                           diagnostics=Diagnostics(BurnInConfig(dcgmi="no-such-dcgmi", fallback_command=["true"])))
 
     def burn_in(op_id) -> dict:

@@ -11,7 +11,11 @@
  *                        nothing (memory keeps the tenant's bytes); "hang": it never returns
  *   CUDA_STUB_REPORT     a file: at exit, one line per device this process touched,
  *                        "<uuid> bytes=<allocatable bytes> nonzero=<of those, not zero>",
- *                        the tests' own proof of what the routine left in memory. */
+ *                        the tests' own proof of what the routine left in memory.
+ *   CUDA_STUB_H2D_GBPS   host-to-device copy rate the CUDA events report (default 50, GB/s:
+ *                        a PCIe gen 5 x16 link at 79 % of its peak), for the bandwidth routine
+ *                        (nodeagent/gpu_bandwidth.py): elapsed time comes from the bytes
+ *                        copied between two events, not from a clock, so load cannot change it. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,3 +183,44 @@ CUresult cuMemcpyDtoH_v2(void *destination, CUdeviceptr source, size_t count) {
     memcpy(destination, p, count);
     return OK;
 }
+
+/* --- host-to-device bandwidth: pinned host memory, async copies, events ---------------- */
+typedef struct { unsigned long long copied; int recorded; } *CUevent;
+static unsigned long long h2d_copied;
+
+CUresult cuMemAllocHost_v2(void **pointer, size_t size) {
+    if (current < 0) return ERR_INVALID_VALUE;
+    *pointer = malloc(size ? size : 1);
+    return *pointer ? OK : ERR_OUT_OF_MEMORY;
+}
+CUresult cuMemFreeHost(void *pointer) { free(pointer); return OK; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr destination, const void *source, size_t count, void *stream) {
+    (void)stream;
+    unsigned char *p = host(destination, count);
+    if (!p) return ERR_INVALID_VALUE;
+    memcpy(p, source, count);
+    h2d_copied += count;
+    return OK;
+}
+CUresult cuEventCreate(CUevent *event, unsigned flags) {
+    (void)flags;
+    if (current < 0) return ERR_INVALID_VALUE;
+    *event = calloc(1, sizeof **event);
+    return *event ? OK : ERR_OUT_OF_MEMORY;
+}
+CUresult cuEventRecord(CUevent event, void *stream) {
+    (void)stream;
+    if (!event) return ERR_INVALID_VALUE;
+    event->copied = h2d_copied;
+    event->recorded = 1;
+    return OK;
+}
+CUresult cuEventSynchronize(CUevent event) { return event && event->recorded ? OK : ERR_INVALID_VALUE; }
+CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
+    if (!start || !end || !start->recorded || !end->recorded) return ERR_INVALID_VALUE;
+    const char *v = getenv("CUDA_STUB_H2D_GBPS");
+    double gbps = v && atof(v) > 0 ? atof(v) : 50.0;
+    *ms = (float)((double)(end->copied - start->copied) / (gbps * 1e9) * 1000.0);
+    return OK;
+}
+CUresult cuEventDestroy_v2(CUevent event) { free(event); return OK; }

@@ -19,6 +19,12 @@
  *   NVML_STUB_FABRIC       fabric state of every GPU (0 not supported, 1 not started,
  *                          2 in progress, 3 completed)
  *   NVML_STUB_CUDA         CUDA driver version (default 12040)
+ * Burn-in checks (docs/adr/0013), "index:value":
+ *   NVML_STUB_BRAND        nvmlBrandType_t of every GPU (default 14, NVIDIA: an H100)
+ *   NVML_STUB_RECOVERY     "index:action" GPU recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+ *   NVML_STUB_PCIE_GEN     "index:gen" trained link generation
+ *   NVML_STUB_REMAPPED     "index:rows" correctable remapped rows
+ *   NVML_STUB_RETIRED      "index:pages" pages retired for double-bit ECC errors
  * Fault schedule: NVML_STUB_FAULTS names a file of KEY=VALUE lines (the names above);
  * it is re-read on every nvmlSystemGetDriverVersion (once per agent inventory), so a
  * test can inject or clear a fault while the agent runs.
@@ -53,6 +59,8 @@ static int nvlinks, nvlink_down_gpu = -1, crc_gpu = -1, width_gpu = -1, throttle
 static int mig_gpu = -1, fabric_state, cuda_version = 12040;
 static unsigned long long crc_count, throttle_mask;
 static unsigned width_value = 16;
+static int brand = 14, recovery_gpu = -1, gen_gpu = -1, remapped_gpu = -1, retired_gpu = -1;
+static unsigned long long recovery_value, gen_value = 5, remapped_value, retired_value;
 
 /* The fault schedule file's value for `name`, else the environment's. */
 static char fault_line[256];
@@ -102,6 +110,12 @@ static void read_health_settings(void) {
     fabric_state = env_int("NVML_STUB_FABRIC", 0);
     cuda_version = env_int("NVML_STUB_CUDA", 12040);
     ecc_gpu = env_int("NVML_STUB_ECC_GPU", -1);
+    brand = env_int("NVML_STUB_BRAND", 14);
+    recovery_gpu = env_pair("NVML_STUB_RECOVERY", &recovery_value);
+    gen_value = 5;
+    gen_gpu = env_pair("NVML_STUB_PCIE_GEN", &gen_value);
+    remapped_gpu = env_pair("NVML_STUB_REMAPPED", &remapped_value);
+    retired_gpu = env_pair("NVML_STUB_RETIRED", &retired_value);
     temperature = (unsigned)env_int("NVML_STUB_TEMP", 41);
 }
 
@@ -233,7 +247,7 @@ static int is(nvmlDevice_t device, int index) { return (int)device->index == ind
 nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned *corr, unsigned *unc,
                                        unsigned *pending, unsigned *failure) {
     if (!valid(device)) return ERR_INVALID_ARGUMENT;
-    *corr = 0;
+    *corr = is(device, remapped_gpu) ? (unsigned)remapped_value : 0;
     *unc = is(device, remap_failed_gpu) ? 1 : 0;
     *pending = is(device, remap_pending_gpu) ? 1 : 0;
     *failure = is(device, remap_failed_gpu) ? 1 : 0;
@@ -266,11 +280,13 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, int index, i
 }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned *gen) {
     if (!valid(device)) return ERR_INVALID_ARGUMENT;
-    *gen = 5;
+    *gen = is(device, gen_gpu) ? (unsigned)gen_value : 5;
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned *gen) {
-    return nvmlDeviceGetCurrPcieLinkGeneration(device, gen);
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    *gen = 5;
+    return OK;
 }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned *width) {
     if (!valid(device)) return ERR_INVALID_ARGUMENT;
@@ -302,5 +318,43 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, struct fabric_info 
     memset(info, 0, sizeof *info);
     info->status = 0;
     info->state = (unsigned char)fabric_state;
+    return OK;
+}
+
+/* --- burn-in checks: brand, recovery action, retired pages --------------------------- */
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, int *type) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    *type = brand;
+    return OK;
+}
+typedef struct {
+    unsigned fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    int valueType;
+    nvmlReturn_t nvmlReturn;
+    union { double d; unsigned ui; unsigned long ul; unsigned long long ull; long long sll; int si; } value;
+} nvmlFieldValue_t;
+#define FI_GPU_RECOVERY_ACTION 230
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values) {
+    if (!valid(device) || count < 0 || !values) return ERR_INVALID_ARGUMENT;
+    for (int i = 0; i < count; i++) {
+        values[i].valueType = 1;    /* NVML_VALUE_TYPE_UNSIGNED_INT */
+        if (values[i].fieldId == FI_GPU_RECOVERY_ACTION) {
+            values[i].nvmlReturn = OK;
+            values[i].value.ui = is(device, recovery_gpu) ? (unsigned)recovery_value : 0;
+        } else {
+            values[i].nvmlReturn = 3;   /* NVML_ERROR_NOT_SUPPORTED */
+        }
+    }
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, int cause, unsigned *count,
+                                       unsigned long long *addresses) {
+    if (!valid(device) || !count) return ERR_INVALID_ARGUMENT;
+    unsigned pages = (cause == 1 && is(device, retired_gpu)) ? (unsigned)retired_value : 0;
+    if (!addresses) { *count = pages; return OK; }
+    if (*count < pages) { *count = pages; return ERR_INSUFFICIENT_SIZE; }
+    for (unsigned i = 0; i < pages; i++) addresses[i] = 0x1000ULL * (i + 1);
+    *count = pages;
     return OK;
 }
