@@ -1,5 +1,8 @@
 """The API endpoints that move money: orders, invoices, refunds. Plumbing (auth, errors,
 lease representation) comes from rental.api."""
+import json
+
+from django.db import transaction
 from django.http import Http404, JsonResponse
 from django.urls import reverse
 from django.utils.translation import gettext as _
@@ -112,13 +115,16 @@ def orders(request):
         require_scope(request, "pay")
     offer = _order_offer(data)
     form = _order_form(data, offer)
+    coin = _order_coin(request, data)  # checked with everything else before anything is created
     site = form.cleaned_data["site"]
     try:
-        lease, invoice = checkout_place_order(
-            customer=request.api_user, offer=offer, site=site, term=form.cleaned_data["term"],
-            image=form.cleaned_data["image"], ssh_public_key=form.cleaned_data["ssh_public_key"],
-            addons=form.addons(), pay_from_balance=form.cleaned_data["pay_from_balance"],
-            client_address=order_address(request))
+        with transaction.atomic():  # the order and its quote, or neither
+            lease, invoice = checkout_place_order(
+                customer=request.api_user, offer=offer, site=site, term=form.cleaned_data["term"],
+                image=form.cleaned_data["image"], ssh_public_key=form.cleaned_data["ssh_public_key"],
+                addons=form.addons(), pay_from_balance=form.cleaned_data["pay_from_balance"],
+                client_address=order_address(request))
+            quote = _quote(invoice, coin) if coin and invoice.state == Invoice.State.OPEN else None
     except SoldOut as exc:
         raise ApiError(409, "sold_out", _("Just sold out: nothing was charged."), offer=offer.slug,
                        site=site.code, free_by_site=sites_with_stock_for(offer)) from exc
@@ -128,7 +134,48 @@ def orders(request):
         raise ApiError(409, exc.code, str(exc), offer=offer.slug, may_hold_unpaid_gpus=exc.may_hold) from exc
     except TooManyOpenOrders as exc:
         raise ApiError(409, "too_many_unpaid_orders", str(exc)) from exc
-    return lease_and_invoice(request, lease, invoice)
+    response = lease_and_invoice(request, lease, invoice)
+    if coin:
+        return JsonResponse({**json.loads(response.content), "quote": quote and quote_json(request, quote)},
+                            status=201)
+    return response
+
+
+def _order_coin(request, data: dict) -> str | None:
+    """The order's optional "coin": one accepted now for this customer, or a 400 listing them."""
+    from .payments.services import coins_offered
+
+    coin = data.get("coin")
+    if coin is None:
+        return None
+    offered = [str(c) for c in coins_offered(customer=request.api_user)]
+    if not isinstance(coin, str) or coin.upper() not in offered:
+        raise field_errors({"coin": [_("Give one of the coins accepted now: %(coins)s.")
+                                     % {"coins": ", ".join(offered) or "—"}]})
+    return coin.upper()
+
+
+def _quote(invoice: Invoice, coin: str):
+    from django.utils import timezone
+
+    from .payments.pricing import PaymentError
+    from .payments.services import quote_create
+
+    try:
+        return quote_create(invoice=invoice, coin=coin, now=timezone.now())
+    except PaymentError as exc:  # raised inside the order's transaction: the order is undone too
+        raise ApiError(409, "quote_refused", str(exc) + " " + _("Nothing was ordered.")) from exc
+
+
+def quote_json(request, quote) -> dict:
+    from .payments.coins.amounts import format_amount
+    from .payments.coins.base import Coin
+
+    return {"id": quote.pk, "invoice": quote.invoice_id, "coin": quote.coin, "address": quote.address,
+            "amount": format_amount(int(quote.amount), Coin(quote.coin).decimals),
+            "amount_base_units": str(quote.amount), "uri": quote.uri, "state": quote.state,
+            "expires_at": iso(quote.expires_at),
+            "page": request.build_absolute_uri(reverse("payments:quote", args=[quote.pk]))}
 
 
 @api_endpoint("GET", scope="read")
@@ -204,8 +251,6 @@ def invoice_quote(request, invoice_id: int):
     amount, payment URI, expiry); an unpaid quote for the same coin is reused."""
     from django.utils import timezone
 
-    from .payments.coins.amounts import format_amount
-    from .payments.coins.base import Coin
     from .payments.pricing import PaymentError
     from .payments.services import coins_offered, quote_create
 
@@ -221,9 +266,4 @@ def invoice_quote(request, invoice_id: int):
         quote = quote_create(invoice=invoice, coin=coin.upper(), now=timezone.now())
     except PaymentError as exc:
         raise ApiError(409, "quote_refused", str(exc)) from exc
-    return JsonResponse({"id": quote.pk, "invoice": invoice.pk, "coin": quote.coin, "address": quote.address,
-                         "amount": format_amount(int(quote.amount), Coin(quote.coin).decimals),
-                         "amount_base_units": str(quote.amount), "uri": quote.uri, "state": quote.state,
-                         "expires_at": iso(quote.expires_at),
-                         "page": request.build_absolute_uri(reverse("payments:quote", args=[quote.pk]))},
-                        status=201)
+    return JsonResponse(quote_json(request, quote), status=201)

@@ -20,6 +20,7 @@ from inventory.selectors import catalog_rows
 
 from .accounts.services import SshKeyRefused, api_token_authenticate, ssh_key_add, ssh_key_delete
 from .api_schema import build_schema, iso
+from .idempotency import run_once
 from .models import Lease, NetworkVolume, Snapshot, SshKey
 from .services import account_auto_renew, lease_auto_renew_set, lease_auto_renews
 
@@ -136,11 +137,19 @@ def api_endpoint(*methods: str, scope, also: dict[str, str] | None = None):
             try:
                 if needed is not PUBLIC:
                     require_scope(request, needed)
-                return view(request, *args, **kwargs)
             except ApiError as exc:
                 return exc.response()
-            except Http404:
-                return error_response(404, "not_found", _("Not found."))
+
+            def call():
+                try:
+                    return view(request, *args, **kwargs)
+                except ApiError as exc:
+                    return exc.response()
+                except Http404:
+                    return error_response(404, "not_found", _("Not found."))
+
+            # A write with an Idempotency-Key runs once per account and key (rental.idempotency).
+            return run_once(request, request.api_user, call) if request.api_user is not None else call()
         wrapper.api_scopes = per_method
         wrapper.api_also = dict(also or {})
         return wrapper

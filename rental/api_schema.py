@@ -65,7 +65,10 @@ SCHEMAS = {
         "term": {"enum": ["week", "month"]}, "addons": _ref("Addons"),
         "image": {"type": "string", "description": "Image slug; default: the vendor's PyTorch image"},
         "ssh_key": {"type": "string", "description": "ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa ≥ 2048 bits"},
-        "pay_from_balance": {"type": "boolean", "default": False}}},
+        "pay_from_balance": {"type": "boolean", "default": False},
+        "coin": {"type": "string", "examples": ["LTC"],
+                 "description": "Also quote the invoice in this coin (the reply's `quote`). Checked before "
+                                "anything is created; a refused coin or quote orders nothing"}}},
     "Lease": {"type": "object", "properties": {
         "id": {"type": "integer"},
         "state": {"enum": ["pending", "provisioning", "active", "suspended", "released", "wiped", "cancelled", "failed"]},
@@ -98,7 +101,8 @@ PATHS = {
         "security": SECURED,
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("OrderRequest")}}},
         "responses": {"201": _json({"type": "object", "properties": {
-            "lease": _ref("Lease"), "invoice": _ref("Invoice")}}, "Order placed"),
+            "lease": _ref("Lease"), "invoice": _ref("Invoice"),
+            "quote": {"description": "With `coin`: the quote (null when paid from the balance)"}}}, "Order placed"),
             **_errors(400, 401, 402, 403, 405, 409, 413)}}},
     "/api/v1/leases": {"get": {
         "operationId": "listLeases", "summary": "Your leases, newest first", "security": SECURED,
@@ -241,11 +245,31 @@ def _contributions() -> list:
     return found
 
 
+#: Every write takes an Idempotency-Key (rental.idempotency, ADR 0011).
+IDEMPOTENCY_PARAM = {
+    "name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string", "maxLength": 255},
+    "description": "Any unique string (a UUID). The same key with the same request, within "
+                   "API_IDEMPOTENCY_KEY_HOURS, returns the first successful answer again (header "
+                   "Idempotent-Replayed: true) and does nothing twice; with another request: 422. "
+                   "Keys are per account; a refused request (4xx) keeps no key."}
+WRITE_OPERATIONS = ("post", "put", "patch", "delete")
+
+
+def _with_idempotency(paths: dict) -> None:
+    for operations in paths.values():
+        for method, operation in operations.items():
+            if method in WRITE_OPERATIONS and operation.get("security") != []:
+                operation.setdefault("parameters", []).append({"$ref": "#/components/parameters/IdempotencyKey"})
+                operation.setdefault("responses", {}).setdefault("422", _json(
+                    _ref("Error"), "idempotency_key_reused: this key was used for another request"))
+
+
 def build_schema() -> dict:
     paths, schemas = copy.deepcopy(PATHS), copy.deepcopy(SCHEMAS)
     for module in _contributions():
         paths.update(copy.deepcopy(getattr(module, "PATHS", {})))
         schemas.update(copy.deepcopy(getattr(module, "SCHEMAS", {})))
+    _with_idempotency(paths)
     return {
         "openapi": "3.1.0",
         "info": {"title": "GPU Rental API", "version": "1.0.0",
@@ -253,6 +277,6 @@ def build_schema() -> dict:
                                 "(and *_usd decimal strings). Errors: JSON {error, message[, fields]} with 4xx."},
         "servers": [{"url": "/"}],
         "paths": paths,
-        "components": {"schemas": schemas, "securitySchemes": {
+        "components": {"schemas": schemas, "parameters": {"IdempotencyKey": IDEMPOTENCY_PARAM}, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "description": "API token from account settings"}}},
     }

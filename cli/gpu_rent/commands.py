@@ -169,8 +169,9 @@ def _from_balance(api: Api, pay: str, price_cents: int) -> bool:
     return "pay" in me["token"]["scopes"] and me["balance_cents"] >= price_cents
 
 
-def _print_invoice(api: Api, invoice: dict, coin: str | None, as_json: bool) -> dict | None:
-    quote = api.post(f"invoices/{invoice['id']}/quote", {"coin": coin}) if coin else None
+def _print_invoice(api: Api, invoice: dict, coin: str | None, as_json: bool, quote: dict | None = None) -> dict | None:
+    if quote is None and coin and invoice["state"] == "open":
+        quote = api.post(f"invoices/{invoice['id']}/quote", {"coin": coin})
     if as_json:
         return quote
     if invoice["state"] == "paid":
@@ -194,9 +195,11 @@ def cmd_create(api: Api, args) -> int:
     if args.image:
         body["image"] = args.image
     body["pay_from_balance"] = _from_balance(api, args.pay, offer[_price_key(args.cycle)])
+    if args.coin:  # the server checks the coin with the rest: a refused coin orders nothing
+        body["coin"] = args.coin.upper()
     placed = api.post("orders", body)
     lease, invoice = placed["lease"], placed["invoice"]
-    quote = _print_invoice(api, invoice, args.coin, args.json)
+    quote = _print_invoice(api, invoice, None, args.json, quote=placed.get("quote"))
     if not args.json:
         print(f"Lease #{lease['id']}: {lease['offer']} at {lease['site']}, {lease['state']}.")
     if args.wait:

@@ -1,5 +1,6 @@
 """`gpu-rent`: the argument parser and the dispatch; the commands are in commands.py."""
 import argparse
+import os
 import sys
 
 from . import __version__, commands, config
@@ -126,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         api = Api(url, stored.get("token", "") if url.rstrip("/") == stored.get("url", "").rstrip("/") or
                   not stored.get("url") else "")
         handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
-        return handler(api, args)
+        code = handler(api, args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at exit
+        return code
     except CliError as exc:
         if args.json:
             emit_json(exc.as_json())
@@ -134,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`gpu-rent ls | head`): stop quietly; what is still buffered goes
+        # to /dev/null, so the interpreter's own flush at exit does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return OK
 
 
 if __name__ == "__main__":

@@ -425,6 +425,9 @@ NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE = int(os.environ.get("NODE_REQUESTS_PER_
 # and per token, per minute; past either, 429 with Retry-After.
 API_REQUESTS_PER_IP_PER_MINUTE = int(os.environ.get("API_REQUESTS_PER_IP_PER_MINUTE", "300"))
 API_REQUESTS_PER_TOKEN_PER_MINUTE = int(os.environ.get("API_REQUESTS_PER_TOKEN_PER_MINUTE", "120"))
+# An API write's Idempotency-Key (with the answer it got) is kept this long per account;
+# a retry within it replays the answer instead of writing twice (rental.idempotency).
+API_IDEMPOTENCY_KEY_HOURS = int(os.environ.get("API_IDEMPOTENCY_KEY_HOURS", "24"))
 # An egress counter is refused when it grew more than the link allows since the last report:
 # the offer's network_gbps (else NODE_LINK_GBPS) × the seconds elapsed, plus the slack.
 NODE_LINK_GBPS = int(os.environ.get("NODE_LINK_GBPS", "100"))
