@@ -17,7 +17,7 @@ apt_install_all wrk || status=1
 apt_install_all postgresql redis-server || status=1
 # tests/ha: point-in-time recovery (pgBackRest) and a Patroni cluster on etcd, each its own throwaway copy.
 apt_install_all pgbackrest patroni etcd-server etcd-client || status=1
-for part in install-chain-tools install-node-tools install-disk-tools install-deploy-tools install-ceph; do
+for part in install-chain-tools install-node-tools install-disk-tools install-deploy-tools install-ceph install-measure-tools; do
   if [ -f "scripts/$part.sh" ]; then
     echo "== scripts/$part.sh"
     bash "scripts/$part.sh" || { echo "!! scripts/$part.sh failed" >&2; status=1; }
