@@ -104,7 +104,8 @@ def sanitization_record(lease: Lease, *, now: datetime) -> dict | None:
     if not proofs:
         return None
     return {"format": FORMAT, "lease_id": lease.pk, "generated_at": rfc3339(now), "algorithm": "Ed25519",
-            "verify_with": "gpu-node-agent verify-record FILE --node-key <each server's public key>",
+            "verify_with": "gpu-rent verify-record FILE --node-key-fingerprint <each server's key fingerprint, "
+                           "given when the lease started>",
             "covers": COVERS,
             "proofs": [{"kind": p.kind, "node": p.node, "disk": "moved_copy" if p.copy else "lease",
                         "public_key": p.public_key, "signed": p.signed, "signature": p.signature} for p in proofs]}

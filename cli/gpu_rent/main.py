@@ -3,7 +3,7 @@ import argparse
 import os
 import sys
 
-from . import __version__, commands, config
+from . import __version__, commands, config, verify
 from .client import Api
 from .errors import OK, CliError, epilog
 from .output import emit_json
@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("snapshots", "your snapshots")
     p = add("invoices", "your invoices")
     p.add_argument("--state", choices=["open", "paid", "expired", "void"])
+    verify.add_parser(add)      # offline: no token, no server
     return parser
 
 
@@ -124,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             return commands.login(args, url)
         if args.command == "logout":
             return commands.logout(args)
+        if args.command == "verify-record":
+            return verify.run(args)
         api = Api(url, stored.get("token", "") if url.rstrip("/") == stored.get("url", "").rstrip("/") or
                   not stored.get("url") else "")
         handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))

@@ -1,5 +1,7 @@
 """Wipe methods, the device identity for the sanitization record, and the sampled
 read-back verification."""
+import hashlib
+import math
 import mmap
 import os
 import secrets
@@ -127,6 +129,33 @@ def sanitize(runner: Runner, device: str, action: int, *, poll_s: float = 5.0,
     raise OperationFailed("wipe_failed", f"sanitize of {controller} did not finish in {timeout_s}s")
 
 
+def fixed_offsets(size: int) -> list[int]:
+    """The blocks always read: the first, the end of the old LUKS2 keyslot area, the last."""
+    last = size // BLOCK - 1
+    return sorted(block * BLOCK for block in {0, min(LUKS2_HEADER_BYTES // BLOCK - 1, last), last})
+
+
+CONFIDENCE = 0.95
+
+
+def sample_confidence(random_samples: int, *, blocks: int) -> dict:
+    """What `random_samples` distinct uniformly random blocks prove: a residue left on a
+    fraction p of the blocks escapes all of them with probability at most (1 - p)^n (less
+    without replacement), so p >= 1 - (1 - CONFIDENCE)^(1/n) is found with that confidence.
+    Every block read: the whole disk is proven."""
+    if random_samples >= blocks - 3:
+        return {"level": 1.0, "random_samples": random_samples, "min_fraction": 0.0,
+                "statement": "every block of the disk was read back"}
+    if random_samples <= 0:
+        return {"level": 0.0, "random_samples": 0, "min_fraction": 1.0,
+                "statement": "no random block was read back: nothing is stated"}
+    # rounded up: a claim about a smaller residue would overstate what was proven
+    fraction = math.ceil((1 - math.exp(math.log(1 - CONFIDENCE) / random_samples)) * 1e6) / 1e6
+    return {"level": CONFIDENCE, "random_samples": random_samples, "min_fraction": fraction,
+            "statement": f"a residue on {fraction:.3%} or more of the disk's blocks would have been "
+                         f"found with {CONFIDENCE:.0%} confidence ({random_samples} random blocks)"}
+
+
 def sample_offsets(size: int, samples: int) -> list[int]:
     """`samples` block offsets: the first block and the end of the old LUKS2 keyslot area
     (where the header was), the last block, and random blocks in between."""
@@ -167,8 +196,14 @@ def verify_zero(device: str, samples: int) -> dict:
     finally:
         os.close(fd)
         buf.close()
+    size = device_size(device)
+    fixed = fixed_offsets(size)
+    listed = sorted(set(fixed) | set(nonzero))     # all of them: too long for a report
     result = {"samples": len(offsets), "nonzero": len(nonzero), "pattern": "zero",
-              "block_bytes": BLOCK, "offsets": offsets, "nonzero_offsets": nonzero}
+              "block_bytes": BLOCK, "offsets": [o for o in offsets if o in listed],
+              "offsets_sha256": hashlib.sha256(",".join(map(str, offsets)).encode()).hexdigest(),
+              "nonzero_offsets": nonzero,
+              "confidence": sample_confidence(len(offsets) - len(fixed), blocks=size // BLOCK)}
     if unreadable:
         result["unreadable_offsets"] = {str(offset): error for offset, error in unreadable.items()}
     return result

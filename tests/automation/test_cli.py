@@ -286,3 +286,16 @@ def test_installs_alone_without_django(tmp_path, live_server, catalog):
     help_text = subprocess.run([str(venv / "bin" / "gpu-rent"), "--help"], capture_output=True, text=True,
                                timeout=60).stdout
     assert "exit codes:" in help_text and "timed out waiting" in help_text
+    # verify-record runs on the CLI's own dependencies (Ed25519 from cryptography), offline
+    from nodeagent.signing import NodeKey, canonical_json
+
+    key = NodeKey.generate(tmp_path / "node.pem")
+    signed = canonical_json({"kind": "key_destroyed", "node": "n1", "lease_id": 1, "keyslots_after": 0,
+                             "test_passphrase_exit": 2}).decode()
+    (tmp_path / "record.json").write_text(json.dumps({"format": "gpu-storefront/sanitization-record/1", "lease_id": 1,
+                                                      "proofs": [{"kind": "key_destroyed", "node": "n1",
+                                                                  "public_key": key.public_key_b64(), "signed": signed,
+                                                                  "signature": key.sign(signed.encode())}]}))
+    checked = subprocess.run([str(venv / "bin" / "gpu-rent"), "verify-record", str(tmp_path / "record.json")],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 20 and "NOT proven: who signed them" in checked.stdout, checked.stderr   # no wipe proof either

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from nodeagent.disks.backend import VERIFY_SAMPLES
 from tests.tools import require, require_tool
 
 from . import qemu_guest
@@ -73,7 +74,7 @@ def test_nvme_format_ses1_wipe_verified_in_the_guest(guest):
     assert (record["device_model"], record["device_serial"]) == ("QEMU NVMe Ctrl", "GPUSTORE0001")
     assert {"argv": ["nvme", "format", "/dev/nvme0n1", "--ses=1", "--force"], "exit": 0} in wiped["commands"]
     assert not any("--ses=0" in c["argv"] for c in wiped["commands"])
-    assert record["verification"]["samples"] == 64 and record["verification"]["nonzero"] == 0
+    assert record["verification"]["samples"] == VERIFY_SAMPLES and record["verification"]["nonzero"] == 0
     assert wiped["head_zero"] is True and wiped["again"] is True
 
 
@@ -90,7 +91,7 @@ def test_lvm_carved_lease_is_wiped_without_touching_its_neighbour(guest):
     assert record["discard_supported"] is True           # QEMU's NVMe deallocates (DSM)
     assert ["blkdiscard", "--force", lv] in argv and ["blkdiscard", "--zeroout", "--force", lv] in argv
     assert not any(a[0] == "nvme" and a[1] in ("format", "sanitize") for a in argv)
-    assert record["verification"]["nonzero"] == 0 and record["verification"]["samples"] == 64
+    assert record["verification"]["nonzero"] == 0 and record["verification"]["samples"] == VERIFY_SAMPLES
     assert wiped["lv_removed"] and wiped["neighbour_mounted"] and wiped["neighbour_data"]
 
 

@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from nodeagent.disks.backend import VERIFY_SAMPLES
 from nodeagent.disks.wipe import BLOCK, discard_supported
 
 from . import conftest
@@ -44,7 +45,7 @@ def test_wipe_discards_overwrites_and_verifies(disks, loop_device):
     assert record["discard_supported"] == discard_supported(loop_device)
     assert record["device_model"] == "Linux loop device" and record["identity_source"] == "sysfs"
     verification = record["verification"]
-    assert verification["samples"] == 64 and verification["nonzero"] == 0
+    assert verification["samples"] == VERIFY_SAMPLES and verification["nonzero"] == 0
     assert 0 in verification["offsets"] and (DEVICE_MB * 1024 * 1024 - BLOCK) in verification["offsets"]
     assert record["started_at"] <= record["finished_at"]
     ran = [c.argv for c in evidence.commands if c.exit == 0]
