@@ -34,6 +34,8 @@ from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q, QuerySet, signals
 
+from . import desired_watch
+
 EPOCH_KEY = "fleet:desired:epoch"
 ALL = "all"   # a mapper's answer when a change reaches every node
 #: Not a cache key: where a poll's `found` carries the run id of the Redis process that
@@ -44,7 +46,7 @@ REDIS_RUN = "redis:run_id"
 _changes = 0  # desired_changed() calls in this process (changes_so_far)
 
 
-def _version_key(node_id: int) -> str:
+def version_key(node_id: int) -> str:
     return f"fleet:desired:v:{node_id}"
 
 
@@ -116,15 +118,19 @@ def desired_changed(node_ids: Iterable[int] | str) -> None:
         return
     _changes += 1
     _bump(ids)
-    transaction.on_commit(lambda: _bump(ids))
+    transaction.on_commit(lambda: _bump(ids, announce=True))
 
 
-def _bump(ids) -> None:
+def _bump(ids, *, announce: bool = False) -> None:
+    """`announce`: wake the nodes watching for a change (fleet/desired_watch.py) — only once
+    the change is committed, so that what they fetch then includes it."""
     token = secrets.token_hex(6)
     if ids == ALL:
         cache.set(EPOCH_KEY, token, timeout=None)
     else:
-        cache.set_many({_version_key(n): token for n in ids}, timeout=None)
+        cache.set_many({version_key(n): token for n in ids}, timeout=None)
+    if announce:
+        desired_watch.announce(desired_watch.EVERY_NODE if ids == ALL else ids)
 
 
 def _changed(model, qs) -> None:
@@ -139,7 +145,7 @@ def _changed(model, qs) -> None:
 
 def desired_stamp(node_id: int) -> tuple | None:
     """(epoch, version) as they are now, created if missing; None without a cache."""
-    keys = [EPOCH_KEY, _version_key(node_id)]
+    keys = [EPOCH_KEY, version_key(node_id)]
     found = cache.get_many(keys)
     if len(found) < 2:
         for key in keys:
@@ -148,13 +154,13 @@ def desired_stamp(node_id: int) -> tuple | None:
         found = cache.get_many(keys)
         if len(found) < 2:
             return None
-    return found[EPOCH_KEY], found[_version_key(node_id)]
+    return found[EPOCH_KEY], found[version_key(node_id)]
 
 
 def etag_keys(node_id: int) -> tuple[str, ...]:
     """What current_etag reads: a poll reads them in the round trip that also counts it
     against the node's rate limit (fleet/views.py)."""
-    return EPOCH_KEY, _version_key(node_id), _etag_key(node_id)
+    return EPOCH_KEY, version_key(node_id), _etag_key(node_id)
 
 
 def changes_so_far() -> int:
@@ -176,7 +182,7 @@ def current_etag(node_id: int, now: datetime, *, found: dict | None = None) -> s
     if not isinstance(stored, tuple) or len(stored) != 6 or len(found) < 3:
         return None                    # none, or stored by an older release: computed again
     epoch, version, etag, at, until, stored_run = stored
-    if (epoch, version) != (found[EPOCH_KEY], found[_version_key(node_id)]):
+    if (epoch, version) != (found[EPOCH_KEY], found[version_key(node_id)]):
         return None
     if until is not None and now.timestamp() >= until:
         return None

@@ -17,6 +17,7 @@ a `SELECT 1` before the first query, a third of a steady report's statements): a
 connection the database dropped is a 503 the agent retries next round, and Django closes
 that connection when the request ends (close_if_unusable_or_obsolete), so the next poll
 reconnects."""
+from asgiref.sync import async_to_sync, iscoroutinefunction
 from csp.constants import HEADER, HEADER_REPORT_ONLY
 from csp.utils import build_policy
 from django.conf import settings
@@ -32,6 +33,10 @@ AGENT_PREFIX = "/agent/v1/"
 def _view(request):
     match = resolve(request.path_info)
     request.resolver_match = match
+    if iscoroutinefunction(match.func):
+        # the watch (fleet/desired_watch.py) on this sync path: under WSGI, where it is not
+        # held; the ASGI process serves it without this chain (fleet/asgi.py)
+        return async_to_sync(match.func)(request, *match.args, **match.kwargs)
     return match.func(request, *match.args, **match.kwargs)
 
 

@@ -6,5 +6,6 @@ from . import views
 urlpatterns = [
     path("enrol", views.enrol, name="agent_enrol"),
     path("desired", views.desired, name="agent_desired"),
+    path("desired/watch", views.watch, name="agent_desired_watch"),
     path("report", views.report, name="agent_report"),
 ]

@@ -1,9 +1,14 @@
 """The node agent's API (PROTOCOL.md): enrol, desired state, signed reports. Token auth
 (`Authorization: Node <credential>`), so CSRF-exempt; every answer is JSON, and bad input
 is a 4xx with {"error": code}, never a 500."""
+import asyncio
+import math
+
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import RequestDataTooBig
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponseNotModified, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -11,9 +16,18 @@ from django.views.decorators.http import require_GET, require_POST
 
 from rental.accounts.throttle import throttle_counter, throttle_take, throttle_take_reading
 
-from . import credentials
+from . import credentials, desired_watch
 from .desired import desired_answer
-from .desired_version import REDIS_RUN, changes_so_far, current_etag, etag_keys
+from .desired_version import (
+    EPOCH_KEY,
+    REDIS_RUN,
+    changes_so_far,
+    current_etag,
+    desired_stamp,
+    etag_keys,
+    version_key,
+)
+from .desired_watch import version_token
 from .jsonbody import parse_json
 from .models import NodeAgent
 from .reports import Envelope, ReportRefused, report_accept, report_envelope
@@ -133,6 +147,7 @@ def desired(request):
         return refusal
     now = timezone.now()
     _seen(agent, now)
+    version = _version_of(agent.node_id, found)
     asked = {t.strip() for t in request.headers.get("If-None-Match", "").split(",") if t.strip()}
     etag = current_etag(agent.node_id, now, found=found) if asked else None
     if etag is not None and etag in asked:
@@ -141,7 +156,62 @@ def desired(request):
         document, etag = desired_answer(node=agent.node, now=now)
         response = HttpResponseNotModified() if etag in asked else JsonResponse(document)
     response["ETag"] = etag
+    response[VERSION_HEADER] = version
     return response
+
+
+#: The desired-state version the answer's document is at least as new as (read before the
+#: document was built): what the node gives GET /agent/v1/desired/watch (desired_watch.py).
+VERSION_HEADER = "X-Desired-Version"
+
+
+def _version_of(node_id: int, found: dict | None) -> str:
+    """The node's version token as this request's round trip read it, else read now (created
+    when missing); "" without a cache."""
+    if found is not None and EPOCH_KEY in found and version_key(node_id) in found:
+        return version_token((found[EPOCH_KEY], found[version_key(node_id)]))
+    return version_token(desired_stamp(node_id))
+
+
+@csrf_exempt
+async def watch(request):
+    """GET /agent/v1/desired/watch?version=V&wait=S (PROTOCOL.md): answered as soon as the
+    node's desired-state version differs from V, or after S seconds (at most
+    NODE_WATCH_MAX_SECONDS) with `changed: false`. Counted against the node's rate limit like
+    any call; it reads no table, and waits without a thread only under ASGI."""
+    if request.method != "GET":
+        return _error(405, "method_not_allowed")
+    try:
+        wait = float(request.GET.get("wait", settings.NODE_POLL_SECONDS))
+    except ValueError:
+        wait = math.nan
+    if not math.isfinite(wait) or wait < 0:
+        return _error(400, "invalid_request")
+    given = request.GET.get("version", "")[:80]
+    agent, found, refusal = await sync_to_async(_agent_or_refusal)(request, checked_by_caller=False)
+    if refusal:
+        return refusal
+    current = _version_of(agent.node_id, found) if EPOCH_KEY in found else None
+    if current is not None and current != given:
+        return _watched(current, given)
+    hold = min(wait, settings.NODE_WATCH_MAX_SECONDS)
+    if not isinstance(request, ASGIRequest):    # a WSGI thread is too dear to park
+        hold = min(hold, settings.NODE_WATCH_WSGI_HOLD_SECONDS)
+    desired_watch.ensure_listening()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + hold
+    with desired_watch.bell.waiter(agent.node_id) as waiter:
+        # read after the waiter is registered: a change from here on rings it
+        current = await sync_to_async(_version_of)(agent.node_id, None)
+        while current and current == given and (remaining := deadline - loop.time()) > 0:
+            await waiter.rung(min(remaining, settings.NODE_WATCH_RECHECK_SECONDS))
+            current = await sync_to_async(_version_of)(agent.node_id, None)
+    return _watched(current, given)
+
+
+def _watched(current: str, given: str) -> JsonResponse:
+    """`changed`; `version` "" when there is no cache to watch (the node then just polls)."""
+    return JsonResponse({"changed": bool(current) and current != given, "version": current})
 
 
 def _seen(agent: NodeAgent, now) -> None:
@@ -233,7 +303,12 @@ def report(request):
     except ReportRefused as exc:
         return _error(exc.status, exc.code)
     payload = outcome.as_json()
+    version = None
     if outcome.desired_etag is not None:
-        payload = _with_desired(payload, agent, outcome.desired_etag, now,
-                                found if changes_so_far() == changes else None)
-    return JsonResponse(payload)
+        unmoved = found if changes_so_far() == changes else None
+        version = _version_of(agent.node_id, unmoved)
+        payload = _with_desired(payload, agent, outcome.desired_etag, now, unmoved)
+    response = JsonResponse(payload)
+    if version is not None:
+        response[VERSION_HEADER] = version
+    return response

@@ -5,6 +5,7 @@ backs off and retries, and the instances keep running as they are."""
 import logging
 import random
 import threading
+import time
 from urllib.parse import urlsplit
 
 from . import __version__
@@ -28,6 +29,10 @@ REPLAY_SKIP = 1000   # after a restored state dir, jump past the seq the server 
 MAX_EVIDENCE_PER_REPORT = 50   # keeps a report well under the storefront's 256 KB limit
 FULL_GPU_REPORT_EVERY = 20     # reports without GPUs in a row at most (5 min at a 15 s poll)
 MAX_PASSES_PER_ROUND = 3       # converge + report again while the answer brings a new desired state
+# After a watch said the desired state changed, the next round starts at once, but this long
+# after the last one began at the earliest: a state that keeps moving cannot spin the agent
+# against its rate limit.
+MIN_ROUND_GAP_SECONDS = 0.5
 
 
 def warn_if_cleartext(url: str) -> None:
@@ -77,6 +82,7 @@ class Agent:
             volumes=Volumes(config.state_dir / "volumes", client=config.volume_client),
             gpu_memory=gpu_memory)
         self.failures = 0
+        self.watching = config.watch    # ask the storefront to answer a change at once
         self._held: dict | None = None   # the desired state the last report's answer carried
         self._gpus_sent: list | None = None   # the GPUs as last accepted (temperature aside)
         self._reports_since_gpus = 0
@@ -92,15 +98,43 @@ class Agent:
         guard = self._start_filter_guard()
         try:
             while not stop.is_set():
+                self._round_started = time.monotonic()
                 try:
                     delay = self.run_once()
                 except Exception as exc:  # never exit on a surprise: the instances stay up anyway
                     log.exception("agent round failed")
                     delay = self._back_off(exc)
-                stop.wait(delay)
+                self._until_next_round(delay, stop)
         finally:
             if guard is not None:
                 guard.stop()
+
+    def _until_next_round(self, delay: float, stop: threading.Event) -> None:
+        """Wait `delay` seconds, or less: after a good round the storefront is asked to answer
+        as soon as the desired state moves past the version this node holds (PROTOCOL.md,
+        the watch), so a paid lease starts within about a second, not on the next poll. A
+        storefront that predates the watch, or does not answer it, leaves the plain poll."""
+        version = self.client.desired_version
+        if self.failures or not self.watching or not version or delay <= 0:
+            stop.wait(delay)
+            return
+        started = time.monotonic()
+        try:
+            changed = self.client.watch(version, delay)
+        except StorefrontRefused as exc:
+            if exc.status in (404, 405):
+                log.info("the storefront has no desired-state watch: polling every %.0fs", delay)
+                self.watching = False
+            changed = False
+        except StorefrontUnreachable:
+            changed = False
+        if changed:
+            self._held = None          # the next round fetches the new document
+            since_round = time.monotonic() - getattr(self, "_round_started", 0.0)
+            if since_round < MIN_ROUND_GAP_SECONDS:
+                stop.wait(MIN_ROUND_GAP_SECONDS - since_round)
+            return
+        stop.wait(max(0.0, delay - (time.monotonic() - started)))
 
     def _start_filter_guard(self) -> FilterGuard | None:
         """The packet filter checked on its own timer: a round can be minutes away (the

@@ -2,6 +2,7 @@
 connects out (nodes behind NAT work); network trouble is `StorefrontUnreachable`, which the
 loop answers by backing off and leaving every instance as it is."""
 import json
+from urllib.parse import urlencode
 
 import requests
 
@@ -35,6 +36,10 @@ class StorefrontClient:
         self._desired: dict | None = None
         self._desired_etag = ""
         self._last_etag = ""
+        self._last_version = ""
+        #: The desired-state version the held document is at least as new as (the header
+        #: X-Desired-Version of the answer it came with; "" from a storefront without it).
+        self.desired_version = ""
 
     def enrol(self, *, code: str, public_key: str, hostname: str) -> dict:
         body = {"code": code, "public_key": public_key, "agent_version": __version__,
@@ -48,10 +53,20 @@ class StorefrontClient:
         if self._desired is not None:
             headers["If-None-Match"] = self._desired_etag
         document = self._call("GET", "/agent/v1/desired", headers=headers)
+        self.desired_version = self._last_version
         if document is NOT_MODIFIED:
             return self._desired
         self._desired, self._desired_etag = document, self._last_etag
         return document
+
+    def watch(self, version: str, wait: float) -> bool:
+        """Whether the desired state moved past `version`: answered as soon as it does, or
+        after `wait` seconds with False (PROTOCOL.md, GET /agent/v1/desired/watch).
+        StorefrontRefused with status 404 from a storefront that predates it."""
+        query = urlencode({"version": version, "wait": f"{max(wait, 0):.1f}"})
+        answer = self._call("GET", f"/agent/v1/desired/watch?{query}", headers=self._auth(),
+                            timeout=wait + self.timeout)
+        return isinstance(answer, dict) and answer.get("changed") is True
 
     def report(self, report: dict, key: NodeKey) -> dict:
         """Signed; says which desired state this client holds (`desired_etag`, "" for none),
@@ -60,7 +75,9 @@ class StorefrontClient:
         report = {**report, "desired_etag": self._desired_etag if self._desired is not None else ""}
         body = json.dumps(report, separators=(",", ":")).encode()
         headers = {**self._auth(), "X-Node-Signature": key.sign(body)}
-        return self._call("POST", "/agent/v1/report", data=body, headers=headers)
+        answer = self._call("POST", "/agent/v1/report", data=body, headers=headers)
+        self.desired_version = self._last_version
+        return answer
 
     def desired_from(self, answer: dict) -> dict | None:
         """The desired state a report's answer carries: the new document, or the copy held
@@ -81,16 +98,19 @@ class StorefrontClient:
         return {"Authorization": f"Node {self.credential}"}
 
     def _call(self, method: str, path: str, *, data: bytes | None = None,
-              headers: dict | None = None) -> dict:
+              headers: dict | None = None, timeout: float | None = None) -> dict:
         headers = {"Accept": "application/json", **(headers or {})}
         if data is not None:
             headers["Content-Type"] = "application/json"
         try:
-            response = self.session.request(method, self.url + path, data=data,
-                                            headers=headers, timeout=self.timeout)
+            # verify= on each call: requests prefers REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE from
+            # the environment over the session's own setting (the configured ca_bundle)
+            response = self.session.request(method, self.url + path, data=data, headers=headers,
+                                            timeout=timeout or self.timeout, verify=self.session.verify)
         except requests.RequestException as exc:
             raise StorefrontUnreachable(f"{method} {path}: {exc}") from exc
         self._last_etag = response.headers.get("ETag", "")
+        self._last_version = response.headers.get("X-Desired-Version", "")
         if response.status_code == 304:
             return NOT_MODIFIED
         if response.status_code >= 500:

@@ -7,6 +7,7 @@
     disk_backend = "luks"                       # or "directory" (development: NOT encrypted)
     max_temperature_c = 90                      # a hotter GPU is reported unhealthy
     filter_guard_seconds = 1.0                  # how often the packet filter is checked
+    watch = true                                # between rounds, wait for a change (PROTOCOL.md)
 
     [disks]                                     # options for the disk backend
     root = "/var/lib/gpu-node-agent/disks"
@@ -102,6 +103,9 @@ class AgentConfig:
     # The packet filter's own check (netfilter.FilterGuard), independent of the rounds: the
     # most a flushed table stays open, whatever the storefront's back-off.
     filter_guard_seconds: float = 1.0
+    # Between rounds, ask the storefront to answer as soon as the desired state changes
+    # (GET /agent/v1/desired/watch) instead of sleeping the whole poll interval.
+    watch: bool = True
     volume_client: str = "auto"      # network volumes: "kernel" CephFS client, "fuse" (ceph-fuse), "auto"
 
     @property
@@ -137,6 +141,8 @@ def parse_config(raw: dict, path: Path | None = None) -> AgentConfig:
     guard = config.filter_guard_seconds
     if isinstance(guard, bool) or not isinstance(guard, (int, float)) or not 0 < guard <= 60:
         raise ConfigError("filter_guard_seconds must be a number of seconds in (0, 60]")
+    if not isinstance(config.watch, bool):
+        raise ConfigError("watch must be true or false")
     return config
 
 

@@ -77,6 +77,10 @@ class FailOpenRedisCache(RedisCache):
             script = self._scripts[(id(client), source)] = client.register_script(source)
         return script(keys=[self.make_and_validate_key(k) for k in keys], args=list(args))
 
+    def redis_client(self):
+        """The raw client, for what the cache API has no word for (pub/sub: fleet/desired_watch.py)."""
+        return self._cache.get_client(write=True)
+
     def encoded(self, value) -> bytes | int:
         """A value as this cache stores it (what a script compares with a stored value)."""
         return self._cache._serializer.dumps(value)

@@ -3,6 +3,7 @@
 # command) and the CI smoke test (tests/deploy/), so both start them the same way:
 #   start.sh migrate   one-shot: deploy checks, then database migrations (every upgrade)
 #   start.sh web       granian behind the reverse proxy (Caddyfile)
+#   start.sh watch     granian (ASGI) for the nodes' long waits on /agent/v1/desired/watch only
 #   start.sh worker    the Celery worker of the jobs queue: the lifecycle pass, the payment watchers
 #   start.sh outbound  the Celery worker of the outbound queue: calls to customers' addresses (webhooks)
 #   start.sh beat      the one Celery beat (heartbeat for its healthcheck: rental/beat.py)
@@ -30,6 +31,13 @@ case "${1:-}" in
     exec granian --interface wsgi storefront.wsgi:served --host "${bind%:*}" --port "${bind##*:}" \
       --workers "${WEB_CONCURRENCY:-$(nproc)}" --blocking-threads "${WEB_THREADS:-2}" \
       --no-access-log --log-level warning --respawn-failed-workers ;;
+  watch)
+    # A node waits here for a change to its desired state (fleet/desired_watch.py): one
+    # coroutine per waiting node, no thread, so a fleet's waits cost memory, not CPU. The
+    # reverse proxy sends only that path here (Caddyfile, WATCH_UPSTREAM).
+    bind="${WATCH_BIND:-0.0.0.0:8001}"
+    exec granian --interface asgi storefront.asgi:application --host "${bind%:*}" --port "${bind##*:}" \
+      --workers "${WATCH_CONCURRENCY:-1}" --no-access-log --log-level warning --respawn-failed-workers ;;
   worker)
     queue="${JOBS_QUEUE:-jobs}"
     exec celery -A storefront worker -Q "$queue" -n "$queue@%h" --loglevel=INFO \
@@ -43,6 +51,6 @@ case "${1:-}" in
   beat)
     exec celery -A storefront beat --loglevel=INFO ;;
   *)
-    echo "usage: $0 migrate|web|worker|outbound|beat" >&2
+    echo "usage: $0 migrate|web|watch|worker|outbound|beat" >&2
     exit 2 ;;
 esac

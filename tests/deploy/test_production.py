@@ -226,7 +226,7 @@ def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("production")
     admin_url = os.environ["DATABASE_URL"]
     db_name, database_url = create_database(admin_url)
-    port, https_port, http_port = free_port(), free_port(), free_port()
+    port, https_port, http_port, watch_port = free_port(), free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in TEST_ONLY_ENV}
     env.update(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
@@ -237,6 +237,8 @@ def stack(tmp_path_factory):
         PYTHONDONTWRITEBYTECODE="1", WEB_CONCURRENCY="2", CELERY_CONCURRENCY="1", HOST_AGENT_FAKE_DELAY="0",
         LIFECYCLE_INTERVAL_SECONDS="2",  # a beat tick within seconds, not a minute
         SITE_ADDRESS="localhost", CADDY_TLS="internal", UPSTREAM=f"127.0.0.1:{port}",
+        WATCH_BIND=f"127.0.0.1:{watch_port}", WATCH_UPSTREAM=f"127.0.0.1:{watch_port}",
+        NODE_WATCH_RECHECK_SECONDS="60",  # a watch answered in time was woken by pub/sub, not the recheck
         # issue 28: the Caddyfile's own default for the admin API (off); reset mails to files
         # (SMTP is the production default).
         HOME=str(tmp / "home"), EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
@@ -253,7 +255,7 @@ def stack(tmp_path_factory):
         # The image's build step and the migrate service need nothing from each other.
         stack.run_together(["scripts/build-assets.sh"], service_command("migrate"))
         stack.started_at = time.time()
-        for service in ("web", "worker", "outbound", "beat"):
+        for service in ("web", "watch", "worker", "outbound", "beat"):
             stack.start(service, service_command(service))
         stack.start("caddy", [caddy, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"])
         stack.seeded_lease = int(stack.run(["python", "manage.py", "shell", "-c", SEED]).stdout.split()[-1])
@@ -479,7 +481,8 @@ def test_compose_file_is_valid(tmp_path):
     assert result.returncode == 0, result.stderr
     config = json.loads(result.stdout)
     services = config["services"]
-    assert set(services) == {"db", "redis", "migrate", "web", "worker", "outbound", "beat", "caddy", "backup"}
+    assert set(services) >= {"db", "redis", "migrate", "web", "watch", "worker", "outbound", "beat", "caddy",
+                             "backup"}
     for name in ("web", "worker", "outbound", "beat"):
         assert services[name]["healthcheck"]["test"][1:] == healthcheck_command(name)
         assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
@@ -491,3 +494,52 @@ def test_compose_file_is_valid(tmp_path):
     missing = subprocess.run([compose, "config", "-q"], cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=60)
     assert missing.returncode != 0 and "POSTGRES_PASSWORD" in missing.stderr
+
+
+ENROL_NODE = f"""
+from django.contrib.auth.models import User
+from django.utils import timezone
+from fleet.services import enrolment_code_create
+from inventory.models import Node
+node = Node.objects.order_by("pk").first()
+print(node.pk, enrolment_code_create(node=node, actor=User.objects.get(username={OPERATOR!r}), now=timezone.now()))
+"""
+
+
+def test_a_node_waiting_through_the_proxy_hears_of_a_change_made_by_another_process(stack):
+    """The nodes' watch on its production path: Caddy routes it to the ASGI process
+    (`start.sh watch`), and a change committed by another process (a `manage.py shell`, as
+    a worker's) reaches it over Redis pub/sub — the recheck is set to 60 s here."""
+    import threading
+
+    from nodeagent.client import StorefrontClient
+    from nodeagent.signing import NodeKey
+
+    node_pk, code = stack.run(["python", "manage.py", "shell", "-c", ENROL_NODE]).stdout.split()[-2:]
+    origin, ca = f"https://localhost:{stack.https_port}", str(stack.ca_file)
+    key = NodeKey.generate(stack.logs / "node-key.pem")
+    enrolled = StorefrontClient(origin, verify=ca).enrol(code=code, public_key=key.public_key_b64(), hostname="n")
+    client = StorefrontClient(origin, credential=enrolled["credential"], verify=ca)
+    client.desired()
+    version = client.desired_version
+    assert version
+    started = time.monotonic()
+    assert client.watch(version, 1.0) is False and time.monotonic() - started >= 1.0   # held, then nothing new
+    answer = {}
+
+    def watch():
+        answer["changed"] = client.watch(version, 90)
+        answer["at"] = time.monotonic()
+
+    waiting = threading.Thread(target=watch)
+    waiting.start()
+    change = time.monotonic()
+    stack.run(["python", "manage.py", "shell", "-c",
+               f"from fleet.desired_version import desired_changed; desired_changed([{node_pk}])"])
+    changed = time.monotonic()
+    waiting.join(deadlines.scaled(60))
+    assert answer.get("changed") is True, answer
+    print(f"\nwatch answered {(answer['at'] - changed) * 1000:+.0f} ms after the changing process exited "
+          f"({(answer['at'] - change):.1f} s after it started)")
+    assert answer["at"] - change < 45        # pub/sub, not the 60 s recheck
+    assert "/agent/v1/desired/watch" not in stack.log("web")

@@ -1,0 +1,203 @@
+"""GET /agent/v1/desired/watch (fleet/desired_watch.py): a node that holds version V is
+answered as soon as its desired state moves past V — by the bump of a committed change,
+not by the periodic recheck — or after `wait` seconds with `changed: false`. Under WSGI it
+is answered at once (a server thread is not parked)."""
+import asyncio
+import json
+import time
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.test import AsyncRequestFactory
+from django.utils import timezone
+
+from fleet import desired_watch, views
+from fleet.desired_version import desired_changed
+from tests.deadlines import Deadline
+
+from .conftest import node_of
+
+pytestmark = pytest.mark.django_db(transaction=True)   # changes announce on commit
+
+
+def version_of(node) -> str:
+    response = node.desired()
+    assert response.status_code == 200
+    return response[views.VERSION_HEADER]
+
+
+def watch_over_wsgi(node, **params):
+    return node.client.get("/agent/v1/desired/watch", params, **node.auth)
+
+
+def held_watch(node, *, version: str, wait: float, while_waiting=None) -> tuple[dict, float]:
+    """The watch as the ASGI process serves it (an ASGIRequest, its own event loop), with
+    `while_waiting` run (in the test's thread, like any other request) once it is waiting.
+    Returns the answer and how long it took."""
+    request = AsyncRequestFactory().get("/agent/v1/desired/watch", {"version": version, "wait": wait},
+                                        headers={"Authorization": f"Node {node.credential}"})
+
+    async def scenario():
+        started = time.monotonic()
+        answer = asyncio.create_task(views.watch(request))
+        if while_waiting is not None:
+            limit = Deadline(10)
+            while desired_watch.bell.count() == 0:
+                assert not answer.done(), answer.result().content
+                assert not limit.expired(), "the watch never started waiting"
+                await asyncio.sleep(0.01)
+            await sync_to_async(while_waiting)()
+        response = await answer
+        return response, time.monotonic() - started
+
+    response, took = async_to_sync(scenario)()
+    assert response.status_code == 200, response.content
+    return json.loads(response.content), took
+
+
+def test_every_desired_answer_says_its_version_and_a_change_moves_it(paid_lease, enrol):
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    first = version_of(node)
+    assert first and version_of(node) == first
+    report = node.post(node.body(desired_etag=""))
+    assert report.status_code == 200 and report[views.VERSION_HEADER] == first
+    desired_changed([node.node.pk])
+    assert version_of(node) != first
+
+
+def test_a_node_behind_is_answered_at_once_and_one_up_to_date_is_not_held_under_wsgi(paid_lease, enrol, settings):
+    settings.NODE_WATCH_WSGI_HOLD_SECONDS = 0
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    version = version_of(node)
+    behind = watch_over_wsgi(node, version="0.0", wait=30)
+    assert behind.status_code == 200 and behind.json() == {"changed": True, "version": version}
+    started = time.monotonic()
+    current = watch_over_wsgi(node, version=version, wait=30)
+    assert current.json() == {"changed": False, "version": version}
+    assert time.monotonic() - started < 25          # not held for the 30 s asked
+
+
+def test_a_held_watch_wakes_on_the_committed_change_not_on_the_recheck(paid_lease, enrol, settings):
+    settings.NODE_WATCH_RECHECK_SECONDS = 60      # only the bell can answer it in time
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    version = version_of(node)
+
+    def customer_restarts():
+        from fleet.services import instance_restart
+        from rental.agent import Instance
+        from rental.services import lease_provisioned
+        lease_provisioned(lease_id=lease.pk, instance=Instance(host="203.0.113.7", ssh_port=22042),
+                          now=timezone.now())
+        instance_restart(lease_id=lease.pk, customer=lease.customer, now=timezone.now())
+
+    answer, took = held_watch(node, version=version, wait=50, while_waiting=customer_restarts)
+    assert answer["changed"] is True and answer["version"] == version_of(node) != version
+    assert took < 50
+    assert desired_watch.bell.count() == 0          # the waiter left with its request
+
+
+def test_a_change_to_another_node_does_not_wake_it_and_the_wait_ends_unchanged(paid_lease, enrol, settings):
+    settings.NODE_WATCH_RECHECK_SECONDS = 0.2
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    version = version_of(node)
+    answer, took = held_watch(node, version=version, wait=1.0,
+                              while_waiting=lambda: desired_changed([node.node.pk + 1000]))
+    assert answer == {"changed": False, "version": version}
+    assert took >= 1.0
+
+
+def test_a_change_announced_by_another_process_rings_the_bell():
+    """What the pub/sub listener hands over: a list of node ids, or every node."""
+    from fleet.desired_watch import _ring_for
+
+    async def ring() -> list[bool]:
+        bell = desired_watch.bell
+        with bell.waiter(7) as seven, bell.waiter(8) as eight:
+            _ring_for(b"3,7")
+            rung = [await seven.rung(0.5), await eight.rung(0.05)]
+            _ring_for(b"*")
+            return [*rung, await eight.rung(0.5)]
+
+    assert async_to_sync(ring)() == [True, False, True]
+
+
+@pytest.mark.parametrize("params, status, error", [
+    ({"version": "x", "wait": "soon"}, 400, "invalid_request"),
+    ({"version": "x", "wait": "-1"}, 400, "invalid_request"),
+    ({"version": "x", "wait": "nan"}, 400, "invalid_request"),
+])
+def test_bad_input_is_a_4xx(paid_lease, enrol, params, status, error):
+    node = enrol(node_of(paid_lease()))
+    response = watch_over_wsgi(node, **params)
+    assert (response.status_code, response.json()) == (status, {"error": error})
+
+
+def test_a_watch_needs_the_node_credential_and_a_get(client):
+    assert client.get("/agent/v1/desired/watch", {"version": "x"}).status_code == 401
+    assert client.get("/agent/v1/desired/watch", HTTP_AUTHORIZATION="Node nope").status_code == 401
+    assert client.post("/agent/v1/desired/watch").status_code == 405
+
+
+def test_the_real_agent_fetches_a_change_long_before_its_next_poll(live_server, catalog, operator, settings,
+                                                                    tmp_path):
+    """The shipped agent's loop against the storefront over HTTP: with a 60 s poll interval,
+    a committed change to its node reaches it through the watch (PROTOCOL.md), not the poll."""
+    import threading
+
+    from django.db import transaction
+
+    from fleet.services import enrolment_code_create
+    from inventory.models import Node
+    from nodeagent.agent import Agent
+    from nodeagent.client import StorefrontClient
+    from nodeagent.config import AgentConfig
+    from nodeagent.gpu import NoGpuProbe
+    from nodeagent.signing import NodeKey
+    from nodeagent.state import StateDir, write_json
+    from tests.deadlines import wait_for
+    from tests.nodeagent.no_instances import NoInstances
+
+    settings.NODE_POLL_SECONDS = 60
+    settings.NODE_WATCH_WSGI_HOLD_SECONDS = 60      # the live server is WSGI, one thread per request
+    node = Node.objects.filter(slots__allocations__isnull=True).first()
+    state = StateDir(tmp_path)
+    state.ensure()
+    key = NodeKey.generate(state.key_path)
+    code = enrolment_code_create(node=node, actor=operator, now=timezone.now())
+    answer = StorefrontClient(live_server.url).enrol(code=code, public_key=key.public_key_b64(), hostname="n")
+    write_json(state.enrolment_path, {"url": live_server.url, "node": answer["node"],
+                                      "credential": answer["credential"], "poll_seconds": 60})
+    agent = Agent(AgentConfig(storefront_url=live_server.url, state_dir=tmp_path, public_host="203.0.113.7"),
+                  runtime=NoInstances(), disks=NoInstances(), probe=NoGpuProbe("test"))
+    calls, original = [], agent.client.session.request
+
+    def spy(method, url, **kwargs):
+        calls.append(("start", url.split("/agent/v1/")[1].split("?")[0], time.monotonic()))
+        response = original(method, url, **kwargs)
+        calls.append((method, url.split("/agent/v1/")[1].split("?")[0], response.status_code,
+                      response.json().get("changed") if "watch" in url else None, time.monotonic()))
+        return response
+
+    agent.client.session.request = spy
+    stop = threading.Event()
+    loop = threading.Thread(target=agent.run_forever, args=(stop,), daemon=True)
+    loop.start()
+    try:
+        wait_for(lambda: ("start", "desired/watch") in [c[:2] for c in calls], 30, "the agent to start watching")
+        with transaction.atomic():
+            desired_changed([node.pk])
+        changed_at = time.monotonic()
+        fetched = wait_for(lambda: [c for c in calls if c[0] == "GET" and c[1] == "desired" and c[-1] > changed_at],
+                           30, "the agent to fetch its changed desired state")
+        took = fetched[0][-1] - changed_at
+        print(f"\nchange committed -> agent fetched its desired state: {took * 1000:.0f} ms (poll interval 60 s)")
+        answered = [c for c in calls if c[:2] == ("GET", "desired/watch") and c[-1] > changed_at]
+        assert answered and answered[0][3] is True and answered[0][-1] <= fetched[0][-1]
+        assert took < 30                     # the watch, not the 60 s poll
+    finally:
+        stop.set()
+        loop.join(timeout=90)

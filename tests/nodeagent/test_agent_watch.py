@@ -1,0 +1,80 @@
+"""The agent's wait between rounds (nodeagent/agent.py `_until_next_round`): it asks the
+storefront to answer a change at once, and falls back to the plain poll when the storefront
+predates the watch, does not answer, or the last round failed."""
+import time
+
+import pytest
+
+from nodeagent.agent import MIN_ROUND_GAP_SECONDS, Agent
+from nodeagent.client import StorefrontRefused, StorefrontUnreachable
+
+
+class Stop:
+    def __init__(self):
+        self.waited = []
+
+    def wait(self, seconds):
+        self.waited.append(seconds)
+        return False
+
+
+class Client:
+    def __init__(self, answer, version="e.v"):
+        self.answer, self.desired_version, self.asked = answer, version, []
+
+    def watch(self, version, wait):
+        self.asked.append((version, wait))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def agent_with(client, *, watching=True, failures=0):
+    agent = Agent.__new__(Agent)       # the loop's state only: no state dir, no runtime
+    agent.client, agent.watching, agent.failures, agent._held = client, watching, failures, {"held": 1}
+    return agent
+
+
+def test_a_change_starts_the_next_round_at_once_with_the_document_fetched_afresh():
+    agent, stop = agent_with(Client(True)), Stop()
+    agent._round_started = time.monotonic() - 3       # the last round began 3 s ago
+    agent._until_next_round(15, stop)
+    assert agent.client.asked == [("e.v", 15)]
+    assert stop.waited == [] and agent._held is None
+
+
+def test_rounds_started_by_changes_are_spaced_by_the_minimum_gap():
+    agent, stop = agent_with(Client(True)), Stop()
+    agent._round_started = time.monotonic()            # a round that began just now
+    agent._until_next_round(15, stop)
+    assert len(stop.waited) == 1 and 0 < stop.waited[0] <= MIN_ROUND_GAP_SECONDS
+
+
+def test_no_change_waits_out_the_rest_of_the_interval_and_keeps_the_document():
+    agent, stop = agent_with(Client(False)), Stop()
+    agent._until_next_round(15, stop)
+    assert len(stop.waited) == 1 and 14 < stop.waited[0] <= 15 and agent._held == {"held": 1}
+
+
+@pytest.mark.parametrize("error, still_watching", [
+    (StorefrontRefused(404, "not_found"), False),          # a storefront that predates the watch
+    (StorefrontRefused(405, "method_not_allowed"), False),
+    (StorefrontRefused(429, "rate_limited"), True),
+    (StorefrontUnreachable("GET /agent/v1/desired/watch: timeout"), True),
+])
+def test_a_refused_or_unanswered_watch_falls_back_to_the_poll(error, still_watching):
+    agent, stop = agent_with(Client(error)), Stop()
+    agent._until_next_round(15, stop)
+    assert agent.watching is still_watching and agent._held == {"held": 1}
+    assert len(stop.waited) == 1 and 14 < stop.waited[0] <= 15
+
+
+@pytest.mark.parametrize("agent", [
+    agent_with(Client(True), watching=False),     # turned off (config `watch = false`, or a 404)
+    agent_with(Client(True), failures=2),         # backing off: no watch while the storefront fails
+    agent_with(Client(True, version="")),         # a storefront without versions
+], ids=["not-watching", "backing-off", "no-version"])
+def test_without_a_watch_the_agent_sleeps_the_delay(agent):
+    stop = Stop()
+    agent._until_next_round(40, stop)
+    assert agent.client.asked == [] and stop.waited == [40]
