@@ -9,9 +9,10 @@ import secrets
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
+
+from storefront import dburl
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent  # storefront/settings/__init__.py
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
@@ -131,8 +132,10 @@ TEMPLATES = [
     },
 ]
 
+# A comma-separated host list (libpq's multi-host form) finds the primary after a failover:
+# storefront/dburl.py, docs/operations/high-availability.md.
 DATABASES = {
-    "default": dj_database_url.parse(
+    "default": dburl.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'storefront.sqlite3'}"),
         conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")),
         conn_health_checks=True,
