@@ -24,6 +24,7 @@ from django.db.models import Q
 from billing.storage.volumes import desired_storage, desired_volumes
 from inventory.burnin import burn_in_depth, pending_for_node
 from inventory.models import Node, SlotAllocation
+from nodeagent.signing import fingerprint
 from rental.agent import Instance
 from rental.models import DiskKey, Lease, LeaseState, Snapshot
 from rental.storage import restore_into_pending, snapshot_repository
@@ -291,9 +292,13 @@ def last_node_id(lease_id: int) -> int | None:
 
 
 def instance_of(evidence) -> Instance:
-    """Customers connect to the node's public host at the port the node reported."""
-    host = getattr(getattr(evidence.node, "agent", None), "public_host", "") or evidence.record["host"]
-    return Instance(host=host, ssh_port=evidence.record["ssh_port"])
+    """Customers connect to the node's public host at the port the node reported, and are
+    given the fingerprint of the key that signs that node's records."""
+    agent = getattr(evidence.node, "agent", None)
+    host = getattr(agent, "public_host", "") or evidence.record["host"]
+    key = getattr(agent, "public_key", "")
+    return Instance(host=host, ssh_port=evidence.record["ssh_port"],
+                    node_key_fingerprint=fingerprint(key) if key else "")
 
 
 def current_node_id(lease_id: int) -> int | None:

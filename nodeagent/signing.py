@@ -2,6 +2,7 @@
 never sent. Reports are signed over their exact body bytes; evidence records over their
 canonical JSON (PROTOCOL.md), so anyone with the public key can check them later."""
 import base64
+import hashlib
 import json
 from pathlib import Path
 
@@ -9,6 +10,15 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .state import write_atomic
+
+
+def fingerprint(public_key_b64: str) -> str:
+    """The key's fingerprint as customers are given it at lease start and pass to
+    `gpu-rent verify-record`: "SHA256:" and the unpadded base64 of SHA-256 over the raw
+    32-byte public key (an SSH key fingerprint's form). The CLI computes the same on its own
+    (cli/gpu_rent/verify.py)."""
+    raw = base64.b64decode(public_key_b64, validate=True)
+    return "SHA256:" + base64.b64encode(hashlib.sha256(raw).digest()).decode().rstrip("=")
 
 
 def canonical_json(record: dict) -> bytes:

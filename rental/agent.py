@@ -21,6 +21,9 @@ from .addresses import valid_host, valid_port
 class Instance:
     host: str
     ssh_port: int
+    # the node's signing key, as the customer is given it to check records later
+    # (nodeagent.signing.fingerprint); "" where no node agent signs (FakeAgent)
+    node_key_fingerprint: str = ""
 
     def __post_init__(self):
         """Only a checked host and port become a customer's connection (issue 28)."""

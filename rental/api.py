@@ -242,7 +242,8 @@ def lease_json(lease: Lease, *, scopes: frozenset[str], events: bool = False,
         "auto_renew_setting": lease.auto_renew,
         "auto_renew": lease_auto_renews(lease, account_default=account_default),
     }
-    if events:
+    if events:      # the detail: one query more, never per row of the list
+        data["node_key_fingerprints"] = lease.node_key_fingerprints()
         data["events"] = [{"at": iso(e.at), "kind": e.kind, "from": e.from_state, "to": e.to_state,
                            "reason": e.reason} for e in lease.events.all()]
     return {name: value for name, value in data.items()

@@ -80,6 +80,10 @@ SCHEMAS = {
         "ssh": {"type": ["object", "null"], "properties": {
             "host": {"type": "string"}, "port": {"type": "integer"}, "command": {"type": "string"}}},
         "url": {"type": "string"},
+        "node_key_fingerprints": {"type": "array", "items": {"type": "string"}, "description":
+                                  "One lease's detail only: the fingerprints (SHA256:…) of the keys that sign "
+                                  "the records of the servers it ran on, the current one last; keep them to check "
+                                  "the sanitization record with `gpu-rent verify-record`"},
         "events": {"type": "array", "items": {"type": "object"}}}},
     "Invoice": {"type": "object", "properties": {
         "id": {"type": "integer"}, "kind": {"enum": ["order", "renewal", "topup"]},

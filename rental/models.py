@@ -153,6 +153,20 @@ class Lease(models.Model):
             return ""
         return ssh_command(self.host, self.ssh_port)  # "" unless both are valid (issue 28)
 
+    NODE_KEY_EVENTS = ("provisioned", "connection_changed", "node_key")
+
+    def node_key_fingerprints(self) -> list[str]:
+        """The signing-key fingerprints of the servers this lease's instance ran on, the
+        current one last (rental.services records each when an instance becomes ready there):
+        what the customer checks sanitization records against (`gpu-rent verify-record`)."""
+        found: list[str] = []
+        for data in (self.events.filter(kind__in=self.NODE_KEY_EVENTS).order_by("at", "pk")
+                     .values_list("data", flat=True)):
+            key = (data or {}).get("node_key_fingerprint") if isinstance(data, dict) else None
+            if isinstance(key, str) and key:
+                found = [k for k in found if k != key] + [key]
+        return found
+
 
 class LeaseEvent(models.Model):
     """The audit row every transition writes: who, what, when, why."""

@@ -150,7 +150,8 @@ def lease_provisioned(*, lease_id: int, instance: Instance, now: datetime) -> bo
     term = Lease.objects.get(pk=lease_id).term_length
     left = _transition(lease_id, to=S.ACTIVE, from_states=[S.PROVISIONING], now=now, kind="provisioned",
                        reason="host agent reports SSH ready", host=instance.host, ssh_port=instance.ssh_port,
-                       started_at=now, ends_at=now + term, data={"host": instance.host, "port": instance.ssh_port})
+                       started_at=now, ends_at=now + term, data={"host": instance.host, "port": instance.ssh_port,
+                                                                 **_node_key(instance)})
     if left:
         from .notifications.services import lease_event_emit
 
@@ -323,11 +324,16 @@ def lease_connection_update(*, lease_id: int, instance: Instance, now: datetime,
     lease = Lease.objects.select_for_update().select_related("customer").get(pk=lease_id)
     if lease.state not in (S.ACTIVE, S.SUSPENDED) or (lease.host, lease.ssh_port) == (instance.host,
                                                                                         instance.ssh_port):
+        keys = lease.node_key_fingerprints()
+        if lease.state in (S.ACTIVE, S.SUSPENDED) and instance.node_key_fingerprint and \
+                keys[-1:] != [instance.node_key_fingerprint]:
+            _event(lease_id, kind="node_key", now=now, from_state=lease.state, to_state=lease.state,
+                   reason=reason, data=_node_key(instance))     # same address, another node
         return False
     Lease.objects.filter(pk=lease_id).update(host=instance.host, ssh_port=instance.ssh_port)
     _event(lease_id, kind="connection_changed", now=now, from_state=lease.state, to_state=lease.state,
            reason=reason, data={"old": f"{lease.host}:{lease.ssh_port}", "host": instance.host,
-                                "port": instance.ssh_port})
+                                "port": instance.ssh_port, **_node_key(instance)})
     args = {"id": lease.pk, "command": ssh_command(instance.host, instance.ssh_port)}
     with customer_language(lease.customer):
         subject = _("Lease #%(id)s: new connection details") % args
@@ -335,6 +341,10 @@ def lease_connection_update(*, lease_id: int, instance: Instance, now: datetime,
                  "Connect with: %(command)s") % args
     notify(lease=lease, kind="connection_changed", deadline=now, subject=subject, body=body)
     return True
+
+
+def _node_key(instance: Instance) -> dict:
+    return {"node_key_fingerprint": instance.node_key_fingerprint} if instance.node_key_fingerprint else {}
 
 
 def lease_record(*, lease_id: int, kind: str, now: datetime, actor=None, reason: str = "", data=None) -> LeaseEvent:

@@ -349,7 +349,9 @@ def lease_data(lease) -> dict:
     return {"id": lease.pk, "state": lease.state, "offer": lease.offer.slug, "site": lease.site.code,
             "term": lease.term, "price_cents": lease.price_cents, "ends_at": iso(lease.ends_at),
             "hold_until": iso(lease.hold_until), "wipe_by": iso(lease.wipe_by),
-            "ssh": lease.ssh_command or None}
+            "ssh": lease.ssh_command or None,
+            # the key that signs this server's records, given before any record exists
+            "node_key_fingerprint": (lease.node_key_fingerprints() or [None])[-1]}
 
 
 def lease_event_emit(*, event: str, lease, at: datetime | None, now: datetime, **extra) -> list[WebhookDelivery]:
