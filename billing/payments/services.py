@@ -53,7 +53,7 @@ from .addresses import receive_address, unpaid_addresses_full, wallet_gap_exceed
 from .coins.base import Coin, DetectedPayment, ScanResult
 from .credits import credit_extra_payment, credit_or_hold, payment_on_time
 from .health import awaiting_watchers, coin_health_record
-from .misdirected import misdirected_report
+from .misdirected import misdirected_gone, misdirected_report
 from .pricing import PaymentError
 from .quotes import (  # noqa: F401 - re-exported: the quote's side, for the pages and the watchers
     _coin,
@@ -105,6 +105,8 @@ def payments_apply_scan(*, coin: str, scan: ScanResult, now: datetime) -> ApplyR
     for quote_id in touched:
         _apply_to_quote(quote_id, by_quote.get(quote_id, []), reorged.get(quote_id, []), dropped.get(quote_id, []),
                         required, now, seen_after)
+    if scan.reorged:  # a misdirected transfer that left the chain: its review cannot be credited
+        misdirected_gone(coin=coin, keys=scan.reorged, now=now)
     for p in unknown:
         if not misdirected_report(coin=coin, payment=p, required=required, now=now):
             log.warning("%s payment %s:%d to %s matches no quote", coin, p.txid, p.output_index, p.address)
@@ -411,28 +413,44 @@ def _expire_one(quote_id: int, now: datetime) -> bool:
         return quote_refresh(quote, now).state == QS.EXPIRED
 
 
-#: coins whose watcher matches addresses by a set lookup per output (or asks the wallet once
-#: per pass): they look for every address the store ever gave, so a payment after the
-#: late-payment window is recorded (and waits for an operator, ``credits``). The others do
-#: per-address work each pass (EVM balance checks, a Solana call per reference) and watch
-#: closed quotes for LATE_PAYMENT_WATCH_DAYS only.
-WATCH_EVERY_ADDRESS = (Coin.BTC, Coin.LTC, Coin.XMR)
+#: coins whose watcher matches addresses by a set lookup per output or log (or asks the wallet
+#: once per pass): they look for every address the store ever gave, so a payment after the
+#: late-payment window is recorded (and waits for an operator, ``credits``). ETH's per-address
+#: work (the balance checks that find ETH sent by contracts) is done for the quotes of the
+#: window only. Solana does a call per reference each pass and watches the window only.
+WATCH_EVERY_ADDRESS = (Coin.BTC, Coin.LTC, Coin.XMR, Coin.ETH, Coin.USDT, Coin.USDC)
+EVM = (Coin.ETH, Coin.USDT, Coin.USDC)
 
 
 def watch_set(coin: Coin, now: datetime):
     """What the watcher looks for: open quotes, plus quotes closed within LATE_PAYMENT_WATCH_DAYS
-    (late payments and overpayments are still credited) — every quote for WATCH_EVERY_ADDRESS."""
+    (late payments and overpayments are still credited) — every quote for WATCH_EVERY_ADDRESS.
+    EVM: address → whether it is within the window (``EvmAdapter`` checks balances for those)."""
     recent = now - coins_config.late_watch()
+    in_window = Q(state__in=OPEN_QUOTE_STATES) | Q(expires_at__gte=recent) | Q(settled_at__gte=recent)
     # every quote address of the wallet: money in the wrong coin is reported (``misdirected``)
     coins = coins_config.wallet_coins(coin)
     quotes = Quote.objects.filter(coin__in=coins)
     if coin not in WATCH_EVERY_ADDRESS:
-        quotes = quotes.filter(Q(state__in=OPEN_QUOTE_STATES) | Q(expires_at__gte=recent) | Q(settled_at__gte=recent))
+        quotes = quotes.filter(in_window)
     if coin is Coin.SOL:
         return set(quotes.values_list("reference", flat=True))
     if coin is Coin.XMR:
         return dict(quotes.values_list("address", "derivation_index"))
+    if coin in EVM:
+        window = set(quotes.filter(in_window).values_list("address", flat=True))
+        return {a: a in window for a in quotes.values_list("address", flat=True)}
     return set(quotes.values_list("address", flat=True))
+
+
+def _gone_from_rewalked(coin: Coin, result: ScanResult, watch) -> set[tuple[str, int]]:
+    """A reorg deeper than the walker's memory: the payments recorded in the blocks walked
+    again (``ScanResult.rewalked``) that this walk did not find again have left the chain."""
+    after, up_to = result.rewalked
+    found = {p.key for p in result.payments}
+    rows = (Payment.objects.filter(coin=coin, block_height__gt=after, block_height__lte=up_to)
+            .exclude(state__in=(PS.REORGED, PS.INVALID)).values_list("txid", "output_index", "address"))
+    return {(txid, n) for txid, n, address in rows if address in watch and (txid, n) not in found}
 
 
 def watch_coin(*, coin: str, now: datetime | None = None) -> ApplyResult:
@@ -444,12 +462,22 @@ def watch_coin(*, coin: str, now: datetime | None = None) -> ApplyResult:
         raise PaymentError(gettext("%(coin)s is not configured.") % {"coin": coin})
     now = now or timezone.now()
     cursor = WatcherCursor.objects.get_or_create(coin=coin)[0]
+    watch = watch_set(coin, now)
     try:
-        result = adapter.scan(watch_set(coin, now), dict(cursor.cursor))
+        result = adapter.scan(watch, dict(cursor.cursor))
         tip_time = adapter.tip_time() if hasattr(adapter, "tip_time") else None
     except Exception as exc:  # the node is down or answers nonsense: stop offering the coin
         coin_health_record(coin=coin, now=now, error=f"{exc.__class__.__name__}: {exc}")
         raise
+    if result.rewalked:
+        result.reorged = sorted(set(result.reorged) | _gone_from_rewalked(coin, result, watch))
+    if "pool" in result.cursor:
+        # Write-ahead: the mempool payments this pass applies are remembered before they are
+        # applied, with the last pass's (a crash between the two would leave a 0-conf payment
+        # recorded that no later pass judges when it leaves the mempool unmined: it held the
+        # order's GPUs for the whole monitoring window). The blocks' cursor is saved after.
+        pool = {**(cursor.cursor.get("pool") or {}), **result.cursor["pool"]}
+        WatcherCursor.objects.filter(pk=cursor.pk).update(cursor={**cursor.cursor, "pool": pool})
     applied = payments_apply_scan(coin=coin, scan=result, now=now)
     caught_up = {"scanned_to": now} if not result.cursor.get("behind") else {}
     WatcherCursor.objects.filter(pk=cursor.pk).update(cursor=result.cursor, updated_at=now, **caught_up)

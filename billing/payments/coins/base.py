@@ -113,6 +113,9 @@ class ScanResult:
     #: deposits that cannot be credited, for the operators: ERC-20 ``Transfer``s of a token
     #: that is not configured, to a watched address ({token, txid, log_index, to, value})
     foreign: list[dict[str, Any]] = field(default_factory=list)
+    #: heights ``(after, up_to]`` walked again after a reorg deeper than the walker's memory
+    #: (``walker``): a payment recorded in those blocks and not in ``payments`` left the chain
+    rewalked: tuple[int, int] | None = None
 
 
 @runtime_checkable

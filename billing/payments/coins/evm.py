@@ -6,9 +6,9 @@ wallets export), receive chain ``0/i``, EIP-55 checksummed.
 Detection (both remember the last ~100 block hashes in the cursor to detect reorgs):
 
 * ETH: every block's transactions (``get_block(n, full_transactions=True)``) whose ``to``
-  is watched, with a successful receipt; ``output_index`` 0. Value sent by a *contract*
+  is watched (every address the store gave: a set lookup per transaction), with a successful receipt; ``output_index`` 0. Value sent by a *contract*
   (an internal transfer, e.g. from exchanges or smart-contract wallets) is no transaction
-  ``to`` the address: it shows as the address's balance growing in the block by more than
+  ``to`` the address: for the addresses ``watch`` flags (a dict; a set: all) it shows as the address's balance growing in the block by more than
   its direct transfers (``eth_getBalance`` at the block vs its parent, by hash); that
   excess is attributed to its transactions by tracing the block (``debug_traceBlockByHash``,
   call tracer): one payment per (transaction, address), txid = the transaction hash,
@@ -104,6 +104,7 @@ class EvmAdapter:
         self.known_tokens = {t.lower() for t in known_tokens}
         self.internal_transfers = internal_transfers
         self._foreign: list[dict] = []
+        self._balance_watch: list[str] = []
         self._verified = False
 
     def address_for_index(self, i: int) -> str:
@@ -124,7 +125,7 @@ class EvmAdapter:
     def _eth_block(self, height: int, watch_lower: dict[str, str]) -> BlockInfo:
         blk = self.w3.eth.get_block(height, full_transactions=True)
         bhash, parent = _hex(blk["hash"]), _hex(blk["parentHash"])
-        found, direct = [], dict.fromkeys(watch_lower.values(), 0)
+        found, direct = [], dict.fromkeys(self._balance_watch, 0)
         for tx in blk["transactions"]:
             to = tx.get("to")
             if to is None or tx["value"] == 0:
@@ -136,7 +137,8 @@ class EvmAdapter:
             if self.w3.eth.get_transaction_receipt(txid)["status"] != 1:
                 continue  # a reverted transaction moves no value
             found.append(Found(txid, 0, addr, int(tx["value"])))
-            direct[addr] += int(tx["value"])
+            if addr in direct:
+                direct[addr] += int(tx["value"])
         if self.internal_transfers and height > 0:
             found += self._internal_inflows(bhash, parent, direct)
         self._foreign += self._foreign_transfers(bhash, watch_lower)
@@ -254,6 +256,9 @@ class EvmAdapter:
         self.verify_chain()
         # one dict per pass so that checksummed and lower-case addresses both match
         watch_lower = {a.lower(): a for a in watch}
+        # ETH sent by contracts is found by balance checks per address and block: for the
+        # addresses a dict ``watch`` flags (the late-payment window's), all of a set's
+        self._balance_watch = [a for a, flag in watch.items() if flag] if isinstance(watch, dict) else list(watch)
         block = self._token_block if self.token else self._eth_block
         self._foreign = []
         result = walk(

@@ -146,6 +146,20 @@ class MoneroRegtest:
         assert "error" not in reply, reply
         return reply["result"]["blocks"]
 
+    def pay(self, address: str, amount: int) -> dict:
+        """The funder pays ``amount`` piconero to ``address``, from a wallet refreshed first:
+        the wallets do not refresh by themselves (``auto_refresh`` is off), so the funder
+        spends what the chain holds now, after any test's reorg, not what it last saw."""
+        self.funder.call("refresh")
+        return self.funder.call("transfer", destinations=[{"address": address, "amount": int(amount)}])
+
+    def forget_dropped_spends(self) -> None:
+        """After a reorg dropped one of the funder's transactions: the funder's outputs it
+        spent are spendable again (the wallet re-asks the daemon which key images are spent),
+        so the next test's transfer does not build on a spend the chain no longer has."""
+        self.funder.call("refresh")
+        self.funder.call("rescan_spent")
+
     def _daemon(self, path: str, body: dict) -> dict:
         import json
         import urllib.request
@@ -214,6 +228,12 @@ def monero_regtest(tmp_path_factory):
             raise AssertionError("merchant wallet is not view-only")
         except MoneroRpcError as exc:
             assert "watch-only" in str(exc)
+        # No background refresh: monero-wallet-rpc refreshes every 20 s by itself, holding the
+        # wallet's lock — racing the tests' own refresh, transfer and reorg calls. The tests
+        # and the adapter (MoneroAdapter.scan) refresh when they need to; the setting is the
+        # server's, so it holds for the wallets a test opens later (a restored merchant).
+        for w in wallets:
+            w.call("auto_refresh", enable=False)
         net = MoneroRegtest(f"http://127.0.0.1:{dport}/json_rpc", funder, merchant, f_addr)
         net.mine(75)  # 60-block coinbase lock + decoys for ring size 16
         funder.call("refresh")
