@@ -63,7 +63,10 @@ BACKWARD_WORKING_SET = 2.0
 #: chunked loss; the SPEC's tables reproduce with this); "unfused": Hugging Face's
 #: causal-LM loss keeps the bf16 logits 2, the fp32 upcast 4, the shifted fp32 copy 4 and
 #: the fp32 log-softmax saved for backward 4 = 14 (matches Unsloth's HF+FA2 measurements).
-LOGITS_BYTES = {"standard": 2.0 + 4.0, "unfused": 2.0 + 4.0 + 4.0 + 4.0}
+LOGITS_BYTES = {"standard": 2.0 + 4.0, "unfused": 2.0 + 4.0 + 4.0 + 4.0,
+                "chunked": 2.0 + 4.0 / 8}
+#: "chunked" (torchtune's ``CEWithChunkedOutputLoss``, ``num_output_chunks=8``): the bf16
+#: logits of every chunk 2, and one chunk's fp32 upcast at a time, 4/8.
 #: "fused" (Liger's fused linear cross-entropy, Unsloth): the logits exist one chunk at a
 #: time; Liger sizes a chunk so it holds about as many logits as the hidden states have
 #: values (≤ 2× after rounding to a power of two), bf16 2 + fp32 4 per value, per hidden unit.
@@ -71,6 +74,13 @@ FUSED_LOSS_BYTES_PER_HIDDEN = 2.0 + 4.0
 LOSSES = (*LOGITS_BYTES, "fused")
 #: Mention the loss implementation when switching it would change the peak by at least this.
 LOSS_ADVICE_GB = 1.0
+
+#: Fused layer kernels (Unsloth's LoRA MLP/QKV kernels, fused RMSNorm and RoPE; or
+#: torch.compile, whose partitioner recomputes pointwise ops in backward): a layer keeps only
+#: the bf16 inputs and outputs of its matmuls — both norms' inputs (2h), Q, K, V (q + 2kv),
+#: the attention output (q) and the MLP's gate and up outputs (2 × width); the SwiGLU
+#: product and every elementwise intermediate are recomputed. Per token, 2 B each.
+FUSED_LAYER_BYTES = 2.0
 
 # --- the 4-bit path ----------------------------------------------------------------------
 #: bitsandbytes dequantises a 4-bit weight to bf16 for each matmul: the largest linear
@@ -103,7 +113,9 @@ ALLOCATOR_MARGIN = 0.10
 # --- training time -------------------------------------------------------------------------
 #: training FLOPs = 6·N·D (Kaplan et al. 2020): 2 forward + 4 backward per parameter-token
 FLOPS_PER_PARAM_TOKEN = 6.0
-DEFAULT_UTILISATION = 0.30
+#: share of a card's dense bf16 peak a step keeps busy, counted on the hardware FLOPs of
+#: ``sizing.throughput`` (recomputation and attention included); its calibration: CALIBRATION.md
+DEFAULT_UTILISATION = 0.40
 
 METHODS = ("full", "full-8bit", "lora", "qlora")
 OFFLOADS = ("none", "optimizer", "all")
@@ -268,8 +280,9 @@ def model_states(job: Job) -> tuple[dict[str, float], float]:
                 out[name] = _shard(total, stage, _SHARD_STAGE[name], n)
         return out, host
     a = adapter_params(job.arch, job.lora_rank, job.lora_targets)
-    parts = ((ADAPTER_WEIGHT_BYTES, 3, ("all",)), (ADAPTER_GRAD_BYTES, 2, ("all",)),
-             (ADAPTER_ADAM_BYTES, 1, ("optimizer", "all")))
+    scale = job.stack.adapter_bytes / ADAPTER_WEIGHT_BYTES  # torchtune: bf16 adapters and moments
+    parts = ((ADAPTER_WEIGHT_BYTES * scale, 3, ("all",)), (ADAPTER_GRAD_BYTES * scale, 2, ("all",)),
+             (ADAPTER_ADAM_BYTES * scale, 1, ("optimizer", "all")))
     for b, from_stage, offloaded in parts:
         if off in offloaded:
             host += a * b
@@ -316,6 +329,16 @@ def layer_activation_bytes(arch: Architecture, seq: int, batch: int, flash: bool
     return layer_factor(arch) * sbh + scores
 
 
+def fused_layer_activation_bytes(arch: Architecture, seq: int, batch: int, flash: bool) -> float:
+    """One layer's activations with fused kernels (``FUSED_LAYER_BYTES``): per token
+    2 B × (2h + 2q + 2kv + 2·MLP width), q = heads × head_dim, kv = the K/V width; the s²
+    scores as in Korthikanti when attention is not flash."""
+    q = arch.heads * arch.head_dim
+    width = 2 * arch.hidden + 2 * q + 2 * arch.kv_dim + 2 * arch.active_mlp_width()
+    scores = 0.0 if flash else KORTHIKANTI_SCORES * arch.heads * seq * seq * batch
+    return FUSED_LAYER_BYTES * seq * batch * width + scores
+
+
 def saved_4bit_input_bytes(job: Job) -> float:
     """bitsandbytes keeps every 4-bit linear's bf16 input for backward: per layer,
     2 B × Σ in_features × tokens; all layers without checkpointing, one layer with it."""
@@ -341,7 +364,8 @@ def activation_bytes(job: Job) -> float:
     activations). The 4-bit path adds its saved inputs (``saved_4bit_input_bytes``).
     """
     a = job.arch
-    per_layer = layer_activation_bytes(a, job.seq, job.batch, job.flash_attention)
+    layer = fused_layer_activation_bytes if job.stack.fused_layers else layer_activation_bytes
+    per_layer = layer(a, job.seq, job.batch, job.flash_attention)
     extra = saved_4bit_input_bytes(job)
     if not job.checkpointing:
         return a.layers * per_layer + extra

@@ -143,6 +143,12 @@ def _training_time(result, tr: Texts) -> str:
                                    "months); the compute itself is worth %(compute)s at the per-GPU-hour rate."),
                   h=_gb(best.run_hours), offer=best.candidate.offer_name, cost=usd(best.rental_cost_cents),
                   compute=usd(best.compute_cost_cents))
+        if best.run is not None:
+            (lo, hi), (clo, chi) = best.run.hours_range, best.run.rental_range_cents
+            run += "\n  " + _bt(
+                tr, gettext_noop("At %(tps)s tokens/s; likely between %(lo)s and %(hi)s hours, a rental of %(clo)s "
+                                 "to %(chi)s: how busy a step keeps the card differs between stacks."),
+                tps=f"{round(best.run.speed.tokens_per_s):,}", lo=_gb(lo), hi=_gb(hi), clo=usd(clo), chi=usd(chi))
     assumes = _bt(tr, gettext_noop("Assumes %(u)s of the card's dense bf16 FLOPS (utilisation)."),
                   u=pct(job.utilisation))
     return (f'<section aria-labelledby="time-h"><h3 id="time-h">{heading}</h3>\n  <p>{flops}\n  {run}\n'

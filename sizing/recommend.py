@@ -25,9 +25,10 @@ from dataclasses import dataclass, field, replace
 
 from django.utils.translation import gettext
 
-from .engine import MAX_NODE_GPUS, Estimate, Job, train_hours
+from .engine import MAX_NODE_GPUS, Estimate, Job
 from .estimation import estimate, layout_free_terms
 from .job_warnings import job_warnings
+from .throughput import Finish, finish
 
 LINKS = ("nvswitch", "infinity_fabric", "nvlink_bridge", "pcie_p2p", "pcie")
 HEADROOM_MIN_GB = 2.0
@@ -153,6 +154,8 @@ class Option:
     rental_cost_cents: int | None = None
     compute_cost_cents: int | None = None
     warnings: tuple[str, ...] = ()
+    run: Finish | None = None  # time and cost to finish, with their range (sizing.throughput)
+    max_micro_batch: int | None = None  # the largest micro-batch this configuration fits
 
     @property
     def headroom_gb(self) -> float:
@@ -174,7 +177,21 @@ class Option:
             "rental_cost_usd": _usd(self.rental_cost_cents),
             "compute_cost_usd": _usd(self.compute_cost_cents),
             "warnings": list(self.warnings),
+            "max_micro_batch": self.max_micro_batch,
+            **_run_json(self.run),
         }
+
+
+def _run_json(run: Finish | None) -> dict:
+    """Throughput and the time and cost to finish, each with its range (null without tokens)."""
+    if run is None:
+        return {"tokens_per_s": None, "tokens_per_s_per_gpu": None, "tokens_per_s_range": None,
+                "run_hours_range": None, "rental_cost_range_usd": None}
+    sp = run.speed
+    return {"tokens_per_s": round(sp.tokens_per_s), "tokens_per_s_per_gpu": round(sp.per_gpu),
+            "tokens_per_s_range": [round(sp.slow), round(sp.fast)],
+            "run_hours_range": [round(run.hours_range[0], 2), round(run.hours_range[1], 2)],
+            "rental_cost_range_usd": [_usd(run.rental_range_cents[0]), _usd(run.rental_range_cents[1])]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,15 +225,20 @@ class _Estimator:
         self.cache: dict[tuple, Estimate] = {} if shared is None else shared
         self.terms: dict[str, dict] = {}  # per method: what no layout changes (layout_free_terms)
 
-    def __call__(self, gpus: int, zero: int, offload: str = "none", method: str | None = None):
+    def __call__(self, gpus: int, zero: int, offload: str = "none", method: str | None = None,
+                 batch: int | None = None):
         key = (gpus, zero, offload, method or self.job.method)
+        if batch is not None and batch != self.job.batch:  # another micro-batch (max_micro_batch)
+            key = (*key, batch)
         try:
             return self.cache[key]
         except KeyError:
-            j = replace(self.job, gpus=gpus, zero=zero, offload=offload, method=key[3])
-            terms = self.terms.get(key[3])
+            j = replace(self.job, gpus=gpus, zero=zero, offload=offload, method=key[3],
+                        batch=batch or self.job.batch)
+            terms_key = key[3] if len(key) == 4 else (key[3], key[4])
+            terms = self.terms.get(terms_key)
             if terms is None:
-                terms = self.terms[key[3]] = layout_free_terms(j)
+                terms = self.terms[terms_key] = layout_free_terms(j)
             value = self.cache[key] = estimate(j, warnings=False, terms=terms)
             return value
 
@@ -252,18 +274,39 @@ def _card_warnings(opt: Option, est: _Estimator, own: Estimate, pool: Iterable[C
     return tuple(w)
 
 
+def finish_on(opt: Option, job: Job) -> Finish | None:
+    """Time and cost to finish the job on this option (``sizing.throughput``), when the job
+    gives its tokens and the card its TFLOPS; in the option's configuration (its offload)."""
+    c, e = opt.candidate, opt.estimate
+    if job.tokens <= 0:
+        return None
+    j = job if e.offload == job.offload else replace(job, offload=e.offload)
+    return finish(j, c.bf16_tflops, c.gpus, c.weekly_cents, c.monthly_cents)
+
+
 def run_cost(opt: Option, job: Job) -> tuple[float, int, int] | None:
     """(hours, cents to rent it long enough, its compute share) of the job on this option,
     when the job gives its tokens; the rent is whole weeks or whole months, whichever is less."""
-    if job.tokens <= 0:
-        return None
-    c = opt.candidate
-    hours = train_hours(opt.estimate.train_flops, c.gpus, c.bf16_tflops, job.utilisation)
-    if not math.isfinite(hours):
-        return None  # a card without a TFLOPS figure (0 in the catalog): no run time to price
-    weeks, months = math.ceil(hours / HOURS_PER_WEEK), math.ceil(hours / HOURS_PER_MONTH)
-    rental = min(max(weeks, 1) * c.weekly_cents, max(months, 1) * c.monthly_cents)
-    return hours, rental, round(hours * c.monthly_cents / HOURS_PER_MONTH)
+    run = finish_on(opt, job)
+    return None if run is None else (run.hours, run.rental_cents, run.compute_cents)
+
+
+def max_micro_batch(opt: Option, est: _Estimator) -> int:
+    """The largest micro-batch this configuration fits in the card's usable memory (0: not
+    even the job's own). Every per-GPU term grows linearly with the micro-batch (activations,
+    logits, the 4-bit input copies, and the allocator margin over them), so two estimates
+    give the line; capped at the calculator's largest micro-batch."""
+    from .inputs import MAX_BATCH
+
+    e, job = opt.estimate, est.job
+    usable = usable_gb(opt.candidate.vram_gb)
+    if e.per_gpu_gb > usable:
+        return 0
+    nxt = est(e.gpus, e.zero, e.offload, e.method, batch=job.batch + 1)
+    slope = nxt.per_gpu_gb - e.per_gpu_gb
+    if slope <= 0:
+        return MAX_BATCH
+    return min(job.batch + math.floor((usable - e.per_gpu_gb) / slope * (1 - 1e-12)), MAX_BATCH)
 
 
 def _with_costs(opt: Option, job: Job, reason: str, est: _Estimator, own: Estimate,
@@ -272,9 +315,11 @@ def _with_costs(opt: Option, job: Job, reason: str, est: _Estimator, own: Estima
     if opt.mode == "zero-3":
         reason = gettext("%(reason)s · ZeRO-3 across %(n)s cards: each holds 1/%(n)s of the states, about "
                          "1.5× the traffic of data-parallel") % {"reason": reason, "n": c.gpus}
-    hours, rental, compute = run_cost(opt, job) or (None, None, None)
+    run = finish_on(opt, job)
+    hours, rental, compute = (run.hours, run.rental_cents, run.compute_cents) if run else (None, None, None)
     return replace(opt, reason=reason, run_hours=hours, rental_cost_cents=rental,
-                   compute_cost_cents=compute, warnings=_card_warnings(opt, est, own, pool))
+                   compute_cost_cents=compute, warnings=_card_warnings(opt, est, own, pool), run=run,
+                   max_micro_batch=max_micro_batch(opt, est))
 
 
 def _eligible(c: Candidate, vendor: str, site: str | None, in_stock: bool) -> bool:

@@ -119,8 +119,23 @@ def cmd_estimate(api: Api, args) -> int:
         print(f"warning: {warning}")
     recs = result.get("recommendations") or []
     if recs:
-        table(recs[:8], [(k, k.upper()) for k in list(recs[0])[:6]])
+        table([_estimate_row(o) for o in recs[:8]], ESTIMATE_COLUMNS + (
+            ESTIMATE_RUN_COLUMNS if any(o.get("tokens_per_s") for o in recs) else []))
     return OK
+
+
+#: the calculator's figures per offer, as the page's table shows them (cost to finish first)
+ESTIMATE_COLUMNS = [("offer", "OFFER"), ("gpus", "GPUS"), ("mode", "MODE"), ("per_gpu_gb", "GB/GPU"),
+                    ("max_micro_batch", "MAX-MICRO-BATCH"), ("weekly_usd", "USD/WEEK"), ("monthly_usd", "USD/MONTH")]
+ESTIMATE_RUN_COLUMNS = [("tokens_per_s", "TOKENS/S"), ("run_hours", "HOURS"), ("hours_range", "HOURS-LIKELY"),
+                        ("rental_cost_usd", "USD-TO-FINISH"), ("cost_range", "USD-LIKELY")]
+
+
+def _estimate_row(o: dict) -> dict:
+    def span(pair):
+        return f"{pair[0]}-{pair[1]}" if pair else ""
+
+    return {**o, "hours_range": span(o.get("run_hours_range")), "cost_range": span(o.get("rental_cost_range_usd"))}
 
 
 # --- ordering -----------------------------------------------------------------------------

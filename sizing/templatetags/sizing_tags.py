@@ -301,9 +301,22 @@ def recommendation_rows(result, tr: Texts | None = None):
         run = ""
         if tokens:
             hours = _bt(tr, gettext_noop("%(h)s h"), h=_gb(o.run_hours))
+            extra = ""
+            if o.run is not None:  # the range, and the offer's throughput
+                lo, hi = o.run.hours_range
+                clo, chi = o.run.rental_range_cents
+                extra = ("<br><small class=\"muted\">"
+                         + _bt(tr, gettext_noop("likely %(lo)s–%(hi)s h"), lo=_gb(lo), hi=_gb(hi)) + "<br>"
+                         + _bt(tr, gettext_noop("%(n)s tokens/s"), n=f"{round(o.run.speed.tokens_per_s):,}")
+                         + "</small>")
+                if clo != chi:  # the lease terms often make the cost certain when the time is not
+                    cost_range = _bt(tr, gettext_noop("likely %(lo)s–%(hi)s"), lo=usd(clo), hi=usd(chi))
+                    extra += f'<br><small class="muted">{cost_range}</small>'
             run = (f'<td class="num" data-label="{l_run}">{hours}'
-                   f'<br><small>{_esc(usd(o.rental_cost_cents))} {rental}</small></td>')
+                   f'<br><small>{_esc(usd(o.rental_cost_cents))} {rental}</small>{extra}</td>')
         needs = _bt(tr, gettext_noop("needs %(n)s/GPU"), n=_gb(e.per_gpu_gb))
+        if o.max_micro_batch:
+            needs += "<br>" + _bt(tr, gettext_noop("micro-batch ≤ %(n)s"), n=o.max_micro_batch)
         rows.append(
             f'\n      <tr{tr_class}>\n        <th scope="row">{_esc(c.offer_name)}'
             f'<br><small class="muted">{_esc(o.reason)}{badge}</small>\n          {warnings}</th>\n'

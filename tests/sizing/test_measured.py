@@ -35,3 +35,26 @@ def test_hf_rows_were_under_estimated_before_the_framework_terms():
              for r in hf]
     assert min(light) < MIN_RATIO and all(ratio(r) >= MIN_RATIO for r in hf)
     assert HIGH_RATIO > 1
+
+
+FRAMEWORK_BAND = (0.9, 1.3)
+
+
+def test_with_the_framework_given_every_row_is_within_the_band():
+    """With ``framework`` set to the stack that measured it, every published row is priced
+    within 0.9-1.3x: the calculator neither under-sizes nor sends the customer to a card a
+    third too big."""
+    lo, hi = FRAMEWORK_BAND
+    off = {r.label: round(ratio(r), 3) for r in ROWS if not lo <= ratio(r) <= hi}
+    assert not off, off
+
+
+def test_without_a_framework_no_row_is_under_estimated():
+    """The default (no framework given: the heaviest stack) keeps its safety on every row,
+    whichever stack measured it."""
+    for r in ROWS:
+        job = {k: v for k, v in r.job.items() if k != "framework"}
+        gb = estimate(parse_request(job).job).per_gpu_gb
+        if r.counted == "torch":
+            gb -= estimate(parse_request(job).job).breakdown_gb["cuda_context"]
+        assert gb / r.measured_gb >= MIN_RATIO, r.label
