@@ -67,7 +67,7 @@ def main(out: Path, mode: str) -> int:
     load_demo_catalog()
     out.mkdir(exist_ok=True)
     client, qs, bad = Client(), queries(), 0
-    with override_settings(ROOT_URLCONF=sizing_page.__name__):
+    with override_settings(ROOT_URLCONF=sizing_page.__name__, API_REQUESTS_PER_IP_PER_MINUTE=10**9):
         for i, q in enumerate(qs):
             for lang, accept in LANGS.items():
                 for kind in ("f", "p", "api") if i % 20 == 0 else ("f", "api"):

@@ -80,7 +80,8 @@ def main(n: int, profile: bool) -> None:
         "calculator htmx (varied)": lambda i: client.get("/size/?" + queries[i], HTTP_HX_REQUEST="true"),
         "API GET estimate (varied)": lambda i: client.get("/api/v1/estimate?" + queries[n + i]),
     }
-    with override_settings(ROOT_URLCONF=sizing_page.__name__, CATALOG_CACHE_SECONDS=600):
+    with override_settings(ROOT_URLCONF=sizing_page.__name__, CATALOG_CACHE_SECONDS=600,
+                           API_REQUESTS_PER_IP_PER_MINUTE=10**9):  # one address: measure the views
         client.get("/size/?" + queries[-1], HTTP_HX_REQUEST="true")  # templates, URL resolver
         client.get("/api/v1/estimate?" + queries[-2])
         if profile:

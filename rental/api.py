@@ -345,3 +345,15 @@ def snapshots(request):
 @api_endpoint("GET", "POST", "PUT", "PATCH", "DELETE", scope=PUBLIC)
 def not_found(request, rest: str = ""):
     return error_response(404, "not_found", _("No such API endpoint."))
+
+
+def rate_limited(view):
+    """The API's per-address limit (API_REQUESTS_PER_IP_PER_MINUTE, JSON 429 with
+    Retry-After) for a public view outside api_endpoint: settings.SIZING_API_GUARD wraps
+    /api/v1/estimate with it (sizing sits below rental and cannot import it)."""
+    @wraps(view)
+    def guarded(request, *args, **kwargs):
+        if not _within_rate(request, "api-address", "API_REQUESTS_PER_IP_PER_MINUTE"):
+            return _too_many("API_REQUESTS_PER_IP_PER_MINUTE")
+        return view(request, *args, **kwargs)
+    return guarded

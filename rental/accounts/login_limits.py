@@ -1,14 +1,20 @@
-"""A limit per username on failed sign-ins, on top of django-axes' per username + address
-lock: 80 guesses at one username from 20 addresses locked nothing.
+"""Sign-in limits that cannot be turned against the owner (docs/adr/0010-limits-that-cannot-lock-out-the-owner.md).
 
-After AXES_USERNAME_FAILURE_LIMIT failures for a username (from any address) within
-AXES_COOLOFF_TIME, sign-ins as it from an *unknown* browser are refused — with the same
-lockout page axes shows — until the window ends. A lock that anyone can renew must not keep
-the owner out: a browser that signed in to the account before (or recovered it with a
-recovery code) carries a signed "known device" cookie naming the account, and is never
-refused by this lock, whoever guesses. Axes' per username + address lock still applies to
-it, so guessing stays slowed per source; a session already signed in (and its two-factor
-step) is never touched by either."""
+Django-axes locks a username + address pair after AXES_FAILURE_LIMIT failures: that slows
+one source and touches nobody else. Guesses spread over many addresses are met here: after
+AXES_USERNAME_FAILURE_LIMIT failures for a username (from any address) within
+AXES_COOLOFF_TIME the account is *under attack*, and from then on each source (an IPv4
+address, an IPv6 /64) may try that username once per LOGIN_PACED_SOURCE_SECONDS — a 429 with
+Retry-After, before the password is looked at, that does not count as a failure. There is no
+lock: an attacker with many addresses gets one guess per address per interval, and the owner
+from any address the attacker does not share gets their first try at once and, after a typo
+of their own, another within LOGIN_PACED_SOURCE_SECONDS, however long and from however many
+addresses the attack goes on. A browser that signed in to the account before (or recovered it
+with a recovery code) carries a signed "known device" cookie naming the account and is not
+paced at all. Axes' pair lock still applies to every browser; a session already signed in
+(and its two-factor step, reached only with the right password) is never touched."""
+import math
+import time
 import unicodedata
 
 from django.conf import settings
@@ -16,10 +22,12 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.models import User
 from django.contrib.auth.signals import user_login_failed
 from django.core import signing
+from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
+from django.shortcuts import render
 
-from .throttle import throttle_take, throttled
+from .throttle import throttle_address, throttle_counter, throttle_take, throttled
 
 SCOPE = "login-username"
 DEVICE_COOKIE = "known_device"
@@ -73,23 +81,76 @@ def _window_seconds() -> int:
     return int(settings.AXES_COOLOFF_TIME.total_seconds())
 
 
+#: The clock pacing reads (tests move it instead of sleeping).
+_clock = time.time
+PACED_SCOPE = "login-paced"
+
+
+def failures_key(username: str) -> str:
+    """The cache key counting the username's failures in this window."""
+    return throttle_counter(SCOPE, None, key=_key(username))
+
+
+def under_attack(username: str, request) -> bool:
+    """Whether the username has had AXES_USERNAME_FAILURE_LIMIT failures in this window."""
+    return throttled(SCOPE, request, limit=settings.AXES_USERNAME_FAILURE_LIMIT, key=_key(username))
+
+
+def paced_take(username: str, request) -> int:
+    """One try at `username` from this request's source (address, IPv6 /64): 0 when it may
+    go ahead now (and the source's next one is LOGIN_PACED_SOURCE_SECONDS away), else the
+    seconds until it may. Taken with one atomic add; a window's end is read from the stored
+    time, so a clock moved by a test ends it as the cache's expiry does."""
+    interval = settings.LOGIN_PACED_SOURCE_SECONDS
+    key = f"throttle:{PACED_SCOPE}:{_key(username)}|{throttle_address(request)}"
+    now = _clock()
+    if cache.add(key, now + interval, timeout=interval):
+        return 0
+    until = cache.get(key)
+    if not isinstance(until, (int, float)) or until <= now:
+        cache.set(key, now + interval, timeout=interval)
+        return 0
+    return max(1, math.ceil(until - now))
+
+
 class UsernameLimitBackend:
-    """Authenticates nobody; refuses (PermissionDenied stops the chain) a locked username.
-    Not a BaseBackend: without get_user it is never a session's backend (force_login and
-    login() pick the first backend that has one)."""
+    """Authenticates nobody; refuses (PermissionDenied stops the chain) a try that comes
+    sooner than its source's pace while the username is under attack. Not a BaseBackend:
+    without get_user it is never a session's backend (force_login and login() pick the
+    first backend that has one)."""
 
     def authenticate(self, request, username=None, password=None, **kwargs):
-        if request is not None and username and throttled(
-                SCOPE, request, limit=settings.AXES_USERNAME_FAILURE_LIMIT, key=_key(username)) \
-                and not _known_device_of(request, username):
-            request.axes_locked_out = True  # AxesMiddleware answers with its lockout page
+        if request is None or not username or not under_attack(username, request) \
+                or _known_device_of(request, username):
+            return None
+        wait = paced_take(username, request)
+        if wait:
+            request.login_paced_seconds = wait
+            request.axes_locked_out = True  # AxesMiddleware answers with lockout_response
             raise PermissionDenied
         return None
 
 
+def lockout_response(request, original_response=None, credentials=None):
+    """AXES_LOCKOUT_CALLABLE: axes' own pair lock (this address guessed this username too
+    often), or the pace of an account under attack; both 429 with Retry-After."""
+    paced = getattr(request, "login_paced_seconds", None)
+    if paced:
+        response = render(request, "registration/login_paced.html",
+                          {"seconds": paced, "interval": settings.LOGIN_PACED_SOURCE_SECONDS}, status=429)
+        response["Retry-After"] = str(paced)
+        return response
+    response = render(request, settings.AXES_LOCKOUT_TEMPLATE, {}, status=429)
+    response["Retry-After"] = str(_window_seconds())
+    return response
+
+
 @receiver(user_login_failed)
 def count_failure(sender, credentials, request=None, **kwargs):
+    """A wrong password counts towards the username's attack threshold; a try refused by
+    the pace is not a guess (the password was not looked at) and does not count."""
     username = (credentials or {}).get("username")
-    if request is not None and isinstance(username, str) and username:
+    if request is not None and isinstance(username, str) and username \
+            and not getattr(request, "login_paced_seconds", None):
         throttle_take(SCOPE, request, limit=settings.AXES_USERNAME_FAILURE_LIMIT, window_seconds=_window_seconds(),
                       key=_key(username))

@@ -99,6 +99,8 @@ MIDDLEWARE = [
     # Staff enrol TOTP before anything else; whoever enrolled gives a code (issue 16).
     "rental.middleware.TwoFactorMiddleware",
     "rental.middleware.SecurityHeadersMiddleware",  # Permissions-Policy, no-store when signed in
+    # Every signed-in customer's page write, CUSTOMER_WRITES_PER_MINUTE (many call Ceph, wallets, DNS).
+    "rental.accounts.write_limits.CustomerWriteLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -198,6 +200,12 @@ AXES_USERNAME_FAILURE_LIMIT = int(os.environ.get("AXES_USERNAME_FAILURE_LIMIT", 
 # the owner out of their own browser.
 LOGIN_DEVICE_DAYS = int(os.environ.get("LOGIN_DEVICE_DAYS", "180"))
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# No lock an anonymous client can renew (docs/adr/0010-*): a username past
+# AXES_USERNAME_FAILURE_LIMIT is paced, one try per source (address, IPv6 /64) per this many
+# seconds; the owner's first try from their own address is never refused by others' guesses.
+LOGIN_PACED_SOURCE_SECONDS = int(os.environ.get("LOGIN_PACED_SOURCE_SECONDS", "60"))
+AXES_LOCKOUT_CALLABLE = "rental.accounts.login_limits.lockout_response"  # 429 + Retry-After, paced or locked
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False  # tries while locked do not prolong the lock
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 # issue 14: behind the reverse proxy every request comes from the proxy's address, so axes
@@ -428,6 +436,11 @@ NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE = int(os.environ.get("NODE_REQUESTS_PER_
 # and per token, per minute; past either, 429 with Retry-After.
 API_REQUESTS_PER_IP_PER_MINUTE = int(os.environ.get("API_REQUESTS_PER_IP_PER_MINUTE", "300"))
 API_REQUESTS_PER_TOKEN_PER_MINUTE = int(os.environ.get("API_REQUESTS_PER_TOKEN_PER_MINUTE", "120"))
+# /api/v1/estimate (public, in sizing) counts against the API's per-address limit too.
+SIZING_API_GUARD = os.environ.get("SIZING_API_GUARD", "rental.api.rate_limited")
+# Every write a signed-in customer makes on the site's pages, per account per minute
+# (rental/accounts/write_limits.py): 429 with Retry-After past it.
+CUSTOMER_WRITES_PER_MINUTE = int(os.environ.get("CUSTOMER_WRITES_PER_MINUTE", "60"))
 # An API write's Idempotency-Key (with the answer it got) is kept this long per account;
 # a retry within it replays the answer instead of writing twice (rental.idempotency).
 API_IDEMPOTENCY_KEY_HOURS = int(os.environ.get("API_IDEMPOTENCY_KEY_HOURS", "24"))
