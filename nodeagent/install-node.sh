@@ -26,6 +26,7 @@ ETC=/etc/gpu-node-agent
 UNIT=/etc/systemd/system/gpu-node-agent.service
 SYSCTL=/etc/sysctl.d/60-gpu-node-agent.conf
 SECCOMP=/etc/docker/gpu-node-seccomp.json
+UDEV_RULE=/etc/udev/rules.d/71-nvidia-dev-char.rules
 # the disk tools (luks backend, LVM carver, NVMe sanitize), venv, NTP, nft, and AppArmor
 # (dockerd loads its docker-default profile into every container where the kernel has it)
 PACKAGES="cryptsetup-bin lvm2 nvme-cli e2fsprogs util-linux python3-venv chrony nftables apparmor"
@@ -101,6 +102,17 @@ if running; then
     sysctl_bin=/usr/lib/systemd/systemd-sysctl
     [ -x "$sysctl_bin" ] || sysctl_bin=/lib/systemd/systemd-sysctl
     "$sysctl_bin" "$SYSCTL"
+fi
+# GPUs that stay attached across a daemon-reload (this script runs one below on an upgrade):
+# NVIDIA's udev rule links every NVIDIA device node as /dev/char/MAJOR:MINOR when the driver
+# binds, and the links are made now where the toolkit and the driver are there
+# (docs/adr/0013-burn-in-by-card-class.md; the agent checks them at start: gpu_reload).
+if ! cmp -s "$src/udev/71-nvidia-dev-char.rules" "$UDEV_RULE"; then
+    install -D -m 0644 "$src/udev/71-nvidia-dev-char.rules" "$UDEV_RULE"
+    step "wrote $UDEV_RULE"
+fi
+if command -v nvidia-ctk >/dev/null 2>&1 && [ -e /dev/nvidiactl ]; then
+    nvidia-ctk system create-dev-char-symlinks --create-all >/dev/null
 fi
 include='include "/var/lib/gpu-node-agent/runtime/*.nft"'
 grep -qxF "$include" /etc/nftables.conf 2>/dev/null || echo "$include" >> /etc/nftables.conf

@@ -22,7 +22,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-CHECKS = ("storage_driver", "cdi", "io_uring", "pid_max", "swap", "gpu_memory")
+CHECKS = ("storage_driver", "cdi", "gpu_reload", "io_uring", "pid_max", "swap", "gpu_memory")
 IO_URING_SYSCTL = Path("/proc/sys/kernel/io_uring_disabled")
 PID_MAX_SYSCTL = Path("/proc/sys/kernel/pid_max")
 PROC_SWAPS = Path("/proc/swaps")
@@ -87,6 +87,48 @@ def cdi(info: dict, gpu_mode: str) -> Problem | None:
                        "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (again after "
                        f"every driver update), {other_mode}")
     return None
+
+
+DEV, DEV_CHAR = Path("/dev"), Path("/dev/char")
+# install-node.sh installs this rule; NVIDIA's documented fix for nodes that keep the toolkit
+UDEV_RULE = "/etc/udev/rules.d/71-nvidia-dev-char.rules"
+
+
+def nvidia_devices(dev: Path = DEV) -> dict[str, int]:
+    """The NVIDIA character devices on the node: name -> device number."""
+    found = {}
+    for path in sorted(Path(dev).glob("nvidia*")):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        if os.path.isdir(path) or not os.major(st.st_rdev) and not os.minor(st.st_rdev):
+            continue
+        found[path.name] = st.st_rdev
+    return found
+
+
+def gpu_reload(info: dict, gpu_mode: str, devices: dict[str, int] | None = None,
+               char_dir: Path = DEV_CHAR) -> Problem | None:
+    """Would a `systemctl daemon-reload` cut running instances off their GPUs? With the
+    systemd cgroup driver, systemd rewrites each container's device rules from what it knows:
+    device nodes the NVIDIA toolkit's hook added behind runc's back are lost ("Failed to
+    initialize NVML: Unknown Error") unless systemd can find them as /dev/char/MAJOR:MINOR.
+    Safe: CDI or plain device entries (both in the container's spec), the cgroupfs driver,
+    or a /dev/char link for every NVIDIA device node."""
+    if gpu_mode in ("cdi", "devices") or info.get("CgroupDriver") in ("cgroupfs", "none"):
+        return None
+    devices = nvidia_devices() if devices is None else devices
+    missing = [name for name, rdev in sorted(devices.items())
+               if not (Path(char_dir) / f"{os.major(rdev)}:{os.minor(rdev)}").exists()]
+    if not missing:
+        return None
+    return Problem("gpu_reload", f"dockerd uses the {info.get('CgroupDriver') or '?'} cgroup driver with "
+                   f'gpu_mode = "{gpu_mode}" and {", ".join(missing)} have no /dev/char link: a systemctl '
+                   "daemon-reload (an upgrade runs one) would cut running instances off their GPUs",
+                   'gpu_mode = "cdi" (Docker 25 or newer), or the /dev/char links: install-node.sh '
+                   f"installs {UDEV_RULE} (nvidia-ctk system create-dev-char-symlinks --create-all), "
+                   'or "exec-opts": ["native.cgroupdriver=cgroupfs"] in /etc/docker/daemon.json')
 
 
 def _names_nvidia_gpu(directory: Path) -> bool:
@@ -247,7 +289,7 @@ def node_problems(config, info: dict, *, gpu_count: int, io_uring_sysctl: Path =
                   pid_max_sysctl: Path = PID_MAX_SYSCTL, env: dict | None = None) -> list[Problem]:
     """Every check, in the order an operator fixes them."""
     found = [storage_driver(info), cdi(info, config.docker.gpu_mode),
-             io_uring(info, io_uring_sysctl),
+             gpu_reload(info, config.docker.gpu_mode), io_uring(info, io_uring_sysctl),
              pid_max(config.docker.pids_limit, gpu_count, pid_max_sysctl), swap(),
              gpu_memory(list(config.gpu_memory.command), gpu_count, env)]
     return [p for p in found if p is not None]

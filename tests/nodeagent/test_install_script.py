@@ -2,6 +2,7 @@
 real, in a chroot and on the booted guest, in tests/nodeagent/test_node_in_a_box.py; here
 what that test cannot see: the README shows what the script does, not something else."""
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -74,3 +75,10 @@ def test_the_script_installs_the_files_where_the_agents_fixes_say():
     assert f'"seccomp-profile": "{seccomp}"' in old_kernel_fix
     # the profile is in place before dockerd is restarted with a daemon.json naming it
     assert script.index('"$SECCOMP"') < script.index("systemctl restart docker")
+    # the /dev/char links are in place before the upgrade's daemon-reload could drop the GPUs
+    rule = re.search(r"^UDEV_RULE=(\S+)$", script, re.M).group(1)
+    assert rule == preflight.UDEV_RULE and rule in preflight.gpu_reload({"CgroupDriver": "systemd"}, "nvidia", {
+        "nvidia0": os.makedev(195, 0)}, Path("/nonexistent")).fix
+    assert 'install -D -m 0644 "$src/udev/71-nvidia-dev-char.rules" "$UDEV_RULE"' in script
+    assert script.index('"$UDEV_RULE"') < script.index("systemctl daemon-reload")
+    assert "create-dev-char-symlinks --create-all" in (ROOT / "nodeagent/udev/71-nvidia-dev-char.rules").read_text()

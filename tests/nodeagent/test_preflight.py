@@ -5,6 +5,7 @@ run a node that fails one, with the fix in the message, before the storefront is
 import io
 import json
 import logging
+import os
 import re
 import subprocess
 import tarfile
@@ -165,6 +166,10 @@ def test_the_checks_read_the_real_daemons_info(dockerd):
     assert preflight.seccomp_profile(info) in ("default", "builtin")  # no profile given to it
     cdi_problem = preflight.cdi(info, "cdi")                          # not enabled there
     assert cdi_problem is not None and info["ServerVersion"] in cdi_problem.detail
+    # the cgroup driver the reload check reads is the daemon's own key
+    assert info["CgroupDriver"] in ("systemd", "cgroupfs", "none")
+    reload = preflight.gpu_reload(info, "nvidia", {"nvidia0": os.makedev(195, 0)}, Path("/nonexistent"))
+    assert (reload is None) == (info["CgroupDriver"] != "systemd")
 
 
 @pytest.fixture(scope="module")
