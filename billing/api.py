@@ -267,3 +267,60 @@ def invoice_quote(request, invoice_id: int):
     except PaymentError as exc:
         raise ApiError(409, "quote_refused", str(exc)) from exc
     return JsonResponse(quote_json(request, quote), status=201)
+
+
+# --- the invoice and balance page's actions -----------------------------------------------------
+
+@api_endpoint("POST", scope="pay")
+def invoice_pay(request, invoice_id: int):
+    """Pay an open order or renewal invoice from the balance (the invoice page's button)."""
+    from django.utils import timezone
+
+    from .services import invoice_pay_from_balance
+
+    invoice = Invoice.objects.filter(pk=invoice_id, customer=request.api_user).first()
+    if invoice is None:
+        raise Http404
+    try:
+        invoice = invoice_pay_from_balance(invoice=invoice, now=timezone.now(), actor=request.api_user)
+    except InsufficientBalance as exc:
+        raise ApiError(402, "insufficient_balance", str(exc)) from exc
+    except BillingError as exc:
+        raise ApiError(409, "pay_refused", str(exc)) from exc
+    return JsonResponse(invoice_json(Invoice.objects.prefetch_related("lines").get(pk=invoice.pk)))
+
+
+@api_endpoint("POST", scope="order")
+def top_up(request):
+    """{"amount_usd": "50.00"}: a top-up invoice for the balance (the balance page's form),
+    paid in a coin like any invoice (POST /api/v1/invoices/{id}/quote)."""
+    from .services import topup_invoice_create
+    from .views import TopUpForm
+
+    form = TopUpForm({"amount": str(json_body(request).get("amount_usd", ""))})
+    if not form.is_valid():
+        raise field_errors({"amount_usd": [str(m) for m in form.errors.get("amount", [])]})
+    try:
+        invoice = topup_invoice_create(customer=request.api_user, amount_cents=form.cleaned_data["amount_cents"])
+    except BillingError as exc:
+        raise field_errors({"amount_usd": [str(exc)]}) from exc
+    return JsonResponse(invoice_json(Invoice.objects.prefetch_related("lines").get(pk=invoice.pk)), status=201)
+
+
+@api_endpoint("POST", scope="pay")
+def quote_confirm_late(request, quote_id: int):
+    """A payment that came after its quote closed is on the balance: use it for what it was
+    meant to buy (the quote page's button; once per quote)."""
+    from django.utils import timezone
+
+    from .payments.late import late_payment_confirm
+    from .payments.selectors import customer_quotes
+
+    quote = customer_quotes(request.api_user).filter(pk=quote_id).first()
+    if quote is None:
+        raise Http404
+    try:
+        invoice = late_payment_confirm(quote=quote, customer=request.api_user, now=timezone.now())
+    except BillingError as exc:  # sold out, or the credit no longer covers the order
+        raise ApiError(409, "refused", str(exc)) from exc
+    return JsonResponse(invoice_json(Invoice.objects.prefetch_related("lines").get(pk=invoice.pk)))

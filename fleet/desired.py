@@ -15,19 +15,21 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from billing.storage.models import SnapshotNodeKey
+from billing.storage.snapshots import snapshot_node_repository
 from billing.storage.volumes import desired_storage, desired_volumes
 from inventory.burnin import burn_in_depth, pending_for_node
 from inventory.models import Node, SlotAllocation
 from nodeagent.signing import fingerprint
 from rental.agent import Instance
 from rental.models import DiskKey, Lease, LeaseState, Snapshot
-from rental.storage import restore_into_pending, snapshot_repository
+from rental.storage import restore_into_pending
 
 from .desired_version import desired_stamp, remember_etag
 from .models import Evidence, InstanceIntent, IssuedOp
@@ -204,7 +206,7 @@ def desired_instances(*, node: Node, now: datetime, clock: list[datetime] | None
             "disk_gb": lease.offer.gpu_model.included_nvme_gb + 1000 * lease.extra_nvme_tb,
             **_resources(node, gpus),
             "volumes": volumes.get(lease.pk, []) if wanted.want == "running" else [],
-            **_snapshot_ops(lease, wanted, snap, restore_into),
+            **_snapshot_ops(lease, wanted, snap, restore_into, node=node, now=now, clock=clock),
         })
     return out
 
@@ -220,25 +222,42 @@ def _snapshots_to_take(lease_ids: list[int]) -> dict[int, Snapshot]:
     return out
 
 
-def _snapshot_ops(lease: Lease, wanted: Wanted, snap: Snapshot | None, restore_into=None) -> dict:
+def _snapshot_ops(lease: Lease, wanted: Wanted, snap: Snapshot | None, restore_into=None, *, node: Node,
+                  now: datetime, clock: list[datetime] | None = None) -> dict:
     """Issue 26: `snapshot` (take this snapshot of the lease's disk) and `restore` (the new
     lease's disk starts from a snapshot, before its instance first starts; or, with
     `replace` and its own op_id, the snapshot replaces a stopped lease's disk). Only the op
-    carries the repository's key and password; the node keeps them nowhere."""
+    carries the repository's password and an S3 key made for this node and op alone, taken
+    back once the op is no longer sent here (ADR 0010); the node keeps them nowhere. When the
+    cluster cannot make the key now, the op waits for a later poll."""
     ops = {}
+    T, R = SnapshotNodeKey.Purpose.TAKE, SnapshotNodeKey.Purpose.RESTORE
+
+    def repository(source, purpose):
+        repo = snapshot_node_repository(snap=source, lease=lease, node=node, purpose=purpose, now=now)
+        if repo is None and clock is not None:
+            clock.append(now + timedelta(seconds=settings.NODE_POLL_SECONDS))
+        return repo
+
     if snap is not None and wanted.want in ("running", "stopped") and restore_into is None:
-        ops["snapshot"] = {"op_id": snap.op_id, "snapshot_id": snap.pk, "repository": snapshot_repository(snap)}
+        repo = repository(snap, T)
+        if repo is not None:
+            ops["snapshot"] = {"op_id": snap.op_id, "snapshot_id": snap.pk, "repository": repo}
     source = lease.restore_from
     if restore_into is not None:
         if wanted.want == "stopped" and source.key_destroyed_at is None and source.restic_snapshot:
-            ops["restore"] = {"op_id": f"restore:{lease.pk}:{restore_into.pk}", "replace": True,
-                              "snapshot_id": source.pk, "restic_snapshot": source.restic_snapshot,
-                              "repository": snapshot_repository(source)}
+            repo = repository(source, R)
+            if repo is not None:
+                ops["restore"] = {"op_id": f"restore:{lease.pk}:{restore_into.pk}", "replace": True,
+                                  "snapshot_id": source.pk, "restic_snapshot": source.restic_snapshot,
+                                  "repository": repo}
         return ops
     if source is not None and lease.restored_at is None and wanted.want == "running" and \
             source.key_destroyed_at is None and source.restic_snapshot:
-        ops["restore"] = {"snapshot_id": source.pk, "restic_snapshot": source.restic_snapshot,
-                          "repository": snapshot_repository(source)}
+        repo = repository(source, R)
+        if repo is not None:
+            ops["restore"] = {"snapshot_id": source.pk, "restic_snapshot": source.restic_snapshot,
+                              "repository": repo}
     return ops
 
 

@@ -7,10 +7,12 @@ the lease (rental.services.lease_copy_sanitized) and a failed wipe quarantines t
 Evidence counts only for what the storefront asked of that node (the op it issued: running,
 destroy_key, wipe), so a node cannot destroy a paid lease's disk, nor start an unpaid one,
 by claiming it did."""
+import logging
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
+from billing.storage.snapshots import snapshot_node_keys_sync
 from inventory.incidents import incident_open
 from inventory.models import Incident
 from inventory.services import node_set_draining
@@ -31,6 +33,8 @@ from .desired import current_node_id, instance_of, last_node_id, lease_on_node
 from .driver import NodeAgentDriver, proof_text
 from .models import Evidence, IssuedOp, NodeAgent
 from .timeutil import parse_time
+
+log = logging.getLogger(__name__)
 
 
 class Refused(Exception):
@@ -223,14 +227,23 @@ def evidence_accept(*, agent: NodeAgent, record, now: datetime) -> Evidence:
     return evidence
 
 
+def _snapshot_keys_take_back(snapshot_id: int, now: datetime) -> None:
+    try:
+        snapshot_node_keys_sync(now=now, snapshot_ids=[snapshot_id])
+    except Exception:  # noqa: BLE001 - the proof is recorded whatever the cluster says; the sweep retries
+        log.exception("snapshot #%s: node keys not taken back after its op", snapshot_id)
+
+
 def _apply(evidence: Evidence, *, agent: NodeAgent, now: datetime) -> None:
     lease_id = evidence.lease_id
-    if evidence.kind == Evidence.Kind.SNAPSHOT_TAKEN:
-        snapshot_ready(snapshot_id=evidence.record["snapshot_id"], op_id=evidence.op_id, facts=evidence.record,
-                       now=now)
-        return
-    if evidence.kind == Evidence.Kind.SNAPSHOT_RESTORED:
-        lease_restored(lease_id=lease_id, snapshot_id=evidence.record["snapshot_id"], facts=evidence.record, now=now)
+    if evidence.kind in (Evidence.Kind.SNAPSHOT_TAKEN, Evidence.Kind.SNAPSHOT_RESTORED):
+        snapshot_id = evidence.record["snapshot_id"]
+        if evidence.kind == Evidence.Kind.SNAPSHOT_TAKEN:
+            snapshot_ready(snapshot_id=snapshot_id, op_id=evidence.op_id, facts=evidence.record, now=now)
+        else:
+            lease_restored(lease_id=lease_id, snapshot_id=snapshot_id, facts=evidence.record, now=now)
+        # The op is done: the node's key for it is taken back now (the storage sweep retries).
+        transaction.on_commit(lambda: _snapshot_keys_take_back(snapshot_id, now))
         return
     if evidence.kind == Evidence.Kind.INSTANCE_READY:
         if current_node_id(lease_id) != agent.node_id:

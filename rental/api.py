@@ -16,12 +16,13 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 
+from inventory.models import Site
 from inventory.selectors import catalog_rows
 
 from .accounts.services import SshKeyRefused, api_token_authenticate, ssh_key_add, ssh_key_delete
 from .api_schema import build_schema, iso
 from .idempotency import run_once
-from .models import Lease, NetworkVolume, Snapshot, SshKey
+from .models import Image, Lease, NetworkVolume, Snapshot, SshKey
 from .services import account_auto_renew, lease_auto_renew_set, lease_auto_renews
 
 MAX_BODY_BYTES = 64 * 1024
@@ -323,23 +324,44 @@ def ssh_key_detail(request, key_id: int):
     return JsonResponse({"deleted": key_id})
 
 
-@api_endpoint("GET", scope="read")
-def volumes(request):
+def volume_json(v: NetworkVolume) -> dict:
+    return {"id": v.pk, "name": v.name, "site": v.site.code, "size_tb": v.size_tb, "state": v.state,
+            "created_at": iso(v.created_at), "paid_until": iso(v.paid_until), "deleted_at": iso(v.deleted_at),
+            "attached_to": [a.lease_id for a in v.attachments.all() if a.detached_at is None]}
+
+
+def snapshot_json(s: Snapshot) -> dict:
+    return {"id": s.pk, "lease": s.source_lease_id, "region": s.region, "site": s.site.code if s.site_id else None,
+            "size_tb": s.size_tb, "state": s.state, "created_at": iso(s.created_at),
+            "paid_until": iso(s.paid_until), "deleted_at": iso(s.deleted_at)}
+
+
+def volumes_list(request) -> JsonResponse:
+    """GET /api/v1/volumes (billing.storage.api adds POST: ordering one)."""
     rows = (NetworkVolume.objects.filter(customer=request.api_user).select_related("site")
             .prefetch_related("attachments")[:200])
-    return JsonResponse({"volumes": [{
-        "id": v.pk, "name": v.name, "site": v.site.code, "size_tb": v.size_tb, "state": v.state,
-        "created_at": iso(v.created_at), "paid_until": iso(v.paid_until), "deleted_at": iso(v.deleted_at),
-        "attached_to": [a.lease_id for a in v.attachments.all() if a.detached_at is None]} for v in rows]})
+    return JsonResponse({"volumes": [volume_json(v) for v in rows]})
 
 
-@api_endpoint("GET", scope="read")
-def snapshots(request):
-    rows = Snapshot.objects.filter(customer=request.api_user)[:200]
-    return JsonResponse({"snapshots": [{
-        "id": s.pk, "lease": s.source_lease_id, "region": s.region, "size_tb": s.size_tb, "state": s.state,
-        "created_at": iso(s.created_at), "paid_until": iso(s.paid_until), "deleted_at": iso(s.deleted_at)}
-        for s in rows]})
+def snapshots_list(request) -> JsonResponse:
+    """GET /api/v1/snapshots (billing.storage.api adds POST: taking one)."""
+    rows = Snapshot.objects.filter(customer=request.api_user).select_related("site")[:200]
+    return JsonResponse({"snapshots": [snapshot_json(s) for s in rows]})
+
+
+@api_endpoint("GET", scope=PUBLIC)
+def sites(request):
+    """The sites one can order at, with their region (the codes `site` takes)."""
+    return JsonResponse({"sites": [{"code": site.code, "name": site.name, "region": site.region}
+                                   for site in Site.objects.filter(is_active=True).order_by("code")]})
+
+
+@api_endpoint("GET", scope=PUBLIC)
+def images(request):
+    """The images one can order, per vendor (the slugs `image` takes)."""
+    rows = Image.objects.filter(is_active=True).order_by("vendor", "slug")
+    return JsonResponse({"images": [{"slug": image.slug, "name": image.name, "vendor": image.vendor}
+                                    for image in rows]})
 
 
 @api_endpoint("GET", "POST", "PUT", "PATCH", "DELETE", scope=PUBLIC)

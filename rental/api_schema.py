@@ -239,6 +239,134 @@ PATHS.update({
 })
 
 
+# --- storage, sites and images: the actions of My storage (billing.storage.api) -------------
+SCHEMAS.update({
+    "Volume": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "name": {"type": "string"}, "site": {"type": "string"},
+        "size_tb": {"type": "integer"}, "state": {"type": "string"}, "created_at": STAMP, "paid_until": STAMP,
+        "deleted_at": STAMP, "attached_to": {"type": "array", "items": {"type": "integer"}}}},
+    "Snapshot": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "lease": {"type": ["integer", "null"]}, "site": {"type": ["string", "null"]},
+        "region": {"type": "string"}, "size_tb": {"type": "integer"}, "state": {"type": "string"},
+        "created_at": STAMP, "paid_until": STAMP, "deleted_at": STAMP}},
+    "ObjectStorage": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "site": {"type": "string"}, "quota_gb": {"type": "integer"},
+        "state": {"type": "string"}, "endpoint": {"type": "string"}, "created_at": STAMP,
+        "keys": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "integer"}, "access_key": {"type": "string"}, "created_at": STAMP}}}}},
+    "S3Secret": {"type": "object", "description": "Shown once: an Idempotency-Key replay of it is a 409",
+                 "properties": {"account": {"type": "integer"}, "endpoint": {"type": "string"},
+                                "access_key": {"type": "string"}, "secret_key": {"type": "string"}}},
+})
+_LEASE_BODY = {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["lease"], "properties": {"lease": {"type": "integer"}}}}}}
+_SIZE = {"type": "integer", "minimum": 1, "maximum": 100}
+
+
+def _op(op_id: str, summary: str, ok: str, schema: dict, *errors: int, params=(ID_PARAM,), body=None) -> dict:
+    operation = {"operationId": op_id, "summary": summary, "security": SECURED, "parameters": list(params),
+                 "responses": {ok: _json(schema, summary), **_errors(*errors)}}
+    if body is not None:
+        operation["requestBody"] = body
+    return operation
+
+
+PATHS["/api/v1/volumes"]["post"] = _op(
+    "orderVolume", "Order a network volume; its first 30 days are paid from the balance", "201", _ref("Volume"),
+    400, 401, 402, 403, 409, params=(), body={"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "required": ["site", "size_tb"], "properties": {
+            "site": {"type": "string"}, "size_tb": _SIZE, "name": {"type": "string", "default": "data"}}}}}})
+PATHS["/api/v1/volumes"]["get"]["responses"]["200"] = _json(
+    {"type": "object", "properties": {"volumes": {"type": "array", "items": _ref("Volume")}}}, "Your volumes")
+PATHS["/api/v1/snapshots"]["post"] = _op(
+    "takeSnapshot", "Snapshot a running or suspended lease's disk; billed for what it stores", "201",
+    _ref("Snapshot"), 400, 401, 402, 403, 404, 409, params=(), body={"required": True, "content": {
+        "application/json": {"schema": {"type": "object", "required": ["lease", "size_tb"], "properties": {
+            "lease": {"type": "integer"}, "size_tb": _SIZE}}}}})
+PATHS["/api/v1/snapshots"]["get"]["responses"]["200"] = _json(
+    {"type": "object", "properties": {"snapshots": {"type": "array", "items": _ref("Snapshot")}}}, "Your snapshots")
+_DELETED = {"type": "object", "properties": {"deleted": {"type": "integer"}}}
+PATHS.update({
+    "/api/v1/volumes/{id}": {"delete": _op("deleteVolume", "Delete a volume: detached, its data purged", "200",
+                                           _DELETED, 401, 403, 404)},
+    "/api/v1/volumes/{id}/attach": {"post": _op("attachVolume", "Attach to a running lease at the volume's site",
+                                                "200", _ref("Volume"), 400, 401, 403, 404, 409, body=_LEASE_BODY)},
+    "/api/v1/volumes/{id}/detach": {"post": _op("detachVolume", "Detach from a lease", "200", _ref("Volume"),
+                                                400, 401, 403, 404, 409, body=_LEASE_BODY)},
+    "/api/v1/volumes/{id}/grow": {"post": _op(
+        "growVolume", "Grow a volume; the extra TB are paid pro rata from the balance", "200", _ref("Volume"),
+        400, 401, 402, 403, 404, 409, body={"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["size_tb"], "properties": {"size_tb": _SIZE}}}}})},
+    "/api/v1/snapshots/{id}": {"delete": _op("deleteSnapshot", "Delete a snapshot", "200", _DELETED, 401, 403, 404)},
+    "/api/v1/snapshots/{id}/restore": {"post": _op(
+        "restoreSnapshot", "Restore onto another running lease in the snapshot's region (a copy in a repository: "
+                           "POST /api/v1/leases/{id}/restore into a stopped lease)", "200",
+        {"type": "object"}, 400, 401, 403, 404, 409, body=_LEASE_BODY)},
+    "/api/v1/object-storage": {
+        "get": _op("listObjectStorage", "Your object-storage accounts and their live keys", "200",
+                   {"type": "object", "properties": {"accounts": {"type": "array", "items": _ref("ObjectStorage")}}},
+                   401, params=()),
+        "post": _op("openObjectStorage", "Open object storage at a site (or change its quota); billed per "
+                                         "GB-month stored", "201", _ref("ObjectStorage"), 400, 401, 403, 409,
+                    params=(), body={"required": True, "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["site", "quota_gb"], "properties": {
+                            "site": {"type": "string"}, "quota_gb": {"type": "integer", "minimum": 1}}}}}})},
+    "/api/v1/object-storage/{id}/keys": {"post": _op("newS3Key", "A new key; the secret is in this answer only",
+                                                     "201", _ref("S3Secret"), 401, 403, 404, 409)},
+    "/api/v1/object-storage/keys/{id}/rotate": {"post": _op(
+        "rotateS3Key", "A new key, then this one revoked; the secret is in this answer only", "201",
+        _ref("S3Secret"), 401, 403, 404, 409)},
+    "/api/v1/object-storage/keys/{id}": {"delete": _op("revokeS3Key", "Revoke a key: it stops working", "200",
+                                                       {"type": "object"}, 401, 403, 404, 409)},
+    "/api/v1/invoices/{id}/pay": {"post": _op("payInvoice", "Pay an open order or renewal invoice from the balance",
+                                              "200", _ref("Invoice"), 401, 402, 403, 404, 409)},
+    "/api/v1/account/top-up": {"post": _op(
+        "topUp", "A top-up invoice for the balance (pay it in a coin: /api/v1/invoices/{id}/quote)", "201",
+        _ref("Invoice"), 400, 401, 403, params=(), body={"required": True, "content": {"application/json": {
+            "schema": {"type": "object", "required": ["amount_usd"], "properties": {
+                "amount_usd": {"type": "string", "examples": ["50.00"]}}}}}})},
+    "/api/v1/sla-claims": {
+        "get": _op("listSlaClaims", "Your SLA claims", "200", {"type": "object", "properties": {
+            "claims": {"type": "array", "items": {"type": "object"}}}}, 401, params=()),
+        "post": _op("fileSlaClaim", "File an SLA claim for a lease and a month; an operator decides", "201",
+                    {"type": "object"}, 400, 401, 403, 409, params=(), body={"required": True, "content": {
+                        "application/json": {"schema": {"type": "object", "required": ["lease", "period"],
+                                                        "properties": {"lease": {"type": "integer"},
+                                                                       "period": {"type": "string",
+                                                                                  "examples": ["2026-11"]},
+                                                                       "message": {"type": "string"}}}}}})},
+    "/api/v1/webhook": {
+        "get": _op("getWebhook", "The account's webhook endpoint and its latest deliveries", "200",
+                   {"type": "object"}, 401, 404, params=()),
+        "post": _op("setWebhook", "Set the webhook URL; a new endpoint's secret is in this answer only", "200",
+                    {"type": "object"}, 400, 401, 403, params=(), body={"required": True, "content": {
+                        "application/json": {"schema": {"type": "object", "required": ["url"],
+                                                        "properties": {"url": {"type": "string"}}}}}}),
+        "delete": _op("deleteWebhook", "Remove the webhook: no more events are sent", "200", {"type": "object"},
+                      401, 403, 404, params=())},
+    "/api/v1/webhook/rotate": {"post": _op("rotateWebhookSecret", "A new signing secret, in this answer only",
+                                           "200", {"type": "object"}, 401, 403, 404, params=())},
+    "/api/v1/webhook/test": {"post": _op("testWebhook", "Queue a webhook.test event", "202", {"type": "object"},
+                                         401, 403, 404, params=())},
+    "/api/v1/webhook/deliveries/{id}/redeliver": {"post": _op(
+        "redeliverWebhook", "Queue a delivery again, with a new delivery id", "202", {"type": "object"},
+        401, 403, 404)},
+    "/api/v1/quotes/{id}/confirm-late": {"post": _op(
+        "confirmLatePayment", "Use a late payment (on the balance) for what its quote was meant to buy", "200",
+        _ref("Invoice"), 401, 403, 404, 409)},
+    "/api/v1/sites": {"get": {"operationId": "listSites", "summary": "The sites one can order at", "security": [],
+                              "responses": {"200": _json({"type": "object", "properties": {"sites": {
+                                  "type": "array", "items": {"type": "object", "properties": {
+                                      "code": {"type": "string"}, "name": {"type": "string"},
+                                      "region": {"type": "string"}}}}}}, "Sites")}}},
+    "/api/v1/images": {"get": {"operationId": "listImages", "summary": "The images one can order", "security": [],
+                               "responses": {"200": _json({"type": "object", "properties": {"images": {
+                                   "type": "array", "items": {"type": "object", "properties": {
+                                       "slug": {"type": "string"}, "name": {"type": "string"},
+                                       "vendor": {"type": "string"}}}}}}, "Images")}}},
+})
+
+
 def _contributions() -> list:
     found = []
     for app in API_APPS_WITH_PATHS:

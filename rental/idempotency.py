@@ -7,7 +7,8 @@ delivery; the same key with a different request is refused (422 idempotency_key_
 Keys are scoped per account (every token of the account shares them) and forgotten after
 API_IDEMPOTENCY_KEY_HOURS. Only a 2xx answer is kept: a refused request (4xx) created
 nothing, so the key may be used again, e.g. with the input corrected; a server error keeps
-nothing either. Two requests with one key at the same moment: the second waits on the
+nothing either. An answer that carries a secret shown once (a new S3 key) is not kept: its
+replay is a 409 secret_shown_once. Two requests with one key at the same moment: the second waits on the
 first's row (the unique constraint) and then replays its answer. ADR 0011."""
 import hashlib
 import json
@@ -102,7 +103,14 @@ def run_once(request, customer, run) -> HttpResponse:
             # Another request with this key committed first (PostgreSQL waited for it here).
             return _replay(IdempotentRequest.objects.get(customer=customer, key=key), mark)
         response = run()
-        if 200 <= response.status_code < 300 and not getattr(response, "streaming", False):
+        if 200 <= response.status_code < 300 and getattr(response, "shown_once", False):
+            # A secret (a new S3 key) is never kept here: a replay says it was done.
+            gone = _error(409, "secret_shown_once", _(
+                "This request was done; the secret it made was shown once, in its first answer, and is not "
+                "kept. Rotate the key for a new secret."))
+            record.status, record.body, record.content_type = 409, gone.content, gone["Content-Type"]
+            record.save(update_fields=["status", "body", "content_type"])
+        elif 200 <= response.status_code < 300 and not getattr(response, "streaming", False):
             record.status, record.body = response.status_code, response.content
             record.content_type = response.get("Content-Type", "application/json")
             record.save(update_fields=["status", "body", "content_type"])

@@ -167,10 +167,14 @@ def storage_delete(*, obj, now: datetime, actor=None, reason: str) -> bool:
     return True
 
 
-def snapshot_repository(snap: Snapshot) -> dict:
-    """What the node needs to write or read the snapshot (sent only in its op)."""
+def snapshot_repository(snap: Snapshot, *, access_key: str | None = None, secret_key: str | None = None) -> dict:
+    """What the node needs to write or read the snapshot (sent only in its op): with the
+    node's own key where one is given (billing.storage.snapshots.snapshot_node_repository),
+    else the snapshot's."""
     sealed = unseal(snap.sealed_secrets)
-    return {"url": snap.repository, "access_key": snap.access_key, "secret_key": sealed["secret_key"],
+    if access_key is None:
+        access_key, secret_key = snap.access_key, sealed["secret_key"]
+    return {"url": snap.repository, "access_key": access_key, "secret_key": secret_key,
             "password": sealed["password"]}
 
 

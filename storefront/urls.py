@@ -8,9 +8,11 @@ from django.views.generic import RedirectView
 
 from billing import api as billing_api
 from billing import views as billing_views
+from billing.sla import api as sla_api
 from billing.sla import views as sla_views
+from billing.storage import api as storage_api
 from fleet.instances import urls as fleet_instance_urls
-from rental import api, i18n, views
+from rental import api, i18n, views, webhooks_api
 from rental.accounts import login_limits, recovery
 from rental.accounts import views as otp_views
 from rental.accounts.throttle import per_posted_email, per_user, throttle_posts
@@ -91,8 +93,29 @@ api_v1 = [
     path("leases/<int:lease_id>/", include("fleet.api")),  # restart, stop, start
     path("keys", api.ssh_keys, name="api_keys"),
     path("keys/<int:key_id>", api.ssh_key_detail, name="api_key"),
-    path("volumes", api.volumes, name="api_volumes"),
-    path("snapshots", api.snapshots, name="api_snapshots"),
+    path("volumes", storage_api.volumes, name="api_volumes"),
+    path("volumes/<int:volume_id>", storage_api.volume_delete_api, name="api_volume"),
+    path("volumes/<int:volume_id>/attach", storage_api.volume_attach_api, name="api_volume_attach"),
+    path("volumes/<int:volume_id>/detach", storage_api.volume_detach_api, name="api_volume_detach"),
+    path("volumes/<int:volume_id>/grow", storage_api.volume_grow_api, name="api_volume_grow"),
+    path("snapshots", storage_api.snapshots, name="api_snapshots"),
+    path("snapshots/<int:snapshot_id>", storage_api.snapshot_delete_api, name="api_snapshot"),
+    path("snapshots/<int:snapshot_id>/restore", storage_api.snapshot_restore_api, name="api_snapshot_restore"),
+    path("object-storage", storage_api.object_storage, name="api_object_storage"),
+    path("object-storage/<int:account_id>/keys", storage_api.s3_key_new_api, name="api_s3_key_new"),
+    path("object-storage/keys/<int:key_id>/rotate", storage_api.s3_key_rotate_api, name="api_s3_key_rotate"),
+    path("object-storage/keys/<int:key_id>", storage_api.s3_key_revoke_api, name="api_s3_key"),
+    path("invoices/<int:invoice_id>/pay", billing_api.invoice_pay, name="api_invoice_pay"),
+    path("account/top-up", billing_api.top_up, name="api_top_up"),
+    path("quotes/<int:quote_id>/confirm-late", billing_api.quote_confirm_late, name="api_quote_confirm_late"),
+    path("sla-claims", sla_api.sla_claims, name="api_sla_claims"),
+    path("webhook", webhooks_api.webhook, name="api_webhook"),
+    path("webhook/rotate", webhooks_api.webhook_rotate, name="api_webhook_rotate"),
+    path("webhook/test", webhooks_api.webhook_test, name="api_webhook_test"),
+    path("webhook/deliveries/<int:delivery_id>/redeliver", webhooks_api.webhook_redeliver,
+         name="api_webhook_redeliver"),
+    path("sites", api.sites, name="api_sites"),
+    path("images", api.images, name="api_images"),
     path("<path:rest>", api.not_found),
 ]
 

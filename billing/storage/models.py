@@ -183,3 +183,33 @@ class SnapshotUsageCharge(models.Model):
         from decimal import Decimal
 
         return self.byte_seconds / (Decimal(10 ** 12) * 30 * 24 * 3600)
+
+
+class SnapshotNodeKey(models.Model):
+    """An S3 key on a snapshot's RGW user for one node and one op: taking the snapshot of a
+    lease's disk, or restoring it into a lease. Made when the node is first sent the op
+    (fleet.desired); removed from RGW as soon as the op is no longer sent there — the copy
+    proved, the attempts over, the lease ended or moved to another node, the snapshot
+    deleted — so a node never keeps a key that still opens the snapshot (ADR 0010)."""
+
+    class Purpose(models.TextChoices):
+        TAKE = "take"
+        RESTORE = "restore"
+
+    snapshot = models.ForeignKey("rental.Snapshot", on_delete=models.CASCADE, related_name="node_keys")
+    lease = models.ForeignKey("rental.Lease", on_delete=models.CASCADE, related_name="+")
+    node = models.ForeignKey("inventory.Node", on_delete=models.CASCADE, related_name="+")
+    purpose = models.CharField(max_length=10, choices=Purpose.choices)
+    access_key = models.CharField(max_length=40, unique=True)
+    sealed_secret = models.TextField(blank=True, help_text="rental.sealing; emptied once revoked")
+    created_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    last_error = models.CharField(max_length=500, blank=True, help_text="Why the last removal failed (retried)")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["snapshot", "lease", "node", "purpose"],
+                                               condition=models.Q(revoked_at__isnull=True),
+                                               name="one_live_snapshot_node_key")]
+
+    def __str__(self) -> str:
+        return f"{self.access_key} ({self.purpose} snapshot #{self.snapshot_id} on {self.node_id})"

@@ -117,6 +117,41 @@ def _back():
     return redirect("storage_mine:index")
 
 
+# --- the rules both channels apply (this page and billing.storage.api), with their messages ---
+
+def volume_attach_refusal(volume: NetworkVolume, lease: Lease) -> str | None:
+    """Why `volume` cannot be attached to `lease` now, or None."""
+    if volume.state != NetworkVolume.State.ACTIVE:
+        return _("Volume “%(name)s” is %(state)s; it cannot be attached.") % {
+            "name": volume.name, "state": volume.get_state_display()}
+    if lease.site_id != volume.site_id:
+        return _("Volume “%(name)s” is at %(vsite)s and lease #%(id)d at %(lsite)s: a volume "
+                 "attaches only to leases at its own site.") % {
+            "name": volume.name, "vsite": volume.site.code, "id": lease.pk, "lsite": lease.site.code}
+    if lease.state not in ATTACHABLE:
+        return _("Lease #%(id)d is %(state)s; volumes attach only to running leases.") % {
+            "id": lease.pk, "state": lease.get_state_display()}
+    return None
+
+
+def snapshot_restore_refusal(snap: Snapshot, lease: Lease) -> str | None:
+    """Why `snap` cannot be restored onto `lease` from My storage, or None."""
+    if snap.repository:     # a real copy (issue 26): restored only into a new lease's empty disk
+        return _("Snapshot #%(id)d is restored into a new lease: choose it under “Start from snapshot” when you "
+                 "order a machine at %(site)s.") % {"id": snap.pk, "site": snap.site.code}
+    if snap.state != Snapshot.State.AVAILABLE:
+        return _("Snapshot #%(id)d is %(state)s; it cannot be restored.") % {
+            "id": snap.pk, "state": snap.get_state_display()}
+    if lease.site.region != snap.region:
+        return _("Snapshot #%(id)d is in region %(sregion)s and lease #%(lease)d in %(lregion)s: "
+                 "a snapshot restores only within its region.") % {
+            "id": snap.pk, "sregion": snap.region, "lease": lease.pk, "lregion": lease.site.region}
+    if lease.state not in ATTACHABLE:
+        return _("Lease #%(id)d is %(state)s; snapshots restore only onto running leases.") % {
+            "id": lease.pk, "state": lease.get_state_display()}
+    return None
+
+
 @login_required
 @require_GET
 def index(request):
@@ -149,16 +184,9 @@ def volume_create(request):
 def volume_attach_view(request, volume_id: int):
     volume = get_object_or_404(_volumes(request.user).select_related("site"), pk=volume_id)
     lease = get_object_or_404(_leases(request.user), pk=_int(request.POST.get("lease")))
-    if volume.state != NetworkVolume.State.ACTIVE:
-        messages.error(request, _("Volume “%(name)s” is %(state)s; it cannot be attached.")
-                       % {"name": volume.name, "state": volume.get_state_display()})
-    elif lease.site_id != volume.site_id:
-        messages.error(request, _("Volume “%(name)s” is at %(vsite)s and lease #%(id)d at %(lsite)s: a volume "
-                                  "attaches only to leases at its own site.")
-                       % {"name": volume.name, "vsite": volume.site.code, "id": lease.pk, "lsite": lease.site.code})
-    elif lease.state not in ATTACHABLE:
-        messages.error(request, _("Lease #%(id)d is %(state)s; volumes attach only to running leases.")
-                       % {"id": lease.pk, "state": lease.get_state_display()})
+    refusal = volume_attach_refusal(volume, lease)
+    if refusal:
+        messages.error(request, refusal)
     else:
         try:
             volume_attach(volume=volume, lease=lease, now=timezone.now(), actor=request.user)
@@ -222,19 +250,9 @@ def snapshot_create(request):
 def snapshot_restore(request, snapshot_id: int):
     snap = get_object_or_404(_snapshots(request.user), pk=snapshot_id)
     lease = get_object_or_404(_leases(request.user), pk=_int(request.POST.get("lease")))
-    if snap.repository:     # a real copy (issue 26): restored only into a new lease's empty disk
-        messages.error(request, _("Snapshot #%(id)d is restored into a new lease: choose it under “Start from "
-                                  "snapshot” when you order a machine at %(site)s.") % {"id": snap.pk, "site": snap.site.code})
-    elif snap.state != Snapshot.State.AVAILABLE:
-        messages.error(request, _("Snapshot #%(id)d is %(state)s; it cannot be restored.")
-                       % {"id": snap.pk, "state": snap.get_state_display()})
-    elif lease.site.region != snap.region:
-        messages.error(request, _("Snapshot #%(id)d is in region %(sregion)s and lease #%(lease)d in %(lregion)s: "
-                                  "a snapshot restores only within its region.")
-                       % {"id": snap.pk, "sregion": snap.region, "lease": lease.pk, "lregion": lease.site.region})
-    elif lease.state not in ATTACHABLE:
-        messages.error(request, _("Lease #%(id)d is %(state)s; snapshots restore only onto running leases.")
-                       % {"id": lease.pk, "state": lease.get_state_display()})
+    refusal = snapshot_restore_refusal(snap, lease)
+    if refusal:
+        messages.error(request, refusal)
     else:
         try:
             _snapshot_restore(snapshot=snap, target=lease, now=timezone.now(), actor=request.user)

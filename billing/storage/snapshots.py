@@ -2,23 +2,31 @@
 site, with a quota of the snapshot's size, and a restic password generated here. The
 node gets the S3 key and the password in its desired state, only for the snapshot's op;
 the storefront keeps both sealed (rental.sealing) to restore later. Destroying the key
-purges the RGW user with its objects, then forgets the password (rental.storage)."""
+purges the RGW user with its objects, then forgets the password (rental.storage).
+
+The key the storefront made with the repository is never handed out: each node gets a key of
+its own for each op it is sent (SnapshotNodeKey), removed from RGW once the op is no longer
+sent to it — done, failed, the lease ended or moved, the snapshot deleted (ADR 0010)."""
+import logging
 import secrets
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
 from inventory.audit import audit_record
-from inventory.models import Site
+from inventory.models import Node, Site, SlotAllocation
 from rental.events import event_record as _event
 from rental.models import Lease, LeaseState, Snapshot
-from rental.sealing import seal
-from rental.storage import StorageRefused
+from rental.sealing import seal, unseal
+from rental.storage import StorageRefused, snapshot_repository
 
 from .ceph import CephError, CephUnavailable
+from .models import SnapshotNodeKey
 from .volumes import StorageUnavailable, bytes_per_tb, ceph_for, cluster_of
+
+log = logging.getLogger(__name__)
 
 S = LeaseState
 
@@ -101,6 +109,9 @@ def snapshot_key_destroy(*, snapshot_id: int, now: datetime, actor=None) -> bool
     purged = snapshot_objects_purge(site=snap.site, rgw_uid=snap.rgw_uid) if snap.site_id else False
     Snapshot.objects.filter(pk=snap.pk).update(key_destroyed_at=now, sealed_secrets="", access_key="",
                                                progress=None)
+    # The nodes' keys went with the RGW user.
+    SnapshotNodeKey.objects.filter(snapshot_id=snap.pk, revoked_at__isnull=True).update(
+        revoked_at=now, sealed_secret="", last_error="")
     audit_record(actor=actor, action="snapshot_key_destroyed", obj=snap,
                  detail={"rgw_uid": snap.rgw_uid, "repository": snap.repository, "objects_purged": purged,
                          "password_forgotten": bool(snap.sealed_secrets)}, at=now)
@@ -112,3 +123,91 @@ def snapshot_key_destroy(*, snapshot_id: int, now: datetime, actor=None) -> bool
 def snapshot_deleted(sender, *, snapshot_id: int, now, actor=None, **kwargs) -> None:
     """rental.storage.snapshot_deleted's receiver (billing.apps)."""
     snapshot_key_destroy(snapshot_id=snapshot_id, now=now, actor=actor)
+
+
+# --- the nodes' keys (fleet.desired asks; the storage sweep and the node's proof take back) -----
+
+#: Lease states in which a node may still be sent a snapshot op for the lease.
+_LIVE = (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.SUSPENDED)
+
+
+def snapshot_node_repository(*, snap: Snapshot, lease: Lease, node: Node, purpose: str,
+                             now: datetime) -> dict | None:
+    """The repository as `node` is told it for one op on `lease` (take or restore), with an
+    S3 key made for that node and op alone (made on the first ask, the same one after). None
+    when the cluster cannot make one now: the op is not sent this time. A site without a
+    cluster (simulated storage, nothing to revoke) gets the snapshot's own entry."""
+    cluster = cluster_of(snap.site) if snap.site_id else None
+    if cluster is None or not snap.rgw_uid:
+        return snapshot_repository(snap)
+    live = dict(snapshot=snap, lease=lease, node=node, purpose=purpose, revoked_at__isnull=True)
+    row = SnapshotNodeKey.objects.filter(**live).first()
+    if row is None:
+        try:
+            access, secret = ceph_for(cluster).s3_key_create(snap.rgw_uid)
+        except (CephError, CephUnavailable) as exc:
+            log.warning("snapshot #%s: no key for node %s: %s", snap.pk, node.name, exc)
+            return None
+        try:
+            with transaction.atomic():
+                row = SnapshotNodeKey.objects.create(
+                    snapshot=snap, lease=lease, node=node, purpose=purpose, access_key=access,
+                    sealed_secret=seal({"secret_key": secret}), created_at=now)
+                audit_record(actor=None, action="snapshot_node_key_create", obj=snap,
+                             detail={"node": node.name, "lease": lease.pk, "purpose": purpose, "access_key": access},
+                             at=now)
+        except IntegrityError:      # a poll beside this one made the key first: ours goes
+            _remove(cluster, snap.rgw_uid, access)
+            row = SnapshotNodeKey.objects.get(**live)
+    return snapshot_repository(snap, access_key=row.access_key,
+                               secret_key=unseal(row.sealed_secret)["secret_key"])
+
+
+def _remove(cluster, uid: str, access_key: str) -> str:
+    """'' once RGW no longer knows the key, else why not."""
+    try:
+        ceph_for(cluster).s3_key_remove(uid, access_key)
+    except (CephError, CephUnavailable) as exc:
+        return str(exc)[:500] or type(exc).__name__
+    return ""
+
+
+def node_key_wanted(row: SnapshotNodeKey) -> bool:
+    """Whether the op the key was made for is still sent to its node: the snapshot not
+    deleted, the lease live and still on that node, and the op itself not over."""
+    snap, lease = row.snapshot, row.lease
+    if snap.key_destroyed_at is not None or lease.state not in _LIVE:
+        return False
+    if not SlotAllocation.objects.filter(lease_id=lease.pk, slot__node_id=row.node_id,
+                                         released_at__isnull=True).exists():
+        return False
+    if row.purpose == SnapshotNodeKey.Purpose.TAKE:
+        return snap.state == Snapshot.State.CREATING and snap.source_lease_id == lease.pk
+    return lease.restore_from_id == snap.pk and lease.restored_at is None
+
+
+def snapshot_node_keys_sync(*, now: datetime, snapshot_ids=None, limit: int = 200) -> list[str]:
+    """Remove from RGW every node key whose op is no longer sent to its node (at most
+    `limit`, the oldest first; a failure is kept and retried by the next pass). Returns
+    what it did, for the lifecycle pass's log."""
+    rows = (SnapshotNodeKey.objects.filter(revoked_at__isnull=True)
+            .select_related("snapshot__site", "lease", "node").order_by("pk"))
+    if snapshot_ids is not None:
+        rows = rows.filter(snapshot_id__in=list(snapshot_ids))
+    done = []
+    for row in rows[:limit]:
+        if node_key_wanted(row):
+            continue
+        cluster = cluster_of(row.snapshot.site) if row.snapshot.site_id else None
+        error = _remove(cluster, row.snapshot.rgw_uid, row.access_key) if cluster is not None else ""
+        if error:
+            SnapshotNodeKey.objects.filter(pk=row.pk).update(last_error=error)
+            continue
+        with transaction.atomic():
+            if SnapshotNodeKey.objects.filter(pk=row.pk, revoked_at__isnull=True).update(
+                    revoked_at=now, sealed_secret="", last_error=""):
+                audit_record(actor=None, action="snapshot_node_key_revoke", obj=row.snapshot,
+                             detail={"node": row.node.name, "lease": row.lease_id, "purpose": row.purpose,
+                                     "access_key": row.access_key}, at=now)
+                done.append(f"snapshot #{row.snapshot_id}: node {row.node.name}'s {row.purpose} key removed")
+    return done

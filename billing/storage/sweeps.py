@@ -1,5 +1,5 @@
 """The storage sweep (part of the lifecycle pass): check each cluster, bring node keys in
-line with the attachments, purge deleted volumes' subvolumes (retried until done), read
+line with the attachments, take back snapshot keys whose op is over, purge deleted volumes' subvolumes (retried until done), read
 object storage usage from RGW and bill it."""
 from datetime import datetime, timedelta
 
@@ -14,6 +14,7 @@ from .ceph import CephError, CephUnavailable
 from .models import NodeStorageKey, S3Account, StorageCluster, VolumeStore
 from .objects import BILLING_PERIOD, s3_bill, s3_meter, s3_usage_read
 from .orders import ordered_volumes_retry
+from .snapshots import snapshot_node_keys_sync
 from .volumes import (
     cluster_check,
     node_access_sync,
@@ -46,6 +47,8 @@ def sweep_ceph(now: datetime, limit: int = 200) -> list[Transition]:
         if key is None or key.dirty or sorted(key.granted) != wanted:
             if node_access_sync(node=node, now=now):
                 done.append(Transition(0, f"node {node.name}: storage access set to {len(wanted)} volume(s)"))
+    # Snapshot keys handed to nodes whose op is over, or whose lease ended or moved (ADR 0010).
+    done += [Transition(0, text) for text in snapshot_node_keys_sync(now=now, limit=limit)]
     for store in VolumeStore.objects.filter(state=VolumeStore.State.READY,
                                             volume__state=NetworkVolume.State.DELETED)[:limit]:
         volume_store_purge_start(volume=store.volume, now=now)

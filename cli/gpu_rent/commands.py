@@ -151,7 +151,9 @@ def _choose_offer(api: Api, args) -> dict:
         found = [o for o in offers if (needle in _norm(o["gpu"]) or needle in _norm(o["slug"]))
                  and o["gpus"] == args.gpus]
     if not found:
-        raise CliError(NOT_FOUND, "No offer matches; see `gpu-rent offers`.")
+        gpus = sorted({f"{o['gpu']} ({o['gpus']}x)" for o in offers})
+        raise CliError(NOT_FOUND, "No offer matches; these are offered: " + ", ".join(gpus)
+                       + " (see `gpu-rent offers`).")
     if len(found) > 1:
         raise CliError(USAGE, "Several offers match; give --offer with one of: "
                        + ", ".join(o["slug"] for o in found))
@@ -212,7 +214,10 @@ def cmd_create(api: Api, args) -> int:
     body["pay_from_balance"] = _from_balance(api, args.pay, offer[_price_key(args.cycle)])
     if args.coin:  # the server checks the coin with the rest: a refused coin orders nothing
         body["coin"] = args.coin.upper()
-    placed = api.post("orders", body)
+    try:
+        placed = api.post("orders", body)
+    except CliError as exc:
+        raise _with_valid_values(api, exc) from None
     lease, invoice = placed["lease"], placed["invoice"]
     quote = _print_invoice(api, invoice, None, args.json, quote=placed.get("quote"))
     if not args.json:
@@ -222,6 +227,22 @@ def cmd_create(api: Api, args) -> int:
     if args.json:
         emit_json({"lease": lease, "invoice": invoice, "quote": quote})
     return OK
+
+
+def _with_valid_values(api: Api, exc: CliError) -> CliError:
+    """A refused site or image names the values this store takes (sites, images)."""
+    fields = exc.detail.get("fields") or {}
+    lines = []
+    try:
+        if "site" in fields:
+            lines.append("valid sites: " + ", ".join(s["code"] for s in api.get("sites", auth=False)["sites"]))
+        if "image" in fields:
+            lines.append("valid images: " + ", ".join(i["slug"] for i in api.get("images", auth=False)["images"]))
+    except CliError:
+        return exc
+    if lines:
+        exc.message += "".join(f"\n  {line}" for line in lines)
+    return exc
 
 
 def wait_ready(api: Api, lease_id: int, *, timeout: float, poll: float, quiet: bool = False) -> dict:
@@ -381,27 +402,179 @@ def cmd_keys(api: Api, args) -> int:
     return OK
 
 
-def _listing(api: Api, args, path: str, columns, params=None) -> int:
-    rows = api.get(path, params=params)[path]
+def _listing(api: Api, args, path: str, columns, params=None, key: str | None = None) -> int:
+    key = key or path
+    rows = api.get(path, params=params)[key]
     if args.json:
-        emit_json({path: rows})
+        emit_json({key: rows})
     else:
         table(rows, columns)
     return OK
 
 
+VOLUME_COLUMNS = [("id", "ID"), ("name", "NAME"), ("site", "SITE"), ("size_tb", "TB"), ("state", "STATE"),
+                  ("paid_until", "PAID UNTIL"), ("attached_to", "ATTACHED TO")]
+SNAPSHOT_COLUMNS = [("id", "ID"), ("lease", "LEASE"), ("region", "REGION"), ("size_tb", "TB"), ("state", "STATE"),
+                    ("paid_until", "PAID UNTIL")]
+
+
+def _confirm(args, question: str) -> bool:
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise CliError(USAGE, "This cannot be undone: add --yes.")
+    return input(f"{question} [y/N] ").strip().lower() == "y"
+
+
+def _done(args, data: dict, text: str) -> int:
+    emit_json(data) if args.json else print(text)
+    return OK
+
+
 def cmd_volumes(api: Api, args) -> int:
-    return _listing(api, args, "volumes", [("id", "ID"), ("name", "NAME"), ("site", "SITE"), ("size_tb", "TB"),
-                                           ("state", "STATE"), ("paid_until", "PAID UNTIL"),
-                                           ("attached_to", "ATTACHED TO")])
+    action = args.volumes_command or "ls"
+    if action == "ls":
+        return _listing(api, args, "volumes", VOLUME_COLUMNS)
+    if action == "create":
+        v = api.post("volumes", {"site": args.site.upper(), "size_tb": args.size_tb, "name": args.name})
+        return _done(args, v, f"Volume #{v['id']} {v['name']}: {v['size_tb']} TB at {v['site']}, "
+                              f"paid until {v['paid_until']}.")
+    if action in ("attach", "detach"):
+        v = api.post(f"volumes/{args.volume}/{action}", {"lease": args.lease})
+        return _done(args, v, f"Volume #{v['id']} {action}ed: attached to {v['attached_to'] or 'no lease'}.")
+    if action == "grow":
+        v = api.post(f"volumes/{args.volume}/grow", {"size_tb": args.size_tb})
+        return _done(args, v, f"Volume #{v['id']} is now {v['size_tb']} TB.")
+    if not _confirm(args, f"Delete volume #{args.volume} and its data?"):
+        return USAGE
+    return _done(args, api.delete(f"volumes/{args.volume}"), f"Volume #{args.volume} deleted.")
 
 
 def cmd_snapshots(api: Api, args) -> int:
-    return _listing(api, args, "snapshots", [("id", "ID"), ("lease", "LEASE"), ("region", "REGION"),
-                                             ("size_tb", "TB"), ("state", "STATE"), ("paid_until", "PAID UNTIL")])
+    action = args.snapshots_command or "ls"
+    if action == "ls":
+        return _listing(api, args, "snapshots", SNAPSHOT_COLUMNS)
+    if action == "take":
+        snap = api.post("snapshots", {"lease": args.lease, "size_tb": args.size_tb})
+        return _done(args, snap, f"Snapshot #{snap['id']} of lease #{snap['lease']}: {snap['state']}.")
+    if action == "restore":
+        done = api.post(f"snapshots/{args.snapshot}/restore", {"lease": args.lease})
+        return _done(args, done, f"Snapshot #{args.snapshot} restored onto lease #{args.lease}.")
+    if not _confirm(args, f"Delete snapshot #{args.snapshot}?"):
+        return USAGE
+    return _done(args, api.delete(f"snapshots/{args.snapshot}"), f"Snapshot #{args.snapshot} deleted.")
+
+
+def cmd_restore(api: Api, args) -> int:
+    """A snapshot kept in a repository into a stopped lease's disk (the lease page's Restore)."""
+    done = api.post(f"leases/{args.lease}/restore", {"snapshot": args.snapshot})
+    return _done(args, done, done.get("message") or f"Lease #{args.lease}: restore requested.")
+
+
+def _secret(args, pair: dict) -> int:
+    return _done(args, pair, f"endpoint   {pair['endpoint'] or '-'}\naccess key {pair['access_key']}\n"
+                             f"secret key {pair['secret_key']}\n(the secret is shown this once)")
+
+
+def cmd_s3(api: Api, args) -> int:
+    action = args.s3_command or "ls"
+    if action == "ls":
+        accounts = api.get("object-storage")["accounts"]
+        if args.json:
+            emit_json({"accounts": accounts})
+        else:
+            table([{**a, "keys": " ".join(f"{k['id']}:{k['access_key']}" for k in a["keys"])} for a in accounts],
+                  [("id", "ID"), ("site", "SITE"), ("quota_gb", "QUOTA GB"), ("endpoint", "ENDPOINT"),
+                   ("keys", "KEYS (ID:ACCESS KEY)")])
+        return OK
+    if action == "open":
+        a = api.post("object-storage", {"site": args.site.upper(), "quota_gb": args.quota_gb})
+        return _done(args, a, f"Object storage #{a['id']} at {a['site']}: quota {a['quota_gb']} GB. "
+                              f"Make a key: gpu-rent s3 key-new {a['id']}")
+    if action == "key-new":
+        return _secret(args, api.post(f"object-storage/{args.account}/keys"))
+    if action == "key-rotate":
+        return _secret(args, api.post(f"object-storage/keys/{args.key}/rotate"))
+    done = api.delete(f"object-storage/keys/{args.key}")
+    return _done(args, done, f"Key {done['access_key']} revoked: it no longer works.")
+
+
+def cmd_quote(api: Api, args) -> int:
+    invoice = api.get(f"invoices/{args.invoice}")
+    if invoice["state"] != "open":
+        raise CliError(REFUSED, f"Invoice #{args.invoice} is {invoice['state']}: there is nothing to pay.")
+    quote = _print_invoice(api, invoice, args.coin.upper(), args.json)
+    if args.json:
+        emit_json(quote)
+    return OK
+
+
+def cmd_sites(api: Api, args) -> int:
+    rows = api.get("sites", auth=False)["sites"]
+    emit_json({"sites": rows}) if args.json else table(rows, [("code", "SITE"), ("name", "CITY"),
+                                                              ("region", "REGION")])
+    return OK
+
+
+def cmd_images(api: Api, args) -> int:
+    rows = api.get("images", auth=False)["images"]
+    emit_json({"images": rows}) if args.json else table(rows, [("slug", "IMAGE"), ("vendor", "VENDOR"),
+                                                               ("name", "NAME")])
+    return OK
 
 
 def cmd_invoices(api: Api, args) -> int:
     return _listing(api, args, "invoices", [("id", "ID"), ("kind", "KIND"), ("state", "STATE"), ("lease", "LEASE"),
                                             ("amount_usd", "USD"), ("created_at", "CREATED"), ("paid_at", "PAID")],
                     params={"state": args.state} if args.state else None)
+
+
+def cmd_pay(api: Api, args) -> int:
+    invoice = api.post(f"invoices/{args.invoice}/pay")
+    return _done(args, invoice, f"Invoice #{invoice['id']}: ${invoice['amount_usd']} paid from the balance.")
+
+
+def cmd_top_up(api: Api, args) -> int:
+    invoice = api.post("account/top-up", {"amount_usd": args.amount})
+    quote = _print_invoice(api, invoice, args.coin.upper() if args.coin else None, args.json)
+    if args.json:
+        emit_json({"invoice": invoice, "quote": quote})
+    return OK
+
+
+def cmd_sla(api: Api, args) -> int:
+    if (args.sla_command or "ls") == "ls":
+        return _listing(api, args, "sla-claims", [("id", "ID"), ("lease", "LEASE"), ("period", "MONTH"),
+                                                  ("state", "STATE"), ("availability_pct", "AVAILABILITY %"),
+                                                  ("credit_usd", "CREDIT USD")], key="claims")
+    claim = api.post("sla-claims", {"lease": args.lease, "period": args.month, "message": args.message})
+    return _done(args, claim, f"Claim #{claim['id']} filed: computed credit ${claim['credit_usd']} "
+                              f"(availability {claim['availability_pct']} %). An operator will decide.")
+
+
+def cmd_webhook(api: Api, args) -> int:
+    action = args.webhook_command or "show"
+    if action in ("show", "set", "rotate"):
+        hook = {"show": lambda: api.get("webhook"), "set": lambda: api.post("webhook", {"url": args.url}),
+                "rotate": lambda: api.post("webhook/rotate")}[action]()
+        if args.json:
+            emit_json(hook)
+            return OK
+        print(f"{hook['url']} ({'active' if hook['active'] else 'inactive'})")
+        if hook.get("secret"):
+            print(f"secret {hook['secret']}  (shown this once: keep it to check the signatures)")
+        table(hook["deliveries"], [("id", "ID"), ("event", "EVENT"), ("state", "STATE"), ("attempts", "TRIES"),
+                                   ("last_status", "HTTP"), ("created_at", "CREATED")])
+        return OK
+    if action == "rm":
+        return _done(args, api.delete("webhook"), "Webhook removed: no more events are sent.")
+    if action == "test":
+        done = api.post("webhook/test")
+        return _done(args, done, done["message"])
+    done = api.post(f"webhook/deliveries/{args.delivery}/redeliver")
+    return _done(args, done, f"{done['message']} ({done['delivery_id']})")
+
+
+def cmd_confirm_late(api: Api, args) -> int:
+    invoice = api.post(f"quotes/{args.quote}/confirm-late")
+    return _done(args, invoice, f"Paid from your balance: invoice #{invoice['id']}.")

@@ -101,10 +101,89 @@ def build_parser() -> argparse.ArgumentParser:
     p = keys.add_parser("rm", help="delete a saved key (running leases keep theirs)", parents=[common])
     p.add_argument("key", help="name or id")
 
-    add("volumes", "your network volumes")
-    add("snapshots", "your snapshots")
+    p = add("restore", "replace a stopped lease's disk with one of your snapshots at its site")
+    p.add_argument("lease", type=int)
+    p.add_argument("snapshot", type=int)
+
+    volumes = add("volumes", "your network volumes (no action: list them)").add_subparsers(
+        dest="volumes_command", required=False, metavar="ACTION")
+    volumes.add_parser("ls", help="list your volumes", parents=[common])
+    p = volumes.add_parser("create", help="order a volume; its first 30 days are paid from the balance",
+                           parents=[common])
+    p.add_argument("--site", "--region", dest="site", required=True)
+    p.add_argument("--size-tb", type=int, required=True)
+    p.add_argument("--name", default="data")
+    for action, text in (("attach", "attach a volume to a running lease at its site"),
+                         ("detach", "detach a volume from a lease")):
+        p = volumes.add_parser(action, help=text, parents=[common])
+        p.add_argument("volume", type=int)
+        p.add_argument("lease", type=int)
+    p = volumes.add_parser("grow", help="grow a volume; the extra TB are paid pro rata", parents=[common])
+    p.add_argument("volume", type=int)
+    p.add_argument("size_tb", type=int, metavar="NEW_SIZE_TB")
+    p = volumes.add_parser("rm", help="delete a volume and its data", parents=[common])
+    p.add_argument("volume", type=int)
+    p.add_argument("--yes", action="store_true", help="do not ask")
+
+    snapshots = add("snapshots", "your snapshots (no action: list them)").add_subparsers(
+        dest="snapshots_command", required=False, metavar="ACTION")
+    snapshots.add_parser("ls", help="list your snapshots", parents=[common])
+    p = snapshots.add_parser("take", help="snapshot a lease's disk; billed for what it stores", parents=[common])
+    p.add_argument("lease", type=int)
+    p.add_argument("--size-tb", type=int, default=1, help="the snapshot's quota (default 1)")
+    p = snapshots.add_parser("restore", help="restore a snapshot onto another running lease in its region",
+                             parents=[common])
+    p.add_argument("snapshot", type=int)
+    p.add_argument("lease", type=int)
+    p = snapshots.add_parser("rm", help="delete a snapshot", parents=[common])
+    p.add_argument("snapshot", type=int)
+    p.add_argument("--yes", action="store_true", help="do not ask")
+
+    s3 = add("s3", "object storage (no action: your accounts and keys)").add_subparsers(
+        dest="s3_command", required=False, metavar="ACTION")
+    s3.add_parser("ls", help="your object-storage accounts and keys", parents=[common])
+    p = s3.add_parser("open", help="open object storage at a site (or change its quota)", parents=[common])
+    p.add_argument("--site", "--region", dest="site", required=True)
+    p.add_argument("--quota-gb", type=int, default=1000)
+    p = s3.add_parser("key-new", help="a new key for an account (the secret is shown once)", parents=[common])
+    p.add_argument("account", type=int)
+    p = s3.add_parser("key-rotate", help="a new key, then this one revoked (the secret is shown once)",
+                      parents=[common])
+    p.add_argument("key", type=int)
+    p = s3.add_parser("key-revoke", help="revoke a key: it stops working", parents=[common])
+    p.add_argument("key", type=int)
+
     p = add("invoices", "your invoices")
     p.add_argument("--state", choices=["open", "paid", "expired", "void"])
+    p = add("quote", "payment details of an open invoice in one coin (address, exact amount)")
+    p.add_argument("invoice", type=int)
+    p.add_argument("coin", help="e.g. LTC")
+    p = add("pay", "pay an open invoice from the balance")
+    p.add_argument("invoice", type=int)
+    p = add("top-up", "a top-up invoice for the balance, to pay in a coin")
+    p.add_argument("amount", help="USD, e.g. 50 or 50.00")
+    p.add_argument("--coin", help="also print payment details in this coin (e.g. LTC)")
+    sla = add("sla", "SLA claims (no action: yours)").add_subparsers(dest="sla_command", required=False,
+                                                                      metavar="ACTION")
+    sla.add_parser("ls", help="your SLA claims", parents=[common])
+    p = sla.add_parser("claim", help="claim a credit for a lease's downtime in a month", parents=[common])
+    p.add_argument("lease", type=int)
+    p.add_argument("month", help="YYYY-MM (UTC)")
+    p.add_argument("--message", default="", help="what happened")
+    hook = add("webhook", "the account's webhook (no action: show it and its deliveries)").add_subparsers(
+        dest="webhook_command", required=False, metavar="ACTION")
+    hook.add_parser("show", help="the endpoint and its latest deliveries", parents=[common])
+    p = hook.add_parser("set", help="set the URL (a new endpoint's secret is shown once)", parents=[common])
+    p.add_argument("url")
+    hook.add_parser("rm", help="remove it: no more events are sent", parents=[common])
+    hook.add_parser("rotate", help="a new signing secret (shown once)", parents=[common])
+    hook.add_parser("test", help="queue a webhook.test event", parents=[common])
+    p = hook.add_parser("redeliver", help="queue a delivery again with a new delivery id", parents=[common])
+    p.add_argument("delivery", type=int)
+    p = add("confirm-late", "apply a late crypto payment to its order (paid from the credit it made)")
+    p.add_argument("quote", type=int)
+    add("sites", "the sites one can order at (the codes --site takes)")
+    add("images", "the images one can order (the slugs --image takes)")
     verify.add_parser(add)      # offline: no token, no server
     return parser
 

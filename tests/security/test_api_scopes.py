@@ -30,7 +30,9 @@ def objects(catalog, customer, settings):
         term="week", image=Image.objects.get(slug="pytorch-2.5-cuda-12.4"), ssh_public_key=ED25519)
     key = ssh_key_add(customer=customer, name="k", public_key=ED25519)
     return {"lease_id": lease.pk, "invoice_id": invoice.pk, "key_id": key.pk, "action": "restart",
-            "rest": "no-such-endpoint"}
+            "rest": "no-such-endpoint",
+            # storage, quotes and webhook deliveries: none exist, so a right-scoped call is a 404
+            "volume_id": 10**6, "snapshot_id": 10**6, "account_id": 10**6, "quote_id": 10**6, "delivery_id": 10**6}
 
 
 def concrete(route: str, values: dict) -> str:
