@@ -16,6 +16,7 @@ RULES = {
     "row_remap_failed": INCIDENT,
     "xid_critical": INCIDENT,
     "temperature_high": INCIDENT,
+    "gpu_detached": INCIDENT,      # a running instance lost its GPU (after an agent upgrade)
     "row_remap_pending": DRAIN,
     "retired_pages_pending": DRAIN,
     "nvlink_link_down": DRAIN,

@@ -15,6 +15,7 @@ from .client import StorefrontClient, StorefrontRefused, StorefrontUnreachable
 from .config import AgentConfig
 from .converge import Converger
 from .gpu import gpu_report, open_gpu_probe
+from .gpu_attachment import AttachmentCheck
 from .gpu_memory import GpuMemory
 from .interfaces import OperationFailed
 from .journal import Journal, utc_now
@@ -81,6 +82,8 @@ class Agent:
             public_host=config.public_host,
             volumes=Volumes(config.state_dir / "volumes", client=config.volume_client),
             gpu_memory=gpu_memory)
+        # after an upgrade: does each running instance still reach its GPUs?
+        self.attachment = AttachmentCheck(self.state.root, __version__)
         self.failures = 0
         self.watching = config.watch    # ask the storefront to answer a change at once
         self._held: dict | None = None   # the desired state the last report's answer carried
@@ -157,7 +160,7 @@ class Agent:
             desired = self._held if self._held is not None else self.client.desired()
             for _ in range(MAX_PASSES_PER_ROUND):
                 self.poll_seconds = float(desired.get("poll_seconds", self.poll_seconds))
-                gpus = self.probe.inventory()
+                gpus = self.attachment.apply(self.probe.inventory(), self.converger.runtime)
                 instances = self.converger.converge(desired.get("instances", []), gpus,
                                                     desired.get("storage"))
                 self.burn_in.submit(desired.get("burn_in") or [],

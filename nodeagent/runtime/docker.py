@@ -29,6 +29,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, LogConfig
 
 from ..config import DockerConfig
+from ..gpu_attachment import PROBE, parse_probe
 from ..interfaces import InstanceSpec, InstanceStatus, OperationFailed
 from ..netfilter import LeaseRule, PacketFilter, bridge_name, socket_peer_pid
 from .egress import EgressMeter
@@ -171,6 +172,22 @@ class DockerRuntime:
                 log.warning("lease %s: was left paused (snapshot interrupted): resumed", lease_id)
                 resumed.append(lease_id)
         return resumed
+
+    def gpu_access(self, lease_id: int) -> dict | None:
+        """Whether the lease's running instance still opens its GPUs' device nodes
+        (nodeagent/gpu_attachment.py): {"uuids", "seen", "unreachable"}; None when it is
+        not running."""
+        container = self._container(lease_id)
+        if container is None or container.status != "running":
+            return None
+        host = container.attrs.get("HostConfig", {})
+        uuids = [i.split("=", 1)[-1] for r in host.get("DeviceRequests") or [] for i in r.get("DeviceIDs") or []]
+        paths = [d.get("PathInContainer", "") for d in host.get("Devices") or []]
+        by_path = {p: u for u, p in self.config.gpu_devices.items()}
+        uuids += [by_path[p] for p in paths if p in by_path]
+        result = self._call(container.exec_run, ["sh", "-c", PROBE, "sh", *paths], user="0")
+        seen, unreachable = parse_probe(result.output.decode(errors="replace") if result.output else "")
+        return {"uuids": uuids, "seen": seen, "unreachable": unreachable}
 
     def _worker_container(self, lease_id: int):
         client = docker.DockerClient(base_url=self.config.socket, timeout=120)

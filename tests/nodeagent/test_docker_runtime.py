@@ -160,3 +160,33 @@ def test_changed_gpus_recreate_the_container_keeping_the_disk(runtime, instance_
     assert second.ssh_port == first.ssh_port
     assert exec_in(runtime, 16, "ls /dev/nvidia*; cat /workspace/d")[1].split() == [
         "/dev/nvidia0", "data"]
+
+
+def test_after_an_upgrade_an_instance_that_cannot_open_its_gpu_is_named(runtime, instance_image, tmp_path, dockerd):
+    """nodeagent/gpu_attachment.py against the real daemon: the instance opens its device
+    nodes from inside; one it can no longer open (here: the stand-in node's mode taken away
+    in dockerd's /dev, as a detached device cgroup refuses it) marks the lease's GPUs
+    `gpu_detached` until it can again."""
+    import subprocess
+    from dataclasses import replace
+
+    from nodeagent.gpu_attachment import AttachmentCheck
+    from nodeagent.interfaces import GpuInfo
+
+    disk = DirectoryDisks(tmp_path / "disks").ensure_ready(12, 10)
+    runtime.ensure_running(spec_for(12, instance_image, disk, gpus=GPU_UUIDS[1:]))
+    assert runtime.gpu_access(12) == {"uuids": [GPU_UUIDS[1]], "seen": 2, "unreachable": []}
+    gpus = [GpuInfo(index=i, uuid=u, name="stand-in", memory_mb=1, driver="", cuda="", temperature_c=None,
+                    ecc_uncorrected=0, xid_errors=(), healthy=True) for i, u in enumerate(GPU_UUIDS)]
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "agent-version").write_text("0.0.9\n")
+    check = AttachmentCheck(tmp_path / "state", "0.1.0")
+    nsenter = require_tool("nsenter")
+    subprocess.run([nsenter, "-t", str(dockerd.pid), "-m", "chmod", "000", "/dev/nvidia1"], check=True)
+    try:
+        marked = check.apply(gpus, runtime)
+    finally:
+        subprocess.run([nsenter, "-t", str(dockerd.pid), "-m", "chmod", "666", "/dev/nvidia1"], check=True)
+    assert [c.code for c in marked[1].conditions] == ["gpu_detached"] and not marked[1].healthy
+    assert "/dev/nvidia1" in marked[1].conditions[0].detail and marked[0] == gpus[0]
+    assert check.apply([replace(g) for g in gpus], runtime) == gpus     # reachable again: cleared
