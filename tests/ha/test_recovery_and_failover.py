@@ -129,10 +129,12 @@ def test_a_restore_to_a_point_in_time_holds_the_ledger_of_that_moment(schema, tm
               f"(archive_timeout bounds the recovery point in production); restore of a "
               f"{size / 2**20:.0f} MiB database to the target took {took:.1f} s")
         assert at_target == before, "the restored ledger is not the ledger at the target time"
+        clock("the restored ledger read and compared")
     finally:
         restored.stop()
         pg.stop()
         cluster.remove(root)
+        clock("both clusters stopped and removed")
 
 
 #: Patroni's timers: the leader key lives `ttl` s unless renewed every `loop_wait` s; a
