@@ -31,6 +31,15 @@ test: setup
 test-stress: setup
 	scripts/test-stress.sh
 
+# Generated payment histories on real regtest chains (litecoind, anvil; tests/billing/
+# test_money_histories.py): N random sequences (CI runs a few fixed ones), STEPS rules each.
+N ?= 2000
+STEPS ?= 20
+.PHONY: chain-histories
+chain-histories: setup
+	CHAIN_HISTORIES=$(N) CHAIN_HISTORY_STEPS=$(STEPS) CHAIN_HISTORIES_RANDOM=1 \
+	  $(BIN)/python -m pytest -p no:xdist -q -s tests/billing/test_money_histories.py
+
 # issue 33: ruff, then the import contracts in pyproject.toml (layers, Django-free agent and CLI).
 lint: setup
 	$(BIN)/ruff check .

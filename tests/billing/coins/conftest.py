@@ -78,7 +78,12 @@ def litecoind(tmp_path_factory):
         [exe, "-regtest", f"-datadir={datadir}", "-server", f"-rpcport={port}", "-rpcbind=127.0.0.1",
          "-rpcallowip=127.0.0.1", "-listen=0", "-fallbackfee=0.0001", "-printtoconsole=0",
          "-disablewallet=0", "-dnsseed=0", "-upnp=0",
-         "-mempoolreplacement=1"],  # BIP125 as Bitcoin Core relays it (Litecoin's default is off)
+         "-mempoolreplacement=1",  # BIP125 as Bitcoin Core relays it (Litecoin's default is off)
+         # MWEB never activates: on regtest it would from about block 432, and a block
+         # invalidated after that puts its HogEx transaction (no inputs) back in the mempool,
+         # where it makes every next block invalid (bad-txns-vin-empty) — the long histories
+         # and deep reorgs of the money tests get there; the store takes no MWEB outputs
+         "-vbparams=mweb:-2:0"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:

@@ -1,0 +1,391 @@
+"""Generated chain histories: a Hypothesis state machine drives real regtest chains (litecoind,
+anvil with an ERC-20 as USDT) through random sequences of quotes, payments (exact, under,
+over, split over transactions, two coins for one order), replacements with another amount
+or a double-spend, blocks, reorgs from one block to past the confirmation depth (the EVM one
+re-mining the payments elsewhere or dropping them), operator credits of reviews, a watcher
+killed between applying a pass and saving its cursor, and time passing past the windows.
+
+After every step where the watchers have caught up with the chains it checks:
+
+* no cent created: what the store gave the customer (invoices paid, balance, money held in
+  reviews an operator sees) is at most what the chains hold for them (mined or in a mempool);
+* no invoice paid twice (an invoice is paid once, and a second quote's money is on the
+  balance, which the first invariant counts);
+* no GPU held past its window: an open order's hold ends by its own window, its quotes'
+  expiries, or the monitoring window of a payment still in a mempool.
+
+At the end of each history (and whenever a rule settles everything) every payment is mined
+deep and the watchers run: then the store holds exactly what the chains hold — nothing kept
+without a review an operator sees.
+
+CI runs CHAIN_HISTORIES fixed sequences (default 12 of up to 20 steps, under a minute); ``make chain-histories N=2000``
+runs thousands. A failing sequence is shrunk by Hypothesis and printed as a program of rule
+calls: keep it as an explicit test in this module.
+
+The rate stays $100/LTC and $1/USDT throughout, so chain value and store value compare in
+cents (1 cent = 10,000 base units of both coins, every payment a whole number of cents)."""
+import itertools
+import os
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+from hypothesis import HealthCheck
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from billing.lifecycle import run_lifecycle
+from billing.models import CoinWallet, Invoice, Payment, PaymentReview, Quote
+from billing.payments import config as coins_config
+from billing.payments import services as payment_services
+from billing.payments.coins.base import Coin
+from billing.payments.coins.evm import EvmAdapter
+from billing.payments.credits import payment_review_credit
+from billing.payments.pricing import PaymentError
+from billing.payments.services import quote_create, watch_coin
+from billing.services import account_for
+from tests.billing.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
+from tests.billing.payments_helpers import eth_account_key, set_rate
+from tests.billing.test_lifecycle import order
+from tests.billing.test_money_chains import ltc
+from tests.billing.test_payments_chains import CONTRACT, deploy
+
+pytestmark = pytest.mark.django_db(transaction=False)
+
+CENT = 10_000  # base units of a cent at $100/LTC (1e8) and $1/USDT (1e6)
+EVM_CONFIRMATIONS = 3
+LTC_CONFIRMATIONS = 2  # PAYMENT_SPEED_POLICY below: a $65 order settles at 2
+HELD_KINDS = ("no_rate", "over_cap", "misdirected", "after_window")  # money waiting for an operator
+_indexes = itertools.count(40_000, 100)  # each history's own addresses (the chains outlive it)
+RULES: dict[str, int] = {}  # how often each rule ran (the report)
+FIGURES = {"histories": 0, "steps": 0, "checks": 0, "settled_checks": 0, "lost_cents": 0}
+
+
+class Killed(BaseException):
+    """The watcher process dies between applying a pass and saving its cursor."""
+
+
+class ChainHistories(RuleBasedStateMachine):
+    # set by the test: the chains, the token, the customer and the operator
+    node = w3 = token = customer = operator = None
+
+    def __init__(self):
+        super().__init__()
+        self.atomic = transaction.atomic()
+        self.atomic.__enter__()  # each history's rows go at its end; the chains keep theirs
+        self.now = timezone.now()
+        set_rate("LTC", "100", self.now)
+        set_rate("USDT", "1", self.now)
+        first = next(_indexes)
+        CoinWallet.objects.create(coin="LTC", next_index=first, highest_paid_index=first - 1)
+        CoinWallet.objects.create(coin="ETH", next_index=first, highest_paid_index=first - 1)
+        self.node.mine(1)  # what earlier histories left in the mempool is mined, out of the way
+        self.ltc_floor = self.node.rpc.call("getblockcount")
+        self.evm_floor = self.w3.eth.block_number
+        self.adapters = {Coin.LTC: ltc(self.node),
+                         Coin.USDT: EvmAdapter(Coin.USDT, eth_account_key(), w3=self.w3, chain_id=31337,
+                                               token=self.token.address,
+                                               required_confirmations=EVM_CONFIRMATIONS)}
+        self.use = coins_config.use_adapters(self.adapters)
+        self.use.__enter__()
+        self.quotes: list[Quote] = []
+        self.sent: list[dict] = []  # every payment transaction this history made
+        self.dirty = False  # a chain moved since the watchers last ran
+        self.watch_all()
+        FIGURES["histories"] += 1
+
+    def teardown(self):
+        try:
+            self.settle_everything()
+        finally:
+            self.use.__exit__(None, None, None)
+            transaction.set_rollback(True)
+            self.atomic.__exit__(None, None, None)
+
+    # --- the chains ---------------------------------------------------------------------
+
+    def watch_all(self, coins=("LTC", "USDT")):
+        for c in coins:
+            watch_coin(coin=c, now=self.now)
+        self.dirty = False
+
+    def _ltc_tx_state(self, txid: str) -> int:
+        """Confirmations as the funder wallet sees them: < 0 conflicted (gone), 0 mempool."""
+        return int(self.node.wallet.call("gettransaction", txid)["confirmations"])
+
+    def _evm_tx_state(self, txid: str) -> int:
+        try:
+            tx = self.w3.eth.get_transaction(txid)
+        except Exception:  # dropped by a reorg
+            return -1
+        if tx["blockNumber"] is None:
+            return 0
+        return self.w3.eth.block_number - tx["blockNumber"] + 1
+
+    def chain_cents(self, *, live_only: bool) -> int:
+        """What the chains hold for the customer: every payment mined or in a mempool
+        (``live_only``), else only those mined in the best chain."""
+        total = 0
+        for s in self.sent:
+            confs = (self._ltc_tx_state if s["coin"] == "LTC" else self._evm_tx_state)(s["txid"])
+            if confs > 0 or (live_only and confs == 0):
+                total += s["units"] // CENT
+        return total
+
+    def store_cents(self) -> int:
+        """What the store gave the customer: invoices paid, the balance, money in reviews."""
+        paid = sum(Invoice.objects.filter(customer=self.customer, state=Invoice.State.PAID)
+                   .values_list("amount_cents", flat=True))
+        held = sum(r.proposed_cents if r.proposed_cents is not None else int(r.amount) // CENT
+                   for r in PaymentReview.objects.filter(state=PaymentReview.State.OPEN, kind__in=HELD_KINDS))
+        return paid + account_for(self.customer).balance_cents + held
+
+    # --- rules ----------------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.quotes) < 4)
+    @rule(coin=st.sampled_from(["LTC", "USDT"]), second=st.sampled_from([None, "LTC", "USDT"]))
+    def quote(self, coin, second):
+        """An order and its quote; sometimes a quote in a second coin for the same order."""
+        RULES['quote'] = RULES.get('quote', 0) + 1
+        try:
+            _, invoice = order(self.customer, self.now, pay=False)
+        except Exception as exc:  # the store refuses more unpaid orders: fine, nothing happens
+            FIGURES.setdefault("refused", []).append(repr(exc)[:100])
+            return
+        try:
+            self.quotes.append(quote_create(invoice=invoice, coin=coin, now=self.now))
+        except PaymentError:  # refused with a message (a watcher lagging the clock): nothing quoted
+            return
+        if second and second != coin:
+            try:
+                self.quotes.append(quote_create(invoice=invoice, coin=second, now=self.now))
+            except PaymentError:
+                pass
+
+    @precondition(lambda self: self.quotes)
+    @rule(data=st.data(), how=st.sampled_from(["exact", "under", "over", "split"]))
+    def pay(self, data, how):
+        RULES['pay'] = RULES.get('pay', 0) + 1
+        q = data.draw(st.sampled_from(self.quotes))
+        cents = int(q.amount) // CENT
+        parts = {"exact": [cents], "under": [cents // 2], "over": [cents + cents // 3],
+                 "split": [cents // 3, cents - cents // 3]}[how]
+        for part in parts:
+            self._send(q, part * CENT)
+        self.dirty = True
+
+    def _send(self, q: Quote, units: int):
+        if q.coin == "LTC":
+            txid, coin = _rbf_send(self.node, q.address, Decimal(units) / 10**8)
+            self.sent.append({"coin": "LTC", "txid": txid, "units": units, "address": q.address, "coin_in": coin})
+        else:
+            tx = self.token.functions.transfer(q.address, units).transact({"from": self.w3.eth.accounts[0]})
+            self.sent.append({"coin": "USDT", "txid": tx.to_0x_hex(), "units": units, "address": q.address})
+
+    @precondition(lambda self: any(s["coin"] == "LTC" and s.get("coin_in") for s in self.sent))
+    @rule(data=st.data(), to=st.sampled_from(["another amount", "back to the payer"]))
+    def replace(self, data, to):
+        """An unconfirmed LTC payment is replaced (BIP125): another amount, or a double-spend."""
+        RULES['replace'] = RULES.get('replace', 0) + 1
+        s = data.draw(st.sampled_from([s for s in self.sent if s["coin"] == "LTC" and s.get("coin_in")]))
+        if self._ltc_tx_state(s["txid"]) != 0:
+            return
+        coin = s["coin_in"]
+        w = self.node.wallet
+        fee = Decimal("0.001")
+        if to == "another amount":
+            units = max(s["units"] // 2 // CENT, 1) * CENT
+            outs = {s["address"]: Decimal(units) / 10**8,
+                    w.call("getrawchangeaddress", "bech32"): coin["amount"] - Decimal(units) / 10**8 - fee}
+        else:
+            units, outs = 0, {w.call("getnewaddress"): coin["amount"] - fee}
+        raw = w.call("createrawtransaction", [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}],
+                     outs)
+        txid = w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"])
+        if units:
+            self.sent.append({"coin": "LTC", "txid": txid, "units": units, "address": s["address"], "coin_in": coin})
+        self.dirty = True
+
+    @rule(ltc_blocks=st.integers(0, 3), evm_blocks=st.integers(0, 4))
+    def mine(self, ltc_blocks, evm_blocks):
+        RULES['mine'] = RULES.get('mine', 0) + 1
+        if ltc_blocks:
+            self.node.mine(ltc_blocks)
+        if evm_blocks:
+            self.w3.provider.make_request("anvil_mine", [evm_blocks])
+        self.dirty = True
+
+    @rule(depth=st.integers(1, LTC_CONFIRMATIONS + 2), double_spend=st.booleans())
+    def reorg_ltc(self, depth, double_spend):
+        """A reorg of 1 to past the confirmation depth; its payments go back to the mempool,
+        and maybe one of them is double-spent before the new chain mines them."""
+        RULES['reorg_ltc'] = RULES.get('reorg_ltc', 0) + 1
+        tip = self.node.rpc.call("getblockcount")
+        depth = min(depth, tip - self.ltc_floor)
+        if depth <= 0:
+            return
+        self.node.rpc.call("invalidateblock", self.node.rpc.call("getblockhash", tip - depth + 1))
+        if double_spend:
+            for s in self.sent:
+                if s["coin"] == "LTC" and s.get("coin_in") and self._ltc_tx_state(s["txid"]) == 0:
+                    _steal_back(self.node, s["coin_in"])
+                    break
+        self.node.mine(depth + 1, fresh=True)
+        self.dirty = True
+
+    @rule(depth=st.integers(1, EVM_CONFIRMATIONS + 2), re_mine=st.booleans())
+    def reorg_evm(self, depth, re_mine):
+        """anvil: the last ``depth`` blocks replaced; their payments re-mined in the new
+        blocks, or left out (dropped)."""
+        RULES['reorg_evm'] = RULES.get('reorg_evm', 0) + 1
+        tip = self.w3.eth.block_number
+        depth = min(depth, tip - self.evm_floor)
+        if depth <= 0:
+            return
+        again = []
+        if re_mine:
+            for s in self.sent:
+                if s["coin"] == "USDT":
+                    tx = self.w3.eth.get_transaction(s["txid"]) if self._evm_tx_state(s["txid"]) > 0 else None
+                    if tx is not None and tx["blockNumber"] > tip - depth:
+                        raw = self.w3.provider.make_request("eth_getRawTransactionByHash", [s["txid"]])["result"]
+                        again.append([raw, 0])
+        reply = self.w3.provider.make_request("anvil_reorg", [depth, again])
+        assert "error" not in reply, reply
+        self.dirty = True
+
+    @rule()
+    def watch(self):
+        RULES['watch'] = RULES.get('watch', 0) + 1
+        self.watch_all()
+
+    @rule(coin=st.sampled_from(["LTC", "USDT"]))
+    def watcher_killed_after_applying(self, coin):
+        """SIGKILL between the apply and the cursor save; the watcher restarts at once."""
+        RULES['watcher_killed_after_applying'] = RULES.get('watcher_killed_after_applying', 0) + 1
+        real = payment_services.payments_apply_scan
+
+        def apply_then_die(**kwargs):
+            real(**kwargs)
+            raise Killed
+
+        payment_services.payments_apply_scan = apply_then_die
+        try:
+            watch_coin(coin=coin, now=self.now)
+        except Killed:
+            pass
+        finally:
+            payment_services.payments_apply_scan = real
+        self.watch_all()
+
+    @rule(minutes=st.sampled_from([1, 10, 45, 400]))
+    def time_passes(self, minutes):
+        """The clock moves (past quote windows, the monitoring window); watchers, then the sweeps."""
+        RULES['time_passes'] = RULES.get('time_passes', 0) + 1
+        self.now += timedelta(minutes=minutes)
+        self.watch_all()
+        run_lifecycle(self.now)
+
+    @rule()
+    def operator_credits_a_review(self):
+        RULES['operator_credits_a_review'] = RULES.get('operator_credits_a_review', 0) + 1
+        review = PaymentReview.objects.filter(state=PaymentReview.State.OPEN, kind__in=HELD_KINDS).order_by("pk").first()
+        if review is not None:
+            try:
+                payment_review_credit(review=review, actor=self.operator, now=self.now)
+            except PaymentError:
+                pass
+
+    @rule()
+    def settle_everything(self):
+        """Every payment mined deep, every quote past its window, the watchers caught up and
+        the sweeps run: the store holds what the chains do."""
+        RULES['settle_everything'] = RULES.get('settle_everything', 0) + 1
+        self.node.mine(LTC_CONFIRMATIONS + 1)
+        self.w3.provider.make_request("anvil_mine", [EVM_CONFIRMATIONS + 1])
+        self.watch_all()
+        self.watch_all()
+        ends = [q.expires_at for q in Quote.objects.filter(pk__in=[q.pk for q in self.quotes])]
+        self.now = max([self.now, *ends]) + timedelta(minutes=1)  # partly paid quotes credit at expiry
+        self.watch_all()
+        run_lifecycle(self.now)
+        self.watch_all()
+        chain, store = self.chain_cents(live_only=False), self.store_cents()
+        FIGURES["settled_checks"] += 1
+        FIGURES["lost_cents"] += abs(chain - store)
+        assert store == chain, f"settled: the store holds {store} cents, the chains {chain}"
+
+    # --- invariants after every step -----------------------------------------------------
+
+    @invariant()
+    def nothing_created_no_invoice_twice_no_gpu_held_too_long(self):
+        FIGURES["steps"] += 1
+        if self.dirty:
+            return  # the watchers have not seen the chains' last move yet
+        FIGURES["checks"] += 1
+        store, live = self.store_cents(), self.chain_cents(live_only=True)
+        assert store <= live, f"the store gave {store} cents for {live} on the chains"
+        for invoice in Invoice.objects.filter(customer=self.customer):
+            settled = Quote.objects.filter(invoice=invoice, state=Quote.State.SETTLED, payments__in_settlement=True)
+            assert invoice.state == Invoice.State.PAID or not settled.exists()
+            if invoice.state != Invoice.State.OPEN or invoice.expires_at is None:
+                continue
+            quotes = list(Quote.objects.filter(invoice=invoice))
+            pending = Payment.objects.filter(quote__in=quotes, state=Payment.State.SEEN, confirmations=0)
+            allowed = [invoice.lease.pay_by if invoice.lease_id and invoice.lease.pay_by else invoice.created_at]
+            allowed += [q.expires_at for q in quotes]
+            allowed += [p.first_seen_at + coins_config.monitoring_window() for p in pending
+                        if self._still_in_a_mempool(p)]
+            assert invoice.expires_at <= max(allowed), (invoice.pk, invoice.expires_at, max(allowed))
+
+    def _still_in_a_mempool(self, p: Payment) -> bool:
+        state = self._ltc_tx_state if p.coin == "LTC" else self._evm_tx_state
+        return state(p.txid) == 0
+
+
+def _rbf_send(node, address, amount):
+    """A BIP125-replaceable payment from one explicit coin of the funding wallet."""
+    w = node.wallet
+    coins = [u for u in w.call("listunspent", 1) if u["amount"] > amount + 1]
+    if not coins:
+        node.mine(1)
+        coins = [u for u in w.call("listunspent", 1) if u["amount"] > amount + 1]
+    coin = coins[0]
+    fee = Decimal("0.0001")
+    outs = {address: amount, w.call("getrawchangeaddress", "bech32"): coin["amount"] - amount - fee}
+    raw = w.call("createrawtransaction", [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}], outs)
+    return w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"]), coin
+
+
+def _steal_back(node, coin):
+    w = node.wallet
+    raw = w.call("createrawtransaction", [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}],
+                 {w.call("getnewaddress"): coin["amount"] - Decimal("0.002")})
+    try:
+        w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"])
+    except Exception:  # already replaced by a higher fee: that one stands
+        pass
+
+
+def test_generated_chain_histories_lose_no_money(litecoind, anvil, catalog, customer, operator, settings):  # noqa: F811
+    settings.PAYMENT_SPEED_POLICY = f"10000:{LTC_CONFIRMATIONS}"
+    settings.MAX_OPEN_UNPAID_ORDERS = 4
+    settings.RATE_MAX_AGE_MINUTES = 100_000  # one rate throughout
+    ChainHistories.node, ChainHistories.w3 = litecoind, anvil
+    ChainHistories.token = deploy(anvil, CONTRACT, 10**15)
+    ChainHistories.customer, ChainHistories.operator = customer, operator
+    n = int(os.environ.get("CHAIN_HISTORIES", "12"))
+    run_state_machine_as_test(ChainHistories, settings=hsettings(
+        max_examples=n, stateful_step_count=int(os.environ.get("CHAIN_HISTORY_STEPS", "20")), deadline=None,
+        suppress_health_check=list(HealthCheck), derandomize=not os.environ.get("CHAIN_HISTORIES_RANDOM")))
+    print(f"\nchain histories: {FIGURES}\nrules: {RULES}")
+    assert FIGURES["lost_cents"] == 0
