@@ -25,10 +25,10 @@ from dataclasses import dataclass, field, replace
 
 from django.utils.translation import gettext
 
-from .engine import MAX_NODE_GPUS, Estimate, Job
+from .engine import ALLOCATOR_MARGIN, MAX_NODE_GPUS, Estimate, Job
 from .estimation import estimate, layout_free_terms
 from .job_warnings import job_warnings
-from .throughput import Finish, finish
+from .throughput import Finish, finish, rental_to_finish
 
 LINKS = ("nvswitch", "infinity_fabric", "nvlink_bridge", "pcie_p2p", "pcie")
 HEADROOM_MIN_GB = 2.0
@@ -225,20 +225,15 @@ class _Estimator:
         self.cache: dict[tuple, Estimate] = {} if shared is None else shared
         self.terms: dict[str, dict] = {}  # per method: what no layout changes (layout_free_terms)
 
-    def __call__(self, gpus: int, zero: int, offload: str = "none", method: str | None = None,
-                 batch: int | None = None):
+    def __call__(self, gpus: int, zero: int, offload: str = "none", method: str | None = None):
         key = (gpus, zero, offload, method or self.job.method)
-        if batch is not None and batch != self.job.batch:  # another micro-batch (max_micro_batch)
-            key = (*key, batch)
         try:
             return self.cache[key]
         except KeyError:
-            j = replace(self.job, gpus=gpus, zero=zero, offload=offload, method=key[3],
-                        batch=batch or self.job.batch)
-            terms_key = key[3] if len(key) == 4 else (key[3], key[4])
-            terms = self.terms.get(terms_key)
+            j = replace(self.job, gpus=gpus, zero=zero, offload=offload, method=key[3])
+            terms = self.terms.get(key[3])
             if terms is None:
-                terms = self.terms[terms_key] = layout_free_terms(j)
+                terms = self.terms[key[3]] = layout_free_terms(j)
             value = self.cache[key] = estimate(j, warnings=False, terms=terms)
             return value
 
@@ -294,16 +289,17 @@ def run_cost(opt: Option, job: Job) -> tuple[float, int, int] | None:
 def max_micro_batch(opt: Option, est: _Estimator) -> int:
     """The largest micro-batch this configuration fits in the card's usable memory (0: not
     even the job's own). Every per-GPU term grows linearly with the micro-batch (activations,
-    logits, the 4-bit input copies, and the allocator margin over them), so two estimates
-    give the line; capped at the calculator's largest micro-batch."""
+    logits, the 4-bit input copies, and the allocator margin over them), so the estimate's
+    own terms give the line; capped at the calculator's largest micro-batch."""
     from .inputs import MAX_BATCH
 
     e, job = opt.estimate, est.job
     usable = usable_gb(opt.candidate.vram_gb)
     if e.per_gpu_gb > usable:
         return 0
-    nxt = est(e.gpus, e.zero, e.offload, e.method, batch=job.batch + 1)
-    slope = nxt.per_gpu_gb - e.per_gpu_gb
+    # what grows with the micro-batch (activations, the 4-bit input copies in them, logits),
+    # per sample, with the allocator's margin over it; nothing else does
+    slope = (1 + ALLOCATOR_MARGIN) * (e.breakdown_gb["activations"] + e.breakdown_gb["logits"]) / job.batch
     if slope <= 0:
         return MAX_BATCH
     return min(job.batch + math.floor((usable - e.per_gpu_gb) / slope * (1 - 1e-12)), MAX_BATCH)
@@ -370,8 +366,12 @@ def _cluster_advice(est: _Estimator, pool: list[Candidate]) -> str:
 
 
 def _price(o: Option, job: Job) -> tuple:
-    run = run_cost(o, job)
-    return (run[1] if run else o.candidate.monthly_cents, o.candidate.monthly_cents, -o.candidate.total_tflops)
+    c, e = o.candidate, o.estimate
+    rental = None
+    if job.tokens > 0:
+        j = job if e.offload == job.offload else replace(job, offload=e.offload)
+        rental = rental_to_finish(j, c.bf16_tflops, c.gpus, c.weekly_cents, c.monthly_cents)
+    return (c.monthly_cents if rental is None else rental, c.monthly_cents, -c.total_tflops)
 
 
 def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",

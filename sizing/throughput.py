@@ -167,6 +167,15 @@ def rental_cents(run_hours: float, weekly_cents: int, monthly_cents: int) -> int
     return min(weeks * weekly_cents, months * monthly_cents)
 
 
+def rental_to_finish(job: Job, tflops_per_gpu: float, gpus: int, weekly_cents: int,
+                     monthly_cents: int) -> int | None:
+    """``finish(...).rental_cents`` alone (what offers are ranked by), without the range."""
+    if job.tokens <= 0 or tflops_per_gpu <= 0 or gpus <= 0:
+        return None
+    rate = tflops_per_gpu * 1e12 * job.utilisation * _factors(job)[0] / flops_per_token(job) * gpus
+    return rental_cents(job.tokens * job.epochs / rate / 3600, weekly_cents, monthly_cents)
+
+
 @dataclass(frozen=True, slots=True)
 class Finish:
     """Time and money to finish the job on one offer (hours, USD cents), with the range."""

@@ -167,3 +167,13 @@ def test_api_and_fragment_carry_the_figures(client, db):
     assert f"≤ {best['max_micro_batch']}" in page
     no_tokens = client.get("/api/v1/estimate?model=llama-3.1-8b&method=lora").json()["recommendations"]
     assert no_tokens[0]["tokens_per_s"] is None and no_tokens[0]["max_micro_batch"] >= 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=MODELS, method=METHODS, tokens=st.integers(10**5, 10**11), tflops=st.floats(10, 2000),
+       gpus=st.integers(1, 8), offload=st.sampled_from(["none", "optimizer"]))
+def test_the_ranking_price_is_the_shown_cost_to_finish(model, method, tokens, tflops, gpus, offload):
+    from sizing.throughput import rental_to_finish
+
+    job = _job(model, method=method, tokens=tokens, offload=offload, zero=3 if offload != "none" else 0, gpus=2)
+    assert rental_to_finish(job, tflops, gpus, 50_000, 150_000) == finish(job, tflops, gpus, 50_000, 150_000).rental_cents
