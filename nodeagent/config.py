@@ -29,8 +29,12 @@
 
     [burn_in]                  # the diagnostic before each sale (nodeagent/burnin.py)
     dcgmi = "dcgmi"
-    fallback_command = []      # e.g. ["/usr/local/bin/gpu-burn-in", "{uuid}"]
+    fallback_command = []      # e.g. ["python3", "/usr/lib/gpu-node-agent/burn_in_fallback.py", "--uuid", "{uuid}"]
     timeout_seconds = 3600
+    min_h2d_fraction = 0.6     # host-to-device bandwidth / the link's peak (docs/adr/0013)
+    max_remapped_rows = 8      # a card with more fails every burn-in
+    max_retired_pages = 10
+    bandwidth_command = []     # [] = python -m nodeagent.gpu_bandwidth measure {uuid}
 
     [gpu_memory]               # a released GPU's memory zeroed (nodeagent/gpu_memory.py)
     command = []               # [] = the built-in CUDA routine; else e.g. ["/usr/local/bin/clear-vram", "{uuid}"]
