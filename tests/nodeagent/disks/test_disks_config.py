@@ -5,6 +5,7 @@ import tomllib
 import pytest
 
 from nodeagent.disks import DevicePoolCarver, LvmCarver, disks_from_config
+from nodeagent.disks.backend import VERIFY_SAMPLES
 
 CONFIG = """
 [disks]
@@ -27,7 +28,7 @@ def test_device_pool_from_toml(tmp_path):
 def test_lvm_with_defaults(tmp_path):
     disks = disks_from_config({"carver": "lvm", "volume_group": "gpu-leases"}, state_dir=tmp_path)
     assert disks.carver == LvmCarver("gpu-leases")
-    assert disks.keys.kek_path == tmp_path / "disk.kek" and disks.verify_samples == 64
+    assert disks.keys.kek_path == tmp_path / "disk.kek" and disks.verify_samples == VERIFY_SAMPLES == 3000
     assert disks.mount_root == tmp_path / "mnt"
 
 
