@@ -31,7 +31,7 @@ def test_cpu_grid_writes_a_table_the_check_reads(tmp_path):
             ".venv-measure is not built (scripts/install-measure-tools.sh)")
     out = tmp_path / "table.json"
     run = subprocess.run([str(MEASURE_PY), str(ROOT / "bench" / "sizing_measure.py"), "--grid", "tiny",
-                          "--device", "cpu", "--steps", "3", "--out", str(out)],
+                          "--device", "cpu", "--steps", "2", "--out", str(out)],
                          capture_output=True, text=True, timeout=RUN_BUDGET_S * load_factor(), cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     table = json.loads(out.read_text())
