@@ -254,6 +254,10 @@ def stack(tmp_path_factory):
     try:
         # The image's build step and the migrate service need nothing from each other.
         stack.run_together(["scripts/build-assets.sh"], service_command("migrate"))
+        # The drip test's customer receiver listens on 127.0.0.1: the services (not migrate's
+        # deploy check above, which refuses it) allow private webhook addresses, and cut an
+        # attempt at 3 s instead of 15. Nothing else here sends webhooks.
+        stack.env.update(WEBHOOK_ALLOW_PRIVATE_ADDRESSES="1", WEBHOOK_ATTEMPT_DEADLINE_SECONDS="3")
         stack.started_at = time.time()
         for service in ("web", "watch", "worker", "outbound", "beat"):
             stack.start(service, service_command(service))
@@ -543,3 +547,89 @@ def test_a_node_waiting_through_the_proxy_hears_of_a_change_made_by_another_proc
           f"({(answer['at'] - change):.1f} s after it started)")
     assert answer["at"] - change < 45        # pub/sub, not the 60 s recheck
     assert "/agent/v1/desired/watch" not in stack.log("web")
+
+
+# --- the live attacks, on the stack (docs/adr/0010-*) -------------------------------------------
+
+def test_guesses_from_many_addresses_never_keep_the_operator_out(stack):
+    """The reported attack on the production stack: 20 wrong passwords for the operator from
+    10 addresses behind the proxy. The attacker's addresses are then paced (429, Retry-After,
+    the password not even checked); the operator, on a new browser at a new address, gets in
+    at the first try with the password and the TOTP code, and again while the attack goes on.
+    (Last in the module: the operator's code step uses the next TOTP step.)"""
+    for n in range(20):
+        guess = Browser(stack, source=f"127.0.5.{n // 2 + 1}").post_form(
+            "/admin/login/?next=/admin/", {"username": OPERATOR, "password": f"guess {n}", "next": "/admin/"})
+        assert guess.status == 200, (n, guess.status, guess.text[:300])
+    attacker = Browser(stack, source="127.0.5.1")
+    attacker.post_form("/admin/login/?next=/admin/", {"username": OPERATOR, "password": "again", "next": "/admin/"})
+    paced = attacker.post_form("/admin/login/?next=/admin/", {"username": OPERATOR, "password": PASSWORD,
+                                                              "next": "/admin/"})
+    assert paced.status == 429 and 0 < int(paced.header("Retry-After")[0]) <= 60, (paced.status, paced.text[:300])
+    assert "password was not checked" in paced.text
+    for step, source in enumerate(("127.0.6.1", "127.0.6.2")):
+        owner = Browser(stack, source=source)
+        login = owner.post_form("/admin/login/?next=/admin/", {"username": OPERATOR, "password": PASSWORD,
+                                                               "next": "/admin/"})
+        assert login.status == 302, (source, login.status, login.text[:300])
+        code = owner.post_form("/accounts/otp/verify/?next=/admin/", {"code": totp_at(OPERATOR_TOTP_KEY, step + 1)})
+        assert code.status == 302, (source, code.status, code.text[:300])
+        assert owner.get("/admin/").status == 200
+        Browser(stack, source="127.0.5.9").post_form(   # the attack goes on
+            "/admin/login/?next=/admin/", {"username": OPERATOR, "password": "more", "next": "/admin/"})
+
+
+def totp_at(key_hex: str, steps_ahead: int) -> str:
+    """The code the authenticator shows `steps_ahead` steps from now (django_otp accepts one
+    step of drift; a later step than any used before is never a replay)."""
+    from django_otp.oath import TOTP
+
+    totp = TOTP(bytes.fromhex(key_hex))
+    totp.time = time.time() + 30 * steps_ahead
+    return f"{totp.token():06d}"
+
+
+def test_a_dripping_webhook_receiver_never_stalls_the_lifecycle_pass(stack):
+    """A customer points their webhook at a receiver that answers a byte every half second
+    and sends test events from the settings page, through Caddy and granian: the outbound
+    worker's attempts are cut at the deadline (3 s here), and all the while beat and the jobs
+    worker keep completing the lifecycle pass every LIFECYCLE_INTERVAL_SECONDS (2 s here), and
+    the jobs worker stays healthy."""
+    from tests.automation.drip import Drip, max_overlap
+
+    interval, deadline = 2.0, 3.0
+    drip = Drip(every=0.5)
+    customer = Browser(stack, source="127.0.7.1")
+    try:
+        assert customer.post_form("/accounts/login/", {"username": CUSTOMER, "password": PASSWORD}).status == 302
+
+        def post(path, form):
+            page = customer.get("/account/settings/")
+            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+            return customer.request("POST", path, form={"csrfmiddlewaretoken": token, **form})
+
+        saved = post("/account/webhooks/", {"url": f"{drip.url}/alice"})
+        assert saved.status in (200, 302), (saved.status, saved.text[-500:])
+        for _ in range(4):
+            assert post("/account/webhooks/test/", {}).status == 302
+        finished, connections = set(), []
+
+        def lifecycle_seen():
+            finished.update(row[0] for row in stack.query(
+                "SELECT last_finished_at FROM billing_jobrun WHERE name = 'lifecycle'") if row[0])
+            connections[:] = [c for c in drip.snapshot() if c.closed is not None]   # retries may follow
+            return len(connections) >= 4
+
+        wait_for(lifecycle_seen, 120, "four dripping attempts, each cut at the deadline")
+        assert not stack.unhealthy(["worker"])
+    finally:
+        drip.close()
+    durations = [c.closed - c.opened for c in connections]
+    assert all(c.closed_by_client for c in connections) and max(durations) < deadline + deadlines.scaled(1.5)
+    assert max_overlap(connections) <= 2          # WEBHOOK_CONCURRENCY_PER_ACCOUNT
+    busy = (min(c.opened for c in connections), max(c.closed for c in connections))
+    inside = [busy[0]] + sorted(t.timestamp() for t in finished if busy[0] < t.timestamp() < busy[1]) + [busy[1]]
+    gaps = [b - a for a, b in zip(inside, inside[1:], strict=False)]
+    print(f"\nstack: receivers busy {busy[1] - busy[0]:.1f} s, lifecycle passes in it {len(inside) - 2}, "
+          f"longest gap {max(gaps):.2f} s (interval {interval:g} s)")
+    assert busy[1] - busy[0] > deadline and max(gaps) < interval + deadlines.scaled(2.0), gaps
