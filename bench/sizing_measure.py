@@ -21,7 +21,11 @@ Two modes, two environments:
   engine's estimate of every row against the measured peak; it prints each ratio and exits
   1 unless every row is within ``--low``–``--high`` (0.9–1.3×).
 
-      .venv/bin/python bench/sizing_measure.py --check sizing/measured/<table>.json
+      .venv/bin/python bench/sizing_measure.py --check sizing/measured/<table>.json [--tflops 989]
+
+  With ``--tflops`` (the card's dense BF16 figure, as the catalog has it) it also prints the
+  utilisation each row's tokens/s implies under ``sizing.throughput``'s FLOPs count: the
+  figure the calculator's 0.40 (0.25-0.75) is to be set against.
 
 The GPU grid is sized to finish in under 8 minutes on one H100/H200 class card (about 20
 rows of 4 steps; the 7–8B LoRA rows dominate). Design: docs/adr/0012-sizing-measured-and-time-to-finish.md.
@@ -330,6 +334,35 @@ def engine_gb(job: dict, with_context: bool = True) -> float:
     return e.per_gpu_gb if with_context else e.per_gpu_gb - e.breakdown_gb["cuda_context"]
 
 
+def implied_utilisation(row: dict, tflops: float) -> float:
+    """The share of the card's dense BF16 peak the row's measured tokens/s implies under
+    ``sizing.throughput``'s FLOPs count (what the calculator's utilisation is held to)."""
+    from sizing.inputs import parse_request
+    from sizing.throughput import flops_per_token
+
+    return row["tokens_per_s"] * flops_per_token(parse_request(row["job"]).job) / (tflops * 1e12)
+
+
+def throughput_report(table: dict, tflops: float, out=sys.stdout) -> list[float]:
+    """Each measured row's implied utilisation on a card of ``tflops`` dense BF16 TFLOPS, and
+    their median: the figure to set against ``sizing.throughput.UTILISATION`` and its range."""
+    engine_gb({"model": "llama-2-7b"})  # Django set up
+    from sizing.throughput import UTILISATION, UTILISATION_RANGE
+
+    values = []
+    for row in table["rows"]:
+        if row.get("oom"):
+            continue
+        u = implied_utilisation(row, tflops)
+        values.append(u)
+        print(f"{_label(row):44} {row['tokens_per_s']:10.0f} tok/s  implied utilisation {u:.3f}", file=out)
+    if values:
+        lo, hi = UTILISATION_RANGE
+        print(f"implied utilisation: median {statistics.median(values):.3f}, min {min(values):.3f}, "
+              f"max {max(values):.3f}; the calculator assumes {UTILISATION} ({lo}-{hi})", file=out)
+    return values
+
+
 def check(table: dict, low: float = LOW, high: float = HIGH, out=sys.stdout) -> tuple[bool, list[dict]]:
     """Every measured row's engine/measured ratio; ok when all are within [low, high]. A row
     that ran out of memory counts as within when the engine also says it does not fit the
@@ -386,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", metavar="TABLE", help="compare the engine with a measured table (JSON)")
     p.add_argument("--low", type=float, default=LOW)
     p.add_argument("--high", type=float, default=HIGH)
+    p.add_argument("--tflops", type=float, help="with --check: the card's dense BF16 TFLOPS, to print each "
+                   "row's implied utilisation (sizing.throughput)")
     p.add_argument("--grid", choices=("gpu", "tiny"), default=None, help="default: gpu on CUDA, tiny on CPU")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
     p.add_argument("--steps", type=int, default=STEPS)
@@ -396,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         table = json.loads(Path(args.check).read_text())
         validate(table)
         passed, _ = check(table, args.low, args.high)
+        if args.tflops:
+            throughput_report(table, args.tflops)
         return 0 if passed else 1
     import torch
 

@@ -100,3 +100,17 @@ def test_a_table_without_its_versions_or_peaks_is_refused():
            "versions": {"torch": "x"}}
     with pytest.raises(ValueError, match="versions lack"):
         sizing_measure.validate(bad)
+
+
+def test_the_throughput_report_gives_the_utilisation_a_row_implies():
+    """A row whose tokens/s is what sizing.throughput predicts at utilisation u reads u."""
+    from sizing.inputs import parse_request
+    from sizing.throughput import flops_per_token
+
+    table = _table((1.0, 1.1))
+    for row, u in zip(table["rows"], (0.3, 0.5), strict=True):
+        row["tokens_per_s"] = u * 989e12 / flops_per_token(parse_request(row["job"]).job)
+    buf = io.StringIO()
+    values = sizing_measure.throughput_report(table, 989, out=buf)
+    assert [round(v, 6) for v in values] == [0.3, 0.5]
+    assert "median 0.400" in buf.getvalue()
