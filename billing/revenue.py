@@ -10,8 +10,10 @@
 * minus what was **given back** to balances: refunds and SLA credits.
 
 Top-ups, late and excess payment credits are deposits, not revenue: they count when spent.
-``entry_revenue_cents`` gives one entry's share, for the ledger export; ``revenue_between``
-the totals, for the dashboard.
+``entry_revenue_cents`` gives one entry's share, for the ledger export; ``paid_outside`` the
+invoices paid from outside the balance, which the export lists as journal rows beside the
+entries (so its revenue column sums to the dashboard's net); ``revenue_between`` the totals,
+for the dashboard.
 
 Per site (issue 25): an entry belongs to the site of what it paid — a storage charge's site
 (volumes, snapshots, object storage: ``StorageCharge``), else its invoice's lease's site,
@@ -64,22 +66,31 @@ def revenue_between(start: datetime, end: datetime) -> dict:
     entries = LedgerEntry.objects.filter(at__gte=start, at__lte=end).aggregate(
         spent=Sum("amount_cents", filter=SPENT),
         refunds=Sum("amount_cents", filter=Q(kind=K.REFUND)), credits=Sum("amount_cents", filter=Q(kind=K.SLA_CREDIT)))
-    to_balance = LedgerEntry.objects.filter(idempotency_key=OuterRef("late_key"))
-    outside = (Invoice.objects.filter(state=Invoice.State.PAID, paid_at__gte=start, paid_at__lte=end)
-               .exclude(kind=Invoice.Kind.TOPUP).exclude(paid_via="balance"))
-    outside = outside.alias(late_key=_late_key()).exclude(Exists(to_balance)).aggregate(
-        cents=Sum("amount_cents"), invoices=Count("pk"))
-    spent, paid_outside = -(entries["spent"] or 0), outside["cents"] or 0
+    outside = paid_outside(start, end).aggregate(cents=Sum("amount_cents"), invoices=Count("pk"))
+    spent, outside_cents = -(entries["spent"] or 0), outside["cents"] or 0
     refunds, credits = entries["refunds"] or 0, entries["credits"] or 0
     invoices = Invoice.objects.filter(state=Invoice.State.PAID, paid_at__gte=start, paid_at__lte=end).exclude(
         kind=Invoice.Kind.TOPUP).count()
-    return {"cents": spent + paid_outside, "spent_from_balance_cents": spent, "paid_outside_cents": paid_outside,
+    return {"cents": spent + outside_cents, "spent_from_balance_cents": spent, "paid_outside_cents": outside_cents,
             "invoices": invoices, "refunds_cents": refunds, "sla_credits_cents": credits,
-            "net_cents": spent + paid_outside - refunds - credits}
+            "net_cents": spent + outside_cents - refunds - credits}
 
 
 def _late_key():
     return Concat(Value("late:"), Cast("pk", CharField()))
+
+
+def paid_outside(start: datetime, end: datetime, *, end_inclusive: bool = True):
+    """The invoices paid from outside the balance in [start, end] that are revenue: not
+    top-ups, not paid from the balance (its debit is the revenue then), not those whose
+    money went to the balance because their lease had ended (``late:<invoice>``). The one
+    definition the dashboard's totals, the per-site rows and the ledger export's journal
+    rows (billing.backoffice.exports) share, so they agree to the cent."""
+    to_balance = LedgerEntry.objects.filter(idempotency_key=OuterRef("late_key"))
+    rows = (Invoice.objects.filter(state=Invoice.State.PAID, paid_at__gte=start)
+            .exclude(kind=Invoice.Kind.TOPUP).exclude(paid_via="balance")
+            .alias(late_key=_late_key()).exclude(Exists(to_balance)))
+    return rows.filter(paid_at__lte=end) if end_inclusive else rows.filter(paid_at__lt=end)
 
 
 # --- per site, and the storage share (issue 25) ------------------------------------------------
@@ -143,11 +154,8 @@ def revenue_by_site(start: datetime, end: datetime) -> list[SiteRevenue]:
         else:
             row.given_back_cents -= revenue
         row.storage_cents += entry_storage_cents(entry)
-    to_balance = LedgerEntry.objects.filter(idempotency_key=OuterRef("late_key"))
-    outside = (Invoice.objects.filter(state=Invoice.State.PAID, paid_at__gte=start, paid_at__lte=end)
-               .exclude(kind=Invoice.Kind.TOPUP).exclude(paid_via="balance")
-               .alias(late_key=_late_key()).exclude(Exists(to_balance))
-               .annotate(storage=storage_lines_cents("pk")).values_list("lease__site__code", "amount_cents", "storage"))
+    outside = (paid_outside(start, end).annotate(storage=storage_lines_cents("pk"))
+               .values_list("lease__site__code", "amount_cents", "storage"))
     for code, cents, storage in outside:
         row = rows[code or ""]
         row.booked_cents += cents

@@ -110,7 +110,10 @@ def links(request):
 
 @require_GET
 def storage(request):
-    return render(request, "inventory/storage.html", {"products": StorageProduct.objects.all()})
+    from django.conf import settings
+
+    return render(request, "inventory/storage.html", {"products": StorageProduct.objects.all(),
+                                                      "object_price": settings.OBJECT_STORAGE_CENTS_PER_TB_MONTH})
 
 
 @require_GET

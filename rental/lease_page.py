@@ -45,6 +45,16 @@ def open_incident(lease: Lease) -> OpenIncident | None:
     return OpenIncident(kind=kind, since=since)
 
 
+#: The lease page lists at most this many of the incidents that affected the lease.
+DOWNTIMES_SHOWN = 10
+
+
+def lease_downtimes(lease: Lease) -> list[Downtime]:
+    """Every incident that affected the lease, open or over, newest first: what its SLA
+    credit is computed from, so the customer sees it on the lease's page."""
+    return list(Downtime.objects.filter(lease_id=lease.pk).order_by("-starts_at", "-pk")[:DOWNTIMES_SHOWN])
+
+
 def last_migration(lease: Lease, now: datetime) -> Migration | None:
     event = (LeaseEvent.objects.filter(lease=lease, kind="migrated", at__gte=now - MIGRATION_SHOWN_FOR)
              .order_by("-at", "-pk").first())
@@ -71,6 +81,7 @@ def lease_page_context(lease: Lease, now: datetime) -> dict:
     snapshots = list(lease.snapshots.exclude(state="deleted").order_by("-created_at", "-pk")[:10])
     taking = any(s.state == "creating" for s in snapshots)       # issue 26: progress while the node copies
     return {"incident": incident, "migration": last_migration(lease, now), "snapshots": snapshots,
+            "downtimes": lease_downtimes(lease),
             "snapshottable": lease.state in ("active", "suspended"),
             "polling": taking or in_progress(lease, now, incident)}
 

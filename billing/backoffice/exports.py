@@ -31,6 +31,7 @@ from ..revenue import (
     entries_attributed,
     entry_revenue_cents,
     entry_storage_cents,
+    paid_outside,
     storage_lines_cents,
 )
 
@@ -90,6 +91,25 @@ def ledger_rows(start: datetime, end: datetime):
         yield [e.pk, iso(e.at), e.account.customer.username, e.site_code or "", e.kind, _product(e), e.amount_cents,
                usd(e.amount_cents), e.balance_after_cents, revenue, usd(revenue), storage, usd(storage),
                e.invoice_id or "", e.actor.username if e.actor_id else "", e.memo, e.idempotency_key or ""]
+    yield from journal_rows(start, end)
+
+
+#: The kind of a journal row: an invoice paid from outside the balance (a coin, by hand).
+PAID_OUTSIDE = "paid_outside"
+
+
+def journal_rows(start: datetime, end: datetime):
+    """The journal beside the ledger: one row per invoice paid from outside the balance in
+    the period (billing.revenue.paid_outside), with its revenue and no balance effect (its
+    id is invoice:<id>, its amount and balance columns empty). Without them a store paid in
+    coins showed its refunds and no sales: the export's revenue column now sums to the
+    dashboard's net revenue for the same period."""
+    invoices = (paid_outside(start, end, end_inclusive=False).select_related("customer", "lease__site")
+                .annotate(storage_cents=storage_lines_cents("pk")).order_by("paid_at", "pk"))
+    for x in invoices.iterator(chunk_size=500):
+        yield [f"invoice:{x.pk}", iso(x.paid_at), x.customer.username, x.lease.site.code if x.lease_id else "",
+               PAID_OUTSIDE, "invoice", "", "", "", x.amount_cents, usd(x.amount_cents), x.storage_cents,
+               usd(x.storage_cents), x.pk, "", f"invoice #{x.pk} paid via {x.paid_via}", ""]
 
 
 def _product(entry) -> str:

@@ -15,7 +15,7 @@ from inventory.templatetags.money import format_usd
 from rental.models import Lease
 
 from ..models import SlaClaim
-from .services import ClaimRefused, claimable_periods, sla_claim_file
+from .services import ClaimRefused, claimable_periods, month_bounds, sla_claim_file
 
 
 class LeaseChoiceField(forms.ModelChoiceField):
@@ -35,7 +35,24 @@ class SlaClaimForm(forms.Form):
         self.fields["lease"].queryset = (Lease.objects.filter(customer=customer, started_at__isnull=False)
                                          .select_related("offer__gpu_model", "site"))
         self.fields["period"].choices = [(f"{p:%Y-%m}", date_format(p, "YEAR_MONTH_FORMAT"))
-                                         for p in claimable_periods(now=now)]
+                                         for p in affected_periods(customer=customer, now=now)]
+
+
+def affected_periods(*, customer, now) -> list:
+    """The claimable months (ended, within the claim window) in which an incident affected
+    one of the customer's leases: a month without one has nothing to claim."""
+    from django.db.models import Q
+
+    from inventory.models import Downtime
+
+    leases = Lease.objects.filter(customer=customer).values("pk")
+    found = []
+    for period in claimable_periods(now=now):
+        start, end = month_bounds(period)
+        if Downtime.objects.filter(lease_id__in=leases, starts_at__lt=end).filter(
+                Q(ends_at__isnull=True) | Q(ends_at__gt=start)).exists():
+            found.append(period)
+    return found
 
 
 @login_required

@@ -3,6 +3,7 @@ them from the balance, attaching/detaching volumes, taking/restoring snapshots, 
 Here (billing) because ordering charges money; rental.storage does the writes. Refusals
 are checked first with a translated message, so rental's English text is only a fallback."""
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
@@ -101,6 +102,7 @@ def _page(request, *, volume_form=None, snapshot_form=None, status=200):
         "snapshot_form": snapshot_form or SnapshotForm(customer=user),
         "balance_cents": account_for(user).balance_cents,
         "volume_price": _price(StorageProduct.Kind.NETWORK_VOLUME), "snapshot_price": _price(StorageProduct.Kind.SNAPSHOT),
+        "object_price": settings.OBJECT_STORAGE_CENTS_PER_TB_MONTH,
         "snapshot_charges": snapshot_charges_of(user),
         **ceph,
     }
@@ -134,8 +136,10 @@ def volume_attach_refusal(volume: NetworkVolume, lease: Lease) -> str | None:
     return None
 
 
-def snapshot_restore_refusal(snap: Snapshot, lease: Lease) -> str | None:
-    """Why `snap` cannot be restored onto `lease` from My storage, or None."""
+def snapshot_restore_refusal(snap: Snapshot, lease: Lease, *, confirmed: bool = True) -> str | None:
+    """Why `snap` cannot be restored onto `lease` from My storage, or None. The page asks for
+    the same confirmation as the lease page's restore (the running disk is replaced); an API
+    call is its own confirmation."""
     if snap.repository:     # a real copy (issue 26): restored only into a new lease's empty disk
         return _("Snapshot #%(id)d is restored into a new lease: choose it under “Start from snapshot” when you "
                  "order a machine at %(site)s.") % {"id": snap.pk, "site": snap.site.code}
@@ -149,6 +153,8 @@ def snapshot_restore_refusal(snap: Snapshot, lease: Lease) -> str | None:
     if lease.state not in ATTACHABLE:
         return _("Lease #%(id)d is %(state)s; snapshots restore only onto running leases.") % {
             "id": lease.pk, "state": lease.get_state_display()}
+    if not confirmed:
+        return _("Tick the box to confirm that the snapshot replaces everything on this disk.")
     return None
 
 
@@ -250,7 +256,7 @@ def snapshot_create(request):
 def snapshot_restore(request, snapshot_id: int):
     snap = get_object_or_404(_snapshots(request.user), pk=snapshot_id)
     lease = get_object_or_404(_leases(request.user), pk=_int(request.POST.get("lease")))
-    refusal = snapshot_restore_refusal(snap, lease)
+    refusal = snapshot_restore_refusal(snap, lease, confirmed=request.POST.get("confirm") == "yes")
     if refusal:
         messages.error(request, refusal)
     else:

@@ -73,7 +73,8 @@ def notify_many(notices: list[Notice], *, now: datetime | None = None) -> list[N
     sent = [n for n in notices if id(notes.get(id(n))) in inserted]
     events_emit([Event(event=notice_event(n.kind), term=n.term, customer=n.lease.customer, lease=n.lease,
                        data=_notice_data(n)) for n in sent], now=now)
-    mail = [(notes[id(n)].pk, n.subject, n.body, n.lease.customer.email) for n in sent if n.lease.customer.email]
+    mail = [(notes[id(n)].pk, n.subject, n.body + mail_footer(n.lease), n.lease.customer.email)
+            for n in sent if n.lease.customer.email]
     if mail:
         transaction.on_commit(lambda: _send_mail(mail, now))
     return sent
@@ -96,6 +97,21 @@ def _insert_notes(notes: list[Notification]) -> list[Notification]:
 def _notice_data(n: Notice):
     return lambda: {"lease": lease_data(n.lease), "notice": {"kind": n.kind, "subject": n.subject, "body": n.body,
                                                              "deadline": n.deadline.isoformat()}}
+
+
+def public_url(path: str) -> str:
+    """An absolute link for an e-mail: PUBLIC_URL, else https:// and the first named host of
+    ALLOWED_HOSTS."""
+    base = settings.PUBLIC_URL or next((f"https://{host}" for host in settings.ALLOWED_HOSTS
+                                        if host not in ("*", "") and not host.startswith(".")), "")
+    return base.rstrip("/") + path
+
+
+def mail_footer(lease: Lease) -> str:
+    """What every notice e-mail ends with: the store's name and the lease's page."""
+    from django.urls import reverse
+
+    return f"\n\n-- \n{settings.OPERATOR_NAME}\n{public_url(reverse('lease_detail', args=[lease.pk]))}\n"
 
 
 def _send_mail(mail: list[tuple[int, str, str, str]], now: datetime) -> None:

@@ -524,6 +524,9 @@ LOGGING = {
 # --- issue 18: who runs this store (footer, terms, privacy, invoices) -----------------------
 OPERATOR_NAME = os.environ.get("OPERATOR_NAME", "GPU Rental")
 OPERATOR_CONTACT = os.environ.get("OPERATOR_CONTACT", "support@localhost")
+# The store's address as customers reach it, for links in e-mails (https://shop.example);
+# empty: https:// and the first name in ALLOWED_HOSTS.
+PUBLIC_URL = os.environ.get("PUBLIC_URL", "")
 STATUS_PAGE_DAYS = int(os.environ.get("STATUS_PAGE_DAYS", "30"))
 # Demo payment mode (`make run` turns it on): a "simulate payment" button settles invoices
 # without money. Never in production: `check --deploy` refuses it (billing/checks.py).

@@ -131,7 +131,13 @@ def test_snapshot_take_and_restore_in_the_region(alice, catalog, customer, place
     snap = Snapshot.objects.get(customer=customer)
     assert snap.source_lease_id == a100.pk and balance(customer) == 0  # nothing up front: billed by what it stores
     assert any("taken" in m and "billed for what it stores" in m for m in msgs(response))
+    # The running disk is replaced: one click is not enough, as on the lease page.
     response = alice.post(reverse("storage_mine:snapshot_restore", args=[snap.pk]), {"lease": h100.pk}, follow=True)
+    assert not h100.events.filter(kind="snapshot_restored").exists()
+    assert any("Tick the box" in m for m in msgs(response))
+    assert 'name="confirm" value="yes" required' in alice.get(reverse(INDEX)).content.decode()
+    response = alice.post(reverse("storage_mine:snapshot_restore", args=[snap.pk]),
+                          {"lease": h100.pk, "confirm": "yes"}, follow=True)
     assert h100.events.filter(kind="snapshot_restored").exists()
     assert any("restored" in m for m in msgs(response))
 
@@ -141,7 +147,8 @@ def test_snapshot_take_and_restore_in_the_region(alice, catalog, customer, place
     assert Snapshot.objects.filter(customer=customer).count() == 1
 
     Site.objects.filter(code="PDX-1").update(region="eu")
-    response = alice.post(reverse("storage_mine:snapshot_restore", args=[snap.pk]), {"lease": h100.pk}, follow=True)
+    response = alice.post(reverse("storage_mine:snapshot_restore", args=[snap.pk]),
+                          {"lease": h100.pk, "confirm": "yes"}, follow=True)
     assert any("only within its region" in m for m in msgs(response))
     assert h100.events.filter(kind="snapshot_restored").count() == 1
 

@@ -96,7 +96,14 @@ def test_the_ledger_and_invoice_exports_say_site_and_storage(month, op_client):
     assert ("IAD-1", "volume", "-327", "-327") in rows             # ... came back, not created
     assert ("IAD-1", "snapshot", "600", "600") in rows
     assert ("", "", "0", "0") in rows                               # the top-up and the adjustment
-    assert sum(int(r["storage_revenue_cents"]) for r in ledger) == 2800 + 1400 + 600
+    # The order paid in LTC is a journal row beside the entries: revenue, no balance effect.
+    coin_row = next(r for r in ledger if r["entry_id"] == f"invoice:{month['c_invoice'].pk}")
+    assert (coin_row["kind"], coin_row["site"], coin_row["revenue_cents"], coin_row["storage_revenue_cents"],
+            coin_row["amount_cents"]) == ("paid_outside", "DFW-1", "25800", "2800", "")
+    assert sum(int(r["storage_revenue_cents"]) for r in ledger) == 2800 + 1400 + 600 + 2800
+    # The books reconcile: the export's revenue column is the dashboard's net for the month.
+    total = revenue_between(datetime(2025, 6, 1, tzinfo=UTC), datetime(2025, 6, 30, 23, 59, 59, tzinfo=UTC))
+    assert sum(int(r["revenue_cents"]) for r in ledger) == total["net_cents"] == 60100
     invoices = {r["invoice_id"]: r for r in _csv(op_client.get(reverse("admin:ops_exports"),
                                                               {"what": "invoices", **period}))}
     coin = invoices[str(month["c_invoice"].pk)]
