@@ -117,6 +117,9 @@ class OrderForm(forms.Form):
             try:
                 data["ssh_public_key"] = validate_ssh_public_key(pasted)
             except forms.ValidationError as exc:
+                if exc.code == "ssh_private":  # never shown back in the page it was pasted into
+                    self.data = self.data.copy()
+                    self.data["ssh_public_key"] = ""
                 self.add_error("ssh_public_key", exc)
         else:
             data["ssh_public_key"] = saved.public_key

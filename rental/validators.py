@@ -86,6 +86,11 @@ def validate_ssh_public_key(value: str) -> str:
     line = " ".join((value or "").split())
     if not line:
         raise ValidationError(_("Paste your SSH public key."), code="ssh_empty")
+    if "PRIVATE KEY" in line or line.startswith("PuTTY-User-Key-File"):
+        raise ValidationError(_(
+            "This is a private key, not the public one. It was not saved; treat it as exposed: make a new key "
+            "pair and paste its public key (the .pub file, one line starting with ssh-ed25519)."),
+            code="ssh_private")
     if len(line) > MAX_KEY_LINE:
         raise ValidationError(_("This is too long to be an SSH public key."), code="ssh_too_long")
     parts = line.split(" ", 2)
