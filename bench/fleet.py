@@ -29,6 +29,7 @@ writes every slice), so a slow stretch comes with what was running.
     .venv/bin/python bench/fleet.py                     # 100, 1,000, 10,000 nodes, 15 s poll, 30 s each
     .venv/bin/python bench/fleet.py 10000 --poll 15 --duration 120 --settle 180    # the issue's fleet
     .venv/bin/python bench/fleet.py --smoke             # seconds: 20 nodes (CI, tests/bench)
+    .venv/bin/python bench/fleet.py 3000 --poll 1.5 --workers 1 --hosts 2   # two storefront hosts, one database
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/13 \\
         .venv/bin/python bench/fleet.py 1000 --use-system-services
 """
@@ -99,6 +100,10 @@ def parse_args():
                              "(default: the bench's own, configured as docker-compose.yml runs them)")
     parser.add_argument("--timeline", metavar="TSV", help="write every 5 s slice of the counted window: the "
                                                             "latencies and the CPU of each kind of process")
+    parser.add_argument("--hosts", type=int, default=1,
+                        help="storefront hosts: web servers of --workers each on ports of their own, the nodes "
+                             "spread over them in turn, all on the one database and Redis "
+                             "(docs/operations/high-availability.md, two storefront hosts)")
     parser.add_argument("--smoke", action="store_true", help="20 nodes, 2 s poll, 4 s: checks it runs (CI)")
     args = parser.parse_args()
     args.sizes = tuple(args.sizes) or (100, 1_000, 10_000)
@@ -300,11 +305,11 @@ def _cpu_per_request(client, node: dict, key, auth: dict, ops: dict, etag: str, 
     return out
 
 
-def server_counters(db, database: str, master_pid: int) -> dict:
-    """The web workers' CPU seconds and the rows the database has written, so far."""
+def server_counters(db, database: str, master_pids: list[int]) -> dict:
+    """The web workers' CPU seconds (every host's) and the rows the database has written, so far."""
     written = db.execute("SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database "
                          "WHERE datname = %s", (database,)).fetchone()[0]
-    return {"cpu": worker_cpu_seconds(master_pid), "rows": written}
+    return {"cpu": sum(worker_cpu_seconds(pid) for pid in master_pids), "rows": written}
 
 
 def worker_cpu_seconds(master_pid: int) -> float:
@@ -372,7 +377,7 @@ async def warm(base: str, fleet: list[dict], connections: int) -> None:
         pool.close()
 
 
-async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, connections: int,
+async def drive(bases: list[str], fleet: list[dict], *, poll: float, duration: float, connections: int,
                 protocol: str, settle: float, mark, sampler: Sampler) -> dict:
     """The fleet polls for `settle` seconds untimed, then `duration` seconds counted. The
     settle period runs on the same connections: each web worker meets every node it has
@@ -394,11 +399,12 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
     keys = [Ed25519PrivateKey.from_private_bytes(n["key"]) for n in fleet]
     timed_from = time.monotonic() + settle
     deadline = timed_from + duration
-    pool = _pool(base, connections, timeout=30)
+    pools = [_pool(base, max(1, connections // len(bases)), timeout=30) for base in bases]
     window = {}
 
     async def one_node(k: int, node: dict):
         auth = {"Authorization": f"Node {node['credential']}"}
+        pool = pools[k % len(pools)]            # a node polls one host (its load balancer's choice)
         etag, ops, seq = node.get("etag", ""), node.get("ops", {}), node.get("seq", 0)
         # A fleet that has run a while, not one that started together: each node is at its own
         # point between two egress flushes (by bytes) and between two full GPU reports. Started
@@ -480,7 +486,8 @@ async def drive(base: str, fleet: list[dict], *, poll: float, duration: float, c
     try:
         await asyncio.gather(count_from_settled(), *(one_node(k, n) for k, n in enumerate(fleet)))
     finally:
-        pool.close()
+        for pool in pools:
+            pool.close()
         if sampler.is_alive():
             sampler.stop()
     elapsed, generator_cpu = time.monotonic() - window["t0"], time.process_time() - window["cpu0"]
@@ -559,7 +566,7 @@ def bench(args, url: str, redis_url: str) -> None:
     admin_url = with_db(url, "postgres")
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
-    server = None
+    servers = []
     try:
         env = production_env(with_db(url, name), redis_url, var_dir, NODE_POLL_SECONDS=str(int(args.poll) or 1),
                              NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE="1000")
@@ -580,15 +587,23 @@ def bench(args, url: str, redis_url: str) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        if args.server == "granian":
-            server = Granian(env, port, args.workers, args.threads, Path(var_dir) / "granian.log")
-        else:
-            worker_class = args.worker_class or ("gthread" if args.threads > 1 else "sync")
-            server = Gunicorn(env, port, args.workers, worker_class, args.threads,
-                              Path(var_dir) / "gunicorn.log")
-        print(f"{args.server}: {args.workers} workers x {args.threads} threads", flush=True)
-        base = f"http://127.0.0.1:{port}"
-        wait_http(base + "/healthz")
+        ports = [port]
+        for _ in range(args.hosts - 1):
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                ports.append(probe.getsockname()[1])
+        for i, host_port in enumerate(ports):
+            if args.server == "granian":
+                servers.append(Granian(env, host_port, args.workers, args.threads, Path(var_dir) / f"granian{i}.log"))
+            else:
+                worker_class = args.worker_class or ("gthread" if args.threads > 1 else "sync")
+                servers.append(Gunicorn(env, host_port, args.workers, worker_class, args.threads,
+                                        Path(var_dir) / f"gunicorn{i}.log"))
+        print(f"{args.server}: {args.hosts} host(s) x {args.workers} workers x {args.threads} threads", flush=True)
+        bases = [f"http://127.0.0.1:{p}" for p in ports]
+        base = bases[0]
+        for each in bases:
+            wait_http(each + "/healthz")
         fleet: list[dict] = []
         for size in sorted(args.sizes):
             t = time.perf_counter()
@@ -601,17 +616,18 @@ def bench(args, url: str, redis_url: str) -> None:
             with psycopg.connect(with_db(url, name), autocommit=True) as db:
                 if args.warm:
                     t = time.perf_counter()
-                    asyncio.run(warm(base, fleet, args.connections))
+                    for i, each in enumerate(bases):   # each node warms on the host it polls
+                        asyncio.run(warm(each, fleet[i::len(bases)], args.connections))
                     print(f"  warm-up (each node's first GET and full report, untimed): "
                           f"{time.perf_counter() - t:.1f} s", flush=True)
                     with connection.cursor() as cursor:   # the issued ops and instance reports the
                         cursor.execute("ANALYZE")         # first round wrote: EXPLAIN sees the fleet's
                 costs = per_poll_costs(fleet, explain=size == max(args.sizes) and not args.smoke)
                 settle = args.settle if args.settle is not None else SETTLE_POLLS * args.poll
-                run = asyncio.run(drive(base, fleet, poll=args.poll, duration=args.duration,
+                run = asyncio.run(drive(bases, fleet, poll=args.poll, duration=args.duration,
                                         connections=args.connections, protocol=args.protocol, settle=settle,
-                                        mark=functools.partial(server_counters, db, name, server.pid),
-                                        sampler=Sampler(server.pid)))
+                                        mark=functools.partial(server_counters, db, name, [s.pid for s in servers]),
+                                        sampler=Sampler([s.pid for s in servers])))
                 rows, server_cpu = run["server"]["rows"], run["server"]["cpu"]
             print(f"  counted from {settle:g} s after the start (untimed: each worker meets each node)")
             bare = run_wrk(base + "/bench/bare", [], max(2, int(args.duration // 6)), 16, 1)
@@ -644,12 +660,13 @@ def bench(args, url: str, redis_url: str) -> None:
                   f"({100 * run['generator_cpu'] / run['elapsed']:.0f}% of a core); bare Django view "
                   f"{bare['rps']:.0f} req/s; ratio sustained/bare {rate / max(bare['rps'], 0.1):.2f}")
             print(f"fleet: {size} nodes at {args.poll:g} s poll: {rate:.1f} req/s, p99 desired {d99:.1f} ms, "
-                  f"p99 report {r99:.1f} ms", flush=True)
+                  f"p99 report {r99:.1f} ms" + (f" ({args.hosts} hosts x {args.workers} workers)" if args.hosts > 1
+                                                 else ""), flush=True)
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         print(f"(server and tools CPU: {usage.ru_utime + usage.ru_stime:.1f} s)")
     finally:
-        if server:
-            server.stop()
+        for each in servers:
+            each.stop()
         if "django.db" in sys.modules:
             from django.conf import settings
             if settings.configured:

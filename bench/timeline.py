@@ -75,9 +75,10 @@ def _machine() -> dict[str, float]:
 
 
 class Sampler(threading.Thread):
-    """Samples /proc every `interval` s until stopped; `web_pid` is the web server's master."""
+    """Samples /proc every `interval` s until stopped; `web_pid` is the web server's master (or
+    the masters of several hosts' web servers, bench/fleet.py --hosts)."""
 
-    def __init__(self, web_pid: int, interval: float = 2.0):
+    def __init__(self, web_pid: int | list[int], interval: float = 2.0):
         super().__init__(daemon=True, name="timeline")
         self.web_pid, self.interval, self.me = web_pid, interval, os.getpid()
         self.samples: list[dict] = []            # {"t": perf_counter, role: CPU s since the last, ...}
@@ -104,7 +105,9 @@ class Sampler(threading.Thread):
 
     def _take(self) -> tuple[float, dict[int, float], dict[int, str], dict[str, float]]:
         processes = _processes()
-        web = _descendants({pid: p[0] for pid, p in processes.items()}, self.web_pid)
+        parents = {pid: p[0] for pid, p in processes.items()}
+        masters = self.web_pid if isinstance(self.web_pid, list) else [self.web_pid]
+        web = set().union(*(_descendants(parents, master) for master in masters))
         roles = {}
         for pid, (parent, comm, _) in processes.items():
             # A PostgreSQL backend keeps its role; an autovacuum worker is a new pid each time.
