@@ -30,6 +30,7 @@ def test_after_stop_the_header_and_the_instance_block_agree(client, customer, le
     client.force_login(customer)
     page = client.get(reverse("lease_detail", args=[lease.pk])).content.decode()
     assert "Your instance is running." in page and lease.ssh_command in page
+    assert 'id="ssh-demo"' in page  # the fake host agent: the line answers nowhere, and the page says so
     client.post(reverse("instance_action", args=[lease.pk, "stop"]))
     page = client.get(reverse("lease_detail", args=[lease.pk])).content.decode()
     status = page[page.index('id="lease-status"'):page.index('id="instance"')]
