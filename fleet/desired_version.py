@@ -130,7 +130,7 @@ def _bump(ids, *, announce: bool = False) -> None:
     else:
         cache.set_many({version_key(n): token for n in ids}, timeout=None)
     if announce:
-        desired_watch.announce(desired_watch.EVERY_NODE if ids == ALL else ids)
+        desired_watch.announce(desired_watch.EVERY_NODE if ids == ALL else ids, token)
 
 
 def _changed(model, qs) -> None:

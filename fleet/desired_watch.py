@@ -6,13 +6,16 @@ document is built from. A node that holds the version of its last document may a
 soon as the version differs from the one it holds, or after `wait` seconds with nothing new.
 It carries no document, only "changed"; the node then fetches the document the usual way.
 
-How a waiting request hears of a change, in order of speed:
-- the bell: every version bump in this process rings the waiters of the nodes it concerns;
-- Redis pub/sub: every bump is published on one channel, and one thread per process
+How a waiting request hears of a change:
+- the bell: every committed version bump in this process rings the waiters of the nodes it
+  concerns, with the bump's token, so a waiter answers without reading anything;
+- Redis pub/sub: every such bump is published on one channel, and one thread per process
   (started with the first watch) rings the bell for what other processes published;
-- the recheck: every NODE_WATCH_RECHECK_SECONDS a waiter reads its version again, so a lost
-  message (Redis restarted, a publish that failed open) delays a node by that at most, and a
-  cache without pub/sub (the demo's local memory) still works.
+- the recheck: only while that thread is not subscribed (Redis down, or a cache without
+  pub/sub: the demo's local memory) a waiter reads its version again every
+  NODE_WATCH_RECHECK_SECONDS. Each time the thread loses or regains its subscription it
+  rings every waiter without news, so each reads its version once: a message lost meanwhile
+  delays nobody further. A subscribed process spends no CPU on waiting nodes.
 
 A waiting request costs memory, not CPU, only under ASGI (scripts/start.sh watch): under WSGI it
 would hold one of the web server's few threads, so there it is answered at once unless
@@ -38,67 +41,102 @@ def version_token(stamp: tuple | None) -> str:
     return f"{stamp[0]}.{stamp[1]}" if stamp else ""
 
 
+def version_after(given: str, news: tuple[str, str]) -> str | None:
+    """The version of a node that held `given` after the bump `news` (("node", token): its own
+    version moved; ("epoch", token): the whole fleet's): at least as new as the current one,
+    and unlike `given`. None when `given` is not a token this storefront issued."""
+    epoch, dot, version = given.partition(".")
+    if not dot:
+        return None
+    kind, token = news
+    return f"{epoch}.{token}" if kind == "node" else f"{token}.{version}"
+
+
 class Bell:
     """The waiters of this process, by node; ringing is safe from any thread."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._waiting: dict[int, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+        self._waiting: dict[int, set[_Waiter]] = {}
+        # The last news heard for each node and for the whole fleet, with when (monotonic):
+        # a waiter registered after reading its version learns of a change that came between.
+        self._last: dict[int, tuple[float, tuple[str, str] | None]] = {}
+        self._last_all: tuple[float, tuple[str, str] | None] = (0.0, None)
 
-    def waiter(self, node_id: int) -> "_Waiter":
-        return _Waiter(self, node_id)
+    def waiter(self, node_id: int, *, read_at: float | None = None) -> "_Waiter":
+        """`read_at`: when (time.monotonic()) the caller read the version it compares with;
+        news heard since then rings the waiter as soon as it is registered."""
+        return _Waiter(self, node_id, read_at)
 
-    def ring(self, node_ids: Iterable[int] | str) -> int:
-        """Wake the waiters of these nodes (EVERY_NODE: all); returns how many."""
+    def ring(self, node_ids: Iterable[int] | str, news: tuple[str, str] | None = None) -> int:
+        """Wake the waiters of these nodes (EVERY_NODE: all) with `news` (see version_after;
+        None: read your version again); returns how many."""
+        now = time.monotonic()
         with self._lock:
             if node_ids == EVERY_NODE:
+                self._last_all = (now, news)
                 targets = [w for waiters in self._waiting.values() for w in waiters]
             else:
-                targets = [w for n in set(node_ids) for w in self._waiting.get(n, ())]
-        for loop, event in targets:
-            try:
-                loop.call_soon_threadsafe(event.set)
-            except RuntimeError:          # its loop closed: the request is gone
-                pass
+                node_ids = set(node_ids)
+                self._last.update((n, (now, news)) for n in node_ids)
+                targets = [w for n in node_ids for w in self._waiting.get(n, ())]
+        for waiter in targets:
+            waiter.tell(news)
         return len(targets)
 
     def count(self) -> int:
         with self._lock:
             return sum(len(w) for w in self._waiting.values())
 
-    def _add(self, node_id, entry) -> None:
+    def _add(self, waiter) -> None:
         with self._lock:
-            self._waiting.setdefault(node_id, set()).add(entry)
+            self._waiting.setdefault(waiter.node_id, set()).add(waiter)
+            if waiter.read_at is not None:
+                heard = [h for h in (self._last.get(waiter.node_id), self._last_all)
+                         if h is not None and h[0] >= waiter.read_at]
+                for _at, news in heard:
+                    waiter.news = news if waiter.news is None else waiter.news
+                    waiter.event.set()
 
-    def _remove(self, node_id, entry) -> None:
+    def _remove(self, waiter) -> None:
         with self._lock:
-            waiters = self._waiting.get(node_id)
+            waiters = self._waiting.get(waiter.node_id)
             if waiters is not None:
-                waiters.discard(entry)
+                waiters.discard(waiter)
                 if not waiters:
-                    del self._waiting[node_id]
+                    del self._waiting[waiter.node_id]
 
 
 class _Waiter:
     """Registered before the version is read, so a change between the read and the wait
-    still wakes it."""
+    still wakes it. `news`: the last bump it was told of (None: read the version again)."""
 
-    def __init__(self, bell: Bell, node_id: int):
-        self.bell, self.node_id = bell, node_id
+    def __init__(self, bell: Bell, node_id: int, read_at: float | None = None):
+        self.bell, self.node_id, self.read_at = bell, node_id, read_at
         self.event = asyncio.Event()
-        self._entry = (asyncio.get_running_loop(), self.event)
+        self.loop = asyncio.get_running_loop()
+        self.news: tuple[str, str] | None = None
 
     def __enter__(self):
-        self.bell._add(self.node_id, self._entry)
+        self.bell._add(self)
         return self
 
     def __exit__(self, *exc):
-        self.bell._remove(self.node_id, self._entry)
+        self.bell._remove(self)
 
-    async def rung(self, timeout: float) -> bool:
-        """True when rung within `timeout` seconds (and ready to be rung again)."""
+    def tell(self, news) -> None:
+        def wake():
+            self.news = news if self.news is None or news is not None else self.news
+            self.event.set()
         try:
-            await asyncio.wait_for(self.event.wait(), timeout=max(0.0, timeout))
+            self.loop.call_soon_threadsafe(wake)
+        except RuntimeError:          # its loop closed: the request is gone
+            pass
+
+    async def rung(self, timeout: float | None) -> bool:
+        """True when rung within `timeout` seconds (None: until rung), then ready again."""
+        try:
+            await asyncio.wait_for(self.event.wait(), timeout=None if timeout is None else max(0.0, timeout))
         except TimeoutError:
             return False
         self.event.clear()
@@ -117,16 +155,23 @@ def _redis():
 
 
 def _channel() -> str:
-    return cache.make_key(CHANNEL)
+    """Channels are server-wide, not per database: named after the cache's database too, so
+    two stores (or test runs) sharing a Redis server on different databases never hear each
+    other's node ids."""
+    client = _redis()
+    db = client.connection_pool.connection_kwargs.get("db", 0) if client is not None else 0
+    return f"{cache.make_key(CHANNEL)}:db{db}"
 
 
-def announce(node_ids: list[int] | str) -> None:
-    """Called by every version bump: ring this process's waiters, tell the others."""
-    bell.ring(EVERY_NODE if node_ids == EVERY_NODE else node_ids)
+def announce(node_ids: list[int] | str, token: str) -> None:
+    """Called by every committed version bump (EVERY_NODE: the fleet's epoch moved to `token`,
+    else these nodes' versions did): ring this process's waiters, tell the others."""
+    news = ("epoch", token) if node_ids == EVERY_NODE else ("node", token)
+    bell.ring(node_ids, news)
     client = _redis()
     if client is None:
         return
-    message = EVERY_NODE if node_ids == EVERY_NODE else ",".join(map(str, node_ids))
+    message = f"{token}|{EVERY_NODE if node_ids == EVERY_NODE else ','.join(map(str, node_ids))}"
     try:
         client.publish(_channel(), message)
     except Exception as exc:          # fails open like the cache: the recheck bounds the delay
@@ -134,11 +179,13 @@ def announce(node_ids: list[int] | str) -> None:
 
 
 class _Listener(threading.Thread):
-    """One per process: rings the bell for the changes other processes publish. After a lost
-    connection it rings every waiter (messages may have been missed) and subscribes again."""
+    """One per process: rings the bell for the changes other processes publish. Losing its
+    subscription and getting it back each ring every waiter without news: they read their
+    versions (a message may have been missed) and, while it is lost, recheck on a timer."""
 
     def __init__(self):
         super().__init__(name="desired-watch-listener", daemon=True)
+        self.subscribed = False
 
     def run(self) -> None:
         failures = 0
@@ -149,6 +196,8 @@ class _Listener(threading.Thread):
             try:
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(_channel())
+                pubsub.get_message(timeout=1.0)        # the confirmation: subscribed from here on
+                self.subscribed = True
                 if failures:
                     bell.ring(EVERY_NODE)
                 failures = 0
@@ -159,17 +208,27 @@ class _Listener(threading.Thread):
                     if message is not None:
                         _ring_for(message.get("data"))
             except Exception as exc:
+                if self.subscribed:
+                    self.subscribed = False
+                    bell.ring(EVERY_NODE)
                 failures += 1
                 logger.warning("desired-state change listener: %s; subscribing again", exc)
                 time.sleep(_RECONNECT_SECONDS[min(failures, len(_RECONNECT_SECONDS)) - 1])
 
 
 def _ring_for(data) -> None:
+    """A published bump: `<token>|*` (the fleet's epoch) or `<token>|<node id>,<node id>…`."""
     text = data.decode() if isinstance(data, bytes) else str(data or "")
-    if text == EVERY_NODE:
-        bell.ring(EVERY_NODE)
-        return
-    bell.ring([int(part) for part in text.split(",") if part.isdigit()])
+    token, _, nodes = text.partition("|")
+    if nodes == EVERY_NODE:
+        bell.ring(EVERY_NODE, ("epoch", token))
+    else:
+        bell.ring([int(part) for part in nodes.split(",") if part.isdigit()], ("node", token))
+
+
+def listening() -> bool:
+    """Whether this process hears every other process's changes (subscribed now)."""
+    return _listener is not None and _listener.subscribed
 
 
 _listener: _Listener | None = None

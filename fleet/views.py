@@ -3,6 +3,7 @@
 is a 4xx with {"error": code}, never a 500."""
 import asyncio
 import math
+import time
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -188,10 +189,13 @@ async def watch(request):
     if not math.isfinite(wait) or wait < 0:
         return _error(400, "invalid_request")
     given = request.GET.get("version", "")[:80]
+    read_at = time.monotonic()
     agent, found, refusal = await sync_to_async(_agent_or_refusal)(request, checked_by_caller=False)
     if refusal:
         return refusal
-    current = _version_of(agent.node_id, found) if EPOCH_KEY in found else None
+    # the version as the call's own round trip read it (else read below, once registered)
+    current = _version_of(agent.node_id, found) if EPOCH_KEY in found and version_key(agent.node_id) in found \
+        else None
     if current is not None and current != given:
         return _watched(current, given)
     hold = min(wait, settings.NODE_WATCH_MAX_SECONDS)
@@ -200,11 +204,18 @@ async def watch(request):
     desired_watch.ensure_listening()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + hold
-    with desired_watch.bell.waiter(agent.node_id) as waiter:
-        # read after the waiter is registered: a change from here on rings it
-        current = await sync_to_async(_version_of)(agent.node_id, None)
+    # Registered now, it is rung by any change heard since the version was read (read_at).
+    with desired_watch.bell.waiter(agent.node_id, read_at=read_at) as waiter:
+        if current is None:
+            current = await sync_to_async(_version_of)(agent.node_id, None)
         while current and current == given and (remaining := deadline - loop.time()) > 0:
-            await waiter.rung(min(remaining, settings.NODE_WATCH_RECHECK_SECONDS))
+            # subscribed, every change rings; else the version is read again now and then
+            timeout = remaining if desired_watch.listening() else min(remaining, settings.NODE_WATCH_RECHECK_SECONDS)
+            if await waiter.rung(timeout) and waiter.news is not None:
+                told = desired_watch.version_after(given, waiter.news)
+                if told is not None:
+                    return _watched(told, given)      # a committed change: nothing to read
+            waiter.news = None
             current = await sync_to_async(_version_of)(agent.node_id, None)
     return _watched(current, given)
 

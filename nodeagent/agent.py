@@ -34,6 +34,8 @@ MAX_PASSES_PER_ROUND = 3       # converge + report again while the answer brings
 # after the last one began at the earliest: a state that keeps moving cannot spin the agent
 # against its rate limit.
 MIN_ROUND_GAP_SECONDS = 0.5
+STOP_CHECK_SECONDS = 0.2       # how soon a stop ends a wait for the storefront's watch
+WATCH_AT_LEAST_SECONDS = 1.0   # a shorter rest of the interval is slept, not watched
 
 
 def warn_if_cleartext(url: str) -> None:
@@ -121,23 +123,49 @@ class Agent:
         if self.failures or not self.watching or not version or delay <= 0:
             stop.wait(delay)
             return
-        started = time.monotonic()
-        try:
-            changed = self.client.watch(version, delay)
-        except StorefrontRefused as exc:
-            if exc.status in (404, 405):
-                log.info("the storefront has no desired-state watch: polling every %.0fs", delay)
-                self.watching = False
-            changed = False
-        except StorefrontUnreachable:
-            changed = False
-        if changed:
-            self._held = None          # the next round fetches the new document
-            since_round = time.monotonic() - getattr(self, "_round_started", 0.0)
-            if since_round < MIN_ROUND_GAP_SECONDS:
-                stop.wait(MIN_ROUND_GAP_SECONDS - since_round)
-            return
-        stop.wait(max(0.0, delay - (time.monotonic() - started)))
+        deadline = time.monotonic() + delay
+        while (remaining := deadline - time.monotonic()) > WATCH_AT_LEAST_SECONDS:
+            # again while time is left: the storefront may answer "unchanged" before `delay`
+            # (its NODE_WATCH_MAX_SECONDS is below a long poll interval)
+            answer = self._watch_until_stopped(version, remaining, stop)
+            if stop.is_set():
+                return
+            if answer is True:
+                self._held = None          # the next round fetches the new document
+                since_round = time.monotonic() - getattr(self, "_round_started", 0.0)
+                if since_round < MIN_ROUND_GAP_SECONDS:
+                    stop.wait(MIN_ROUND_GAP_SECONDS - since_round)
+                return
+            if answer is not False:        # refused or unanswered: sleep out the interval
+                if isinstance(answer, StorefrontRefused) and answer.status in (404, 405):
+                    log.info("the storefront has no desired-state watch: polling every %.0fs", delay)
+                    self.watching = False
+                break
+        stop.wait(max(0.0, deadline - time.monotonic()))
+
+    def _watch_until_stopped(self, version: str, delay: float, stop: threading.Event):
+        """The watch's answer (True/False, or the StorefrontRefused/StorefrontUnreachable it
+        raised), asked from a thread of its own so that a stop (SIGTERM: an upgrade, systemd)
+        ends the wait at once instead of after it; the abandoned call dies with the process."""
+        answer: list = []
+        done = threading.Event()
+
+        def ask():
+            try:
+                answer.append(self.client.watch(version, delay))
+            except (StorefrontRefused, StorefrontUnreachable) as exc:
+                answer.append(exc)
+            except Exception as exc:     # never let a surprise end the loop: poll instead
+                log.exception("desired-state watch failed")
+                answer.append(StorefrontUnreachable(str(exc)))
+            finally:
+                done.set()
+
+        threading.Thread(target=ask, name="desired-watch", daemon=True).start()
+        while not done.wait(STOP_CHECK_SECONDS):
+            if stop.is_set():
+                return None
+        return answer[0]
 
     def _start_filter_guard(self) -> FilterGuard | None:
         """The packet filter checked on its own timer: a round can be minutes away (the

@@ -56,6 +56,13 @@ CASES = {
                rf"timeline \(\d+ slices of 5 s\) median: \d+ sent, p99 {NUMBER} ms, .*cores: web {NUMBER}",
                rf"fleet: 20 nodes at 2 s poll: {NUMBER} req/s, p99 desired {NUMBER} ms, p99 report {NUMBER} ms",
                r"dropped bench_fleet_\d+", r"the bench's PostgreSQL and Redis stopped and removed"]),
+    # The nodes' watch on the ASGI process (scripts/start.sh watch), on the shared servers.
+    "watch": ("watch.py", ["--smoke", "--use-system-services"], True,
+              [rf"50 watches held: RSS {NUMBER} MiB, {NUMBER} MiB per 1,000 waiting nodes .*; CPU while they wait "
+               rf"{NUMBER} % of a core",
+               rf"one change for all 50 nodes: every node answered; p50 {NUMBER} ms",
+               rf"watch: 50 nodes: {NUMBER} MiB/1000 nodes, idle CPU {NUMBER} %, {NUMBER} ms CPU per watch, "
+               rf"single change p99 {NUMBER} ms"]),
     "fleet_report_cpu": ("fleet_report_cpu.py", ["--smoke"], True,
                          [rf"report cpu: steady {NUMBER} ms, flush {NUMBER} ms, gpus {NUMBER} ms, bare {NUMBER} ms"]),
     "load": ("load.py", ["--smoke"], True,
@@ -119,7 +126,7 @@ def test_bench_runs_on_postgres(case):
     script, args, _pg, lines = CASES[case]
     if case == "load":
         require_tool("wrk", "scripts/install-test-tools.sh installs it")
-    if case in ("load", "fleet_report_cpu"):
+    if case in ("load", "fleet_report_cpu", "watch"):
         require(HAS_REDIS, f"bench/{case}.py serves with the Redis cache: set REDIS_URL")
     out = run_bench(script, args, dict(os.environ))
     missing = [line for line in lines if not re.search(line, out)]

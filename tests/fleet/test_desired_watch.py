@@ -94,7 +94,7 @@ def test_a_held_watch_wakes_on_the_committed_change_not_on_the_recheck(paid_leas
         instance_restart(lease_id=lease.pk, customer=lease.customer, now=timezone.now())
 
     answer, took = held_watch(node, version=version, wait=50, while_waiting=customer_restarts)
-    assert answer["changed"] is True and answer["version"] == version_of(node) != version
+    assert answer["changed"] is True and answer["version"] != version and version_of(node) != version
     assert took < 50
     assert desired_watch.bell.count() == 0          # the waiter left with its request
 
@@ -114,15 +114,27 @@ def test_a_change_announced_by_another_process_rings_the_bell():
     """What the pub/sub listener hands over: a list of node ids, or every node."""
     from fleet.desired_watch import _ring_for
 
-    async def ring() -> list[bool]:
+    async def ring() -> list:
         bell = desired_watch.bell
         with bell.waiter(7) as seven, bell.waiter(8) as eight:
-            _ring_for(b"3,7")
-            rung = [await seven.rung(0.5), await eight.rung(0.05)]
-            _ring_for(b"*")
-            return [*rung, await eight.rung(0.5)]
+            _ring_for(b"n1|3,7")
+            rung = [await seven.rung(0.5), seven.news, await eight.rung(0.05)]
+            _ring_for(b"e2|*")
+            return [*rung, await eight.rung(0.5), eight.news]
 
-    assert async_to_sync(ring)() == [True, False, True]
+    assert async_to_sync(ring)() == [True, ("node", "n1"), False, True, ("epoch", "e2")]
+
+    async def heard_before_registering() -> list:
+        bell = desired_watch.bell
+        read_at = time.monotonic()          # the version read here ...
+        _ring_for(b"n3|9")                  # ... a change comes before the waiter is registered
+        with bell.waiter(9, read_at=read_at) as nine, bell.waiter(9, read_at=time.monotonic()) as later:
+            return [await nine.rung(0.5), nine.news, await later.rung(0.05)]
+
+    assert async_to_sync(heard_before_registering)() == [True, ("node", "n3"), False]
+    assert desired_watch.version_after("e0.v0", ("node", "n1")) == "e0.n1"
+    assert desired_watch.version_after("e0.v0", ("epoch", "e2")) == "e2.v0"
+    assert desired_watch.version_after("not-a-token", ("node", "n1")) is None
 
 
 @pytest.mark.parametrize("params, status, error", [

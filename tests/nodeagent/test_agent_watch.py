@@ -10,20 +10,25 @@ from nodeagent.client import StorefrontRefused, StorefrontUnreachable
 
 
 class Stop:
-    def __init__(self):
-        self.waited = []
+    def __init__(self, stopped=False):
+        self.waited, self.stopped = [], stopped
 
     def wait(self, seconds):
         self.waited.append(seconds)
-        return False
+        return self.stopped
+
+    def is_set(self):
+        return self.stopped
 
 
 class Client:
-    def __init__(self, answer, version="e.v"):
-        self.answer, self.desired_version, self.asked = answer, version, []
+    def __init__(self, answer, version="e.v", until=None):
+        self.answer, self.desired_version, self.asked, self.until = answer, version, [], until
 
     def watch(self, version, wait):
         self.asked.append((version, wait))
+        if self.until is not None:
+            self.until.wait(30)
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
@@ -39,7 +44,7 @@ def test_a_change_starts_the_next_round_at_once_with_the_document_fetched_afresh
     agent, stop = agent_with(Client(True)), Stop()
     agent._round_started = time.monotonic() - 3       # the last round began 3 s ago
     agent._until_next_round(15, stop)
-    assert agent.client.asked == [("e.v", 15)]
+    assert agent.client.asked == [("e.v", pytest.approx(15, abs=0.1))]
     assert stop.waited == [] and agent._held is None
 
 
@@ -50,10 +55,20 @@ def test_rounds_started_by_changes_are_spaced_by_the_minimum_gap():
     assert len(stop.waited) == 1 and 0 < stop.waited[0] <= MIN_ROUND_GAP_SECONDS
 
 
-def test_no_change_waits_out_the_rest_of_the_interval_and_keeps_the_document():
-    agent, stop = agent_with(Client(False)), Stop()
-    agent._until_next_round(15, stop)
-    assert len(stop.waited) == 1 and 14 < stop.waited[0] <= 15 and agent._held == {"held": 1}
+def test_no_change_watches_the_whole_interval_and_keeps_the_document():
+    """The storefront may answer "unchanged" early (its NODE_WATCH_MAX_SECONDS): the agent
+    watches again for what is left of its interval, and sleeps only a rest under a second."""
+    class EarlyClient(Client):
+        def watch(self, version, wait):
+            super().watch(version, wait)
+            time.sleep(0.05)             # the storefront's answer takes a moment
+            return False
+
+    agent, stop = agent_with(EarlyClient(False)), Stop()
+    agent._until_next_round(1.3, stop)
+    assert len(agent.client.asked) >= 2 and agent.client.asked[0] == ("e.v", pytest.approx(1.3, abs=0.1))
+    assert all(wait <= 1.3 for _v, wait in agent.client.asked) and agent._held == {"held": 1}
+    assert len(stop.waited) == 1 and stop.waited[0] <= 1.0
 
 
 @pytest.mark.parametrize("error, still_watching", [
@@ -78,3 +93,18 @@ def test_without_a_watch_the_agent_sleeps_the_delay(agent):
     stop = Stop()
     agent._until_next_round(40, stop)
     assert agent.client.asked == [] and stop.waited == [40]
+
+
+def test_a_stop_ends_a_held_watch_at_once():
+    """SIGTERM (an upgrade, systemd) while the storefront holds the watch: the loop returns
+    without waiting for the answer, and without treating the abandoned call as an answer."""
+    import threading
+
+    never = threading.Event()
+    agent = agent_with(Client(True, until=never))
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    agent._until_next_round(60, stop)
+    assert time.monotonic() - started < 10 and agent._held == {"held": 1}
+    never.set()

@@ -6,10 +6,8 @@ the customer's restart/stop/start reach the container; suspension stops the inst
 (ssh refused), payment resumes it with the files kept, release removes it. A GPU that
 NVML reports unhealthy opens an incident."""
 import json
-import time
 
 import pytest
-from django.db import OperationalError
 from django.utils import timezone
 
 from tests.tools import require_tool
@@ -17,39 +15,9 @@ from tests.tools import require_tool
 from .agent_process import agent_cli, agent_env, start_agent, stop_agent, wait_for, write_config
 from .conftest import ssh_run
 from .outage_proxy import OutageProxy
+from .storefront_side import container_started_at, container_status, lease_state, shared_db
 
 IMAGE = "pytorch-2.5-cuda-12.4"
-
-
-def shared_db(call, *args, **kwargs):
-    """Run a database call from the test thread while the live server's thread may hold
-    the (in-memory SQLite) database: retry "database table is locked". Every call here is
-    one transaction, so a retry never repeats half of one. PostgreSQL never needs it."""
-    for _ in range(100):
-        try:
-            return call(*args, **kwargs)
-        except OperationalError as exc:
-            if "locked" not in str(exc):
-                raise
-            time.sleep(0.1)
-    return call(*args, **kwargs)
-
-
-def lease_state(lease_id):
-    from rental.models import Lease
-    return shared_db(Lease.objects.get, pk=lease_id)
-
-
-def container_started_at(dockerd, lease_id):
-    found = dockerd.client().containers.list(filters={"name": f"lease-{lease_id}"})
-    return found[0].attrs["State"]["StartedAt"] if found else None
-
-
-def container_status(dockerd, lease_id):
-    # sparse: no inspect per container, which races with the agent removing it (404)
-    found = dockerd.client().containers.list(all=True, sparse=True,
-                                             filters={"name": f"lease-{lease_id}"})
-    return found[0].status if found else None
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from tests.tools import require_tool
 from .agent_process import wait_for
 from .node_box import NodeBox, build_image, free_port
 from .raw_scan import count
-from .test_end_to_end import lease_state, shared_db
+from .storefront_side import lease_state, shared_db
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_SLUG = "pytorch-2.5-cuda-12.4"

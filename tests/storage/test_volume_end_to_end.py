@@ -21,7 +21,7 @@ from tests.nodeagent.agent_process import (
 )
 from tests.nodeagent.conftest import ssh_run
 from tests.nodeagent.outage_proxy import OutageProxy
-from tests.nodeagent.test_end_to_end import shared_db
+from tests.nodeagent.storefront_side import shared_db
 from tests.tools import require_tool
 
 IMAGE = "pytorch-2.5-cuda-12.4"
