@@ -26,8 +26,26 @@ def version_of(node) -> str:
     return response[views.VERSION_HEADER]
 
 
+def in_own_thread(call):
+    """`call()` in a thread of its own, as a server runs a request: an earlier test in this
+    worker (a browser test's sync Playwright) may have left an event loop running in the
+    test's thread, where async_to_sync refuses to run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    def run():
+        try:
+            return call()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(run).result()
+
+
 def watch_over_wsgi(node, **params):
-    return node.client.get("/agent/v1/desired/watch", params, **node.auth)
+    return in_own_thread(lambda: node.client.get("/agent/v1/desired/watch", params, **node.auth))
 
 
 def held_watch(node, *, version: str, wait: float, while_waiting=None) -> tuple[dict, float]:
@@ -50,7 +68,7 @@ def held_watch(node, *, version: str, wait: float, while_waiting=None) -> tuple[
         response = await answer
         return response, time.monotonic() - started
 
-    response, took = async_to_sync(scenario)()
+    response, took = in_own_thread(async_to_sync(scenario))
     assert response.status_code == 200, response.content
     return json.loads(response.content), took
 
@@ -122,7 +140,7 @@ def test_a_change_announced_by_another_process_rings_the_bell():
             _ring_for(b"e2|*")
             return [*rung, await eight.rung(0.5), eight.news]
 
-    assert async_to_sync(ring)() == [True, ("node", "n1"), False, True, ("epoch", "e2")]
+    assert in_own_thread(async_to_sync(ring)) == [True, ("node", "n1"), False, True, ("epoch", "e2")]
 
     async def heard_before_registering() -> list:
         bell = desired_watch.bell
@@ -131,7 +149,7 @@ def test_a_change_announced_by_another_process_rings_the_bell():
         with bell.waiter(9, read_at=read_at) as nine, bell.waiter(9, read_at=time.monotonic()) as later:
             return [await nine.rung(0.5), nine.news, await later.rung(0.05)]
 
-    assert async_to_sync(heard_before_registering)() == [True, ("node", "n3"), False]
+    assert in_own_thread(async_to_sync(heard_before_registering)) == [True, ("node", "n3"), False]
     assert desired_watch.version_after("e0.v0", ("node", "n1")) == "e0.n1"
     assert desired_watch.version_after("e0.v0", ("epoch", "e2")) == "e2.v0"
     assert desired_watch.version_after("not-a-token", ("node", "n1")) is None
@@ -149,9 +167,10 @@ def test_bad_input_is_a_4xx(paid_lease, enrol, params, status, error):
 
 
 def test_a_watch_needs_the_node_credential_and_a_get(client):
-    assert client.get("/agent/v1/desired/watch", {"version": "x"}).status_code == 401
-    assert client.get("/agent/v1/desired/watch", HTTP_AUTHORIZATION="Node nope").status_code == 401
-    assert client.post("/agent/v1/desired/watch").status_code == 405
+    assert in_own_thread(lambda: client.get("/agent/v1/desired/watch", {"version": "x"})).status_code == 401
+    assert in_own_thread(lambda: client.get("/agent/v1/desired/watch",
+                                            HTTP_AUTHORIZATION="Node nope")).status_code == 401
+    assert in_own_thread(lambda: client.post("/agent/v1/desired/watch")).status_code == 405
 
 
 def test_the_real_agent_fetches_a_change_long_before_its_next_poll(live_server, catalog, operator, settings,
