@@ -35,9 +35,12 @@ case "${1:-}" in
     # A node waits here for a change to its desired state (fleet/desired_watch.py): one
     # coroutine per waiting node, no thread, so a fleet's waits cost memory, not CPU. The
     # reverse proxy sends only that path here (Caddyfile, WATCH_UPSTREAM).
+    # granian takes at most --backpressure requests at once per worker (default: backlog/workers,
+    # 1,024): every waiting node is one, so it is sized for the fleet (WATCH_MAX_WAITING).
     bind="${WATCH_BIND:-0.0.0.0:8001}"
     exec granian --interface asgi storefront.asgi:application --host "${bind%:*}" --port "${bind##*:}" \
-      --workers "${WATCH_CONCURRENCY:-1}" --no-access-log --log-level warning --respawn-failed-workers ;;
+      --workers "${WATCH_CONCURRENCY:-1}" --backlog 4096 --backpressure "${WATCH_MAX_WAITING:-20000}" \
+      --no-access-log --log-level warning --respawn-failed-workers ;;
   worker)
     queue="${JOBS_QUEUE:-jobs}"
     exec celery -A storefront worker -Q "$queue" -n "$queue@%h" --loglevel=INFO \
