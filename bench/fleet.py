@@ -54,7 +54,7 @@ BASE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BASE), str(BASE / "bench")]
 
 from load import Granian, Gunicorn, manage, production_env, run_wrk, wait_http, with_db  # noqa: E402
-from private_services import PrivatePostgres, PrivateRedis, start_watchdog  # noqa: E402
+from private_services import on_services  # noqa: E402
 from rawhttp import HttpError, Pool, request_bytes  # noqa: E402
 from timeline import Sampler, percentile, report, slices, write_tsv  # noqa: E402
 
@@ -518,27 +518,7 @@ def main() -> None:
     args = parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
-    if args.use_system_services:
-        url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
-        if not url.startswith(("postgres://", "postgresql://")) or not redis_url:
-            raise SystemExit("--use-system-services: set DATABASE_URL (a PostgreSQL server) and REDIS_URL, e.g.\n"
-                             "  DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres "
-                             "REDIS_URL=redis://127.0.0.1:6379/13")
-        bench(args, url, redis_url)
-        return
-    # The servers as production runs them (docker-compose.yml): PostgreSQL with its defaults,
-    # autovacuum among them (a CI machine's may turn it off), Redis with its append-only file.
-    postgres, redis = PrivatePostgres(), PrivateRedis(append_only=True)
-    watchdog = start_watchdog([postgres.root, redis.root])
-    try:
-        postgres.start()
-        redis.start()
-        bench(args, postgres.url, redis.url)
-    finally:
-        postgres.stop()
-        redis.stop()
-        watchdog.terminate()
-        print("the bench's PostgreSQL and Redis stopped and removed")
+    on_services(args.use_system_services, lambda url, redis_url: bench(args, url, redis_url))
 
 
 def describe_services(url: str, redis_url: str) -> str:

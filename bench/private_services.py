@@ -163,6 +163,32 @@ class PrivateRedis:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def on_services(use_system_services: bool, run) -> None:
+    """run(database_url, redis_url) on the servers DATABASE_URL and REDIS_URL name, or on a
+    private PostgreSQL and Redis configured as production runs them (docker-compose.yml:
+    PostgreSQL's defaults, autovacuum among them, which a CI machine's may turn off; Redis
+    with its append-only file), stopped and removed after."""
+    if use_system_services:
+        url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
+        if not url.startswith(("postgres://", "postgresql://")) or not redis_url:
+            raise SystemExit("--use-system-services: set DATABASE_URL (a PostgreSQL server) and REDIS_URL, e.g.\n"
+                             "  DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres "
+                             "REDIS_URL=redis://127.0.0.1:6379/13")
+        run(url, redis_url)
+        return
+    postgres, redis = PrivatePostgres(), PrivateRedis(append_only=True)
+    watchdog = start_watchdog([postgres.root, redis.root])
+    try:
+        postgres.start()
+        redis.start()
+        run(postgres.url, redis.url)
+    finally:
+        postgres.stop()
+        redis.stop()
+        watchdog.terminate()
+        print("the bench's PostgreSQL and Redis stopped and removed")
+
+
 def start_watchdog(dirs: list[Path]) -> subprocess.Popen:
     """A process in its own session that tears the servers down if this one dies without
     doing it (SIGKILL, a test runner's timeout): it outlives us by design."""

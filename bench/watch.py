@@ -39,7 +39,7 @@ BASE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BASE), str(BASE / "bench")]
 
 from load import PY, manage, production_env, wait_http, with_db  # noqa: E402
-from private_services import PrivatePostgres, PrivateRedis, start_watchdog  # noqa: E402
+from private_services import on_services  # noqa: E402
 from timeline import percentile  # noqa: E402
 
 POLL_SECONDS = 15          # the plain poll a watch replaces (NODE_POLL_SECONDS' default)
@@ -274,23 +274,7 @@ def main() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536))
     except (ValueError, OSError):       # not root: as far as the hard limit goes
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    if args.use_system_services:
-        url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
-        if not url.startswith(("postgres://", "postgresql://")) or not redis_url:
-            raise SystemExit("--use-system-services: set DATABASE_URL (a PostgreSQL server) and REDIS_URL")
-        bench(args, url, redis_url)
-        return
-    postgres, redis = PrivatePostgres(), PrivateRedis(append_only=True)
-    watchdog = start_watchdog([postgres.root, redis.root])
-    try:
-        postgres.start()
-        redis.start()
-        bench(args, postgres.url, redis.url)
-    finally:
-        postgres.stop()
-        redis.stop()
-        watchdog.terminate()
-
+    on_services(args.use_system_services, lambda url, redis_url: bench(args, url, redis_url))
 
 if __name__ == "__main__":
     main()

@@ -161,3 +161,30 @@ def node_of(lease):
 
 def later(minutes: float) -> datetime:
     return timezone.now() + timedelta(minutes=minutes)
+
+
+def leaseless_agent(url: str, operator, state_root, *, poll_seconds: int = 15):
+    """The shipped agent's loop (nodeagent.agent.Agent) enrolled over HTTP at `url` for a node
+    without leases, with no Docker and no disks (tests/nodeagent/no_instances.py): for tests
+    that drive its rounds and waits against the live server. Returns (agent, node)."""
+    from fleet.services import enrolment_code_create
+    from inventory.models import Node
+    from nodeagent.agent import Agent
+    from nodeagent.client import StorefrontClient
+    from nodeagent.config import AgentConfig
+    from nodeagent.gpu import NoGpuProbe
+    from nodeagent.signing import NodeKey
+    from nodeagent.state import StateDir, write_json
+    from tests.nodeagent.no_instances import NoInstances
+
+    node = Node.objects.filter(slots__allocations__isnull=True).first()
+    state = StateDir(state_root)
+    state.ensure()
+    key = NodeKey.generate(state.key_path)
+    code = enrolment_code_create(node=node, actor=operator, now=timezone.now())
+    answer = StorefrontClient(url).enrol(code=code, public_key=key.public_key_b64(), hostname="n")
+    write_json(state.enrolment_path, {"url": url, "node": answer["node"], "credential": answer["credential"],
+                                      "poll_seconds": poll_seconds})
+    agent = Agent(AgentConfig(storefront_url=url, state_dir=state_root, public_host="203.0.113.7"),
+                  runtime=NoInstances(), disks=NoInstances(), probe=NoGpuProbe("test"))
+    return agent, node

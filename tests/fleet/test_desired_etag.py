@@ -7,9 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from tests.nodeagent.no_instances import NoInstances
-
-from .conftest import node_of
+from .conftest import leaseless_agent, node_of
 
 pytestmark = pytest.mark.django_db
 
@@ -109,25 +107,7 @@ def test_the_agent_client_keeps_its_copy_on_a_304(live_server, paid_lease, opera
 def test_a_steady_agent_round_is_one_signed_report(live_server, catalog, operator, tmp_path):
     """Issue 31: the agent's first round GETs the desired state, every later one is the
     signed report alone, whose answer carries the desired state (null: unchanged)."""
-    from fleet.services import enrolment_code_create
-    from inventory.models import Node
-    from nodeagent.agent import Agent
-    from nodeagent.client import StorefrontClient
-    from nodeagent.config import AgentConfig
-    from nodeagent.gpu import NoGpuProbe
-    from nodeagent.signing import NodeKey
-    from nodeagent.state import StateDir, write_json
-
-    node = Node.objects.filter(slots__allocations__isnull=True).first()
-    state = StateDir(tmp_path)
-    state.ensure()
-    key = NodeKey.generate(state.key_path)
-    code = enrolment_code_create(node=node, actor=operator, now=timezone.now())
-    answer = StorefrontClient(live_server.url).enrol(code=code, public_key=key.public_key_b64(), hostname="n")
-    write_json(state.enrolment_path, {"url": live_server.url, "node": answer["node"],
-                                      "credential": answer["credential"], "poll_seconds": 15})
-    agent = Agent(AgentConfig(storefront_url=live_server.url, state_dir=tmp_path, public_host="203.0.113.7"),
-                  runtime=NoInstances(), disks=NoInstances(), probe=NoGpuProbe("test"))
+    agent, node = leaseless_agent(live_server.url, operator, tmp_path)
     calls = []
     original = agent.client.session.request
 

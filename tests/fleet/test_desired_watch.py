@@ -15,7 +15,7 @@ from fleet import desired_watch, views
 from fleet.desired_version import desired_changed
 from tests.deadlines import Deadline
 
-from .conftest import node_of
+from .conftest import leaseless_agent, node_of
 
 pytestmark = pytest.mark.django_db(transaction=True)   # changes announce on commit
 
@@ -181,29 +181,11 @@ def test_the_real_agent_fetches_a_change_long_before_its_next_poll(live_server, 
 
     from django.db import transaction
 
-    from fleet.services import enrolment_code_create
-    from inventory.models import Node
-    from nodeagent.agent import Agent
-    from nodeagent.client import StorefrontClient
-    from nodeagent.config import AgentConfig
-    from nodeagent.gpu import NoGpuProbe
-    from nodeagent.signing import NodeKey
-    from nodeagent.state import StateDir, write_json
     from tests.deadlines import wait_for
-    from tests.nodeagent.no_instances import NoInstances
 
     settings.NODE_POLL_SECONDS = 60
     settings.NODE_WATCH_WSGI_HOLD_SECONDS = 60      # the live server is WSGI, one thread per request
-    node = Node.objects.filter(slots__allocations__isnull=True).first()
-    state = StateDir(tmp_path)
-    state.ensure()
-    key = NodeKey.generate(state.key_path)
-    code = enrolment_code_create(node=node, actor=operator, now=timezone.now())
-    answer = StorefrontClient(live_server.url).enrol(code=code, public_key=key.public_key_b64(), hostname="n")
-    write_json(state.enrolment_path, {"url": live_server.url, "node": answer["node"],
-                                      "credential": answer["credential"], "poll_seconds": 60})
-    agent = Agent(AgentConfig(storefront_url=live_server.url, state_dir=tmp_path, public_host="203.0.113.7"),
-                  runtime=NoInstances(), disks=NoInstances(), probe=NoGpuProbe("test"))
+    agent, node = leaseless_agent(live_server.url, operator, tmp_path, poll_seconds=60)
     calls, original = [], agent.client.session.request
 
     def spy(method, url, **kwargs):
