@@ -36,6 +36,7 @@ MAX_PASSES_PER_ROUND = 3       # converge + report again while the answer brings
 MIN_ROUND_GAP_SECONDS = 0.5
 STOP_CHECK_SECONDS = 0.2       # how soon a stop ends a wait for the storefront's watch
 WATCH_AT_LEAST_SECONDS = 1.0   # a shorter rest of the interval is slept, not watched
+WATCH_HELD_SECONDS = 10.0      # a wait held this long (or half the time asked) was really held
 
 
 def warn_if_cleartext(url: str) -> None:
@@ -125,8 +126,7 @@ class Agent:
             return
         deadline = time.monotonic() + delay
         while (remaining := deadline - time.monotonic()) > WATCH_AT_LEAST_SECONDS:
-            # again while time is left: the storefront may answer "unchanged" before `delay`
-            # (its NODE_WATCH_MAX_SECONDS is below a long poll interval)
+            asked = time.monotonic()
             answer = self._watch_until_stopped(version, remaining, stop)
             if stop.is_set():
                 return
@@ -140,6 +140,11 @@ class Agent:
                 if isinstance(answer, StorefrontRefused) and answer.status in (404, 405):
                     log.info("the storefront has no desired-state watch: polling every %.0fs", delay)
                     self.watching = False
+                break
+            # "Unchanged": asked again for the time left only if the storefront held the wait
+            # (it caps one at NODE_WATCH_MAX_SECONDS, below a long interval). One answered at
+            # once (a WSGI server does not hold) would make asking again a busy loop.
+            if time.monotonic() - asked < min(remaining / 2, WATCH_HELD_SECONDS):
                 break
         stop.wait(max(0.0, deadline - time.monotonic()))
 

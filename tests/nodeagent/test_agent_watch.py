@@ -55,20 +55,36 @@ def test_rounds_started_by_changes_are_spaced_by_the_minimum_gap():
     assert len(stop.waited) == 1 and 0 < stop.waited[0] <= MIN_ROUND_GAP_SECONDS
 
 
-def test_no_change_watches_the_whole_interval_and_keeps_the_document():
-    """The storefront may answer "unchanged" early (its NODE_WATCH_MAX_SECONDS): the agent
-    watches again for what is left of its interval, and sleeps only a rest under a second."""
-    class EarlyClient(Client):
-        def watch(self, version, wait):
-            super().watch(version, wait)
-            time.sleep(0.05)             # the storefront's answer takes a moment
-            return False
+class CappedClient(Client):
+    """A storefront that holds each wait `held` seconds at most, then says "unchanged"."""
 
-    agent, stop = agent_with(EarlyClient(False)), Stop()
-    agent._until_next_round(1.3, stop)
-    assert len(agent.client.asked) >= 2 and agent.client.asked[0] == ("e.v", pytest.approx(1.3, abs=0.1))
-    assert all(wait <= 1.3 for _v, wait in agent.client.asked) and agent._held == {"held": 1}
-    assert len(stop.waited) == 1 and stop.waited[0] <= 1.0
+    def __init__(self, held):
+        super().__init__(False)
+        self.held = held
+
+    def watch(self, version, wait):
+        super().watch(version, wait)
+        time.sleep(min(wait, self.held))
+        return False
+
+
+def test_a_wait_the_storefront_cut_short_is_asked_again_for_the_rest_of_the_interval():
+    """The storefront caps a wait (NODE_WATCH_MAX_SECONDS) below a long poll interval: the
+    agent watches again for what is left, and sleeps only a rest under a second."""
+    agent, stop = agent_with(CappedClient(held=1.6)), Stop()
+    agent._until_next_round(3.0, stop)
+    asked = [wait for _version, wait in agent.client.asked]
+    assert len(asked) == 2 and asked[0] == pytest.approx(3.0, abs=0.1) and asked[1] < asked[0]
+    assert agent._held == {"held": 1} and len(stop.waited) == 1 and stop.waited[0] <= 1.0
+
+
+def test_a_storefront_that_answers_at_once_is_not_asked_again_and_again():
+    """A WSGI server answers "unchanged" without holding (NODE_WATCH_WSGI_HOLD_SECONDS 0):
+    asking again would be a busy loop, so the agent sleeps out its interval."""
+    agent, stop = agent_with(CappedClient(held=0.0)), Stop()
+    agent._until_next_round(15, stop)
+    assert len(agent.client.asked) == 1
+    assert len(stop.waited) == 1 and 14 < stop.waited[0] <= 15
 
 
 @pytest.mark.parametrize("error, still_watching", [
