@@ -140,7 +140,7 @@ def snapshot_restore_refusal(snap: Snapshot, lease: Lease, *, confirmed: bool = 
     """Why `snap` cannot be restored onto `lease` from My storage, or None. The page asks for
     the same confirmation as the lease page's restore (the running disk is replaced); an API
     call is its own confirmation."""
-    if snap.repository:     # a real copy (issue 26): restored only into a new lease's empty disk
+    if snap.repository:     # a real copy: restored only into a new lease's empty disk
         return _("Snapshot #%(id)d is restored into a new lease: choose it under “Start from snapshot” when you "
                  "order a machine at %(site)s.") % {"id": snap.pk, "site": snap.site.code}
     if snap.state != Snapshot.State.AVAILABLE:

@@ -1,4 +1,4 @@
-"""Issue 28 (low): a per-username sign-in pace on top of axes' pair lock, password-reset
+"""A per-username sign-in pace on top of axes' pair lock, password-reset
 requests throttled, in-session password checks throttled, enrolling an authenticator
 needs the password, sign-up posts throttled ("that username exists"), look-alike
 usernames refused."""
