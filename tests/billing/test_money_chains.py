@@ -466,6 +466,14 @@ def test_xmr_quotes_after_the_wallet_is_restored_from_its_keys_get_new_subaddres
             net.pay(after[0].address, int(after[0].amount))
             net.mine(10)
             watch_coin(coin="XMR")
+            # A wallet restored from height 0 (auto-refresh off) has been seen to count the
+            # transfer a block short at exactly ten: what this test proves is the address, so
+            # it allows the payment up to three more blocks to reach its confirmations.
+            for _ in range(3):
+                if fresh(after[0]).state == Quote.State.SETTLED:
+                    break
+                net.mine(1)
+                watch_coin(coin="XMR")
         assert fresh(after[0]).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
     finally:  # the session's wallet must not hand out subaddresses other tests were paid to
         have = len(net.merchant.call("get_address", account_index=0)["addresses"]) - 1
