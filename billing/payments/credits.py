@@ -11,6 +11,8 @@
   (BTCPay's "paid late" / "paid over" marked by hand).
 * A payment that leaves the chain after it counted (reorg, double-spend) flags the invoice,
   takes back what it credited as far as the balance still holds it, and opens a review.
+* A payment held for an operator that leaves the chain closes its review (nothing to credit);
+  confirmed again, the review opens again.
 
 Callers hold the quote's row lock; every ledger entry and review has its own unique key,
 so a repeated scan changes nothing.
@@ -138,6 +140,29 @@ def review_open(*, quote: Quote, payment: Payment | None, kind: str, amount: int
         audit_record(actor=None, action="payment_review_open", obj=review,
                      detail={"kind": kind, "quote": quote.pk, "amount": str(amount), "proposed_cents": cents})
     return review
+
+
+#: what waits for an operator on one payment of the quote's own coin; the payment must still be
+#: on the chain for it to be credited
+HELD_ON_A_PAYMENT = (R.Kind.NO_RATE, R.Kind.OVER_CAP, R.Kind.AFTER_WINDOW)
+#: the note of such a review closed because its payment left the chain
+GONE_NOTE = "the payment left the chain (reorg) before an operator decided"
+
+
+def held_reviews_follow_chain(quote: Quote, now: datetime) -> None:
+    """A payment held for an operator (no rate, over the cap, after the window) that left the
+    chain holds nothing to credit any more: its open review is closed (crediting it is
+    refused). Confirmed again (re-mined), the review opens again. One an operator already
+    credited is reconciled like any credited payment (``reversals``: its ``credited_cents``)."""
+    gone = (Payment.State.REORGED, Payment.State.INVALID)
+    for review in quote.reviews.filter(kind__in=HELD_ON_A_PAYMENT, state=R.State.OPEN, payment__state__in=gone):
+        _decide(review, R.State.CLOSED, None, now, GONE_NOTE)
+    for review in quote.reviews.filter(kind__in=HELD_ON_A_PAYMENT, state=R.State.CLOSED, note=GONE_NOTE,
+                                       payment__state=Payment.State.CONFIRMED):
+        PaymentReview.objects.filter(pk=review.pk, state=R.State.CLOSED).update(state=R.State.OPEN, decided_at=None,
+                                                                               note="")
+        audit_record(actor=None, action="payment_review_open", obj=review,
+                     detail={"kind": review.kind, "quote": quote.pk, "note": "the payment is mined again"})
 
 
 # --- operators decide -----------------------------------------------------------------------

@@ -9,7 +9,9 @@
   settlement again. One payment on the chain, one credit in the ledger. A replacement that
   pays more than the invoice needs is an overpayment like any other: what it paid beyond
   what was taken goes to the balance (``excess:<quote>:<n>``), or past the quote's automatic
-  cap to a review an operator decides — never kept silently.
+  cap to a review an operator decides — never kept silently. An excess waiting over the cap
+  that the chain no longer holds closes its review (nothing to credit); one an operator
+  credited is taken back like the rest, and given back when the payments return.
 * **The operator is alerted:** the invoice is flagged ``payment_reversed``, a review is
   opened per reversed payment, an audit row says what was taken.
 * **The lease waits for the money:** while the customer's balance is negative, the lease the
@@ -37,7 +39,7 @@ from rental.notices import PAYMENT_REVERSED_REASON
 from ..models import Account, Invoice, LatePaymentClaim, LedgerEntry, Payment, PaymentReview, Quote
 from ..services import ledger_post
 from . import config
-from .credits import credit_or_hold, forgiven_cents, quote_entry_keys, review_open
+from .credits import GONE_NOTE, credit_or_hold, forgiven_cents, quote_entry_keys, review_open
 from .pricing import cents_at
 
 log = logging.getLogger("billing.payments")
@@ -81,11 +83,14 @@ def quote_reconcile(quote: Quote, now: datetime) -> int:
     taken = -(LedgerEntry.objects.filter(idempotency_key__startswith=f"rec:{quote.pk}:").aggregate(
         s=Sum("amount_cents"))["s"] or 0)
     if not taken and not any(p.state in (PS.REORGED, PS.INVALID) and (p.in_settlement or p.credited_cents)
-                             for p in payments):
+                             for p in payments) and not _excess_reviews(quote).filter(note=GONE_NOTE).exists():
         return 0  # nothing that counted left the chain, nothing is owed: the credits stand as posted
     entries = LedgerEntry.objects.filter(quote_entry_keys(quote) | _payment_reviews_credited(quote))
     posted = entries.aggregate(s=Sum("amount_cents"))["s"] or 0
-    delta = target_cents(quote, payments) - posted
+    target = target_cents(quote, payments)
+    if target - posted < _excess_held_cents(quote):
+        _close_excess_gone(quote, now)  # what the chain still holds beyond is proposed again below
+    delta = target - posted
     excess = 0
     if delta > 0:  # give back what reversals took, never more — less what an operator forgave meanwhile
         # A replacement or re-payment that filled the settlement with more than the invoice
@@ -94,6 +99,8 @@ def quote_reconcile(quote: Quote, now: datetime) -> int:
         delta = min(delta, taken - forgiven_cents(quote))
     if delta:
         _post_difference(quote, payments, entries, delta, now)
+    if excess:  # an excess review closed while its payments were off the chain waits again
+        excess -= _reopen_excess(quote, excess, now)
     if excess:  # after what is given back: the automatic cap counts the quote's net credit
         _credit_excess(quote, excess, max(settlement_units(payments) - int(quote.amount), 0), now)
     return delta + excess
@@ -114,11 +121,42 @@ def _post_difference(quote: Quote, payments: list[Payment], entries, delta: int,
         _close_returned(quote, payments, now)
 
 
+def _excess_reviews(quote: Quote):
+    return quote.reviews.filter(kind=R.Kind.OVER_CAP, payment__isnull=True)
+
+
 def _excess_held_cents(quote: Quote) -> int:
-    """Settlement excess of the quote that waits for (or was decided by) an operator: it is
-    not proposed again."""
-    return quote.reviews.filter(kind=R.Kind.OVER_CAP, payment__isnull=True).aggregate(
-        s=Sum("proposed_cents"))["s"] or 0
+    """Settlement excess of the quote that waits for an operator, or that one closed without a
+    credit: it is not proposed again. One credited is posted (``_payment_reviews_credited``);
+    one closed because the chain no longer held it (``GONE_NOTE``) is proposed again when the
+    chain does."""
+    return _excess_reviews(quote).filter(state__in=(R.State.OPEN, R.State.CLOSED)).exclude(
+        note=GONE_NOTE).aggregate(s=Sum("proposed_cents"))["s"] or 0
+
+
+def _close_excess_gone(quote: Quote, now: datetime) -> None:
+    """The settlement's payments left the chain: the excess its open reviews wait with is no
+    longer all there, so they are closed (crediting them is refused); what the chain still
+    holds beyond the invoice is proposed again (``_credit_excess``)."""
+    from .credits import _decide
+
+    for review in _excess_reviews(quote).filter(state=R.State.OPEN):
+        _decide(review, R.State.CLOSED, None, now, GONE_NOTE)
+
+
+def _reopen_excess(quote: Quote, cents: int, now: datetime) -> int:
+    """Excess reviews closed because the chain no longer held their excess open again, as far
+    as ``cents`` (the excess the chain holds again, not yet proposed) covers each in full.
+    Returns the cents they propose."""
+    reopened = 0
+    for review in _excess_reviews(quote).filter(state=R.State.CLOSED, note=GONE_NOTE).order_by("pk"):
+        if reopened + int(review.proposed_cents or 0) > cents:
+            continue
+        R.objects.filter(pk=review.pk, state=R.State.CLOSED).update(state=R.State.OPEN, decided_at=None, note="")
+        audit_record(actor=None, action="payment_review_open", obj=review,
+                     detail={"kind": review.kind, "quote": quote.pk, "note": "the payments are on the chain again"})
+        reopened += int(review.proposed_cents or 0)
+    return reopened
 
 
 def _credit_excess(quote: Quote, cents: int, units: int, now: datetime) -> None:
@@ -133,10 +171,12 @@ def _credit_excess(quote: Quote, cents: int, units: int, now: datetime) -> None:
 
 def _payment_reviews_credited(quote: Quote) -> Q:
     """The credits operators gave for the quote's payments on review (held for want of a
-    rate, over the cap, misdirected): target_cents counts them through the payment's
-    credited_cents, so what the quote posted counts them too."""
-    keys = [f"review:{pk}" for pk in quote.reviews.filter(state=R.State.CREDITED, payment__isnull=False)
-            .exclude(kind=R.Kind.REVERSED).values_list("pk", flat=True)]
+    rate, over the cap, misdirected) and for its settlement's excess over the cap:
+    target_cents counts the first through the payment's credited_cents and the second in
+    what the settlement covers beyond the invoice, so what the quote posted counts them too."""
+    credited = quote.reviews.filter(state=R.State.CREDITED).exclude(kind=R.Kind.REVERSED)
+    keys = [f"review:{pk}" for pk in credited.filter(Q(payment__isnull=False) | Q(kind=R.Kind.OVER_CAP))
+            .values_list("pk", flat=True)]
     return Q(idempotency_key__in=keys)
 
 

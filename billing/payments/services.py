@@ -51,7 +51,12 @@ from ..services import (
 from . import config as coins_config
 from .addresses import receive_address, unpaid_addresses_full, wallet_gap_exceeded  # noqa: F401 - re-exported
 from .coins.base import Coin, DetectedPayment, ScanResult
-from .credits import credit_extra_payment, credit_or_hold, payment_on_time
+from .credits import (
+    credit_extra_payment,
+    credit_or_hold,
+    held_reviews_follow_chain,
+    payment_on_time,
+)
 from .health import awaiting_watchers, coin_health_record
 from .misdirected import misdirected_gone, misdirected_report
 from .pricing import PaymentError
@@ -239,6 +244,7 @@ def quote_refresh(quote: Quote, now: datetime) -> Quote:
         state=PS.INVALID, invalid_reason=TIMED_OUT)
     live = list(quote.payments.exclude(state__in=(PS.REORGED, PS.INVALID)).order_by("first_seen_at", "pk"))
     seen_any = bool(live) or quote.payments.exists()
+    held_reviews_follow_chain(quote, now)
     quote.received = sum(int(p.amount) for p in live)
     quote.confirmed = sum(int(p.amount) for p in live if p.state == PS.CONFIRMED)
     Quote.objects.filter(pk=quote.pk).update(received=quote.received, confirmed=quote.confirmed)

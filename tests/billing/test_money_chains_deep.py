@@ -1,6 +1,7 @@
 """Money on real local chains, the cases past the watcher's memory and its crashes: a reorg
 deeper than the 100 block hashes a cursor remembers (litecoind, anvil), a misdirected
-transfer that leaves the chain before or after an operator credited it, a watcher killed
+transfer that leaves the chain before or after an operator credited it, a payment or a
+settlement's excess held over the automatic cap that a reorg drops, a watcher killed
 between applying a pass and saving its cursor, and payments to EVM quote addresses long
 after the late-payment window. Each test asserts the ledger, the reviews and the invoice.
 
@@ -12,6 +13,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from billing.lifecycle import run_lifecycle
 from billing.models import CoinWallet, Invoice, Payment, PaymentReview, Quote, WatcherCursor
 from billing.payments import config as coins_config
 from billing.payments import services as payment_services
@@ -21,6 +23,7 @@ from billing.payments.coins.walker import KEEP_HASHES
 from billing.payments.credits import payment_review_credit
 from billing.payments.pricing import PaymentError
 from billing.payments.services import quote_create, watch_coin
+from inventory.models import AuditEntry
 from rental.models import LeaseState
 from tests.billing.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
 from tests.billing.payments_helpers import eth_account_key, fresh, set_rate
@@ -151,6 +154,156 @@ def test_misdirected_review_closes_when_its_transfer_is_reorged_out_and_a_credit
     assert ledger(customer) == [("late_payment", 6500), ("clawback", -6500), ("restored", 6500)]
     payment_review_credit(review=fresh(first), actor=operator, now=timezone.now())
     assert balance(customer) == 13000
+
+
+def test_usdt_payment_held_over_the_cap_closes_its_review_when_a_reorg_drops_it_and_reopens_it_when_mined_again(
+        anvil, catalog, customer, operator, settings):  # noqa: F811
+    """The generated histories' finding (ADR 0009): 86.66 USDT to an expired $65 quote is
+    over its automatic cap, so it waits in an ``over_cap`` review. A 4-block reorg drops it
+    (not re-mined): the review is closed — an operator can no longer credit money no chain
+    holds — with an audit row. Broadcast and mined again, the review opens again and the
+    operator's credit goes through, once."""
+    w3, now = anvil, timezone.now()
+    settings.RATE_MAX_AGE_MINUTES = 100_000
+    set_rate("USDT", "1", now)
+    CoinWallet.objects.create(coin="ETH", next_index=20400, highest_paid_index=20399)
+    usdt = deploy(w3, CONTRACT, 10**15)
+    adapter = EvmAdapter(Coin.USDT, eth_account_key(), w3=w3, chain_id=31337, token=usdt.address,
+                         required_confirmations=3)
+    with coins_config.use_adapters({Coin.USDT: adapter}):
+        _, invoice = order(customer, now, pay=False)
+        quote = quote_create(invoice=invoice, coin="USDT", now=now)
+        later = quote.expires_at + timedelta(minutes=1)
+        watch_coin(coin="USDT", now=later)
+        run_lifecycle(later)
+        assert fresh(quote).state == Quote.State.EXPIRED
+        sent = usdt.functions.transfer(quote.address, 86_660_000).transact({"from": w3.eth.accounts[0]})
+        raw = w3.provider.make_request("eth_getRawTransactionByHash", [sent.to_0x_hex()])["result"]
+        rpc(w3, "anvil_mine", 4)
+        watch_coin(coin="USDT", now=later)
+        review = PaymentReview.objects.get(quote=quote)
+        assert (review.kind, review.state, review.proposed_cents) == ("over_cap", "open", 8666)
+
+        rpc(w3, "anvil_reorg", 4, [])  # dropped, not re-mined
+        watch_coin(coin="USDT", now=later)
+        watch_coin(coin="USDT", now=later)
+        assert Payment.objects.get().state == Payment.State.REORGED
+        assert fresh(review).state == "closed"
+        assert AuditEntry.objects.filter(action="payment_review_closed", object_id=str(review.pk)).count() == 1
+        with pytest.raises(PaymentError):
+            payment_review_credit(review=fresh(review), actor=operator, now=later)
+        assert ledger(customer) == [] and balance(customer) == 0
+
+        w3.provider.make_request("eth_sendRawTransaction", [raw])  # the payer's wallet sends it again
+        rpc(w3, "anvil_mine", 4)
+        watch_coin(coin="USDT", now=later)
+        watch_coin(coin="USDT", now=later)
+
+    assert Payment.objects.get().state == Payment.State.CONFIRMED
+    assert fresh(review).state == "open" and PaymentReview.objects.count() == 1
+    payment_review_credit(review=fresh(review), actor=operator, now=later)
+    assert ledger(customer) == [("late_payment", 8666)]
+
+
+@pytest.mark.parametrize("credited", [False, True], ids=["waiting", "credited"])
+def test_usdt_settlement_excess_over_the_cap_follows_its_payments_off_the_chain_and_back(
+        anvil, catalog, customer, operator, settings, credited):  # noqa: F811
+    """86.66 + 65 USDT on time pay a $65 order: the excess (86.66) is over the automatic cap
+    and waits in a review of the quote. A 4-block reorg drops both payments. Waiting, the
+    review is closed (crediting it is refused); credited by an operator, the credit is taken
+    back with the invoice's 65. Broadcast and mined again, what was taken is given back and
+    the excess is proposed again (a new review) — the store holds what the chain does."""
+    w3, now = anvil, timezone.now()
+    set_rate("USDT", "1", now)
+    first = 20600 + 10 * credited
+    CoinWallet.objects.create(coin="ETH", next_index=first, highest_paid_index=first - 1)
+    usdt = deploy(w3, CONTRACT, 10**15)
+    adapter = EvmAdapter(Coin.USDT, eth_account_key(), w3=w3, chain_id=31337, token=usdt.address,
+                         required_confirmations=3)
+    with coins_config.use_adapters({Coin.USDT: adapter}):
+        _, invoice = order(customer, now, pay=False)
+        quote = quote_create(invoice=invoice, coin="USDT", now=now)
+        watch_coin(coin="USDT", now=now)
+        sent = [usdt.functions.transfer(quote.address, units).transact({"from": w3.eth.accounts[0]})
+                for units in (86_660_000, 65_000_000)]
+        raws = [w3.provider.make_request("eth_getRawTransactionByHash", [s.to_0x_hex()])["result"] for s in sent]
+        rpc(w3, "anvil_mine", 4)
+        watch_coin(coin="USDT", now=now)
+        assert fresh(invoice).state == Invoice.State.PAID
+        excess = PaymentReview.objects.get(quote=quote, payment=None)
+        assert (excess.kind, excess.state, excess.proposed_cents) == ("over_cap", "open", 8666)
+        if credited:
+            payment_review_credit(review=excess, actor=operator, now=now)
+
+        rpc(w3, "anvil_reorg", 4, [])  # dropped, not re-mined
+        watch_coin(coin="USDT", now=now)
+        watch_coin(coin="USDT", now=now)
+        assert set(Payment.objects.values_list("state", flat=True)) == {Payment.State.REORGED}
+        if credited:
+            assert fresh(excess).state == "credited"
+            assert ledger(customer) == [("late_payment", 8666), ("clawback", -15166)]
+        else:
+            assert fresh(excess).state == "closed"
+            with pytest.raises(PaymentError):
+                payment_review_credit(review=fresh(excess), actor=operator, now=now)
+            assert ledger(customer) == [("clawback", -6500)]
+        assert balance(customer) == -6500  # the invoice's 65 is owed; nothing held for an operator
+        assert not PaymentReview.objects.filter(kind="over_cap", state="open").exists()
+
+        for raw in raws:  # the payer's wallet sends them again
+            w3.provider.make_request("eth_sendRawTransaction", [raw])
+        rpc(w3, "anvil_mine", 4)
+        watch_coin(coin="USDT", now=now)
+        watch_coin(coin="USDT", now=now)
+
+    assert set(Payment.objects.values_list("state", flat=True)) == {Payment.State.CONFIRMED}
+    held = PaymentReview.objects.filter(kind="over_cap", state="open")
+    if credited:
+        assert ledger(customer) == [("late_payment", 8666), ("clawback", -15166), ("restored", 15166)]
+        assert balance(customer) == 8666 and not held.exists()
+    else:
+        assert ledger(customer) == [("clawback", -6500), ("restored", 6500)]
+        assert balance(customer) == 0 and [r.proposed_cents for r in held] == [8666]
+
+
+def test_usdt_settlement_excess_over_the_cap_shrinks_when_one_payment_is_dropped_and_grows_back(
+        anvil, catalog, customer, settings):  # noqa: F811
+    """The same settlement (86.66 + 65 USDT for $65, the 86.66 excess waiting over the cap); the
+    reorg re-mines the 86.66 and drops the 65. The settlement still pays the invoice and 21.66
+    beyond it, which is under the cap: the review of 86.66 is closed and 21.66 credited. The
+    65 mined again, the 65 more excess waits in a new review."""
+    w3, now = anvil, timezone.now()
+    set_rate("USDT", "1", now)
+    CoinWallet.objects.create(coin="ETH", next_index=20700, highest_paid_index=20699)
+    usdt = deploy(w3, CONTRACT, 10**15)
+    adapter = EvmAdapter(Coin.USDT, eth_account_key(), w3=w3, chain_id=31337, token=usdt.address,
+                         required_confirmations=3)
+    with coins_config.use_adapters({Coin.USDT: adapter}):
+        _, invoice = order(customer, now, pay=False)
+        quote = quote_create(invoice=invoice, coin="USDT", now=now)
+        watch_coin(coin="USDT", now=now)
+        sent = [usdt.functions.transfer(quote.address, units).transact({"from": w3.eth.accounts[0]})
+                for units in (86_660_000, 65_000_000)]
+        raws = [w3.provider.make_request("eth_getRawTransactionByHash", [s.to_0x_hex()])["result"] for s in sent]
+        rpc(w3, "anvil_mine", 4)
+        watch_coin(coin="USDT", now=now)
+        excess = PaymentReview.objects.get(quote=quote, payment=None)
+        assert (excess.state, excess.proposed_cents) == ("open", 8666)
+
+        rpc(w3, "anvil_reorg", 4, [[raws[0], 0]])  # the 86.66 re-mined, the 65 dropped
+        watch_coin(coin="USDT", now=now)
+        watch_coin(coin="USDT", now=now)
+        assert fresh(invoice).state == Invoice.State.PAID and fresh(excess).state == "closed"
+        assert ledger(customer) == [("excess_payment", 2166)]
+        assert not PaymentReview.objects.filter(kind="over_cap", state="open").exists()
+
+        w3.provider.make_request("eth_sendRawTransaction", [raws[1]])
+        rpc(w3, "anvil_mine", 4)
+        for _ in range(2):
+            watch_coin(coin="USDT", now=now)
+
+    assert ledger(customer) == [("excess_payment", 2166)]
+    assert [r.proposed_cents for r in PaymentReview.objects.filter(kind="over_cap", state="open")] == [6500]
 
 
 # --- a watcher killed between applying a pass and saving its cursor ---------------------------

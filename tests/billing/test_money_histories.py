@@ -423,16 +423,65 @@ def _steal_back(node, coin):
         pass
 
 
-def test_generated_chain_histories_lose_no_money(litecoind, anvil, catalog, customer, operator, settings):  # noqa: F811
+def _histories_on(litecoind, anvil, customer, operator, settings):  # noqa: F811
     settings.PAYMENT_SPEED_POLICY = f"10000:{LTC_CONFIRMATIONS}"
     settings.MAX_OPEN_UNPAID_ORDERS = 4
     settings.RATE_MAX_AGE_MINUTES = 100_000  # one rate throughout
     ChainHistories.node, ChainHistories.w3 = litecoind, anvil
     ChainHistories.token = deploy(anvil, CONTRACT, 10**15)
     ChainHistories.customer, ChainHistories.operator = customer, operator
+
+
+def test_generated_chain_histories_lose_no_money(litecoind, anvil, catalog, customer, operator, settings):  # noqa: F811
+    _histories_on(litecoind, anvil, customer, operator, settings)
     n = int(os.environ.get("CHAIN_HISTORIES", "20"))
     run_state_machine_as_test(ChainHistories, settings=hsettings(
         max_examples=n, stateful_step_count=int(os.environ.get("CHAIN_HISTORY_STEPS", "20")), deadline=None,
         suppress_health_check=list(HealthCheck), derandomize=not os.environ.get("CHAIN_HISTORIES_RANDOM")))
     print(f"\nchain histories: {FIGURES}\nrules: {RULES}")
     assert FIGURES["lost_cents"] == 0
+
+
+# --- shrunk histories, kept as explicit programs ---------------------------------------------
+
+class _Pick:
+    """Stands in for Hypothesis's ``data`` in a replayed program: draws the history's first
+    quote in ``coin``."""
+
+    def __init__(self, machine: ChainHistories, coin: str):
+        self.machine, self.coin = machine, coin
+
+    def draw(self, _strategy):
+        return next(q for q in self.machine.quotes if q.coin == self.coin)
+
+
+def _replay(machine: ChainHistories, steps) -> None:
+    """The rule calls in order, the invariants after each (as Hypothesis runs them), then the
+    teardown's settlement: the store must hold exactly what the chains hold."""
+    try:
+        machine.nothing_created_no_invoice_twice_no_gpu_held_too_long()
+        for rule_name, *args in steps:
+            args = [_Pick(machine, a[1:]) if isinstance(a, str) and a.startswith("@") else a for a in args]
+            getattr(machine, rule_name)(*args)
+            machine.nothing_created_no_invoice_twice_no_gpu_held_too_long()
+    finally:
+        machine.teardown()
+
+
+def test_usdt_overpayment_held_over_the_cap_and_dropped_by_a_reorg_is_not_kept(
+        litecoind, anvil, catalog, customer, operator, settings):  # noqa: F811
+    """Found by a random run (ADR 0009): a USDT payment to an expired quote, over the quote's
+    automatic cap, waits in an ``over_cap`` review for an operator; a 4-block anvil reorg then
+    drops it (not re-mined, and the payer's later transfers wait behind its nonce). The review
+    must not stay open and creditable for money no chain holds: the store held 8,666 cents
+    (65 + 21.66 USD) more than the chains."""
+    _histories_on(litecoind, anvil, customer, operator, settings)
+    machine = ChainHistories()
+    machine.two_orders()
+    _replay(machine, [
+        ("settle_everything",), ("pay_exact", "@LTC"), ("time_passes", 1), ("settle_everything",),
+        ("pay_exact", "@LTC"), ("watch",), ("mine", 2, 0), ("pay_over", "@USDT"), ("pay_under", "@LTC"),
+        ("pay_under", "@USDT"), ("two_watchers", "LTC"), ("mine", 1, 4), ("time_passes", 1),
+        ("two_watchers", "LTC"), ("pay_under", "@USDT"), ("pay_exact", "@USDT"), ("reorg_evm", 4, False),
+        ("pay_split", "@LTC"),
+    ])

@@ -154,9 +154,11 @@ def test_an_operators_decision_on_a_reversal_review_stands_when_the_payment_retu
 def test_an_overpayment_held_for_an_operator_is_neither_closed_by_a_return_nor_a_forgiven_debt(
         placed, customer, operator, t0, settings):
     """The settlement paid $13.00 over, more than the quote may credit by itself: a review
-    holds it. The payment leaves the chain and returns: the reversal's review is closed, the
-    over-cap review still waits for its operator. Once the operator credits it, a second
-    reversal and return give back all that was taken: the credit was not a forgiven debt."""
+    holds it. The payment leaves the chain: the over-cap review is closed (nothing to credit);
+    it returns: the reversal's review is closed, the over-cap review waits for its operator
+    again. Once the operator credits it, a second reversal takes back the invoice's amount and
+    the credited excess (the chain holds neither), and the return gives back all that was
+    taken: the credit was not a forgiven debt."""
     settings.PAYMENT_AUTO_CREDIT_MAX_PERCENT = 10
     _, _, quote = placed
     p = paid(quote, DUE + 13 * USD, 6)
@@ -165,17 +167,19 @@ def test_an_overpayment_held_for_an_operator_is_neither_closed_by_a_return_nor_a
     assert (over_cap.proposed_cents, over_cap.state, balance(customer)) == (1300, "open", 0)
 
     apply(quote, [], t0 + timedelta(minutes=10), reorged=[(p.txid, 0)])
+    assert fresh(over_cap).state == "closed"
     apply(quote, [paid(quote, DUE + 13 * USD, 6, p.txid)], t0 + timedelta(minutes=20))
     assert kinds(customer) == [("clawback", -6500), ("restored", 6500)]
     assert PaymentReview.objects.get(kind="reversed").state == "closed"
-    assert fresh(over_cap).state == "open" and over_cap.decided_at is None
+    assert PaymentReview.objects.filter(kind="over_cap").count() == 1
+    assert fresh(over_cap).state == "open" and fresh(over_cap).decided_at is None
 
     payment_review_credit(review=over_cap, actor=operator, now=t0 + timedelta(minutes=21))
     assert balance(customer) == 1300
     apply(quote, [], t0 + timedelta(minutes=30), reorged=[(p.txid, 0)])
-    assert balance(customer) == 1300 - 6500
+    assert balance(customer) == -6500
     apply(quote, [paid(quote, DUE + 13 * USD, 6, p.txid)], t0 + timedelta(minutes=40))
-    assert kinds(customer)[-2:] == [("clawback", -6500), ("restored", 6500)] and balance(customer) == 1300
+    assert kinds(customer)[-2:] == [("clawback", -7800), ("restored", 7800)] and balance(customer) == 1300
 
 
 def test_a_lease_suspended_for_another_reason_stays_suspended_when_the_debt_is_paid(
