@@ -7,6 +7,7 @@ after the late-payment window. Each test asserts the ledger, the reviews and the
 
 The chain fixtures are the session fixtures of tests/billing/coins/conftest.py, started
 for this module (deep reorgs here do not move the other modules' nodes)."""
+from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
 
@@ -205,18 +206,14 @@ def test_usdt_payment_held_over_the_cap_closes_its_review_when_a_reorg_drops_it_
     assert ledger(customer) == [("late_payment", 8666)]
 
 
-@pytest.mark.parametrize("credited", [False, True], ids=["waiting", "credited"])
-def test_usdt_settlement_excess_over_the_cap_follows_its_payments_off_the_chain_and_back(
-        anvil, catalog, customer, operator, settings, credited):  # noqa: F811
-    """86.66 + 65 USDT on time pay a $65 order: the excess (86.66) is over the automatic cap
-    and waits in a review of the quote. A 4-block reorg drops both payments. Waiting, the
-    review is closed (crediting it is refused); credited by an operator, the credit is taken
-    back with the invoice's 65. Broadcast and mined again, what was taken is given back and
-    the excess is proposed again (a new review) — the store holds what the chain does."""
-    w3, now = anvil, timezone.now()
+@contextmanager
+def usdt_overpaid(w3, customer, now, *, first_index: int):
+    """An order quoted in USDT (at 1 USD) and paid 86.66 + 65 on time, both mined 3 blocks
+    deep and watched: the invoice is paid and 86.66 of excess, over the automatic cap, waits
+    for an operator. Yields (invoice, that review, the two raw transactions, to send again)
+    with the USDT adapter in use."""
     set_rate("USDT", "1", now)
-    first = 20600 + 10 * credited
-    CoinWallet.objects.create(coin="ETH", next_index=first, highest_paid_index=first - 1)
+    CoinWallet.objects.create(coin="ETH", next_index=first_index, highest_paid_index=first_index - 1)
     usdt = deploy(w3, CONTRACT, 10**15)
     adapter = EvmAdapter(Coin.USDT, eth_account_key(), w3=w3, chain_id=31337, token=usdt.address,
                          required_confirmations=3)
@@ -229,8 +226,20 @@ def test_usdt_settlement_excess_over_the_cap_follows_its_payments_off_the_chain_
         raws = [w3.provider.make_request("eth_getRawTransactionByHash", [s.to_0x_hex()])["result"] for s in sent]
         rpc(w3, "anvil_mine", 4)
         watch_coin(coin="USDT", now=now)
+        yield invoice, PaymentReview.objects.get(quote=quote, payment=None), raws
+
+
+@pytest.mark.parametrize("credited", [False, True], ids=["waiting", "credited"])
+def test_usdt_settlement_excess_over_the_cap_follows_its_payments_off_the_chain_and_back(
+        anvil, catalog, customer, operator, settings, credited):  # noqa: F811
+    """86.66 + 65 USDT on time pay a $65 order: the excess (86.66) is over the automatic cap
+    and waits in a review of the quote. A 4-block reorg drops both payments. Waiting, the
+    review is closed (crediting it is refused); credited by an operator, the credit is taken
+    back with the invoice's 65. Broadcast and mined again, what was taken is given back and
+    the excess is proposed again (a new review) — the store holds what the chain does."""
+    w3, now = anvil, timezone.now()
+    with usdt_overpaid(w3, customer, now, first_index=20600 + 10 * credited) as (invoice, excess, raws):
         assert fresh(invoice).state == Invoice.State.PAID
-        excess = PaymentReview.objects.get(quote=quote, payment=None)
         assert (excess.kind, excess.state, excess.proposed_cents) == ("over_cap", "open", 8666)
         if credited:
             payment_review_credit(review=excess, actor=operator, now=now)
@@ -273,21 +282,7 @@ def test_usdt_settlement_excess_over_the_cap_shrinks_when_one_payment_is_dropped
     beyond it, which is under the cap: the review of 86.66 is closed and 21.66 credited. The
     65 mined again, the 65 more excess waits in a new review."""
     w3, now = anvil, timezone.now()
-    set_rate("USDT", "1", now)
-    CoinWallet.objects.create(coin="ETH", next_index=20700, highest_paid_index=20699)
-    usdt = deploy(w3, CONTRACT, 10**15)
-    adapter = EvmAdapter(Coin.USDT, eth_account_key(), w3=w3, chain_id=31337, token=usdt.address,
-                         required_confirmations=3)
-    with coins_config.use_adapters({Coin.USDT: adapter}):
-        _, invoice = order(customer, now, pay=False)
-        quote = quote_create(invoice=invoice, coin="USDT", now=now)
-        watch_coin(coin="USDT", now=now)
-        sent = [usdt.functions.transfer(quote.address, units).transact({"from": w3.eth.accounts[0]})
-                for units in (86_660_000, 65_000_000)]
-        raws = [w3.provider.make_request("eth_getRawTransactionByHash", [s.to_0x_hex()])["result"] for s in sent]
-        rpc(w3, "anvil_mine", 4)
-        watch_coin(coin="USDT", now=now)
-        excess = PaymentReview.objects.get(quote=quote, payment=None)
+    with usdt_overpaid(w3, customer, now, first_index=20700) as (invoice, excess, raws):
         assert (excess.state, excess.proposed_cents) == ("open", 8666)
 
         rpc(w3, "anvil_reorg", 4, [[raws[0], 0]])  # the 86.66 re-mined, the 65 dropped
