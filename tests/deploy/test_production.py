@@ -129,9 +129,10 @@ class Stack:
     def log(self, name) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 
-    def unhealthy(self, services) -> dict[str, str]:
-        """Runs the compose healthchecks of `services` side by side; the failures' output."""
-        procs = {s: subprocess.Popen(healthcheck_command(s), cwd=ROOT, env=self.env, stdout=subprocess.PIPE,
+    def unhealthy(self, services, **env) -> dict[str, str]:
+        """Runs the compose healthchecks of `services` side by side (with `env` over the
+        stack's); the failures' output."""
+        procs = {s: subprocess.Popen(healthcheck_command(s), cwd=ROOT, env={**self.env, **env}, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True) for s in services}
         outputs = {s: p.communicate(timeout=60)[0] for s, p in procs.items()}
         return {s: outputs[s] for s, p in procs.items() if p.returncode != 0}
@@ -621,7 +622,9 @@ def test_a_dripping_webhook_receiver_never_stalls_the_lifecycle_pass(stack):
             return len(connections) >= 4
 
         wait_for(lifecycle_seen, 120, "four dripping attempts, each cut at the deadline")
-        assert not stack.unhealthy(["worker"])
+        # the healthcheck's allowance (3 intervals) stretched by the load like every deadline
+        # here: a pass 7 s after the last at load 4 is the machine, not the drip (the gaps say)
+        assert not stack.unhealthy(["worker"], JOB_STALE_AFTER_INTERVALS=str(3 * deadlines.load_factor()))
     finally:
         drip.close()
     durations = [c.closed - c.opened for c in connections]
