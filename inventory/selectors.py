@@ -254,6 +254,7 @@ def _sizing_candidates(site: str | None) -> list:
             monthly_cents=row.offer.monthly_cents,
             bf16_tflops=float(row.gpu.bf16_tflops),
             free_by_site=row.free_by_site,
+            host_ram_gb=row.ram_gb,
         )
         for row in rows
     ]

@@ -1,7 +1,7 @@
 """The cheapest plans that change one choice of the customer's job (pure Python).
 
 For each change (ROCm allowed, QLoRA instead of LoRA, an 8-bit optimizer, LoRA instead of
-a full fine-tune) the recommender runs again with only that choice changed; a change is
+a full fine-tune, a full fine-tune's optimizer states offloaded to host memory) the recommender runs again with only that choice changed; a change is
 shown when it runs the job for less than the recommended plan (or at all, when nothing fits
 as asked), with its price and what it costs in return. ZeRO-3 across an NVLink pair (or
 node) needs no change of input: the recommender itself shards the job over a multi-GPU
@@ -20,7 +20,7 @@ from .recommend import Candidate, Option, cheapest
 
 @dataclass(frozen=True)
 class Change:
-    key: str  # vendor | qlora | optimizer-8bit | lora
+    key: str  # vendor | qlora | optimizer-8bit | lora | offload
     label: str
     tradeoff: str
     option: Option
@@ -38,6 +38,11 @@ def _variants(job: Job, vendor: str) -> list[tuple[str, dict, Job, str]]:
         out.append(("optimizer-8bit", {"method": "full-8bit"}, replace(job, method="full-8bit"), vendor))
     if job.method in ("full", "full-8bit"):
         out.append(("lora", {"method": "lora"}, replace(job, method="lora"), vendor))
+        if job.offload == "none":
+            # ZeRO-3 with the master weights and moments in host RAM: only the offers whose
+            # instance holds them fit (recommend.host_ram_short)
+            out.append(("offload", {"zero": "3", "offload": "optimizer"},
+                        replace(job, zero=3, offload="optimizer"), vendor))
     return out
 
 
@@ -55,6 +60,10 @@ TEXTS = {
     "lora": (gettext_noop("LoRA instead of a full fine-tune"),
              gettext_noop("Trains adapters only; the quality gap is usually far smaller than the cost "
                           "gap — prove LoRA's ceiling first.")),
+    "offload": (gettext_noop("Optimizer states in host memory (ZeRO-3 offload)"),
+                gettext_noop("The fp32 master weights and Adam's moments (12 bytes per parameter) live in "
+                             "the instance's RAM and cross PCIe every step: slower than keeping them on "
+                             "the cards, but it fits far fewer cards.")),
 }
 
 

@@ -68,6 +68,9 @@ RECOMMENDATION = {
         "gpu": {"type": "string"}, "gpus": {"type": "integer"}, "vram_gb": {"type": "integer"},
         "mode": {"type": "string", "enum": ["single", "data-parallel", "zero-3"]},
         "zero": {"type": "integer"}, "per_gpu_gb": {"type": "number"},
+        "host_ram_gb": {"type": ["integer", "null"],
+                        "description": "The instance's host RAM (null: not known yet); a plan's offload must fit it."},
+        "offload": {"type": "string", "description": "What this plan moves to host RAM (none, optimizer, all)."},
         "weekly_usd": {"type": "number"}, "monthly_usd": {"type": "number"},
         "per_gpu_hour_usd": {"type": "number"}, "in_stock": {"type": "boolean"},
         "free_by_site": {"type": "object", "additionalProperties": {"type": "integer"}},
@@ -102,7 +105,7 @@ PLAN = {
 
 ONE_CHANGE = {
     "type": "array",
-    "description": "Cheaper plans that change one choice (vendor, qlora, optimizer-8bit, lora), "
+    "description": "Cheaper plans that change one choice (vendor, qlora, optimizer-8bit, lora, offload), "
                    "cheapest first, each with its trade-off and the changed query.",
     "items": {"allOf": [RECOMMENDATION, {"type": "object", "properties": {
         "change": {"type": "string"}, "label": {"type": "string"}, "tradeoff": {"type": "string"},

@@ -15,6 +15,12 @@ Headroom: a card is never filled to its last GB. Usable memory =
 ``VRAM − max(2 GB, 5% of VRAM)`` (``usable_gb``): 24 GB → 22, 48 → 45.6, 80 → 76, 141 →
 133.95, 192 → 182.4. This reproduces the first document's choices: a 79 GB job does not go
 on an 80 GB card, 51 GB does; 33 GB fits 48 GB; 21 GB and 10 GB fit 24 GB.
+
+Host memory: what a plan moves to host RAM (offloaded optimizer states or parameters,
+Unsloth's offloaded checkpoints) must fit the instance's RAM less its own headroom
+(``usable_host_gb``: the OS, the data loaders and the page cache need some); an offer whose
+instance cannot hold it does not fit, however much VRAM it has. An offer whose RAM is not
+known (no node of its model yet) is judged on VRAM alone.
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ OVERBUY_FRACTION = 0.25
 HOURS_PER_MONTH = 720
 HOURS_PER_WEEK = 168
 MAX_ALTERNATIVES = 4
+#: host RAM kept for the OS, data loaders and page cache: max(8 GB, 10 % of the instance's)
+HOST_HEADROOM_MIN_GB = 8.0
+HOST_HEADROOM_FRACTION = 0.10
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,8 @@ class Candidate:
     monthly_cents: int
     bf16_tflops: float
     free_by_site: Mapping[str, int] = field(default_factory=dict, hash=False)
+    #: the instance's host RAM in GB (None: not known, no node of the model yet)
+    host_ram_gb: int | None = None
 
     @property
     def per_gpu_hour_cents(self) -> int:
@@ -78,6 +89,16 @@ class Candidate:
 def usable_gb(vram_gb: float) -> float:
     """Headroom rule: VRAM − max(2 GB, 5% of VRAM)."""
     return vram_gb - max(HEADROOM_MIN_GB, HEADROOM_FRACTION * vram_gb)
+
+
+def usable_host_gb(ram_gb: float) -> float:
+    """Host RAM a plan may fill: RAM − max(8 GB, 10 % of RAM)."""
+    return ram_gb - max(HOST_HEADROOM_MIN_GB, HOST_HEADROOM_FRACTION * ram_gb)
+
+
+def host_ram_short(c: Candidate, e: Estimate) -> bool:
+    """Does this plan move more to host RAM than the offer's instance can hold?"""
+    return c.host_ram_gb is not None and e.host_ram_gb > usable_host_gb(c.host_ram_gb)
 
 
 def can_shard(link: str, gpus: int) -> bool:
@@ -166,6 +187,7 @@ class Option:
         return {
             "offer": c.offer_slug, "offer_name": c.offer_name, "gpu": c.gpu_name,
             "vendor": c.vendor, "gpus": c.gpus, "vram_gb": c.vram_gb, "link": c.link,
+            "host_ram_gb": c.host_ram_gb, "offload": self.estimate.offload,
             "mode": self.mode, "zero": self.estimate.zero,
             "per_gpu_gb": round(self.estimate.per_gpu_gb, 2),
             "headroom_gb": round(self.headroom_gb, 2),
@@ -239,16 +261,33 @@ class _Estimator:
 
 
 def _configure(c: Candidate, est: _Estimator) -> Option:
-    """DP/single when the job fits one card; else ZeRO-3 if the link may shard."""
+    """DP/single when the job fits one card; else ZeRO-3 if the link may shard. Either
+    fits only when what it moves to host RAM fits the instance too."""
     usable = usable_gb(c.vram_gb)
     whole = est(c.gpus, 0)
     mode = "single" if c.gpus == 1 else "data-parallel"
-    if whole.per_gpu_gb <= usable and can_data_parallel(c.link, c.gpus):
+    if whole.per_gpu_gb <= usable and can_data_parallel(c.link, c.gpus) and not host_ram_short(c, whole):
         return Option(c, whole, mode, True)
     if can_shard(c.link, c.gpus):
-        sharded = est(c.gpus, 3, est.job.offload if est.job.offload != "none" else "none")
-        return Option(c, sharded, "zero-3", sharded.per_gpu_gb <= usable)
+        sharded = est(c.gpus, 3, est.job.offload)
+        return Option(c, sharded, "zero-3", sharded.per_gpu_gb <= usable and not host_ram_short(c, sharded))
     return Option(c, whole, mode, False)
+
+
+def _host_ram_advice(options: Iterable[Option]) -> str | None:
+    """When an offer would hold the job in VRAM but its instance's RAM cannot hold what
+    the plan moves to the host, say so (the largest such instance), rather than only that
+    nothing fits."""
+    short = [o for o in options if not o.fits and host_ram_short(o.candidate, o.estimate)
+             and o.estimate.per_gpu_gb <= usable_gb(o.candidate.vram_gb)]
+    if not short:
+        return None
+    o = max(short, key=lambda o: (o.candidate.host_ram_gb, -o.candidate.monthly_cents))
+    return (gettext("%(offer)s holds this job in GPU memory, but the plan moves %(need)s GB to host "
+                    "memory and its instance has %(ram)s GB (%(usable)s GB usable): offload less, or "
+                    "choose an offer with more host memory.")
+            % {"offer": o.candidate.offer_name, "need": f"{o.estimate.host_ram_gb:.0f}",
+               "ram": o.candidate.host_ram_gb, "usable": f"{usable_host_gb(o.candidate.host_ram_gb):.0f}"})
 
 
 def _card_warnings(opt: Option, est: _Estimator, own: Estimate, pool: Iterable[Candidate] = ()) -> tuple[str, ...]:
@@ -388,7 +427,8 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
     fitting = sorted((o for o in options if o.fits), key=lambda o: _price(o, job))
     advice = list(own.warnings)
     if not fitting:
-        advice.append(_cluster_advice(est, pool))
+        host = _host_ram_advice(options)
+        advice.append(host if host else _cluster_advice(est, pool))
         return Recommendation(own, None, (), tuple(advice), site)
     why_best = gettext("cheapest run") if job.tokens > 0 else gettext("cheapest that fits")
     best = _with_costs(fitting[0], job, why_best, est, own, pool)

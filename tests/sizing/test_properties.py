@@ -123,3 +123,18 @@ def test_real_configs_with_one_field_mangled_never_crash(name, data, method, fra
         assert e.field.startswith("config")
     else:
         assert estimate(req.job).per_gpu_gb > 0
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(presets, st.sampled_from(["full", "full-8bit", "lora"]), st.sampled_from(["none", "optimizer", "all"]),
+       st.lists(st.integers(16, 4096), min_size=13, max_size=13))
+def test_no_recommended_plan_offloads_more_than_its_instance_holds(model, method, offload, rams):
+    """Whatever RAM each offer's instance has, every plan shown (best and alternatives)
+    moves to the host no more than the instance's usable RAM."""
+    from sizing.recommend import recommend, usable_host_gb
+    from tests.sizing.conftest import build_catalog
+
+    cands = [replace(c, host_ram_gb=ram) for c, ram in zip(build_catalog(), rams, strict=True)]
+    job = _job(model, method, True, True, zero=3 if offload != "none" else 0, offload=offload)
+    for option in recommend(job, cands, vendor="any").options:
+        assert option.estimate.host_ram_gb <= usable_host_gb(option.candidate.host_ram_gb)

@@ -122,3 +122,57 @@ def test_a_card_without_a_tflops_figure_gets_no_run_cost_instead_of_an_error(cat
     assert set(by_slug) == {"a40", "l40s"}
     assert by_slug["a40"].run_hours is None and by_slug["a40"].rental_cost_cents is None
     assert by_slug["l40s"].run_hours > 0 and by_slug["l40s"].rental_cost_cents > 0
+
+
+# -- host memory: what a plan offloads must fit the instance's RAM ---------------------------
+
+def _with_ram(catalog, ram_by_slug):
+    from dataclasses import replace
+    return [replace(c, host_ram_gb=ram_by_slug.get(c.offer_slug, c.host_ram_gb)) for c in catalog]
+
+
+def test_an_offload_the_instance_cannot_hold_does_not_fit(catalog):
+    """A 70B full fine-tune with its optimizer states offloaded moves ~840 GB to the host: an
+    8-GPU node whose instance has 256 GB is not a plan, one with 2 TB is."""
+    job = Job(PRESETS["llama-2-70b"], "full", zero=3, offload="optimizer")
+    need = estimate(replace_job(job, gpus=8)).host_ram_gb
+    assert 500 < need < 1200
+    small = _with_ram(catalog, {"8x-h100-sxm": 256, "8x-mi300x": 256})
+    r = recommend(job, small, vendor="any")
+    assert all(o.candidate.gpus < 8 for o in r.options)  # neither node: their RAM is too small
+    assert r.best is None
+    assert any("256 GB" in a and "host" in a for a in r.advice), r.advice
+    big = _with_ram(catalog, {"8x-h100-sxm": 2048, "8x-mi300x": 256})
+    best = recommend(job, big, vendor="any").best
+    assert best.candidate.offer_slug == "8x-h100-sxm" and best.estimate.offload == "optimizer"
+    assert best.to_dict()["host_ram_gb"] == 2048
+
+
+def test_unknown_host_ram_is_judged_on_vram_alone(catalog):
+    job = Job(PRESETS["llama-2-70b"], "full", zero=3, offload="optimizer")
+    assert all(c.host_ram_gb is None for c in catalog)
+    assert recommend(job, catalog, vendor="any").best is not None
+
+
+def test_offload_is_the_one_change_that_fits_a_node(catalog):
+    """Nothing runs a 70B full fine-tune as asked on CUDA; offloading the optimizer states
+    to the 8× H100 node's 2 TB is the one change that does, and its query says how."""
+    from sizing.alternatives import one_change_alternatives
+
+    job = Job(PRESETS["llama-2-70b"], "full")
+    cands = _with_ram(catalog, {"8x-h100-sxm": 2048})
+    assert recommend(job, cands).best is None
+    changes = {ch.key: ch for ch in one_change_alternatives(job, cands, vendor="cuda", site=None,
+                                                            in_stock=False, best=None)}
+    offload = changes["offload"]
+    assert offload.option.candidate.offer_slug == "8x-h100-sxm"
+    assert offload.query == {"zero": "3", "offload": "optimizer"}
+    # with a node too small for the states in RAM, the change is not offered
+    tight = _with_ram(catalog, {"8x-h100-sxm": 256})
+    assert "offload" not in {ch.key for ch in one_change_alternatives(job, tight, vendor="cuda", site=None,
+                                                                       in_stock=False, best=None)}
+
+
+def replace_job(job, **kw):
+    from dataclasses import replace
+    return replace(job, **kw)
