@@ -25,6 +25,8 @@ class NodeAgent(models.Model):
     public_host = models.CharField(max_length=255, blank=True, help_text="Where customers reach the instances")
     gpus = models.JSONField(default=list, blank=True, help_text="GPUs as last reported (NVML)")
     gpu_library = models.CharField(max_length=10, blank=True, help_text="nvml, or none")
+    boot_id = models.CharField(max_length=36, blank=True,
+                               help_text="The node's kernel boot id as last reported: a new one means it rebooted")
 
     def __str__(self) -> str:
         return f"agent on {self.node}"

@@ -13,7 +13,7 @@ from django.db import transaction
 
 from billing.egress import egress_record, egress_tb, term_start_at
 from billing.storage.volumes import mounts_record
-from inventory.burnin import slot_health_hold_set
+from inventory.burnin import burn_in_after_reboot, slot_health_hold_set
 from inventory.incidents import health_report
 from inventory.models import Node, SlotAllocation
 from inventory.selectors import catalog_changed
@@ -47,6 +47,7 @@ from .timeutil import parse_time
 
 MAX_ITEMS = 256
 CONDITION_CODE_RE = re.compile(r"^[a-z0-9_]{1,40}$")
+BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # /proc/sys/kernel/random/boot_id
 BYTES_PER_TB = 10**12
 
 
@@ -199,6 +200,8 @@ def _node_facts(agent: NodeAgent, envelope: Envelope, now: datetime, *, body: by
     fields = {"last_seq": seq, "seq_fence": fence_after(verdict, seq), "last_seen_at": now, "last_report_at": now,
               **fields}
     moved_host = agent.public_host and fields.get("public_host", agent.public_host) != agent.public_host
+    # a boot id that replaces a known one: the node rebooted (the first one is enrolment's)
+    rebooted = bool(agent.boot_id) and fields.get("boot_id", agent.boot_id) != agent.boot_id
     changed = {k: v for k, v in fields.items() if k in ("last_seq", "seq_fence", "last_seen_at", "last_report_at")
                or getattr(agent, k) != v}
     if not NodeAgent.objects.filter(pk=agent.pk, last_seq__lt=seq,
@@ -212,6 +215,8 @@ def _node_facts(agent: NodeAgent, envelope: Envelope, now: datetime, *, body: by
         _nvlink_reported(agent.node, fields["gpus"])
     if moved_host:
         _follow_new_host(agent, now)
+    if rebooted:
+        burn_in_after_reboot(node=agent.node, now=now)
     return agent
 
 
@@ -226,6 +231,9 @@ def _reported_facts(data: dict, outcome: Outcome) -> dict:
         outcome.refused.append({"item": "public_host", "error": "invalid"})
     if library in ("nvml", "none"):
         fields["gpu_library"] = library
+    boot_id = data.get("boot_id")
+    if isinstance(boot_id, str) and BOOT_ID.fullmatch(boot_id):
+        fields["boot_id"] = boot_id
     gpus = data.get("gpus")
     if isinstance(gpus, list) and len(gpus) <= MAX_ITEMS:
         rows = []

@@ -52,6 +52,15 @@ def burn_in_request_node(*, node: Node, reason: str, now: datetime, actor=None) 
             for slot in node.slots.order_by("index") if slot.pk not in busy]
 
 
+def burn_in_after_reboot(*, node: Node, now: datetime) -> list[BurnIn]:
+    """A node that rebooted proves each idle card again (a short diagnostic, unless an
+    incident since the card's last pass makes it deep) before its next sale; a card in a
+    running lease is tested when that lease ends, as always."""
+    if not burn_in_gate_on() or not node.burn_in_required:
+        return []
+    return burn_in_request_node(node=node, reason=BurnIn.Reason.AFTER_REBOOT, now=now)
+
+
 def burn_in_after_release(*, slot_ids: list[int], now: datetime) -> None:
     """Cards back from a lease are tested before the next customer gets them."""
     if not burn_in_gate_on():
@@ -90,8 +99,10 @@ def burn_in_record(*, burn_in: BurnIn, passed: bool, record: dict, signature: st
 def burn_in_depth(burn_in: BurnIn) -> str:
     """`deep` (DCGM level 3 on a datacenter card) before a card's first sale, on an
     operator's request and after any incident on the card since its last pass; `short`
-    (level 1) before each next lease (docs/adr/0013-burn-in-by-card-class.md)."""
-    if burn_in.reason != BurnIn.Reason.AFTER_LEASE or burn_in.slot.burn_in_passed_at is None:
+    (level 1) before each next lease and after the node rebooted
+    (docs/adr/0013-burn-in-by-card-class.md)."""
+    short_reasons = (BurnIn.Reason.AFTER_LEASE, BurnIn.Reason.AFTER_REBOOT)
+    if burn_in.reason not in short_reasons or burn_in.slot.burn_in_passed_at is None:
         return "deep"
     since = burn_in.slot.burn_in_passed_at
     incident = (Incident.objects.filter(slot=burn_in.slot, starts_at__gte=since).exists() or

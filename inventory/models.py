@@ -306,6 +306,7 @@ class BurnIn(models.Model):
         FIRST_SALE = "first_sale", _("before the first sale")
         AFTER_LEASE = "after_lease", _("after a lease")
         OPERATOR = "operator", _("operator request")
+        AFTER_REBOOT = "after_reboot", _("after the node rebooted")
 
     class Result(models.TextChoices):
         PENDING = "", _("pending")

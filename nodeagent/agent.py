@@ -26,6 +26,18 @@ from .state import StateDir, read_json, write_json
 from .volumes import Volumes
 
 log = logging.getLogger(__name__)
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id(path: str = BOOT_ID_PATH) -> str:
+    """The kernel's id of this boot: the storefront asks for a short burn-in of every idle
+    card when it changes (the node rebooted). "" where the kernel does not say."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
 REPLAY_SKIP = 1000   # after a restored state dir, jump past the seq the server last saw
 MAX_EVIDENCE_PER_REPORT = 50   # keeps a report well under the storefront's 256 KB limit
 FULL_GPU_REPORT_EVERY = 20     # reports without GPUs in a row at most (5 min at a 15 s poll)
@@ -227,6 +239,7 @@ class Agent:
         send_gpus = steady != self._gpus_sent or self._reports_since_gpus >= FULL_GPU_REPORT_EVERY
         report = {"seq": self.state.next_seq(), "sent_at": utc_now(),
                   "agent_version": __version__, "public_host": self.config.public_host,
+                  **({"boot_id": boot} if (boot := boot_id()) else {}),
                   **({"gpus": gpu_items} if send_gpus else {}), "gpu_library": self.probe.library,
                   "instances": instances, "evidence": evidence}
         try:

@@ -219,3 +219,52 @@ def test_the_recommendation_shards_as_pcie_when_no_node_reports_nvlink(catalog, 
     assert set(after.values()) == {"pcie"} and after.keys() == before.keys()
     Node.objects.filter(pk=h100.pk).update(nvlink_reported=True)      # one node proves NVLink works
     assert {c.link for c in _sizing_candidates(None) if c.gpu_name == h100.gpu_model.name} == {"nvswitch"}
+
+
+BOOT_A = "0b9f6a34-8f53-4b8e-9a7c-6f2d1c0e5a11"
+BOOT_B = "5c1d2e3f-4a5b-4c6d-8e7f-901a2b3c4d5e"
+
+
+def test_a_reboot_asks_each_idle_card_for_a_short_burn_in_before_its_next_sale(catalog, gate_on, enrol,
+                                                                                 paid_lease):
+    """The boot id a node reports changes only when it rebooted: its idle cards leave stock
+    until a short diagnostic passes again (deep where an incident hit the card since its
+    last pass); a card in a lease waits for the lease's end; the same boot id asks nothing."""
+    from inventory.incidents import incident_open
+    from inventory.models import BurnIn, GpuSlot, Node
+
+    node = Node.objects.filter(site__code="DFW-1", gpu_model__offers__slug="rtx-3090").order_by("name").first()
+    Node.objects.filter(site__code="DFW-1").exclude(pk=node.pk).update(draining=True)   # the lease lands here
+    fake = enrol(node)
+    assert fake.report(boot_id=BOOT_A, evidence=[burn_in_record(fake, r) for r in asked(fake)]).status_code == 200
+    assert free_gpus(node) == node.gpu_count
+    lease = paid_lease()
+    busy = GpuSlot.objects.get(allocations__lease_id=lease.pk, allocations__released_at__isnull=True)
+    assert fake.report(boot_id=BOOT_A).status_code == 200
+    assert asked(fake) == [] and not BurnIn.objects.filter(finished_at__isnull=True).exists()
+
+    idle = node.slots.exclude(pk=busy.pk).order_by("index")
+    incident_open(slot=idle[0], starts_at=timezone.now(), reason="Xid 79", now=timezone.now())
+    assert fake.report(boot_id=BOOT_B).status_code == 200      # rebooted
+    pending = BurnIn.objects.filter(finished_at__isnull=True)
+    assert {b.slot_id for b in pending} == {s.pk for s in idle}
+    assert {b.reason for b in pending} == {BurnIn.Reason.AFTER_REBOOT}
+    depths = {r["gpu"]: r["depth"] for r in asked(fake)}
+    assert depths == {s.index: ("deep" if s.pk == idle[0].pk else "short") for s in idle}
+    assert free_gpus(node) == 0                  # the busy card is leased, the idle ones await a pass
+    assert fake.report(boot_id=BOOT_B).status_code == 200      # reported again: nothing new asked
+    assert BurnIn.objects.filter(finished_at__isnull=True).count() == len(idle)
+
+
+def test_a_malformed_boot_id_is_ignored_and_the_first_one_asks_nothing(catalog, gate_on, enrol):
+    from fleet.models import NodeAgent
+    from inventory.models import BurnIn
+
+    node = a_node()
+    fake = enrol(node)
+    assert fake.report(evidence=[burn_in_record(fake, r) for r in asked(fake)]).status_code == 200
+    assert fake.report(boot_id="--not a boot id--").status_code == 200
+    assert NodeAgent.objects.get(node=node).boot_id == ""
+    assert fake.report(boot_id=BOOT_A).status_code == 200      # first seen: enrolment's burn-in covers it
+    assert NodeAgent.objects.get(node=node).boot_id == BOOT_A
+    assert not BurnIn.objects.filter(slot__node=node, finished_at__isnull=True).exists()

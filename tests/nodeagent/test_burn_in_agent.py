@@ -82,3 +82,13 @@ def test_burn_in_gates_the_sale_and_health_rules_act(storefront, settings, opera
 
 def _with_burn_in(text: str) -> str:
     return text + f'\n[burn_in]\ndcgmi = "{DCGMI}"\ntimeout_seconds = 60\n'
+
+
+def test_the_boot_id_is_the_kernels_and_empty_where_it_cannot_be_read(tmp_path):
+    from nodeagent.agent import boot_id
+
+    path = tmp_path / "boot_id"
+    path.write_text("0b9f6a34-8f53-4b8e-9a7c-6f2d1c0e5a11\n")
+    assert boot_id(str(path)) == "0b9f6a34-8f53-4b8e-9a7c-6f2d1c0e5a11"
+    assert boot_id(str(tmp_path / "missing")) == ""
+    assert len(boot_id()) == 36        # this machine's kernel
