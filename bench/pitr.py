@@ -1,5 +1,5 @@
 """How long pgBackRest takes to back up and to restore to a point in time a database of a
-given size (docs/operations/high-availability.md, BENCHMARKS.md): a throwaway cluster
+given size (docs/operations/high-availability.md, docs/performance.md): a throwaway cluster
 archiving its WAL (tests/ha/cluster.py), filled by `pgbench -i -s SCALE` (about 15 MiB per
 unit of scale), a full backup, a minute of writes after a noted time, then a restore to that
 time into a fresh data directory, recovered and promoted. Prints the figures.

@@ -16,7 +16,7 @@ A change is bumped at once and again when its transaction commits (a poll that r
 old rows between the two stores its ETag under the first token, which the second replaces).
 With the cache unavailable every poll computes the document (the content ETag still gives
 a 304). What the version cannot see is handled precisely, not by recomputing every document
-every few minutes (at 10,000 nodes that was half of the storefront's CPU, BENCHMARKS §11):
+every few minutes (at 10,000 nodes that was half of the storefront's CPU, docs/performance.md, "Fleet scale"):
 - the clock: a document that changes by time alone (a snapshot attempt not due yet) is
   stored with that moment, and not answered from the cache once it has come;
 - a Redis that lost versions by coming back older (restored from disk, a replica

@@ -1,6 +1,6 @@
 """Every script in bench/ runs at its smallest size (issue 35): a schema or API change that
 breaks a benchmark fails CI like any other test. Each runs as a subprocess exactly as the
-README/BENCHMARKS.md commands run it, and must exit 0 and print its figure lines; no
+docs/performance.md commands run it, and must exit 0 and print its figure lines; no
 timing is asserted (the figures on a shared CI machine mean nothing). The PostgreSQL ones
 run in CI's PostgreSQL pass, each in a throwaway database of its own on that server.
 

@@ -6,7 +6,7 @@ of it (lease active, from the agent's signed report) and the customer's first SS
 then release the lease for the next run.
 
 CI runs PAID_TO_STARTED_RUNS=3 (default); `bench/paid_to_started.py` runs 20 and prints the
-distribution (BENCHMARKS.md)."""
+distribution (docs/performance.md)."""
 import os
 import time
 
