@@ -21,6 +21,7 @@ import io
 import json
 import logging
 import os
+import shlex
 import subprocess
 import tarfile
 import time
@@ -37,7 +38,7 @@ from .egress import EgressMeter
 from .images import ImagePuller
 from .instance_root import INSTANCE_ROOT, etc_binds, forget_other_layers, place_layer
 from .ports import PortBook
-from .ssh_bundle import BUNDLE_MOUNT, LAUNCHER, build_bundle
+from .ssh_bundle import BUNDLE_MOUNT, ENV_FILE, LAUNCHER, build_bundle
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ class DockerRuntime:
             self._layer_on_lease_disk(container, spec)     # after a reboot: checked again
         self._sync_filter()                # the lease's rules exist before it starts
         self._install_keys(container, spec.ssh_authorized_keys, spec.env)
+        self._install_env(container, spec.env)
         self._no_restart_policy(container)
         if container.status != "running":
             self._call(container.start)
@@ -246,7 +248,6 @@ class DockerRuntime:
             hostname=container_name(spec.lease_id),
             # the launcher (ssh_bundle.py): sshd, and the start command beside it
             command=["/bin/sh", "-c", LAUNCHER, "instance", spec.start_command],
-            environment=dict(spec.env),
             labels={LABEL_LEASE: str(spec.lease_id), LABEL_SPEC: self._spec_hash(spec),
                     LABEL_PORT: str(port)},
             nano_cpus=min(spec.cpus, os.cpu_count() or spec.cpus) * 10 ** 9,
@@ -332,6 +333,20 @@ class DockerRuntime:
                 tar.addfile(info, io.BytesIO(content))
         if not self._call(container.put_archive, "/root", archive.getvalue()):
             raise OperationFailed("runtime_error", "could not install authorized_keys")
+
+    def _install_env(self, container, env: tuple[tuple[str, str], ...]) -> None:
+        """The lease's variables, for the launcher to export (ssh_bundle.ENV_FILE): written
+        into the container's writable layer, which is on the lease's encrypted disk, and
+        not given to dockerd as the container's Env, which it would keep in plaintext in
+        its own data root on the node's disk (and show in `docker inspect`)."""
+        content = "".join(f"{name}={shlex.quote(value)}\n" for name, value in env).encode()
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            info = tarfile.TarInfo(ENV_FILE.lstrip("/"))
+            info.size, info.mode, info.mtime = len(content), 0o600, time.time()
+            tar.addfile(info, io.BytesIO(content))
+        if not self._call(container.put_archive, "/", archive.getvalue()):
+            raise OperationFailed("runtime_error", "could not install the environment")
 
     def _no_restart_policy(self, container) -> None:
         """A container made by an older agent (`unless-stopped`) loses its restart

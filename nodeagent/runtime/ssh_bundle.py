@@ -8,7 +8,7 @@ hash) that each instance gets read-only at `BUNDLE_MOUNT`. It runs through that 
 static busybox image alike. Only `/bin/sh` is needed (`image_no_shell` otherwise).
 
 The instance's PID 1 is `LAUNCHER` under the image's /bin/sh: it sends its output to
-/var/log/instance.log, starts the lease's start command in the background (its process
+/var/log/instance.log, exports the lease's variables, starts the lease's start command in the background (its process
 group, cwd /workspace), then becomes sshd: the image's own /usr/sbin/sshd when it has
 one (as before: operator templates and images built for SSH keep theirs), else the
 bundle's, with the bundle's own configuration (keys only, root by key). sshd stays up
@@ -30,6 +30,7 @@ BINARIES = {"sshd": "/usr/sbin/sshd", "sftp-server": "/usr/lib/openssh/sftp-serv
             "ssh-keygen": "/usr/bin/ssh-keygen"}
 LOADER = "ld.so"
 HOST_KEY = "/etc/ssh/gpu_node_host_ed25519_key"    # made at first start, in the instance
+ENV_FILE = "/.gpu-node-env"      # the lease's variables (NAME='value' lines), by the agent
 _LDD_LINE = re.compile(r"^\s*(?:(\S+)\s+=>\s+)?(/\S+)\s+\(0x[0-9a-f]+\)\s*$")
 
 # The bundle's sshd: keys only, root by key (as the image's sshd is told on its command
@@ -51,9 +52,12 @@ Subsystem sftp {BUNDLE_MOUNT}/lib/{LOADER} --library-path {BUNDLE_MOUNT}/lib {BU
 # PID 1 of every instance, run by the image's /bin/sh with the start command as $1.
 # Why each step: /var/log may not exist in a slim image; the start command runs in a
 # subshell so that sshd (exec'd last, keeping PID 1) reaps it; sshd's privilege separation
-# needs its user and /run/sshd, which an image without sshd lacks.
+# needs its user and /run/sshd, which an image without sshd lacks. The lease's variables
+# come from a file on the lease's disk (docker.py `_install_env`), exported to the start
+# command and sshd.
 LAUNCHER = f"""\
 mkdir -p /var/log; exec >>/var/log/instance.log 2>&1
+if [ -f {ENV_FILE} ]; then set -a; . {ENV_FILE}; set +a; fi
 if [ -n "$1" ]; then (cd /workspace && exec /bin/sh -c "$1") & fi
 if [ -x /usr/sbin/sshd ]; then
   ssh-keygen -A && mkdir -p /run/sshd &&

@@ -8,6 +8,7 @@ network namespace, no outside network):
 - `shellless`: an image of one file, no /bin/sh.
 """
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -192,6 +193,9 @@ def test_a_public_image_by_reference_runs_with_its_env_and_start_command(
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:3] == ["started in /workspace with hello there",
                                              "t0k/hello there", "1"]
+    # the values are not in dockerd's copy of the container's configuration (node's disk)
+    container = node.runtime.client.containers.get("lease-71")
+    assert "t0k" not in json.dumps(container.attrs)
 
     # a changed start command is a new container; the disk (and its files) stay
     wanted["start_command"] = "echo second > /workspace/second; exec sleep 1000"
@@ -223,7 +227,7 @@ def test_a_private_image_without_sshd_is_reached_through_the_node_sshd(
     assert pid_1.startswith("/.gpu-node-ssh/lib/ld.so"), pid_1   # the bundle's sshd
 
 
-def test_a_private_image_with_wrong_credentials_is_refused(registries, node, caplog):
+def test_a_private_image_with_wrong_credentials_is_refused(registries, node, caplog, tmp_path):
     private = registries["private"]
     wanted = item(73, private.ref(), registry_auth={
         "server": f"127.0.0.1:{private.port}", "username": "alice", "password": "wrong-pw"})
@@ -235,6 +239,8 @@ def test_a_private_image_with_wrong_credentials_is_refused(registries, node, cap
     assert report["error"]["code"] == "registry_auth_failed", report
     assert "requires credentials" in report["error"]["detail"]
     assert "wrong-pw" not in caplog.text and "wrong-pw" not in str(report)
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.stat().st_size < 10 ** 6]
+    assert written and not [p for p in written if b"wrong-pw" in p.read_bytes()]
 
 
 def test_the_image_of_one_lease_is_not_given_to_another_without_its_credentials(
