@@ -392,6 +392,9 @@ class DockerRuntime:
         image is pulled once per agent process and credentials even when present
         (images.py); a failed pull is named, and tried again after a back-off."""
         ref = spec.image
+        if spec.customer_image and not self.config.pull_images:
+            raise OperationFailed("image_missing", "this node does not pull images "
+                                  "([docker] pull_images = false): only its own templates run")
         try:
             self.client.images.get(ref)
             if not spec.customer_image or self.puller.verified(ref, spec.registry_auth):

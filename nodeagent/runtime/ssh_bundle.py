@@ -67,7 +67,8 @@ fi
 B={BUNDLE_MOUNT}
 if [ ! -x "$B/bin/sshd" ]; then echo "no sshd in the image and none from the node"; exit 1; fi
 mkdir -p /etc/ssh /run/sshd && chmod 0755 /run/sshd
-grep -q '^sshd:' /etc/passwd 2>/dev/null || echo 'sshd:x:74:65534:sshd:/run/sshd:/bin/false' >>/etc/passwd
+u=; [ -f /etc/passwd ] && while IFS=: read -r n rest; do [ "$n" = sshd ] && u=1; done </etc/passwd
+[ -n "$u" ] || echo 'sshd:x:74:65534:sshd:/run/sshd:/bin/false' >>/etc/passwd
 [ -s {HOST_KEY} ] || "$B/lib/{LOADER}" --library-path "$B/lib" "$B/bin/ssh-keygen" -q -t ed25519 -N '' -f {HOST_KEY}
 exec "$B/lib/{LOADER}" --library-path "$B/lib" "$B/bin/sshd" -D -e -r -f "$B/sshd_config" -p 22
 """
@@ -113,7 +114,13 @@ def build_bundle(root: str | Path, binaries: dict[str, str] | None = None) -> Pa
     for path in (work, work / "bin", work / "lib"):
         os.chmod(path, 0o755)
     os.chmod(work / "sshd_config", 0o644)
-    os.rename(work, target)
+    try:
+        os.rename(work, target)
+    except OSError:
+        shutil.rmtree(work, ignore_errors=True)
+        if not (target / "sshd_config").is_file():
+            raise
+        return target                # another agent process made the same one meanwhile
     log.info("SSH bundle for images without sshd: %s (%d libraries)", target, len(libraries))
     return target
 

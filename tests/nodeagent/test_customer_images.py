@@ -261,6 +261,7 @@ def test_missing_malformed_too_large_and_shellless_images_are_named(registries, 
         79: (public.ref(), {"image_max_bytes": 8 * MiB}, "image_too_large"),
         80: (registries["shellless"].ref(), {}, "image_no_shell"),
     }
+    public.gate.touch()     # the layer stalls after 16 MiB: the limit must end the pull itself
     for lease_id, (ref, fields, code) in cases.items():
         report = converge_until(node, item(lease_id, ref, **fields),
                                 lambda r: r["state"] == "failed")[-1]
