@@ -206,7 +206,7 @@ def test_a_public_image_by_reference_runs_with_its_env_and_start_command(
 
 
 def test_a_private_image_without_sshd_is_reached_through_the_node_sshd(
-        registries, node, netns, ssh_key):
+        registries, node, netns, ssh_key, tmp_path):
     key, public_key = ssh_key
     private = registries["private"]
     wanted = item(72, private.ref(), public_key, registry_auth={
@@ -225,6 +225,17 @@ def test_a_private_image_without_sshd_is_reached_through_the_node_sshd(
     assert again.returncode == 0, again.stderr
     [pid_1] = again.stdout.splitlines()          # no zombie line before it
     assert pid_1.startswith("/.gpu-node-ssh/lib/ld.so"), pid_1   # the bundle's sshd
+    # SFTP (what scp uses) through the bundle's sftp-server too
+    upload = tmp_path / "upload.txt"
+    upload.write_text("over sftp\n")
+    batch = tmp_path / "sftp.batch"
+    batch.write_text(f"put {upload} /workspace/upload.txt\n")
+    sftp = subprocess.run(netns.in_client(
+        "sftp", "-i", str(key), "-P", str(report["ssh_port"]), "-b", str(batch),
+        "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+        "-o", "LogLevel=ERROR", f"root@{netns.node_ip}"), capture_output=True, text=True, timeout=60)
+    assert sftp.returncode == 0, sftp.stderr
+    assert ssh_run(netns, key, report["ssh_port"], "cat /workspace/upload.txt").stdout == "over sftp\n"
 
 
 def test_a_private_image_with_wrong_credentials_is_refused(registries, node, caplog, tmp_path):
