@@ -124,7 +124,7 @@ def images(config: AgentConfig, args) -> int:
             try:
                 puller.pull(ref)
                 print(f"{slug}: {ref} pulled")
-            except DockerException as exc:
+            except (DockerException, OperationFailed) as exc:
                 failed += 1
                 log.error("%s: pulling %s failed: %s", slug, ref, exc)
     except DockerException as exc:

@@ -19,6 +19,9 @@
     port_range = [22000, 22999]
     pull_images = true         # pull a configured image missing on the node
     pids_limit = 32768
+    pull_retry_seconds = 300   # a failed pull waits this long, doubling, up to the max
+    pull_retry_max_seconds = 3600
+    ssh_bundle_dir = "/var/lib/gpu-node-ssh"   # the node's sshd for images without one
 
     [docker.gpu_devices]       # gpu_mode = "devices" only: GPU UUID -> host device node
     "GPU-00000000-0000-0000-0000-000000000000" = "/dev/null"
@@ -82,6 +85,15 @@ class DockerConfig:
     require_userns: bool = True      # refuse a dockerd without userns-remap
     blocked_networks: tuple[str, ...] = DEFAULT_BLOCKED   # never reachable from instances
     masquerade: bool = True          # NAT the instances' traffic leaving the node
+    # Customer images (docs/adr/0014): a failed pull is tried again after this, doubling
+    # with each failure in a row up to the maximum (new credentials: at once).
+    pull_retry_seconds: float = 300.0
+    pull_retry_max_seconds: float = 3600.0
+    pulled_image_keep_seconds: float = 86400.0   # a customer image asked for lately stays
+    # The node's OpenSSH, copied with its loader and libraries, mounted read-only into
+    # every instance: SSH into images without sshd (nodeagent/runtime/ssh_bundle.py).
+    # Outside the state directory (0700): container root, a remapped uid, must read it.
+    ssh_bundle_dir: str = "/var/lib/gpu-node-ssh"
 
 
 @dataclass
@@ -169,6 +181,10 @@ def _docker_config(raw: dict) -> DockerConfig:
             raw["blocked_networks"] = tuple(validate_networks(raw["blocked_networks"]))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"docker.blocked_networks: {exc}") from None
+    for key in ("pull_retry_seconds", "pull_retry_max_seconds", "pulled_image_keep_seconds"):
+        value = raw.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"docker.{key} must be a positive number of seconds")
     if raw.get("gpu_mode", "nvidia") not in GPU_MODES:
         raise ConfigError(f"docker.gpu_mode must be one of {', '.join(GPU_MODES)}")
     unknown = set(raw) - DockerConfig.__dataclass_fields__.keys()

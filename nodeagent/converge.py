@@ -1,8 +1,10 @@
 """Bring each lease of the desired state about, one idempotent step at a time, and say
 what happened: the observed state, the last named failure, signed evidence."""
 import logging
+import re
 import time
 
+from .image_refs import normalise_reference
 from .interfaces import DiskEvidence, GpuInfo, InstanceSpec, InstanceStatus, OperationFailed
 from .journal import Journal, utc_now
 from .outbox import Outbox
@@ -84,6 +86,10 @@ class Converger:
         status = self._safe_status(lease_id)
         report = self._report(lease_id, op_id, status)
         pending = (report["error"] or {}).get("code") in PENDING
+        if (report["error"] or {}).get("code") == "image_pulling":
+            pull = self._pull_progress(item)
+            if pull is not None:
+                report["pull"] = pull
         if not _satisfied(item.get("want"), status.state) and not pending:
             report["state"] = "failed"
         return report
@@ -127,9 +133,14 @@ class Converger:
         if self.runtime.status(lease_id).state == "running" and not self.disks.is_ready(lease_id):
             log.error("lease %s: running without its disk mounted: stopping it", lease_id)
             self.runtime.ensure_stopped(lease_id)
+        image, customer = self._instance_image(item)
         spec = InstanceSpec(
             lease_id=lease_id,
-            image=self._image_ref(item["image"]),
+            image=image, customer_image=customer,
+            registry_auth=_registry_auth(item.get("registry_auth")) if customer else None,
+            image_max_bytes=_non_negative(item.get("image_max_bytes", 0), "image_max_bytes"),
+            env=_environment(item.get("env")),
+            start_command=_start_command(item.get("start_command")),
             gpu_uuids=self._gpu_uuids(item["gpus"], gpus),
             ssh_authorized_keys=tuple(item.get("ssh_authorized_keys", ())),
             cpus=int(item["cpus"]), memory_gb=int(item["memory_gb"]),
@@ -151,7 +162,8 @@ class Converger:
         if not self.journal.is_done(marker):        # one record per op, not per (re)start
             self._evidence("instance_ready", lease_id, item["op_id"], {
                 "ssh_port": status.ssh_port, "host": self.public_host,
-                "gpus": list(spec.gpu_uuids), "image": item["image"]})
+                "gpus": list(spec.gpu_uuids), "image": item["image"],
+                **({"image_ref": spec.image} if customer else {})})
             self.journal.done(lease_id, marker)
         return status
 
@@ -335,6 +347,23 @@ class Converger:
                   "op_id": op_id, "at": utc_now()}
         self.outbox.add(self.key.sign_record(record))
 
+    def _instance_image(self, item: dict) -> tuple[str, bool]:
+        """(local reference, whether it is the customer's own `image_ref`): the item's
+        `image_ref` when it has one (validated), else its slug through [images]."""
+        ref = item.get("image_ref")
+        if ref:
+            return normalise_reference(ref), True
+        return self._image_ref(item["image"]), False
+
+    def _pull_progress(self, item: dict) -> dict | None:
+        progress = getattr(self.runtime, "pull_progress", None)
+        if progress is None:
+            return None
+        try:
+            return progress(self._instance_image(item)[0])
+        except (OperationFailed, KeyError, TypeError):
+            return None
+
     def _image_ref(self, slug: str) -> str:
         if slug not in self.images:
             raise OperationFailed("image_missing",
@@ -381,6 +410,49 @@ class Converger:
         except OperationFailed as exc:
             log.warning("cannot list instances: %s", exc)
             return []
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_START_COMMAND = 4096
+
+
+def _environment(raw) -> tuple[tuple[str, str], ...]:
+    """The item's `env` as sorted pairs; a bad one names the variable, never its value."""
+    if raw in (None, {}):
+        return ()
+    if not isinstance(raw, dict):
+        raise OperationFailed("bad_desired_state", "env must be an object of strings")
+    for name, value in raw.items():
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+            raise OperationFailed("bad_desired_state", f"env: {str(name)[:64]!r} is not a variable name")
+        if not isinstance(value, str) or "\0" in value:
+            raise OperationFailed("bad_desired_state", f"env: the value of {name} is not a string")
+    return tuple(sorted(raw.items()))
+
+
+def _start_command(raw) -> str:
+    if raw in (None, ""):
+        return ""
+    if not isinstance(raw, str) or "\0" in raw or len(raw) > MAX_START_COMMAND:
+        raise OperationFailed("bad_desired_state",
+                              f"start_command must be a string of at most {MAX_START_COMMAND} characters")
+    return raw
+
+
+def _registry_auth(raw) -> dict | None:
+    if raw in (None, {}):
+        return None
+    if not isinstance(raw, dict) or not all(isinstance(raw.get(k, ""), str)
+                                            for k in ("server", "username", "password")):
+        raise OperationFailed("bad_desired_state", "registry_auth must hold server, username "
+                              "and password strings")
+    return {k: raw.get(k, "") for k in ("server", "username", "password")}
+
+
+def _non_negative(raw, name: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise OperationFailed("bad_desired_state", f"{name} must be a whole number of bytes")
+    return raw
 
 
 def _satisfied(want: str | None, state: str) -> bool:

@@ -28,8 +28,10 @@ SYSCTL=/etc/sysctl.d/60-gpu-node-agent.conf
 SECCOMP=/etc/docker/gpu-node-seccomp.json
 UDEV_RULE=/etc/udev/rules.d/71-nvidia-dev-char.rules
 # the disk tools (luks backend, LVM carver, NVMe sanitize), venv, NTP, nft, and AppArmor
-# (dockerd loads its docker-default profile into every container where the kernel has it)
-PACKAGES="cryptsetup-bin lvm2 nvme-cli e2fsprogs util-linux python3-venv chrony nftables apparmor"
+# (dockerd loads its docker-default profile into every container where the kernel has it), and
+# openssh-server: its sshd, copied with its libraries, is how SSH gets into an image without one
+# (nodeagent/runtime/ssh_bundle.py; operators reach nodes over it already)
+PACKAGES="cryptsetup-bin lvm2 nvme-cli e2fsprogs util-linux python3-venv chrony nftables apparmor openssh-server"
 DOCKREMAP_RANGE=231072:65536
 
 wheelhouse='' config='' drives='' vg=gpu-leases url='' code=''

@@ -25,6 +25,16 @@ class InstanceSpec:
     shm_gb: int
     disk_path: str                   # host path of the lease's mounted disk
     volumes_path: str = ""           # host dir of its network volumes, bound at /volumes (issue 25)
+    # A customer's own image (the item's `image_ref`): pulled (again) with the lease's own
+    # credentials before first use, so a private image another lease pulled is never
+    # reused without them; an operator template's image is used as it is on the node.
+    customer_image: bool = False
+    # The registry credentials for a private image: in memory only (never in a repr, a
+    # log line, the journal or the container's labels).
+    registry_auth: dict | None = field(default=None, repr=False, compare=False)
+    image_max_bytes: int = 0         # the image's uncompressed size limit (0: none)
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)   # values never logged
+    start_command: str = ""          # run by /bin/sh -c beside sshd, cwd /workspace
 
 
 @dataclass(frozen=True)

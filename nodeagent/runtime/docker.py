@@ -21,6 +21,8 @@ import io
 import json
 import logging
 import os
+import shlex
+import subprocess
 import tarfile
 import time
 
@@ -36,6 +38,7 @@ from .egress import EgressMeter
 from .images import ImagePuller
 from .instance_root import INSTANCE_ROOT, etc_binds, forget_other_layers, place_layer
 from .ports import PortBook
+from .ssh_bundle import BUNDLE_MOUNT, ENV_FILE, LAUNCHER, build_bundle
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +88,17 @@ class DockerRuntime:
         os.makedirs(state_dir, exist_ok=True)
         self.ports = PortBook(state_dir / "ports.json", config.port_range)
         self.egress = EgressMeter(state_dir / "egress.json")
-        self.puller = ImagePuller(config.socket, state_dir / "images.json", keep=images)
+        self.puller = ImagePuller(config.socket, state_dir / "images.json", keep=images,
+                                  retry_seconds=config.pull_retry_seconds,
+                                  retry_max_seconds=config.pull_retry_max_seconds,
+                                  keep_seconds=config.pulled_image_keep_seconds)
+        try:
+            self.ssh_bundle = str(build_bundle(config.ssh_bundle_dir))
+        except (OperationFailed, OSError, subprocess.SubprocessError) as exc:
+            # images with their own sshd still work; the others' instances say so in
+            # their /var/log/instance.log
+            log.error("no SSH bundle for images without sshd: %s", exc)
+            self.ssh_bundle = ""
         try:
             peer = socket_peer_pid(config.socket)
         except OSError as exc:
@@ -111,7 +124,8 @@ class DockerRuntime:
         elif container.status not in ("running", "restarting", "paused"):
             self._layer_on_lease_disk(container, spec)     # after a reboot: checked again
         self._sync_filter()                # the lease's rules exist before it starts
-        self._install_keys(container, spec.ssh_authorized_keys)
+        self._install_keys(container, spec.ssh_authorized_keys, spec.env)
+        self._install_env(container, spec.env)
         self._no_restart_policy(container)
         if container.status != "running":
             self._call(container.start)
@@ -217,8 +231,12 @@ class DockerRuntime:
                          if c.labels.get(LABEL_PORT, "").isdigit() and c.labels[LABEL_LEASE] != str(but))
 
     # -- containers ----------------------------------------------------------------------
+    def pull_progress(self, ref: str) -> dict | None:
+        """{"done_bytes", "total_bytes"} while `ref` is being pulled (the lease's report)."""
+        return self.puller.progress(ref)
+
     def _create(self, spec: InstanceSpec):
-        self._require_image(spec.image)
+        self._require_image(spec)
         port = self.ports.port_for(spec.lease_id, taken=self._published_ports(but=spec.lease_id))
         network = self._ensure_network(spec.lease_id)
         self._own_workspace(spec.disk_path)
@@ -228,7 +246,8 @@ class DockerRuntime:
             image=spec.image,
             name=container_name(spec.lease_id),
             hostname=container_name(spec.lease_id),
-            command=["/bin/sh", "-c", _sshd_command(22)],
+            # the launcher (ssh_bundle.py): sshd, and the start command beside it
+            command=["/bin/sh", "-c", LAUNCHER, "instance", spec.start_command],
             labels={LABEL_LEASE: str(spec.lease_id), LABEL_SPEC: self._spec_hash(spec),
                     LABEL_PORT: str(port)},
             nano_cpus=min(spec.cpus, os.cpu_count() or spec.cpus) * 10 ** 9,
@@ -248,6 +267,8 @@ class DockerRuntime:
             detach=True,
             **self._gpu_options(spec.gpu_uuids),
         )
+        if self.ssh_bundle:    # the node's sshd for an image without one, read-only
+            kwargs["volumes"][self.ssh_bundle] = {"bind": BUNDLE_MOUNT, "mode": "ro"}
         if spec.volumes_path:  # network volumes (nodeagent/volumes.py), mounted later appear too
             kwargs["volumes"][spec.volumes_path] = {"bind": VOLUMES, "mode": "rw,rslave"}
         container = self._call(self.client.containers.create, **kwargs)
@@ -293,20 +314,39 @@ class DockerRuntime:
         return {"devices": [f"{self.config.gpu_devices[u]}:{self.config.gpu_devices[u]}:rwm"
                             for u in uuids]}
 
-    def _install_keys(self, container, keys: tuple[str, ...]) -> None:
+    def _install_keys(self, container, keys: tuple[str, ...],
+                      env: tuple[tuple[str, str], ...] = ()) -> None:
         """authorized_keys is written into the container (never baked into an image), and
-        rewritten on every convergence so a key change reaches a running instance."""
-        content = "".join(k.strip() + "\n" for k in keys).encode()
+        rewritten on every convergence so a key change reaches a running instance.
+        Beside it ~/.ssh/environment: the lease's variables in every SSH session too (sshd
+        runs with PermitUserEnvironment), not only in the start command's environment."""
+        files = {".ssh/authorized_keys": "".join(k.strip() + "\n" for k in keys).encode(),
+                 ".ssh/environment": _ssh_environment(env)}
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
             ssh_dir = tarfile.TarInfo(".ssh")
             ssh_dir.type, ssh_dir.mode, ssh_dir.mtime = tarfile.DIRTYPE, 0o700, time.time()
             tar.addfile(ssh_dir)
-            keys_file = tarfile.TarInfo(".ssh/authorized_keys")
-            keys_file.size, keys_file.mode, keys_file.mtime = len(content), 0o600, time.time()
-            tar.addfile(keys_file, io.BytesIO(content))
+            for name, content in files.items():
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(content), 0o600, time.time()
+                tar.addfile(info, io.BytesIO(content))
         if not self._call(container.put_archive, "/root", archive.getvalue()):
             raise OperationFailed("runtime_error", "could not install authorized_keys")
+
+    def _install_env(self, container, env: tuple[tuple[str, str], ...]) -> None:
+        """The lease's variables, for the launcher to export (ssh_bundle.ENV_FILE): written
+        into the container's writable layer, which is on the lease's encrypted disk, and
+        not given to dockerd as the container's Env, which it would keep in plaintext in
+        its own data root on the node's disk (and show in `docker inspect`)."""
+        content = "".join(f"{name}={shlex.quote(value)}\n" for name, value in env).encode()
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            info = tarfile.TarInfo(ENV_FILE.lstrip("/"))
+            info.size, info.mode, info.mtime = len(content), 0o600, time.time()
+            tar.addfile(info, io.BytesIO(content))
+        if not self._call(container.put_archive, "/", archive.getvalue()):
+            raise OperationFailed("runtime_error", "could not install the environment")
 
     def _no_restart_policy(self, container) -> None:
         """A container made by an older agent (`unless-stopped`) loses its restart
@@ -346,23 +386,33 @@ class DockerRuntime:
         except DockerException as exc:
             raise OperationFailed("runtime_error", f"docker: {exc}") from exc
 
-    def _require_image(self, ref: str) -> None:
+    def _require_image(self, spec: InstanceSpec) -> None:
         """The image is on the node, or a pull runs beside the loop (`image_pulling`, not a
-        failure: the lease is retried every round until the image is there)."""
+        failure: the lease is retried every round until the image is there). A customer's
+        image is pulled once per agent process and credentials even when present
+        (images.py); a failed pull is named, and tried again after a back-off."""
+        ref = spec.image
+        if spec.customer_image and not self.config.pull_images:
+            raise OperationFailed("image_missing", "this node does not pull images "
+                                  "([docker] pull_images = false): only its own templates run")
         try:
             self.client.images.get(ref)
-            return
+            if not spec.customer_image or self.puller.verified(ref, spec.registry_auth):
+                return
         except ImageNotFound:
             if not self.config.pull_images:
                 raise OperationFailed("image_missing",
                                       f"image {ref!r} is not on this node") from None
         except DockerException as exc:
             raise OperationFailed("runtime_error", f"docker: {exc}") from exc
-        failure = self.puller.failure(ref)
+        failure = self.puller.failure(ref, spec.registry_auth)
         if failure:
-            raise OperationFailed("image_missing", f"image {ref!r} is not on this node and "
-                                  f"pulling it failed: {failure}")
-        self.puller.request(ref)
+            code, message = failure
+            if code == "image_missing":
+                message = f"image {ref!r} is not on this node and pulling it failed: {message}"
+            raise OperationFailed(code, message)
+        self.puller.request(ref, auth=spec.registry_auth, max_bytes=spec.image_max_bytes,
+                            verify=spec.customer_image)
         raise OperationFailed(IMAGE_PULLING, f"image {ref!r} is being pulled")
 
     # -- isolation -----------------------------------------------------------------------
@@ -421,6 +471,18 @@ class DockerRuntime:
             raise OperationFailed("runtime_error", f"docker: {exc}") from exc
 
 
+def _ssh_environment(env: tuple[tuple[str, str], ...]) -> bytes:
+    """sshd's `NAME=value` lines; a value with a line break cannot be one (it stays in the
+    instance's own environment): named in the agent's log, its value never."""
+    lines = []
+    for name, value in env:
+        if "\n" in value or "\r" in value:
+            log.warning("variable %s has a line break: not in SSH sessions' environment", name)
+            continue
+        lines.append(f"{name}={value}\n")
+    return "".join(lines).encode()
+
+
 def container_name(lease_id: int) -> str:
     return f"lease-{lease_id}"
 
@@ -434,13 +496,11 @@ def _spec_hash(spec: InstanceSpec) -> str:
               "isolation": [ISOLATION_VERSION, list(CAPABILITIES), list(SECURITY_OPT)]}
     if spec.volumes_path:
         fields["volumes"] = spec.volumes_path
+    # Only when set, so that an instance without them keeps its container on upgrade.
+    # The environment enters as a digest: it holds secrets, and the hash is a label.
+    if spec.env:
+        fields["env"] = hashlib.sha256(json.dumps(sorted(spec.env)).encode()).hexdigest()
+    if spec.start_command:
+        fields["start_command"] = spec.start_command
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
-
-def _sshd_command(port: int) -> str:
-    # Host keys are made at first start, so no two instances share one. The output goes
-    # to a file in the instance (its writable layer, on the lease's disk): Docker keeps
-    # no logs.
-    return ("exec >>/var/log/instance.log 2>&1; ssh-keygen -A && mkdir -p /run/sshd && "
-            f"exec /usr/sbin/sshd -D -e -p {port} -o PasswordAuthentication=no "
-            "-o PermitRootLogin=prohibit-password")

@@ -3,9 +3,15 @@ repository, one layer (an uncompressed rootfs tar), one image per tag. The priva
 dockerd pulls from it on 127.0.0.1 of its own network namespace (loopback registries
 need no TLS), so this runs as `ip netns exec <node> python registry.py …`.
 
-While the `--gate` file exists, layer downloads wait: a test holds a pull open for as
-long as it wants to show that the agent's loop goes on meanwhile."""
+While the `--gate` file exists, layer downloads wait (after `--hold-after` bytes of the
+layer were sent, 0 by default): a test holds a pull open for as long as it wants to show
+that the agent's loop goes on meanwhile, or what progress it reports.
+
+`--auth user:password` makes it a private registry: every request without those Basic
+credentials gets 401 and a `WWW-Authenticate: Basic` challenge, as a registry with
+htpasswd authentication answers."""
 import argparse
+import base64
 import hashlib
 import json
 import os
@@ -53,7 +59,10 @@ def main() -> None:
     parser.add_argument("--repo", required=True)
     parser.add_argument("--tags", required=True)
     parser.add_argument("--gate", required=True)
+    parser.add_argument("--hold-after", type=int, default=0)
+    parser.add_argument("--auth", default="")
     args = parser.parse_args()
+    expected = "Basic " + base64.b64encode(args.auth.encode()).decode() if args.auth else None
     layer_digest, blobs, manifests = build(args.layer, args.tags.split(","))
     prefix = f"/v2/{args.repo}/"
 
@@ -65,6 +74,17 @@ def main() -> None:
             self.do_GET(body=False)
 
         def do_GET(self, body=True):
+            if expected and self.headers.get("Authorization") != expected:
+                self.send_response(401)
+                self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+                self.send_header("WWW-Authenticate", 'Basic realm="test-registry"')
+                data = b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}'
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data)
+                return
             if self.path in ("/v2/", "/v2"):
                 return self._send(200, b"{}", "application/json", body)
             if not self.path.startswith(prefix):
@@ -76,8 +96,6 @@ def main() -> None:
             if kind == "blobs" and ref in blobs:
                 return self._send(200, blobs[ref], "application/octet-stream", body, digest=ref)
             if kind == "blobs" and ref == layer_digest:
-                while os.path.exists(args.gate):
-                    time.sleep(0.1)
                 return self._send_file(args.layer, body, ref)
             return self._send(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}',
                               "application/json", body)
@@ -98,10 +116,18 @@ def main() -> None:
 
         def _send_file(self, path, body, digest):
             self._headers(200, os.path.getsize(path), "application/octet-stream", digest)
-            if body:
-                with open(path, "rb") as f:
-                    while chunk := f.read(1 << 20):
-                        self.wfile.write(chunk)
+            if not body:
+                return
+            sent, held = 0, False
+            with open(path, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    if not held and sent >= args.hold_after:
+                        held = True
+                        self.wfile.flush()
+                        while os.path.exists(args.gate):
+                            time.sleep(0.1)
+                    self.wfile.write(chunk)
+                    sent += len(chunk)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True

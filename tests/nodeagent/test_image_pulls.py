@@ -107,7 +107,7 @@ def test_a_pull_runs_beside_the_loop(registry, runtime_for, instance_image, tmp_
     assert sorted(e["lease_id"] for e in converger.outbox.pending()) == [61, 62]
 
 
-def test_a_failed_pull_is_reported_as_image_missing(registry, runtime_for, tmp_path):
+def test_a_failed_pull_is_named_and_not_retried_at_once(registry, runtime_for, tmp_path):
     from nodeagent.interfaces import OperationFailed
 
     from .test_docker_runtime import spec_for
@@ -120,8 +120,11 @@ def test_a_failed_pull_is_reported_as_image_missing(registry, runtime_for, tmp_p
     assert runtime.puller.wait_idle(60)
     with pytest.raises(OperationFailed) as then:
         runtime.ensure_running(spec_for(63, ref, str(tmp_path)))
-    assert then.value.code == "image_missing" and "pulling it failed" in then.value.detail
+    assert then.value.code == "image_not_found" and "no-such-tag" in then.value.detail
     assert runtime.status(63).state == "absent"
+    with pytest.raises(OperationFailed) as again:        # the back-off: no new pull yet
+        runtime.ensure_running(spec_for(63, ref, str(tmp_path)))
+    assert again.value.code == "image_not_found" and not runtime.puller.pulling(ref)
 
 
 def test_images_pull_and_prune_from_the_cli(registry, dockerd, instance_image, tmp_path,
