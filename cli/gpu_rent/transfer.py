@@ -389,7 +389,10 @@ def split_endpoint(text: str) -> tuple[int | None, str]:
     found = ENDPOINT.match(text)
     if not found:
         return None, text
-    return int(found.group(1)), found.group(2) or "."
+    path = found.group(2)
+    if path == "~" or path.startswith("~/"):    # SFTP has no ~; a relative path is the home's
+        path = path[2:]
+    return int(found.group(1)), path or "."
 
 
 def _lease_address(api, lease_id: int) -> tuple[str, int]:
@@ -477,7 +480,7 @@ class Copy:
         name = s.path.basename(s.path.normpath(src))
         if dst_st is None:
             self._need_dir(d.path.dirname(dst.rstrip("/")) or ".")
-            d.mkdir(dst)
+            d.mkdir(dst.rstrip("/"))
         elif dst_st.kind != "dir":
             raise CliError(USAGE, f"{d.describe(dst)} is not a directory: a directory is copied into one.")
         into = src.endswith("/") or name in ("", ".", "..")

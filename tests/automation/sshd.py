@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -105,6 +106,20 @@ class Sshd:
             self.proc.terminate()
             self.proc.wait(timeout=scaled(20))
         self.proc = None
+
+    def kill_sessions(self) -> int:
+        """SIGKILL to this sshd's connection processes (the link drops mid-copy); how many."""
+        children = []
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                ppid = next(line for line in status.read_text().splitlines() if line.startswith("PPid:"))
+            except (OSError, StopIteration):
+                continue
+            if int(ppid.split()[1]) == self.proc.pid:
+                children.append(int(status.parent.name))
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+        return len(children)
 
     def closes(self, path: Path | str, *, forced: bool = True) -> list[dict]:
         """The SFTP server's closes of `path`, oldest first: {"read", "written", "forced"}; with

@@ -6,6 +6,8 @@ import getpass
 import hashlib
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from django.utils import timezone
 from billing.services import checkout_place_order
 from inventory.models import Offer, Site
 from rental.models import Image, Lease
-from tests.deadlines import scaled, wait_for
+from tests.deadlines import Deadline, scaled, wait_for
 from tests.tools import require
 
 from .helpers import KEY, active_lease
@@ -85,16 +87,21 @@ def test_upload_and_download_a_file_and_a_tree_byte_for_byte(cli, catalog, custo
     assert (box.files / "model.bin").read_bytes() == (local / "model.bin").read_bytes()
     assert int((box.files / "model.bin").stat().st_mtime) == int((local / "model.bin").stat().st_mtime)
     assert f"lease #{lease.pk}" in err and "trusting its host key" in err and "SHA256:" in err   # first use, said
-    report = cp_json(cli, box, "-r", str(local / "data"), f"{lease.pk}:{box.files}")
-    assert tree(box.files / "data") == tree(local / "data")   # into DST/NAME, like rsync
-    assert report["copied"] == 4 and report["sent_bytes"] == sum(map(len, tree(local / "data").values()))
+    expected = {**tree(local / "data"), "link.bin": (local / "data" / "a.bin").read_bytes()}
+    (local / "data" / "link.bin").symlink_to("a.bin")       # followed, like scp -r
+    (local / "data" / "sub" / "up").symlink_to("..")        # a loop: visited once
+    code, out, err = cp(cli, box, "-r", str(local / "data"), f"{lease.pk}:{box.files}", "--json")
+    report = json.loads(out)
+    assert code == 0 and tree(box.files / "data") == expected   # into DST/NAME, like rsync
+    assert "a link to a directory already copied" in err and not (box.files / "data" / "sub" / "up").exists()
+    assert report["copied"] == 5 and report["sent_bytes"] == sum(map(len, expected.values()))
     assert report["host_key"]["first_use"] is False    # kept from the first copy
     assert (box.files / "data" / "run.sh").stat().st_mode & 0o777 == 0o755
     assert not list(box.files.rglob("*.gpu-rent-part"))
 
     written = box.written()
     again = cp_json(cli, box, "-r", str(local / "data"), f"{lease.pk}:{box.files}")
-    assert again["copied"] == 0 and again["up_to_date"] == 4 and again["sent_bytes"] == 0
+    assert again["copied"] == 0 and again["up_to_date"] == 5 and again["sent_bytes"] == 0
     assert box.written() == written     # the server wrote nothing the second time
 
     back = tmp_path / "back"
@@ -103,7 +110,7 @@ def test_upload_and_download_a_file_and_a_tree_byte_for_byte(cli, catalog, custo
     assert sha(back / "renamed.bin") == sha(local / "model.bin")
     code, _out, err = cp(cli, box, "-r", "-q", f"{lease.pk}:{box.files}/data/", str(back / "contents"))
     assert code == 0 and err == ""     # quiet: nothing at all
-    assert tree(back / "contents") == tree(local / "data")   # SRC/ copies what is in it
+    assert tree(back / "contents") == expected   # SRC/ copies what is in it
     assert (back / "contents" / "run.sh").stat().st_mode & 0o777 == 0o755
 
 
@@ -114,13 +121,18 @@ def _subprocess_env(cli):  # noqa: F811
     return env
 
 
+def start_copy(cli, box, *args, stderr=subprocess.PIPE) -> subprocess.Popen:  # noqa: F811
+    """`gpu-rent cp ARGS` as its own process, at 1 MiB/s (slow enough to be caught mid-way)."""
+    return subprocess.Popen([sys.executable, "-m", "gpu_rent", "cp", "-i", str(box.key), "--user", USER,
+                             "--limit-rate", "1M", *args], env=_subprocess_env(cli), stdout=subprocess.PIPE,
+                            stderr=stderr)
+
+
 def interrupt(cli, box, source: str, destination: str, part: Path, at_least: int, on_instance: Path) -> int:  # noqa: F811
     """Starts a rate-limited copy as its own process, kills it (SIGKILL: no clean-up) once the
     destination's part file holds `at_least` bytes, waits until the instance's side has let go
     of `on_instance` (the file it was writing or reading), and returns what the part holds."""
-    proc = subprocess.Popen([sys.executable, "-m", "gpu_rent", "cp", "-i", str(box.key), "--user", USER, "-q",
-                             "--limit-rate", "1M", source, destination], env=_subprocess_env(cli),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_copy(cli, box, "-q", source, destination)
     try:
         wait_for(lambda: part.exists() and part.stat().st_size >= at_least, 60, f"{part} to reach {at_least} bytes",
                  alive=[proc], detail=lambda: proc.stderr.read1().decode() if proc.poll() is not None else "")
@@ -190,6 +202,48 @@ def test_an_interrupted_download_resumes_and_reads_only_the_rest(cli, catalog, c
     reads = [close["read"] for close in box.closes(source, forced=False)]   # the killed copy never closed it
     assert reads == ([size - kept] if shell_tools else [kept, size - kept])   # hashed there, or read back once
     assert sha(local / "checkpoint.pt") == sha(source) and not part.exists()
+
+
+def test_a_dropped_link_exits_30_and_the_same_command_then_resumes(cli, catalog, customer, lease, box,  # noqa: F811
+                                                                   tmp_path):
+    login(cli, customer)
+    source = tmp_path / "big.bin"
+    source.write_bytes(os.urandom(5 * MiB))
+    dest, part = box.files / "big.bin", box.files / "big.bin.gpu-rent-part"
+    proc = start_copy(cli, box, str(source), f"{lease.pk}:{dest}")
+    wait_for(lambda: part.exists() and part.stat().st_size >= MiB, 60, "the copy to be under way", alive=[proc])
+    assert box.kill_sessions() >= 1          # the instance's side of the link goes away
+    _out, err = proc.communicate(timeout=scaled(60))
+    assert proc.returncode == errors.SSH_FAILED, err
+    assert f"The SSH connection to lease #{lease.pk} broke (big.bin)" in err.decode()
+    assert "run the same command again" in err.decode() and "Traceback" not in err.decode()
+    wait_for(lambda: not held_open(part), 30, "the killed session to let go of the part")
+    [done] = cp_json(cli, box, str(source), f"{lease.pk}:{dest}")["files"]
+    assert done["status"] == "resumed" and done["resumed_from"] > 0 and sha(dest) == sha(source)
+
+
+def test_a_terminal_shows_progress(cli, catalog, customer, lease, box, tmp_path):  # noqa: F811
+    login(cli, customer)
+    source = tmp_path / "shown.bin"
+    source.write_bytes(os.urandom(MiB))
+    master, terminal = pty.openpty()
+    proc = start_copy(cli, box, str(source), f"{lease.pk}:{box.files}/", stderr=terminal)
+    os.close(terminal)
+    shown, deadline = b"", Deadline(60)
+    while not deadline.expired():
+        if not select.select([master], [], [], deadline.remaining())[0]:
+            break
+        try:
+            data = os.read(master, 4096)
+        except OSError:     # EIO: the copy has closed the terminal (it exited)
+            break
+        shown += data
+    os.close(master)
+    assert proc.wait(timeout=scaled(30)) == 0
+    text = shown.decode(errors="replace")
+    lines = [line for line in text.split("\r") if "shown.bin" in line]
+    assert len(lines) >= 3 and "100%" in lines[-1] and "/s" in lines[-1]   # redrawn as it went (1 s at 1 MiB/s)
+    assert "1 file(s) copied" in text
 
 
 def test_a_wrong_key_and_a_changed_host_key_are_refused_with_their_exit_codes(cli, catalog, customer, lease, box,  # noqa: F811
