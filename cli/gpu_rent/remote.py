@@ -94,20 +94,22 @@ def _load_key(paramiko, key_file: str):
     path = os.path.expanduser(key_file)
     if not os.path.isfile(path):
         raise CliError(USAGE, f"Cannot read the key {key_file}: no such file.")
+    unreadable = (paramiko.SSHException, paramiko.UnknownKeyType, ValueError, OSError)
     try:
         return paramiko.PKey.from_path(path)
-    except paramiko.PasswordRequiredException:
-        if not sys.stdin.isatty():
-            raise CliError(SSH_AUTH, f"The key {key_file} is protected by a passphrase: run on a terminal to "
-                                     "type it, or load it into ssh-agent (ssh-add) and leave out -i.",
-                           error="ssh_key_encrypted") from None
-        passphrase = getpass.getpass(f"Passphrase for {key_file}: ")
-        try:
-            return paramiko.PKey.from_path(path, passphrase)
-        except paramiko.SSHException as exc:
-            raise CliError(SSH_AUTH, f"Cannot open the key {key_file}: {exc}", error="ssh_key_unreadable") from None
-    except (paramiko.SSHException, ValueError, OSError) as exc:
+    except (paramiko.PasswordRequiredException, TypeError):  # cryptography: "password was not provided"
+        pass
+    except unreadable as exc:
         raise CliError(USAGE, f"Cannot read the key {key_file}: {exc}") from None
+    if not sys.stdin.isatty():
+        raise CliError(SSH_AUTH, f"The key {key_file} is protected by a passphrase: run on a terminal to type it, "
+                                 "or load it into ssh-agent (ssh-add) and leave out -i.", error="ssh_key_encrypted")
+    passphrase = getpass.getpass(f"Passphrase for {key_file}: ")
+    try:
+        return paramiko.PKey.from_path(path, passphrase)
+    except (*unreadable, TypeError):
+        raise CliError(SSH_AUTH, f"Cannot open the key {key_file}: wrong passphrase?",
+                       error="ssh_key_unreadable") from None
 
 
 def connect(lease_id: int, host: str, port: int, *, user: str = "root", key_file: str | None = None,

@@ -254,6 +254,10 @@ def test_a_wrong_key_and_a_changed_host_key_are_refused_with_their_exit_codes(cl
     code, _out, err = cli("cp", "-i", str(wrong), "--user", USER, str(tmp_path / "f.txt"), f"{lease.pk}:{box.files}/")
     assert code == errors.SSH_AUTH and "refused the key" in err and str(wrong) in err
     assert not (box.files / "f.txt").exists()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret", "-f", str(tmp_path / "id_locked")], check=True,
+                   timeout=scaled(30))
+    code, _out, err = cli("cp", "-i", str(tmp_path / "id_locked"), str(tmp_path / "f.txt"), f"{lease.pk}:/tmp/")
+    assert code == errors.SSH_AUTH and "protected by a passphrase" in err and "ssh-agent" in err   # no terminal to ask on
 
     assert cp(cli, box, str(tmp_path / "f.txt"), f"{lease.pk}:{box.files}/")[0] == 0   # trusted on first use
     known = (cli.config / "known_hosts").read_text()
