@@ -19,6 +19,7 @@ what is in it instead): so the same command, run again, continues the same tree 
 nesting a second copy inside the first, as `cp -r` would."""
 from __future__ import annotations
 
+import argparse
 import errno
 import hashlib
 import os
@@ -47,10 +48,13 @@ RATE = re.compile(r"^(\d+(?:\.\d+)?)([kmg]?)(?:i?b)?(?:/s)?$", re.I)
 
 
 def add_parser(add) -> None:
-    p = add("cp", "copy files to or from a lease's instance over its SSH; run again to resume")
-    p.epilog = ("One side is LEASE_ID:PATH. A directory (-r) is copied into DST as DST/NAME, like rsync; "
-                "end SRC with / to copy its contents. An interrupted copy run again continues where it "
-                "stopped. e.g. gpu-rent cp -r ./data 12:/workspace/   gpu-rent cp 12:/workspace/out.pt .")
+    p = add("cp", "copy files to or from a lease's instance over its SSH; run again to resume",
+            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                "One side is LEASE_ID:PATH. A directory (-r) is copied into DST as DST/NAME, like rsync;\n"
+                "end SRC with / to copy what is in it. Run an interrupted copy again: it continues.\n\n"
+                "  gpu-rent cp model.safetensors 12:/workspace/\n"
+                "  gpu-rent cp -r ./dataset 12:/workspace/        # /workspace/dataset\n"
+                "  gpu-rent cp -r 12:/workspace/checkpoints/ ./ckpt"))
     p.add_argument("source", metavar="SRC", help="a local path, or LEASE_ID:PATH")
     p.add_argument("destination", metavar="DST", help="a local path, or LEASE_ID:PATH")
     p.add_argument("-r", "--recursive", action="store_true", help="copy directories")
