@@ -6,7 +6,7 @@ import shutil
 import sys
 import time
 
-from . import config
+from . import config, transfer
 from .client import Api
 from .errors import LEASE_ENDED, NOT_FOUND, OK, REFUSED, USAGE, WAIT_TIMEOUT, CliError
 from .output import emit_json, fields, progress, table
@@ -578,3 +578,8 @@ def cmd_webhook(api: Api, args) -> int:
 def cmd_confirm_late(api: Api, args) -> int:
     invoice = api.post(f"quotes/{args.quote}/confirm-late")
     return _done(args, invoice, f"Paid from your balance: invoice #{invoice['id']}.")
+
+
+def cmd_cp(api: Api, args) -> int:
+    """Files to and from a lease's instance over its SSH, resumable (transfer.py)."""
+    return transfer.run(api, args)

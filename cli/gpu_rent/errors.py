@@ -12,6 +12,11 @@ INVALID = 8         # the server refused the input (400, 413)
 UNREACHABLE = 9     # no connection, a timeout, a 5xx or an answer that is not the API's JSON
 WAIT_TIMEOUT = 10   # --wait gave up before the instance was ready
 LEASE_ENDED = 11    # while waiting, the lease was cancelled or failed
+# `gpu-rent cp`'s own failures (verify-record has 20 and 21): the SSH side of a lease.
+SSH_FAILED = 30     # no SSH connection to the instance, or it broke during a copy (run again: it resumes)
+SSH_AUTH = 31       # the instance refused the SSH key
+HOST_KEY = 32       # the instance's host key is not the one kept from the first connection
+NO_SPACE = 33       # the destination's disk is full (what was copied is kept: free space, run again)
 
 EXIT_CODES = {
     OK: "success",
@@ -26,6 +31,10 @@ EXIT_CODES = {
     UNREACHABLE: "server unreachable or not answering as the API",
     WAIT_TIMEOUT: "timed out waiting for the instance",
     LEASE_ENDED: "the lease was cancelled or failed while waiting",
+    SSH_FAILED: "cp: no SSH connection to the instance, or it broke (run again to resume)",
+    SSH_AUTH: "cp: the instance refused the SSH key",
+    HOST_KEY: "cp: the instance's host key changed since the first connection",
+    NO_SPACE: "cp: no space left on the destination disk",
 }
 
 BY_STATUS = {400: INVALID, 401: NOT_LOGGED_IN, 402: PAYMENT, 403: FORBIDDEN, 404: NOT_FOUND, 405: FAILED,

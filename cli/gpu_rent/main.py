@@ -3,7 +3,7 @@ import argparse
 import os
 import sys
 
-from . import __version__, commands, config, verify
+from . import __version__, commands, config, transfer, verify
 from .client import Api
 from .errors import OK, CliError, epilog
 from .output import emit_json
@@ -185,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("sites", "the sites one can order at (the codes --site takes)")
     add("images", "the images one can order (the slugs --image takes)")
     verify.add_parser(add)      # offline: no token, no server
+    transfer.add_parser(add)    # `cp`: over the lease's SSH
     return parser
 
 

@@ -278,6 +278,9 @@ def test_installs_alone_without_django(tmp_path, live_server, catalog):
     assert pip.returncode == 0, pip.stderr
     assert subprocess.run([str(venv / "bin" / "python"), "-c", "import django"], capture_output=True,
                           timeout=60).returncode != 0
+    # `cp`'s SSH library came with it, at the CLI's pin
+    assert subprocess.run([str(venv / "bin" / "python"), "-c", "import paramiko; assert paramiko.__version__ == '5.0.0'"],
+                          capture_output=True, timeout=60).returncode == 0
     done = subprocess.run([str(venv / "bin" / "gpu-rent"), "--url", live_server.url, "offers", "--json"],
                           capture_output=True, text=True, timeout=60,
                           env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
