@@ -29,7 +29,8 @@ $(VENV)/.installed: $(VENV)/.installed-run requirements/test.lock
 # uv keeps the versions already locked unless pyproject.toml asks otherwise; to move one:
 # `make lock LOCK_ARGS="--upgrade-package NAME"` (or --upgrade: everything).
 LOCK_ARGS ?=
-UV_COMPILE = $(abspath $(BIN))/uv pip compile --quiet --generate-hashes --python-version 3.11 $(LOCK_ARGS)
+UV_COMPILE = $(abspath $(BIN))/uv pip compile --quiet --generate-hashes --python-version 3.11 \
+  --custom-compile-command "make lock" $(LOCK_ARGS)
 lock: setup
 	$(UV_COMPILE) pyproject.toml -o requirements/run.lock
 	$(UV_COMPILE) pyproject.toml --extra test -c requirements/run.lock -o requirements/test.lock
