@@ -5,7 +5,8 @@ tests/lint/test_rules.py showing it catches a bad snippet and passes a good one.
   ledger-writes       ledger rows (billing.models.LedgerEntry) are created, changed or deleted
                       only by billing/ledger.py (ledger_post / ledger_post_many): the balance
                       and its entry move together under the account's row lock.
-  network-in-atomic   no network call (requests, httpx, urllib, socket, smtplib) and no Celery
+  network-in-atomic   no network call (requests, httpx, urllib, socket, smtplib, Django's
+                      send_mail and the other django.core.mail functions) and no Celery
                       .delay / .apply_async inside `with transaction.atomic()` or an
                       @transaction.atomic function, except inside transaction.on_commit(...):
                       a slow peer would hold the row locks, and a task sent before COMMIT may
@@ -232,6 +233,7 @@ def rule_ledger_writes(path: str, tree: ast.Module) -> list[Finding]:
 # --- rule (b): no network call inside a transaction ---------------------------------------
 
 NETWORK_MODULES = {"requests", "httpx", "urllib", "urllib3", "socket", "smtplib", "http"}
+MAIL_MODULE = "django.core.mail"  # send_mail and friends talk SMTP (EmailMessage.send is not seen)
 CELERY_SENDS = {"delay", "apply_async"}
 
 
@@ -256,9 +258,11 @@ def _network_names(tree: ast.Module) -> tuple[set[str], set[str]]:
                 if alias.name.split(".")[0] in NETWORK_MODULES:
                     modules.add(alias.asname or alias.name.split(".")[0])
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] in NETWORK_MODULES:
+            if node.module.split(".")[0] in NETWORK_MODULES or node.module == MAIL_MODULE:
                 for alias in node.names:
                     members.add(alias.asname or alias.name)
+            elif node.module == "django.core":
+                modules.update(alias.asname or alias.name for alias in node.names if alias.name == "mail")
     return modules, members
 
 

@@ -72,6 +72,18 @@ def test_ledger_reads_and_posting_through_the_ledger_pass():
         urlopen("https://x")
     """,
     """
+    from django.core.mail import send_mail
+    @transaction.atomic
+    def notify():
+        send_mail("s", "b", "from@x", ["to@x"])
+    """,
+    """
+    from django.core import mail
+    def notify():
+        with transaction.atomic():
+            mail.mail_admins("s", "b")
+    """,
+    """
     import smtplib, socket
     def pay():
         with transaction.atomic():
