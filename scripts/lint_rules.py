@@ -11,8 +11,8 @@ tests/lint/test_rules.py showing it catches a bad snippet and passes a good one.
                       @transaction.atomic function, except inside transaction.on_commit(...):
                       a slow peer would hold the row locks, and a task sent before COMMIT may
                       run before (or without) the rows it reads.
-  row-locks           select_for_update only in the modules of ROW_LOCKS_ALLOWED (each with its
-                      reason), and a customer's balance row (billing's Account) only through
+  row-locks           select_for_update (or a raw SQL string's FOR UPDATE) only in the modules
+                      of ROW_LOCKS_ALLOWED (each with its reason), and a customer's balance row (billing's Account) only through
                       billing/ledger.py's lock helpers (_accounts_locked, _account_locked).
   test-imports        tests import nothing from a test_*.py module: helpers shared between test
                       files live in a conftest.py or a plain module (TEST_IMPORTS_ALLOWED: the
@@ -44,6 +44,7 @@ MAX_LINES = 500
 # --- allow-lists (path relative to the repository root -> why) ----------------------------
 
 LEDGER_MODULE = "billing/ledger.py"
+SELF = "scripts/lint_rules.py"  # its messages name what it looks for
 
 # The one helper that locks balance rows is billing.ledger (_accounts_locked, _account_locked,
 # taken by ledger_post / ledger_post_many). These lock an account without posting, to
@@ -88,6 +89,7 @@ ROW_LOCKS_ALLOWED = {
     "fleet/services.py": "enrolment codes are spent once; a lease's instance intent",
     "fleet/desired.py": "one operation issued per lease and node",
     "fleet/desired_version.py": "clears a caller's FOR UPDATE to read rows (no lock of its own)",
+    "fleet/steady.py": "a steady report: one raw query locks the stored report (FOR UPDATE OF) and reads its lease",
 }
 
 # Test modules other test files import helpers from (before this rule): each helper is to move
@@ -322,8 +324,14 @@ def rule_row_locks(path: str, tree: ast.Module) -> list[Finding]:
             for alias in node.names:
                 if alias.name == "Account":
                     account_names.add(alias.asname or alias.name)
+    prose = {id(node.value) for node in ast.walk(tree)  # docstrings and other bare strings
+             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
     out = []
     for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and "FOR UPDATE" in node.value
+                and id(node) not in prose and path not in ROW_LOCKS_ALLOWED and path != SELF):  # raw SQL locks too
+            out.append(Finding("row-locks", path, node.lineno,
+                               "a raw FOR UPDATE outside the modules of ROW_LOCKS_ALLOWED (scripts/lint_rules.py)"))
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "select_for_update"):
             continue

@@ -131,6 +131,12 @@ def test_a_lock_in_a_module_outside_the_allow_list_is_caught():
     assert findings(bad, "rental/new_module.py", "row-locks")
 
 
+def test_a_raw_for_update_outside_the_allow_list_is_caught():
+    bad = 'cursor.execute(f"SELECT * FROM rental_lease WHERE id = %s FOR UPDATE", [1])\n'
+    assert findings(bad, "rental/new_module.py", "row-locks")
+    assert not findings(bad, "fleet/steady.py", "row-locks")
+
+
 def test_an_account_lock_outside_the_ledger_is_caught_even_where_other_locks_are_allowed():
     bad = "from billing.models import Account\nAccount.objects.select_for_update().get(customer=c)\n"
     assert findings(bad, "billing/payments/credits.py", "row-locks")
