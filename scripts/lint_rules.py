@@ -253,7 +253,8 @@ def _is_on_commit(call: ast.Call) -> bool:
 
 def _network_names(tree: ast.Module) -> tuple[set[str], set[str]]:
     """(local names of network modules, local names of functions/classes imported from them)."""
-    modules, members = set(NETWORK_MODULES), set()
+    modules: set[str] = set()  # only what the module imports: a local `requests` list is no client
+    members: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:

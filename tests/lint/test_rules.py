@@ -96,6 +96,16 @@ def test_network_inside_a_transaction_is_caught(bad):
     assert findings(bad, "billing/payments/services.py", "network-in-atomic")
 
 
+def test_a_name_that_is_not_the_imported_client_passes():
+    good = """
+        def approve(requests):
+            with transaction.atomic():
+                for r in requests.filter(state="open"):
+                    r.approve()
+    """
+    assert not findings(good, "billing/services.py", "network-in-atomic")
+
+
 def test_nested_blocks_report_a_call_once():
     bad = """
         def pay():
