@@ -8,9 +8,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PYTHONPATH=/app \
 WORKDIR /app
 RUN apt-get update && apt-get install -y --no-install-recommends gettext \
     && rm -rf /var/lib/apt/lists/*
-COPY pyproject.toml ./
+# ADR 0024: the dependencies from the runtime lock (exact versions, hashes checked), in a
+# layer of their own; then the project itself without resolving anything.
+COPY requirements/run.lock requirements/run.lock
+RUN pip install --no-cache-dir --require-hashes -r requirements/run.lock
 COPY . .
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir --no-deps . \
     && VAR_DIR=/tmp/build-var scripts/build-assets.sh && rm -rf /tmp/build-var \
     && useradd --uid 10001 --home-dir /data --no-create-home --shell /usr/sbin/nologin app \
     && mkdir -p /data && chown app:app /data

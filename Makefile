@@ -1,24 +1,40 @@
 # Two commands on a fresh machine:  `make run`  and  `make test`  (see README.md).
 PY ?= python3
-VENV := .venv
+VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: run test test-stress lint setup setup-run clean-var mutate
+.PHONY: run test test-stress lint setup setup-run clean-var mutate lock
 # Two environments in one .venv: what the storefront needs (`make run`), and on top of it what
 # the tests drive (`make test`, `make lint`: pytest, Playwright, schemathesis, the agent...).
+# Both install from the lock files (ADR 0024): every package, transitive ones included, at an
+# exact version with its hashes, so every machine and the image get the same bytes; then the
+# project itself, editable, without resolving anything. `make lock` regenerates the locks.
 setup-run: $(VENV)/.installed-run
 setup: $(VENV)/.installed
 
-$(VENV)/.installed-run: pyproject.toml
+$(VENV)/.installed-run: requirements/run.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q --require-hashes -r requirements/run.lock
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
-$(VENV)/.installed: $(VENV)/.installed-run
-	$(BIN)/pip install -q -e '.[test]'
+$(VENV)/.installed: $(VENV)/.installed-run requirements/test.lock
+	$(BIN)/pip install -q --require-hashes -r requirements/test.lock
 	touch $@
+
+# ADR 0024: the locks from pyproject.toml (runtime; runtime + the test extras, held to the
+# runtime lock's versions; the CLI's own), for CPython 3.11 on Linux as CI and the image run.
+# uv keeps the versions already locked unless pyproject.toml asks otherwise; to move one:
+# `make lock LOCK_ARGS="--upgrade-package NAME"` (or --upgrade: everything).
+LOCK_ARGS ?=
+UV_COMPILE = $(abspath $(BIN))/uv pip compile --quiet --generate-hashes --python-version 3.11 \
+  --custom-compile-command "make lock" $(LOCK_ARGS)
+lock: setup
+	$(UV_COMPILE) pyproject.toml -o requirements/run.lock
+	$(UV_COMPILE) pyproject.toml --extra test -c requirements/run.lock -o requirements/test.lock
+	cd cli && $(UV_COMPILE) pyproject.toml -o requirements.lock
 
 run: setup-run
 	PORT=$(PORT) scripts/run.sh
@@ -41,9 +57,14 @@ chain-histories: setup
 	  $(BIN)/python -m pytest -p no:xdist -q -s tests/billing/test_money_histories.py
 
 # issue 33: ruff, then the import contracts in pyproject.toml (layers, Django-free agent and CLI).
+# ADR 0024: then the money rules' own checks (scripts/lint_rules.py: ledger rows, no network
+# inside a transaction, row locks, test-module imports, module size; the locks match
+# pyproject.toml), and mypy over the money and lease rules ([tool.mypy] in pyproject.toml).
 lint: setup
 	$(BIN)/ruff check .
 	PYTHONPATH=cli $(BIN)/lint-imports
+	$(BIN)/python scripts/lint_rules.py
+	$(BIN)/mypy
 
 clean-var:
 	rm -rf var

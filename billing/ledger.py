@@ -6,6 +6,7 @@ the account's lock, invoice lines, the payment window, what is left to refund of
 them, so the money domains never import each other in a circle (issue 33)."""
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -87,7 +88,7 @@ class Posting:
     kind: str
     amount_cents: int
     invoice: Invoice | None = None
-    actor: object = None
+    actor: Any = None  # a User, or anything without a pk (an anonymous caller): then no actor
     memo: str = ""
     idempotency_key: str | None = None
     allow_negative: bool = False

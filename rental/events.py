@@ -11,7 +11,7 @@ from .models import LeaseEvent
 
 @dataclass(frozen=True)
 class Transition:
-    lease_id: int
+    lease_id: int | None  # None: not one lease's (billing's sweeps: a customer's debts paid again)
     what: str
 
 

@@ -4,7 +4,9 @@ older than ``PAYMENT_NODE_MAX_TIP_AGE_MINUTES`` (node behind or stuck), is not o
 and shows on the operators' dashboard."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -27,7 +29,7 @@ def coins_unwell(now: datetime) -> list[tuple[str, str]]:
     return [(r["coin"], reason) for r in rows if (reason := _unwell(r, now))]
 
 
-def _unwell(row: dict, now: datetime) -> str | None:
+def _unwell(row: Mapping[str, Any], now: datetime) -> str | None:
     if row["last_error"]:
         return gettext("node unreachable or failing: %(error)s") % {"error": row["last_error"]}
     if row["tip_time"] and now - row["tip_time"] > config.node_max_tip_age():
@@ -41,7 +43,7 @@ def coin_health_record(*, coin: str, now: datetime, error: str = "", tip_time: i
     with transaction.atomic():
         cursor, _ = WatcherCursor.objects.select_for_update().get_or_create(coin=coin)
         was_failing = bool(cursor.last_error)
-        fields = {"last_error": error[:300]}
+        fields: dict[str, object] = {"last_error": error[:300]}
         if not error:
             fields.update(last_ok_at=now, tip_time=datetime.fromtimestamp(tip_time, tz=UTC) if tip_time else None)
         WatcherCursor.objects.filter(pk=cursor.pk).update(**fields)

@@ -54,6 +54,7 @@ def late_payment_claimable(quote: Quote) -> bool:
 
 def _reorder(invoice: Invoice, customer, now: datetime) -> Invoice:
     lease = invoice.lease
+    assert lease is not None  # claim_late_payment reorders only an order invoice with its lease
     addons = {f: getattr(lease, f) for f in ADDON_LIMITS_TB}  # a retired add-on is not ordered again
     try:
         _, new_invoice = checkout_place_order(

@@ -92,7 +92,7 @@ def _flips(review: PaymentReview) -> tuple[int, int]:
 
     keys = LedgerEntry.objects.filter(idempotency_key__regex=rf"^review-(gone|back):{review.pk}:").values_list(
         "idempotency_key", flat=True)
-    return (sum(k.startswith("review-gone:") for k in keys), sum(k.startswith("review-back:") for k in keys))
+    return (sum(k.startswith("review-gone:") for k in keys if k), sum(k.startswith("review-back:") for k in keys if k))
 
 
 def _misdirected_back(review: PaymentReview, now: datetime) -> None:

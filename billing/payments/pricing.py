@@ -64,7 +64,7 @@ def rate_for(coin: Coin, now: datetime) -> Rate:
     return rate
 
 
-def fresh_rate_or_none(coin: Coin, now: datetime) -> Decimal | None:
+def fresh_rate_or_none(coin: Coin | str, now: datetime) -> Decimal | None:
     try:
         return rate_for(Coin(coin), now).usd_per_coin
     except PaymentError:

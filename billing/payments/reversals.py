@@ -232,7 +232,7 @@ def debt_settle(*, customer_id: int, now: datetime) -> int:
 
 def _suspended_by_reversal(lease_id: int) -> bool:
     last = LeaseEvent.objects.filter(lease_id=lease_id).order_by("-at", "-pk").values("kind", "reason").first()
-    return bool(last) and last["kind"] == "suspended" and last["reason"] == SUSPEND_REASON
+    return last is not None and last["kind"] == "suspended" and last["reason"] == SUSPEND_REASON
 
 
 def sweep_reversed_payments(now: datetime, limit: int = BATCH) -> list[Transition]:
@@ -250,6 +250,7 @@ def sweep_reversed_payments(now: datetime, limit: int = BATCH) -> list[Transitio
     due = flagged.filter(lease__state=LeaseState.ACTIVE, customer__billing_account__balance_cents__lt=0,
                          flagged_at__lte=since)
     for invoice in due[:limit]:
+        assert invoice.lease_id is not None  # `due` is filtered on its lease's state
         if rental.lease_suspend(lease_id=invoice.lease_id, now=now, reason=SUSPEND_REASON, force=True):
             done.append(Transition(invoice.lease_id, f"suspended: invoice #{invoice.pk}'s payment was reversed"))
     return done

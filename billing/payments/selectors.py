@@ -98,6 +98,7 @@ def _outcome(quote: Quote, p: Payment, held: set) -> str:
     if p.pk in held:
         return gettext("held for review by our staff before it is credited; we will be in touch")
     if p.credited_cents:
+        assert p.credit_rate is not None  # a credited payment records its rate (credits.py)
         if p.credit_rate == quote.rate_usd_per_coin:
             return gettext("credited %(usd)s to your balance at the quoted rate") % {
                 "usd": format_usd(p.credited_cents, always_cents=True)}

@@ -141,7 +141,7 @@ def _group_by_quote(coin: Coin, payments: list[DetectedPayment]):
     addresses = {p.address for p in payments}
     ids = dict(Quote.objects.filter(coin=coin, **{f"{key}__in": addresses}).values_list(key, "pk")) if addresses else {}
     grouped: dict[int, list[DetectedPayment]] = defaultdict(list)
-    unknown = []
+    unknown: list[DetectedPayment] = []
     for p in payments:
         (grouped[ids[p.address]] if p.address in ids else unknown).append(p)
     return grouped, unknown
@@ -341,7 +341,7 @@ def _release_hold(quote: Quote, now: datetime) -> None:
 def _order_window_end(invoice: Invoice) -> datetime:
     """The end of the order's own payment window (the account's: shorter for a new one),
     which a released hold falls back to."""
-    pay_by = invoice.lease.pay_by if invoice.lease_id else None
+    pay_by = invoice.lease.pay_by if invoice.lease_id and invoice.lease else None
     return pay_by or invoice.created_at + coins_config.quote_window()
 
 
@@ -452,6 +452,7 @@ def watch_set(coin: Coin, now: datetime):
 def _gone_from_rewalked(coin: Coin, result: ScanResult, watch) -> set[tuple[str, int]]:
     """A reorg deeper than the walker's memory: the payments recorded in the blocks walked
     again (``ScanResult.rewalked``) that this walk did not find again have left the chain."""
+    assert result.rewalked is not None  # called only when the walk rewalked (scan_result_apply)
     after, up_to = result.rewalked
     found = {p.key for p in result.payments}
     rows = (Payment.objects.filter(coin=coin, block_height__gt=after, block_height__lte=up_to)

@@ -268,14 +268,16 @@ def test_wait_times_out_and_reports_a_failed_lease(cli, catalog, customer, setti
 
 
 def test_installs_alone_without_django(tmp_path, live_server, catalog):
-    """A fresh venv, `pip install cli/` (its own dependencies only), the console script
+    """A fresh venv, cli/requirements.lock (hashes checked) then `pip install --no-deps cli/`,
+    as cli/README.md says (ADR 0024: the lock holds every dependency), the console script
     against the live server; Django is not importable there."""
     venv, source = tmp_path / "venv", tmp_path / "cli"
     shutil.copytree(CLI_DIR, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(source)], capture_output=True,
-                         text=True, timeout=300)
-    assert pip.returncode == 0, pip.stderr
+    for args in (["--require-hashes", "-r", str(source / "requirements.lock")], ["--no-deps", str(source)]):
+        pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *args], capture_output=True,
+                             text=True, timeout=300)
+        assert pip.returncode == 0, pip.stderr
     assert subprocess.run([str(venv / "bin" / "python"), "-c", "import django"], capture_output=True,
                           timeout=60).returncode != 0
     # `cp`'s SSH library came with it, at the CLI's pin
