@@ -6,6 +6,7 @@ import time
 from .interfaces import DiskEvidence, GpuInfo, InstanceSpec, InstanceStatus, OperationFailed
 from .journal import Journal, utc_now
 from .outbox import Outbox
+from .runtime.ports import BAD_PORTS, parse_ports
 from .signing import NodeKey
 from .snapshots import Job, Jobs, Repository, restore_snapshot, take_snapshot
 
@@ -67,7 +68,8 @@ class Converger:
             if self.jobs.busy(lease_id):     # its snapshot or restore runs: other steps wait
                 return self._report(lease_id, op_id, status)
             if self.journal.is_done(op_id) and _satisfied(item["want"], status.state) and \
-                    (status.state != "running" or self.disks.is_ready(lease_id)):
+                    (status.state != "running" or self.disks.is_ready(lease_id)) and \
+                    self._ports_current(item, status):
                 return self._report(lease_id, op_id, status)
             status = self._apply(item, gpus)
             self.journal.done(lease_id, op_id, state=status.state)
@@ -135,7 +137,8 @@ class Converger:
             cpus=int(item["cpus"]), memory_gb=int(item["memory_gb"]),
             shm_gb=int(item.get("shm_gb", 0)),
             disk_path=self.disks.ensure_ready(lease_id, int(item["disk_gb"])),
-            volumes_path=self.volumes.prepare(lease_id) if self.volumes and self.storage else "")
+            volumes_path=self.volumes.prepare(lease_id) if self.volumes and self.storage else "",
+            ports=self._wanted_ports(item))
         self._restore_first(item, spec.disk_path)
         if self.runtime.status(lease_id).state == "running":
             # A new op_id for a running instance means "restart" (PROTOCOL.md): files kept.
@@ -154,6 +157,33 @@ class Converger:
                 "gpus": list(spec.gpu_uuids), "image": item["image"]})
             self.journal.done(lease_id, marker)
         return status
+
+    def _wanted_ports(self, item: dict):
+        return parse_ports(item.get("ports"), limit=getattr(self.runtime, "max_published_ports", None))
+
+    def _ports_current(self, item: dict, status: InstanceStatus) -> bool:
+        """Every pass, whatever the op: a running instance's published ports admit the
+        sources the item lists now (the packet filter alone changes, the instance keeps
+        running); False when the item publishes other ports than the instance does (the
+        container is recreated, its disk kept). A list that does not parse closes the
+        lease's ports and fails it with the reason (`bad_ports`) until a good one comes."""
+        if item.get("want") != "running" or status.state != "running":
+            return True
+        try:
+            wanted = self._wanted_ports(item)
+        except OperationFailed:
+            if status.ports:
+                self.runtime.allow_ports(item["lease_id"], ())
+            raise
+        if [p.port for p in wanted] != [port for port, _ in status.ports]:
+            log.info("lease %s: published ports change: recreating its instance", item["lease_id"])
+            return False
+        if wanted:
+            self.runtime.allow_ports(item["lease_id"], wanted)
+        error = self.journal.error_for(item["lease_id"], item["op_id"])
+        if error and error["code"] == BAD_PORTS:       # the list that failed is good now
+            self.journal.done(item["lease_id"], item["op_id"], state=status.state)
+        return True
 
     # -- snapshots and restores (issue 26, nodeagent/snapshots.py) -------------------------
     def _resume_interrupted(self) -> None:
@@ -367,7 +397,9 @@ class Converger:
         """`op_id` "" for an instance the storefront no longer lists (nothing was asked)."""
         return {"lease_id": lease_id, "op_id": op_id, "state": status.state,
                 "ssh_port": status.ssh_port, "egress_bytes": status.egress_bytes,
-                "error": self.journal.error_for(lease_id, op_id) if op_id else None}
+                "error": self.journal.error_for(lease_id, op_id) if op_id else None,
+                # container port -> the host port it is published on (its address)
+                "ports": {str(port): host for port, host in status.ports}}
 
     def _safe_status(self, lease_id: int) -> InstanceStatus:
         try:

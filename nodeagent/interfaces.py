@@ -15,6 +15,14 @@ class OperationFailed(Exception):
 
 
 @dataclass(frozen=True)
+class PublishedPort:
+    """A customer's TCP port in the instance, published on a host port of its own and
+    reachable only from `allow` (normalised CIDRs; empty: from nowhere)."""
+    port: int
+    allow: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class InstanceSpec:
     lease_id: int
     image: str                       # local image reference (mapped from the image slug)
@@ -25,6 +33,7 @@ class InstanceSpec:
     shm_gb: int
     disk_path: str                   # host path of the lease's mounted disk
     volumes_path: str = ""           # host dir of its network volumes, bound at /volumes (issue 25)
+    ports: tuple[PublishedPort, ...] = ()   # the customer's published ports (runtime/ports.py)
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,7 @@ class InstanceStatus:
     state: str                       # running | stopped | absent
     ssh_port: int | None = None
     egress_bytes: int = 0
+    ports: tuple[tuple[int, int], ...] = ()   # (container port, host port), published
 
 
 class Runtime(Protocol):

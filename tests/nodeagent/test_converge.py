@@ -115,7 +115,7 @@ def test_instances_missing_from_the_desired_state_are_left_alone(node_state):
     reports = make_converger().converge([], GPUS)      # a confused storefront lists nothing
     assert reports == [{"lease_id": 36, "op_id": "", "state": "running",
                         "ssh_port": reports[0]["ssh_port"], "egress_bytes": reports[0][
-                            "egress_bytes"], "error": None}]
+                            "egress_bytes"], "error": None, "ports": {}}]
     assert converger.runtime.runtime.status(36).state == "running"
 
 
