@@ -6,6 +6,11 @@ Every lease's instance sits alone on its own bridge, named `gl<lease id>`. The t
 - input from a lease bridge: only replies (the userland proxy's connection to the
   instance's sshd); new connections to the gateway, the node's addresses, its services
   and other leases' published ports are dropped;
+- input to a customer's published port (`PortRule`: a host port of its own range the
+  userland proxy listens on): a chain per port accepts its allowed source networks and
+  drops everything else, every packet (a narrowed list cuts open connections too). It
+  comes after the lease-bridge drop, so no tenant gets there, listed or not. The ssh
+  ports have no such chain: open to all;
 - forward from a lease bridge: never into another lease bridge, never to the blocked
   networks (link-local/metadata always, plus the management and private ranges of
   `blocked_networks`); the rest leaves the node, masqueraded;
@@ -17,7 +22,8 @@ Every lease's instance sits alone on its own bridge, named `gl<lease id>`. The t
   wall, not a router. The published ssh ports are unaffected: the userland proxy is a
   local process (input and output, never forward);
 - egress metering: one named counter per lease, fed by the forward path out of the node
-  and by the proxy's packets leaving the node from the lease's published port. Bytes to
+  and by the proxy's packets leaving the node from the lease's published ports (ssh's and
+  the customer's). Bytes to
   neighbours or the node are never counted (they are dropped before the counter).
 
 The table is replaced atomically (one `nft -f` transaction) whenever the set of leases

@@ -6,9 +6,9 @@ publishes 8000 for anyone. From the client side an allowed source gets A's answe
 source outside the list none (its SYN is dropped); from B's instance A's ports are never
 reachable — not even 8888, whose list holds B's address, nor the ports open to anyone —
 and the same from A towards B. A change of the list rewrites the filter alone (the same
-container, already-open connections from a source taken off the list cut), the rules
-come back after `nft flush ruleset`, and the host ports stay where they were across a
-restart, an added port and a lost port book."""
+container), the rules come back after `nft flush ruleset` and with a restarted agent, and
+the host ports stay where they were across a restart, an added port and a lost port book
+(whose agent closes the ports it has no list for)."""
 import json
 import subprocess
 import sys
