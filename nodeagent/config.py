@@ -17,7 +17,7 @@
     blocked_networks = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]  # + link-local
     gpu_mode = "nvidia"        # nvidia (toolkit device requests) | cdi | devices (tests)
     port_range = [22000, 22999]
-    published_port_range = [23000, 23999]   # customers' ports (Jupyter...), apart from ssh's
+    published_port_range = [23000, 23999]   # customers' ports (default: the 1000 after ssh's)
     max_published_ports = 8    # per lease
     pull_images = true         # pull a configured image missing on the node
     pids_limit = 32768
@@ -170,7 +170,15 @@ def _docker_config(raw: dict) -> DockerConfig:
                 raise ConfigError(f"docker.{key} {raw[key]} is not a port range")
             raw[key] = (low, high)
     ssh = raw.get("port_range", DockerConfig.port_range)
-    published = raw.get("published_port_range", DockerConfig.published_port_range)
+    if "published_port_range" not in raw:
+        # An older configuration names the ssh range only: the published ports take the
+        # 1,000 ports after it (before it at the top), so it never overlaps on upgrade.
+        raw["published_port_range"] = ((ssh[1] + 1, ssh[1] + 1000) if ssh[1] + 1000 < 65536
+                                       else (ssh[0] - 1000, ssh[0] - 1))
+    published = raw["published_port_range"]
+    if not 0 < published[0] <= published[1] < 65536:
+        raise ConfigError(f"docker.port_range {list(ssh)} leaves no room for the published "
+                          "ports' default range: set docker.published_port_range")
     if ssh[0] <= published[1] and published[0] <= ssh[1]:
         raise ConfigError(f"docker.published_port_range {list(published)} overlaps "
                           f"docker.port_range {list(ssh)} (the sshd ports)")

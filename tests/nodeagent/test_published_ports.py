@@ -112,7 +112,10 @@ def test_the_published_range_and_count_are_settings_apart_from_ssh():
     with pytest.raises(ConfigError, match="overlaps docker.port_range"):
         parse_config({"docker": {"published_port_range": [22900, 23100]}})
     with pytest.raises(ConfigError, match="overlaps docker.port_range"):
-        parse_config({"docker": {"port_range": [23500, 23600]}})
+        parse_config({"docker": {"port_range": [23500, 23600], "published_port_range": [23000, 23999]}})
+    # an older configuration with its ssh range only: the published range follows it
+    assert parse_config({"docker": {"port_range": [23000, 23010]}}).docker.published_port_range == (23011, 24010)
+    assert parse_config({"docker": {"port_range": [65000, 65535]}}).docker.published_port_range == (64000, 64999)
     with pytest.raises(ConfigError, match="is not a port range"):
         parse_config({"docker": {"published_port_range": [30000, 70000]}})
     with pytest.raises(ConfigError, match="max_published_ports"):
