@@ -17,6 +17,8 @@
     blocked_networks = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]  # + link-local
     gpu_mode = "nvidia"        # nvidia (toolkit device requests) | cdi | devices (tests)
     port_range = [22000, 22999]
+    published_port_range = [23000, 23999]   # customers' ports (default: the 1000 after ssh's)
+    max_published_ports = 8    # per lease
     pull_images = true         # pull a configured image missing on the node
     pids_limit = 32768
     pull_retry_seconds = 300   # a failed pull waits this long, doubling, up to the max
@@ -94,6 +96,11 @@ class DockerConfig:
     # every instance: SSH into images without sshd (nodeagent/runtime/ssh_bundle.py).
     # Outside the state directory (0700): container root, a remapped uid, must read it.
     ssh_bundle_dir: str = "/var/lib/gpu-node-ssh"
+    # Customers' published ports (a desired item's `ports`, runtime/ports.py): host ports
+    # from a range of their own, apart from the sshd range (each host port feeds one lease's
+    # egress counter, so the two ranges must not overlap), at most this many per lease.
+    published_port_range: tuple[int, int] = (23000, 23999)
+    max_published_ports: int = 8
 
 
 @dataclass
@@ -168,11 +175,28 @@ def _docker_config(raw: dict) -> DockerConfig:
         if key in raw:
             raw.pop(key)
             log.warning("[docker] %s is no longer used and is ignored: %s", key, why)
-    if "port_range" in raw:
-        low, high = raw["port_range"]
-        if not 0 < low <= high < 65536:
-            raise ConfigError(f"docker.port_range {raw['port_range']} is not a port range")
-        raw["port_range"] = (low, high)
+    for key in ("port_range", "published_port_range"):
+        if key in raw:
+            low, high = raw[key]
+            if not 0 < low <= high < 65536:
+                raise ConfigError(f"docker.{key} {raw[key]} is not a port range")
+            raw[key] = (low, high)
+    ssh = raw.get("port_range", DockerConfig.port_range)
+    if "published_port_range" not in raw:
+        # An older configuration names the ssh range only: the published ports take the
+        # 1,000 ports after it (before it at the top), so it never overlaps on upgrade.
+        raw["published_port_range"] = ((ssh[1] + 1, ssh[1] + 1000) if ssh[1] + 1000 < 65536
+                                       else (ssh[0] - 1000, ssh[0] - 1))
+    published = raw["published_port_range"]
+    if not 0 < published[0] <= published[1] < 65536:
+        raise ConfigError(f"docker.port_range {list(ssh)} leaves no room for the published "
+                          "ports' default range: set docker.published_port_range")
+    if ssh[0] <= published[1] and published[0] <= ssh[1]:
+        raise ConfigError(f"docker.published_port_range {list(published)} overlaps "
+                          f"docker.port_range {list(ssh)} (the sshd ports)")
+    count = raw.get("max_published_ports", DockerConfig.max_published_ports)
+    if type(count) is not int or not 0 <= count <= 64:
+        raise ConfigError("docker.max_published_ports must be a whole number 0-64")
     if "network" in raw or "subnet" in raw:
         raise ConfigError("[docker] network/subnet are gone: every lease gets its own bridge "
                           "network (set dockerd's default-address-pools for the addresses)")

@@ -1,13 +1,17 @@
 """Bring each lease of the desired state about, one idempotent step at a time, and say
 what happened: the observed state, the last named failure, signed evidence."""
 import logging
-import re
 import time
 
 from .image_refs import normalise_reference
 from .interfaces import DiskEvidence, GpuInfo, InstanceSpec, InstanceStatus, OperationFailed
+from .item_fields import environment as _environment
+from .item_fields import non_negative as _non_negative
+from .item_fields import registry_auth as _registry_auth
+from .item_fields import start_command as _start_command
 from .journal import Journal, utc_now
 from .outbox import Outbox
+from .runtime.ports import BAD_PORTS, parse_ports
 from .signing import NodeKey
 from .snapshots import Job, Jobs, Repository, restore_snapshot, take_snapshot
 
@@ -69,7 +73,8 @@ class Converger:
             if self.jobs.busy(lease_id):     # its snapshot or restore runs: other steps wait
                 return self._report(lease_id, op_id, status)
             if self.journal.is_done(op_id) and _satisfied(item["want"], status.state) and \
-                    (status.state != "running" or self.disks.is_ready(lease_id)):
+                    (status.state != "running" or self.disks.is_ready(lease_id)) and \
+                    self._ports_current(item, status):
                 return self._report(lease_id, op_id, status)
             status = self._apply(item, gpus)
             self.journal.done(lease_id, op_id, state=status.state)
@@ -146,7 +151,8 @@ class Converger:
             cpus=int(item["cpus"]), memory_gb=int(item["memory_gb"]),
             shm_gb=int(item.get("shm_gb", 0)),
             disk_path=self.disks.ensure_ready(lease_id, int(item["disk_gb"])),
-            volumes_path=self.volumes.prepare(lease_id) if self.volumes and self.storage else "")
+            volumes_path=self.volumes.prepare(lease_id) if self.volumes and self.storage else "",
+            ports=self._wanted_ports(item))
         self._restore_first(item, spec.disk_path)
         if self.runtime.status(lease_id).state == "running":
             # A new op_id for a running instance means "restart" (PROTOCOL.md): files kept.
@@ -166,6 +172,33 @@ class Converger:
                 **({"image_ref": spec.image} if customer else {})})
             self.journal.done(lease_id, marker)
         return status
+
+    def _wanted_ports(self, item: dict):
+        return parse_ports(item.get("ports"), limit=getattr(self.runtime, "max_published_ports", None))
+
+    def _ports_current(self, item: dict, status: InstanceStatus) -> bool:
+        """Every pass, whatever the op: a running instance's published ports admit the
+        sources the item lists now (the packet filter alone changes, the instance keeps
+        running); False when the item publishes other ports than the instance does (the
+        container is recreated, its disk kept). A list that does not parse closes the
+        lease's ports and fails it with the reason (`bad_ports`) until a good one comes."""
+        if item.get("want") != "running" or status.state != "running":
+            return True
+        try:
+            wanted = self._wanted_ports(item)
+        except OperationFailed:
+            if status.ports:
+                self.runtime.allow_ports(item["lease_id"], ())
+            raise
+        if [p.port for p in wanted] != [port for port, _ in status.ports]:
+            log.info("lease %s: published ports change: recreating its instance", item["lease_id"])
+            return False
+        if wanted:
+            self.runtime.allow_ports(item["lease_id"], wanted)
+        error = self.journal.error_for(item["lease_id"], item["op_id"])
+        if error and error["code"] == BAD_PORTS:       # the list that failed is good now
+            self.journal.done(item["lease_id"], item["op_id"], state=status.state)
+        return True
 
     # -- snapshots and restores (issue 26, nodeagent/snapshots.py) -------------------------
     def _resume_interrupted(self) -> None:
@@ -396,7 +429,9 @@ class Converger:
         """`op_id` "" for an instance the storefront no longer lists (nothing was asked)."""
         return {"lease_id": lease_id, "op_id": op_id, "state": status.state,
                 "ssh_port": status.ssh_port, "egress_bytes": status.egress_bytes,
-                "error": self.journal.error_for(lease_id, op_id) if op_id else None}
+                "error": self.journal.error_for(lease_id, op_id) if op_id else None,
+                # container port -> the host port it is published on (its address)
+                "ports": {str(port): host for port, host in status.ports}}
 
     def _safe_status(self, lease_id: int) -> InstanceStatus:
         try:
@@ -410,49 +445,6 @@ class Converger:
         except OperationFailed as exc:
             log.warning("cannot list instances: %s", exc)
             return []
-
-
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-MAX_START_COMMAND = 4096
-
-
-def _environment(raw) -> tuple[tuple[str, str], ...]:
-    """The item's `env` as sorted pairs; a bad one names the variable, never its value."""
-    if raw in (None, {}):
-        return ()
-    if not isinstance(raw, dict):
-        raise OperationFailed("bad_desired_state", "env must be an object of strings")
-    for name, value in raw.items():
-        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
-            raise OperationFailed("bad_desired_state", f"env: {str(name)[:64]!r} is not a variable name")
-        if not isinstance(value, str) or "\0" in value:
-            raise OperationFailed("bad_desired_state", f"env: the value of {name} is not a string")
-    return tuple(sorted(raw.items()))
-
-
-def _start_command(raw) -> str:
-    if raw in (None, ""):
-        return ""
-    if not isinstance(raw, str) or "\0" in raw or len(raw) > MAX_START_COMMAND:
-        raise OperationFailed("bad_desired_state",
-                              f"start_command must be a string of at most {MAX_START_COMMAND} characters")
-    return raw
-
-
-def _registry_auth(raw) -> dict | None:
-    if raw in (None, {}):
-        return None
-    if not isinstance(raw, dict) or not all(isinstance(raw.get(k, ""), str)
-                                            for k in ("server", "username", "password")):
-        raise OperationFailed("bad_desired_state", "registry_auth must hold server, username "
-                              "and password strings")
-    return {k: raw.get(k, "") for k in ("server", "username", "password")}
-
-
-def _non_negative(raw, name: str) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-        raise OperationFailed("bad_desired_state", f"{name} must be a whole number of bytes")
-    return raw
 
 
 def _satisfied(want: str | None, state: str) -> bool:

@@ -15,6 +15,14 @@ class OperationFailed(Exception):
 
 
 @dataclass(frozen=True)
+class PublishedPort:
+    """A customer's TCP port in the instance, published on a host port of its own and
+    reachable only from `allow` (normalised CIDRs; empty: from nowhere)."""
+    port: int
+    allow: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class InstanceSpec:
     lease_id: int
     image: str                       # local image reference (mapped from the image slug)
@@ -35,6 +43,7 @@ class InstanceSpec:
     image_max_bytes: int = 0         # the image's uncompressed size limit (0: none)
     env: tuple[tuple[str, str], ...] = field(default=(), repr=False)   # values never logged
     start_command: str = ""          # run by /bin/sh -c beside sshd, cwd /workspace
+    ports: tuple[PublishedPort, ...] = ()   # the customer's published ports (runtime/ports.py)
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class InstanceStatus:
     state: str                       # running | stopped | absent
     ssh_port: int | None = None
     egress_bytes: int = 0
+    ports: tuple[tuple[int, int], ...] = ()   # (container port, host port), published
 
 
 class Runtime(Protocol):
@@ -52,6 +62,8 @@ class Runtime(Protocol):
     def status(self, lease_id: int) -> InstanceStatus: ...
     def lease_ids(self) -> list[int]: ...
     def guard(self) -> None: ...     # keep isolation (packet filter) in place, every round
+    # the sources each published port admits now (the filter alone changes; runtime/ports.py)
+    def allow_ports(self, lease_id: int, ports: tuple[PublishedPort, ...]) -> None: ...
     def pause(self, lease_id: int) -> bool: ...       # freeze for a snapshot; False if not running
     def unpause(self, lease_id: int) -> None: ...
     def unpause_all(self, *, except_leases: set[int]) -> list[int]: ...

@@ -6,6 +6,11 @@ Every lease's instance sits alone on its own bridge, named `gl<lease id>`. The t
 - input from a lease bridge: only replies (the userland proxy's connection to the
   instance's sshd); new connections to the gateway, the node's addresses, its services
   and other leases' published ports are dropped;
+- input to a customer's published port (`PortRule`: a host port of its own range the
+  userland proxy listens on): a chain per port accepts its allowed source networks and
+  drops everything else, every packet (a narrowed list cuts open connections too). It
+  comes after the lease-bridge drop, so no tenant gets there, listed or not. The ssh
+  ports have no such chain: open to all;
 - forward from a lease bridge: never into another lease bridge, never to the blocked
   networks (link-local/metadata always, plus the management and private ranges of
   `blocked_networks`); the rest leaves the node, masqueraded;
@@ -17,7 +22,8 @@ Every lease's instance sits alone on its own bridge, named `gl<lease id>`. The t
   wall, not a router. The published ssh ports are unaffected: the userland proxy is a
   local process (input and output, never forward);
 - egress metering: one named counter per lease, fed by the forward path out of the node
-  and by the proxy's packets leaving the node from the lease's published port. Bytes to
+  and by the proxy's packets leaving the node from the lease's published ports (ssh's and
+  the customer's). Bytes to
   neighbours or the node are never counted (they are dropped before the counter).
 
 The table is replaced atomically (one `nft -f` transaction) whenever the set of leases
@@ -65,9 +71,19 @@ def bridge_name(lease_id: int) -> str:
 
 
 @dataclass(frozen=True)
+class PortRule:
+    """A customer's published port: new connections to `host_port` only from `allow`
+    (CIDRs, IPv4 and IPv6; empty: from nowhere)."""
+    host_port: int
+    container_port: int
+    allow: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class LeaseRule:
     lease_id: int
     ssh_port: int
+    ports: tuple[PortRule, ...] = ()     # its published ports (the ssh port is open to all)
 
 
 class PacketFilter:
@@ -173,7 +189,14 @@ class PacketFilter:
             for r in ordered)
         by_iface = ", ".join(f'"{bridge_name(r.lease_id)}" : "egress_{r.lease_id}"'
                              for r in ordered)
-        by_port = ", ".join(f'{r.ssh_port} : "egress_{r.lease_id}"' for r in ordered)
+        # a published port's downloads leave through the proxy like ssh's: the lease's egress
+        by_port = ", ".join(f'{port} : "egress_{r.lease_id}"' for r in ordered
+                            for port in (r.ssh_port, *(p.host_port for p in r.ports)))
+        published = sorted(((p, r.lease_id) for r in ordered for p in r.ports),
+                           key=lambda pair: pair[0].host_port)
+        dispatch = (f"    tcp dport vmap {{ {', '.join(f'{p.host_port} : jump port_{p.host_port}' for p, _ in published)} }}\n"
+                    if published else "")
+        port_chains = "".join(_port_chain(p, lease_id) for p, lease_id in published)
         lease_if = f'"{BRIDGE_PREFIX}*"'
         nat = (f"""  chain postrouting {{
     type nat hook postrouting priority srcnat - 10; policy accept;
@@ -189,8 +212,8 @@ class PacketFilter:
     type filter hook input priority filter - 10; policy accept;
     iifname {lease_if} ct state established,related accept
     iifname {lease_if} counter drop
-  }}
-  chain forward {{
+{dispatch}  }}
+{port_chains}  chain forward {{
     type filter hook forward priority filter - 10; policy drop;
     oifname {lease_if} ct state established,related accept
     oifname {lease_if} counter drop
@@ -285,6 +308,19 @@ def _split_families(networks) -> dict[int, list[str]]:
     parsed = [ipaddress.ip_network(n) for n in networks]
     return {version: [str(n) for n in ipaddress.collapse_addresses(
         p for p in parsed if p.version == version)] for version in (4, 6)}
+
+
+def _port_chain(rule: PortRule, lease_id: int) -> str:
+    """Packets to a published port from its allowed sources only. Every packet, not just a
+    new connection's first: narrowing the list cuts connections already open too. A lease
+    bridge's packets never get here (the input chain dropped them before the dispatch), so
+    another tenant is refused whatever the list holds."""
+    allowed = _split_families(rule.allow)
+    lines = [f"    {family} saddr {{ {', '.join(allowed[version])} }} accept\n"
+             for version, family in ((4, "ip"), (6, "ip6")) if allowed[version]]
+    return (f"  chain port_{rule.host_port} {{\n{''.join(lines)}"
+            f'    counter drop comment "lease {lease_id} port {rule.container_port}: '
+            'source not allowed"\n  }\n')
 
 
 def _elements(items: str) -> str:

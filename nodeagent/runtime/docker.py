@@ -33,11 +33,11 @@ from docker.types import DeviceRequest, LogConfig
 from ..config import DockerConfig
 from ..gpu_attachment import PROBE, parse_probe
 from ..interfaces import InstanceSpec, InstanceStatus, OperationFailed
-from ..netfilter import LeaseRule, PacketFilter, bridge_name, socket_peer_pid
+from ..netfilter import LeaseRule, PacketFilter, PortRule, bridge_name, socket_peer_pid
 from .egress import EgressMeter
 from .images import ImagePuller
 from .instance_root import INSTANCE_ROOT, etc_binds, forget_other_layers, place_layer
-from .ports import PortBook
+from .ports import BAD_PORTS, SSHD_PORT, AllowBook, PortBook, PublishedPortBook, normalise_networks
 from .ssh_bundle import BUNDLE_MOUNT, ENV_FILE, LAUNCHER, build_bundle
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 LABEL_LEASE = "gpu-node-agent.lease"
 LABEL_SPEC = "gpu-node-agent.spec"
 LABEL_PORT = "gpu-node-agent.ssh-port"
+# The customer's published ports, {"<container port>": <host port>} (JSON): what the packet
+# filter opens, and what a lost port book must not hand out again.
+LABEL_PUBLISHED = "gpu-node-agent.published-ports"
 WORKSPACE = "/workspace"
 # Only the agent starts a container, after it mounted the lease's disk (issue 23): with a
 # restart policy dockerd would start it at boot onto the bare mount point.
@@ -87,6 +90,9 @@ class DockerRuntime:
         self.root_uid = self._remapped_root(config.require_userns)
         os.makedirs(state_dir, exist_ok=True)
         self.ports = PortBook(state_dir / "ports.json", config.port_range)
+        self.published = PublishedPortBook(state_dir / "published-ports.json",
+                                           config.published_port_range)
+        self.allows = AllowBook(state_dir / "port-allow.json")
         self.egress = EgressMeter(state_dir / "egress.json")
         self.puller = ImagePuller(config.socket, state_dir / "images.json", keep=images,
                                   retry_seconds=config.pull_retry_seconds,
@@ -113,6 +119,7 @@ class DockerRuntime:
 
     # -- Runtime interface -------------------------------------------------------------
     def ensure_running(self, spec: InstanceSpec) -> InstanceStatus:
+        self._check_ports(spec)
         container = self._container(spec.lease_id)
         if container is not None and container.labels.get(LABEL_SPEC) != self._spec_hash(spec):
             log.info("lease %s: specification changed, recreating its container",
@@ -123,6 +130,7 @@ class DockerRuntime:
             container = self._create(spec)
         elif container.status not in ("running", "restarting", "paused"):
             self._layer_on_lease_disk(container, spec)     # after a reboot: checked again
+        self.allows.set(spec.lease_id, spec.ports)
         self._sync_filter()                # the lease's rules exist before it starts
         self._install_keys(container, spec.ssh_authorized_keys, spec.env)
         self._install_env(container, spec.env)
@@ -145,6 +153,8 @@ class DockerRuntime:
         self._remove_network(lease_id)
         self._sync_filter()
         self.ports.release(lease_id)
+        self.published.release(lease_id)
+        self.allows.forget(lease_id)
         self.egress.forget(lease_id)
         return InstanceStatus(lease_id=lease_id, state="absent")
 
@@ -158,7 +168,16 @@ class DockerRuntime:
         egress = self.egress.observe(lease_id, self.filter.egress_bytes().get(lease_id))
         return InstanceStatus(lease_id=lease_id, state="running" if running else "stopped",
                               ssh_port=int(container.labels[LABEL_PORT]),
-                              egress_bytes=egress)
+                              egress_bytes=egress, ports=_published(container.labels))
+
+    def allow_ports(self, lease_id: int, ports) -> None:
+        """The sources each published port of the lease admits (`PublishedPort`s; a port the
+        instance publishes but `ports` omits admits nobody). Only the packet filter changes:
+        the instance keeps running. Which ports are published is the spec's (a change
+        recreates the container, ensure_running)."""
+        if self.allows.set(lease_id, tuple(ports)):
+            log.info("lease %s: published ports' allowed sources changed", lease_id)
+            self._sync_filter()
 
     # -- snapshots (issue 26): called from the snapshot worker thread, own client ------------
     def pause(self, lease_id: int) -> bool:
@@ -230,6 +249,30 @@ class DockerRuntime:
         return frozenset(int(c.labels[LABEL_PORT]) for c in containers
                          if c.labels.get(LABEL_PORT, "").isdigit() and c.labels[LABEL_LEASE] != str(but))
 
+    def _published_by_others(self, *, but: int) -> frozenset[int]:
+        """Host ports the other instances publish for their customers (their labels)."""
+        containers = self._call(self.client.containers.list, all=True, filters={"label": LABEL_LEASE})
+        return frozenset(port for c in containers if c.labels[LABEL_LEASE] != str(but)
+                         for _, port in _published(c.labels))
+
+    @property
+    def max_published_ports(self) -> int:
+        return self.config.max_published_ports
+
+    def _check_ports(self, spec: InstanceSpec) -> None:
+        """The node's limits, before anything of the instance changes."""
+        wanted = [p.port for p in spec.ports]
+        if len(wanted) > self.config.max_published_ports:
+            raise OperationFailed(BAD_PORTS, f"{len(wanted)} published ports asked; "
+                                  f"this node publishes at most {self.config.max_published_ports}")
+        if SSHD_PORT in wanted:
+            raise OperationFailed(BAD_PORTS, f"port {SSHD_PORT} is the instance's sshd")
+
+    def _publish(self, spec: InstanceSpec) -> dict[int, int]:
+        """The customer's ports: container port -> host port."""
+        return self.published.ports_for(spec.lease_id, [p.port for p in spec.ports],
+                                        taken=self._published_by_others(but=spec.lease_id))
+
     # -- containers ----------------------------------------------------------------------
     def pull_progress(self, ref: str) -> dict | None:
         """{"done_bytes", "total_bytes"} while `ref` is being pulled (the lease's report)."""
@@ -238,6 +281,7 @@ class DockerRuntime:
     def _create(self, spec: InstanceSpec):
         self._require_image(spec)
         port = self.ports.port_for(spec.lease_id, taken=self._published_ports(but=spec.lease_id))
+        published = self._publish(spec)
         network = self._ensure_network(spec.lease_id)
         self._own_workspace(spec.disk_path)
         volumes = {spec.disk_path: {"bind": WORKSPACE, "mode": "rw"},
@@ -249,7 +293,7 @@ class DockerRuntime:
             # the launcher (ssh_bundle.py): sshd, and the start command beside it
             command=["/bin/sh", "-c", LAUNCHER, "instance", spec.start_command],
             labels={LABEL_LEASE: str(spec.lease_id), LABEL_SPEC: self._spec_hash(spec),
-                    LABEL_PORT: str(port)},
+                    LABEL_PORT: str(port), **_published_label(published)},
             nano_cpus=min(spec.cpus, os.cpu_count() or spec.cpus) * 10 ** 9,
             mem_limit=spec.memory_gb * GiB,
             shm_size=spec.shm_gb * GiB,
@@ -257,7 +301,7 @@ class DockerRuntime:
             tmpfs=dict(MASK),
             working_dir=WORKSPACE,
             network=network,
-            ports={"22/tcp": port},
+            ports={"22/tcp": port, **{f"{c}/tcp": h for c, h in published.items()}},
             cap_drop=["ALL"],
             cap_add=list(CAPABILITIES),
             security_opt=list(SECURITY_OPT),
@@ -439,12 +483,28 @@ class DockerRuntime:
         # the plain listing (no inspect per container: cheap, and no race with a removal)
         containers = self._call(self.client.api.containers, all=True,
                                 filters={"label": LABEL_LEASE})
-        rules = [LeaseRule(int(c["Labels"][LABEL_LEASE]), int(c["Labels"][LABEL_PORT]))
+        rules = [LeaseRule(int(c["Labels"][LABEL_LEASE]), int(c["Labels"][LABEL_PORT]),
+                           self._port_rules(int(c["Labels"][LABEL_LEASE]), c["Labels"]))
                  for c in containers]
         for lease_id, before in self.filter.ensure(rules, force_check=force).items():
             if before is not None:
                 self.egress.observe(lease_id, before)
             self.egress.observe(lease_id, 0)          # a new counter starts from zero
+
+    def _port_rules(self, lease_id: int, labels: dict) -> tuple[PortRule, ...]:
+        """The lease's published ports with their allowed sources. A list that no longer
+        parses (the state file edited by hand) closes that port, never the whole table."""
+        allows = self.allows.get(lease_id)
+        rules = []
+        for container_port, host_port in _published(labels):
+            try:
+                allow = normalise_networks(allows.get(container_port, ()))
+            except (TypeError, ValueError) as exc:
+                log.error("lease %s: port %s's allowed sources are unreadable (%s): closed",
+                          lease_id, container_port, exc)
+                allow = ()
+            rules.append(PortRule(host_port, container_port, allow))
+        return tuple(rules)
 
     def _remapped_root(self, required: bool) -> int:
         """The host uid of container root: dockerd's `userns-remap` range (its data root
@@ -502,5 +562,24 @@ def _spec_hash(spec: InstanceSpec) -> str:
         fields["env"] = hashlib.sha256(json.dumps(sorted(spec.env)).encode()).hexdigest()
     if spec.start_command:
         fields["start_command"] = spec.start_command
+
+    if spec.ports:     # which ports are published; their allowed sources are the filter's
+        fields["ports"] = sorted(p.port for p in spec.ports)
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _published(labels: dict) -> tuple[tuple[int, int], ...]:
+    """(container port, host port) pairs from a container's label; none if unreadable."""
+    try:
+        ports = json.loads(labels.get(LABEL_PUBLISHED) or "{}")
+        return tuple(sorted((int(c), int(h)) for c, h in ports.items()))
+    except (TypeError, ValueError, AttributeError):
+        return ()
+
+
+def _published_label(published: dict[int, int]) -> dict[str, str]:
+    if not published:
+        return {}
+    return {LABEL_PUBLISHED: json.dumps({str(c): h for c, h in sorted(published.items())})}
+
 

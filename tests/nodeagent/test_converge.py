@@ -1,5 +1,7 @@
 """Convergence with the real Docker runtime and the directory disk backend: the journal
 keeps a restarted agent from redoing finished operations, failures are named."""
+import subprocess
+
 import pytest
 
 from nodeagent.config import DockerConfig
@@ -40,7 +42,8 @@ class RecordingRuntime:
 def node_state(tmp_path, dockerd, instance_image):
     config = DockerConfig(socket=dockerd.socket, gpu_mode="devices",
                           gpu_devices=stand_in_devices(STUB_GPUS),
-                          port_range=(22300, 22399), stop_timeout=2)
+                          port_range=(22300, 22399), published_port_range=(23300, 23399),
+                          stop_timeout=2)
     key = NodeKey.generate(tmp_path / "key.pem")
     made = []
 
@@ -115,7 +118,7 @@ def test_instances_missing_from_the_desired_state_are_left_alone(node_state):
     reports = make_converger().converge([], GPUS)      # a confused storefront lists nothing
     assert reports == [{"lease_id": 36, "op_id": "", "state": "running",
                         "ssh_port": reports[0]["ssh_port"], "egress_bytes": reports[0][
-                            "egress_bytes"], "error": None}]
+                            "egress_bytes"], "error": None, "ports": {}}]
     assert converger.runtime.runtime.status(36).state == "running"
 
 
@@ -180,3 +183,57 @@ def test_malformed_items_are_skipped_without_blocking_the_others(node_state):
     assert set(by_lease) == {42, 43}
     assert by_lease[42]["error"]["code"] == "bad_desired_state"
     assert by_lease[43]["error"]["code"] == "bad_desired_state"
+
+
+def port_chain(runtime, host_port) -> str:
+    """The packet filter's chain for a published port, as the kernel holds it."""
+    listed = subprocess.run(["nsenter", "-t", str(runtime.filter.netns_pid), "-n", "nft", "list",
+                             "chain", "inet", "gpu_node_agent", f"port_{host_port}"],
+                            capture_output=True, text=True, check=True).stdout
+    return " ".join(listed.split())
+
+
+def test_published_ports_are_reported_and_follow_the_item_without_a_new_op(node_state):
+    make_converger, _ = node_state
+    converger = make_converger()
+    runtime = converger.runtime.runtime
+    item = {**desired(39, "39:running:1"), "ports": [{"port": 8888, "allow": ["203.0.113.0/24"]}]}
+    [report] = converger.converge([item], GPUS)
+    assert (report["state"], report["error"], report["ports"]) == ("running", None, {"8888": 23300})
+    assert "ip saddr 203.0.113.0/24 accept" in port_chain(runtime, 23300)
+    container = runtime.client.containers.get("lease-39")
+    container.exec_run(["/bin/sh", "-c", "echo kept > /workspace/file"])
+
+    # only the sources change: the filter is rewritten, the instance keeps running
+    converger.runtime.calls.clear()
+    item["ports"] = [{"port": 8888, "allow": ["198.51.100.0/24", "::/0"]}]
+    [report] = converger.converge([item], GPUS)
+    assert converger.runtime.calls == [] and report["ports"] == {"8888": 23300}
+    assert runtime.client.containers.get("lease-39").id == container.id
+    chain = port_chain(runtime, 23300)
+    assert "ip saddr 198.51.100.0/24 accept ip6 saddr ::/0 accept" in chain and "203.0.113" not in chain
+
+    # a list that does not parse fails the lease with the reason and closes its port
+    item["ports"] = [{"port": 8888, "allow": ["198.51.100.0/33"]}]
+    [report] = converger.converge([item], GPUS)
+    assert report["state"] == "running" and report["error"]["code"] == "bad_ports"
+    assert "'198.51.100.0/33' is not an IPv4 or IPv6 network" in report["error"]["detail"]
+    assert "saddr" not in port_chain(runtime, 23300) and converger.runtime.calls == []
+    # ... until a good one comes
+    item["ports"] = [{"port": 8888, "allow": ["::/0"]}]
+    [report] = converger.converge([item], GPUS)
+    assert report["error"] is None and "ip6 saddr ::/0 accept" in port_chain(runtime, 23300)
+
+    # a port added: the container is recreated (same op), its disk and 8888's address kept
+    item["ports"].append({"port": 6006, "allow": []})
+    [report] = converger.converge([item], GPUS)
+    assert converger.runtime.calls == ["ensure_stopped", "ensure_running"]
+    assert (report["state"], report["ports"]) == ("running", {"8888": 23300, "6006": 23301})
+    recreated = runtime.client.containers.get("lease-39")
+    assert recreated.id != container.id
+    assert recreated.exec_run(["cat", "/workspace/file"]).output == b"kept\n"
+    # and gone with the lease: its host ports are free again
+    item.update(want="absent", op_id="39:absent:1")
+    [report] = converger.converge([item], GPUS)
+    assert (report["state"], report["ports"]) == ("absent", {})
+    assert runtime.published.ports_for(40, [80]) == {80: 23300}

@@ -6,9 +6,12 @@ import time
 import pytest
 
 from nodeagent.config import ConfigError, parse_config
-from nodeagent.converge import Converger, _environment, _registry_auth, _start_command
+from nodeagent.converge import Converger
 from nodeagent.image_refs import normalise_reference
 from nodeagent.interfaces import InstanceSpec, InstanceStatus, OperationFailed
+from nodeagent.item_fields import environment as _environment
+from nodeagent.item_fields import registry_auth as _registry_auth
+from nodeagent.item_fields import start_command as _start_command
 from nodeagent.runtime.docker import _spec_hash, _ssh_environment
 from nodeagent.runtime.images import ImagePuller, Progress, classify
 
