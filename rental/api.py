@@ -215,7 +215,7 @@ def offer_json(row) -> dict:
 
 #: Fields of a reply that only a token with the scope may see (a token for placing orders
 #: learns what it ordered and what to pay, not where the instance answers).
-LEASE_FIELD_SCOPES = {"ssh": "read", "events": "read"}
+LEASE_FIELD_SCOPES = {"ssh": "read", "events": "read", "workbench": "read"}
 
 
 def token_scopes(request) -> frozenset[str]:
@@ -243,6 +243,9 @@ def lease_json(lease: Lease, *, scopes: frozenset[str], events: bool = False,
         "auto_renew_setting": lease.auto_renew,
         "auto_renew": lease_auto_renews(lease, account_default=account_default),
     }
+    from .workbench import workbench_json  # image, variables, secrets by name, ports
+
+    data["workbench"] = workbench_json(lease)
     if events:      # the detail: one query more, never per row of the list
         data["node_key_fingerprints"] = lease.node_key_fingerprints()
         data["events"] = [{"at": iso(e.at), "kind": e.kind, "from": e.from_state, "to": e.to_state,

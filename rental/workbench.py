@@ -396,6 +396,15 @@ def workbench_summary(lease: Lease) -> dict:
             "secret_names": sorted(lease.secret_names), "ports": lease.ports}
 
 
+def workbench_json(lease: Lease) -> dict:
+    """A lease's workbench: secrets by name only."""
+    return {"image": lease.image.slug, "image_ref": effective_image_ref(lease) or None,
+            "own_image": bool(lease.image_ref),
+            "registry_credential": lease.registry_credential.name if lease.registry_credential_id else None,
+            "start_command": lease.start_command, "env": dict(lease.env), "secret_names": list(lease.secret_names),
+            "ports": [{"port": p["port"], "allow": list(p["allow"])} for p in lease.ports]}
+
+
 def lease_secrets(lease: Lease) -> dict[str, str]:
     return unseal(lease.sealed_secrets) if lease.sealed_secrets else {}
 
