@@ -32,9 +32,10 @@ ADDON_FIELDS = tuple(ADDON_LIMITS_TB)
 
 
 def default_image(images):
-    """The operator's PyTorch image for the vendor, else the first one listed."""
+    """The operator's PyTorch image for the vendor, else the first one listed (a template that
+    runs its own image and command, e.g. Jupyter's, is chosen only by name)."""
     images = list(images)
-    return min(images, key=lambda i: ("pytorch" not in i.slug, i.name)) if images else None
+    return min(images, key=lambda i: (bool(i.image_ref), "pytorch" not in i.slug, i.name)) if images else None
 
 
 class WriteOnlyTextarea(forms.Textarea):

@@ -304,12 +304,13 @@ def credential_of(customer, name_or_id) -> RegistryCredential | None:
 
 def workbench_for_order(*, customer, image: Image, image_ref: str = "", registry_credential=None,
                         start_command: str | None = None, env: dict | None = None, secrets: dict | None = None,
-                        ports: list | None = None) -> Workbench:
+                        ports: list | None = None, extra_problems=()) -> Workbench:
     """The checked workbench of a new lease of `image` (the template). With no image of the
     customer's own, the template's start command, ports and variables are the defaults (the
     customer's values of the same name win); with one, only what the customer gives applies.
     The account's variables and secrets are added (the lease's own of the same name win). A
-    template's generated secret is made here unless the customer gives its value."""
+    template's generated secret is made here unless the customer gives its value.
+    `extra_problems`: the caller's own (a page's text that did not parse), refused together."""
     problems: list[Problem] = []
     image_ref = (image_ref or "").strip()
     if image_ref:
@@ -331,11 +332,12 @@ def workbench_for_order(*, customer, image: Image, image_ref: str = "", registry
     own_image = bool(image_ref)
     command = start_command if start_command is not None else ("" if own_image else image.start_command)
     problems += start_command_problems(command)
-    env, secrets = dict(env or {}), dict(secrets or {})
+    env, secrets = ({} if env is None else env), ({} if secrets is None else secrets)
     problems += variables_problems(env, "env") + variables_problems(secrets, "secrets")
     port_items = ports if ports is not None else ([] if own_image else [{"port": p} for p in image.ports])
     clean, port_problems = clean_ports(port_items)
     problems += port_problems
+    problems = list(extra_problems) + problems
     if problems:
         raise WorkbenchRefused(problems)
     # The account's first, then the template's, then the order's own: the later wins.

@@ -65,13 +65,11 @@ def order_form_workbench(form) -> None:
     ports_text = data.get("ports", "")
     ports = [parse_port_spec(line) for line in ports_text.splitlines() if line.strip()] if ports_text.strip() else None
     try:
-        if problems or secret_problems:
-            raise WorkbenchRefused(problems + secret_problems)
         data["workbench"] = workbench_for_order(
             customer=form.customer, image=data["image"], image_ref=data.get("image_ref", ""),
             registry_credential=data.get("registry_credential"),
             start_command=(data.get("start_command") or "").replace("\r\n", "\n") or None, env=env,
-            secrets=secrets, ports=ports)
+            secrets=secrets, ports=ports, extra_problems=problems + secret_problems)
     except WorkbenchRefused as exc:
         for problem in exc.problems:
             form.add_error(problem.field if problem.field in form.fields else None, problem.message)
