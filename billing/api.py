@@ -139,6 +139,7 @@ def orders(request):
     if workbench.generated:     # a template's secret made for this lease (the Jupyter token), returned once
         response = JsonResponse({**json.loads(response.content), "generated_secrets": workbench.generated},
                                 status=201)
+        response.shown_once = True      # not kept for an Idempotency-Key replay (rental.idempotency)
     if coin:
         return JsonResponse({**json.loads(response.content), "quote": quote and quote_json(request, quote)},
                             status=201)

@@ -378,7 +378,10 @@ def _sealed(secrets: dict[str, str]) -> str:
 
 
 def lease_workbench_init(*, lease: Lease, workbench: Workbench, now: datetime, actor=None) -> None:
-    """Store a new lease's workbench (in the order's transaction) and audit it: names only."""
+    """Store a new lease's workbench (in the order's transaction) and audit it: names only.
+    An order with none (the template's image as it is) writes nothing, as before."""
+    if workbench == Workbench():
+        return
     Lease.objects.filter(pk=lease.pk).update(
         image_ref=workbench.image_ref, registry_credential=workbench.registry_credential,
         start_command=workbench.start_command, env=workbench.env, sealed_secrets=_sealed(workbench.secrets),

@@ -381,10 +381,16 @@ def test_api_orders_with_a_bad_workbench_are_400_with_codes(client, customer, ca
 
 
 def test_the_jupyter_template_s_token_is_returned_once_by_the_api(client, customer, catalog, token):
-    response = call(client, "post", "/api/v1/orders", token, order_body(image="jupyter-pytorch-cuda"))
+    from rental.idempotency import IdempotentRequest
+
+    response = client.post("/api/v1/orders", data=json.dumps(order_body(image="jupyter-pytorch-cuda")),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}",
+                           HTTP_IDEMPOTENCY_KEY="order-1")
     assert response.status_code == 201
     generated = response.json()["generated_secrets"]
     assert list(generated) == ["JUPYTER_TOKEN"]
+    # Not kept for a replay of the key: the retry learns the order was placed, not the token.
+    assert generated["JUPYTER_TOKEN"].encode() not in bytes(IdempotentRequest.objects.get().body)
     detail = call(client, "get", f"/api/v1/leases/{response.json()['lease']['id']}", token)
     assert generated["JUPYTER_TOKEN"] not in detail.content.decode()
     assert detail.json()["workbench"]["secret_names"] == ["JUPYTER_TOKEN"]
