@@ -703,3 +703,44 @@ def cmd_ports(api: Api, args) -> int:
     else:
         ports = [p for p in current if p["port"] not in set(args.ports)]
     return _workbench_change(api, args, {"ports": ports})
+
+
+# --- the account's registry credentials and variables ----------------------------------------
+
+def cmd_registry(api: Api, args) -> int:
+    if args.registry_command in (None, "ls"):
+        return _listing(api, args, "registry-credentials", [("id", "ID"), ("name", "NAME"), ("server", "REGISTRY"),
+                                                            ("username", "USER"), ("updated_at", "UPDATED")],
+                        key="registry_credentials")
+    if args.registry_command == "add":
+        if args.password_stdin or not sys.stdin.isatty():
+            password = sys.stdin.readline().rstrip("\n")
+        else:
+            password = getpass.getpass(f"Password or token for {args.username}@{args.server}: ")
+        row = api.post("registry-credentials", {"name": args.name, "server": args.server, "username": args.username,
+                                                "password": password})
+        return _done(args, row, f"Saved registry credential {row['name']} ({row['username']}@{row['server']}).")
+    rows = api.get("registry-credentials")["registry_credentials"]
+    match = [r for r in rows if r["name"] == args.credential or str(r["id"]) == args.credential]
+    if not match:
+        raise CliError(NOT_FOUND, f"No registry credential {args.credential!r}; see `gpu-rent registry ls`.")
+    return _done(args, api.delete(f"registry-credentials/{match[0]['id']}"),
+                 f"Deleted registry credential {match[0]['name']}.")
+
+
+def cmd_vars(api: Api, args) -> int:
+    if args.vars_command in (None, "ls"):
+        rows = api.get("account/variables")["variables"]
+        if args.json:
+            emit_json({"variables": rows})
+        else:
+            table([{**r, "value": "(secret, hidden)" if r["secret"] else r["value"]} for r in rows],
+                  [("name", "NAME"), ("value", "VALUE"), ("updated_at", "UPDATED")])
+        return OK
+    if args.vars_command == "set":
+        values = _assignments([args.pair], secret=args.secret)
+        (name, value), = values.items()
+        row = api.post("account/variables", {"name": name, "value": value, "secret": args.secret})
+        return _done(args, row, f"Saved {row['name']}{' (secret)' if row['secret'] else ''}: leases you order "
+                                "from now on get it.")
+    return _done(args, api.delete(f"account/variables/{args.name}"), f"Deleted {args.name}.")

@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("key", help="name or id")
 
     _workbench_parsers(add, common)
+    _account_workbench_parsers(add, common)
 
     p = add("restore", "replace a stopped lease's disk with one of your snapshots at its site")
     p.add_argument("lease", type=int)
@@ -240,6 +241,29 @@ def _workbench_parsers(add, common) -> None:
     p = ports.add_parser("rm", help="stop publishing ports", parents=[common])
     p.add_argument("lease", type=int)
     p.add_argument("ports", nargs="+", type=int, metavar="PORT")
+
+
+def _account_workbench_parsers(add, common) -> None:
+    registry = add("registry", "registry credentials for private images (no action: list them)").add_subparsers(
+        dest="registry_command", required=False, metavar="ACTION")
+    registry.add_parser("ls", help="list them (no passwords)", parents=[common])
+    p = registry.add_parser("add", help="save one (the password is asked for, or read from stdin)",
+                            parents=[common])
+    p.add_argument("name")
+    p.add_argument("server", help="e.g. ghcr.io")
+    p.add_argument("username")
+    p.add_argument("--password-stdin", action="store_true", help="read the password or token from standard input")
+    p = registry.add_parser("rm", help="delete one (not while a live lease pulls with it)", parents=[common])
+    p.add_argument("credential", help="name or id")
+    variables = add("vars", "account variables and secrets added to new orders (no action: list them)")
+    variables = variables.add_subparsers(dest="vars_command", required=False, metavar="ACTION")
+    variables.add_parser("ls", help="list them (secrets by name)", parents=[common])
+    p = variables.add_parser("set", help="set NAME=VALUE (with --secret, NAME alone takes $NAME's value)",
+                             parents=[common])
+    p.add_argument("pair", metavar="NAME[=VALUE]")
+    p.add_argument("--secret", action="store_true", help="store it encrypted, never shown again")
+    p = variables.add_parser("rm", help="delete one", parents=[common])
+    p.add_argument("name")
 
 
 def _wait_flags(p, flag: bool = True) -> None:

@@ -62,3 +62,22 @@ def test_ordering_and_changing_a_workbench_from_the_cli(cli, catalog, customer, 
     assert code == errors.INVALID and "PATH is set by the instance itself" in err
     code, _out, err = cli("secrets", "set", lid, "NOT_IN_ENVIRONMENT_X")
     assert code == errors.USAGE and "set the environment variable" in err
+
+
+def test_registry_credentials_and_account_variables_from_the_cli(cli, catalog, customer, monkeypatch):  # noqa: F811
+    login(cli, customer)
+    code, out, err = cli("registry", "add", "work", "ghcr.io", "alice", "--password-stdin", stdin="pw-secret-55\n")
+    assert code == 0, err
+    code, out, _ = cli("registry")
+    assert "work" in out and "ghcr.io" in out and "pw-secret-55" not in out
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    assert cli("vars", "set", "--secret", "HF_TOKEN")[0] == 0
+    assert cli("vars", "set", "HF_HOME=/workspace/hf")[0] == 0
+    code, out, _ = cli("vars")
+    assert "HF_HOME" in out and "/workspace/hf" in out and "(secret, hidden)" in out and SECRET not in out
+    code, _out, err = cli("vars", "set", "PATH=/x")
+    assert code == errors.INVALID and "PATH is set by the instance itself" in err
+    assert cli("vars", "rm", "HF_HOME")[0] == 0
+    assert cli("registry", "rm", "work")[0] == 0
+    code, out, _ = cli("vars", "--json")
+    assert [v["name"] for v in json.loads(out)["variables"]] == ["HF_TOKEN"]
