@@ -436,3 +436,20 @@ def test_registry_credentials_and_account_variables_through_the_api(client, cust
     assert call(client, "delete", f"/api/v1/registry-credentials/{credential_id}", token).status_code == 409
     assert call(client, "delete", "/api/v1/account/variables/HF_TOKEN", token).status_code == 200
     assert not AccountVariable.objects.exists()
+
+
+def test_a_change_sends_the_lease_workbench_changed_webhook_with_names_only(client, customer, lease_with_secret,
+                                                                           settings):
+    from rental.notifications.models import WebhookDelivery
+    from rental.notifications.services import EVENTS, webhook_endpoint_save
+
+    settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES = True
+    assert "lease.workbench_changed" in EVENTS
+    webhook_endpoint_save(customer=customer, url="https://hooks.example.org/x")
+    client.post(reverse("lease_workbench", args=[lease_with_secret.pk]),
+                {"env": "MODE=train", "secrets": "NEW_SECRET=hook-secret-1234", "ports": "8888"})
+    delivery = WebhookDelivery.objects.get(event="lease.workbench_changed")
+    payload = json.dumps(delivery.payload)
+    assert delivery.payload["data"]["workbench"]["secret_names"] == ["HF_TOKEN", "NEW_SECRET"]
+    assert delivery.payload["data"]["workbench"]["changed"] == ["secrets"]
+    assert "hook-secret-1234" not in payload and SECRET not in payload
