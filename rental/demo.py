@@ -13,7 +13,7 @@ IMAGES = [
 JUPYTER_START = ('exec jupyter lab --ip=0.0.0.0 --port=8888 --no-browser --allow-root '
                  '--ServerApp.root_dir=/workspace --IdentityProvider.token="$JUPYTER_TOKEN"')
 TEMPLATES = [
-    {"slug": "jupyter-pytorch-cuda", "name": "Jupyter Lab · PyTorch · CUDA 12 (port 8888, token)", "vendor": "nvidia",
+    {"slug": "jupyter-pytorch-cuda", "name": "Jupyter · PyTorch · CUDA 12", "vendor": "nvidia",
      "image_ref": "quay.io/jupyter/pytorch-notebook:cuda12-latest", "start_command": JUPYTER_START,
      "ports": [8888], "env": {}, "generated_secret": "JUPYTER_TOKEN",
      "description": "Jupyter Lab on port 8888, signed in with a token made for each lease."},
