@@ -1,4 +1,4 @@
-# Reserved for the workbench's instance reports of published ports and image pulls; filled in by that change.
+# What a node reports of a lease's workbench: the published ports (container -> host port) and the image pull's progress (fleet/reports.py).
 from django.db import migrations, models
 
 

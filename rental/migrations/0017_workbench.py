@@ -1,4 +1,4 @@
-# Reserved for the workbench's customer images, templates, environment, secrets and ports; filled in by that change.
+# The workbench: templates (image, start command, ports, variables), a lease's own image, registry credential, variables, sealed secrets and ports; the account's registry credentials and variables (rental.workbench).
 from django.conf import settings
 from django.db import migrations, models
 import django.db.models.deletion

@@ -453,3 +453,18 @@ def test_a_change_sends_the_lease_workbench_changed_webhook_with_names_only(clie
     assert delivery.payload["data"]["workbench"]["secret_names"] == ["HF_TOKEN", "NEW_SECRET"]
     assert delivery.payload["data"]["workbench"]["changed"] == ["secrets"]
     assert "hook-secret-1234" not in payload and SECRET not in payload
+
+
+def test_an_operator_s_template_is_checked_like_an_order(client, operator, catalog):
+    client.force_login(operator)
+    data = {"slug": "bad-template", "name": "Bad", "vendor": "nvidia", "is_active": "on", "image_ref": "Not Valid",
+            "start_command": "", "ports": "[22]", "env": '{"PATH": "/x"}', "generated_secret": "1X",
+            "description": ""}
+    response = client.post(reverse("admin:rental_image_add"), data)
+    page = response.content.decode()
+    assert response.status_code == 200 and not Image.objects.filter(slug="bad-template").exists()
+    assert "is not an image reference" in page and "Port 22 is the instance" in page
+    assert "PATH is set by the instance itself" in page and "is not a variable name" in page
+    data.update(image_ref="quay.io/x/y:1", ports="[8888]", env='{"A": "1"}', generated_secret="TOKEN")
+    assert client.post(reverse("admin:rental_image_add"), data).status_code == 302
+    assert Image.objects.get(slug="bad-template").ports == [8888]
