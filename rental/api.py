@@ -192,7 +192,7 @@ def field_errors(errors: dict[str, list[str]]) -> ApiError:
 
 
 def customer_lease(request, lease_id: int) -> Lease:
-    lease = (Lease.objects.select_related("offer__gpu_model", "site", "image")
+    lease = (Lease.objects.select_related("offer__gpu_model", "site", "image", "registry_credential")
              .filter(pk=lease_id, customer=request.api_user).first())
     if lease is None:
         raise Http404
@@ -264,7 +264,7 @@ def offers(request):
 @api_endpoint("GET", scope="read")
 def leases(request):
     rows = (Lease.objects.filter(customer=request.api_user)
-            .select_related("offer__gpu_model", "site", "image").order_by("-created_at", "-pk")[:200])
+            .select_related("offer__gpu_model", "site", "image", "registry_credential").order_by("-created_at", "-pk")[:200])
     default = account_auto_renew(request.api_user.pk)       # one read for the whole list
     return JsonResponse({"leases": [lease_json(lease, scopes=token_scopes(request), account_default=default)
                                   for lease in rows]})

@@ -273,8 +273,7 @@ def parse_assignments(text: str, where: str) -> tuple[dict[str, str], list[Probl
 
 def format_ports(ports: list[dict]) -> str:
     """The inverse of parse_port_spec, one port a line (for the pages' text areas)."""
-    return "\n".join(p["port"].__str__() + ("" if p["allow"] == ANYONE else ":" + ",".join(p["allow"]))
-                     for p in ports)
+    return "\n".join(str(p["port"]) + ("" if p["allow"] == ANYONE else ":" + ",".join(p["allow"])) for p in ports)
 
 
 # --- the workbench of an order -----------------------------------------------------------

@@ -74,6 +74,17 @@ def test_no_other_node_learns_the_secrets_or_the_registry_password(private_lease
         assert SECRET not in text and PASSWORD not in text
 
 
+def test_the_jupyter_template_reaches_its_node_ready_to_run(customer, catalog, node_agent_driver, enrol):
+    """The template's image, its start command with the lease's own token, and port 8888."""
+    lease = order_with_workbench(customer, template="jupyter-pytorch-cuda")
+    item = item_of(enrol(node_of(lease)).desired().json(), lease)
+    assert item["image"] == "jupyter-pytorch-cuda"
+    assert item["image_ref"] == "quay.io/jupyter/pytorch-notebook:cuda12-latest" and "registry_auth" not in item
+    assert item["start_command"].startswith("exec jupyter lab") and '"$JUPYTER_TOKEN"' in item["start_command"]
+    assert set(item["env"]) == {"JUPYTER_TOKEN"} and len(item["env"]["JUPYTER_TOKEN"]) >= 32
+    assert item["ports"] == [{"port": 8888, "allow": ["0.0.0.0/0", "::/0"]}]
+
+
 def test_a_lease_without_a_workbench_reads_as_before(paid_lease, enrol):
     """No new field at all: an agent that predates them sees the same item."""
     lease = paid_lease()
