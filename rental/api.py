@@ -363,7 +363,11 @@ def sites(request):
 def images(request):
     """The images one can order, per vendor (the slugs `image` takes)."""
     rows = Image.objects.filter(is_active=True).order_by("vendor", "slug")
-    return JsonResponse({"images": [{"slug": image.slug, "name": image.name, "vendor": image.vendor}
+    return JsonResponse({"images": [{"slug": image.slug, "name": image.name, "vendor": image.vendor,
+                                     # a template's own image, command and ports (rental.workbench)
+                                     "image_ref": image.image_ref or None, "start_command": image.start_command,
+                                     "ports": list(image.ports), "description": image.description,
+                                     "generated_secret": image.generated_secret or None}
                                     for image in rows]})
 
 

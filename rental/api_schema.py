@@ -363,7 +363,11 @@ PATHS.update({
                                "responses": {"200": _json({"type": "object", "properties": {"images": {
                                    "type": "array", "items": {"type": "object", "properties": {
                                        "slug": {"type": "string"}, "name": {"type": "string"},
-                                       "vendor": {"type": "string"}}}}}}, "Images")}}},
+                                       "vendor": {"type": "string"}, "image_ref": {"type": ["string", "null"]},
+                                       "start_command": {"type": "string"},
+                                       "ports": {"type": "array", "items": {"type": "integer"}},
+                                       "description": {"type": "string"},
+                                       "generated_secret": {"type": ["string", "null"]}}}}}}, "Images")}}},
 })
 
 

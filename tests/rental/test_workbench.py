@@ -468,3 +468,11 @@ def test_an_operator_s_template_is_checked_like_an_order(client, operator, catal
     data.update(image_ref="quay.io/x/y:1", ports="[8888]", env='{"A": "1"}', generated_secret="TOKEN")
     assert client.post(reverse("admin:rental_image_add"), data).status_code == 302
     assert Image.objects.get(slug="bad-template").ports == [8888]
+
+
+def test_the_public_image_list_describes_the_templates(client, catalog):
+    images = {i["slug"]: i for i in client.get("/api/v1/images").json()["images"]}
+    jupyter = images["jupyter-pytorch-cuda"]
+    assert jupyter["image_ref"] == "quay.io/jupyter/pytorch-notebook:cuda12-latest"
+    assert jupyter["ports"] == [8888] and jupyter["generated_secret"] == "JUPYTER_TOKEN"
+    assert images["pytorch-2.5-cuda-12.4"]["image_ref"] is None
