@@ -102,6 +102,23 @@ def test_once_the_lease_ended_its_node_is_told_nothing_secret(private_lease, enr
     assert SECRET not in json.dumps(item)
 
 
+def test_after_a_move_only_the_new_node_is_told_the_secrets(private_lease, enrol):
+    """The node the lease moved off keeps a copy of its disk to destroy: it is told to remove
+    the instance, and nothing of the login or the secrets; the new node gets them."""
+    from rental.failover import lease_migrate
+
+    source = enrol(node_of(private_lease))
+    source.report(evidence=[ready(source, private_lease)])
+    lease_migrate(lease_id=private_lease.pk, from_node=source.node, now=timezone.now(), reason="test")
+    target = enrol(node_of(private_lease))
+    assert target.node != source.node
+    old = item_of(source.desired().json(), private_lease)
+    assert old["want"] == "absent" and "env" not in old and "registry_auth" not in old
+    assert SECRET not in source.desired().content.decode() and PASSWORD not in source.desired().content.decode()
+    new = item_of(target.desired().json(), private_lease)
+    assert new["env"]["HF_TOKEN"] == SECRET and new["registry_auth"]["password"] == PASSWORD
+
+
 def test_a_change_reaches_the_node_at_once_and_its_audit_row_names_names_only(private_lease, enrol, customer):
     node = enrol(node_of(private_lease))
     etag = node.desired()["ETag"]
