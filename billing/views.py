@@ -109,8 +109,8 @@ def order(request, offer_slug: str):
         initial = request.POST.dict()
         return _render_order(request, offer, _order_form(request, offer, stock, initial=initial), stock)
     form = _order_form(request, offer, stock, data=request.POST)
-    if form.is_valid():
-        order_form_workbench(form)      # the image, variables, secrets and ports (rental.workbench)
+    form.is_valid()
+    order_form_workbench(form)          # the image, variables, secrets and ports (rental.workbench)
     if not form.is_valid():
         return _render_order(request, offer, form, stock, status=400)
     return _place_order(request, offer, form, stock)

@@ -204,6 +204,9 @@ def test_the_order_page_names_each_problem_and_never_sends_a_secret_back(client,
     response = order_page(client, env="PATH=/x", secrets=f"TOKEN={SECRET}", ports="22")
     page = response.content.decode()
     assert response.status_code == 400 and "PATH is set by the instance itself" in page and SECRET not in page
+    # Said together with the form's other problems (here: no SSH key), not one round after another.
+    response = order_page(client, ssh_public_key="", ports="22")
+    assert response.status_code == 400 and "Port 22 is the instance&#x27;s SSH" in response.content.decode()
 
 
 def test_a_credential_for_another_registry_is_refused(client, customer, catalog):
