@@ -117,13 +117,14 @@ def orders(request):
     form = _order_form(data, offer)
     coin = _order_coin(request, data)  # checked with everything else before anything is created
     site = form.cleaned_data["site"]
+    workbench = _order_workbench(request, data, form)
     try:
         with transaction.atomic():  # the order and its quote, or neither
             lease, invoice = checkout_place_order(
                 customer=request.api_user, offer=offer, site=site, term=form.cleaned_data["term"],
                 image=form.cleaned_data["image"], ssh_public_key=form.cleaned_data["ssh_public_key"],
                 addons=form.addons(), pay_from_balance=form.cleaned_data["pay_from_balance"],
-                client_address=order_address(request))
+                client_address=order_address(request), workbench=workbench)
             quote = _quote(invoice, coin) if coin and invoice.state == Invoice.State.OPEN else None
     except SoldOut as exc:
         raise ApiError(409, "sold_out", _("Just sold out: nothing was charged."), offer=offer.slug,
@@ -135,10 +136,28 @@ def orders(request):
     except TooManyOpenOrders as exc:
         raise ApiError(409, "too_many_unpaid_orders", str(exc)) from exc
     response = lease_and_invoice(request, lease, invoice)
+    if workbench.generated:     # a template's secret made for this lease (the Jupyter token), returned once
+        response = JsonResponse({**json.loads(response.content), "generated_secrets": workbench.generated},
+                                status=201)
+        response.shown_once = True      # not kept for an Idempotency-Key replay (rental.idempotency)
     if coin:
         return JsonResponse({**json.loads(response.content), "quote": quote and quote_json(request, quote)},
                             status=201)
     return response
+
+
+def _order_workbench(request, data: dict, form: OrderForm):
+    """The order's image, start command, variables, secrets and ports, checked (rental.workbench),
+    or a 400 naming each problem's field and code."""
+    from rental.workbench import workbench_for_order
+    from rental.workbench_api import order_workbench_args, refused
+    from rental.workbench_rules import WorkbenchRefused
+
+    try:
+        return workbench_for_order(customer=request.api_user, image=form.cleaned_data["image"],
+                                   **order_workbench_args(data))
+    except WorkbenchRefused as exc:
+        raise refused(exc) from exc
 
 
 def _order_coin(request, data: dict) -> str | None:

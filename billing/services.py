@@ -120,12 +120,14 @@ def addons_validate(addons: dict) -> dict[str, int]:
 def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str, image: Image, ssh_public_key: str,
                          addons: dict[str, int] | None = None, pay_from_balance: bool = False,
                          now: datetime | None = None, client_address: str | None = None,
-                         restore_from=None) -> tuple[Lease, Invoice]:
+                         restore_from=None, workbench=None) -> tuple[Lease, Invoice]:
     """A pending lease holding its slots + its invoice, atomically; optionally paid from the
     balance at once. Raises inventory.services.SoldOut (nothing is created or charged).
     `client_address`: where the order came from (counted by billing.holds). `restore_from`:
     a snapshot the disk starts from (issue 26), refused (StorageRefused) before anything is
-    created if it is not the customer's ready snapshot at this site or does not fit."""
+    created if it is not the customer's ready snapshot at this site or does not fit.
+    `workbench`: the order's checked image, variables, secrets and ports
+    (rental.workbench.workbench_for_order), stored with the lease."""
     with transaction.atomic():
         from rental.storage import lease_restore_from_set, snapshot_restore_check
 
@@ -145,6 +147,10 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
         )
         if restore_from is not None:
             lease_restore_from_set(lease=lease, snapshot=restore_from, now=now, actor=customer)
+        if workbench is not None:   # the customer's image, variables, secrets, ports (rental.workbench)
+            from rental.workbench import lease_workbench_init
+
+            lease_workbench_init(lease=lease, workbench=workbench, now=now, actor=customer)
         invoice = _create_invoice(customer=customer, kind=Invoice.Kind.ORDER, lines=lines, now=now, lease=lease,
                                   expires_at=now + window)
         lease_event_emit(event="order.placed", lease=lease, at=None, now=now, invoice=invoice_data(invoice))

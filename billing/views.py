@@ -18,6 +18,7 @@ from rental.forms import ADDON_FIELDS, OrderForm
 from rental.models import ADDON_LIMITS_TB, TERM_LENGTH, Image, Lease, Term
 from rental.storage import StorageRefused
 from rental.timeline import layout, order_milestones
+from rental.workbench_views import keep_generated_secrets, order_form_workbench
 
 from .models import Invoice, LedgerEntry
 from .payments.demo import invoice_pay_demo
@@ -101,13 +102,15 @@ def order(request, offer_slug: str):
         if not stock:
             return render(request, "billing/sold_out.html", {"offer": offer})
         initial = {k: v for k, v in request.GET.items()
-                   if k in ("site", "term", "image", "restore_from", *ADDON_FIELDS)}
+                   if k in ("site", "term", "image", "restore_from", "image_ref", *ADDON_FIELDS)}
         initial["pay_from_balance"] = _balance_covers(request.user, offer, request.GET)
         return _render_order(request, offer, _order_form(request, offer, stock, initial=initial), stock)
     if "preview" in request.POST:
         initial = request.POST.dict()
         return _render_order(request, offer, _order_form(request, offer, stock, initial=initial), stock)
     form = _order_form(request, offer, stock, data=request.POST)
+    form.is_valid()
+    order_form_workbench(form)          # the image, variables, secrets and ports (rental.workbench)
     if not form.is_valid():
         return _render_order(request, offer, form, stock, status=400)
     return _place_order(request, offer, form, stock)
@@ -119,7 +122,8 @@ def _place_order(request, offer: Offer, form: OrderForm, stock: dict):
         lease, _invoice = checkout_place_order(
             customer=request.user, offer=offer, site=data["site"], term=data["term"], image=data["image"],
             ssh_public_key=data["ssh_public_key"], addons=form.addons(), pay_from_balance=data["pay_from_balance"],
-            client_address=order_address(request), restore_from=data.get("restore_from"))
+            client_address=order_address(request), restore_from=data.get("restore_from"),
+            workbench=data.get("workbench"))
     except StorageRefused as exc:       # the snapshot is not restorable here or does not fit the disk
         form.add_error("restore_from", str(exc))
         return _render_order(request, offer, form, stock, status=400)
@@ -133,6 +137,9 @@ def _place_order(request, offer: Offer, form: OrderForm, stock: dict):
         form.add_error(None, str(exc))
         return _render_order(request, offer, form, stock, status=409)
     messages.success(request, _("Order placed: lease #%(id)d.") % {"id": lease.pk})
+    if data.get("workbench") is not None and data["workbench"].generated:
+        # A template's secret made for this lease (the Jupyter token): shown once, on the lease page.
+        keep_generated_secrets(request, lease, data["workbench"].generated)
     if form.key_to_save():
         _save_pasted_key(request, form.key_to_save(), lease)
     return redirect("lease_detail", lease_id=lease.pk)

@@ -30,6 +30,7 @@ from nodeagent.signing import fingerprint
 from rental.agent import Instance
 from rental.models import DiskKey, Lease, LeaseState, Snapshot
 from rental.storage import restore_into_pending
+from rental.workbench import effective_image_ref, lease_node_env, lease_registry_auth
 
 from .desired_version import desired_stamp, remember_etag
 from .models import Evidence, InstanceIntent, IssuedOp
@@ -98,7 +99,7 @@ def _leases_on(node: Node):
     gone = Q(state=S.WIPED) & ~Q(pk__in=unwiped_copies) if unwiped_copies else Q(state=S.WIPED)
     leases = list(Lease.objects.filter(pk__in=ids - wiped)
                   .exclude(state=S.PENDING).exclude(gone).exclude(provisioning_started_at__isnull=True)
-                  .select_related("offer__gpu_model", "image", "disk_key", "restore_from").order_by("pk")) if ids else []
+                  .select_related("offer__gpu_model", "image", "disk_key", "restore_from", "registry_credential").order_by("pk")) if ids else []
     for lease in leases:
         lease.last_node_id = last_node.get(lease.pk)
         lease.copy_here = copies.get(lease.pk, COPY_KEY_PENDING)
@@ -207,7 +208,34 @@ def desired_instances(*, node: Node, now: datetime, clock: list[datetime] | None
             **_resources(node, gpus),
             "volumes": volumes.get(lease.pk, []) if wanted.want == "running" else [],
             **_snapshot_ops(lease, wanted, snap, restore_into, node=node, now=now, clock=clock),
+            **_workbench(lease, wanted, runs_here=bool(gpus)),
         })
+    return out
+
+
+def _workbench(lease: Lease, wanted: Wanted, *, runs_here: bool) -> dict:
+    """The customer's image, start command, variables, secrets and ports (nodeagent/PROTOCOL.md):
+    only for the node that runs the lease now, and only while it keeps an instance there — a
+    node holding a copy a move left behind, or asked to remove it, learns none of it, least of
+    all the registry password and the secrets. Each field only when set, so a lease without a
+    workbench reads as before and an agent that predates these fields sees nothing new."""
+    if not runs_here or wanted.want not in ("running", "stopped"):
+        return {}
+    out = {}
+    image_ref = effective_image_ref(lease)
+    if image_ref:
+        out["image_ref"] = image_ref
+        out["image_max_bytes"] = settings.WORKBENCH_IMAGE_MAX_GB * 10**9
+        auth = lease_registry_auth(lease)
+        if auth is not None:
+            out["registry_auth"] = auth
+    if lease.start_command:
+        out["start_command"] = lease.start_command
+    env = lease_node_env(lease)
+    if env:
+        out["env"] = env
+    if lease.ports:
+        out["ports"] = [{"port": p["port"], "allow": list(p["allow"])} for p in lease.ports]
     return out
 
 

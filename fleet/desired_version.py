@@ -74,6 +74,12 @@ def _volume_nodes(volume_ids) -> QuerySet:
     return _nodes_of_leases(VolumeAttachment.objects.filter(volume_id__in=volume_ids).values("lease_id"))
 
 
+def _credential_nodes(qs) -> QuerySet:
+    """A registry credential is sent to the nodes of the leases that pull with it."""
+    from rental.models import Lease
+    return _nodes_of_leases(Lease.objects.filter(registry_credential__in=qs.values("pk")).values("pk"))
+
+
 def _cluster_nodes(qs) -> QuerySet:
     from inventory.models import Node
     return Node.objects.filter(site_id__in=qs.values("site_id")).values_list("pk", flat=True)
@@ -99,6 +105,8 @@ WATCHED = {
     # A node's proof that it destroyed or wiped the copy a move left there is what tells it
     # the next step (fleet.desired._copies_left_here); other evidence changes no document.
     "fleet.Evidence": lambda qs: qs.filter(kind__in=("key_destroyed", "disk_wiped")).values_list("node_id", flat=True),
+    # The customer's registry login, in the desired state of the node that runs the lease.
+    "rental.RegistryCredential": _credential_nodes,
     # Rare, and read by every node's document: the whole fleet's epoch moves.
     "rental.Image": lambda qs: ALL,
     "inventory.Offer": lambda qs: ALL,

@@ -91,6 +91,10 @@ class InstanceReport(models.Model):
     error = models.JSONField(null=True, blank=True)
     egress_counter = models.BigIntegerField(default=0, help_text="The instance's cumulative bytes sent")
     reported_at = models.DateTimeField()
+    #: Published ports as the node reported them: {"8888": 31002} (container -> host port).
+    ports = models.JSONField(null=True, blank=True)
+    #: The image pull under way: {"done_bytes": …, "total_bytes": …}; null when none.
+    pull = models.JSONField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["lease", "node"], name="one_instance_report_per_lease_node")]

@@ -387,6 +387,38 @@ class _Instances:
 _INSTANCE_STATES = frozenset(InstanceReport.State.values)   # `.values` builds a list on every read
 
 
+#: At most this many published ports in one instance's report (the storefront asks for at most
+#: WORKBENCH_MAX_PORTS; a node may report fewer, never a flood).
+MAX_REPORTED_PORTS = 64
+
+
+def _reported_ports(value) -> dict | None:
+    """{"8888": 31002}: container port (a decimal string) -> the host port it is published on;
+    anything else from a node is refused, not stored (the lease page builds addresses of it)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > MAX_REPORTED_PORTS:
+        raise Refused("invalid_ports")
+    out = {}
+    for container, host in value.items():
+        if not isinstance(container, str) or not container.isdigit() or len(container) > 5 or                 not 0 < int(container) < 65536 or type(host) is not int or not 0 < host < 65536:
+            raise Refused("invalid_ports")
+        out[str(int(container))] = host
+    return out
+
+
+def _reported_pull(value) -> dict | None:
+    """{"done_bytes": n, "total_bytes": m} while the node pulls the image (total 0: unknown yet)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise Refused("invalid_pull")
+    done, total = value.get("done_bytes"), value.get("total_bytes", 0)
+    if type(done) is not int or type(total) is not int or not 0 <= done < 2**62 or not 0 <= total < 2**62:
+        raise Refused("invalid_pull")
+    return {"done_bytes": done, "total_bytes": total}
+
+
 def _unchanged(report: StoredReport | None, item: dict, port, op_id: str, error, egress: int, now: datetime) -> bool:
     """Issue 31: a steady instance — same state, port, op and error, no volumes or snapshot
     news — whose egress grew less than NODE_EGRESS_FLUSH_BYTES since the stored counter, which
@@ -395,6 +427,8 @@ def _unchanged(report: StoredReport | None, item: dict, port, op_id: str, error,
     if report is None or item.get("volumes") is not None or item.get("snapshot") is not None:
         return False
     if (report.state, report.ssh_port, report.op_id, report.error) != (item["state"], port, op_id, error):
+        return False
+    if (report.ports, report.pull) != (item.get("ports"), item.get("pull")):
         return False
     grown = egress - report.egress_counter
     if report.egress_counter == 0 and grown > 0:
@@ -424,6 +458,7 @@ def _instance(agent: NodeAgent, item, now: datetime, *, known: _Instances) -> No
         raise Refused("unknown_lease")
     if error is not None:
         error = {"code": error["code"][:40], "detail": str(error.get("detail") or "")[:500]}
+    item = {**item, "ports": _reported_ports(item.get("ports")), "pull": _reported_pull(item.get("pull"))}
     if _unchanged(known.reports.get(lease_id), item, port, op_id, error, egress, now):
         return
     known.writing()
@@ -440,7 +475,7 @@ def _instance_store(agent: NodeAgent, item: dict, lease_id: int, state: str, op_
     if (egress - previous if egress >= previous else egress) > egress_ceiling(lease, since, network_gbps, now):
         raise Refused("egress_implausible")  # nothing stored: the last plausible counter stays
     values = {"state": state, "ssh_port": port, "op_id": op_id, "error": error, "egress_counter": egress,
-              "reported_at": now}
+              "reported_at": now, "ports": item.get("ports"), "pull": item.get("pull")}
     if report is None:                     # the first: update_or_create settles a concurrent one
         InstanceReport.objects.update_or_create(lease_id=lease_id, node_id=agent.node_id, defaults=values)
     else:                                  # locked above: an UPDATE, not update_or_create's read again
@@ -452,7 +487,7 @@ def _instance_store(agent: NodeAgent, item: dict, lease_id: int, state: str, op_
     sent = egress - previous if egress >= previous else egress
     if sent > 0:
         _meter_egress(lease, sent, now)
-    return StoredReport(lease_id, state, port, op_id, error, egress, now)
+    return StoredReport(lease_id, state, port, op_id, error, egress, now, item.get("ports"), item.get("pull"))
 
 
 def _snapshot_progress(lease_id: int, item, now: datetime) -> None:

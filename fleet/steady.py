@@ -21,7 +21,7 @@ from .models import EgressMeter, InstanceReport, NodeAgent
 #: The node facts a report may carry that a steady UPDATE compares with the stored ones.
 FACTS = ("agent_version", "public_host", "gpu_library", "boot_id")
 _REPORT_FIELDS = ("id", "lease_id", "node_id", "state", "ssh_port", "op_id", "error", "egress_counter",
-                  "reported_at")
+                  "reported_at", "ports", "pull")
 
 
 def _column(model, name: str) -> str:
@@ -96,6 +96,10 @@ class StoredReport(NamedTuple):
     error: dict | None
     egress_counter: int
     reported_at: datetime
+    #: The published ports and the image pull as last stored (a copy cached before these
+    #: existed unpickles with None: the next report that differs writes them).
+    ports: dict | None = None
+    pull: dict | None = None
 
 
 def _read_reports(node_id: int, lease_ids: list[int]) -> dict[int, StoredReport]:
@@ -156,7 +160,7 @@ def locked_report(lease_id: int, node_id: int) -> tuple[LockedReport | None, Lea
 
 
 #: What the write of a steady instance's report sets (fleet/reports.py `_instance_store`).
-REPORT_VALUES = ("state", "ssh_port", "op_id", "error", "egress_counter", "reported_at")
+REPORT_VALUES = ("state", "ssh_port", "op_id", "error", "egress_counter", "reported_at", "ports", "pull")
 
 
 @functools.cache

@@ -310,9 +310,40 @@ class NotificationAdmin(ReadOnlyAdmin):
     list_select_related = ("customer",)
 
 
+class ImageTemplateForm(forms.ModelForm):
+    """A template's image reference, ports, variables and generated secret checked as a
+    customer's are (rental.workbench), so a template cannot send a node what an order could not."""
+
+    class Meta:
+        model = Image
+        fields = "__all__"
+
+    def clean(self):
+        from .workbench_rules import (
+            clean_ports,
+            env_name_problems,
+            image_ref_problems,
+            variables_problems,
+        )
+
+        data = super().clean()
+        problems = image_ref_problems(data["image_ref"]) if data.get("image_ref") else []
+        ports = data.get("ports") or []
+        _clean, port_problems = clean_ports(ports) if isinstance(ports, list) else ([], [])
+        if not isinstance(ports, list) or port_problems or any(type(p) is not int for p in ports):
+            self.add_error("ports", [p.message for p in port_problems] or "[8888, 6006]")
+        problems += variables_problems(data.get("env") or {}, "env")
+        if data.get("generated_secret"):
+            problems += env_name_problems(data["generated_secret"], "generated_secret")
+        for problem in problems:
+            self.add_error(problem.field if problem.field in self.fields else None, problem.message)
+        return data
+
+
 @admin.register(Image)
 class ImageAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "vendor", "is_active")
+    form = ImageTemplateForm
+    list_display = ("name", "slug", "vendor", "image_ref", "is_active")
     list_filter = ("vendor", "is_active")
     search_fields = ("name", "slug")
     prepopulated_fields = {"slug": ("name",)}

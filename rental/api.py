@@ -192,7 +192,7 @@ def field_errors(errors: dict[str, list[str]]) -> ApiError:
 
 
 def customer_lease(request, lease_id: int) -> Lease:
-    lease = (Lease.objects.select_related("offer__gpu_model", "site", "image")
+    lease = (Lease.objects.select_related("offer__gpu_model", "site", "image", "registry_credential")
              .filter(pk=lease_id, customer=request.api_user).first())
     if lease is None:
         raise Http404
@@ -215,7 +215,7 @@ def offer_json(row) -> dict:
 
 #: Fields of a reply that only a token with the scope may see (a token for placing orders
 #: learns what it ordered and what to pay, not where the instance answers).
-LEASE_FIELD_SCOPES = {"ssh": "read", "events": "read"}
+LEASE_FIELD_SCOPES = {"ssh": "read", "events": "read", "workbench": "read"}
 
 
 def token_scopes(request) -> frozenset[str]:
@@ -243,6 +243,9 @@ def lease_json(lease: Lease, *, scopes: frozenset[str], events: bool = False,
         "auto_renew_setting": lease.auto_renew,
         "auto_renew": lease_auto_renews(lease, account_default=account_default),
     }
+    from .workbench import workbench_json  # image, variables, secrets by name, ports
+
+    data["workbench"] = workbench_json(lease)
     if events:      # the detail: one query more, never per row of the list
         data["node_key_fingerprints"] = lease.node_key_fingerprints()
         data["events"] = [{"at": iso(e.at), "kind": e.kind, "from": e.from_state, "to": e.to_state,
@@ -261,7 +264,7 @@ def offers(request):
 @api_endpoint("GET", scope="read")
 def leases(request):
     rows = (Lease.objects.filter(customer=request.api_user)
-            .select_related("offer__gpu_model", "site", "image").order_by("-created_at", "-pk")[:200])
+            .select_related("offer__gpu_model", "site", "image", "registry_credential").order_by("-created_at", "-pk")[:200])
     default = account_auto_renew(request.api_user.pk)       # one read for the whole list
     return JsonResponse({"leases": [lease_json(lease, scopes=token_scopes(request), account_default=default)
                                   for lease in rows]})
@@ -360,7 +363,11 @@ def sites(request):
 def images(request):
     """The images one can order, per vendor (the slugs `image` takes)."""
     rows = Image.objects.filter(is_active=True).order_by("vendor", "slug")
-    return JsonResponse({"images": [{"slug": image.slug, "name": image.name, "vendor": image.vendor}
+    return JsonResponse({"images": [{"slug": image.slug, "name": image.name, "vendor": image.vendor,
+                                     # a template's own image, command and ports (rental.workbench)
+                                     "image_ref": image.image_ref or None, "start_command": image.start_command,
+                                     "ports": list(image.ports), "description": image.description,
+                                     "generated_secret": image.generated_secret or None}
                                     for image in rows]})
 
 

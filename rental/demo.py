@@ -7,7 +7,22 @@ IMAGES = [
     ("cuda-12.4-base", "CUDA 12.4 base · Ubuntu 22.04", "nvidia"),
 ]
 
+#: Templates: an image with its start command, ports and variables (rental.workbench). The
+#: Jupyter one works out of the box: each lease gets its own JUPYTER_TOKEN (a secret, shown
+#: once on the lease page), and Jupyter Lab listens on 8888 with that token.
+JUPYTER_START = ('exec jupyter lab --ip=0.0.0.0 --port=8888 --no-browser --allow-root '
+                 '--ServerApp.root_dir=/workspace --IdentityProvider.token="$JUPYTER_TOKEN"')
+TEMPLATES = [
+    {"slug": "jupyter-pytorch-cuda", "name": "Jupyter · PyTorch · CUDA 12", "vendor": "nvidia",
+     "image_ref": "quay.io/jupyter/pytorch-notebook:cuda12-latest", "start_command": JUPYTER_START,
+     "ports": [8888], "env": {}, "generated_secret": "JUPYTER_TOKEN",
+     "description": "Jupyter Lab on port 8888, signed in with a token made for each lease."},
+]
+
 
 def load_demo_images() -> None:
     for slug, name, vendor in IMAGES:
         Image.objects.update_or_create(slug=slug, defaults={"name": name, "vendor": vendor})
+    for template in TEMPLATES:
+        Image.objects.update_or_create(slug=template["slug"], defaults={k: v for k, v in template.items()
+                                                                         if k != "slug"})

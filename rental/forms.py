@@ -32,9 +32,19 @@ ADDON_FIELDS = tuple(ADDON_LIMITS_TB)
 
 
 def default_image(images):
-    """The operator's PyTorch image for the vendor, else the first one listed."""
+    """The operator's PyTorch image for the vendor, else the first one listed (a template that
+    runs its own image and command, e.g. Jupyter's, is chosen only by name)."""
     images = list(images)
-    return min(images, key=lambda i: ("pytorch" not in i.slug, i.name)) if images else None
+    return min(images, key=lambda i: (bool(i.image_ref), "pytorch" not in i.slug, i.name)) if images else None
+
+
+class WriteOnlyTextarea(forms.Textarea):
+    """A text area that never renders what was typed into it: a secret goes from the browser
+    to the server once, and no page sends it back (not even the order page shown again with
+    an error)."""
+
+    def format_value(self, value):
+        return None
 
 
 class OrderForm(forms.Form):
@@ -65,9 +75,41 @@ class OrderForm(forms.Form):
         label=_("Start from snapshot"), queryset=None, required=False, empty_label=_("— an empty disk —"),
         help_text=_("The new disk starts as a copy of the snapshot (same site; it must fit the disk)."))
 
+    # -- the workbench (rental.workbench): all optional; checked together in clean() --------
+    image_ref = forms.CharField(label=_("Or your own image"), required=False, max_length=300,
+                                widget=forms.TextInput(attrs={"placeholder": "ghcr.io/org/name:tag",
+                                                              "spellcheck": "false", "autocapitalize": "off"}),
+                                help_text=_("A public registry image (or a private one with a credential below) "
+                                            "instead of the template's; it needs /bin/sh, SSH is added for you."))
+    registry_credential = forms.ModelChoiceField(label=_("Registry credential"), queryset=None, required=False,
+                                                 empty_label=_("— a public image —"))
+    start_command = forms.CharField(label=_("Start command"), required=False,
+                                    widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
+                                    help_text=_("Run with /bin/sh -c in /workspace beside SSH. Empty: the "
+                                                "template's own (none for your own image)."))
+    env = forms.CharField(label=_("Environment variables"), required=False,
+                          widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false",
+                                                       "placeholder": "HF_HOME=/workspace/hf"}),
+                          help_text=_("One NAME=value a line; your account's variables are added."))
+    secrets = forms.CharField(label=_("Secrets"), required=False, widget=WriteOnlyTextarea(
+        attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off", "placeholder": "HF_TOKEN=hf_…"}),
+        help_text=_("One NAME=value a line, passed to the instance like variables but stored encrypted and never "
+                    "shown again (retype them if this page reports a problem)."))
+    ports = forms.CharField(label=_("Ports to publish"), required=False,
+                            widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false",
+                                                         "placeholder": "8888\n6006:203.0.113.0/24"}),
+                            help_text=_("One container TCP port a line, optionally with the networks allowed to "
+                                        "reach it (PORT:CIDR,CIDR); without networks, anyone. Empty: the "
+                                        "template's ports."))
+
     def __init__(self, *args, offer, stock: dict[str, int], sites, images, customer=None, **kwargs):
         super().__init__(*args, **kwargs)
-        from .models import Snapshot, SshKey, Term
+        from .models import RegistryCredential, Snapshot, SshKey, Term
+
+        credentials = RegistryCredential.objects.filter(customer=customer) if customer is not None \
+            else RegistryCredential.objects.none()
+        self.fields["registry_credential"].queryset = credentials
+        self.customer = customer
 
         snapshots = (Snapshot.objects.filter(customer=customer, state=Snapshot.State.AVAILABLE,
                                              key_destroyed_at__isnull=True).exclude(restic_snapshot="")

@@ -13,7 +13,8 @@ from .models import Lease, LeaseEvent, LeaseState, Notification
 #: A customer's restart/stop/start is "in progress" this long after it was asked for: the
 #: node applies it on its next poll (NODE_POLL_SECONDS) and reports back on the one after.
 INSTANCE_ACTION_SETTLES = timedelta(minutes=2)
-INSTANCE_ACTIONS = ("instance_restart", "instance_stop", "instance_start")
+INSTANCE_ACTIONS = ("instance_restart", "instance_stop", "instance_start",
+                    "workbench_changed")    # the container is recreated (and its image maybe pulled)
 #: A move to other hardware is shown on the lease page for this long after it happened.
 MIGRATION_SHOWN_FOR = timedelta(days=7)
 POLLING_STATES = (LeaseState.PENDING, LeaseState.PROVISIONING)

@@ -45,6 +45,20 @@ class Image(models.Model):
     name = models.CharField(max_length=80)
     vendor = models.CharField(max_length=10, choices=[("nvidia", "CUDA"), ("amd", "ROCm")])
     is_active = models.BooleanField(default=True)
+    # -- a template (rental.workbench): what a lease of this image starts with ----------------
+    #: The registry reference the node pulls; blank: the node maps `slug` through its own
+    #: [images] list (the operator's base images).
+    image_ref = models.CharField(max_length=255, blank=True)
+    start_command = models.TextField(blank=True, help_text="Run by /bin/sh -c beside sshd, as root, in /workspace")
+    #: Container ports the template opens, e.g. [8888] (published to anyone unless the
+    #: customer narrows them).
+    ports = models.JSONField(default=list, blank=True)
+    #: Plain variables the template sets, e.g. {"JUPYTER_PORT": "8888"}.
+    env = models.JSONField(default=dict, blank=True)
+    #: A secret made afresh for every lease of this template (e.g. JUPYTER_TOKEN), unless the
+    #: customer gives its value; blank: none.
+    generated_secret = models.CharField(max_length=128, blank=True)
+    description = models.CharField(max_length=300, blank=True)
 
     class Meta:
         ordering = ["vendor", "name"]
@@ -107,6 +121,19 @@ class Lease(models.Model):
     #: issue 30: pay this lease's renewals from the balance (None: the account's default).
     auto_renew = models.BooleanField(null=True, blank=True,
                                      help_text="Renew from balance; empty follows the account's setting")
+    # -- the workbench (rental.workbench): the customer's image, variables, secrets, ports ----
+    #: The customer's own image; blank: the template's (`image`).
+    image_ref = models.CharField(max_length=255, blank=True)
+    registry_credential = models.ForeignKey("RegistryCredential", null=True, blank=True, on_delete=models.PROTECT,
+                                            related_name="leases")
+    start_command = models.TextField(blank=True)
+    env = models.JSONField(default=dict, blank=True, help_text="Plain variables")
+    #: The secrets' values, sealed (rental.sealing); their names alone in `secret_names`, so
+    #: pages and the API list them without unsealing anything.
+    sealed_secrets = models.TextField(blank=True)
+    secret_names = models.JSONField(default=list, blank=True)
+    #: [{"port": 8888, "allow": ["0.0.0.0/0", "::/0"]}]
+    ports = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -436,3 +463,48 @@ class SshKey(models.Model):
 
 # Issue 30: the notifications ledger and the webhooks have their models in
 # rental/notifications/models.py, loaded with these by RentalConfig.import_models (issue 33).
+
+
+# --- the workbench: what an account keeps for its leases (rental.workbench) -----------------
+
+class RegistryCredential(models.Model):
+    """A login to a private container registry. The password is sealed at rest (rental.sealing)
+    and never shown again; it is unsealed only into the desired state of the node that runs a
+    lease pulling from that registry."""
+
+    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                 related_name="registry_credentials")
+    name = models.CharField(max_length=60)
+    server = models.CharField(max_length=255, help_text="e.g. ghcr.io, registry.example:5000")
+    username = models.CharField(max_length=255)
+    sealed_password = models.TextField()
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [models.UniqueConstraint(fields=["customer", "name"], name="registry_credential_name_once")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.username}@{self.server})"
+
+
+class AccountVariable(models.Model):
+    """A variable or secret the account adds to every lease it orders (the lease's own value
+    of the same name wins). A secret's value is sealed and never shown again."""
+
+    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                 related_name="account_variables")
+    name = models.CharField(max_length=128)
+    secret = models.BooleanField(default=False)
+    value = models.TextField(blank=True, help_text="A plain variable's value; empty for a secret")
+    sealed_value = models.TextField(blank=True, help_text="A secret's value, sealed")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [models.UniqueConstraint(fields=["customer", "name"], name="account_variable_name_once")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({'secret' if self.secret else 'variable'})"

@@ -12,7 +12,7 @@ from billing.sla import api as sla_api
 from billing.sla import views as sla_views
 from billing.storage import api as storage_api
 from fleet.instances import urls as fleet_instance_urls
-from rental import api, i18n, views, webhooks_api
+from rental import api, i18n, views, webhooks_api, workbench_api, workbench_views
 from rental.accounts import login_limits, recovery
 from rental.accounts import views as otp_views
 from rental.accounts.throttle import per_posted_email, per_user, throttle_posts
@@ -58,6 +58,16 @@ customer = [
     path("leases/", views.lease_list, name="lease_list"),
     path("leases/<int:lease_id>/", views.lease_detail, name="lease_detail"),
     path("leases/<int:lease_id>/auto-renew/", views.lease_auto_renew, name="lease_auto_renew"),  # issue 30
+    # The workbench: a lease's variables, secrets, ports and start command; the account's
+    # registry credentials and variables (rental.workbench).
+    path("leases/<int:lease_id>/workbench/", workbench_views.lease_workbench_update, name="lease_workbench"),
+    path("account/registry-credentials/", workbench_views.registry_credential_create,
+         name="registry_credential_create"),
+    path("account/registry-credentials/<int:credential_id>/delete/", workbench_views.registry_credential_remove,
+         name="registry_credential_delete"),
+    path("account/variables/", workbench_views.account_variable_create, name="account_variable_create"),
+    path("account/variables/<int:variable_id>/delete/", workbench_views.account_variable_remove,
+         name="account_variable_delete"),
     # Restart / stop / start through the node's desired state (fleet, the node agent).
     path("leases/<int:lease_id>/instance/", include("fleet.instances.urls")),
     path("account/settings/", views.account_settings, name="account_settings"),
@@ -92,6 +102,11 @@ api_v1 = [
     path("leases/<int:lease_id>/auto-renew", api.lease_auto_renew, name="api_lease_auto_renew"),
     path("leases/<int:lease_id>/", include("fleet.api")),  # restart, stop, start
     path("keys", api.ssh_keys, name="api_keys"),
+    path("registry-credentials", workbench_api.registry_credentials, name="api_registry_credentials"),
+    path("registry-credentials/<int:credential_id>", workbench_api.registry_credential_detail,
+         name="api_registry_credential"),
+    path("account/variables", workbench_api.account_variables, name="api_account_variables"),
+    path("account/variables/<str:name>", workbench_api.account_variable_detail, name="api_account_variable"),
     path("keys/<int:key_id>", api.ssh_key_detail, name="api_key"),
     path("volumes", storage_api.volumes, name="api_volumes"),
     path("volumes/<int:volume_id>", storage_api.volume_delete_api, name="api_volume"),

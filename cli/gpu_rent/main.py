@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=1, help="GPUs (default 1)")
     p.add_argument("--offer", help="an offer slug instead of --gpu/--gpus")
     p.add_argument("--site", "--region", dest="site", required=True, help="site code, e.g. DFW-1")
-    p.add_argument("--image", help="image slug (default: the vendor's PyTorch image)")
+    p.add_argument("--image", help="a template's slug (default: the vendor's PyTorch image), or a registry image "
+                   "with a path, tag or digest (ubuntu:24.04, ghcr.io/org/name:tag)")
     p.add_argument("--cycle", choices=["week", "month"], required=True)
     p.add_argument("--key", help="name of a saved SSH key (default: the only one saved)")
     p.add_argument("--key-file", help="an SSH public key file instead of a saved key")
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--coin", help="with an invoice: also print payment details in this coin (e.g. LTC)")
     for addon in ("extra-nvme-tb", "network-volume-tb"):  # snapshots: taken from a running lease
         p.add_argument(f"--{addon}", type=int, default=0)
+    _workbench_flags(p)
     _wait_flags(p)
 
     add("ls", "your leases")
@@ -100,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_parser("ls", help="list saved keys", parents=[common])
     p = keys.add_parser("rm", help="delete a saved key (running leases keep theirs)", parents=[common])
     p.add_argument("key", help="name or id")
+
+    _workbench_parsers(add, common)
+    _account_workbench_parsers(add, common)
 
     p = add("restore", "replace a stopped lease's disk with one of your snapshots at its site")
     p.add_argument("lease", type=int)
@@ -187,6 +192,79 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_parser(add)      # offline: no token, no server
     transfer.add_parser(add)    # `cp`: over the lease's SSH
     return parser
+
+
+def _workbench_flags(p) -> None:
+    """An order's own image login, start command, variables, secrets and ports."""
+    p.add_argument("--registry-credential", metavar="NAME", help="a saved registry credential for a private image")
+    p.add_argument("--start-command", metavar="CMD", help="run with /bin/sh -c beside SSH (default: the template's)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="an environment variable")
+    p.add_argument("--secret", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="a secret (stored encrypted, never shown again); NAME alone takes $NAME's value")
+    p.add_argument("--port", action="append", default=[], metavar="PORT[:CIDR,...]",
+                   help="publish a container port, to anyone or only from these networks")
+
+
+def _workbench_parsers(add, common) -> None:
+    add("workbench", "a lease's image, variables, secrets (names) and ports with their addresses").add_argument(
+        "lease", type=int)
+    env = add("env", "a lease's environment variables").add_subparsers(dest="env_command", required=True,
+                                                                        metavar="ACTION")
+    p = env.add_parser("ls", help="variables, secrets (names) and ports", parents=[common])
+    p.add_argument("lease", type=int)
+    p = env.add_parser("set", help="set variables (the container is recreated, files kept)", parents=[common])
+    p.add_argument("lease", type=int)
+    p.add_argument("pairs", nargs="+", metavar="NAME=VALUE")
+    p = env.add_parser("unset", help="remove variables", parents=[common])
+    p.add_argument("lease", type=int)
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p = env.add_parser("command", help="set the start command (\"\" for none)", parents=[common])
+    p.add_argument("lease", type=int)
+    p.add_argument("start_command", metavar="CMD")
+    secrets = add("secrets", "a lease's secrets (write-only)").add_subparsers(dest="secrets_command", required=True,
+                                                                               metavar="ACTION")
+    p = secrets.add_parser("ls", help="the secrets' names", parents=[common])
+    p.add_argument("lease", type=int)
+    p = secrets.add_parser("set", help="set secrets; NAME alone takes $NAME's value", parents=[common])
+    p.add_argument("lease", type=int)
+    p.add_argument("pairs", nargs="+", metavar="NAME[=VALUE]")
+    p = secrets.add_parser("unset", help="remove secrets", parents=[common])
+    p.add_argument("lease", type=int)
+    p.add_argument("names", nargs="+", metavar="NAME")
+    ports = add("ports", "a lease's published ports").add_subparsers(dest="ports_command", required=True,
+                                                                     metavar="ACTION")
+    p = ports.add_parser("ls", help="ports with their public addresses", parents=[common])
+    p.add_argument("lease", type=int)
+    for action, text in (("set", "replace the list"), ("add", "add or change ports")):
+        p = ports.add_parser(action, help=text, parents=[common])
+        p.add_argument("lease", type=int)
+        p.add_argument("specs", nargs="+", metavar="PORT[:CIDR,...]")
+    p = ports.add_parser("rm", help="stop publishing ports", parents=[common])
+    p.add_argument("lease", type=int)
+    p.add_argument("ports", nargs="+", type=int, metavar="PORT")
+
+
+def _account_workbench_parsers(add, common) -> None:
+    registry = add("registry", "registry credentials for private images (no action: list them)").add_subparsers(
+        dest="registry_command", required=False, metavar="ACTION")
+    registry.add_parser("ls", help="list them (no passwords)", parents=[common])
+    p = registry.add_parser("add", help="save one (the password is asked for, or read from stdin)",
+                            parents=[common])
+    p.add_argument("name")
+    p.add_argument("server", help="e.g. ghcr.io")
+    p.add_argument("username")
+    p.add_argument("--password-stdin", action="store_true", help="read the password or token from standard input")
+    p = registry.add_parser("rm", help="delete one (not while a live lease pulls with it)", parents=[common])
+    p.add_argument("credential", help="name or id")
+    variables = add("vars", "account variables and secrets added to new orders (no action: list them)")
+    variables = variables.add_subparsers(dest="vars_command", required=False, metavar="ACTION")
+    variables.add_parser("ls", help="list them (secrets by name)", parents=[common])
+    p = variables.add_parser("set", help="set NAME=VALUE (with --secret, NAME alone takes $NAME's value)",
+                             parents=[common])
+    p.add_argument("pair", metavar="NAME[=VALUE]")
+    p.add_argument("--secret", action="store_true", help="store it encrypted, never shown again")
+    p = variables.add_parser("rm", help="delete one", parents=[common])
+    p.add_argument("name")
 
 
 def _wait_flags(p, flag: bool = True) -> None:

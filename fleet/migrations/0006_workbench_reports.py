@@ -1,5 +1,5 @@
-# Reserved for the workbench's instance reports of published ports and image pulls; filled in by that change.
-from django.db import migrations
+# What a node reports of a lease's workbench: the published ports (container -> host port) and the image pull's progress (fleet/reports.py).
+from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
@@ -8,4 +8,15 @@ class Migration(migrations.Migration):
         ('fleet', '0005_ordering_ties'),
     ]
 
-    operations = []
+    operations = [
+        migrations.AddField(
+            model_name='instancereport',
+            name='ports',
+            field=models.JSONField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name='instancereport',
+            name='pull',
+            field=models.JSONField(blank=True, null=True),
+        ),
+    ]

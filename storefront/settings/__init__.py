@@ -561,3 +561,6 @@ WEBHOOK_MANUAL_SEND_WINDOW_MINUTES = int(os.environ.get("WEBHOOK_MANUAL_SEND_WIN
 CELERY_IMPORTS = ["rental.notifications.tasks"]  # the webhook delivery task
 # --- issues 25 and 26: storage on each site's Ceph cluster, snapshots of lease disks
 from .storage import *  # noqa: E402,F403
+
+# --- the customer's workbench: images, templates, variables, secrets, ports (rental.workbench)
+from .workbench import *  # noqa: E402,F403

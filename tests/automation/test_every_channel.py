@@ -50,6 +50,13 @@ CHANNELS = {
     "webhook_delete": ("DELETE api/v1/webhook", ["webhook rm"]),
     "webhook_redeliver": ("POST api/v1/webhook/deliveries/<int:delivery_id>/redeliver", ["webhook redeliver"]),
     "billing/sla_claim.html": ("POST api/v1/sla-claims", ["sla claim"]),
+    # the workbench (rental.workbench)
+    "lease_workbench": ("PATCH api/v1/leases/<int:lease_id>/workbench",
+                        ["env set", "env unset", "env command", "secrets set", "secrets unset", "ports set"]),
+    "registry_credential_create": ("POST api/v1/registry-credentials", ["registry add"]),
+    "registry_credential_delete": ("DELETE api/v1/registry-credentials/<int:credential_id>", ["registry rm"]),
+    "account_variable_create": ("POST api/v1/account/variables", ["vars set"]),
+    "account_variable_delete": ("DELETE api/v1/account/variables/<str:name>", ["vars rm"]),
 }
 
 _SIGN_IN = "signing in and up, passwords and two-factor belong to the browser: a token is made after them"

@@ -28,7 +28,7 @@ Ubuntu Docker JSON CSV PDF QR SLA LUKS LUKS2 OpenAPI Bearer Authorization IP TOT
 DFW IAD PDX LAS ORD Dallas Ashburn Hillsboro InfiniBand English B rank checkpoint CSRF Cookie ID
 Tether USD base W read order manage pay FlashAttention FlashAttention-2 Liger Kernel Trainer axolotl torchtune
 torchao logit logits Logits config json epoch token offload ZeRO-Offload ZeRO-0 ZeRO-1 N all framework hf
-lora qlora full single zero-3 config.json ssh-ed25519 ssh-rsa ecdsa-sha2-nistp256 ecdsa-sha2-nistp384 ecdsa-sha2-nistp521 T
+Jupyter lora qlora full single zero-3 config.json ssh-ed25519 ssh-rsa ecdsa-sha2-nistp256 ecdsa-sha2-nistp384 ecdsa-sha2-nistp521 T
 """.split()) | set(settings.OPERATOR_NAME.split())
 LATIN_WORD = re.compile(r"(?<![\w.])[A-Za-z][\w.]*(?:[-'][\w.]+)*")
 
