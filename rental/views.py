@@ -245,6 +245,8 @@ AUTO_RENEW_CHOICES = {"on": True, "off": False, "default": None}
 @require_POST
 def lease_auto_renew(request, lease_id: int):
     """Issue 30: the lease page's auto-renew choice (on, off, or the account's default)."""
+    if not Lease.objects.filter(pk=lease_id, customer=request.account).exists():
+        raise Http404  # another account's lease: not found, whatever was posted
     choice = request.POST.get("auto_renew", "")
     if choice not in AUTO_RENEW_CHOICES:
         messages.error(request, _("Choose on, off or the account's default."))

@@ -30,6 +30,8 @@ TOKENS = "tokens"      #: the member's own API tokens
 WEBHOOKS = "webhooks"  #: the account's webhook endpoint
 TEAM = "team"          #: invite, change roles, remove members; every member's tokens
 PUBLIC = "public"      #: a page in the customer area anyone may read (no account involved)
+PERSONAL = "personal"  #: the signed-in user's own business, whatever account they act for
+                       #: (accepting an invitation, switching accounts): login, no role
 
 RIGHTS = (VIEW, ORDER, OPERATE, TOKENS, WEBHOOKS, TEAM)
 
@@ -107,7 +109,7 @@ def declared_rights(rights) -> dict[str, str]:
         per_method = {method.upper(): right for method, right in dict(rights).items()}
         if "GET" in per_method:
             per_method.setdefault("HEAD", per_method["GET"])
-    unknown = set(per_method.values()) - set(RIGHTS) - {PUBLIC}
+    unknown = set(per_method.values()) - set(RIGHTS) - {PUBLIC, PERSONAL}
     if unknown or not per_method:
         raise ImproperlyConfigured(f"unknown right(s) {sorted(unknown)}: use one of {RIGHTS} or PUBLIC")
     return per_method
@@ -133,6 +135,8 @@ def customer_view(rights):
                 return view(request, *args, **kwargs)
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
+            if needed == PERSONAL:
+                return view(request, *args, **kwargs)
             acting = acting_for(request)
             request.account, request.acting = acting.account, acting
             if not acting.may(needed):

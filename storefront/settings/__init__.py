@@ -561,3 +561,9 @@ WEBHOOK_MANUAL_SEND_WINDOW_MINUTES = int(os.environ.get("WEBHOOK_MANUAL_SEND_WIN
 CELERY_IMPORTS = ["rental.notifications.tasks"]  # the webhook delivery task
 # --- issues 25 and 26: storage on each site's Ceph cluster, snapshots of lease disks
 from .storage import *  # noqa: E402,F403
+
+# --- teams (ADR 0017): members of an account with roles
+# An invitation link works this many days, once.
+WORKBENCH_TEAM_INVITE_DAYS = int(os.environ.get("WORKBENCH_TEAM_INVITE_DAYS", "7"))
+# Members plus pending invitations per account: a bound on what one account can make us mail.
+WORKBENCH_TEAM_MAX_MEMBERS = int(os.environ.get("WORKBENCH_TEAM_MAX_MEMBERS", "50"))

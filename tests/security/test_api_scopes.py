@@ -32,7 +32,8 @@ def objects(catalog, customer, settings):
     return {"lease_id": lease.pk, "invoice_id": invoice.pk, "key_id": key.pk, "action": "restart",
             "rest": "no-such-endpoint",
             # storage, quotes and webhook deliveries: none exist, so a right-scoped call is a 404
-            "volume_id": 10**6, "snapshot_id": 10**6, "account_id": 10**6, "quote_id": 10**6, "delivery_id": 10**6}
+            "volume_id": 10**6, "snapshot_id": 10**6, "account_id": 10**6, "quote_id": 10**6, "delivery_id": 10**6,
+            "member_id": 10**6, "invitation_id": 10**6}  # teams: none in the team
 
 
 def concrete(route: str, values: dict) -> str:
