@@ -12,11 +12,10 @@ from billing.sla import api as sla_api
 from billing.sla import views as sla_views
 from billing.storage import api as storage_api
 from fleet.instances import urls as fleet_instance_urls
-from rental import api, i18n, views, webhooks_api
+from rental import api, i18n, team_api, views, webhooks_api
 from rental.accounts import login_limits, recovery
 from rental.accounts import views as otp_views
 from rental.accounts.throttle import per_posted_email, per_user, throttle_posts
-from rental.teams import api as team_api
 from rental.teams import views as team_views
 
 

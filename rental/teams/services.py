@@ -76,7 +76,8 @@ def invitation_path(raw: str) -> str:
 
 def _mail_invitation(invitation: Invitation, raw: str) -> None:
     """Best effort, like the notices' mail: the owner also sees the link once on the page."""
-    base = getattr(settings, "SITE_URL", "").rstrip("/")
+    from ..notifications.notices import public_url
+
     send_mail(
         _("You are invited to a GPU rental team"),
         _("%(who)s invites you to act for the account %(account)s as %(role)s.\n\n"
@@ -84,7 +85,7 @@ def _mail_invitation(invitation: Invitation, raw: str) -> None:
           "%(link)s\n") % {"who": invitation.invited_by.username if invitation.invited_by else "",
                            "account": invitation.account.username, "role": Role(invitation.role).label,
                            "until": invitation.expires_at.strftime("%Y-%m-%d %H:%M"),
-                           "link": base + invitation_path(raw)},
+                           "link": public_url(invitation_path(raw))},
         settings.DEFAULT_FROM_EMAIL, [invitation.email], fail_silently=True)
 
 

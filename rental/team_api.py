@@ -4,10 +4,10 @@ owners' (right TEAM) with a token that has the manage scope."""
 from django.http import Http404, JsonResponse
 from django.utils.translation import gettext as _
 
-from ..api import ApiError, api_endpoint, json_body
-from ..api_schema import iso
-from .rights import TEAM, role_rights
-from .services import (
+from .api import ApiError, api_endpoint, json_body
+from .api_schema import iso
+from .teams.rights import TEAM, role_rights
+from .teams.services import (
     TeamRefused,
     invitation_create,
     invitation_path,
