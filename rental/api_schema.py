@@ -366,6 +366,28 @@ PATHS.update({
                                        "vendor": {"type": "string"}}}}}}, "Images")}}},
 })
 
+# Teams (ADR 0017): the account's members; changes are the owners' (right "team").
+_ROLE = {"type": "string", "enum": ["owner", "billing", "developer", "read_only"]}
+PATHS.update({
+    "/api/v1/team": {
+        "get": _op("getTeam", "The members and their roles, your role and rights; owners also the pending "
+                   "invitations", "200", {"type": "object"}, 401, 403, params=()),
+        "post": _op("inviteMember", "Invite an e-mail address in a role; the single-use `link` is in this answer "
+                    "only (and mailed)", "201", {"type": "object"}, 400, 401, 403, params=(),
+                    body={"required": True, "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["email", "role"],
+                        "properties": {"email": {"type": "string"}, "role": _ROLE}}}}})},
+    "/api/v1/team/members/{id}": {
+        "patch": _op("setMemberRole", "Change a member's role (409 for the account holder)", "200",
+                     {"type": "object"}, 400, 401, 403, 404, 409, body={"required": True, "content": {
+                         "application/json": {"schema": {"type": "object", "required": ["role"],
+                                                         "properties": {"role": _ROLE}}}}}),
+        "delete": _op("removeMember", "Remove a member: their access and tokens for this account end at once",
+                      "200", {"type": "object"}, 401, 403, 404, 409)},
+    "/api/v1/team/invitations/{id}": {"delete": _op("withdrawInvitation", "Withdraw a pending invitation", "200",
+                                                    {"type": "object"}, 401, 403, 404)},
+})
+
 
 def _contributions() -> list:
     found = []

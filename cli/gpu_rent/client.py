@@ -82,3 +82,6 @@ class Api:
 
     def delete(self, path: str, **kw) -> dict:
         return self.request("DELETE", path, **kw)
+
+    def patch(self, path: str, body: dict | None = None, **kw) -> dict:
+        return self.request("PATCH", path, body=body or {}, **kw)

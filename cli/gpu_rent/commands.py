@@ -578,3 +578,46 @@ def cmd_webhook(api: Api, args) -> int:
 def cmd_confirm_late(api: Api, args) -> int:
     invoice = api.post(f"quotes/{args.quote}/confirm-late")
     return _done(args, invoice, f"Paid from your balance: invoice #{invoice['id']}.")
+
+
+# --- the team (members with roles) ---------------------------------------------------------
+
+MEMBER_COLUMNS = [("id", "ID"), ("username", "MEMBER"), ("role", "ROLE"), ("since", "SINCE (UTC)")]
+
+
+def _member_id(api: Api, who: str) -> int:
+    members = api.get("team")["members"]
+    match = [m for m in members if m["username"] == who or str(m["id"]) == who]
+    if not match:
+        raise CliError(NOT_FOUND, f"No member {who!r} in this team.")
+    return match[0]["id"]
+
+
+def cmd_team(api: Api, args) -> int:
+    action = {"list": "ls", "remove": "rm"}.get(args.team_command, args.team_command or "ls")
+    if action == "ls":
+        team = api.get("team")
+        if args.json:
+            emit_json(team)
+            return OK
+        print(f"Account {team['account']} · you: {team['you']['username']} ({team['you']['role']})")
+        table(team["members"], MEMBER_COLUMNS)
+        if team.get("invitations"):
+            print("\nPending invitations:")
+            table(team["invitations"], [("id", "ID"), ("email", "E-MAIL"), ("role", "ROLE"), ("expires_at", "EXPIRES")])
+        return OK
+    if action == "invite":
+        made = api.post("team", {"email": args.email, "role": args.role})
+        link = api.base + made["link"]
+        return _done(args, {**made, "link": link},
+                     f"Invited {made['email']} as {made['role']} (mailed too). The link works once, "
+                     f"until {made['expires_at']}; it is shown only now:\n{link}")
+    if action == "withdraw":
+        return _done(args, api.delete(f"team/invitations/{args.invitation}"),
+                     f"Invitation #{args.invitation} withdrawn.")
+    member_id = _member_id(api, args.member)
+    if action == "role":
+        changed = api.patch(f"team/members/{member_id}", {"role": args.role})
+        return _done(args, changed, f"{changed['username']} is now {changed['role']}.")
+    return _done(args, api.delete(f"team/members/{member_id}"), f"Removed {args.member} from the team.")
+

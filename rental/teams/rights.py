@@ -56,8 +56,8 @@ def role_rights(role: str | None) -> frozenset[str]:
 
 def role_of(*, account, member) -> str | None:
     """The member's role in the account, None when they are not in it."""
-    if account is None or member is None:
-        return None
+    if account is None or member is None or not member.is_active:
+        return None   # a deactivated member's tokens stop with their sign-in
     if account.pk == member.pk:
         return Role.OWNER
     return (Membership.objects.filter(account=account, member=member, account__is_active=True)

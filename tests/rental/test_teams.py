@@ -12,7 +12,13 @@ from rental.accounts.services import api_token_create
 from rental.models import ApiScope, Lease, LeaseEvent
 from rental.teams.models import Invitation, Membership, Role
 from rental.teams.rights import SESSION_KEY
-from rental.teams.services import TeamRefused, invitation_accept, invitation_create, member_remove, member_role_set
+from rental.teams.services import (
+    TeamRefused,
+    invitation_accept,
+    invitation_create,
+    member_remove,
+    member_role_set,
+)
 
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
 
