@@ -74,10 +74,16 @@ def invitation_path(raw: str) -> str:
     return reverse("team_join", args=[raw])
 
 
+def _public_url(path: str) -> str:
+    """PUBLIC_URL, else https:// and the first named host, like the notices' links (not
+    imported from rental.notifications, whose pages import the rights from here)."""
+    base = settings.PUBLIC_URL or next((f"https://{host}" for host in settings.ALLOWED_HOSTS
+                                        if host not in ("*", "") and not host.startswith(".")), "")
+    return base.rstrip("/") + path
+
+
 def _mail_invitation(invitation: Invitation, raw: str) -> None:
     """Best effort, like the notices' mail: the owner also sees the link once on the page."""
-    from ..notifications.notices import public_url
-
     send_mail(
         _("You are invited to a GPU rental team"),
         _("%(who)s invites you to act for the account %(account)s as %(role)s.\n\n"
@@ -85,7 +91,7 @@ def _mail_invitation(invitation: Invitation, raw: str) -> None:
           "%(link)s\n") % {"who": invitation.invited_by.username if invitation.invited_by else "",
                            "account": invitation.account.username, "role": Role(invitation.role).label,
                            "until": invitation.expires_at.strftime("%Y-%m-%d %H:%M"),
-                           "link": public_url(invitation_path(raw))},
+                           "link": _public_url(invitation_path(raw))},
         settings.DEFAULT_FROM_EMAIL, [invitation.email], fail_silently=True)
 
 
