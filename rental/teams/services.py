@@ -133,6 +133,8 @@ def invitation_accept(*, raw: str, user: User, now: datetime | None = None) -> M
 @transaction.atomic
 def invitation_revoke(*, account: User, invitation_id: int, actor: User, now: datetime | None = None) -> bool:
     now = now or timezone.now()
+    if not 0 < invitation_id <= MAX_ID:
+        return False
     invitation = Invitation.objects.filter(pk=invitation_id, account=account, accepted_at__isnull=True,
                                            revoked_at__isnull=True).first()
     if invitation is None:
@@ -143,7 +145,13 @@ def invitation_revoke(*, account: User, invitation_id: int, actor: User, now: da
     return True
 
 
+#: Ids past a 64-bit column are nobody's (a query with one would fail in the driver).
+MAX_ID = 2**63 - 1
+
+
 def _membership(account: User, member_id: int) -> Membership | None:
+    if not 0 < member_id <= MAX_ID:
+        return None
     return (Membership.objects.select_for_update().select_related("member")
             .filter(account=account, member_id=member_id).first())
 

@@ -16,6 +16,7 @@ from ..shown_once import keep_to_show_once, take_to_show
 from .models import Membership, Role
 from .rights import PERSONAL, SESSION_KEY, TEAM, VIEW, acting_for, customer_view
 from .services import (
+    MAX_ID,
     TeamRefused,
     accounts_of,
     invitation_accept,
@@ -176,7 +177,8 @@ def account_switch(request):
         chosen = request.user.pk
     if chosen == request.user.pk:
         request.session.pop(SESSION_KEY, None)
-    elif Membership.objects.filter(account_id=chosen, member=request.user, account__is_active=True).exists():
+    elif 0 < chosen <= MAX_ID and Membership.objects.filter(account_id=chosen, member=request.user,
+                                                            account__is_active=True).exists():
         request.session[SESSION_KEY] = chosen
     else:
         raise Http404

@@ -191,3 +191,25 @@ def test_a_billing_member_orders_for_the_account_and_the_event_names_them(client
     lease = Lease.objects.get(pk=response.json()["lease"]["id"])
     assert lease.customer == customer                                        # the account's lease
     assert LeaseEvent.objects.get(lease=lease, kind="created").actor == carol  # carol ordered it
+
+
+def test_a_refused_member_is_told_why_and_where(client, customer, other_customer):
+    member(customer, other_customer, Role.READ_ONLY)
+    act_for(client, other_customer, customer)
+    response = client.post("/account/ssh-keys/", {"name": "k", "public_key": ED25519})
+    assert response.status_code == 403
+    page = response.content.decode()
+    assert "Your role in the account alice does not allow this" in page and 'href="/account/team/"' in page
+
+
+def test_ids_past_the_column_are_not_found(client, customer, settings):
+    settings.API_REQUESTS_PER_IP_PER_MINUTE = settings.API_REQUESTS_PER_TOKEN_PER_MINUTE = 10**6
+    raw = api_token_create(customer=customer, name="o", scopes=list(ApiScope.values))[1]
+    for method, url in [("DELETE", f"/api/v1/team/members/{2**64}"), ("PATCH", f"/api/v1/team/members/{2**64}"),
+                        ("DELETE", f"/api/v1/team/invitations/{2**64}")]:
+        response = client.generic(method, url, json.dumps({"role": "billing"}), content_type="application/json",
+                                  HTTP_AUTHORIZATION=f"Bearer {raw}")
+        assert response.status_code == 404, (method, url, response.content)
+    client.force_login(customer)
+    assert client.post("/account/switch/", {"account": str(2**64)}).status_code == 404
+    assert client.post("/account/team/remove/", {"member": str(2**64)}).status_code == 404
