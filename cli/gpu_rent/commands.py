@@ -53,7 +53,10 @@ def cmd_whoami(api: Api, args) -> int:
     if args.json:
         emit_json(me)
     else:
-        print(f"{me['username']} · scopes {' '.join(me['token']['scopes'])} · balance ${me['balance_usd']}")
+        who = me["username"]
+        if me.get("member") and me["member"] != me["username"]:   # a team member's token (teams)
+            who = f"{me['member']} for {me['username']} ({me['role']})"
+        print(f"{who} · scopes {' '.join(me['token']['scopes'])} · balance ${me['balance_usd']}")
     return OK
 
 

@@ -65,5 +65,7 @@ def test_gpu_rent_team(cli, customer, other_customer):
                               created_at=timezone.now())
     dev = api_token_create(customer=customer, member=other_customer, name="d", scopes=["read", "manage"])[1]
     assert cli("login", "--url", cli.url, "--token-stdin", stdin=dev + "\n")[0] == 0
+    code, out, _ = cli("whoami")
+    assert code == 0 and out.startswith("bob for alice (developer)")
     code, _out, err = cli("team", "invite", "x@example.org", "owner")
     assert code == errors.BY_STATUS[403] and "developer" in err

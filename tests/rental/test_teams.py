@@ -213,3 +213,21 @@ def test_ids_past_the_column_are_not_found(client, customer, settings):
     client.force_login(customer)
     assert client.post("/account/switch/", {"account": str(2**64)}).status_code == 404
     assert client.post("/account/team/remove/", {"member": str(2**64)}).status_code == 404
+
+
+def test_an_invitee_without_an_account_signs_up_from_the_link_and_joins(client, customer, settings):
+    settings.SIGNUPS_PER_IP = settings.SIGNUP_ATTEMPTS_PER_IP = 100
+    _invitation, raw = invitation_create(account=customer, email="dana@example.org", role="read_only",
+                                         invited_by=customer)
+    link = f"/account/team/join/{raw}/"
+    offer = client.get(link).content.decode()
+    signup = re.search(r'href="(/accounts/signup/\?next=[^"]+)"', offer).group(1)
+    response = client.post(signup.replace("&amp;", "&"), {
+        "username": "dana", "email": "dana@example.org", "password1": "a long pass phrase 42",
+        "password2": "a long pass phrase 42", "next": link})
+    assert response.status_code == 302
+    codes_page = client.get(response["Location"]).content.decode()   # recovery codes first, then back
+    assert link in codes_page
+    assert client.post(link).status_code == 302
+    joined = Membership.objects.get(account=customer)
+    assert joined.member.username == "dana" and joined.role == Role.READ_ONLY
