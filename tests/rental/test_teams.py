@@ -231,3 +231,19 @@ def test_an_invitee_without_an_account_signs_up_from_the_link_and_joins(client, 
     assert client.post(link).status_code == 302
     joined = Membership.objects.get(account=customer)
     assert joined.member.username == "dana" and joined.role == Role.READ_ONLY
+
+
+@pytest.mark.parametrize("role, shown", [
+    (Role.READ_ONLY, set()),
+    (Role.DEVELOPER, {"ssh_key_create", "token_create"}),
+    (Role.BILLING, set()),
+    (Role.OWNER, {"ssh_key_create", "token_create", "webhook_save", "account_settings"}),
+])
+def test_the_settings_page_offers_only_the_forms_the_role_may_post(client, customer, other_customer, role, shown):
+    from django.urls import reverse
+
+    member(customer, other_customer, role)
+    act_for(client, other_customer, customer)
+    page = client.get("/account/settings/").content.decode()
+    forms = {"ssh_key_create", "token_create", "webhook_save", "account_settings"}
+    assert {name for name in forms if f'action="{reverse(name)}"' in page} == shown
