@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 
 from inventory.audit import audit_record
 
+from ..models import ApiToken
 from .models import Invitation, Membership, Role
 
 TOKEN_PREFIX = "inv_"
@@ -201,9 +202,13 @@ def member_remove(*, account: User, member_id: int, actor: User, now: datetime |
         return False
     if membership.role == Role.OWNER and owners_count(account) <= 1:
         raise TeamRefused(_("The last owner cannot be removed."))
+    # Their tokens for this account are powerless from now on (the role is read per request);
+    # revoking them too means a later invitation does not bring old tokens back to life.
+    revoked = ApiToken.objects.filter(customer=account, member_id=member_id, revoked_at__isnull=True).update(
+        revoked_at=now)
     audit_record(actor=actor, action="team_remove", obj=membership, at=now,
                  detail={"account": account.pk, "member": member_id, "role": membership.role,
-                         "left": actor.pk == member_id})
+                         "left": actor.pk == member_id, "tokens_revoked": revoked})
     membership.delete()
     return True
 

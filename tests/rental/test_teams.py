@@ -176,6 +176,8 @@ def test_the_team_api(client, customer, other_customer, carol, settings):
     assert call("PATCH", f"/api/v1/team/members/{other_customer.pk}", owner, {"role": "billing"}).status_code == 404
     assert call("DELETE", f"/api/v1/team/members/{carol.pk}", owner).json() == {"removed": carol.pk}
     assert call("GET", "/api/v1/team", dev).status_code == 401               # her token: no power left
+    member(customer, carol, Role.DEVELOPER)                                  # invited again later:
+    assert call("GET", "/api/v1/team", dev).status_code == 401               # the old token stays dead
     assert AuditEntry.objects.filter(action__in=["team_invite", "team_invite_revoke", "team_role", "team_remove"],
                                      actor=customer).count() == 4
 
