@@ -353,3 +353,42 @@ def test_the_docs_name_how_to_declare(db):
     """The failure message tells whoever adds a route what to write."""
     assert "customer_view" in HOW_TO_DECLARE and "right=" in HOW_TO_DECLARE
     assert json.dumps(sorted(RIGHTS))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_pages_follow_the_members_current_role(client, team, django_user_model, data):
+    """The pages' side of the invariant, with the acting account in the session: a member in
+    a random role gets a 403 exactly where the role lacks the right; once removed (the
+    session still naming alice's account) they act for their own account again, where
+    alice's objects are not found."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        user = django_user_model.objects.create_user(username="hypothesis-page-member", password="x" * 12)
+        role = data.draw(st.sampled_from(Role.values), label="role")
+        Membership.objects.create(account=team["account"], member=user, role=role, created_at=timezone.now())
+        client.force_login(user)
+        session = client.session
+        session[SESSION_KEY] = team["account"].pk
+        session.save()
+        removed = data.draw(st.booleans(), label="removed after choosing the account")
+        if removed:
+            Membership.objects.filter(member=user).delete()
+        pages = [(route, view, method) for route, view in customer_pages()
+                 for method in page_methods(view.customer_rights)
+                 if page_right(view.customer_rights, method) not in (PUBLIC, PERSONAL)]
+        route, view, method = data.draw(st.sampled_from(pages), label="page")
+        response = client.generic(method, concrete(route, team["mine"]), data="",
+                                  content_type="application/x-www-form-urlencoded")
+        right = page_right(view.customer_rights, method)
+        if removed:
+            assert response.status_code != 403          # their own account: its owner
+            if any(f"<int:{name}>" in route for name in team["mine"]):
+                assert response.status_code in (404, 405), (route, method, response.status_code)
+        elif right in ROLE_RIGHTS[role]:
+            assert response.status_code != 403, (role, method, route)
+        else:
+            assert response.status_code == 403, (role, method, route, response.status_code)
+        client.logout()
+        transaction.set_rollback(True)
