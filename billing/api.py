@@ -108,7 +108,7 @@ def _without_retired(addons: dict) -> dict:
     return {k: v for k, v in addons.items() if k not in RETIRED_ADDONS}
 
 
-@api_endpoint("POST", scope="order", also={"pay": "when pay_from_balance is true"})
+@api_endpoint("POST", scope="order", also={"pay": "when pay_from_balance is true"}, right="order")
 def orders(request):
     data = json_body(request)
     if data.get("pay_from_balance") is True:
@@ -197,7 +197,7 @@ def quote_json(request, quote) -> dict:
             "page": request.build_absolute_uri(reverse("payments:quote", args=[quote.pk]))}
 
 
-@api_endpoint("GET", scope="read")
+@api_endpoint("GET", scope="read", right="view")
 def invoice_detail(request, invoice_id: int):
     invoice = (Invoice.objects.prefetch_related("lines")
                .filter(pk=invoice_id, customer=request.api_user).first())
@@ -206,7 +206,7 @@ def invoice_detail(request, invoice_id: int):
     return JsonResponse(invoice_json(invoice))
 
 
-@api_endpoint("POST", scope="pay")
+@api_endpoint("POST", scope="pay", right="order")
 def refund(request, lease_id: int):
     lease = customer_lease(request, lease_id)
     try:
@@ -222,17 +222,19 @@ def refund(request, lease_id: int):
 
 # --- issue 30: what the command-line client needs ---------------------------------------------
 
-@api_endpoint("GET", scope="read")
+@api_endpoint("GET", scope="read", right="view")
 def account(request):
     """Who the token belongs to, what it may do and the balance (the CLI's `login` check)."""
     user, token = request.api_user, request.api_token
     balance = account_for(user).balance_cents
     return JsonResponse({"username": user.username, "token": {"name": token.name, "prefix": token.prefix,
                                                               "scopes": sorted(token.scope_set)},
+                         # teams (ADR 0017): who made the token and their role in this account
+                         "member": request.api_member.username, "role": request.api_role,
                          "balance_cents": balance, "balance_usd": usd(balance)})
 
 
-@api_endpoint("GET", scope="read")
+@api_endpoint("GET", scope="read", right="view")
 def invoices(request):
     """The customer's invoices, newest first; ?state=open|paid|expired|void filters."""
     rows = Invoice.objects.filter(customer=request.api_user).prefetch_related("lines")
@@ -244,7 +246,7 @@ def invoices(request):
     return JsonResponse({"invoices": [invoice_json(inv) for inv in rows[:200]]})
 
 
-@api_endpoint("POST", scope="order", also={"pay": "when pay_from_balance is true"})
+@api_endpoint("POST", scope="order", also={"pay": "when pay_from_balance is true"}, right="order")
 def lease_extend(request, lease_id: int):
     """Pay the next term now: the renewal invoice of the term starting at the current end
     (one per term, the same the renewal sweep makes), paid from the balance when asked."""
@@ -264,7 +266,7 @@ def lease_extend(request, lease_id: int):
     return lease_and_invoice(request, lease, invoice)
 
 
-@api_endpoint("POST", scope="order")
+@api_endpoint("POST", scope="order", right="order")
 def invoice_quote(request, invoice_id: int):
     """{"coin": "LTC"}: the crypto payment details of an open invoice (address, exact
     amount, payment URI, expiry); an unpaid quote for the same coin is reused."""
@@ -290,7 +292,7 @@ def invoice_quote(request, invoice_id: int):
 
 # --- the invoice and balance page's actions -----------------------------------------------------
 
-@api_endpoint("POST", scope="pay")
+@api_endpoint("POST", scope="pay", right="order")
 def invoice_pay(request, invoice_id: int):
     """Pay an open order or renewal invoice from the balance (the invoice page's button)."""
     from django.utils import timezone
@@ -309,7 +311,7 @@ def invoice_pay(request, invoice_id: int):
     return JsonResponse(invoice_json(Invoice.objects.prefetch_related("lines").get(pk=invoice.pk)))
 
 
-@api_endpoint("POST", scope="order")
+@api_endpoint("POST", scope="order", right="order")
 def top_up(request):
     """{"amount_usd": "50.00"}: a top-up invoice for the balance (the balance page's form),
     paid in a coin like any invoice (POST /api/v1/invoices/{id}/quote)."""
@@ -326,7 +328,7 @@ def top_up(request):
     return JsonResponse(invoice_json(Invoice.objects.prefetch_related("lines").get(pk=invoice.pk)), status=201)
 
 
-@api_endpoint("POST", scope="pay")
+@api_endpoint("POST", scope="pay", right="order")
 def quote_confirm_late(request, quote_id: int):
     """A payment that came after its quote closed is on the balance: use it for what it was
     meant to buy (the quote page's button; once per quote)."""

@@ -2,12 +2,14 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
+from rental.teams.rights import customer_view
+
 from . import views
 
 app_name = "billing"
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="billing:invoices"), name="index"),
+    path("", customer_view("view")(RedirectView.as_view(pattern_name="billing:invoices")), name="index"),
     path("invoices/", views.invoice_list, name="invoices"),
     path("invoices/<int:invoice_id>/", views.invoice_detail, name="invoice"),
     path("invoices/<int:invoice_id>/pay/", views.invoice_pay, name="invoice_pay"),

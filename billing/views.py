@@ -17,6 +17,7 @@ from rental.accounts.throttle import order_address
 from rental.forms import ADDON_FIELDS, OrderForm
 from rental.models import ADDON_LIMITS_TB, TERM_LENGTH, Image, Lease, Term
 from rental.storage import StorageRefused
+from rental.teams.rights import customer_view
 from rental.timeline import layout, order_milestones
 from rental.workbench_views import keep_generated_secrets, order_form_workbench
 
@@ -76,7 +77,7 @@ def _summary(offer: Offer, term: str, addons: dict[str, int], *, customer) -> di
 def _order_form(request, offer: Offer, stock: dict, data=None, initial=None) -> OrderForm:
     images = Image.objects.filter(is_active=True, vendor=offer.gpu_model.vendor)
     return OrderForm(data, initial=initial, offer=offer, stock=stock, sites=Site.objects.filter(is_active=True),
-                     images=images, customer=request.user)
+                     images=images, customer=request.account)
 
 
 def _balance_covers(user, offer: Offer, data) -> bool:
@@ -87,12 +88,13 @@ def _balance_covers(user, offer: Offer, data) -> bool:
 def _render_order(request, offer, form, stock, *, status=200, sold_out=False):
     source = request.POST if request.method == "POST" else request.GET
     context = {"offer": offer, "form": form, "stock": stock, "sold_out": sold_out,
-               "balance_cents": account_for(request.user).balance_cents,
-               **_summary(offer, *_choice(source), customer=request.user)}
+               "balance_cents": account_for(request.account).balance_cents,
+               **_summary(offer, *_choice(source), customer=request.account)}
     template = "billing/_order_summary.html" if request.htmx and request.method == "GET" else "billing/order.html"
     return render(request, template, context, status=status)
 
 
+@customer_view({"GET": "view", "POST": "order"})
 @login_required
 @require_http_methods(["GET", "POST"])
 def order(request, offer_slug: str):
@@ -103,7 +105,7 @@ def order(request, offer_slug: str):
             return render(request, "billing/sold_out.html", {"offer": offer})
         initial = {k: v for k, v in request.GET.items()
                    if k in ("site", "term", "image", "restore_from", "image_ref", *ADDON_FIELDS)}
-        initial["pay_from_balance"] = _balance_covers(request.user, offer, request.GET)
+        initial["pay_from_balance"] = _balance_covers(request.account, offer, request.GET)
         return _render_order(request, offer, _order_form(request, offer, stock, initial=initial), stock)
     if "preview" in request.POST:
         initial = request.POST.dict()
@@ -120,7 +122,7 @@ def _place_order(request, offer: Offer, form: OrderForm, stock: dict):
     data = form.cleaned_data
     try:
         lease, _invoice = checkout_place_order(
-            customer=request.user, offer=offer, site=data["site"], term=data["term"], image=data["image"],
+            customer=request.account, offer=offer, site=data["site"], term=data["term"], image=data["image"],
             ssh_public_key=data["ssh_public_key"], addons=form.addons(), pay_from_balance=data["pay_from_balance"],
             client_address=order_address(request), restore_from=data.get("restore_from"),
             workbench=data.get("workbench"))
@@ -151,7 +153,7 @@ def _save_pasted_key(request, public_key: str, lease: Lease) -> None:
     (saved already, the key limit, the name taken) is said on the lease page it goes to."""
     comment = public_key.split(" ", 2)[2] if public_key.count(" ") >= 2 else ""
     try:
-        key = ssh_key_add(customer=request.user, name=comment or f"lease-{lease.pk}", public_key=public_key)
+        key = ssh_key_add(customer=request.account, name=comment or f"lease-{lease.pk}", public_key=public_key)
     except SshKeyRefused as exc:
         messages.warning(request, _("The key was not saved to your account: %(why)s") % {"why": exc})
     else:
@@ -160,18 +162,20 @@ def _save_pasted_key(request, public_key: str, lease: Lease) -> None:
 
 # --- invoices -------------------------------------------------------------------------------
 
+@customer_view("view")
 @login_required
 @require_GET
 def invoice_list(request):
-    return render(request, "billing/invoices.html", {"invoices": customer_invoices(request.user)[:200]})
+    return render(request, "billing/invoices.html", {"invoices": customer_invoices(request.account)[:200]})
 
 
+@customer_view("view")
 @login_required
 @require_GET
 def invoice_detail(request, invoice_id: int):
-    invoice = get_object_or_404(customer_invoices(request.user).prefetch_related("lines"), pk=invoice_id)
-    balance = account_for(request.user).balance_cents
-    coins = coin_choices(request.user)
+    invoice = get_object_or_404(customer_invoices(request.account).prefetch_related("lines"), pk=invoice_id)
+    balance = account_for(request.account).balance_cents
+    coins = coin_choices(request.account)
     context = {"invoice": invoice, "balance_cents": balance, "coins": coins,
                "coin_codes": ", ".join(c.code for c in coins),
                "can_pay_from_balance": invoice.state == Invoice.State.OPEN and invoice.kind != Invoice.Kind.TOPUP
@@ -179,12 +183,13 @@ def invoice_detail(request, invoice_id: int):
     return render(request, "billing/invoice_detail.html", context)
 
 
+@customer_view("order")
 @login_required
 @require_POST
 def invoice_pay(request, invoice_id: int):
-    invoice = get_object_or_404(customer_invoices(request.user), pk=invoice_id)
+    invoice = get_object_or_404(customer_invoices(request.account), pk=invoice_id)
     try:
-        invoice_pay_from_balance(invoice=invoice, now=timezone.now(), actor=request.user)
+        invoice_pay_from_balance(invoice=invoice, now=timezone.now(), actor=request.account)
     except BillingError as exc:
         messages.error(request, str(exc))
     else:
@@ -192,12 +197,13 @@ def invoice_pay(request, invoice_id: int):
     return redirect("billing:invoice", invoice_id=invoice.pk)
 
 
+@customer_view("order")
 @login_required
 @require_POST
 def invoice_pay_demo_view(request, invoice_id: int):
-    invoice = get_object_or_404(customer_invoices(request.user), pk=invoice_id)
+    invoice = get_object_or_404(customer_invoices(request.account), pk=invoice_id)
     try:
-        invoice_pay_demo(invoice=invoice, actor=request.user, now=timezone.now())
+        invoice_pay_demo(invoice=invoice, actor=request.account, now=timezone.now())
     except BillingError as exc:
         messages.error(request, str(exc))
     else:
@@ -207,18 +213,19 @@ def invoice_pay_demo_view(request, invoice_id: int):
 
 # --- balance --------------------------------------------------------------------------------
 
+@customer_view({"GET": "view", "POST": "order"})
 @login_required
 @require_http_methods(["GET", "POST"])
 def balance(request):
     form = TopUpForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            invoice = topup_invoice_create(customer=request.user, amount_cents=form.cleaned_data["amount_cents"])
+            invoice = topup_invoice_create(customer=request.account, amount_cents=form.cleaned_data["amount_cents"])
         except BillingError as exc:
             form.add_error("amount", str(exc))
         else:
             return redirect("billing:invoice", invoice_id=invoice.pk)
-    account = account_for(request.user)
+    account = account_for(request.account)
     entries = LedgerEntry.objects.filter(account=account).select_related("invoice")[:200]
     context = {"account": account, "entries": entries, "form": form}
     return render(request, "billing/balance.html", context, status=400 if form.errors else 200)
@@ -226,16 +233,17 @@ def balance(request):
 
 # --- refund ---------------------------------------------------------------------------------
 
+@customer_view({"GET": "view", "POST": "order"})
 @login_required
 @require_http_methods(["GET", "POST"])
 def refund(request, lease_id: int):
     """GET asks for confirmation (works without JavaScript); POST refunds."""
-    lease = get_object_or_404(Lease.objects.filter(customer=request.user).select_related("offer__gpu_model"),
+    lease = get_object_or_404(Lease.objects.filter(customer=request.account).select_related("offer__gpu_model"),
                               pk=lease_id)
     if request.method == "GET":
         return render(request, "billing/refund_confirm.html", {"lease": lease})
     try:
-        cents = lease_refund(lease=lease, actor=request.user)
+        cents = lease_refund(lease=lease, actor=request.account)
     except BillingError as exc:
         messages.error(request, _("Refund refused: %(why)s") % {"why": exc})
     else:
@@ -246,15 +254,16 @@ def refund(request, lease_id: int):
 
 # --- issue 30: pay the next term now ------------------------------------------------------
 
+@customer_view("order")
 @login_required
 @require_POST
 def lease_extend(request, lease_id: int):
     """The lease page's "Extend by one term" form (no JavaScript needed): pays the next term
     from the balance, or opens its invoice for a crypto payment."""
-    lease = get_object_or_404(Lease.objects.filter(customer=request.user), pk=lease_id)
+    lease = get_object_or_404(Lease.objects.filter(customer=request.account), pk=lease_id)
     from_balance = request.POST.get("pay") == "balance"
     try:
-        invoice = lease_extend_order(lease=lease, actor=request.user, pay_from_balance=from_balance)
+        invoice = lease_extend_order(lease=lease, actor=request.account, pay_from_balance=from_balance)
     except BillingError as exc:
         messages.error(request, _("Not extended: %(why)s") % {"why": exc})
         return redirect("lease_detail", lease_id=lease.pk)

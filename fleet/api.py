@@ -12,7 +12,7 @@ from .instances.views import ACTIONS
 from .workbench_api import lease_workbench
 
 
-@api_endpoint("POST", scope="manage")
+@api_endpoint("POST", scope="manage", right="operate")
 def instance_action(request, lease_id: int, action: str):
     if action not in ACTIONS:
         raise Http404
@@ -26,7 +26,7 @@ def instance_action(request, lease_id: int, action: str):
     return JsonResponse({"action": action, "message": _(done), "lease": lease_json(lease, scopes=token_scopes(request))}, status=202)
 
 
-@api_endpoint("POST", scope="manage")
+@api_endpoint("POST", scope="manage", right="operate")
 def instance_restore_api(request, lease_id: int):
     """Issue 26: {"snapshot": <id>} replaces the stopped lease's disk with the snapshot."""
     from .services import instance_restore

@@ -23,7 +23,7 @@ def _answer(lease, status: int = 200, changed=None) -> JsonResponse:
     return JsonResponse(body, status=status)
 
 
-@api_endpoint("GET", "PATCH", scope={"GET": "read", "PATCH": "manage"})
+@api_endpoint("GET", "PATCH", scope={"GET": "read", "PATCH": "manage"}, right={"GET": "view", "PATCH": "operate"})
 def lease_workbench(request, lease_id: int):
     """PATCH {"env": {"NAME": "value" | null}, "secrets": {"NAME": "value" | null},
     "ports": [{"port": 8888, "allow": [CIDR, …]}], "start_command": "…"}: each part optional;

@@ -6,19 +6,26 @@ from .accounts.services import customer_settings
 from .accounts.two_factor import is_enrolled
 from .forms import ApiTokenForm, SettingsForm, SshKeyForm
 from .models import ApiToken, Notification, RecoveryCode, SshKey
+from .teams.rights import TEAM, acting_for
 
 
 def settings_context(request, **extra) -> dict:
     """The settings page's context; `extra` overrides a part (a bound form with its errors,
     a token or webhook secret shown once)."""
-    prefs = customer_settings(request.user)
+    acting = acting_for(request)   # teams: the account's things; two-factor and recovery are the member's own
+    account = acting.account
+    prefs = customer_settings(account)
+    tokens = ApiToken.objects.filter(customer=account).select_related("member")
+    if not acting.may(TEAM):       # a member sees (and revokes) the tokens they made
+        tokens = tokens.filter(member=request.user)
     return {
-        "form": SettingsForm(initial={"email": request.user.email, "auto_renew": prefs.auto_renew}),
+        "acting": acting,
+        "form": SettingsForm(initial={"email": account.email, "auto_renew": prefs.auto_renew}),
         "token_form": ApiTokenForm(),
         "ssh_key_form": SshKeyForm(),
-        "ssh_keys": SshKey.objects.filter(customer=request.user),
-        "tokens": ApiToken.objects.filter(customer=request.user).order_by("revoked_at", "-created_at", "-pk"),
-        "notifications": Notification.objects.filter(customer=request.user).select_related("lease")[:50],
+        "ssh_keys": SshKey.objects.filter(customer=account),
+        "tokens": tokens.order_by("revoked_at", "-created_at", "-pk"),
+        "notifications": Notification.objects.filter(customer=account).select_related("lease")[:50],
         "two_factor_on": is_enrolled(request.user),
         "recovery_codes_left": RecoveryCode.objects.filter(user=request.user, used_at__isnull=True).count(),
         **extra,

@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 
+from inventory.audit import acting_member
 from inventory.models import Site
 from inventory.selectors import catalog_rows
 
@@ -24,6 +25,14 @@ from .api_schema import build_schema, iso
 from .idempotency import run_once
 from .models import Image, Lease, NetworkVolume, Snapshot, SshKey
 from .services import account_auto_renew, lease_auto_renew_set, lease_auto_renews
+from .teams.rights import (
+    SCOPE_RIGHTS,
+    TEAM,
+    declared_rights,
+    needed_right,
+    role_of,
+    role_rights,
+)
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_JSON_DEPTH = 20  # our bodies nest 2 deep; deeper is an attack on the parser
@@ -66,12 +75,26 @@ def _body_too_big(request) -> bool:
 
 
 def require_scope(request, scope: str) -> None:
-    """403 unless the request's token carries `scope` (read, order, manage or pay)."""
+    """403 unless the request's token carries `scope` (read, order, manage or pay) and, for
+    a scope beyond the route's own, its member's role has the matching right (teams)."""
+    _require_token_scope(request, scope)
+    require_right(request, SCOPE_RIGHTS[scope])
+
+
+def _require_token_scope(request, scope: str) -> None:
     token = getattr(request, "api_token", None)
     if token is None or scope not in token.scope_set:
         raise ApiError(403, "insufficient_scope",
                        _("This token lacks the “%(scope)s” scope; make one that has it in your settings.")
                        % {"scope": scope}, scope=scope)
+
+
+def require_right(request, right: str) -> None:
+    """403 unless the token's member's role in the account has `right` (rental.teams.rights)."""
+    if right not in role_rights(getattr(request, "api_role", None)):
+        raise ApiError(403, "role_forbids",
+                       _("Your role in this account (%(role)s) does not allow this.")
+                       % {"role": getattr(request, "api_role", None) or "none"}, right=right)
 
 
 PUBLIC = None  #: the scope of a route anyone may call, without a token
@@ -97,7 +120,7 @@ def _within_rate(request, scope: str, limit_setting: str, key: str | None = None
                          window_seconds=API_RATE_WINDOW_SECONDS, key=key)
 
 
-def api_endpoint(*methods: str, scope, also: dict[str, str] | None = None):
+def api_endpoint(*methods: str, scope, also: dict[str, str] | None = None, right=None):
     """Method check (405), body size (413), rate limits per client address and per token
     (429 with Retry-After), bearer auth (401), the token's scope (403) and JSON errors for a
     view; the customer is `request.api_user`, the token `request.api_token`.
@@ -106,10 +129,16 @@ def api_endpoint(*methods: str, scope, also: dict[str, str] | None = None):
     a {method: scope} mapping, or PUBLIC (no token). `also` names scopes a request needs
     only in some cases ({"pay": "when pay_from_balance is true"}), which the view checks
     with require_scope. Both are kept on the view (`api_scopes`, `api_also`) for the route
-    table in docs/API.md and for the test that walks every route."""
+    table in docs/API.md and for the test that walks every route.
+
+    `right` (teams, ADR 0017): what the token's member's role in the account must allow,
+    one right (rental.teams.rights: VIEW, ORDER, OPERATE, TOKENS, WEBHOOKS, TEAM) or a
+    {method: right} mapping; kept as `api_rights`. A route with a token scope that declares
+    no right is the owners' only (and tests/rental/test_team_rights.py fails on it)."""
     per_method = dict(scope) if isinstance(scope, dict) else {method: scope for method in methods}
     if set(per_method) != set(methods):
         raise ValueError(f"declare a scope for each of {methods}, no more")
+    rights = None if right is None else declared_rights(right)
 
     def decorate(view):
         @csrf_exempt
@@ -127,7 +156,13 @@ def api_endpoint(*methods: str, scope, also: dict[str, str] | None = None):
                 return _too_many("API_REQUESTS_PER_IP_PER_MINUTE")
             needed = per_method[request.method]
             request.api_token = api_token_authenticate(_bearer_token(request)) if _bearer_token(request) else None
+            # The account the token acts for, the member who made it and their role now: a
+            # demoted or removed member's tokens lose that power at once (ADR 0017).
             request.api_user = request.api_token.customer if request.api_token else None
+            request.api_member = (request.api_token.member or request.api_user) if request.api_token else None
+            request.api_role = role_of(account=request.api_user, member=request.api_member)
+            if request.api_token is not None and request.api_role is None:
+                request.api_token = request.api_user = request.api_member = None  # no longer in the account
             if needed is not PUBLIC and request.api_user is None:
                 response = error_response(401, "unauthorized", _("Send a valid API token as 'Authorization: Bearer <token>'."))
                 response["WWW-Authenticate"] = 'Bearer realm="api"'
@@ -137,7 +172,8 @@ def api_endpoint(*methods: str, scope, also: dict[str, str] | None = None):
                 return _too_many("API_REQUESTS_PER_TOKEN_PER_MINUTE")
             try:
                 if needed is not PUBLIC:
-                    require_scope(request, needed)
+                    _require_token_scope(request, needed)
+                    require_right(request, needed_right(rights, request.method) if rights else TEAM)
             except ApiError as exc:
                 return exc.response()
 
@@ -150,8 +186,12 @@ def api_endpoint(*methods: str, scope, also: dict[str, str] | None = None):
                     return error_response(404, "not_found", _("Not found."))
 
             # A write with an Idempotency-Key runs once per account and key (rental.idempotency).
-            return run_once(request, request.api_user, call) if request.api_user is not None else call()
+            if request.api_user is None:
+                return call()
+            with acting_member(account_id=request.api_user.pk, member=request.api_member):
+                return run_once(request, request.api_user, call)
         wrapper.api_scopes = per_method
+        wrapper.api_rights = rights
         wrapper.api_also = dict(also or {})
         return wrapper
     return decorate
@@ -261,7 +301,7 @@ def offers(request):
     return JsonResponse({"offers": [offer_json(row) for row in catalog_rows()]})
 
 
-@api_endpoint("GET", scope="read")
+@api_endpoint("GET", scope="read", right="view")
 def leases(request):
     rows = (Lease.objects.filter(customer=request.api_user)
             .select_related("offer__gpu_model", "site", "image", "registry_credential").order_by("-created_at", "-pk")[:200])
@@ -270,7 +310,7 @@ def leases(request):
                                   for lease in rows]})
 
 
-@api_endpoint("GET", scope="read")
+@api_endpoint("GET", scope="read", right="view")
 def lease_detail(request, lease_id: int):
     return JsonResponse(lease_json(customer_lease(request, lease_id), scopes=token_scopes(request), events=True))
 
@@ -282,7 +322,7 @@ def schema(request):
 
 # --- issue 30: what the command-line client needs ---------------------------------------------
 
-@api_endpoint("POST", scope="manage", also={"pay": "unless it turns it off: true or null (the account's default) lets renewals spend the balance"})
+@api_endpoint("POST", scope="manage", also={"pay": "unless it turns it off: true or null (the account's default) lets renewals spend the balance"}, right="order")
 def lease_auto_renew(request, lease_id: int):
     """{"auto_renew": true | false | null}: null follows the account's default. Turning it
     off can let a lease lapse (manage); on, or the account's default, spends the balance
@@ -304,7 +344,7 @@ def ssh_key_json(key: SshKey) -> dict:
             "created_at": iso(key.created_at)}
 
 
-@api_endpoint("GET", "POST", scope={"GET": "read", "POST": "order"})
+@api_endpoint("GET", "POST", scope={"GET": "read", "POST": "order"}, right={"GET": "view", "POST": "operate"})
 def ssh_keys(request):
     """GET: the saved SSH keys; POST {"name", "public_key"} saves one."""
     if request.method == "GET":
@@ -320,7 +360,7 @@ def ssh_keys(request):
     return JsonResponse(ssh_key_json(key), status=201)
 
 
-@api_endpoint("DELETE", scope="order")
+@api_endpoint("DELETE", scope="order", right="operate")
 def ssh_key_detail(request, key_id: int):
     if not ssh_key_delete(customer=request.api_user, key_id=key_id):
         raise Http404

@@ -13,6 +13,7 @@ class RentalConfig(AppConfig):
         # The notifications ledger and webhooks are rental's tables (app label and migrations:
         # rental) with their models in their package, which rental.models does not import.
         importlib.import_module("rental.notifications.models")
+        importlib.import_module("rental.teams.models")  # memberships and invitations (ADR 0017)
         importlib.import_module("rental.idempotency")  # the API's Idempotency-Key records (ADR 0011)
 
     def ready(self):

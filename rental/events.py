@@ -6,6 +6,8 @@ these (issue 33)."""
 from dataclasses import dataclass
 from datetime import datetime
 
+from inventory.audit import audit_actor
+
 from .models import LeaseEvent
 
 
@@ -31,5 +33,6 @@ def events_record(events: list[LeaseEvent]) -> list[LeaseEvent]:
 def event_row(lease_id: int, *, kind: str, now: datetime, actor=None, from_state="", to_state="", reason="",
               data=None) -> LeaseEvent:
     """The unsaved LeaseEvent `event_record` writes (for `events_record`)."""
-    return LeaseEvent(lease_id=lease_id, kind=kind, at=now, actor=actor if getattr(actor, "pk", None) else None,
+    return LeaseEvent(lease_id=lease_id, kind=kind, at=now,
+                      actor=audit_actor(actor) if getattr(actor, "pk", None) else None,
                       from_state=from_state, to_state=to_state, reason=reason[:300], data=data or {})

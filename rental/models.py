@@ -271,6 +271,10 @@ class ApiToken(models.Model):
     """Per-customer API token; only its SHA-256 is stored. `scopes` is space-separated."""
 
     customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    #: Teams (ADR 0017): the member who made it, acting for `customer` (the account); the
+    #: token can do what its scopes AND this member's current role allow. Empty: the holder.
+    member = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+                               related_name="member_api_tokens")
     name = models.CharField(max_length=60)
     token_hash = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=8)

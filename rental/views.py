@@ -36,6 +36,7 @@ from .lease_page import lease_page_context
 from .models import ApiToken, Lease
 from .services import lease_auto_renew_set, lease_auto_renews
 from .shown_once import keep_to_show_once, take_to_show
+from .teams.rights import TEAM, customer_view, may
 from .timeline import layout, lease_milestones
 
 
@@ -116,29 +117,34 @@ def _customer_leases(user):
     return Lease.objects.filter(customer=user).select_related("offer__gpu_model", "site", "image")
 
 
+@customer_view("view")
 @login_required
 @require_GET
 def lease_list(request):
     now = timezone.now()
     rows = [(lease, layout(lease_milestones(lease, now), now)["upcoming"][:3])
-            for lease in _customer_leases(request.user)]
+            for lease in _customer_leases(request.account)]
     context = {"rows": rows, "sizing_url": _optional_url("sizing"), "now": now}
     return render(request, "rental/leases.html", context)
 
 
+@customer_view("view")
 @login_required
 @require_GET
 def lease_detail(request, lease_id: int):
-    lease = get_object_or_404(_customer_leases(request.user).select_related("disk_key"), pk=lease_id)
+    lease = get_object_or_404(_customer_leases(request.account).select_related("disk_key"), pk=lease_id)
     now = timezone.now()
     context = {"lease": lease, "now": now, **lease_page_context(lease, now),
                "timeline": layout(lease_milestones(lease, now), now), "events": lease.events.select_related("actor"),
                "auto_renews": lease_auto_renews(lease),
-               "account_auto_renew": customer_settings(request.user).auto_renew}
+               "account_auto_renew": customer_settings(request.account).auto_renew}
     # htmx polls the live region (the whole page but its heading) while something is in progress.
     return render(request, "rental/_lease_live.html" if request.htmx else "rental/lease_detail.html", context)
 
 
+# Saving edits the account's notice address and renewal default: its owners' (a member
+# changes their own address in their own account).
+@customer_view({"GET": "view", "POST": "team"})
 @login_required
 @require_http_methods(["GET", "POST"])
 def account_settings(request):
@@ -147,12 +153,13 @@ def account_settings(request):
     form = SettingsForm(request.POST)
     if not form.is_valid():
         return render(request, "rental/settings.html", settings_context(request, form=form), status=400)
-    customer_settings_update(user=request.user, email=form.cleaned_data["email"],
+    customer_settings_update(user=request.account, email=form.cleaned_data["email"],
                              auto_renew=form.cleaned_data["auto_renew"])
     messages.success(request, _("Settings saved."))
     return redirect("account_settings")
 
 
+@customer_view("tokens")
 @never_cache
 @login_required
 @require_POST
@@ -161,7 +168,7 @@ def token_create(request):
     if not form.is_valid():
         return render(request, "rental/settings.html", settings_context(request, token_form=form), status=400)
     try:
-        token, raw = api_token_create(customer=request.user, name=form.cleaned_data["name"],
+        token, raw = api_token_create(customer=request.account, member=request.user, name=form.cleaned_data["name"],
                                       scopes=form.cleaned_data["scopes"])
     except TokenLimit:
         form.add_error(None, _("You have too many tokens; revoke one first."))
@@ -179,17 +186,18 @@ def _new_token_to_show(request) -> dict:
     kept = take_to_show(request, NEW_TOKEN)
     if kept is None:
         return {}
-    row = ApiToken.objects.filter(customer=request.user, pk=kept["token_id"]).first()
+    row = ApiToken.objects.filter(customer=request.account, pk=kept["token_id"]).first()
     return {"new_token": kept["raw"], "new_token_row": row} if row else {}
 
 
+@customer_view("operate")
 @login_required
 @require_POST
 def ssh_key_create(request):
     form = SshKeyForm(request.POST)
     if form.is_valid():
         try:
-            key = ssh_key_add(customer=request.user, name=form.cleaned_data["name"],
+            key = ssh_key_add(customer=request.account, name=form.cleaned_data["name"],
                               public_key=form.cleaned_data["public_key"])
         except SshKeyRefused as exc:
             form.add_error("public_key", str(exc))
@@ -199,42 +207,50 @@ def ssh_key_create(request):
     return render(request, "rental/settings.html", settings_context(request, ssh_key_form=form), status=400)
 
 
+@customer_view("operate")
 @login_required
 @require_POST
 def ssh_key_remove(request, key_id: int):
-    if not ssh_key_delete(customer=request.user, key_id=key_id):
+    if not ssh_key_delete(customer=request.account, key_id=key_id):
         raise Http404
     messages.success(request, _("SSH key deleted. Running leases keep the key they were ordered with."))
     return redirect(reverse("account_settings") + "#ssh-keys")
 
 
+@customer_view("tokens")
 @login_required
 @require_POST
 def token_revoke(request, token_id: int):
-    if not api_token_revoke(customer=request.user, token_id=token_id):
+    # A member revokes their own tokens; the owners anyone's in the account.
+    member = None if may(request, TEAM) else request.user
+    if not api_token_revoke(customer=request.account, token_id=token_id, member=member):
         raise Http404
     messages.success(request, _("Token revoked."))
     return redirect("account_settings")
 
 
+@customer_view("view")
 @login_required
 @require_POST
 def notification_read(request, notification_id: int | None = None):
-    notification_mark_read(customer=request.user, notification_id=notification_id)
+    notification_mark_read(customer=request.account, notification_id=notification_id)
     return redirect(reverse("account_settings") + "#notifications")
 
 
 AUTO_RENEW_CHOICES = {"on": True, "off": False, "default": None}
 
 
+@customer_view("order")
 @login_required
 @require_POST
 def lease_auto_renew(request, lease_id: int):
     """Issue 30: the lease page's auto-renew choice (on, off, or the account's default)."""
+    if not Lease.objects.filter(pk=lease_id, customer=request.account).exists():
+        raise Http404  # another account's lease: not found, whatever was posted
     choice = request.POST.get("auto_renew", "")
     if choice not in AUTO_RENEW_CHOICES:
         messages.error(request, _("Choose on, off or the account's default."))
-    elif not lease_auto_renew_set(customer=request.user, lease_id=lease_id, auto_renew=AUTO_RENEW_CHOICES[choice]):
+    elif not lease_auto_renew_set(customer=request.account, lease_id=lease_id, auto_renew=AUTO_RENEW_CHOICES[choice]):
         raise Http404
     else:
         messages.success(request, _("Auto-renew saved for this lease."))

@@ -44,7 +44,7 @@ def _within_manual_sends(request) -> None:
                        limit="WEBHOOK_MANUAL_SENDS_PER_USER")
 
 
-@api_endpoint("GET", "POST", "DELETE", scope={"GET": "read", "POST": "manage", "DELETE": "manage"})
+@api_endpoint("GET", "POST", "DELETE", scope={"GET": "read", "POST": "manage", "DELETE": "manage"}, right={"GET": "view", "POST": "webhooks", "DELETE": "webhooks"})
 def webhook(request):
     """GET: the endpoint and its latest deliveries. POST {"url"}: set it (a new endpoint's
     secret is in this answer only). DELETE: remove it."""
@@ -69,7 +69,7 @@ def webhook(request):
     return _endpoint_json(endpoint, secret)
 
 
-@api_endpoint("POST", scope="manage")
+@api_endpoint("POST", scope="manage", right="webhooks")
 def webhook_rotate(request):
     endpoint = _endpoint(request.api_user)
     if endpoint is None:
@@ -77,7 +77,7 @@ def webhook_rotate(request):
     return _endpoint_json(endpoint, webhook_secret_rotate(endpoint=endpoint, actor=request.api_user))
 
 
-@api_endpoint("POST", scope="manage")
+@api_endpoint("POST", scope="manage", right="webhooks")
 def webhook_test(request):
     _within_manual_sends(request)
     now = timezone.now()
@@ -87,7 +87,7 @@ def webhook_test(request):
     return JsonResponse({"message": _("Test event queued; see the delivery log.")}, status=202)
 
 
-@api_endpoint("POST", scope="manage")
+@api_endpoint("POST", scope="manage", right="webhooks")
 def webhook_redeliver(request, delivery_id: int):
     delivery = WebhookDelivery.objects.filter(pk=delivery_id, endpoint__owner=request.api_user,
                                               endpoint__scope=WebhookEndpoint.Scope.CUSTOMER).first()

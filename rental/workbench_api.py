@@ -53,7 +53,7 @@ def credential_json(row: RegistryCredential) -> dict:
             "created_at": iso(row.created_at), "updated_at": iso(row.updated_at)}
 
 
-@api_endpoint("GET", "POST", scope={"GET": "read", "POST": "order"})
+@api_endpoint("GET", "POST", scope={"GET": "read", "POST": "order"}, right={"GET": "view", "POST": "operate"})
 def registry_credentials(request):
     """GET: the account's registry credentials (no passwords); POST {"name", "server",
     "username", "password"} saves one (the same name replaces it)."""
@@ -70,7 +70,7 @@ def registry_credentials(request):
     return JsonResponse(credential_json(row), status=201)
 
 
-@api_endpoint("DELETE", scope="order")
+@api_endpoint("DELETE", scope="order", right="operate")
 def registry_credential_detail(request, credential_id: int):
     try:
         if not registry_credential_delete(customer=request.api_user, credential_id=credential_id, now=timezone.now()):
@@ -87,7 +87,7 @@ def variable_json(row: AccountVariable) -> dict:
             "updated_at": iso(row.updated_at)}
 
 
-@api_endpoint("GET", "POST", scope={"GET": "read", "POST": "order"})
+@api_endpoint("GET", "POST", scope={"GET": "read", "POST": "order"}, right={"GET": "view", "POST": "operate"})
 def account_variables(request):
     """GET: the account's variables (secrets by name only); POST {"name", "value", "secret"}
     saves one (the same name replaces it). Leases ordered from then on get them."""
@@ -106,7 +106,7 @@ def account_variables(request):
     return JsonResponse(variable_json(row), status=201)
 
 
-@api_endpoint("DELETE", scope="order")
+@api_endpoint("DELETE", scope="order", right="operate")
 def account_variable_detail(request, name: str):
     row = AccountVariable.objects.filter(customer=request.api_user, name=name).first()
     if row is None or not account_variable_delete(customer=request.api_user, variable_id=row.pk, now=timezone.now()):

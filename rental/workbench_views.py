@@ -4,19 +4,18 @@ forms, no JavaScript needed; every change goes through rental.workbench's servic
 A secret typed into any of these forms is never rendered back: the fields are write-only."""
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
-from django.views.decorators.http import require_POST
 
 from .account_page import settings_context
 from .forms import WriteOnlyTextarea
 from .models import Lease
 from .shown_once import keep_to_show_once, take_to_show
+from .teams.rights import OPERATE, customer_view
 from .workbench import (
     WorkbenchChangeRefused,
     account_variable_delete,
@@ -117,14 +116,13 @@ def _change_from_form(form: LeaseWorkbenchForm, lease: Lease) -> dict:
             "start_command": data["start_command"].replace("\r\n", "\n")}
 
 
-@login_required
-@require_POST
+@customer_view({"POST": OPERATE})
 def lease_workbench_update(request, lease_id: int):
-    lease = get_object_or_404(Lease.objects.filter(customer=request.user), pk=lease_id)
+    lease = get_object_or_404(Lease.objects.filter(customer=request.account), pk=lease_id)
     form = lease_workbench_form(lease, request.POST)
     if form.is_valid():
         try:
-            result = lease_workbench_change(lease_id=lease.pk, customer=request.user, now=timezone.now(),
+            result = lease_workbench_change(lease_id=lease.pk, customer=request.account, now=timezone.now(),
                                             **_change_from_form(form, lease))
         except WorkbenchChangeRefused as exc:
             messages.error(request, str(exc))
@@ -198,14 +196,13 @@ def _settings_page(request, **forms_with_errors):
 WORKBENCH_ANCHOR = "#workbench"
 
 
-@login_required
-@require_POST
+@customer_view({"POST": OPERATE})
 def registry_credential_create(request):
     form = RegistryCredentialForm(request.POST)
     if form.is_valid():
         data = form.cleaned_data
         try:
-            row = registry_credential_save(customer=request.user, name=data["name"], server=data["server"],
+            row = registry_credential_save(customer=request.account, name=data["name"], server=data["server"],
                                            username=data["username"], password=data["password"], now=timezone.now())
         except WorkbenchRefused as exc:
             for problem in exc.problems:
@@ -216,11 +213,10 @@ def registry_credential_create(request):
     return _settings_page(request, registry_credential_form=form)
 
 
-@login_required
-@require_POST
+@customer_view({"POST": OPERATE})
 def registry_credential_remove(request, credential_id: int):
     try:
-        if not registry_credential_delete(customer=request.user, credential_id=credential_id, now=timezone.now()):
+        if not registry_credential_delete(customer=request.account, credential_id=credential_id, now=timezone.now()):
             raise Http404
     except WorkbenchRefused as exc:
         messages.error(request, str(exc))
@@ -229,14 +225,13 @@ def registry_credential_remove(request, credential_id: int):
     return redirect(reverse("account_settings") + WORKBENCH_ANCHOR)
 
 
-@login_required
-@require_POST
+@customer_view({"POST": OPERATE})
 def account_variable_create(request):
     form = AccountVariableForm(request.POST)
     if form.is_valid():
         data = form.cleaned_data
         try:
-            row = account_variable_set(customer=request.user, name=data["name"], value=data["value"],
+            row = account_variable_set(customer=request.account, name=data["name"], value=data["value"],
                                        secret=data["secret"], now=timezone.now())
         except WorkbenchRefused as exc:
             for problem in exc.problems:
@@ -247,10 +242,9 @@ def account_variable_create(request):
     return _settings_page(request, account_variable_form=form)
 
 
-@login_required
-@require_POST
+@customer_view({"POST": OPERATE})
 def account_variable_remove(request, variable_id: int):
-    if not account_variable_delete(customer=request.user, variable_id=variable_id, now=timezone.now()):
+    if not account_variable_delete(customer=request.account, variable_id=variable_id, now=timezone.now()):
         raise Http404
     messages.success(request, _("Deleted. Leases ordered before keep their copy."))
     return redirect(reverse("account_settings") + WORKBENCH_ANCHOR)

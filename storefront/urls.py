@@ -12,10 +12,11 @@ from billing.sla import api as sla_api
 from billing.sla import views as sla_views
 from billing.storage import api as storage_api
 from fleet.instances import urls as fleet_instance_urls
-from rental import api, i18n, views, webhooks_api, workbench_api, workbench_views
+from rental import api, i18n, team_api, views, webhooks_api, workbench_api, workbench_views
 from rental.accounts import login_limits, recovery
 from rental.accounts import views as otp_views
 from rental.accounts.throttle import per_posted_email, per_user, throttle_posts
+from rental.teams import views as team_views
 
 
 class FaviconRedirect(RedirectView):
@@ -76,6 +77,8 @@ customer = [
     path("account/ssh-keys/<int:key_id>/delete/", views.ssh_key_remove, name="ssh_key_delete"),
     path("account/tokens/<int:token_id>/revoke/", views.token_revoke, name="token_revoke"),
     path("account/webhooks/", include("rental.notifications.urls")),  # issue 30
+    path("account/team/", include("rental.teams.urls")),  # teams: members and roles (ADR 0017)
+    path("account/switch/", team_views.account_switch, name="account_switch"),
     path("account/notifications/read/", views.notification_read, name="notifications_read_all"),
     path("account/notifications/<int:notification_id>/read/", views.notification_read, name="notification_read"),
     path("order/<slug:offer_slug>/", billing_views.order, name="order"),
@@ -129,6 +132,9 @@ api_v1 = [
     path("webhook/test", webhooks_api.webhook_test, name="api_webhook_test"),
     path("webhook/deliveries/<int:delivery_id>/redeliver", webhooks_api.webhook_redeliver,
          name="api_webhook_redeliver"),
+    path("team", team_api.team, name="api_team"),  # teams (ADR 0017)
+    path("team/members/<int:member_id>", team_api.member, name="api_team_member"),
+    path("team/invitations/<int:invitation_id>", team_api.invitation, name="api_team_invitation"),
     path("sites", api.sites, name="api_sites"),
     path("images", api.images, name="api_images"),
     path("<path:rest>", api.not_found),

@@ -18,7 +18,7 @@ def claim_json(claim: SlaClaim) -> dict:
             "decided_at": iso(claim.decided_at), "decision_reason": claim.decision_reason}
 
 
-@api_endpoint("GET", "POST", scope={"GET": "read", "POST": "order"})
+@api_endpoint("GET", "POST", scope={"GET": "read", "POST": "order"}, right={"GET": "view", "POST": "order"})
 def sla_claims(request):
     """GET: your claims. POST {"lease", "period": "YYYY-MM", "message"}: file one; the
     credit is computed now and an operator decides."""

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from inventory.templatetags.money import format_usd
 from rental.models import Lease
+from rental.teams.rights import customer_view
 
 from ..models import SlaClaim
 from .services import ClaimRefused, claimable_periods, month_bounds, sla_claim_file
@@ -55,15 +56,16 @@ def affected_periods(*, customer, now) -> list:
     return found
 
 
+@customer_view({"GET": "view", "POST": "order"})
 @login_required
 @require_http_methods(["GET", "POST"])
 def sla_claims(request):
     now = timezone.now()
-    form = SlaClaimForm(request.POST or None, customer=request.user, now=now)
+    form = SlaClaimForm(request.POST or None, customer=request.account, now=now)
     if request.method == "POST" and form.is_valid():
         year, month = (int(x) for x in form.cleaned_data["period"].split("-"))
         try:
-            claim = sla_claim_file(customer=request.user, lease=form.cleaned_data["lease"],
+            claim = sla_claim_file(customer=request.account, lease=form.cleaned_data["lease"],
                                    period=timezone.datetime(year, month, 1).date(),
                                    message=form.cleaned_data["message"], now=now)
         except ClaimRefused as exc:
@@ -74,7 +76,7 @@ def sla_claims(request):
                              % {"id": claim.pk, "credit": format_usd(claim.credit_cents, always_cents=True),
                                 "pct": claim.availability_pct})
             return redirect("sla:claims")
-    claims = SlaClaim.objects.filter(customer=request.user).select_related("lease__offer__gpu_model")[:50]
+    claims = SlaClaim.objects.filter(customer=request.account).select_related("lease__offer__gpu_model")[:50]
     return render(request, "billing/sla_claim.html", {"form": form, "claims": claims})
 
 
@@ -83,6 +85,7 @@ def _pct(fraction) -> str:
     return f"{float(fraction * 100):g}"
 
 
+@customer_view("public")
 @require_GET
 def sla_terms(request):
     """The public SLA, from the same target, bands and claim window that compute credits."""

@@ -79,7 +79,7 @@ def _fresh_volume(volume: NetworkVolume) -> dict:
 
 # --- network volumes ----------------------------------------------------------------------
 
-@api_endpoint("GET", "POST", scope=ORDERS_STORAGE)
+@api_endpoint("GET", "POST", scope=ORDERS_STORAGE, right={"GET": "view", "POST": "order"})
 def volumes(request):
     """GET: your volumes. POST {"site", "size_tb", "name"}: order one, its first 30 days paid
     from the balance."""
@@ -102,7 +102,7 @@ def volumes(request):
     return JsonResponse(_fresh_volume(volume), status=201)
 
 
-@api_endpoint("POST", scope="manage")
+@api_endpoint("POST", scope="manage", right="operate")
 def volume_attach_api(request, volume_id: int):
     """{"lease": id}: attach the volume to a running lease at its site."""
     volume = _volume(request, volume_id)
@@ -118,7 +118,7 @@ def volume_attach_api(request, volume_id: int):
     return JsonResponse(_fresh_volume(volume))
 
 
-@api_endpoint("POST", scope="manage")
+@api_endpoint("POST", scope="manage", right="operate")
 def volume_detach_api(request, volume_id: int):
     """{"lease": id}: detach the volume from that lease."""
     volume = _volume(request, volume_id)
@@ -130,7 +130,7 @@ def volume_detach_api(request, volume_id: int):
     return JsonResponse(_fresh_volume(volume))
 
 
-@api_endpoint("POST", scope="pay")
+@api_endpoint("POST", scope="pay", right="order")
 def volume_grow_api(request, volume_id: int):
     """{"size_tb": n}: grow the volume; the extra TB are paid pro rata from the balance."""
     volume = _volume(request, volume_id)
@@ -144,7 +144,7 @@ def volume_grow_api(request, volume_id: int):
     return JsonResponse(_fresh_volume(volume))
 
 
-@api_endpoint("DELETE", scope="manage")
+@api_endpoint("DELETE", scope="manage", right="operate")
 def volume_delete_api(request, volume_id: int):
     """Delete the volume: detached from every lease, its data purged."""
     volume = _volume(request, volume_id)
@@ -157,7 +157,7 @@ def volume_delete_api(request, volume_id: int):
 
 # --- snapshots ----------------------------------------------------------------------------
 
-@api_endpoint("GET", "POST", scope={"GET": "read", "POST": "manage"})
+@api_endpoint("GET", "POST", scope={"GET": "read", "POST": "manage"}, right={"GET": "view", "POST": "operate"})
 def snapshots(request):
     """GET: your snapshots. POST {"lease", "size_tb"}: take one of a running or suspended
     lease's disk; billed in arrears for what it stores."""
@@ -176,7 +176,7 @@ def snapshots(request):
     return JsonResponse(snapshot_json(Snapshot.objects.select_related("site").get(pk=snap.pk)), status=201)
 
 
-@api_endpoint("POST", scope="manage")
+@api_endpoint("POST", scope="manage", right="operate")
 def snapshot_restore_api(request, snapshot_id: int):
     """{"lease": id}: restore a snapshot onto another running lease in its region (a copy
     kept in a repository restores into a stopped lease: POST /api/v1/leases/{id}/restore)."""
@@ -192,7 +192,7 @@ def snapshot_restore_api(request, snapshot_id: int):
     return JsonResponse({"snapshot": snap.pk, "lease": lease.pk, "restored": True})
 
 
-@api_endpoint("DELETE", scope="manage")
+@api_endpoint("DELETE", scope="manage", right="operate")
 def snapshot_delete_api(request, snapshot_id: int):
     snap = _snapshot(request, snapshot_id)
     storage_delete(obj=snap, now=timezone.now(), actor=request.api_user, reason="deleted by the customer")
@@ -217,7 +217,7 @@ def _secret(account: S3Account, pair: tuple[str, str], status: int = 201) -> Jso
     return response
 
 
-@api_endpoint("GET", "POST", scope=ORDERS_STORAGE)
+@api_endpoint("GET", "POST", scope=ORDERS_STORAGE, right={"GET": "view", "POST": "order"})
 def object_storage(request):
     """GET: your object-storage accounts with their live keys. POST {"site", "quota_gb"}:
     open the site's account (or change its quota); billed per GB-month of what it stores."""
@@ -237,7 +237,7 @@ def object_storage(request):
     return JsonResponse(_s3_json(account), status=201)
 
 
-@api_endpoint("POST", scope="manage")
+@api_endpoint("POST", scope="manage", right="operate")
 def s3_key_new_api(request, account_id: int):
     account = S3Account.objects.filter(customer=request.api_user, state=S3Account.State.ACTIVE,
                                        pk=account_id).select_related("site").first()
@@ -257,7 +257,7 @@ def _s3_key(request, key_id: int) -> S3Key:
     return key
 
 
-@api_endpoint("POST", scope="manage")
+@api_endpoint("POST", scope="manage", right="operate")
 def s3_key_rotate_api(request, key_id: int):
     """A new key first, then this one revoked; the new secret is in this answer only."""
     key = _s3_key(request, key_id)
@@ -267,7 +267,7 @@ def s3_key_rotate_api(request, key_id: int):
         raise _refused(exc) from exc
 
 
-@api_endpoint("DELETE", scope="manage")
+@api_endpoint("DELETE", scope="manage", right="operate")
 def s3_key_revoke_api(request, key_id: int):
     key = _s3_key(request, key_id)
     try:

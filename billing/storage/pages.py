@@ -18,6 +18,7 @@ from inventory.models import Site, StorageProduct
 from rental.models import Lease, LeaseState, NetworkVolume, Snapshot, VolumeAttachment
 from rental.storage import StorageRefused, storage_delete, volume_attach, volume_detach
 from rental.storage import snapshot_restore as _snapshot_restore
+from rental.teams.rights import customer_view
 
 from ..ledger import InsufficientBalance, account_for
 from .charges import snapshot_order, volume_order
@@ -75,7 +76,7 @@ def _price(kind: str) -> int | None:
 
 
 def _page(request, *, volume_form=None, snapshot_form=None, status=200):
-    user = request.user
+    user = request.account
     running = list(_leases(user).filter(state__in=ATTACHABLE))
     volumes = list(_volumes(user).select_related("site"))
     attached = {}
@@ -158,12 +159,14 @@ def snapshot_restore_refusal(snap: Snapshot, lease: Lease, *, confirmed: bool = 
     return None
 
 
+@customer_view("view")
 @login_required
 @require_GET
 def index(request):
     return _page(request)
 
 
+@customer_view("order")
 @login_required
 @require_POST
 def volume_create(request):
@@ -172,7 +175,7 @@ def volume_create(request):
         return _page(request, volume_form=form, status=400)
     data = form.cleaned_data
     try:
-        volume = volume_order(customer=request.user, site=data["site"], name=data["name"], size_tb=data["size_tb"],
+        volume = volume_order(customer=request.account, site=data["site"], name=data["name"], size_tb=data["size_tb"],
                               now=timezone.now())
     except InsufficientBalance as exc:
         _short_balance(request, exc)
@@ -185,17 +188,18 @@ def volume_create(request):
     return _back()
 
 
+@customer_view("operate")
 @login_required
 @require_POST
 def volume_attach_view(request, volume_id: int):
-    volume = get_object_or_404(_volumes(request.user).select_related("site"), pk=volume_id)
-    lease = get_object_or_404(_leases(request.user), pk=_int(request.POST.get("lease")))
+    volume = get_object_or_404(_volumes(request.account).select_related("site"), pk=volume_id)
+    lease = get_object_or_404(_leases(request.account), pk=_int(request.POST.get("lease")))
     refusal = volume_attach_refusal(volume, lease)
     if refusal:
         messages.error(request, refusal)
     else:
         try:
-            volume_attach(volume=volume, lease=lease, now=timezone.now(), actor=request.user)
+            volume_attach(volume=volume, lease=lease, now=timezone.now(), actor=request.account)
         except StorageRefused as exc:
             messages.error(request, _("Refused: %(why)s") % {"why": exc})
         else:
@@ -205,12 +209,13 @@ def volume_attach_view(request, volume_id: int):
     return _back()
 
 
+@customer_view("operate")
 @login_required
 @require_POST
 def volume_detach_view(request, volume_id: int, lease_id: int):
-    volume = get_object_or_404(_volumes(request.user), pk=volume_id)
-    lease = get_object_or_404(_leases(request.user), pk=lease_id)
-    if volume_detach(volume=volume, lease_id=lease.pk, now=timezone.now(), actor=request.user):
+    volume = get_object_or_404(_volumes(request.account), pk=volume_id)
+    lease = get_object_or_404(_leases(request.account), pk=lease_id)
+    if volume_detach(volume=volume, lease_id=lease.pk, now=timezone.now(), actor=request.account):
         volume_attachments_changed(volume=volume, now=timezone.now())
         messages.success(request, _("Volume “%(name)s” detached from lease #%(id)d.")
                          % {"name": volume.name, "id": lease.pk})
@@ -220,19 +225,20 @@ def volume_detach_view(request, volume_id: int, lease_id: int):
     return _back()
 
 
+@customer_view("operate")
 @login_required
 @require_POST
 def snapshot_create(request):
-    form = SnapshotForm(request.POST, customer=request.user)
+    form = SnapshotForm(request.POST, customer=request.account)
     lease_id = _int(request.POST.get("lease"))
     if lease_id is not None:  # someone else's lease is a 404, not a form error
-        get_object_or_404(_leases(request.user), pk=lease_id)
+        get_object_or_404(_leases(request.account), pk=lease_id)
     if not form.is_valid():
         return _page(request, snapshot_form=form, status=400)
     lease = form.cleaned_data["lease"]
     try:
         snap = snapshot_order(lease=lease, size_tb=form.cleaned_data["size_tb"], now=timezone.now(),
-                              actor=request.user)
+                              actor=request.account)
     except InsufficientBalance as exc:
         _short_balance(request, exc)
         return _page(request, snapshot_form=form, status=400)
@@ -251,17 +257,18 @@ def snapshot_create(request):
     return _back()
 
 
+@customer_view("operate")
 @login_required
 @require_POST
 def snapshot_restore(request, snapshot_id: int):
-    snap = get_object_or_404(_snapshots(request.user), pk=snapshot_id)
-    lease = get_object_or_404(_leases(request.user), pk=_int(request.POST.get("lease")))
+    snap = get_object_or_404(_snapshots(request.account), pk=snapshot_id)
+    lease = get_object_or_404(_leases(request.account), pk=_int(request.POST.get("lease")))
     refusal = snapshot_restore_refusal(snap, lease, confirmed=request.POST.get("confirm") == "yes")
     if refusal:
         messages.error(request, refusal)
     else:
         try:
-            _snapshot_restore(snapshot=snap, target=lease, now=timezone.now(), actor=request.user)
+            _snapshot_restore(snapshot=snap, target=lease, now=timezone.now(), actor=request.account)
         except StorageRefused as exc:
             messages.error(request, _("Refused: %(why)s") % {"why": exc})
         else:
@@ -274,7 +281,7 @@ def _delete(request, obj, *, done: str):
     if request.method == "GET":
         return render(request, "billing/storage/confirm_delete.html",
                       {"obj": obj, "is_volume": isinstance(obj, NetworkVolume)})
-    if storage_delete(obj=obj, now=timezone.now(), actor=request.user, reason="deleted by the customer"):
+    if storage_delete(obj=obj, now=timezone.now(), actor=request.account, reason="deleted by the customer"):
         if isinstance(obj, NetworkVolume):
             volume_attachments_changed(volume=obj, now=timezone.now())
             volume_store_purge_start(volume=obj, now=timezone.now())
@@ -282,17 +289,19 @@ def _delete(request, obj, *, done: str):
     return _back()
 
 
+@customer_view({"GET": "view", "POST": "operate"})
 @login_required
 @require_http_methods(["GET", "POST"])
 def volume_delete(request, volume_id: int):
-    volume = get_object_or_404(_volumes(request.user).select_related("site"), pk=volume_id)
+    volume = get_object_or_404(_volumes(request.account).select_related("site"), pk=volume_id)
     return _delete(request, volume, done=_("Volume “%(name)s” deleted.") % {"name": volume.name})
 
 
+@customer_view({"GET": "view", "POST": "operate"})
 @login_required
 @require_http_methods(["GET", "POST"])
 def snapshot_delete(request, snapshot_id: int):
-    snap = get_object_or_404(_snapshots(request.user), pk=snapshot_id)
+    snap = get_object_or_404(_snapshots(request.account), pk=snapshot_id)
     return _delete(request, snap, done=_("Snapshot #%(id)d deleted.") % {"id": snap.pk})
 
 

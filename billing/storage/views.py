@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 from inventory.models import Site
 from rental.models import NetworkVolume
 from rental.storage import StorageRefused
+from rental.teams.rights import customer_view
 
 from ..ledger import InsufficientBalance
 from .charges import volume_grow_order
@@ -46,10 +47,11 @@ def _back():
     return redirect("storage_mine:index")
 
 
+@customer_view("order")
 @login_required
 @require_POST
 def volume_grow(request, volume_id: int):
-    volume = get_object_or_404(NetworkVolume.objects.filter(customer=request.user, state=NetworkVolume.State.ACTIVE)
+    volume = get_object_or_404(NetworkVolume.objects.filter(customer=request.account, state=NetworkVolume.State.ACTIVE)
                                .select_related("site"), pk=volume_id)
     form = GrowForm(request.POST)
     if not form.is_valid():
@@ -57,7 +59,7 @@ def volume_grow(request, volume_id: int):
         return _back()
     try:
         volume = volume_grow_order(volume=volume, size_tb=form.cleaned_data["size_tb"], now=timezone.now(),
-                                   actor=request.user)
+                                   actor=request.account)
     except InsufficientBalance as exc:
         messages.error(request, _("%(why)s Nothing was changed.") % {"why": exc})
     except StorageRefused as exc:
@@ -68,6 +70,7 @@ def volume_grow(request, volume_id: int):
     return _back()
 
 
+@customer_view("order")
 @login_required
 @require_POST
 def s3_open(request):
@@ -76,7 +79,7 @@ def s3_open(request):
         messages.error(request, _("Choose a site and a quota from 1 to 1,000,000 GB."))
         return _back()
     try:
-        account = s3_account_open(customer=request.user, site=form.cleaned_data["site"],
+        account = s3_account_open(customer=request.account, site=form.cleaned_data["site"],
                                   quota_gb=form.cleaned_data["quota_gb"], now=timezone.now())
     except StorageRefused as exc:
         messages.error(request, _("Refused: %(why)s") % {"why": exc})
@@ -93,10 +96,11 @@ def _show_secret(request, account: S3Account, pair: tuple[str, str]):
                    "endpoint": s3_endpoint(account.site)})
 
 
+@customer_view("operate")
 @login_required
 @require_POST
 def s3_key_new(request, account_id: int):
-    account = get_object_or_404(S3Account.objects.filter(customer=request.user, state=S3Account.State.ACTIVE),
+    account = get_object_or_404(S3Account.objects.filter(customer=request.account, state=S3Account.State.ACTIVE),
                                 pk=account_id)
     try:
         pair = s3_key_create(account=account, now=timezone.now())
@@ -107,28 +111,30 @@ def s3_key_new(request, account_id: int):
 
 
 def _key(request, key_id: int) -> S3Key:
-    return get_object_or_404(S3Key.objects.filter(account__customer=request.user, revoked_at__isnull=True)
+    return get_object_or_404(S3Key.objects.filter(account__customer=request.account, revoked_at__isnull=True)
                              .select_related("account__site"), pk=key_id)
 
 
+@customer_view("operate")
 @login_required
 @require_POST
 def s3_key_rotate_view(request, key_id: int):
     key = _key(request, key_id)
     try:
-        pair = s3_key_rotate(key=key, now=timezone.now(), actor=request.user)
+        pair = s3_key_rotate(key=key, now=timezone.now(), actor=request.account)
     except StorageRefused as exc:
         messages.error(request, _("Refused: %(why)s") % {"why": exc})
         return _back()
     return _show_secret(request, key.account, pair)
 
 
+@customer_view("operate")
 @login_required
 @require_POST
 def s3_key_revoke_view(request, key_id: int):
     key = _key(request, key_id)
     try:
-        s3_key_revoke(key=key, now=timezone.now(), actor=request.user)
+        s3_key_revoke(key=key, now=timezone.now(), actor=request.account)
     except StorageRefused as exc:
         messages.error(request, _("Refused: %(why)s") % {"why": exc})
     else:

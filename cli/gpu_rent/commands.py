@@ -53,7 +53,10 @@ def cmd_whoami(api: Api, args) -> int:
     if args.json:
         emit_json(me)
     else:
-        print(f"{me['username']} · scopes {' '.join(me['token']['scopes'])} · balance ${me['balance_usd']}")
+        who = me["username"]
+        if me.get("member") and me["member"] != me["username"]:   # a team member's token (teams)
+            who = f"{me['member']} for {me['username']} ({me['role']})"
+        print(f"{who} · scopes {' '.join(me['token']['scopes'])} · balance ${me['balance_usd']}")
     return OK
 
 
@@ -749,3 +752,46 @@ def cmd_vars(api: Api, args) -> int:
         return _done(args, row, f"Saved {row['name']}{' (secret)' if row['secret'] else ''}: leases you order "
                                 "from now on get it.")
     return _done(args, api.delete(f"account/variables/{args.name}"), f"Deleted {args.name}.")
+
+
+# --- the team (members with roles) ---------------------------------------------------------
+
+MEMBER_COLUMNS = [("id", "ID"), ("username", "MEMBER"), ("role", "ROLE"), ("since", "SINCE (UTC)")]
+
+
+def _member_id(api: Api, who: str) -> int:
+    members = api.get("team")["members"]
+    match = [m for m in members if m["username"] == who or str(m["id"]) == who]
+    if not match:
+        raise CliError(NOT_FOUND, f"No member {who!r} in this team.")
+    return match[0]["id"]
+
+
+def cmd_team(api: Api, args) -> int:
+    action = {"list": "ls", "remove": "rm"}.get(args.team_command, args.team_command or "ls")
+    if action == "ls":
+        team = api.get("team")
+        if args.json:
+            emit_json(team)
+            return OK
+        print(f"Account {team['account']} · you: {team['you']['username']} ({team['you']['role']})")
+        table(team["members"], MEMBER_COLUMNS)
+        if team.get("invitations"):
+            print("\nPending invitations:")
+            table(team["invitations"], [("id", "ID"), ("email", "E-MAIL"), ("role", "ROLE"), ("expires_at", "EXPIRES")])
+        return OK
+    if action == "invite":
+        made = api.post("team", {"email": args.email, "role": args.role})
+        link = api.base + made["link"]
+        return _done(args, {**made, "link": link},
+                     f"Invited {made['email']} as {made['role']} (mailed too). The link works once, "
+                     f"until {made['expires_at']}; it is shown only now:\n{link}")
+    if action == "withdraw":
+        return _done(args, api.delete(f"team/invitations/{args.invitation}"),
+                     f"Invitation #{args.invitation} withdrawn.")
+    member_id = _member_id(api, args.member)
+    if action == "role":
+        changed = api.patch(f"team/members/{member_id}", {"role": args.role})
+        return _done(args, changed, f"{changed['username']} is now {changed['role']}.")
+    return _done(args, api.delete(f"team/members/{member_id}"), f"Removed {args.member} from the team.")
+

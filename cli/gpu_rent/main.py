@@ -9,6 +9,7 @@ from .errors import OK, CliError, epilog
 from .output import emit_json
 
 SORTS = ("price", "per-gpu-hour", "vram", "free", "name")
+TEAM_ROLES = ("owner", "billing", "developer", "read_only")
 
 
 def _common() -> argparse.ArgumentParser:
@@ -185,6 +186,22 @@ def build_parser() -> argparse.ArgumentParser:
     hook.add_parser("test", help="queue a webhook.test event", parents=[common])
     p = hook.add_parser("redeliver", help="queue a delivery again with a new delivery id", parents=[common])
     p.add_argument("delivery", type=int)
+    team = add("team", "the account's members and their roles (no action: list them)").add_subparsers(
+        dest="team_command", required=False, metavar="ACTION")
+    team.add_parser("ls", aliases=["list"], help="members, your role and (owners) pending invitations",
+                    parents=[common])
+    p = team.add_parser("invite", help="invite an e-mail address in a role (the link is shown once)",
+                        parents=[common])
+    p.add_argument("email")
+    p.add_argument("role", choices=TEAM_ROLES)
+    p = team.add_parser("role", help="change a member's role", parents=[common])
+    p.add_argument("member", help="username or id")
+    p.add_argument("role", choices=TEAM_ROLES)
+    p = team.add_parser("withdraw", help="withdraw a pending invitation", parents=[common])
+    p.add_argument("invitation", type=int)
+    p = team.add_parser("rm", aliases=["remove"], help="remove a member (their access and tokens end at once)",
+                        parents=[common])
+    p.add_argument("member", help="username or id")
     p = add("confirm-late", "apply a late crypto payment to its order (paid from the credit it made)")
     p.add_argument("quote", type=int)
     add("sites", "the sites one can order at (the codes --site takes)")

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from rental.api import api_endpoint, customer_lease, error_response
 from rental.models import Lease
 from rental.services import TransitionRefused
+from rental.teams.rights import customer_view
 
 from ..records import proofs_unwiped, record_proofs, sanitization_record
 from ..services import instance_restart, instance_restore, instance_start, instance_stop
@@ -27,14 +28,15 @@ ACTIONS = {
 }
 
 
+@customer_view("operate")
 @login_required
 @require_POST
 def instance_action(request, lease_id: int, action: str):
-    if action not in ACTIONS or not Lease.objects.filter(pk=lease_id, customer=request.user).exists():
+    if action not in ACTIONS or not Lease.objects.filter(pk=lease_id, customer=request.account).exists():
         raise Http404
     service, done = ACTIONS[action]
     try:
-        service(lease_id=lease_id, customer=request.user, now=timezone.now())
+        service(lease_id=lease_id, customer=request.account, now=timezone.now())
     except TransitionRefused as exc:
         messages.error(request, str(exc))
     else:
@@ -42,12 +44,13 @@ def instance_action(request, lease_id: int, action: str):
     return redirect("lease_detail", lease_id=lease_id)
 
 
+@customer_view("operate")
 @login_required
 @require_POST
 def instance_restore_view(request, lease_id: int):
     """Issue 26: the lease page's "Restore a snapshot onto this disk" (a plain form; htmx
     swaps the page's live region with the page it redirects to)."""
-    if not Lease.objects.filter(pk=lease_id, customer=request.user).exists():
+    if not Lease.objects.filter(pk=lease_id, customer=request.account).exists():
         raise Http404
     try:
         snapshot_id = int(request.POST.get("snapshot", ""))
@@ -59,7 +62,7 @@ def instance_restore_view(request, lease_id: int):
         messages.error(request, _("Tick the box to confirm that the snapshot replaces everything on this disk."))
     else:
         try:
-            instance_restore(lease_id=lease_id, customer=request.user, snapshot_id=snapshot_id, now=timezone.now())
+            instance_restore(lease_id=lease_id, customer=request.account, snapshot_id=snapshot_id, now=timezone.now())
         except TransitionRefused as exc:
             messages.error(request, str(exc))
         else:
@@ -81,25 +84,27 @@ def _json_attachment(record: dict, lease_id: int) -> HttpResponse:
     return response
 
 
+@customer_view("view")
 @login_required
 @require_GET
 def sanitization_record_download(request, lease_id: int):
-    lease = get_object_or_404(Lease, pk=lease_id, customer=request.user)
+    lease = get_object_or_404(Lease, pk=lease_id, customer=request.account)
     return _json_attachment(_record_or_404(lease), lease_id)
 
 
+@customer_view("view")
 @login_required
 @require_GET
 def sanitization_record_page(request, lease_id: int):
     """Printable: what was done to the disk, by which node, checked how; the signatures."""
-    lease = get_object_or_404(Lease, pk=lease_id, customer=request.user)
+    lease = get_object_or_404(Lease, pk=lease_id, customer=request.account)
     _record_or_404(lease)
     proofs = record_proofs(lease)
     return render(request, "fleet/sanitization_record.html",
                   {"lease": lease, "proofs": proofs, "unwiped": proofs_unwiped(proofs)})
 
 
-@api_endpoint("GET", scope="read")
+@api_endpoint("GET", scope="read", right="view")
 def sanitization_record_api(request, lease_id: int):
     record = sanitization_record(customer_lease(request, lease_id), now=timezone.now())
     if record is None:

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -29,15 +30,18 @@ def token_hash(raw: str) -> str:
 
 
 @transaction.atomic
-def api_token_create(*, customer: User, name: str, scopes: Iterable[str] = ALL_SCOPES) -> tuple[ApiToken, str]:
-    """Returns the row and the raw token, which is never stored and cannot be shown again."""
+def api_token_create(*, customer: User, name: str, scopes: Iterable[str] = ALL_SCOPES,
+                     member: User | None = None) -> tuple[ApiToken, str]:
+    """Returns the row and the raw token, which is never stored and cannot be shown again.
+    `member`: who makes it for the account `customer` (teams; None or the holder: theirs)."""
     scopes = [s for s in ApiScope.values if s in set(scopes)]  # known ones, in a fixed order
     if not scopes:
         raise ValueError("a token needs at least one scope")
     if ApiToken.objects.filter(customer=customer, revoked_at__isnull=True).count() >= MAX_TOKENS:
         raise TokenLimit
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(customer=customer, name=name.strip()[:60], token_hash=token_hash(raw),
+    member = member if member is not None and member.pk != customer.pk else None
+    token = ApiToken.objects.create(customer=customer, member=member, name=name.strip()[:60], token_hash=token_hash(raw),
                                     prefix=raw[len(TOKEN_PREFIX):len(TOKEN_PREFIX) + 8], scopes=" ".join(scopes))
     audit_record(actor=customer, action="api_token_create", obj=token,
                  detail={"prefix": token.prefix, "scopes": scopes})
@@ -46,8 +50,10 @@ def api_token_create(*, customer: User, name: str, scopes: Iterable[str] = ALL_S
 
 @transaction.atomic
 def api_tokens_revoke_all(*, customer: User, reason: str, now: datetime | None = None) -> int:
-    """Every live token of the customer stops working (e.g. their password changed)."""
-    revoked = ApiToken.objects.filter(customer=customer, revoked_at__isnull=True).update(
+    """Every live token of the customer stops working (e.g. their password changed): their
+    own account's and those they made as a member of other accounts (teams)."""
+    revoked = ApiToken.objects.filter(Q(customer=customer, member__isnull=True) | Q(member=customer),
+                                      revoked_at__isnull=True).update(
         revoked_at=now or timezone.now())
     if revoked:
         audit_record(actor=customer, action="api_tokens_revoke_all", obj=customer,
@@ -56,9 +62,15 @@ def api_tokens_revoke_all(*, customer: User, reason: str, now: datetime | None =
 
 
 @transaction.atomic
-def api_token_revoke(*, customer: User, token_id: int, now: datetime | None = None) -> bool:
-    """Revokes one of the customer's own tokens; False when it is not theirs or already revoked."""
-    token = ApiToken.objects.filter(pk=token_id, customer=customer, revoked_at__isnull=True).first()
+def api_token_revoke(*, customer: User, token_id: int, now: datetime | None = None,
+                     member: User | None = None) -> bool:
+    """Revokes one of the customer's own tokens; False when it is not theirs or already
+    revoked. With `member` (teams): only a token that member made for the account."""
+    tokens = ApiToken.objects.filter(pk=token_id, customer=customer, revoked_at__isnull=True)
+    if member is not None:
+        tokens = tokens.filter(Q(member=member) | Q(member__isnull=True) if member.pk == customer.pk
+                               else Q(member=member))
+    token = tokens.first()
     if token is None:
         return False
     ApiToken.objects.filter(pk=token.pk).update(revoked_at=now or timezone.now())

@@ -7,6 +7,7 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
 from ..lease_page import unread_notices
+from ..teams.rights import acting_for
 
 register = template.Library()
 
@@ -17,7 +18,10 @@ def unread_notice_count(context) -> int:
     if request is None:
         return 0
     if not hasattr(request, "_unread_notices"):
-        request._unread_notices = unread_notices(request.user)
+        # The acting account's notices (teams: a member sees the team's)
+        user = request.user
+        account = acting_for(request).account if getattr(user, "is_authenticated", False) else user
+        request._unread_notices = unread_notices(account)
     return request._unread_notices
 
 

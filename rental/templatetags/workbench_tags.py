@@ -35,10 +35,11 @@ def account_workbench(context) -> dict:
     to add them: the refused ones with their problems when the page shows a refusal."""
     from ..workbench_views import AccountVariableForm, RegistryCredentialForm
 
-    user = context["request"].user
+    acting = context.get("acting")      # the settings page's: the account the member acts for
+    account = acting.account if acting is not None else context["request"].user
     return {
-        "credentials": list(RegistryCredential.objects.filter(customer=user)),
-        "variables": list(AccountVariable.objects.filter(customer=user).only("pk", "name", "secret", "value")),
+        "credentials": list(RegistryCredential.objects.filter(customer=account)),
+        "variables": list(AccountVariable.objects.filter(customer=account).only("pk", "name", "secret", "value")),
         "credential_form": context.get("registry_credential_form") or RegistryCredentialForm(auto_id="rc_%s"),
         "variable_form": context.get("account_variable_form") or AccountVariableForm(auto_id="av_%s"),
     }

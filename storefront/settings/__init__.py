@@ -564,3 +564,9 @@ from .storage import *  # noqa: E402,F403
 
 # --- the customer's workbench: images, templates, variables, secrets, ports (rental.workbench)
 from .workbench import *  # noqa: E402,F403
+
+# --- teams (ADR 0017): members of an account with roles
+# An invitation link works this many days, once.
+WORKBENCH_TEAM_INVITE_DAYS = int(os.environ.get("WORKBENCH_TEAM_INVITE_DAYS", "7"))
+# Members plus pending invitations per account: a bound on what one account can make us mail.
+WORKBENCH_TEAM_MAX_MEMBERS = int(os.environ.get("WORKBENCH_TEAM_MAX_MEMBERS", "50"))

@@ -57,6 +57,10 @@ CHANNELS = {
     "registry_credential_delete": ("DELETE api/v1/registry-credentials/<int:credential_id>", ["registry rm"]),
     "account_variable_create": ("POST api/v1/account/variables", ["vars set"]),
     "account_variable_delete": ("DELETE api/v1/account/variables/<str:name>", ["vars rm"]),
+    "team_invite": ("POST api/v1/team", ["team invite"]),
+    "team_role": ("PATCH api/v1/team/members/<int:member_id>", ["team role"]),
+    "team_remove": ("DELETE api/v1/team/members/<int:member_id>", ["team rm"]),
+    "team_invitation_revoke": ("DELETE api/v1/team/invitations/<int:invitation_id>", ["team withdraw"]),
 }
 
 _SIGN_IN = "signing in and up, passwords and two-factor belong to the browser: a token is made after them"
@@ -71,6 +75,10 @@ EXCEPTIONS = {
     "notifications_read_all": "the site's own notice list",
     "billing:invoice_pay_demo": "demo store only: marks an invoice paid without money",
     "payments:demo_wallet": "demo store only: a pretend wallet",
+    "account_switch": "which account the browser acts for; a token belongs to one account already",
+    "team_leave": "leaving a team is the member's own choice in the browser: a token acts within the team",
+    "rental/team_join.html": "accepting an invitation needs the invitee signed in: a token of theirs is "
+                             "not yet the team's",
     **{f"registration/{name}.html": _SIGN_IN for name in (
         "forgot_password", "login", "password_change_form", "password_reset_confirm", "password_reset_form",
         "recovery_codes_new", "signup")},

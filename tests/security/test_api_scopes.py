@@ -34,7 +34,8 @@ def objects(catalog, customer, settings):
             # storage, quotes and webhook deliveries: none exist, so a right-scoped call is a 404
             "volume_id": 10**6, "snapshot_id": 10**6, "account_id": 10**6, "quote_id": 10**6, "delivery_id": 10**6,
             # the workbench's registry credentials and account variables: none exist either
-            "credential_id": 10**6, "name": "NO_SUCH_VARIABLE"}
+            "credential_id": 10**6, "name": "NO_SUCH_VARIABLE",
+            "member_id": 10**6, "invitation_id": 10**6}  # teams: none in the team
 
 
 def concrete(route: str, values: dict) -> str:
