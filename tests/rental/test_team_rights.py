@@ -134,7 +134,8 @@ def concrete(route: str, values: dict) -> str:
     defaults = {"action": "restart", "rest": "no-such", "offer_slug": "rtx-3090", "token": "inv_none",
                 "volume_id": 10**6, "snapshot_id": 10**6, "account_id": 10**6, "quote_id": 10**6,
                 "delivery_id": 10**6, "member_id": 10**6, "invitation_id": 10**6, "notification_id": 10**6,
-                "token_id": 10**6, "uidb64": "x", **values}
+                "token_id": 10**6, "uidb64": "x", "credential_id": 10**6, "variable_id": 10**6,
+                "name": "NO_SUCH_VARIABLE", **values}
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(defaults[m.group(1)]), route)
 
 
