@@ -187,6 +187,8 @@ def store(node_id: int, parsed: Parsed) -> int:
     per report, whatever the number of rows). Returns the rows written. A sample of a card
     no lease held at that minute has no customer to show it to and is not kept."""
     minutes = [m for m, _, _ in parsed.samples] + [m for m, _, _ in parsed.events]
+    if not minutes:
+        return 0
     holders = _holders(node_id, minutes)
     groups: dict[tuple[int, int, date], dict] = {}
     for kind, items in (("samples", parsed.samples), ("events", parsed.events)):
@@ -273,3 +275,22 @@ def lease_series(lease_id: int, since: datetime, until: datetime, step_minutes: 
                 series.points.append((_to_datetime(minute), {name: round(totals[name][0] / totals[name][1], 1)
                                                              if name in totals else None for name in NONE}))
     return list(cards.values())
+
+
+def lease_events(lease_id: int, since: datetime, until: datetime, limit: int = 200) -> list[dict]:
+    """The lease's Xid and ECC events from `since` to `until`, newest first (the samples are
+    not unpacked for them)."""
+    first, last = int(since.timestamp() // 60), int(until.timestamp() // 60)
+    rows = (GpuTelemetryDay.objects.filter(lease_id=lease_id, day__gte=_to_datetime(first).date(),
+                                           day__lte=_to_datetime(last).date()).exclude(events=[])
+            .values_list("gpu_index", "day", "events"))
+    out = []
+    for gpu, day, events in rows:
+        base = (day - date(1970, 1, 1)).days * MINUTES
+        for event in events:
+            if first <= base + event[0] <= last:
+                at = _to_datetime(base + event[0])
+                out.append({"at": at, "gpu": gpu, "kind": "xid", "xid": event[2], "count": event[3]}
+                           if event[1] == "xid" else
+                           {"at": at, "gpu": gpu, "kind": "ecc", "corrected": event[2], "uncorrected": event[3]})
+    return sorted(out, key=lambda e: (e["at"], e["gpu"]), reverse=True)[:limit]

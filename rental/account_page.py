@@ -13,7 +13,8 @@ def settings_context(request, **extra) -> dict:
     a token or webhook secret shown once)."""
     prefs = customer_settings(request.user)
     return {
-        "form": SettingsForm(initial={"email": request.user.email, "auto_renew": prefs.auto_renew}),
+        "form": SettingsForm(initial={"email": request.user.email, "auto_renew": prefs.auto_renew,
+                                     "idle_notices": prefs.idle_notices}),
         "token_form": ApiTokenForm(),
         "ssh_key_form": SshKeyForm(),
         "ssh_keys": SshKey.objects.filter(customer=request.user),
