@@ -47,7 +47,7 @@ def test_lease_page_draws_each_card_without_javascript(measured, customer):
     assert section.count("<polyline") == 2 * 4 * len(cards)       # the gap splits each line in two
     assert "<script" not in section
     assert 'viewBox="0 0 300 60"' in section and 'preserveAspectRatio="none"' in section
-    assert "20.0 GiB" in section and "GPU %d" % cards[1] in section
+    assert "20.0 GiB" in section and f"GPU {cards[1]}" in section
     assert "1.250 TB of" in section and "TB included" in section
     assert "Xid 79" in section and "4 corrected, 0 uncorrected" in section
 
