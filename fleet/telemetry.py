@@ -66,15 +66,19 @@ def pack(day: dict[str, array]) -> bytes:
             values = array(values.typecode, values)
             values.byteswap()
         parts.append(values.tobytes())
-    return zlib.compress(b"".join(parts), 6)
+    return zlib.compress(b"".join(parts), 3)   # level 3: as small as 6 here, and faster
 
 
-def merge_samples(day: dict[str, array], samples: dict[int, dict]) -> None:
-    """Set each minute's values (a resent minute overwrites itself with the same values)."""
+def merge_samples(day: dict[str, array], samples: dict[int, dict]) -> int:
+    """Set each minute's values (a resent minute overwrites itself with the same values).
+    Returns how many of those minutes had no sample before."""
+    new = 0
     for minute, values in samples.items():
+        new += not any(day[name][minute] != NONE[name] for name in NONE)
         for name in NONE:
             value = values.get(name)
             day[name][minute] = NONE[name] if value is None else value
+    return new
 
 
 def merge_events(events: list, new: list) -> list:
@@ -83,6 +87,23 @@ def merge_events(events: list, new: list) -> list:
     for e in new:
         keyed[tuple(e[:3]) if e[1] == "xid" else tuple(e[:2])] = e
     return sorted(keyed.values(), key=lambda e: (e[0], e[1], e[2]))[-EVENTS_PER_DAY:]
+
+
+def facts_after(row, samples: dict[int, dict], new_minutes: int) -> dict:
+    """The row's facts once `samples` were merged, from its facts before and those minutes
+    only (a report is one minute of a card: no pass over the day). A sample carries at least
+    one value (a card NVML cannot read is left out by the agent), so a merged minute is present."""
+    if not samples:
+        return {}
+    threshold = settings.WORKBENCH_IDLE_UTIL_PERCENT
+    minutes = list(samples)
+    busy = [m for m, v in samples.items() if v.get("util") is not None and v["util"] >= threshold]
+    return {"minutes": row.minutes + new_minutes,
+            "first_minute": min(minutes + ([row.first_minute] if row.first_minute is not None else [])),
+            "last_minute": max(minutes + ([row.last_minute] if row.last_minute is not None else [])),
+            # a resent busy minute now idle cannot lower it (the agent never changes a sample)
+            "last_busy_minute": max(busy + ([row.last_busy_minute] if row.last_busy_minute is not None else []),
+                                    default=None)}
 
 
 def day_facts(day: dict[str, array]) -> dict:
@@ -205,22 +226,27 @@ def store(node_id: int, parsed: Parsed) -> int:
                 group["events"].append([of_day, *values])
     if not groups:
         return 0
+    key = Q()
+    for lease, card, day in groups:
+        key |= Q(lease_id=lease, gpu_index=card, day=day)
     with transaction.atomic():
-        GpuTelemetryDay.objects.bulk_create(
-            [GpuTelemetryDay(lease_id=lease, node_id=node_id, gpu_index=card, day=day, samples=pack(empty_day()))
-             for lease, card, day in groups], ignore_conflicts=True)
-        key = Q()
-        for lease, card, day in groups:
-            key |= Q(lease_id=lease, gpu_index=card, day=day)
         rows = list(GpuTelemetryDay.objects.select_for_update().filter(key, node_id=node_id).order_by("pk"))
+        if len(rows) < len(groups):        # a card's first minute of the day: its row made first
+            have = {(r.lease_id, r.gpu_index, r.day) for r in rows}
+            GpuTelemetryDay.objects.bulk_create(
+                [GpuTelemetryDay(lease_id=lease, node_id=node_id, gpu_index=card, day=day, samples=pack(empty_day()))
+                 for lease, card, day in groups if (lease, card, day) not in have], ignore_conflicts=True)
+            rows = list(GpuTelemetryDay.objects.select_for_update().filter(key, node_id=node_id).order_by("pk"))
         for row in rows:
             group = groups[(row.lease_id, row.gpu_index, row.day)]
-            day = unpack(row.samples)
-            merge_samples(day, group["samples"])
-            row.samples = pack(day)
-            row.events = merge_events(row.events, group["events"]) if group["events"] else row.events
-            for name, value in day_facts(day).items():
-                setattr(row, name, value)
+            if group["samples"]:
+                day = unpack(row.samples)
+                new = merge_samples(day, group["samples"])
+                row.samples = pack(day)
+                for name, value in facts_after(row, group["samples"], new).items():
+                    setattr(row, name, value)
+            if group["events"]:
+                row.events = merge_events(row.events, group["events"])
         GpuTelemetryDay.objects.bulk_update(rows, ["samples", "events", "minutes", "first_minute", "last_minute",
                                                    "last_busy_minute"])
     return len(rows)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from fleet.models import GpuTelemetryDay
 from fleet.telemetry import (
     MINUTES,
+    day_facts,
     empty_day,
     lease_series,
     merge_events,
@@ -63,6 +64,9 @@ def test_samples_land_on_the_lease_that_holds_the_card(paid_lease, enrol):
                                         [[0, card, "xid", 79, 1], [0, card, "ecc", 3, 0]])))
     row.refresh_from_db()
     assert row.minutes == 2 and len(row.events) == 2
+    # the facts kept as minutes arrive are those of the whole day's arrays
+    assert {k: getattr(row, k) for k in ("minutes", "first_minute", "last_minute", "last_busy_minute")} == \
+        day_facts(unpack(row.samples))
     series = lease_series(lease.pk, datetime.fromtimestamp(start * 60, UTC),
                           datetime.fromtimestamp((start + 1) * 60, UTC), 1)
     assert [p[1]["util"] for p in series[0].points] == [87, 3]

@@ -48,7 +48,7 @@ def test_one_notice_per_idle_stretch(idle_lease, settings, django_capture_on_com
     settings.WORKBENCH_IDLE_HOURS = 24
     lease, node = idle_lease
     now = timezone.now().replace(second=0, microsecond=0)
-    feed(lease, node, now - timedelta(hours=30), 30 * 60 - 1, util=90)            # busy until 30 min ago…
+    feed(lease, node, now - timedelta(hours=30), 390, util=90)                     # busy 6.5 hours…
     feed(lease, node, now - timedelta(hours=23, minutes=30), 23 * 60 + 30, util=2)  # …then idle 23.5 h
     assert sweep_idle_notices(now) == [] and idle_notices() == []
     feed(lease, node, now, 90, util=1)
