@@ -197,3 +197,22 @@ def test_any_report_history_stores_each_sample_exactly_once(tmp_path_factory, po
     for card in (0, 1):
         grown = sum(e[2] for (c, _), evs in shop.events.items() if c == card for e in evs if e[1] == "ecc")
         assert grown == len({m for m, _ in sampled}) // 3       # the counter is minute // 3
+
+
+def test_a_minute_of_telemetry_costs_a_few_queries(paid_lease, enrol):
+    """What one report in four adds at a 15 s poll: the card holders, the rows under a lock and
+    one UPDATE of them (and their INSERT once a day), whatever the number of cards."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    lease = paid_lease(offer="2x-a100-sxm")
+    node = enrol(node_of(lease))
+    cards, start = cards_of(lease), this_minute()
+    node.post(node.body(telemetry=field(start, [[0, c, 50, 1, 40, 100, 1000] for c in cards])))   # rows made
+    with CaptureQueriesContext(connection) as without:
+        node.post(node.body())
+    with CaptureQueriesContext(connection) as with_telemetry:
+        node.post(node.body(telemetry=field(start + 1, [[0, c, 50, 1, 40, 100, 1000] for c in cards])))
+    added = [q["sql"] for q in with_telemetry.captured_queries[len(without.captured_queries):]]
+    print(f"queries: {len(without.captured_queries)} without, {len(with_telemetry.captured_queries)} with telemetry")
+    assert len(with_telemetry.captured_queries) - len(without.captured_queries) <= 5, added
