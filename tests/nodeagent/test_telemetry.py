@@ -8,8 +8,15 @@ import sys
 
 import pytest
 
-from nodeagent.config import ConfigError, parse_config
+from nodeagent.agent import Agent
+from nodeagent.client import StorefrontRefused, StorefrontUnreachable
+from nodeagent.config import AgentConfig, ConfigError, parse_config
+from nodeagent.gpu import NoGpuProbe
+from nodeagent.signing import NodeKey
+from nodeagent.state import StateDir, write_json
 from nodeagent.telemetry import Telemetry
+
+from .no_instances import NoInstances
 
 T0 = 29_000_000 * 60          # a minute boundary (unix seconds)
 
@@ -137,3 +144,39 @@ def test_bad_telemetry_config_is_refused(raw):
 
 def test_telemetry_off():
     assert parse_config({"state_dir": "/tmp/x", "telemetry_seconds": 0}).telemetry_seconds == 0
+
+
+class CardsProbe(NoGpuProbe):
+    """No inventory, but readings: the agent's loop with telemetry and nothing else."""
+
+    def telemetry(self):
+        return FakeProbe(cards=2).telemetry()
+
+
+def test_the_agent_sends_telemetry_until_a_report_is_answered(tmp_path):
+    state = StateDir(tmp_path)
+    state.ensure()
+    NodeKey.generate(state.key_path)
+    write_json(state.enrolment_path, {"url": "http://127.0.0.1:9", "node": "n", "credential": "c",
+                                      "poll_seconds": 15})
+    agent = Agent(AgentConfig(storefront_url="http://127.0.0.1:9", state_dir=tmp_path, public_host="203.0.113.7"),
+                  runtime=NoInstances(), disks=NoInstances(), probe=CardsProbe("test"))
+    agent.telemetry.sample(T0)
+    sent, answers = [], iter([StorefrontUnreachable("down"), StorefrontRefused(409, "replayed"),
+                              {"accepted": ["telemetry"], "refused": []}, {"accepted": [], "refused": []}])
+
+    def report(body, key):
+        sent.append(body)
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    agent.client.report = report
+    for _ in range(2):
+        with pytest.raises((StorefrontUnreachable, StorefrontRefused)):
+            agent._send_report([], [])
+    agent._send_report([], [])
+    agent._send_report([], [])
+    assert [len(b.get("telemetry", {}).get("samples", [])) for b in sent] == [2, 2, 2, 0]
+    assert sent[0]["telemetry"] == sent[2]["telemetry"]          # the same samples until answered
