@@ -68,9 +68,10 @@ FLEET_POLL = 15.0     # the poll the issue's fleet runs at (NODE_POLL_SECONDS' d
 #: The settings counted in seconds that decide how often a poll costs more than a steady one:
 #: the heartbeat write, a worker's credential lookup, a time-flushed egress counter, a
 #: desired state recomputed.
-#: The agent samples once a minute: at the fleet's 15 s poll one report in four carries a
-#: minute of its 8 cards (nodeagent/telemetry.py).
-TELEMETRY_EVERY = max(1, round(60 / FLEET_POLL))
+#: The agent samples once a minute and sends five minutes at a time (telemetry_send_minutes):
+#: at the fleet's 15 s poll one report in twenty carries 5 minutes of its 8 cards.
+TELEMETRY_MINUTES = 5
+TELEMETRY_EVERY = max(1, round(60 * TELEMETRY_MINUTES / FLEET_POLL))
 TIMERS = ("NODE_SEEN_WRITE_SECONDS", "NODE_CREDENTIAL_CACHE_SECONDS", "NODE_EGRESS_FLUSH_SECONDS",
           "NODE_DESIRED_REVALIDATE_SECONDS")
 
@@ -108,7 +109,7 @@ def parse_args():
                              "spread over them in turn, all on the one database and Redis "
                              "(docs/operations/high-availability.md, two storefront hosts)")
     parser.add_argument("--telemetry", choices=("off", "on", "both"), default="off",
-                        help="GPU telemetry in the reports (nodeagent/PROTOCOL.md): one minute of 8 cards every "
+                        help=f"GPU telemetry in the reports (nodeagent/PROTOCOL.md): {TELEMETRY_MINUTES} minutes of 8 cards every "
                              f"{TELEMETRY_EVERY}th report, as the agent sends it at a 15 s poll; both: each size "
                              "runs without, then with, on the same server, and prints the ratio")
     parser.add_argument("--smoke", action="store_true", help="20 nodes, 2 s poll, 4 s: checks it runs (CI)")
@@ -203,10 +204,11 @@ def report_body(node: dict, seq: int, op_ids: dict[int, str], egress: int, desir
             for i in range(8)]
     instances = [{"lease_id": lease, "op_id": op_ids.get(lease, ""), "state": "running", "ssh_port": 22000 + j,
                   "egress_bytes": egress, "error": None} for j, lease in enumerate(node["leases"])]
-    # one minute of 8 busy cards (the current minute: those cards' leases hold them now)
-    samples = {"telemetry": {"start": int(time.time() // 60), "events": [], "samples": [
-        [0, i, random.randint(60, 100), 60000 + random.randint(0, 9000), 55 + random.randint(0, 15),
-         random.randint(400, 700), random.choice((1755, 1785, 1980))] for i in range(8)]}} if telemetry else {}
+    # the last minutes of 8 busy cards (recent: those cards' leases hold them now)
+    samples = {"telemetry": {"start": int(time.time() // 60) - TELEMETRY_MINUTES + 1, "events": [], "samples": [
+        [m, i, random.randint(60, 100), 60000 + random.randint(0, 9000), 55 + random.randint(0, 15),
+         random.randint(400, 700), random.choice((1755, 1785, 1980))]
+        for m in range(TELEMETRY_MINUTES) for i in range(8)]}} if telemetry else {}
     return json.dumps({"seq": seq, "sent_at": rfc3339(timezone.now()), "agent_version": "0.1.0",
                        "public_host": "203.0.113.7", "gpu_library": "nvml", **({"gpus": gpus} if with_gpus else {}),
                        "instances": instances, "evidence": [], **samples,

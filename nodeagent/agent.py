@@ -78,7 +78,8 @@ class Agent:
         self.telemetry = (Telemetry(self.probe, self.state.root / "telemetry.json",
                                     every_seconds=config.telemetry_seconds,
                                     max_samples=config.telemetry_buffer_samples,
-                                    per_report=config.telemetry_samples_per_report)
+                                    per_report=config.telemetry_samples_per_report,
+                                    send_minutes=config.telemetry_send_minutes)
                           if config.telemetry_seconds and hasattr(self.probe, "telemetry") else None)
         gpu_memory = GpuMemory(config.gpu_memory, self.state.root / "gpu-memory.json")
         self.burn_in = BurnInRunner(node=self.node, key=self.key, outbox=self.outbox,

@@ -115,10 +115,12 @@ class AgentConfig:
     # GPU telemetry (nodeagent/telemetry.py, PROTOCOL.md "Telemetry"): one sample per card this
     # often (0: off), at most `telemetry_buffer_samples` kept unsent (oldest dropped first: a
     # storefront outage costs bounded memory and disk), at most `telemetry_samples_per_report`
-    # sent per report (a backlog drains over several polls, each report stays a few kB).
+    # sent per report (a backlog drains over several polls, each report stays a few kB), sent
+    # once the oldest unsent one is `telemetry_send_minutes` old (fewer writes at the storefront).
     telemetry_seconds: int = 60
     telemetry_buffer_samples: int = 8 * 3 * 1440
     telemetry_samples_per_report: int = 120
+    telemetry_send_minutes: int = 5      # send once the oldest unsent sample is this old
 
     @property
     def tls_verify(self) -> bool | str:
@@ -224,7 +226,8 @@ def _check_telemetry(config: AgentConfig) -> None:
     every = config.telemetry_seconds
     if type(every) is not int or not (every == 0 or 60 <= every <= 3600):
         raise ConfigError("telemetry_seconds must be 0 (off) or whole seconds in [60, 3600]")
-    for name, low, high in (("telemetry_buffer_samples", 1, 10**6), ("telemetry_samples_per_report", 1, 2000)):
+    for name, low, high in (("telemetry_buffer_samples", 1, 10**6), ("telemetry_samples_per_report", 1, 2000),
+                            ("telemetry_send_minutes", 1, 60)):
         value = getattr(config, name)
         if type(value) is not int or not low <= value <= high:
             raise ConfigError(f"{name} must be a whole number in [{low}, {high}]")

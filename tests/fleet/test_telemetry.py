@@ -154,14 +154,18 @@ FATES = st.sampled_from(["ok", "lost", "answer_lost", "duplicated", "delayed"])
 
 
 @hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(polls=st.lists(st.tuples(st.booleans(), FATES), min_size=1, max_size=60), per_report=st.integers(1, 7))
-def test_any_report_history_stores_each_sample_exactly_once(tmp_path_factory, polls, per_report):
-    t = Telemetry(Probe(), tmp_path_factory.mktemp("t") / "t.json", per_report=per_report)
+@given(polls=st.lists(st.tuples(st.booleans(), FATES), min_size=1, max_size=60), per_report=st.integers(1, 7),
+       send_minutes=st.integers(1, 5))
+def test_any_report_history_stores_each_sample_exactly_once(tmp_path_factory, polls, per_report, send_minutes):
+    clock = [1_000_000 * 60]
+    t = Telemetry(Probe(), tmp_path_factory.mktemp("t") / "t.json", per_report=per_report,
+                  send_minutes=send_minutes, clock=lambda: clock[0])
     shop, seq, held, now = Storefront(), 0, None, 1_000_000 * 60
     sampled: dict[tuple[int, int], int] = {}
     for do_sample, fate in polls:
         if do_sample:
             now += 60
+            clock[0] = now
             t.sample(now)
             sampled.update({(minute, card): util for minute, card, util, *_ in t.samples if minute == now // 60})
         seq += 1
@@ -185,6 +189,7 @@ def test_any_report_history_stores_each_sample_exactly_once(tmp_path_factory, po
             held = body
     if held is not None:
         shop.receive(*held)                                # the delayed one arrives last (refused: old seq)
+    clock[0] = now + 600                                   # later: whatever waits is old enough
     while (batch := t.batch()) is not None:                # the storefront answers again
         seq += 1
         t.settle(shop.receive(seq, batch))

@@ -114,9 +114,10 @@ def test_per_poll_size_bound(tmp_path):
         t.settle(accepted())
     assert len(sizes) == 8 * 1440 // 120
     assert max(sizes) <= 4000, max(sizes)
-    t.sample(T0 + 60 * 1440)
+    for m in range(1440, 1445):               # steady: five minutes of 8 cards in one report
+        t.sample(T0 + 60 * m)
     steady = len(json.dumps(t.batch(), separators=(",", ":")))
-    assert steady <= 400, steady
+    assert steady <= 1400, steady
     print(f"telemetry per report: backlog {max(sizes)} B, steady {steady} B")
 
 
@@ -180,3 +181,19 @@ def test_the_agent_sends_telemetry_until_a_report_is_answered(tmp_path):
     agent._send_report([], [])
     assert [len(b.get("telemetry", {}).get("samples", [])) for b in sent] == [2, 2, 2, 0]
     assert sent[0]["telemetry"] == sent[2]["telemetry"]          # the same samples until answered
+
+
+def test_samples_wait_until_the_oldest_is_send_minutes_old(tmp_path):
+    now = [T0]
+    t = Telemetry(FakeProbe(cards=2), tmp_path / "t.json", send_minutes=5, per_report=6, clock=lambda: now[0])
+    for m in range(2):
+        now[0] = T0 + 60 * m
+        t.sample()
+        assert t.batch() is None                # young, and it fits one report
+    now[0] = T0 + 60 * 5
+    assert len(t.batch()["samples"]) == 4       # the oldest is 5 minutes old: all sent
+    t.settle(accepted())
+    for m in range(6, 9):                        # 6 samples waiting fill a report: sent at once
+        now[0] = T0 + 60 * m
+        t.sample()
+    assert len(t.batch()["samples"]) == 6
