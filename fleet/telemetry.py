@@ -300,15 +300,18 @@ def lease_series(lease_id: int, since: datetime, until: datetime, step_minutes: 
         base = (row.day - date(1970, 1, 1)).days * MINUTES
         day = unpack(row.samples)
         steps = sums.setdefault(key, {})
-        for of_day in range(max(0, first - base), min(MINUTES, last - base + 1)):
-            minute = base + of_day
-            step = steps.setdefault(minute - (minute - first) % step_minutes, {})
-            for name in NONE:
-                value = day[name][of_day]
-                if value != NONE[name]:
+        of_day, end_of_day = max(0, first - base), min(MINUTES, last - base + 1)
+        while of_day < end_of_day:            # a step's slice of each array at a time
+            starts = base + of_day - (base + of_day - first) % step_minutes
+            until = min(end_of_day, starts + step_minutes - base)
+            step = steps.setdefault(starts, {})
+            for name, none in NONE.items():
+                values = [v for v in day[name][of_day:until] if v != none]
+                if values:
                     total = step.setdefault(name, [0, 0])
-                    total[0] += value
-                    total[1] += 1
+                    total[0] += sum(values)
+                    total[1] += len(values)
+            of_day = until
         for event in row.events:
             minute = base + event[0]
             if first <= minute <= last:
