@@ -82,3 +82,13 @@ def test_metrics_api(measured, customer, other_customer):
         assert response.status_code == 400 and response.json()["error"] == "invalid", bad
     other = api_token_create(customer=other_customer, name="o")[1]
     assert api(client, other, lease).status_code == 404
+
+
+def test_lease_page_telemetry_in_chinese(measured, customer):
+    lease, _, _ = measured
+    client = Client()
+    client.force_login(customer)
+    page = client.get(reverse("lease_detail", args=[lease.pk]), HTTP_ACCEPT_LANGUAGE="zh-Hans,zh;q=0.9").content.decode()
+    section = page.split('id="lease-telemetry"')[1].split("</section>")[0]
+    assert "GPU 与流量" in section and "利用率" in section and "已用显存" in section and "峰值" in section
+    assert "本期出站流量" in section and "ECC 错误：已纠正 4 个" in section
