@@ -68,6 +68,10 @@ FLEET_POLL = 15.0     # the poll the issue's fleet runs at (NODE_POLL_SECONDS' d
 #: The settings counted in seconds that decide how often a poll costs more than a steady one:
 #: the heartbeat write, a worker's credential lookup, a time-flushed egress counter, a
 #: desired state recomputed.
+#: The agent samples once a minute and sends five minutes at a time (telemetry_send_minutes):
+#: at the fleet's 15 s poll one report in twenty carries 5 minutes of its 8 cards.
+TELEMETRY_MINUTES = 5
+TELEMETRY_EVERY = max(1, round(60 * TELEMETRY_MINUTES / FLEET_POLL))
 TIMERS = ("NODE_SEEN_WRITE_SECONDS", "NODE_CREDENTIAL_CACHE_SECONDS", "NODE_EGRESS_FLUSH_SECONDS",
           "NODE_DESIRED_REVALIDATE_SECONDS")
 
@@ -104,6 +108,10 @@ def parse_args():
                         help="storefront hosts: web servers of --workers each on ports of their own, the nodes "
                              "spread over them in turn, all on the one database and Redis "
                              "(docs/operations/high-availability.md, two storefront hosts)")
+    parser.add_argument("--telemetry", choices=("off", "on", "both"), default="off",
+                        help=f"GPU telemetry in the reports (nodeagent/PROTOCOL.md): {TELEMETRY_MINUTES} minutes of 8 cards every "
+                             f"{TELEMETRY_EVERY}th report, as the agent sends it at a 15 s poll; both: each size "
+                             "runs without, then with, on the same server, and prints the ratio")
     parser.add_argument("--smoke", action="store_true", help="20 nodes, 2 s poll, 4 s: checks it runs (CI)")
     args = parser.parse_args()
     args.sizes = tuple(args.sizes) or (100, 1_000, 10_000)
@@ -181,7 +189,7 @@ def enrol_fleet(n: int, offset: int) -> list[dict]:
 
 
 def report_body(node: dict, seq: int, op_ids: dict[int, str], egress: int, desired_etag: str | None = None,
-                with_gpus: bool = True) -> bytes:
+                with_gpus: bool = True, telemetry: bool = False) -> bytes:
     """A report as the agent sends it: since issue 31 (desired_etag given) the GPUs only
     when they changed or every 20th report (nodeagent/agent.py FULL_GPU_REPORT_EVERY)."""
     from django.utils import timezone
@@ -196,9 +204,14 @@ def report_body(node: dict, seq: int, op_ids: dict[int, str], egress: int, desir
             for i in range(8)]
     instances = [{"lease_id": lease, "op_id": op_ids.get(lease, ""), "state": "running", "ssh_port": 22000 + j,
                   "egress_bytes": egress, "error": None} for j, lease in enumerate(node["leases"])]
+    # the last minutes of 8 busy cards (recent: those cards' leases hold them now)
+    samples = {"telemetry": {"start": int(time.time() // 60) - TELEMETRY_MINUTES + 1, "events": [], "samples": [
+        [m, i, random.randint(60, 100), 60000 + random.randint(0, 9000), 55 + random.randint(0, 15),
+         random.randint(400, 700), random.choice((1755, 1785, 1980))]
+        for m in range(TELEMETRY_MINUTES) for i in range(8)]}} if telemetry else {}
     return json.dumps({"seq": seq, "sent_at": rfc3339(timezone.now()), "agent_version": "0.1.0",
                        "public_host": "203.0.113.7", "gpu_library": "nvml", **({"gpus": gpus} if with_gpus else {}),
-                       "instances": instances, "evidence": [],
+                       "instances": instances, "evidence": [], **samples,
                        **({"desired_etag": desired_etag} if desired_etag is not None else {})},
                       separators=(",", ":")).encode()
 
@@ -378,7 +391,7 @@ async def warm(base: str, fleet: list[dict], connections: int) -> None:
 
 
 async def drive(bases: list[str], fleet: list[dict], *, poll: float, duration: float, connections: int,
-                protocol: str, settle: float, mark, sampler: Sampler) -> dict:
+                protocol: str, settle: float, mark, sampler: Sampler, telemetry: bool = False) -> dict:
     """The fleet polls for `settle` seconds untimed, then `duration` seconds counted. The
     settle period runs on the same connections: each web worker meets every node it has
     not served yet (a per-worker credential lookup, paid once per node and worker restart,
@@ -412,6 +425,7 @@ async def drive(bases: list[str], fleet: list[dict], *, poll: float, duration: f
         # egress within a few intervals, a burst the counted window then measured.
         egress = node.get("egress") or 10**6 + random.randrange(flush_bytes)
         gpu_phase = random.randrange(FULL_GPU_REPORT_EVERY)
+        telemetry_phase = random.randrange(TELEMETRY_EVERY)   # a fleet's minutes spread over the polls
         next_at = time.monotonic() + random.uniform(0, poll)
         while True:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
@@ -447,7 +461,8 @@ async def drive(bases: list[str], fleet: list[dict], *, poll: float, duration: f
                     lat["desired"].append((time.perf_counter() - t) * 1000)
             seq, egress = seq + 1, egress + random.randint(10**6, 10**8)
             data = report_body(node, seq, ops, egress, desired_etag=etag if protocol == "report" else None,
-                               with_gpus=protocol == "get" or (seq + gpu_phase) % FULL_GPU_REPORT_EVERY == 0)
+                               with_gpus=protocol == "get" or (seq + gpu_phase) % FULL_GPU_REPORT_EVERY == 0,
+                               telemetry=telemetry and (seq + telemetry_phase) % TELEMETRY_EVERY == 0)
             raw = request_bytes("POST", "/agent/v1/report", {
                 **auth, "Content-Type": "application/json",
                 "X-Node-Signature": base64.b64encode(keys[k].sign(data)).decode()}, data)
@@ -603,45 +618,19 @@ def bench(args, url: str, redis_url: str) -> None:
                     with connection.cursor() as cursor:   # the issued ops and instance reports the
                         cursor.execute("ANALYZE")         # first round wrote: EXPLAIN sees the fleet's
                 costs = per_poll_costs(fleet, explain=size == max(args.sizes) and not args.smoke)
-                settle = args.settle if args.settle is not None else SETTLE_POLLS * args.poll
-                run = asyncio.run(drive(bases, fleet, poll=args.poll, duration=args.duration,
-                                        connections=args.connections, protocol=args.protocol, settle=settle,
-                                        mark=functools.partial(server_counters, db, name, [s.pid for s in servers]),
-                                        sampler=Sampler([s.pid for s in servers])))
-                rows, server_cpu = run["server"]["rows"], run["server"]["cpu"]
-            print(f"  counted from {settle:g} s after the start (untimed: each worker meets each node)")
-            bare = run_wrk(base + "/bench/bare", [], max(2, int(args.duration // 6)), 16, 1)
-            # Answers inside the counted window, over its length: the requests sent in it, over
-            # the window plus the time their last answers took, understated the rate.
-            rate = run["answered"] / run["duration"]
-            polls = max(1, len(run["lat"]["report"]))
-            d99, r99 = percentile(run["lat"]["desired"], 99), percentile(run["lat"]["report"], 99)
-            print(f"  protocol {args.protocol}: {run['gets']} GET /agent/v1/desired, {len(run['lat']['report'])} reports; "
-                  f"asked {(2 if args.protocol == 'get' else 1) * size / args.poll:.1f} req/s, sustained {rate:.1f} req/s ({run['answered']} answers in {run['duration']:g} s); "
-                  f"errors {run['errors']} {run['why'] or ''}, polls late by a whole interval {run['late']}, "
-                  f"304 answers {run['not_modified']} of {polls}")
-            print(f"  desired p50 {percentile(run['lat']['desired'], 50):.1f} ms p99 {d99:.1f} ms; "
-                  f"report p50 {percentile(run['lat']['report'], 50):.1f} ms p99 {r99:.1f} ms; p99 of the reports "
-                  f"sent in each third of the window " + " / ".join(f"{ms:.0f}" for ms in run["p99_by_third"]) + " ms")
-            for line in report(run["slices"]):
-                print(line)
-            if args.timeline:
-                write_tsv(run["slices"], args.timeline if len(args.sizes) == 1 else f"{args.timeline}.{size}")
-            print("  per request: " + ", ".join(f"{name} {c['queries']} queries ({c['writes']} writes)"
-                                              for name, c in costs.items() if name != "cpu_ms") + "; "
-                  f"rows written {rows / polls:.1f} per poll+report")
-            cpu = costs["cpu_ms"]
-            print(f"  CPU per request in-process (Django side): bare view {cpu['bare']:.2f} ms, desired (304) "
-                  f"{cpu['desired']:.2f} ms ({cpu['desired'] / cpu['bare']:.1f}x bare), report {cpu['report']:.2f} ms "
-                  f"({cpu['report'] / cpu['bare']:.1f}x bare); web workers under load "
-                  f"{1000 * server_cpu / max(1, run['requests']):.2f} ms per request "
-                  f"({server_cpu:.1f} s for {run['requests']} requests); load average {os.getloadavg()[0]:.1f}")
-            print(f"  generator CPU {run['generator_cpu']:.1f} s of {run['elapsed']:.1f} s "
-                  f"({100 * run['generator_cpu'] / run['elapsed']:.0f}% of a core); bare Django view "
-                  f"{bare['rps']:.0f} req/s; ratio sustained/bare {rate / max(bare['rps'], 0.1):.2f}")
-            print(f"fleet: {size} nodes at {args.poll:g} s poll: {rate:.1f} req/s, p99 desired {d99:.1f} ms, "
-                  f"p99 report {r99:.1f} ms" + (f" ({args.hosts} hosts x {args.workers} workers)" if args.hosts > 1
-                                                 else ""), flush=True)
+            settle = args.settle if args.settle is not None else SETTLE_POLLS * args.poll
+            figures = {}
+            for telemetry in {"off": (False,), "on": (True,), "both": (False, True)}[args.telemetry]:
+                with psycopg.connect(with_db(url, name), autocommit=True) as db:
+                    run = asyncio.run(drive(bases, fleet, poll=args.poll, duration=args.duration,
+                                            connections=args.connections, protocol=args.protocol, settle=settle,
+                                            mark=functools.partial(server_counters, db, name, [s.pid for s in servers]),
+                                            sampler=Sampler([s.pid for s in servers]), telemetry=telemetry))
+                figures[telemetry] = _print_run(args, size, run, costs, settle, base, telemetry)
+            if len(figures) == 2:
+                (rate0, p0), (rate1, p1) = figures[False], figures[True]
+                print(f"telemetry: {size} nodes: with/without sustained {rate1 / max(rate0, 0.1):.2f}, "
+                      f"p99 report {p1:.1f} / {p0:.1f} ms = {p1 / max(p0, 0.1):.2f}", flush=True)
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         print(f"(server and tools CPU: {usage.ru_utime + usage.ru_stime:.1f} s)")
     finally:
@@ -656,6 +645,45 @@ def bench(args, url: str, redis_url: str) -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         shutil.rmtree(var_dir, ignore_errors=True)
         print(f"dropped {name}")
+
+
+def _print_run(args, size: int, run: dict, costs: dict, settle: float, base: str, telemetry: bool):
+    """One counted run's figures; returns (sustained req/s, p99 report ms)."""
+    rows, server_cpu = run["server"]["rows"], run["server"]["cpu"]
+    print(f"  counted from {settle:g} s after the start (untimed: each worker meets each node)")
+    bare = run_wrk(base + "/bench/bare", [], max(2, int(args.duration // 6)), 16, 1)
+    # Answers inside the counted window, over its length: the requests sent in it, over
+    # the window plus the time their last answers took, understated the rate.
+    rate = run["answered"] / run["duration"]
+    polls = max(1, len(run["lat"]["report"]))
+    d99, r99 = percentile(run["lat"]["desired"], 99), percentile(run["lat"]["report"], 99)
+    print(f"  protocol {args.protocol}: {run['gets']} GET /agent/v1/desired, {len(run['lat']['report'])} reports; "
+          f"asked {(2 if args.protocol == 'get' else 1) * size / args.poll:.1f} req/s, sustained {rate:.1f} req/s ({run['answered']} answers in {run['duration']:g} s); "
+          f"errors {run['errors']} {run['why'] or ''}, polls late by a whole interval {run['late']}, "
+          f"304 answers {run['not_modified']} of {polls}")
+    print(f"  desired p50 {percentile(run['lat']['desired'], 50):.1f} ms p99 {d99:.1f} ms; "
+          f"report p50 {percentile(run['lat']['report'], 50):.1f} ms p99 {r99:.1f} ms; p99 of the reports "
+          f"sent in each third of the window " + " / ".join(f"{ms:.0f}" for ms in run["p99_by_third"]) + " ms")
+    for line in report(run["slices"]):
+        print(line)
+    if args.timeline:
+        write_tsv(run["slices"], args.timeline if len(args.sizes) == 1 else f"{args.timeline}.{size}")
+    print("  per request: " + ", ".join(f"{name} {c['queries']} queries ({c['writes']} writes)"
+                                      for name, c in costs.items() if name != "cpu_ms") + "; "
+          f"rows written {rows / polls:.1f} per poll+report")
+    cpu = costs["cpu_ms"]
+    print(f"  CPU per request in-process (Django side): bare view {cpu['bare']:.2f} ms, desired (304) "
+          f"{cpu['desired']:.2f} ms ({cpu['desired'] / cpu['bare']:.1f}x bare), report {cpu['report']:.2f} ms "
+          f"({cpu['report'] / cpu['bare']:.1f}x bare); web workers under load "
+          f"{1000 * server_cpu / max(1, run['requests']):.2f} ms per request "
+          f"({server_cpu:.1f} s for {run['requests']} requests); load average {os.getloadavg()[0]:.1f}")
+    print(f"  generator CPU {run['generator_cpu']:.1f} s of {run['elapsed']:.1f} s "
+          f"({100 * run['generator_cpu'] / run['elapsed']:.0f}% of a core); bare Django view "
+          f"{bare['rps']:.0f} req/s; ratio sustained/bare {rate / max(bare['rps'], 0.1):.2f}")
+    print(f"fleet: {size} nodes at {args.poll:g} s poll: {rate:.1f} req/s, p99 desired {d99:.1f} ms, "
+          f"p99 report {r99:.1f} ms" + (f" ({args.hosts} hosts x {args.workers} workers)" if args.hosts > 1
+                                         else "") + (" (telemetry on)" if telemetry else ""), flush=True)
+    return rate, r99
 
 
 if __name__ == "__main__":

@@ -110,3 +110,22 @@ def egress_overage(leases: list[Lease]) -> dict[int, list[tuple[int, Decimal, Li
 def egress_overage_mark(overage: list[tuple[int, Decimal, Line]]) -> None:
     for row_id, billed, _line in overage:
         EgressUsage.objects.filter(pk=row_id).update(billed_overage_tb=billed)
+
+
+def egress_term_use(lease: Lease, now: datetime) -> dict | None:
+    """The current term's egress against its included allowance (20 TB per instance-month,
+    pro rata for a shorter term), for the lease page and the metrics API: {"term_start",
+    "tb_used", "included_tb", "over_tb", "percent"}; None outside a paid term."""
+    from inventory.models import StorageProduct
+
+    term_start = term_start_at(lease, now)
+    if term_start is None:
+        return None
+    product = StorageProduct.objects.filter(kind="egress").first()
+    included = (Decimal(product.included_tb) * TERM_DAYS[lease.term] / 30 if product else Decimal(0)).quantize(
+        Decimal("0.01"))
+    used = EgressUsage.objects.filter(lease=lease, term_start=term_start).values_list("tb_used", flat=True).first()
+    used = used if used is not None else Decimal("0.000")
+    return {"term_start": term_start, "tb_used": used, "included_tb": included,
+            "over_tb": max(Decimal(0), used - included),
+            "percent": min(100, int(used * 100 / included)) if included else 0}

@@ -9,6 +9,7 @@ from rental.api import ApiError, api_endpoint, customer_lease, json_body, lease_
 from rental.services import TransitionRefused
 
 from .instances.views import ACTIONS
+from .telemetry_api import lease_metrics
 from .workbench_api import lease_workbench
 
 
@@ -49,4 +50,5 @@ def instance_restore_api(request, lease_id: int):
 # Mounted by the root URLconf at /api/v1/leases/<id>/ (by name: nothing below fleet imports it).
 urlpatterns = [path("restore", instance_restore_api, name="api_instance_restore"),
                path("workbench", lease_workbench, name="api_lease_workbench"),
+               path("metrics", lease_metrics, name="api_lease_metrics"),
                path("<str:action>", instance_action, name="api_instance_action")]

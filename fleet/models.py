@@ -143,3 +143,26 @@ class Evidence(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} lease #{self.lease_id} from {self.node}"
+
+
+class GpuTelemetryDay(models.Model):
+    """One card (node, GPU index) of one lease for one UTC day: the node agent's per-minute
+    samples packed into arrays of 1,440 (fleet/telemetry.py; docs/adr/0016-gpu-telemetry.md),
+    and the day's Xid and ECC events. Written only by fleet.telemetry.telemetry_accept."""
+
+    lease = models.ForeignKey("rental.Lease", on_delete=models.CASCADE, related_name="gpu_telemetry")
+    node = models.ForeignKey("inventory.Node", on_delete=models.CASCADE, related_name="+")
+    gpu_index = models.PositiveSmallIntegerField()
+    day = models.DateField()
+    samples = models.BinaryField(help_text="zlib of five arrays of 1,440: util, temperature, power, SM clock, VRAM")
+    events = models.JSONField(default=list, blank=True, help_text='[[minute, "xid", code, n] | [minute, "ecc", corrected, uncorrected]]')
+    minutes = models.PositiveSmallIntegerField(default=0, help_text="Minutes of the day with a sample")
+    first_minute = models.SmallIntegerField(null=True, blank=True)
+    last_minute = models.SmallIntegerField(null=True, blank=True)
+    #: The day's last minute at or over WORKBENCH_IDLE_UTIL_PERCENT (the idle notice's clock).
+    last_busy_minute = models.SmallIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["lease_id", "day", "node_id", "gpu_index"]
+        constraints = [models.UniqueConstraint(fields=["lease", "node", "gpu_index", "day"],
+                                               name="one_telemetry_row_per_lease_card_day")]

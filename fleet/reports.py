@@ -43,6 +43,7 @@ from .steady import (
     steady_agent_update,
     stored_reports,
 )
+from .telemetry import telemetry_accept
 from .timeutil import parse_time
 
 MAX_ITEMS = 256
@@ -141,6 +142,7 @@ def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetim
             else:
                 outcome.accepted.append(label)
     instances.done()
+    telemetry_accept(outcome, agent.node_id, data.get("telemetry"), now)   # PROTOCOL.md "Telemetry"
     return outcome
 
 

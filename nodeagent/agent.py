@@ -23,6 +23,7 @@ from .netfilter import FilterGuard
 from .outbox import Outbox
 from .signing import NodeKey
 from .state import StateDir, read_json, write_json
+from .telemetry import Telemetry, TelemetrySampler
 from .volumes import Volumes
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,13 @@ class Agent:
         self.probe = probe or open_gpu_probe(max_temperature_c=config.max_temperature_c,
                                              min_cuda=config.min_cuda)
         self.outbox = Outbox(self.state.outbox_path)
+        # GPU telemetry (PROTOCOL.md "Telemetry"): sampled on its own thread, sent with reports
+        self.telemetry = (Telemetry(self.probe, self.state.root / "telemetry.json",
+                                    every_seconds=config.telemetry_seconds,
+                                    max_samples=config.telemetry_buffer_samples,
+                                    per_report=config.telemetry_samples_per_report,
+                                    send_minutes=config.telemetry_send_minutes)
+                          if config.telemetry_seconds and hasattr(self.probe, "telemetry") else None)
         gpu_memory = GpuMemory(config.gpu_memory, self.state.root / "gpu-memory.json")
         self.burn_in = BurnInRunner(node=self.node, key=self.key, outbox=self.outbox,
                                     journal=Journal(self.state.root / "burn-in.json"),
@@ -114,6 +122,7 @@ class Agent:
         log.info("node %s: agent %s polling %s", self.node, __version__, self.client.url)
         warn_if_cleartext(self.client.url)
         guard = self._start_filter_guard()
+        sampler = TelemetrySampler(self.telemetry).start() if self.telemetry is not None else None
         try:
             while not stop.is_set():
                 self._round_started = time.monotonic()
@@ -126,6 +135,8 @@ class Agent:
         finally:
             if guard is not None:
                 guard.stop()
+            if sampler is not None:
+                sampler.stop()
 
     def _until_next_round(self, delay: float, stop: threading.Event) -> None:
         """Wait `delay` seconds, or less: after a good round the storefront is asked to answer
@@ -242,12 +253,17 @@ class Agent:
                   **({"boot_id": boot} if (boot := boot_id()) else {}),
                   **({"gpus": gpu_items} if send_gpus else {}), "gpu_library": self.probe.library,
                   "instances": instances, "evidence": evidence}
+        telemetry = self.telemetry.batch() if self.telemetry is not None else None
+        if telemetry is not None:
+            report["telemetry"] = telemetry
         try:
             answer = self.client.report(report, self.key)
         except StorefrontRefused as exc:
             if exc.error == "replayed":
                 self.state.skip_seq(REPLAY_SKIP)
             raise
+        if self.telemetry is not None:
+            self.telemetry.settle(answer)       # kept for the next report unless answered
         if send_gpus:
             self._gpus_sent, self._reports_since_gpus = steady, self._gpu_phase or 0
             self._gpu_phase = None

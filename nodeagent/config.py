@@ -8,6 +8,7 @@
     max_temperature_c = 90                      # a hotter GPU is reported unhealthy
     filter_guard_seconds = 1.0                  # how often the packet filter is checked
     watch = true                                # between rounds, wait for a change (PROTOCOL.md)
+    telemetry_seconds = 60                      # one GPU telemetry sample per card this often (0: off)
 
     [disks]                                     # options for the disk backend
     root = "/var/lib/gpu-node-agent/disks"
@@ -130,6 +131,15 @@ class AgentConfig:
     # (GET /agent/v1/desired/watch) instead of sleeping the whole poll interval.
     watch: bool = True
     volume_client: str = "auto"      # network volumes: "kernel" CephFS client, "fuse" (ceph-fuse), "auto"
+    # GPU telemetry (nodeagent/telemetry.py, PROTOCOL.md "Telemetry"): one sample per card this
+    # often (0: off), at most `telemetry_buffer_samples` kept unsent (oldest dropped first: a
+    # storefront outage costs bounded memory and disk), at most `telemetry_samples_per_report`
+    # sent per report (a backlog drains over several polls, each report stays a few kB), sent
+    # once the oldest unsent one is `telemetry_send_minutes` old (fewer writes at the storefront).
+    telemetry_seconds: int = 60
+    telemetry_buffer_samples: int = 8 * 3 * 1440
+    telemetry_samples_per_report: int = 120
+    telemetry_send_minutes: int = 5      # send once the oldest unsent sample is this old
 
     @property
     def tls_verify(self) -> bool | str:
@@ -166,6 +176,7 @@ def parse_config(raw: dict, path: Path | None = None) -> AgentConfig:
         raise ConfigError("filter_guard_seconds must be a number of seconds in (0, 60]")
     if not isinstance(config.watch, bool):
         raise ConfigError("watch must be true or false")
+    _check_telemetry(config)
     return config
 
 
@@ -249,3 +260,14 @@ def _preflight_waive(raw) -> tuple[str, ...]:
         raise ConfigError(f"preflight_waive: no such check {', '.join(sorted(unknown))} "
                           f"(checks: {', '.join(CHECKS)})")
     return tuple(raw)
+
+
+def _check_telemetry(config: AgentConfig) -> None:
+    every = config.telemetry_seconds
+    if type(every) is not int or not (every == 0 or 60 <= every <= 3600):
+        raise ConfigError("telemetry_seconds must be 0 (off) or whole seconds in [60, 3600]")
+    for name, low, high in (("telemetry_buffer_samples", 1, 10**6), ("telemetry_samples_per_report", 1, 2000),
+                            ("telemetry_send_minutes", 1, 60)):
+        value = getattr(config, name)
+        if type(value) is not int or not low <= value <= high:
+            raise ConfigError(f"{name} must be a whole number in [{low}, {high}]")

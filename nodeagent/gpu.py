@@ -25,6 +25,9 @@ class NoGpuProbe:
     def inventory(self) -> list[GpuInfo]:
         return []
 
+    def telemetry(self) -> list[dict]:
+        return []
+
 
 @dataclass
 class _Device:
@@ -45,6 +48,8 @@ class NvmlProbe:
         self.devices = [_Device(i, pynvml.nvmlDeviceGetHandleByIndex(i))
                         for i in range(pynvml.nvmlDeviceGetCount())]
         self.xids: dict[int, list[int]] = {d.index: [] for d in self.devices}
+        # Xids not yet taken by the telemetry sampler (each event once, in order; bounded)
+        self.xid_new: dict[int, list[int]] = {d.index: [] for d in self.devices}
         self.uuids = {d.index: self._text(pynvml.nvmlDeviceGetUUID(d.handle))
                       for d in self.devices}
         self.crc_seen: dict[int, int] = {}
@@ -218,6 +223,38 @@ class NvmlProbe:
             index = by_handle.get(self._handle_key(event.device))
             if index is not None and event.eventType & XID_EVENT:
                 self.xids[index] = (self.xids[index] + [int(event.eventData)])[-20:]
+                self.xid_new[index] = (self.xid_new[index] + [int(event.eventData)])[-100:]
+
+    def telemetry(self) -> list[dict]:
+        """One reading per card for nodeagent/telemetry.py: utilisation (%), VRAM used (MiB),
+        temperature (C), power (W), SM clock (MHz), the volatile ECC counters (cumulative)
+        and the Xid events since the last call. A value the card or driver does not give is
+        None; a card NVML cannot read at all is left out of this minute."""
+        with self._lock:
+            self._drain_xid_events()
+            out = []
+            for device in self.devices:
+                xids, self.xid_new[device.index] = self.xid_new[device.index], []
+                try:
+                    out.append(self._reading(device, xids))
+                except self.nvml.NVMLError as exc:
+                    log.debug("telemetry of GPU %s unavailable: %s", device.index, exc)
+            return out
+
+    def _reading(self, device: _Device, xids: list[int]) -> dict:
+        nvml, handle = self.nvml, device.handle
+        util = self._best_effort(nvml.nvmlDeviceGetUtilizationRates, handle)
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+        power_mw = self._best_effort(nvml.nvmlDeviceGetPowerUsage, handle)
+        ecc = {name: self._best_effort(nvml.nvmlDeviceGetTotalEccErrors, handle, kind, nvml.NVML_VOLATILE_ECC)
+               for name, kind in (("ecc_corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+                                  ("ecc_uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED))}
+        return {"index": device.index, "util": None if util is None else int(util.gpu),
+                "mem_mb": int(memory.used) // (1024 * 1024),
+                "temp_c": self._best_effort(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
+                "power_w": None if power_mw is None else round(power_mw / 1000),
+                "sm_mhz": self._best_effort(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
+                **ecc, "xids": xids}
 
     @staticmethod
     def _handle_key(handle) -> int:

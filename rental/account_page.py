@@ -20,7 +20,8 @@ def settings_context(request, **extra) -> dict:
         tokens = tokens.filter(member=request.user)
     return {
         "acting": acting,
-        "form": SettingsForm(initial={"email": account.email, "auto_renew": prefs.auto_renew}),
+        "form": SettingsForm(initial={"email": account.email, "auto_renew": prefs.auto_renew,
+                                     "idle_notices": prefs.idle_notices}),
         "token_form": ApiTokenForm(),
         "ssh_key_form": SshKeyForm(),
         "ssh_keys": SshKey.objects.filter(customer=account),

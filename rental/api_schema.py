@@ -12,7 +12,7 @@ def iso(value) -> str | None:
     return value.isoformat() if value else None
 
 
-API_APPS_WITH_PATHS = ("sizing",)
+API_APPS_WITH_PATHS = ("sizing", "fleet")
 
 
 def _ref(name: str) -> dict:

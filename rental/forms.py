@@ -183,6 +183,8 @@ class SettingsForm(forms.Form):
                              help_text=_("Reminders 3 days and 1 day before a lease ends, and renewal invoices. "
                                          "Leave empty for in-app notices only."))
     auto_renew = forms.BooleanField(label=_("Auto-renew from balance when it covers the renewal"), required=False)
+    idle_notices = forms.BooleanField(label=_("Tell me when a lease's GPUs have been idle"), required=False,
+                                      help_text=_("One notice per idle stretch, by e-mail and webhook (lease.idle)."))
 
 
 class SshKeyForm(forms.Form):

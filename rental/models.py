@@ -33,6 +33,8 @@ class CustomerSettings(models.Model):
     auto_renew = models.BooleanField(default=True, help_text="Pay renewals from balance when it covers them")
     #: The language last chosen with the site's switcher; notices and e-mails are written in it.
     language = models.CharField(max_length=10, blank=True, default="")
+    #: "Your GPUs have been idle" notices (fleet.idle): the customer may turn them off.
+    idle_notices = models.BooleanField(default=True, help_text="Tell me when a lease's GPUs have been idle")
 
     def __str__(self) -> str:
         return f"settings of {self.user}"

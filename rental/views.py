@@ -154,7 +154,8 @@ def account_settings(request):
     if not form.is_valid():
         return render(request, "rental/settings.html", settings_context(request, form=form), status=400)
     customer_settings_update(user=request.account, email=form.cleaned_data["email"],
-                             auto_renew=form.cleaned_data["auto_renew"])
+                             auto_renew=form.cleaned_data["auto_renew"],
+                             idle_notices=form.cleaned_data["idle_notices"])
     messages.success(request, _("Settings saved."))
     return redirect("account_settings")
 

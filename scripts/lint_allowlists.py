@@ -38,6 +38,7 @@ ROW_LOCKS_ALLOWED = {
     "billing/payments/credits.py": "crediting one payment review once",
     "rental/services.py": "lease state transitions and disk keys, one writer per lease",
     "rental/storage.py": "volumes, snapshots and their leases change state once",
+    "fleet/telemetry.py": "one lease-card-day row of telemetry, merged into by concurrent reports",
     "rental/teams/services.py": "one account's memberships and invitations: the last-owner and member-count rules",
     "rental/workbench.py": "one lease's workbench, one account's credential or variable changed by one writer",
     "rental/failover.py": "moving one lease to another node once",

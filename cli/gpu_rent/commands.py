@@ -795,3 +795,51 @@ def cmd_team(api: Api, args) -> int:
         return _done(args, changed, f"{changed['username']} is now {changed['role']}.")
     return _done(args, api.delete(f"team/members/{member_id}"), f"Removed {args.member} from the team.")
 
+
+
+METRIC_COLUMNS = [("at", "TIME (UTC)"), ("gpu", "GPU"), ("util", "UTIL%"), ("vram", "VRAM GiB"), ("temp_c", "TEMP C"),
+                  ("power_w", "POWER W"), ("sm_mhz", "SM MHz")]
+
+
+def _figure(value, digits: int = 0):
+    return None if value is None else f"{value:.{digits}f}"
+
+
+def cmd_metrics(api: Api, args) -> int:
+    """GET /api/v1/leases/<id>/metrics as a table: one row per step and GPU (the mean of the
+    minutes in it), then the term's egress and the GPU errors."""
+    params = {"since": args.since}
+    if args.until:
+        params["until"] = args.until
+    if args.resolution or not args.json:
+        params["resolution"] = str(args.resolution or 60)
+    data = api.get(f"leases/{args.lease}/metrics", params=params)
+    if args.json:
+        emit_json(data)
+        return OK
+    columns = data["columns"]
+    rows = []
+    for card in data["gpus"]:
+        for point in card["points"]:
+            values = dict(zip(columns, point, strict=False))
+            rows.append({"at": values["at"][:16].replace("T", " "), "gpu": card["gpu"],
+                         "util": _figure(values.get("util")),
+                         "vram": _figure(None if values.get("mem_mb") is None else values["mem_mb"] / 1024, 1),
+                         "temp_c": _figure(values.get("temp_c")), "power_w": _figure(values.get("power_w")),
+                         "sm_mhz": _figure(values.get("sm_mhz"))})
+    rows.sort(key=lambda r: (r["at"], r["gpu"]))
+    if rows:
+        table(rows, METRIC_COLUMNS)
+    else:
+        print(f"No GPU readings for lease #{args.lease} from {data['since']} to {data['until']}.")
+    egress = data.get("egress")
+    if egress:
+        print(f"egress this term (since {egress['term_start'][:16].replace('T', ' ')} UTC): "
+              f"{egress['tb_used']} TB of {egress['included_tb']} TB included"
+              + (f", {egress['over_tb']} TB over" if egress["over_tb"] not in ("0", "0.000", "0.00") else ""))
+    for event in data.get("events", []):
+        what = (f"Xid {event['xid']}" + (f" x{event['count']}" if event.get("count", 1) > 1 else "")
+                if event["kind"] == "xid" else
+                f"ECC {event['corrected']} corrected, {event['uncorrected']} uncorrected")
+        print(f"  {event['at'][:16].replace('T', ' ')}  GPU {event['gpu']}  {what}")
+    return OK

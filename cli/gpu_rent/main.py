@@ -76,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("ls", "your leases")
     p = add("show", "one lease with its events")
     p.add_argument("lease", type=int)
+    p = add("metrics", "a lease's GPU readings (utilisation, VRAM, temperature, power), GPU errors and egress")
+    p.add_argument("lease", type=int)
+    p.add_argument("--since", default="24h", help="RFC 3339 time or a span back from now: 90m, 6h, 7d (default 24h)")
+    p.add_argument("--until", help="RFC 3339 time or a span back from now (default now)")
+    p.add_argument("--resolution", type=int, metavar="MINUTES",
+                   help="minutes a row: 1, 5, 10, 15, 30, 60, 360, 1440 (default: 60 for the table, "
+                        "the finest the server allows with --json)")
     p = add("wait", "wait until a lease's instance is ready")
     p.add_argument("lease", type=int)
     _wait_flags(p, flag=False)

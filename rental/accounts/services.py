@@ -171,12 +171,15 @@ def customer_settings(user: User) -> CustomerSettings:
     return _loaded_settings(user) or CustomerSettings.objects.get_or_create(user=user)[0]
 
 
-def customer_settings_update(*, user: User, email: str, auto_renew: bool) -> CustomerSettings:
+def customer_settings_update(*, user: User, email: str, auto_renew: bool,
+                             idle_notices: bool | None = None) -> CustomerSettings:
+    """`idle_notices`: None leaves the idle-GPU notice choice as it is."""
+    idle = {} if idle_notices is None else {"idle_notices": idle_notices}
     with transaction.atomic():
         prefs = customer_settings(user)
         User.objects.filter(pk=user.pk).update(email=email)
-        CustomerSettings.objects.filter(pk=prefs.pk).update(auto_renew=auto_renew)
+        CustomerSettings.objects.filter(pk=prefs.pk).update(auto_renew=auto_renew, **idle)
         audit_record(actor=user, action="settings_update", obj=prefs,
-                     detail={"email_set": bool(email), "auto_renew": auto_renew})
+                     detail={"email_set": bool(email), "auto_renew": auto_renew, **idle})
     prefs.refresh_from_db()
     return prefs

@@ -1,5 +1,5 @@
-# Reserved for the workbench's GPU telemetry and idle notices; filled in by that change.
-from django.db import migrations
+# The account's opt-out of idle-GPU notices (fleet/idle.py).
+from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
@@ -8,4 +8,10 @@ class Migration(migrations.Migration):
         ('rental', '0018_teams'),
     ]
 
-    operations = []
+    operations = [
+        migrations.AddField(
+            model_name='customersettings',
+            name='idle_notices',
+            field=models.BooleanField(default=True, help_text="Tell me when a lease's GPUs have been idle"),
+        ),
+    ]

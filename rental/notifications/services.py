@@ -23,10 +23,10 @@ D = WebhookDelivery.State
 #: The events a webhook receives (the notice kinds map onto them in `notice_event`).
 EVENTS = ("order.placed", "invoice.paid", "instance.ready", "invoice.renewal", "lease.reminder", "lease.suspended",
           "lease.released", "key.destroyed", "incident", "lease.migrated", "lease.failed", "webhook.test",
-          "lease.workbench_changed")
+          "lease.workbench_changed", "lease.idle")
 NOTICE_EVENTS = {"renewal_invoice": "invoice.renewal", "suspended": "lease.suspended", "released": "lease.released",
                  "connection_changed": "lease.migrated", "migration": "lease.migrated", "incident": "incident",
-                 "provisioning_failed": "lease.failed"}
+                 "provisioning_failed": "lease.failed", "gpus_idle": "lease.idle"}
 
 
 def notice_event(kind: str) -> str:

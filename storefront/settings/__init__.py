@@ -570,3 +570,18 @@ from .workbench import *  # noqa: E402,F403
 WORKBENCH_TEAM_INVITE_DAYS = int(os.environ.get("WORKBENCH_TEAM_INVITE_DAYS", "7"))
 # Members plus pending invitations per account: a bound on what one account can make us mail.
 WORKBENCH_TEAM_MAX_MEMBERS = int(os.environ.get("WORKBENCH_TEAM_MAX_MEMBERS", "50"))
+
+# --- GPU telemetry (fleet/telemetry.py, nodeagent/PROTOCOL.md "Telemetry", docs/adr/0016) ---
+# A sample older than this (an agent back after a long outage) or in the future is refused.
+WORKBENCH_TELEMETRY_MAX_AGE_DAYS = int(os.environ.get("WORKBENCH_TELEMETRY_MAX_AGE_DAYS", "14"))
+# The idle notice: every card of an active lease under this utilisation (%) for this long.
+WORKBENCH_IDLE_UTIL_PERCENT = int(os.environ.get("WORKBENCH_IDLE_UTIL_PERCENT", "5"))
+WORKBENCH_IDLE_HOURS = int(os.environ.get("WORKBENCH_IDLE_HOURS", "24"))
+# How often the idle check runs (a beat job); under WORKBENCH_IDLE_HOURS, so no busy stretch
+# between two checks goes unseen.
+WORKBENCH_IDLE_CHECK_SECONDS = float(os.environ.get("WORKBENCH_IDLE_CHECK_SECONDS", "3600"))
+# The lease page's charts: the last this many hours, averaged over this many minutes a point.
+WORKBENCH_CHART_HOURS = int(os.environ.get("WORKBENCH_CHART_HOURS", "24"))
+WORKBENCH_CHART_STEP_MINUTES = int(os.environ.get("WORKBENCH_CHART_STEP_MINUTES", "10"))
+CELERY_BEAT_SCHEDULE["idle_notices"] = {"task": "fleet.idle_notices", "schedule": WORKBENCH_IDLE_CHECK_SECONDS,
+                                        "options": {"expires": max(1.0, WORKBENCH_IDLE_CHECK_SECONDS - 5)}}

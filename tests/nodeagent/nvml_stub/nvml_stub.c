@@ -25,6 +25,12 @@
  *   NVML_STUB_PCIE_GEN     "index:gen" trained link generation
  *   NVML_STUB_REMAPPED     "index:rows" correctable remapped rows
  *   NVML_STUB_RETIRED      "index:pages" pages retired for double-bit ECC errors
+ * Telemetry (nodeagent/telemetry.py), every GPU alike, re-read like the fault schedule:
+ *   NVML_STUB_UTIL        GPU utilisation in % (default 0)
+ *   NVML_STUB_MEM_USED_MB memory used in MiB (default 0)
+ *   NVML_STUB_POWER_MW    power draw in mW (default 70000)
+ *   NVML_STUB_SM_MHZ      SM clock in MHz (default 1980)
+ *   NVML_STUB_ECC_CORRECTED  volatile corrected ECC count (default 0)
  * Fault schedule: NVML_STUB_FAULTS names a file of KEY=VALUE lines (the names above);
  * it is re-read on every nvmlSystemGetDriverVersion (once per agent inventory), so a
  * test can inject or clear a fault while the agent runs.
@@ -61,6 +67,7 @@ static unsigned long long crc_count, throttle_mask;
 static unsigned width_value = 16;
 static int brand = 14, recovery_gpu = -1, gen_gpu = -1, remapped_gpu = -1, retired_gpu = -1;
 static unsigned long long recovery_value, gen_value = 5, remapped_value, retired_value;
+static unsigned util_percent, mem_used_mb, power_mw = 70000, sm_mhz = 1980, ecc_corrected;
 
 /* The fault schedule file's value for `name`, else the environment's. */
 static char fault_line[256];
@@ -117,6 +124,11 @@ static void read_health_settings(void) {
     remapped_gpu = env_pair("NVML_STUB_REMAPPED", &remapped_value);
     retired_gpu = env_pair("NVML_STUB_RETIRED", &retired_value);
     temperature = (unsigned)env_int("NVML_STUB_TEMP", 41);
+    util_percent = (unsigned)env_int("NVML_STUB_UTIL", 0);
+    mem_used_mb = (unsigned)env_int("NVML_STUB_MEM_USED_MB", 0);
+    power_mw = (unsigned)env_int("NVML_STUB_POWER_MW", 70000);
+    sm_mhz = (unsigned)env_int("NVML_STUB_SM_MHZ", 1980);
+    ecc_corrected = (unsigned)env_int("NVML_STUB_ECC_CORRECTED", 0);
 }
 
 nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
@@ -198,8 +210,8 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
     if (!valid(device)) return ERR_INVALID_ARGUMENT;
     if (lost(device)) return ERR_GPU_IS_LOST;
     memory->total = 81559ULL * 1024 * 1024;
-    memory->used = 0;
-    memory->free = memory->total;
+    memory->used = (unsigned long long)mem_used_mb * 1024 * 1024;
+    memory->free = memory->total - memory->used;
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned *temp) {
@@ -214,6 +226,28 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type, in
     if (!valid(device)) return ERR_INVALID_ARGUMENT;
     /* error_type 1 = NVML_MEMORY_ERROR_TYPE_UNCORRECTED */
     *count = (error_type == 1 && (int)device->index == ecc_gpu) ? 3 : 0;
+    if (error_type == 0) *count = ecc_corrected;   /* NVML_MEMORY_ERROR_TYPE_CORRECTED */
+    return OK;
+}
+
+/* --- telemetry ------------------------------------------------------------------------- */
+typedef struct { unsigned gpu, memory; } nvmlUtilization_t;
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *util) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    if (lost(device)) return ERR_GPU_IS_LOST;
+    read_health_settings();      /* the sampler runs between inventories: follow the schedule */
+    util->gpu = util_percent;
+    util->memory = util_percent / 2;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned *milliwatts) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    *milliwatts = power_mw;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned *clock) {
+    if (!valid(device)) return ERR_INVALID_ARGUMENT;
+    *clock = type == 1 ? sm_mhz : 2619;   /* NVML_CLOCK_SM, else the memory clock */
     return OK;
 }
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
