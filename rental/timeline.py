@@ -113,6 +113,23 @@ def lease_milestones(lease: Lease, now: datetime) -> list[Milestone]:
     return items
 
 
+#: At most this many incidents are drawn on a lease's timeline (the newest; the page lists more).
+INCIDENTS_ON_TIMELINE = 3
+
+
+def incident_milestones(downtimes) -> list[Milestone]:
+    """The incidents that hit the lease (inventory.Downtime rows, newest first, as the lease
+    page lists them): when each began and, once over, when it ended. Out of service counts
+    towards the SLA, so the customer sees it beside the term's own deadlines."""
+    items = []
+    for d in list(downtimes)[:INCIDENTS_ON_TIMELINE]:
+        label = (_("Incident: out of service") if d.kind == "down" else _("Incident: degraded"))
+        items.append(Milestone("incident", label, d.starts_at))
+        if d.ends_at:
+            items.append(Milestone("incident_end", _("Incident over"), d.ends_at))
+    return items
+
+
 def layout(milestones: list[Milestone], now: datetime) -> dict:
     """Positions for the SVG: x by time; markers closer than MIN_SPACING stack upwards.
     Drawn twice (issue 29): SVG_WIDTH units wide and SVG_NARROW_WIDTH for a column under 660 px

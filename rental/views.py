@@ -37,7 +37,7 @@ from .models import ApiToken, Lease
 from .services import lease_auto_renew_set, lease_auto_renews
 from .shown_once import keep_to_show_once, take_to_show
 from .teams.rights import TEAM, customer_view, may
-from .timeline import layout, lease_milestones
+from .timeline import incident_milestones, layout, lease_milestones
 
 
 def _safe_next(request) -> str:
@@ -134,8 +134,10 @@ def lease_list(request):
 def lease_detail(request, lease_id: int):
     lease = get_object_or_404(_customer_leases(request.account).select_related("disk_key"), pk=lease_id)
     now = timezone.now()
-    context = {"lease": lease, "now": now, **lease_page_context(lease, now),
-               "timeline": layout(lease_milestones(lease, now), now), "events": lease.events.select_related("actor"),
+    page = lease_page_context(lease, now)
+    milestones = lease_milestones(lease, now) + incident_milestones(page["downtimes"])
+    context = {"lease": lease, "now": now, **page,
+               "timeline": layout(milestones, now), "events": lease.events.select_related("actor"),
                "auto_renews": lease_auto_renews(lease),
                "account_auto_renew": customer_settings(request.account).auto_renew}
     # htmx polls the live region (the whole page but its heading) while something is in progress.

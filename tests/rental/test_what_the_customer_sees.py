@@ -50,6 +50,12 @@ def test_an_incident_that_affected_the_lease_stays_on_its_page(client, customer,
     assert 'id="incident-banner"' not in page  # no "out of service since" for an incident that ended
     listed = page[page.index('id="lease-incidents"'):]
     assert f"{now - timedelta(hours=2):%Y-%m-%d %H:%M}" in listed and f"{now - timedelta(hours=1):%Y-%m-%d %H:%M}" in listed
+    # and on the lease's timeline, beside the term's deadlines: when it began and when it ended
+    timeline = page[page.index('class="tl-list"'):]
+    timeline = timeline[:timeline.index("</ol>")]
+    began = timeline[timeline.index("Incident: out of service"):].split("</li>")[0]
+    over = timeline[timeline.index("Incident over"):].split("</li>")[0]
+    assert f"{now - timedelta(hours=2):%Y-%m-%d %H:%M}" in began and f"{now - timedelta(hours=1):%Y-%m-%d %H:%M}" in over
 
 
 def test_the_sla_form_offers_only_months_with_an_affected_lease(client, customer, lease):
