@@ -48,6 +48,12 @@ def generated_secrets_to_show(request, lease: Lease) -> dict[str, str]:
 
 # --- the order page's part ----------------------------------------------------------------------
 
+def add_problems(form, refused: WorkbenchRefused) -> None:
+    """The service's refusal as the form's errors: each on its field where the form has it."""
+    for problem in refused.problems:
+        form.add_error(problem.field if problem.field in form.fields else None, problem.message)
+
+
 def order_form_workbench(form) -> None:
     """The order form's image, command, variables, secrets and ports as one checked Workbench
     (form.cleaned_data["workbench"]), each problem on its field. Called by the order page once
@@ -67,8 +73,7 @@ def order_form_workbench(form) -> None:
             start_command=(data.get("start_command") or "").replace("\r\n", "\n") or None, env=env,
             secrets=secrets, ports=ports, extra_problems=problems + secret_problems)
     except WorkbenchRefused as exc:
-        for problem in exc.problems:
-            form.add_error(problem.field if problem.field in form.fields else None, problem.message)
+        add_problems(form, exc)
 
 
 # --- the lease page's form ---------------------------------------------------------------------
@@ -128,8 +133,7 @@ def lease_workbench_update(request, lease_id: int):
             messages.error(request, str(exc))
             return redirect(reverse("lease_detail", args=[lease.pk]) + "#workbench")
         except WorkbenchRefused as exc:
-            for problem in exc.problems:
-                form.add_error(problem.field if problem.field in form.fields else None, problem.message)
+            add_problems(form, exc)
         else:
             if result["changed"]:
                 messages.success(request, _("Saved: the server recreates the instance's container with the change "
@@ -205,8 +209,7 @@ def registry_credential_create(request):
             row = registry_credential_save(customer=request.account, name=data["name"], server=data["server"],
                                            username=data["username"], password=data["password"], now=timezone.now())
         except WorkbenchRefused as exc:
-            for problem in exc.problems:
-                form.add_error(problem.field if problem.field in form.fields else None, problem.message)
+            add_problems(form, exc)
         else:
             messages.success(request, _("Registry credential “%(name)s” saved.") % {"name": row.name})
             return redirect(reverse("account_settings") + WORKBENCH_ANCHOR)
@@ -234,8 +237,7 @@ def account_variable_create(request):
             row = account_variable_set(customer=request.account, name=data["name"], value=data["value"],
                                        secret=data["secret"], now=timezone.now())
         except WorkbenchRefused as exc:
-            for problem in exc.problems:
-                form.add_error(problem.field if problem.field in form.fields else None, problem.message)
+            add_problems(form, exc)
         else:
             messages.success(request, _("%(name)s saved: leases you order from now on get it.") % {"name": row.name})
             return redirect(reverse("account_settings") + WORKBENCH_ANCHOR)

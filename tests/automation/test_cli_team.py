@@ -13,29 +13,8 @@ from rental.teams.models import Invitation, Membership, Role
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cli"))
 
 from gpu_rent import errors  # noqa: E402
-from gpu_rent.main import main  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def cli(live_server, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("GPU_RENT_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.delenv("GPU_RENT_TOKEN", raising=False)
-    monkeypatch.delenv("GPU_RENT_URL", raising=False)
-
-    def run(*args, stdin: str | None = None):
-        if stdin is not None:
-            monkeypatch.setattr("sys.stdin", __import__("io").StringIO(stdin))
-        try:
-            code = main(list(args))
-        except SystemExit as exc:
-            code = exc.code
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    run.url = live_server.url
-    return run
 
 
 def test_gpu_rent_team(cli, customer, other_customer):
