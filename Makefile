@@ -56,7 +56,7 @@ chain-histories: setup
 	CHAIN_HISTORIES=$(N) CHAIN_HISTORY_STEPS=$(STEPS) CHAIN_HISTORIES_RANDOM=1 \
 	  $(BIN)/python -m pytest -p no:xdist -q -s tests/billing/test_money_histories.py
 
-# issue 33: ruff, then the import contracts in pyproject.toml (layers, Django-free agent and CLI).
+# Ruff, then the import contracts in pyproject.toml (layers, Django-free agent and CLI).
 # ADR 0024: then the money rules' own checks (scripts/lint_rules.py: ledger rows, no network
 # inside a transaction, row locks, test-module imports, module size; the locks match
 # pyproject.toml), and mypy over the money and lease rules ([tool.mypy] in pyproject.toml).
@@ -69,7 +69,7 @@ lint: setup
 clean-var:
 	rm -rf var
 
-# issue 34: mutation testing of the rule modules, not CI. scripts/mutate.py runs mutmut one module
+# Mutation testing of the rule modules, not CI. scripts/mutate.py runs mutmut one module
 # at a time (its own test files, its own work directory var/mutate/<module>/, SQLite built from the
 # models) and prints killed/survived per module. All: `make mutate`; one or some:
 # `make mutate MUTATE_ARGS="sizing rules"`; the modules: `MUTATE_ARGS=--list`; a module's

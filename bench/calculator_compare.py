@@ -1,4 +1,4 @@
-"""The calculator's markup over varied inputs, byte for byte (issue 31).
+"""The calculator's markup over varied inputs, byte for byte.
 
 Renders ~600 inputs (bench/calculator_varied.py's generator, plus random GPUs, ZeRO stage,
 offload, site, stock filter, tokens, framework and bad values) in English and Chinese —

@@ -1,5 +1,5 @@
-"""Benchmark: the calculator's htmx fragment and GET /api/v1/estimate on *varied* inputs
-(issue 31), in process: every request is a new (model, method, seq, batch, vendor) the
+"""Benchmark: the calculator's htmx fragment and GET /api/v1/estimate on *varied* inputs,
+in process: every request is a new (model, method, seq, batch, vendor) the
 render memo has never seen, so the cold path is what is measured.
 
 Run: ``.venv/bin/python bench/calculator_varied.py [N] [--profile] [--smoke]``. Builds the

@@ -1,4 +1,4 @@
-"""How many nodes can one storefront serve? (issue 31)
+"""How many nodes can one storefront serve?
 
 Starts its own PostgreSQL and Redis configured as docker-compose.yml runs them (PostgreSQL's
 defaults, autovacuum among them; Redis with its append-only file), or with
@@ -89,10 +89,10 @@ def parse_args():
                         help="gunicorn's worker (default: gthread when --threads > 1, else sync)")
     parser.add_argument("--server", choices=("granian", "gunicorn"), default="granian",
                         help="granian: production's web server started as production starts it (scripts/start.sh "
-                             "web); gunicorn: the server production ran until issue 31, to compare (the bench extra)")
+                             "web); gunicorn: the server production ran before granian (docs/adr/0019), to compare (the bench extra)")
     parser.add_argument("--connections", type=int, default=64, help="the generator's open connections")
     parser.add_argument("--protocol", choices=("report", "get"), default="report",
-                        help="report: the agent since issue 31, whose signed report is answered with the "
+                        help="report: the agent as it polls now, whose signed report is answered with the "
                              "desired state (one request per poll; 'desired' latencies are those answers); "
                              "get: an older agent, GET /agent/v1/desired (with its ETag) then the report")
     parser.add_argument("--no-warm", dest="warm", action="store_false",
@@ -190,7 +190,7 @@ def enrol_fleet(n: int, offset: int) -> list[dict]:
 
 def report_body(node: dict, seq: int, op_ids: dict[int, str], egress: int, desired_etag: str | None = None,
                 with_gpus: bool = True, telemetry: bool = False) -> bytes:
-    """A report as the agent sends it: since issue 31 (desired_etag given) the GPUs only
+    """A report as the agent sends it: since the steady poll (desired_etag given) the GPUs only
     when they changed or every 20th report (nodeagent/agent.py FULL_GPU_REPORT_EVERY)."""
     from django.utils import timezone
 

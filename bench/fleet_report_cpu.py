@@ -1,4 +1,4 @@
-"""CPU of one node report, steady and flushing, against the bare view (issue 31).
+"""CPU of one node report, steady and flushing, against the bare view.
 
 bench/fleet.py measures a whole fleet over HTTP; this isolates the report's own cost in one
 process (Django's test client, production settings, PostgreSQL and Redis), so a change to the

@@ -10,7 +10,7 @@ and orders cancelled unpaid. Nothing is due. It then times lifecycle passes
 the ratio 1M / 10k (≈ 1 when each sweep reads its due rows through a partial index, not
 the ended table), and, at the largest size, the EXPLAIN of every sweep's selecting query.
 
-Then the due-work case (issue 35): over `--history` rows (default 1,000,000) of the same
+Then the due-work case: over `--history` rows (default 1,000,000) of the same
 fill, `--due` leases (default 1,000 and 10,000) each with work for the next pass — renewal
 invoices (half paid from the balance: the lease is extended) with their reminders,
 suspensions, releases (key destroyed, disk wiped). One pass (billing.lifecycle.run_lifecycle)
@@ -74,7 +74,7 @@ def main() -> None:
     try:
         os.environ["DATABASE_URL"] = with_db(url, name)
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "storefront.settings")
-        # Production settings (DEBUG off) refuse to start without these (issue 14).
+        # Production settings (DEBUG off) refuse to start without these.
         os.environ.setdefault("SECRET_KEY", "bench-" + "k" * 50)
         os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1")
         os.environ.setdefault("HOST_AGENT", "rental.agent.FakeAgent")  # no GPU servers: hosts simulated

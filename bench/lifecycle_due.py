@@ -1,4 +1,4 @@
-"""bench/lifecycle.py's due-work case (issue 35): one lifecycle pass that has work — a
+"""bench/lifecycle.py's due-work case: one lifecycle pass that has work — a
 burst of terms ending in the same hour over a large history. Prints, per due count: the
 pass time, time and database queries per due lease, each sweep's share, and whether the
 pass finished the batch (else how many passes it took: how long the last lease waited).

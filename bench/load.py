@@ -8,9 +8,9 @@ given, BENCH_BASELINE_VIEW=1), then runs wrk against each target in turn — the
 Django view first (the baseline of this same run), the home page, the filtered catalog,
 the calculator's htmx endpoint, its full page, the sizing tables and GET /api/v1/estimate, then the calculator fragment and the API on
 varied inputs (bench/varied.lua: a random model, method, seq, batch and vendor per request,
-rows labelled "(varied)", issue 31: ≥ 0.3× with p99 < 100 ms), then the bare view again — and
+rows labelled "(varied)": ≥ 0.3× with p99 < 100 ms), then the bare view again — and
 prints requests/s, p50, p99, non-2xx/3xx responses, socket errors and the ratio to the
-bare view (the mean of its two runs). Targets (issue 20): the calculator's htmx fragment, its
+bare view (the mean of its two runs). Targets: the calculator's htmx fragment, its
 full page and the sizing tables page at ≥ 0.5× the bare view with p99 < 60 ms.
 
 Installs nothing: wrk comes from Debian (`apt-get install -y wrk`).
@@ -51,7 +51,7 @@ TARGETS = [
     ("calculator (page)", "/size/?model=llama-2-13b&method=lora", [], 0.5, 60),
     ("sizing tables", "/size/tables/", [], 0.5, 60),
     ("GET /api/v1/estimate", "/api/v1/estimate?model=llama-2-13b&method=lora", [], 0.5, None),
-    # Issue 31: a random input per request (bench/varied.lua), so the render memo rarely answers.
+    # A random input per request (bench/varied.lua), so the render memo rarely answers.
     ("calculator (htmx) (varied)", "/size/", ["-H", "HX-Request: true", "-s", str(VARIED_LUA)], 0.3, 100),
     ("GET /api/v1/estimate (varied)", "/api/v1/estimate", ["-s", str(VARIED_LUA)], 0.3, 100),
 ]
@@ -173,7 +173,7 @@ def main() -> None:
     parser.add_argument("--wrk-threads", type=int, default=2)
     parser.add_argument("--server", choices=("granian", "gunicorn"), default="granian",
                         help="granian: production's web server as production starts it (scripts/start.sh web); "
-                             "gunicorn: production's until issue 31, to compare")
+                             "gunicorn: production's before granian (docs/adr/0019), to compare")
     parser.add_argument("--workers", type=int, default=os.cpu_count(),
                         help="web workers (default: production's WEB_CONCURRENCY, one per CPU)")
     parser.add_argument("--worker-class", default="sync", choices=["sync", "gthread"], help="gunicorn's worker")

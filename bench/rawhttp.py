@@ -1,4 +1,4 @@
-"""A minimal HTTP/1.1 keep-alive client for the fleet benchmark's load generator (issue 31).
+"""A minimal HTTP/1.1 keep-alive client for the fleet benchmark's load generator.
 
 The generator shares this machine's two cores with the server it measures, so what it spends
 is taken from the server: aiohttp spent ~0.6 ms of CPU per request, about as much as the

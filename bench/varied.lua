@@ -1,4 +1,4 @@
--- wrk script (bench/load.py's "(varied)" targets, issue 31): every request a random
+-- wrk script (bench/load.py's "(varied)" targets): every request a random
 -- calculator input — model, method, sequence length, micro-batch, vendor, and three times in
 -- ten training tokens (bench/calculator_varied.py's generator) — so the render memo is
 -- almost never hit and the cold path is what is measured. The path prefix and the model

@@ -220,7 +220,7 @@ def refund(request, lease_id: int):
                          "lease": lease_json(lease, scopes=token_scopes(request))})
 
 
-# --- issue 30: what the command-line client needs ---------------------------------------------
+# --- What the command-line client needs ---------------------------------------------
 
 @api_endpoint("GET", scope="read", right="view")
 def account(request):

@@ -14,7 +14,7 @@ class BillingConfig(AppConfig):
     def import_models(self):
         super().import_models()
         # The storage domain's tables are billing's (app label and migrations: billing); their
-        # models live in the domain's package, which billing.models does not import (issue 33).
+        # models live in the domain's package, which billing.models does not import.
         importlib.import_module("billing.storage.models")
 
     def ready(self):

@@ -31,7 +31,7 @@ def egress_tb(tb_used) -> Decimal:
 
 def egress_record(*, lease_id: int, tb_used, at: datetime, lease: Lease | None = None) -> None:
     """The host agent's cumulative egress counter for the lease's current term. `lease`: the
-    lease's row when the caller read it already (a node's report, issue 31)."""
+    lease's row when the caller read it already (a node's report)."""
     with transaction.atomic(savepoint=False):
         lease = lease if lease is not None and lease.pk == lease_id else Lease.objects.get(pk=lease_id)
         term_start = term_start_at(lease, at)
@@ -61,7 +61,7 @@ def _usage_grow_sql() -> str:
 
 def _usage_grow(lease_id: int, term_start: datetime, tb: Decimal, at: datetime) -> bool:
     """EgressUsage.objects.filter(lease, term_start, tb_used__lt=tb).update(tb_used=tb,
-    reported_at=at), as one statement whose text is composed once (issue 31: a node's
+    reported_at=at), as one statement whose text is composed once (a node's
     report meters egress; compiling this through the ORM was a third of its flush)."""
     field = EgressUsage._meta.get_field("tb_used")
     amount = connection.ops.adapt_decimalfield_value(tb, field.max_digits, field.decimal_places)

@@ -1,4 +1,4 @@
-"""How much stock unpaid orders may hold (issue 16's order count, issue 28's GPU counts).
+"""How much stock unpaid orders may hold (an order count per account, then GPU counts per account and per address).
 
 An unpaid order holds its GPUs until its payment window closes. An attack held all 8
 MI300X with one 8-GPU order and re-ordered one tick after it expired, and three accounts

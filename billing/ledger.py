@@ -3,7 +3,7 @@ the account's lock, invoice lines, the payment window, what is left to refund of
 
 ``billing.services`` (orders, renewals, refunds), ``billing.payments``, ``billing.storage``,
 ``billing.sla`` and ``billing.egress`` all post through here, and this module imports none of
-them, so the money domains never import each other in a circle (issue 33)."""
+them, so the money domains never import each other in a circle."""
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any

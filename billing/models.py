@@ -1,6 +1,6 @@
 """Money. USD in integer cents; a customer's balance is an append-only ledger whose
 running total is cached on Account under a row lock. Spending never takes it below zero;
-only taking back a payment that left the chain may (issue 27: the debt is recovered from
+only taking back a payment that left the chain may (the debt is recovered from
 the next credit, ``billing.payments.reversals``)."""
 from django.conf import settings
 from django.db import models
@@ -83,7 +83,7 @@ class Invoice(models.Model):
         indexes = [models.Index(fields=["customer", "-created_at"])]
         constraints = [
             models.CheckConstraint(condition=Q(amount_cents__gt=0), name="invoice_amount_positive"),
-            # issue 27: one refundable amount per invoice, whichever path refunds it
+            # One refundable amount per invoice, whichever path refunds it
             models.CheckConstraint(condition=Q(refunded_cents__lte=models.F("amount_cents")),
                                    name="invoice_refunded_at_most_once"),
             models.UniqueConstraint(fields=["lease", "term_start"], condition=Q(kind="renewal"),
@@ -125,7 +125,7 @@ class JobRun(models.Model):
 
 
 class JobLock(models.Model):
-    """issue 14: a named lock with an expiry, for deployments without Redis (billing/lifecycle/locks.py).
+    """A named lock with an expiry, for deployments without Redis (billing/lifecycle/locks.py).
     Held while `expires_at` is in the future; `token` names the holder so only it releases."""
 
     name = models.CharField(max_length=60, primary_key=True)
@@ -407,7 +407,7 @@ class OrderedVolume(models.Model):
     once the order is paid and attached to the lease (billing.storage.orders); when the
     storage cannot create it (down, full), the add-on's part of the invoice goes back to the
     balance instead. Here beside the invoices, not in billing/storage/models.py, because what
-    it holds of an invoice is part of the refund rule every refund path shares (issue 33)."""
+    it holds of an invoice is part of the refund rule every refund path shares."""
 
     class State(models.TextChoices):
         PENDING = "pending", _("being created")
@@ -431,5 +431,5 @@ class OrderedVolume(models.Model):
     HELD = (State.PENDING, State.CREATED)
 
 
-# Issue 25: storage on the site's Ceph cluster has its models in billing/storage/models.py,
-# loaded with these by BillingConfig.import_models (issue 33: this module imports no domain).
+# Storage on the site's Ceph cluster has its models in billing/storage/models.py,
+# loaded with these by BillingConfig.import_models (this module imports no domain).

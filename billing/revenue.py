@@ -1,4 +1,4 @@
-"""issue 27: the ledger is the truth for revenue. What a month earned is
+"""The ledger is the truth for revenue. What a month earned is
 
 * what customers **spent from their balance** — every debit of the ledger whatever it buys
   (orders, renewals, storage paid from the balance, any charge a later change adds), except
@@ -15,7 +15,7 @@ invoices paid from outside the balance, which the export lists as journal rows b
 entries (so its revenue column sums to the dashboard's net); ``revenue_between`` the totals,
 for the dashboard.
 
-Per site (issue 25): an entry belongs to the site of what it paid — a storage charge's site
+Per site: an entry belongs to the site of what it paid — a storage charge's site
 (volumes, snapshots, object storage: ``StorageCharge``), else its invoice's lease's site,
 else an SLA credit's lease's site. Its **storage** share is all of a storage charge, the
 storage add-on lines (network volume, snapshots) of an invoice it paid, and the refund of
@@ -93,7 +93,7 @@ def paid_outside(start: datetime, end: datetime, *, end_inclusive: bool = True):
     return rows.filter(paid_at__lte=end) if end_inclusive else rows.filter(paid_at__lt=end)
 
 
-# --- per site, and the storage share (issue 25) ------------------------------------------------
+# --- per site, and the storage share ------------------------------------------------
 
 #: an order invoice's storage add-on lines, as billing.services.price_lines stores them
 STORAGE_LINE = r"^(Network volume|Snapshot), .+, per TB$"

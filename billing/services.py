@@ -93,7 +93,7 @@ def _create_invoice(*, customer, kind, lines: list[Line], now, lease=None, term_
 
 
 def invoice_data(invoice: Invoice) -> dict:
-    """An invoice in webhook payloads (issue 30)."""
+    """An invoice in webhook payloads."""
     return {"id": invoice.pk, "kind": invoice.kind, "state": invoice.state, "lease": invoice.lease_id,
             "amount_cents": invoice.amount_cents, "term_start": invoice.term_start.isoformat() if invoice.term_start
             else None, "paid_via": invoice.paid_via or None}
@@ -124,7 +124,7 @@ def checkout_place_order(*, customer: User, offer: Offer, site: Site, term: str,
     """A pending lease holding its slots + its invoice, atomically; optionally paid from the
     balance at once. Raises inventory.services.SoldOut (nothing is created or charged).
     `client_address`: where the order came from (counted by billing.holds). `restore_from`:
-    a snapshot the disk starts from (issue 26), refused (StorageRefused) before anything is
+    a snapshot the disk starts from, refused (StorageRefused) before anything is
     created if it is not the customer's ready snapshot at this site or does not fit.
     `workbench`: the order's checked image, variables, secrets and ports
     (rental.workbench.workbench_for_order), stored with the lease."""
@@ -282,7 +282,7 @@ def _deliver(invoice: Invoice, *, now: datetime, actor) -> bool:
     if invoice.kind == Invoice.Kind.ORDER:
         started = rental.lease_start_term(lease_id=invoice.lease_id, now=now, actor=actor,
                                           reason=f"invoice #{invoice.pk}")
-        if started:  # the order page's network volume add-on is created now (issue 25)
+        if started:  # the order page's network volume add-on is created now
             from .storage.orders import ordered_volume_due
 
             ordered_volume_due(invoice=invoice, now=now)

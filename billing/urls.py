@@ -16,5 +16,5 @@ urlpatterns = [
     path("invoices/<int:invoice_id>/demo-pay/", views.invoice_pay_demo_view, name="invoice_pay_demo"),
     path("balance/", views.balance, name="balance"),
     path("leases/<int:lease_id>/refund/", views.refund, name="lease_refund"),
-    path("leases/<int:lease_id>/extend/", views.lease_extend, name="lease_extend"),  # issue 30
+    path("leases/<int:lease_id>/extend/", views.lease_extend, name="lease_extend"),
 ]

@@ -148,7 +148,7 @@ def _place_order(request, offer: Offer, form: OrderForm, stock: dict):
 
 
 def _save_pasted_key(request, public_key: str, lease: Lease) -> None:
-    """Issue 29: the key pasted at ordering, saved as the customer asked, under its own
+    """The key pasted at ordering, saved as the customer asked, under its own
     comment (else the lease's number). The order stands whatever happens here; a refusal
     (saved already, the key limit, the name taken) is said on the lease page it goes to."""
     comment = public_key.split(" ", 2)[2] if public_key.count(" ") >= 2 else ""
@@ -252,7 +252,7 @@ def refund(request, lease_id: int):
     return redirect("lease_detail", lease_id=lease.pk)
 
 
-# --- issue 30: pay the next term now ------------------------------------------------------
+# --- Pay the next term now ------------------------------------------------------
 
 @customer_view("order")
 @login_required

@@ -1,4 +1,4 @@
-"""Issue 30: the instance actions (restart, stop, start) in the JSON API, the same services
+"""The instance actions (restart, stop, start) in the JSON API, the same services
 as the lease page's buttons (fleet.instances.views); plumbing from rental.api."""
 from django.http import Http404, JsonResponse
 from django.urls import path
@@ -29,7 +29,7 @@ def instance_action(request, lease_id: int, action: str):
 
 @api_endpoint("POST", scope="manage", right="operate")
 def instance_restore_api(request, lease_id: int):
-    """Issue 26: {"snapshot": <id>} replaces the stopped lease's disk with the snapshot."""
+    """{"snapshot": <id>} replaces the stopped lease's disk with the snapshot."""
     from .services import instance_restore
 
     lease = customer_lease(request, lease_id)

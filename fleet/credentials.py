@@ -1,4 +1,4 @@
-"""Issue 31: which agent a request's credential names, without a query on every poll.
+"""Which agent a request's credential names, without a query on every poll.
 
 Each worker keeps the agents it has seen by credential hash (only credentials that matched
 an enrolled, unrevoked agent; at most NODE_CREDENTIAL_CACHE_MAX of them). The cached row is
@@ -78,7 +78,7 @@ def cached_unchecked(credential_hash: str) -> tuple[NodeAgent, str | None] | Non
     database re-checks the credential whenever the heartbeat is due (the seq script sends
     the report to the UPDATE every NODE_SEEN_WRITE_SECONDS). An age limit here would add
     nothing to that and cost a lookup per node per worker per NODE_CREDENTIAL_CACHE_SECONDS:
-    at 10,000 nodes polling every 15 s, half of all reports (issue 31)."""
+    at 10,000 nodes polling every 15 s, half of all reports."""
     entry = _known.get(credential_hash)
     return None if entry is None else (_instance(entry[2]), entry[1])
 

@@ -136,7 +136,7 @@ def _issue(*, lease: Lease, node: Node, wanted: Wanted, restarts: int, now: date
            known: IssuedOp | None = None) -> str:
     """The op_id for this (want, disk, restarts): the stored one while nothing changed,
     else the next counter. `known` is the row as read without a lock by this poll: when it
-    already says the same, the poll writes nothing and takes no lock (issue 31: a steady
+    already says the same, the poll writes nothing and takes no lock (a steady
     fleet's polls are reads)."""
     if known is not None and (known.want, known.disk, known.restarts) == (wanted.want, wanted.disk, restarts):
         return known.op_id
@@ -184,7 +184,7 @@ def desired_instances(*, node: Node, now: datetime, clock: list[datetime] | None
                          stopped_by_customer=bool(intent and intent.stopped_by_customer), copy=lease.copy_here)
         snap = snapshots.get(lease.pk)
         if snap is not None and snap.purpose == Snapshot.Purpose.MIGRATION and wanted.want == "running":
-            # Issue 26: the lease is moving off this node; it stops, so that the copy the new
+            # The lease is moving off this node; it stops, so that the copy the new
             # node restores holds everything written here.
             wanted = Wanted("stopped", wanted.disk)
         if snap is not None and snap.attempt_started_at is not None and snap.attempt_started_at > now:
@@ -252,7 +252,7 @@ def _snapshots_to_take(lease_ids: list[int]) -> dict[int, Snapshot]:
 
 def _snapshot_ops(lease: Lease, wanted: Wanted, snap: Snapshot | None, restore_into=None, *, node: Node,
                   now: datetime, clock: list[datetime] | None = None) -> dict:
-    """Issue 26: `snapshot` (take this snapshot of the lease's disk) and `restore` (the new
+    """`snapshot` (take this snapshot of the lease's disk) and `restore` (the new
     lease's disk starts from a snapshot, before its instance first starts; or, with
     `replace` and its own op_id, the snapshot replaces a stopped lease's disk). Only the op
     carries the repository's password and an S3 key made for this node and op alone, taken
@@ -298,7 +298,7 @@ def desired_burn_ins(*, node: Node) -> list[dict]:
 
 def desired_etag(document: dict) -> str:
     """A strong validator over everything but the clock: the same desired state, the same
-    ETag, so an agent that has it gets `304 Not Modified` (PROTOCOL.md, issue 31)."""
+    ETag, so an agent that has it gets `304 Not Modified` (PROTOCOL.md)."""
     unchanging = {k: v for k, v in document.items() if k != "generated_at"}
     digest = hashlib.sha256(json.dumps(unchanging, sort_keys=True, separators=(",", ":")).encode())
     return f'"{digest.hexdigest()[:32]}"'

@@ -1,4 +1,4 @@
-"""Issue 31: a node's desired-state version, so a steady poll is answered `304 Not Modified`
+"""A node's desired-state version, so a steady poll is answered `304 Not Modified`
 from Redis (one authenticated lookup, one cache round trip) instead of recomputing the
 document from a dozen queries.
 

@@ -38,7 +38,7 @@ class NodeAgentDriver:
 
     def node_answers(self, *, node, now: datetime) -> bool:
         """The node's agent reported within NODE_REPORT_STALE_AFTER (a migration then has it
-        snapshot the disk first, issue 26)."""
+        snapshot the disk first)."""
         from django.conf import settings
 
         from .models import NodeAgent
@@ -48,7 +48,7 @@ class NodeAgentDriver:
         return last is not None and now - last <= settings.NODE_REPORT_STALE_AFTER
 
     def migration_snapshot_take(self, *, lease, now: datetime):
-        """A snapshot of the lease's disk, for its move (issue 26): its own repository at the
+        """A snapshot of the lease's disk, for its move: its own repository at the
         lease's site, not charged (deleted once the new node restored it). None when the
         site has no snapshot storage."""
         from billing.storage.snapshots import snapshot_take

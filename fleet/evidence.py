@@ -59,7 +59,7 @@ def _str(value, max_len: int = 200) -> str:
 
 int_field, str_field = _int, _str   # for the other signed records (fleet/burnin.py)
 def _check_address(record: dict) -> None:
-    """Issue 28: the host and port an instance is reached at become the customer's ssh
+    """The host and port an instance is reached at become the customer's ssh
     line, so they are a host name or an IP address and a port number, nothing else."""
     if valid_host(record.get("host")) is None or valid_port(record.get("ssh_port")) is None:
         raise Refused("invalid_address")

@@ -9,7 +9,7 @@ _TOKENS = re.compile(rb'"(?:\\.|[^"\\])*"|[\[\]{}]')
 
 
 def _too_deep(body: bytes) -> bool:
-    # Issue 31: fewer bracket bytes than MAX_DEPTH cannot nest deeper (every "[" or "{" is
+    # Fewer bracket bytes than MAX_DEPTH cannot nest deeper (every "[" or "{" is
     # such a byte in UTF-8, -16 and -32 alike): the usual body is decided without the scan.
     if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
         return False
@@ -35,14 +35,14 @@ def parse_json(body: bytes):
         raise ValueError(str(exc)) from None
     # A NUL can only reach a decoded string as the escape \u0000 (a raw control byte is
     # refused by the parser): a body with neither that text nor any zero byte (as UTF-16 or
-    # -32 JSON, which the parser also reads, would have) needs no walk (issue 31).
+    # -32 JSON, which the parser also reads, would have) needs no walk.
     if (b"\x00" in body or b"\\u0000" in body) and _has_nul(value):
         raise ValueError("JSON holds a NUL character")
     return value
 
 
 def _has_nul(value) -> bool:
-    """Issue 28: a NUL in any key or string (an agent version, a GPU problem, an instance
+    """A NUL in any key or string (an agent version, a GPU problem, an instance
     error) cannot be stored in PostgreSQL text: refused like bad JSON, never a 500."""
     if isinstance(value, str):
         return "\x00" in value

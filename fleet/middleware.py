@@ -1,4 +1,4 @@
-"""Issue 31: the node agents' API (/agent/v1/) does not pass through the browser's
+"""The node agents' API (/agent/v1/) does not pass through the browser's
 middleware. It authenticates every request by credential and signature, never by a
 session or cookie, and answers only JSON, so sessions, locale, CSRF, users, two-factor,
 messages, htmx and django-axes have nothing to do there — and were a tenth of a steady

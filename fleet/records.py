@@ -1,5 +1,5 @@
 """The customer's sanitization record of a lease (SPEC: "a signed record the customer can
-download"; issue 23): the node-signed proofs that the disk's key was destroyed and the disk
+download"): the node-signed proofs that the disk's key was destroyed and the disk
 wiped, each with the node's Ed25519 public key, so that anyone can check them offline
 (`gpu-node-agent verify-record FILE`, nodeagent/records.py). The proofs are the receipts
 rental stored when it accepted them (DiskKey.destruction_proof, the `wiped` event), as

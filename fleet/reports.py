@@ -65,7 +65,7 @@ class Outcome:
     accepted: list[str] = field(default_factory=list)
     refused: list[dict] = field(default_factory=list)
     #: The ETag of the desired state the agent holds, when it asks for it in the answer
-    #: (issue 31; None: an agent that polls GET /agent/v1/desired itself).
+    #: (None: an agent that polls GET /agent/v1/desired itself).
     desired_etag: str | None = None
 
     def as_json(self) -> dict:
@@ -96,7 +96,7 @@ def _envelope(agent: NodeAgent, body: bytes, signature: str, now: datetime) -> d
 class Envelope:
     """A report's envelope checked (signature over the raw body, JSON, seq, sent_at) and the
     node's facts read from it, before its seq is taken. `verdict`: Redis's verdict on the
-    seq when the view took it already (issue 31: in the poll's one round trip, fleet/seq.py)."""
+    seq when the view took it already (in the poll's one round trip, fleet/seq.py)."""
     data: dict
     facts: dict
     refused: list[dict]
@@ -186,14 +186,14 @@ def _topology(item) -> dict:
 
 
 def _node_facts(agent: NodeAgent, envelope: Envelope, now: datetime, *, body: bytes, signature: str) -> NodeAgent:
-    """The seq guard and the node's facts in one UPDATE (issue 31: a report writes one row
+    """The seq guard and the node's facts in one UPDATE (a report writes one row
     of its own); a fact is written only when it changed. Returns the agent as stored now."""
     fields, seq = envelope.facts, envelope.data["seq"]
     verdict = envelope.verdict if envelope.verdict is not None else seq_take(agent, seq, fields, now)
     if verdict is Verdict.REPLAYED:
         raise ReportRefused(409, "replayed")
     if verdict is Verdict.TAKEN and "gpus" not in fields:
-        return agent                              # issue 31: the seq in Redis, nothing to write
+        return agent                              # the seq in Redis, nothing to write
     if _steady_update(agent, seq, fields, now, verdict):
         seq_checkpointed(agent, seq, fields, now, verdict)
         return agent
@@ -227,7 +227,7 @@ def _reported_facts(data: dict, outcome: Outcome) -> dict:
     version, host, library = data.get("agent_version"), data.get("public_host"), data.get("gpu_library")
     if isinstance(version, str) and len(version) <= 40:
         fields["agent_version"] = version
-    if valid_host(host) is not None:  # issue 28: a host name or an IP address, never an ssh option
+    if valid_host(host) is not None:  # a host name or an IP address, never an ssh option
         fields["public_host"] = valid_host(host)
     elif host is not None:
         outcome.refused.append({"item": "public_host", "error": "invalid"})
@@ -249,7 +249,7 @@ def _reported_facts(data: dict, outcome: Outcome) -> dict:
 
 
 def _steady_update(agent: NodeAgent, seq: int, fields: dict, now: datetime, verdict: Verdict) -> bool:
-    """Issue 31, the steady report: its facts are the ones stored (they are conditions of
+    """The steady report: its facts are the ones stored (they are conditions of
     the UPDATE, so an agent row cached by this worker cannot mislead it), the credential is
     still the agent's, unrevoked, with the key the signature was checked with — then the seq
     guard and the heartbeat are the one query (fleet/steady.py). False: anything else,
@@ -301,7 +301,7 @@ def _follow_new_host(agent: NodeAgent, now: datetime) -> None:
 
 class _GpuSlots:
     """The node's slots and which have an open health-check incident, read once per report
-    and only when it lists GPUs, in one query (issue 31: a steady report of 8 healthy GPUs
+    and only when it lists GPUs, in one query (a steady report of 8 healthy GPUs
     reads one set of rows, writes nothing, opens no transaction)."""
 
     def __init__(self, agent: NodeAgent):
@@ -356,7 +356,7 @@ def _gpu(agent: NodeAgent, item, now: datetime, *, slots: _GpuSlots) -> None:
 
 class _Instances:
     """The node's stored instance reports among those the report lists, and which of those
-    leases are on the node, read once for the whole report (issue 31), not twice per instance.
+    leases are on the node, read once for the whole report, not twice per instance.
     A stored report proves its lease held slots on the node (nothing else is accepted, and
     allocations are released, never deleted), so only leases without one are looked up.
     The instance reports written are put back in the node's copy (fleet/steady.py) at the end."""
@@ -422,7 +422,7 @@ def _reported_pull(value) -> dict | None:
 
 
 def _unchanged(report: StoredReport | None, item: dict, port, op_id: str, error, egress: int, now: datetime) -> bool:
-    """Issue 31: a steady instance — same state, port, op and error, no volumes or snapshot
+    """A steady instance — same state, port, op and error, no volumes or snapshot
     news — whose egress grew less than NODE_EGRESS_FLUSH_BYTES since the stored counter, which
     is younger than NODE_EGRESS_FLUSH_SECONDS: nothing is written. The counter is cumulative, so
     the next stored report meters the bytes in between (egress aggregated, not a row per poll)."""
@@ -482,7 +482,7 @@ def _instance_store(agent: NodeAgent, item: dict, lease_id: int, state: str, op_
         InstanceReport.objects.update_or_create(lease_id=lease_id, node_id=agent.node_id, defaults=values)
     else:                                  # locked above: an UPDATE, not update_or_create's read again
         report_update(report.pk, values)
-    if isinstance(item.get("volumes"), list):  # issue 25: mounted, or the named failure
+    if isinstance(item.get("volumes"), list):  # mounted, or the named failure
         mounts_record(node=agent.node, lease_id=lease_id, items=item["volumes"], now=now)
     _snapshot_progress(lease_id, item.get("snapshot"), now)
     # The counter restarts at 0 with a new instance (a migration, a re-created container).
@@ -493,7 +493,7 @@ def _instance_store(agent: NodeAgent, item: dict, lease_id: int, state: str, op_
 
 
 def _snapshot_progress(lease_id: int, item, now: datetime) -> None:
-    """Issue 26: progress or the named failure of the lease's snapshot, for the customer;
+    """Progress or the named failure of the lease's snapshot, for the customer;
     only the signed `snapshot_taken` evidence makes it ready."""
     if not isinstance(item, dict) or type(item.get("snapshot_id")) is not int or not isinstance(item.get("op_id"), str):
         return
@@ -502,7 +502,7 @@ def _snapshot_progress(lease_id: int, item, now: datetime) -> None:
 
 
 def egress_ceiling(lease: Lease, since: datetime | None, network_gbps: int | None, now: datetime) -> int:
-    """Issue 28: the most an instance can have sent since its last report (`since`; None:
+    """The most an instance can have sent since its last report (`since`; None:
     since the lease started), at its link speed (the offer's network_gbps, else
     NODE_LINK_GBPS) for the time elapsed, plus EGRESS_SLACK_BYTES; a node once reported 1 PB
     in a minute."""

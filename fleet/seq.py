@@ -1,4 +1,4 @@
-"""Issue 31: a report's replay guard (its seq) in Redis, fenced by the database.
+"""A report's replay guard (its seq) in Redis, fenced by the database.
 
 A steady report used to be accepted by one UPDATE of the agent's row (the seq, the
 heartbeat): at 10,000 nodes, 667 commits a second. Now Redis keeps the highest accepted seq
@@ -129,7 +129,7 @@ class Polled:
 def seq_take_polled(agent: NodeAgent, seq: int, facts: dict, now: datetime, *, counter: str, limit: int,
                     window_seconds: int, read: tuple, epoch: str) -> Polled | None:
     """seq_take with the poll's rate-limit count and key reads (`read[0]`: the credential
-    epoch, which must still be `epoch`), in one round trip (issue 31). None: no Redis, or a
+    epoch, which must still be `epoch`), in one round trip. None: no Redis, or a
     seq the script cannot compare (the caller takes the usual path)."""
     if not hasattr(cache, "run_script") or seq >= _EXACT_BELOW:
         return None

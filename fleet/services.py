@@ -147,7 +147,7 @@ def instance_start(*, lease_id: int, customer, now: datetime) -> None:
 
 
 def instance_restore(*, lease_id: int, customer, snapshot_id: int, now: datetime):
-    """Issue 26: restore one of the customer's snapshots into this existing lease's disk,
+    """Restore one of the customer's snapshots into this existing lease's disk,
     replacing what it holds, while the instance is stopped (stopped by the customer, or the
     lease suspended); its node restores it on its next poll. Raises TransitionRefused."""
     from rental.models import Snapshot

@@ -1,4 +1,4 @@
-"""Issue 31: the statements of a steady report and of an egress flush (the locked read, the meter), written once as SQL.
+"""The statements of a steady report and of an egress flush (the locked read, the meter), written once as SQL.
 
 Building them through the ORM (a filter of eight terms, an `IN` over the instance reports)
 cost more CPU than everything else in the report; the statements are fixed, so their text

@@ -54,7 +54,7 @@ def _credential_hash(request) -> str | None:
 
 
 def _rate_limited(request, *, scope: str, limit: int, key: str | None = None) -> JsonResponse | None:
-    """Issue 28: the agents' API is rate limited — enrolment and unauthenticated calls per
+    """The agents' API is rate limited — enrolment and unauthenticated calls per
     client address, a node's calls per credential — with a JSON 429 the agent retries."""
     return None if throttle_take(scope, request, limit=limit, window_seconds=60, key=key) else _too_many()
 
@@ -84,7 +84,7 @@ def _agent_or_refusal(request, *, checked_by_caller: bool, keys_of=etag_keys
                       ) -> tuple[NodeAgent | None, dict, JsonResponse | None]:
     """The calling agent (fleet/credentials.py), its call counted against the node's rate
     limit, and the cache keys a poll needs (the credential epoch, the node's `keys_of`) —
-    for an agent this worker has seen, all in one cache round trip (issue 31)."""
+    for an agent this worker has seen, all in one cache round trip."""
     credential_hash = _credential_hash(request)
     if credential_hash is None:
         return None, {}, _unauthorized(request)
@@ -152,7 +152,7 @@ def desired(request):
     asked = {t.strip() for t in request.headers.get("If-None-Match", "").split(",") if t.strip()}
     etag = current_etag(agent.node_id, now, found=found) if asked else None
     if etag is not None and etag in asked:
-        response = HttpResponseNotModified()      # issue 31: decided from the cache, no query
+        response = HttpResponseNotModified()      # decided from the cache, no query
     else:
         document, etag = desired_answer(node=agent.node, now=now)
         response = HttpResponseNotModified() if etag in asked else JsonResponse(document)
@@ -227,7 +227,7 @@ def _watched(current: str, given: str) -> JsonResponse:
 
 def _seen(agent: NodeAgent, now) -> None:
     """The heartbeat of a desired poll, written only when the stored one is older than
-    NODE_SEEN_WRITE_SECONDS (issue 31: a steady poll writes nothing; reports write it)."""
+    NODE_SEEN_WRITE_SECONDS (a steady poll writes nothing; reports write it)."""
     if agent.last_seen_at is None or (now - agent.last_seen_at).total_seconds() >= settings.NODE_SEEN_WRITE_SECONDS:
         NodeAgent.objects.filter(pk=agent.pk).update(last_seen_at=now)
         agent.last_seen_at = now
@@ -235,7 +235,7 @@ def _seen(agent: NodeAgent, now) -> None:
 
 
 def _with_desired(payload: dict, agent: NodeAgent, held_etag: str, now, found: dict | None) -> dict:
-    """Issue 31: a report that says which desired state the agent holds (`desired_etag`) is
+    """A report that says which desired state the agent holds (`desired_etag`) is
     answered with the current one (`desired`: the document, or null when it is the one held),
     so a steady node makes one request per poll. `found`: the ETag keys as read before the
     report was applied, None when applying it moved a desired-state version."""
@@ -248,7 +248,7 @@ def _with_desired(payload: dict, agent: NodeAgent, held_etag: str, now, found: d
 
 
 def _polled_report(request, signature: str, now) -> tuple[NodeAgent, dict, Envelope] | JsonResponse | None:
-    """Issue 31: the report of an agent this worker knows, in one Redis round trip: its
+    """The report of an agent this worker knows, in one Redis round trip: its
     signature checked with the cached key first, then the call counted against the node's
     rate limit, the poll's keys read and the seq taken, together (fleet/seq.py). None: the
     usual path decides (no entry, a body that does not check out with it, no Redis)."""

@@ -106,7 +106,7 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("leases on this node"))
     def leases_here(self, obj):
-        """Every live lease holding a slot of this node, with its slots (issue 29)."""
+        """Every live lease holding a slot of this node, with its slots."""
         if obj is None or obj.pk is None:
             return "—"
         held: dict[int, list[int]] = {}
@@ -219,7 +219,7 @@ class IncidentForm(forms.ModelForm):
             raise forms.ValidationError(gettext("An incident cannot end before it starts."))
         return data
 
-    #: the model's constraints in words (Django says "Constraint “…” is violated.", issue 29)
+    #: the model's constraints in words (Django says "Constraint “…” is violated.")
     CONSTRAINT_SENTENCES = {"incident_exactly_one_scope": _("Pick exactly one of site, node or GPU slot."),
                             "incident_ends_after_start": _("An incident cannot end before it starts.")}
 

@@ -6,7 +6,7 @@ from django.contrib.auth import get_permission_codename
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     """No edit form for anyone. An action that runs a service on these records declares
-    `permissions=["operate"]`: it needs the model's change permission (issue 28), which
+    `permissions=["operate"]`: it needs the model's change permission, which
     has_change_permission cannot answer here (it is False so that no form edits them)."""
 
     def has_add_permission(self, request, obj=None):

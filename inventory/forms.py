@@ -43,7 +43,7 @@ class CatalogFilterForm(forms.Form):
 def _filter_choices() -> tuple[list, list]:
     """The link types actually sold, each named with the cards sold over it (cards with an
     active offer: the link table's own `cards` text also names cards this store does not
-    sell, issue 29), and the sites; cached with the catalog: saves of either bump it."""
+    sell), and the sites; cached with the catalog: saves of either bump it."""
     sold = (GpuModel.objects.filter(offers__is_active=True).select_related("interconnect")
             .order_by("interconnect__sort", "interconnect__slug", "sort", "name"))
     cards_by_link: dict = {}

@@ -115,7 +115,7 @@ class Agent:
         # Where the count toward the next full GPU report starts after this start's first
         # one: a fleet restarted together (a rollout, a power cut) would otherwise send its
         # GPUs in the same poll interval every FULL_GPU_REPORT_EVERY polls, a burst of the
-        # costliest reports (issue 31).
+        # costliest reports.
         self._gpu_phase: int | None = random.randrange(FULL_GPU_REPORT_EVERY)
 
     def run_forever(self, stop: threading.Event) -> None:
@@ -207,7 +207,7 @@ class Agent:
     def run_once(self) -> float:
         """One round; returns how long to wait before the next.
 
-        Issue 31: the report's answer carries the desired state (PROTOCOL.md), so a steady
+        The report's answer carries the desired state (PROTOCOL.md), so a steady
         round is one request: converge to the desired state held, report, and when the
         answer brings a new one converge to it (and report that) in the same round. A
         storefront that predates it is asked with GET /agent/v1/desired every round."""
@@ -244,7 +244,7 @@ class Agent:
     def _send_report(self, gpus, instances) -> dict:
         evidence = self.outbox.pending()[:MAX_EVIDENCE_PER_REPORT]
         gpu_items = [gpu_report(g) for g in gpus]
-        # Issue 31: the GPUs only when they changed (temperature aside) since the last
+        # The GPUs only when they changed (temperature aside) since the last
         # accepted report, and at least every FULL_GPU_REPORT_EVERY reports (PROTOCOL.md).
         steady = [{k: v for k, v in g.items() if k != "temperature_c"} for g in gpu_items]
         send_gpus = steady != self._gpus_sent or self._reports_since_gpus >= FULL_GPU_REPORT_EVERY

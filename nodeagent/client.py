@@ -70,7 +70,7 @@ class StorefrontClient:
 
     def report(self, report: dict, key: NodeKey) -> dict:
         """Signed; says which desired state this client holds (`desired_etag`, "" for none),
-        so a storefront that knows it answers with the current one (PROTOCOL.md, issue 31:
+        so a storefront that knows it answers with the current one (PROTOCOL.md:
         one request per steady poll) — read it with `desired_from`."""
         report = {**report, "desired_etag": self._desired_etag if self._desired is not None else ""}
         body = json.dumps(report, separators=(",", ":")).encode()

@@ -30,9 +30,9 @@ class Converger:
         self.node, self.runtime, self.disks = node, runtime, disks
         self.journal, self.outbox, self.key = journal, outbox, key
         self.images, self.public_host = images, public_host
-        self.volumes = volumes          # nodeagent.volumes.Volumes: network volumes (issue 25)
+        self.volumes = volumes          # nodeagent.volumes.Volumes: network volumes
         self.storage = None             # the desired state's `storage` (how to reach the CephFS)
-        self.jobs = Jobs()              # snapshots and restores on worker threads (issue 26)
+        self.jobs = Jobs()              # snapshots and restores on worker threads
         # nodeagent.gpu_memory.GpuMemory: a released GPU's memory zeroed before the next lease
         self.gpu_memory = gpu_memory
         self._listed: list[dict] = []   # this pass's desired instances (which GPUs are taken)
@@ -200,7 +200,7 @@ class Converger:
             self.journal.done(item["lease_id"], item["op_id"], state=status.state)
         return True
 
-    # -- snapshots and restores (issue 26, nodeagent/snapshots.py) -------------------------
+    # -- snapshots and restores (nodeagent/snapshots.py) -------------------------
     def _resume_interrupted(self) -> None:
         """An instance paused by a snapshot this process is not running (the agent was
         killed mid-snapshot) runs again; the snapshot itself is retried."""

@@ -32,7 +32,7 @@ class InstanceSpec:
     memory_gb: int
     shm_gb: int
     disk_path: str                   # host path of the lease's mounted disk
-    volumes_path: str = ""           # host dir of its network volumes, bound at /volumes (issue 25)
+    volumes_path: str = ""           # host dir of its network volumes, bound at /volumes
     # A customer's own image (the item's `image_ref`): pulled (again) with the lease's own
     # credentials before first use, so a private image another lease pulled is never
     # reused without them; an operator template's image is used as it is on the node.

@@ -1,5 +1,5 @@
-"""`gpu-node-agent verify-record FILE`: check a customer's sanitization record offline
-(issue 23). The record (downloaded from the lease page or `GET /api/v1/leases/<id>/
+"""`gpu-node-agent verify-record FILE`: check a customer's sanitization record offline.
+The record (downloaded from the lease page or `GET /api/v1/leases/<id>/
 sanitization-record`) holds each proof as the node signed it: `signed` (the exact UTF-8
 canonical JSON the Ed25519 signature covers), `signature` and the node's `public_key`
 (raw, base64). Anyone can check it with this, or with any Ed25519 implementation:

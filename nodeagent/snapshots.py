@@ -1,4 +1,4 @@
-"""Snapshots of a lease's local disk and restores from them (issue 26), with restic.
+"""Snapshots of a lease's local disk and restores from them, with restic.
 
 One snapshot is one restic repository in its own RGW bucket, encrypted with its own
 password: the storefront generates password and S3 key, sends them in the op, and the

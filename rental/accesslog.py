@@ -1,11 +1,11 @@
-"""The production access log (scripts/start.sh web serves `storefront.wsgi:served`), issue 28:
+"""The production access log (scripts/start.sh web serves `storefront.wsgi:served`; docs/adr/0019):
 WSGI middleware around the Django application, so its rules hold under any WSGI server.
 
 - the client's address, not the reverse proxy's: behind Caddy every connection comes from
   Caddy, which sets X-Forwarded-For to the address it saw (replacing whatever a client
   sent). The entry read is the one django-axes reads (PROXIES_AFTER_CLIENT entries from the
   end); the proxy's own address is logged after it as `via`.
-- issue 31: no line for a node agent's poll answered successfully. A fleet polls at every
+- no line for a node agent's poll answered successfully. A fleet polls at every
   NODE_POLL_SECONDS (10,000 nodes at 15 s: 57 M lines a day); refusals (4xx) and failures
   (5xx) are logged like any request.
 - no secret in a logged URL: the password-reset link carries its token in the path

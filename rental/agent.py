@@ -26,7 +26,7 @@ class Instance:
     node_key_fingerprint: str = ""
 
     def __post_init__(self):
-        """Only a checked host and port become a customer's connection (issue 28)."""
+        """Only a checked host and port become a customer's connection."""
         if valid_host(self.host) is None or valid_port(self.ssh_port) is None:
             raise ValueError(f"not a valid host and port: {self.host!r}:{self.ssh_port!r}")
 

@@ -279,7 +279,7 @@ def lease_json(lease: Lease, *, scopes: frozenset[str], events: bool = False,
         "hold_until": iso(lease.hold_until), "wipe_by": iso(lease.wipe_by), "ended_at": iso(lease.ended_at),
         "ssh": {"host": lease.host, "port": lease.ssh_port, "command": lease.ssh_command} if lease.ssh_command else None,
         "url": reverse("api_lease", args=[lease.pk]),
-        # issue 30: this lease's own choice (null: the account's default) and what applies.
+        # This lease's own choice (null: the account's default) and what applies.
         "auto_renew_setting": lease.auto_renew,
         "auto_renew": lease_auto_renews(lease, account_default=account_default),
     }
@@ -320,7 +320,7 @@ def schema(request):
     return JsonResponse(build_schema(), json_dumps_params={"indent": 1})
 
 
-# --- issue 30: what the command-line client needs ---------------------------------------------
+# --- What the command-line client needs ---------------------------------------------
 
 @api_endpoint("POST", scope="manage", also={"pay": "unless it turns it off: true or null (the account's default) lets renewals spend the balance"}, right="order")
 def lease_auto_renew(request, lease_id: int):

@@ -147,7 +147,7 @@ PATHS = {
 }
 
 
-# --- issue 30: the endpoints the command-line client (cli/) uses -------------------------------
+# --- The endpoints the command-line client (cli/) uses -------------------------------
 SCHEMAS["Lease"]["properties"].update({
     "auto_renew": {"type": "boolean", "description": "Whether the renewal is paid from the balance"},
     "auto_renew_setting": {"type": ["boolean", "null"], "description": "This lease's choice; null: the account's"}})
@@ -206,7 +206,7 @@ PATHS.update({
             **_errors(401, 403, 404, 409)}}} for action in ("restart", "stop", "start")},
     "/api/v1/leases/{id}/restore": {"post": {
         "operationId": "restoreSnapshotIntoLease",
-        "summary": "Replace the stopped instance's disk with one of your snapshots at the lease's site (issue 26)",
+        "summary": "Replace the stopped instance's disk with one of your snapshots at the lease's site",
         "security": SECURED, "parameters": [ID_PARAM],
         "requestBody": {"required": True, "content": {"application/json": {"schema": {
             "type": "object", "required": ["snapshot"], "properties": {"snapshot": {"type": "integer"}}}}}},

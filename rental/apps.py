@@ -19,4 +19,4 @@ class RentalConfig(AppConfig):
     def ready(self):
         from . import checks, signals  # noqa: F401 (deploy checks; receivers)
         from .accounts import login_limits  # noqa: F401 (its receiver)
-        from .notifications import checks as webhook_checks  # noqa: F401 (issue 30: the deploy check)
+        from .notifications import checks as webhook_checks  # noqa: F401 (the deploy check)

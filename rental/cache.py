@@ -24,7 +24,7 @@ _MISS = {"hit": (1, {}), "get": "default", "get_many": {}, "has_key": False, "ad
 
 class ReusedClientRedisCacheClient(RedisCacheClient):
     """Django builds a new `redis.Redis` per cache operation, and each one copies redis-py's
-    table of ~170 response callbacks: a third of a millisecond of CPU per call (issue 31's
+    table of ~170 response callbacks: a third of a millisecond of CPU per call (the
     profile of an agent poll). One client per connection pool is enough: it is thread-safe
     and takes a connection from the pool for every command."""
 

@@ -2,7 +2,7 @@
 every state change writes (`event_record`: rental.services, rental.storage, rental.failover,
 billing.storage) and the line a lifecycle sweep reports (`Transition`: rental.lifecycle,
 billing's and the notifications' sweeps). Here so that none of them imports another to get
-these (issue 33)."""
+these."""
 from dataclasses import dataclass
 from datetime import datetime
 

@@ -4,7 +4,7 @@ same site, within the promised 30 minutes (SPEC, "Hardware failure"). With the n
 gets the lease (running), the source's `absent`; the target's instance_ready evidence
 replaces the lease's host and port and the customer is told the new connection line.
 
-The local NVMe (issue 26): when the source node still answers, the move waits for a fresh
+The local NVMe: when the source node still answers, the move waits for a fresh
 copy first — the source stops the instance and snapshots its disk (a `migration` snapshot,
 not charged), then the lease moves, the target restores that copy and the copy is deleted
 (its key destroyed) once restored. The source's own disk is released as an ended lease's is
@@ -45,7 +45,7 @@ class MigrationRefused(Exception):
 class MigrationReport:
     moved: list[dict] = field(default_factory=list)
     refused: list[tuple[int, str]] = field(default_factory=list)
-    copying: list[dict] = field(default_factory=list)   # the source copies the disk first (issue 26)
+    copying: list[dict] = field(default_factory=list)   # the source copies the disk first
 
     @property
     def summary(self) -> str:
@@ -211,7 +211,7 @@ def _restore_snapshot(lease: Lease, snap, *, now: datetime, why: str):
 
 
 def _restore_latest_snapshot(lease: Lease, *, now: datetime):
-    """Issue 26: the new node's disk starts from the lease's most recent ready snapshot (or
+    """The new node's disk starts from the lease's most recent ready snapshot (or
     the one it was ordered from), never silently empty; None when there is none."""
     candidates = Snapshot.objects.filter(state=Snapshot.State.AVAILABLE, key_destroyed_at__isnull=True,
                                          site=lease.site).exclude(restic_snapshot="")

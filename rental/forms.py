@@ -67,7 +67,7 @@ class OrderForm(forms.Form):
     ssh_public_key = forms.CharField(
         label=_("SSH public key"), widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}), required=False,
         help_text=_("ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa with at least 2048 bits."))
-    # Issue 29: off unless ticked — an order changes the account only where the customer asks
+    # Off unless ticked — an order changes the account only where the customer asks
     # (a pasted key is often a one-off: a CI runner's, a colleague's); saving is one tick here.
     save_key = forms.BooleanField(label=_("Save this key to my account for later orders"), required=False)
     pay_from_balance = forms.BooleanField(label=_("Pay from balance"), required=False)

@@ -1,4 +1,4 @@
-"""What the lease page shows beyond the lease row (issue 29): the hardware incident its
+"""What the lease page shows beyond the lease row: the hardware incident its
 instance is in, the latest move to other hardware, whether anything is in progress (the page
 polls itself while it is), and the customer's unread notices for the header.
 
@@ -72,7 +72,7 @@ def in_progress(lease: Lease, now: datetime, incident: OpenIncident | None) -> b
     if lease.state in POLLING_STATES or incident is not None:
         return True
     if lease.restore_from_id is not None and lease.restored_at is None:
-        return True         # issue 26: a snapshot being restored onto its disk
+        return True         # a snapshot being restored onto its disk
     return LeaseEvent.objects.filter(lease=lease, kind__in=INSTANCE_ACTIONS,
                                      at__gte=now - INSTANCE_ACTION_SETTLES).exists()
 
@@ -80,7 +80,7 @@ def in_progress(lease: Lease, now: datetime, incident: OpenIncident | None) -> b
 def lease_page_context(lease: Lease, now: datetime) -> dict:
     incident = open_incident(lease)
     snapshots = list(lease.snapshots.exclude(state="deleted").order_by("-created_at", "-pk")[:10])
-    taking = any(s.state == "creating" for s in snapshots)       # issue 26: progress while the node copies
+    taking = any(s.state == "creating" for s in snapshots)       # progress while the node copies
     return {"incident": incident, "migration": last_migration(lease, now), "snapshots": snapshots,
             "downtimes": lease_downtimes(lease),
             "snapshottable": lease.state in ("active", "suspended"),

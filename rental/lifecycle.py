@@ -94,7 +94,7 @@ def sweep_wipe(now: datetime, limit: int = BATCH) -> list[Transition]:
 
 
 def sweep_snapshots(now: datetime, limit: int = BATCH) -> list[Transition]:
-    """Issue 26: a move whose copy is not ready within MIGRATION_SNAPSHOT_WAIT_MINUTES goes
+    """A move whose copy is not ready within MIGRATION_SNAPSHOT_WAIT_MINUTES goes
     ahead with the latest snapshot; a snapshot attempt without progress for
     SNAPSHOT_STALLED_MINUTES has failed (the next attempt follows, or the snapshot fails)."""
     from .failover import migration_snapshots_overdue

@@ -152,8 +152,8 @@ class NulByteGuardMiddleware:
 
 class FriendlyNotFoundMiddleware:
     """The demo store (`make run`, DEBUG=1) answers an unknown page with the site's own
-    404 page in the reader's language, not Django's debug page listing every URL pattern
-    (issue 29). Installed only with DEBUG (settings); DEBUG_TECHNICAL_404=1 brings the debug
+    404 page in the reader's language, not Django's debug page listing every URL pattern.
+    Installed only with DEBUG (settings); DEBUG_TECHNICAL_404=1 brings the debug
     page back for development. JSON answers (the API's 404) are left alone."""
 
     DEBUG_PAGE = b"<title>Page not found at "  # django/views/templates/technical_404.html

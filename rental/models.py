@@ -100,13 +100,13 @@ class Lease(models.Model):
     network_volume_tb = models.PositiveSmallIntegerField(default=0)
     #: Retired add-on (RETIRED_ADDONS): what an old lease paid for; new orders leave it 0.
     snapshot_tb = models.PositiveSmallIntegerField(default=0)
-    #: Issue 26: the disk starts as a copy of this snapshot (restored before the instance starts).
+    #: The disk starts as a copy of this snapshot (restored before the instance starts).
     restore_from = models.ForeignKey("Snapshot", null=True, blank=True, on_delete=models.PROTECT,
                                      related_name="restored_into")
     restored_at = models.DateTimeField(null=True, blank=True)
     ssh_public_key = models.TextField()
     created_at = models.DateTimeField(default=timezone.now)
-    # The client address the order came from (issue 28: unpaid holds are counted per address).
+    # The client address the order came from (unpaid holds are counted per address).
     ordered_from = models.GenericIPAddressField(null=True, blank=True, db_index=True)
     # Deadlines (UTC, indexed for the sweeps)
     pay_by = models.DateTimeField(db_index=True, help_text="Pending: slots held until then")
@@ -120,7 +120,7 @@ class Lease(models.Model):
     # Instance
     host = models.CharField(max_length=120, blank=True)
     ssh_port = models.PositiveIntegerField(null=True, blank=True)
-    #: issue 30: pay this lease's renewals from the balance (None: the account's default).
+    #: Pay this lease's renewals from the balance (None: the account's default).
     auto_renew = models.BooleanField(null=True, blank=True,
                                      help_text="Renew from balance; empty follows the account's setting")
     # -- the workbench (rental.workbench): the customer's image, variables, secrets, ports ----
@@ -180,7 +180,7 @@ class Lease(models.Model):
     def ssh_command(self) -> str:
         if self.state != LeaseState.ACTIVE or not self.host:
             return ""
-        return ssh_command(self.host, self.ssh_port)  # "" unless both are valid (issue 28)
+        return ssh_command(self.host, self.ssh_port)  # "" unless both are valid
 
     NODE_KEY_EVENTS = ("provisioned", "connection_changed", "node_key")
 
@@ -295,7 +295,7 @@ class ApiToken(models.Model):
 
 
 class RecoveryCode(models.Model):
-    """A one-time account recovery code (issue 16), issued at sign-up for customers who
+    """A one-time account recovery code, issued at sign-up for customers who
     have no e-mail: it resets the password. Only its SHA-256 is stored."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="recovery_codes")
@@ -371,7 +371,7 @@ class Snapshot(models.Model):
     (`stored_bytes`, billing.storage.snapshot_usage). `paid_until`: for snapshots taken
     before that, the end of the 30-day term paid when taken; since, the moment it was taken.
 
-    Issue 26: the node agent takes it with restic into a repository of its own (an RGW
+    The node agent takes it with restic into a repository of its own (an RGW
     bucket of an RGW user of its own at the lease's site), encrypted with a password only
     this row holds (sealed, rental.sealing). It is `creating` until the node's signed
     `snapshot_taken` evidence arrives, `available` (ready) after. Each failed attempt (a
@@ -399,7 +399,7 @@ class Snapshot(models.Model):
     created_at = models.DateTimeField()
     paid_until = models.DateTimeField(db_index=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
-    # -- the copy itself (issue 26) -----------------------------------------------------
+    # -- the copy itself -----------------------------------------------------
     site = models.ForeignKey("inventory.Site", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
                              help_text="Whose RGW holds the repository")
     attempt = models.PositiveSmallIntegerField(default=1, help_text="op_id snap:<id>:<attempt>")
@@ -467,8 +467,8 @@ class SshKey(models.Model):
         return f"{self.name} ({self.fingerprint})"
 
 
-# Issue 30: the notifications ledger and the webhooks have their models in
-# rental/notifications/models.py, loaded with these by RentalConfig.import_models (issue 33).
+# The notifications ledger and the webhooks have their models in
+# rental/notifications/models.py, loaded with these by RentalConfig.import_models.
 
 
 # --- the workbench: what an account keeps for its leases (rental.workbench) -----------------

@@ -510,7 +510,7 @@ def lease_extend_by_operator(*, lease_id: int, actor, reason: str, now: datetime
     return bool(left)
 
 
-# --- issue 30: per-lease auto-renew -------------------------------------------------------
+# --- Per-lease auto-renew -------------------------------------------------------
 
 def lease_auto_renews(lease, *, account_default: bool | None = None) -> bool:
     """Whether this lease's renewal is paid from the balance: its own choice, else the

@@ -1,4 +1,4 @@
-"""Secrets shown once, after a redirect (issue 29): a new API token, new recovery codes.
+"""Secrets shown once, after a redirect: a new API token, new recovery codes.
 
 The POST that makes the secret keeps it in the session and redirects; the GET that follows
 takes it out of the session as it renders it. Reloading that page then shows it no more

@@ -1,4 +1,4 @@
-"""A changed password revokes the account's API tokens (issue 16): whoever knew the old
+"""A changed password revokes the account's API tokens: whoever knew the old
 password may have made a token with it. A pre_save hook catches every way a password
 changes (the password change page, a reset by e-mail or recovery code, the admin,
 `changepassword`), not just the views we wrote."""

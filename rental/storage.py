@@ -314,7 +314,7 @@ def snapshot_restore(*, snapshot: Snapshot, target: Lease, now: datetime, actor=
 
 
 def snapshot_restore_check(*, snapshot: Snapshot, customer, site, disk_bytes: int) -> None:
-    """A new lease may start from this snapshot (issue 26): the customer's, ready, at the
+    """A new lease may start from this snapshot: the customer's, ready, at the
     same site (its repository is that site's RGW), and no larger than the new disk.
     Checked at ordering, before anything is created or paid."""
     if snapshot.customer_id != customer.pk:
@@ -349,7 +349,7 @@ def restore_into_pending(lease: Lease):
 
 @transaction.atomic
 def lease_restore_into(*, lease: Lease, snapshot: Snapshot, now: datetime, actor=None):
-    """Issue 26: the snapshot replaces what the lease's existing disk holds, on whichever
+    """The snapshot replaces what the lease's existing disk holds, on whichever
     node of the site the lease is. The caller (fleet.services.instance_restore) has checked
     that the instance is stopped; checked here: the customer's ready snapshot at the lease's
     site, no larger than the lease's disk, no other restore under way."""

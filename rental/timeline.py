@@ -132,7 +132,7 @@ def incident_milestones(downtimes) -> list[Milestone]:
 
 def layout(milestones: list[Milestone], now: datetime) -> dict:
     """Positions for the SVG: x by time; markers closer than MIN_SPACING stack upwards.
-    Drawn twice (issue 29): SVG_WIDTH units wide and SVG_NARROW_WIDTH for a column under 660 px
+    Drawn twice: SVG_WIDTH units wide and SVG_NARROW_WIDTH for a column under 660 px
     (site.css picks one), where the wide drawing would shrink its labels to 5 or 6 px."""
     items = sorted(milestones, key=lambda m: m.at)
     wide = _drawing(items, now, SVG_WIDTH)

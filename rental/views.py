@@ -61,8 +61,8 @@ def signup(request):
     form = SignupForm(request.POST or None)
     window = settings.SIGNUP_WINDOW_MINUTES * 60
     # Every post counts (so "that username exists" cannot be asked without end), and an
-    # account is reserved against the address's limit before it is made (issue 28:
-    # concurrent sign-ups cannot all pass a check made before any of them counted).
+    # account is reserved against the address's limit before it is made
+    # (concurrent sign-ups cannot all pass a check made before any of them counted).
     if request.method == "POST" and (
             not throttle_take("signup-attempt", request, limit=settings.SIGNUP_ATTEMPTS_PER_IP, window_seconds=window)
             or throttled("signup", request, limit=settings.SIGNUPS_PER_IP)):
@@ -247,7 +247,7 @@ AUTO_RENEW_CHOICES = {"on": True, "off": False, "default": None}
 @login_required
 @require_POST
 def lease_auto_renew(request, lease_id: int):
-    """Issue 30: the lease page's auto-renew choice (on, off, or the account's default)."""
+    """The lease page's auto-renew choice (on, off, or the account's default)."""
     if not Lease.objects.filter(pk=lease_id, customer=request.account).exists():
         raise Http404  # another account's lease: not found, whatever was posted
     choice = request.POST.get("auto_renew", "")

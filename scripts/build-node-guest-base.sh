@@ -1,5 +1,5 @@
 #!/bin/sh
-# The expensive, rarely changing half of the node in a box's guest image (issue 23): a
+# The expensive, rarely changing half of the node in a box's guest image: a
 # debootstrap of Debian bookworm as a GPU server's OS before the agent — systemd as PID 1,
 # dockerd, the disk tools, chrony, nftables, sshd, python3-venv, a kernel and initramfs
 # that boot on QEMU's virtio disk, systemd-networkd on the user-mode network. Packed as a

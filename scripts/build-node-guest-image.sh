@@ -1,5 +1,5 @@
 #!/bin/sh
-# Build (once per agent source) the "node in a box" (issue 23): the disk image of a Debian
+# Build (once per agent source) the "node in a box": the disk image of a Debian
 # bookworm GPU server for QEMU, booting with systemd as PID 1, the node agent installed
 # the way nodeagent/README.md says — by nodeagent/install-node.sh, run here in a chroot of
 # the image (its own venv, pip from a wheelhouse, daemon.json with userns-remap, the

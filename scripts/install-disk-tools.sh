@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Installs what the node agent's disk backend (nodeagent/disks) and its tests need
-# (issue 13). Root on Debian. Idempotent. Exits NON-ZERO when anything is missing at the end,
+# Installs what the node agent's disk backend (nodeagent/disks) and its tests need.
+# Root on Debian. Idempotent. Exits NON-ZERO when anything is missing at the end,
 # so CI fails instead of silently skipping the disk tests.
 #   cryptsetup-bin  cryptsetup (LUKS2 format/open/erase/dump)
 #   nvme-cli        nvme id-ctrl / sanitize / sanitize-log / format
 #   lvm2            the LVM carver (lvcreate/lvs/lvremove)
 #   util-linux      blkdiscard, blockdev, losetup, lsblk;  e2fsprogs: mkfs.ext4, blkid
 #   qemu-system-x86, busybox-static: the QEMU guest test (TCG, no KVM needed)
-#   qemu-utils (qemu-img), debootstrap, gcc, openssh-client: the node-in-a-box guest (issue 23:
+#   qemu-utils (qemu-img), debootstrap, gcc, openssh-client: the node-in-a-box guest (for
 #     scripts/build-node-guest-image.sh, tests/nodeagent/test_node_in_a_box.py)
 #   linux-image-amd64: only DOWNLOADED (apt-get download) into the test cache and unpacked
 #     there by the test: installing a kernel on a CI container would run initramfs and

@@ -3,7 +3,7 @@
 # dockerd, debootstrap for the instance image, sshd/ssh, gcc for the NVML stub, iproute2
 # and util-linux (ip netns, nsenter), nftables (the agent's packet filter) and e2fsprogs
 # (the test dockerd's data root and the size-limited lease disks), restic (lease disk
-# snapshots to the site's RGW, issue 26), busybox-static (a customer image with no sshd and
+# snapshots to the site's RGW), busybox-static (a customer image with no sshd and
 # no libc, tests/nodeagent/test_customer_images.py); the `dockremap`
 # user with subordinate uid/gid ranges for dockerd's userns-remap. Exits NON-ZERO when a tool cannot be installed, so
 # CI fails here rather than later. Then pre-builds the cached instance image.

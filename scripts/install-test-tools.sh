@@ -11,9 +11,9 @@ source scripts/apt-lib.sh
 
 status=0
 apt_install_all chromium gettext postgresql-client || status=1
-# issue 35: tests/bench runs bench/load.py at its smallest size (wrk drives the web server).
+# tests/bench runs bench/load.py at its smallest size (wrk drives the web server).
 apt_install_all wrk || status=1
-# issue 35: bench/faults.py's smoke run initdb-s its own cluster and starts its own redis-server.
+# bench/faults.py's smoke run initdb-s its own cluster and starts its own redis-server.
 apt_install_all postgresql redis-server || status=1
 # tests/ha: point-in-time recovery (pgBackRest) and a Patroni cluster on etcd, each its own throwaway copy.
 apt_install_all pgbackrest patroni etcd-server etcd-client || status=1

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`make mutate` (issue 34): mutmut over the rule modules, one module at a time.
+"""`make mutate`: mutmut over the rule modules, one module at a time.
 
 Each module has its own source paths and the test files that cover it (MODULES below), and
 runs in its own work directory, var/mutate/<module>/: a pyproject.toml that is the project's

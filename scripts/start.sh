@@ -21,10 +21,10 @@ case "${1:-}" in
     python manage.py check --deploy
     exec python manage.py migrate --noinput ;;
   web)
-    # issue 31: granian (HTTP in Rust; the app on WEB_THREADS Python threads per worker) serves
+    # Granian (docs/adr/0019; HTTP in Rust; the app on WEB_THREADS Python threads per worker) serves
     # a fleet's polls at ~1.5 ms of a worker's CPU each, where gunicorn's threaded worker took
     # 2.3-3.0 ms: 10,000 nodes at a 15 s poll fit a 2-core machine (docs/performance.md, "Fleet scale").
-    # issue 28: the access log is the application's (storefront.wsgi:served,
+    # The access log is the application's (storefront.wsgi:served,
     # rental/accesslog.py: the client's address, no reset token), so the server's is off;
     # no control socket: nothing but the main process manages workers.
     bind="${WEB_BIND:-0.0.0.0:8000}"

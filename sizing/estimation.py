@@ -30,7 +30,7 @@ def layout_free_terms(job: Job) -> dict:
     """The terms no layout of the job changes — activations, logits, the 4-bit buffers, the
     checkpoints on disk, the FLOPs: they depend on the model, the method and the tokens,
     not on the GPU count, ZeRO stage or offload. The recommender sizes one job in several
-    layouts (one per card count it meets) and computes these once (issue 31)."""
+    layouts (one per card count it meets) and computes these once."""
     n_adapter = 0 if job.method in ADAM_STATE_BYTES else adapter_params(job.arch, job.lora_rank, job.lora_targets)
     return {
         "quant_buffers": quant_buffer_bytes(job), "activations": activation_bytes(job),

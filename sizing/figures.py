@@ -19,7 +19,7 @@ from .recommend import Candidate, Recommendation, recommend, usable_gb
 
 GB = 1e9
 
-#: The one set of assumptions of every figure the pages quote (issue 29): the calculator's
+#: The one set of assumptions of every figure the pages quote: the calculator's
 #: defaults — Hugging Face Trainer/PEFT (the stock stack), FlashAttention-2, gradient
 #: checkpointing, sequence 2,048, micro-batch 1, rank-16 adapters on all linear layers — so
 #: a row of the tables or an FAQ figure opened in the calculator gives the same number. The

@@ -92,7 +92,7 @@ class _SharedFields(dict):
     """``SizingForm.base_fields``: Django deep-copies a form's fields for every instance so
     that one form's changes do not leak into the next; for this form that copy (~20 fields
     with their widgets and ~50 model choices) was a third of a cold calculator answer's
-    engine time (issue 31). Nothing changes a field after the class is built except the
+    engine time. Nothing changes a field after the class is built except the
     site choices, set per instance (``SizingForm.__init__``), so only the fields named in
     ``per_instance`` are copied; the rest are shared, read-only."""
 
@@ -133,7 +133,7 @@ _RULES = _fast_rules()
 
 def quick_engine_params(data, sites) -> dict | None:
     """``SizingForm(data, sites=sites).engine_params()`` when that form is valid, without
-    building the form (issue 31: the form's construction and ``full_clean`` were a sixth of
+    building the form (the form's construction and ``full_clean`` were a sixth of
     a cold htmx answer, which shows no form); None when the form would have an error, so
     that the caller builds the form and shows it. Each field is read and cleaned as its
     widget and field do: the last value of the key, stripped text (at most max_length, no

@@ -1,6 +1,6 @@
 """The calculator's results (the htmx fragment, and the results column of the full page)
 built in Python: what the removed template ``sizing/_results.html`` rendered, byte for
-byte (issue 31).
+byte.
 
 A cold fragment spent about half its CPU in the template engine: ~20 {% translate %} and
 {% blocktranslate %} tags, each a gettext through a context-local and a lazy string, and

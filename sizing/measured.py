@@ -94,7 +94,7 @@ ROWS: tuple[Measured, ...] = (
              confidence="recalled", assumed="gradient checkpointing on; the GB read as GiB"),
 )
 
-#: the aim of issue 17: no row under this ratio, few above ``HIGH_RATIO``
+#: the aim: no row under this ratio, few above ``HIGH_RATIO``
 MIN_RATIO = 0.9
 HIGH_RATIO = 1.6
 

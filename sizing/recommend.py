@@ -239,7 +239,7 @@ class _Estimator:
     """Memoises :func:`estimate` per (gpus, zero, offload, method) of one job. ``shared``: a
     dict kept across the ``recommend`` calls of one answer, for jobs that differ at most in
     their method (``sizing.alternatives``' variants), so that each configuration is sized
-    once per answer, not once per variant (issue 31). The estimates carry no job warnings:
+    once per answer, not once per variant. The estimates carry no job warnings:
     those are the job's as configured (``recommend``'s ``own``)."""
 
     def __init__(self, job: Job, shared: dict | None = None):
@@ -418,7 +418,7 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
               max_alternatives: int = MAX_ALTERNATIVES, estimates: dict | None = None) -> Recommendation:
     """Cheapest fitting offer first, then alternatives. Cheapest by monthly price (then
     faster); when the job gives its tokens (a run-time estimate), by what renting it for the
-    whole run costs, so a faster card that finishes in fewer weeks can win (issue 29).
+    whole run costs, so a faster card that finishes in fewer weeks can win.
     ``estimates``: shared by calls for jobs that differ only in their method (``_Estimator``)."""
     est = _Estimator(job, estimates)
     own = replace(est(job.gpus, job.zero, job.offload), warnings=tuple(job_warnings(job)))
@@ -440,8 +440,8 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
 def cheapest(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda", site: str | None = None,
              in_stock: bool = False, estimates: dict | None = None) -> Option | None:
     """``recommend(...).best``, without what only the whole recommendation needs (the job's
-    own warnings, the alternatives, the cluster advice): what the one-change plans show
-    (issue 31). A card's price does not depend on how the job is laid out on it (the run's
+    own warnings, the alternatives, the cluster advice): what the one-change plans show.
+    A card's price does not depend on how the job is laid out on it (the run's
     FLOPs are the same in every configuration), so the offers are ranked first and
     configured cheapest first until one fits, in the order ``recommend``'s stable sort
     of the fitting ones gives."""

@@ -44,7 +44,7 @@ BREAKDOWN_LABELS = {key: gettext_lazy(msgid) for key, msgid in BREAKDOWN_MSGIDS.
 
 
 class _Catalog:
-    """The provider's last answer and what is derived from it once (issue 31): the provider
+    """The provider's last answer and what is derived from it once: the provider
     keeps its catalog for ``CATALOG_CACHE_SECONDS`` and answers with the same object until
     stock, prices or sites change (``inventory.selectors.cached_by_generation``), so the
     memo key (a repr of every candidate) and the site list are computed once per catalog,

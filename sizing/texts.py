@@ -1,5 +1,5 @@
 """The calculator's fixed texts in the active language, each looked up once per process
-and language (issue 31).
+and language.
 
 A cold calculator fragment shows ~80 fixed texts (column heads, labels, units); Django's
 ``gettext`` finds the active translation through a context-local on every call (~3–6 µs

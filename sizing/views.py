@@ -21,7 +21,7 @@ from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from .memo import Memo
 from .results import candidates, catalog_key, known_sites, run
 
-#: rendered calculator parts and tables bodies, per process (bench/load.py, issue 20)
+#: rendered calculator parts and tables bodies, per process (bench/load.py)
 RENDERED = Memo(max_entries=256)
 
 

@@ -34,11 +34,11 @@ accounts = [
                                      window_minutes="PASSWORD_CHECK_WINDOW_MINUTES", key=per_user)(
         auth_views.PasswordChangeView.as_view()), name="password_change"),
     path("password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
-    # Account recovery (issue 16): with a recovery code, or by e-mail where an address is set.
+    # Account recovery: with a recovery code, or by e-mail where an address is set.
     path("recover/", recovery.forgot_password, name="forgot_password"),
     path("recovery-codes/", recovery.recovery_codes_regenerate, name="recovery_codes"),
     path("recovery-codes/new/", recovery.recovery_codes_show, name="recovery_codes_show"),  # shown once
-    # Reset requests are throttled per client address and per address mailed (issue 28).
+    # Reset requests are throttled per client address and per address mailed.
     path("password/reset/", throttle_posts("password-reset", limit="PASSWORD_RESETS_PER_IP",
                                            window_minutes="PASSWORD_RESET_WINDOW_MINUTES")(
         throttle_posts("password-reset-email", limit="PASSWORD_RESETS_PER_EMAIL",
@@ -58,7 +58,7 @@ accounts = [
 customer = [
     path("leases/", views.lease_list, name="lease_list"),
     path("leases/<int:lease_id>/", views.lease_detail, name="lease_detail"),
-    path("leases/<int:lease_id>/auto-renew/", views.lease_auto_renew, name="lease_auto_renew"),  # issue 30
+    path("leases/<int:lease_id>/auto-renew/", views.lease_auto_renew, name="lease_auto_renew"),
     # The workbench: a lease's variables, secrets, ports and start command; the account's
     # registry credentials and variables (rental.workbench).
     path("leases/<int:lease_id>/workbench/", workbench_views.lease_workbench_update, name="lease_workbench"),
@@ -76,7 +76,7 @@ customer = [
     path("account/ssh-keys/", views.ssh_key_create, name="ssh_key_create"),
     path("account/ssh-keys/<int:key_id>/delete/", views.ssh_key_remove, name="ssh_key_delete"),
     path("account/tokens/<int:token_id>/revoke/", views.token_revoke, name="token_revoke"),
-    path("account/webhooks/", include("rental.notifications.urls")),  # issue 30
+    path("account/webhooks/", include("rental.notifications.urls")),
     path("account/team/", include("rental.teams.urls")),  # teams: members and roles (ADR 0017)
     path("account/switch/", team_views.account_switch, name="account_switch"),
     path("account/notifications/read/", views.notification_read, name="notifications_read_all"),
@@ -97,7 +97,7 @@ api_v1 = [
     path("leases/<int:lease_id>/sanitization-record", include(fleet_instance_urls.api_urlpatterns)),
     path("invoices/<int:invoice_id>", billing_api.invoice_detail, name="api_invoice"),
     path("schema", api.schema, name="api_schema"),
-    # issue 30: what the command-line client (cli/) needs
+    # What the command-line client (cli/) needs
     path("account", billing_api.account, name="api_account"),
     path("invoices", billing_api.invoices, name="api_invoices"),
     path("invoices/<int:invoice_id>/quote", billing_api.invoice_quote, name="api_invoice_quote"),
@@ -142,7 +142,7 @@ api_v1 = [
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
-    # Browsers ask for /favicon.ico whatever the page links (issue 29: it was a 404 on every page).
+    # Browsers ask for /favicon.ico whatever the page links (it was a 404 on every page).
     path("favicon.ico", FaviconRedirect.as_view(permanent=True)),
     path("agent/v1/", include("fleet.urls")),  # the node agents' API (nodeagent/PROTOCOL.md)
     path("admin/", admin.site.urls),

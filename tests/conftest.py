@@ -18,7 +18,7 @@ TESTS = Path(__file__).resolve().parent
 XDIST_GROUPS = {"browser": {"browser", "new_context", "shop"},
                 "chains": {"litecoind", "anvil", "monero_regtest"},
                 "celery-workers": {"queue", "scan_queue"},
-                "ceph": {"ceph_cluster", "ceph_cluster_running"},  # issue 25: one test cluster
+                "ceph": {"ceph_cluster", "ceph_cluster_running"},  # one test cluster
                 "qemu-guest": {"guest"}}  # the disk guest's module fixture boots once, on one worker
 
 
@@ -75,7 +75,7 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(autouse=True)
 def _fresh_throttles():
-    """Issue 28: throttles count per user id too, and a rolled-back test's ids come back in
+    """Throttles count per user id too, and a rolled-back test's ids come back in
     the next test (SQLite): every test starts with empty counters."""
     from django.core.cache import cache
 
@@ -132,7 +132,7 @@ def other_customer(db):
 
 @pytest.fixture
 def operator(db, django_user_model):
-    """A superuser with an authenticator: staff must enrol TOTP (issue 16)."""
+    """A superuser with an authenticator: staff must enrol TOTP."""
     from tests.otp import authenticator_for
 
     user = django_user_model.objects.create_superuser(username="op", password="operator pass 12345")

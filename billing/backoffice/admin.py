@@ -28,7 +28,7 @@ from ..models import EgressUsage, SlaClaim
 from ..sla.services import ClaimRefused, sla_claim_approve, sla_claim_decline, sla_figures
 from . import dashboard as dash
 
-# The dashboard shows revenue and every customer's renewals: a named permission (issue 16).
+# The dashboard shows revenue and every customer's renewals: a named permission.
 OPS_DASHBOARD_PERMISSION = "billing.view_ops_dashboard"
 
 

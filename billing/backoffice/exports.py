@@ -1,7 +1,7 @@
 """CSV exports for accounting: leases (running during the period), invoices (created in
 it), payments (first seen in it) and the balance ledger (every entry made in it, with its
-share of revenue: issue 27, ``billing.revenue``, its site and the storage part of that
-share: issue 25). Streamed row by row with csv.writer, amounts in
+share of revenue (``billing.revenue``: the ledger is the truth for revenue), its site and the
+storage part of that share). Streamed row by row with csv.writer, amounts in
 integer cents and in USD (exact, two decimals); coin amounts in base units and in coin.
 Served by the admin view /admin/ops/exports/, to staff with the view permission of what
 is exported. Cells are escaped against formula injection (a spreadsheet runs a cell that

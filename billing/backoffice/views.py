@@ -42,7 +42,7 @@ class RefundForm(forms.Form):
 
 def _running_lease_warning(invoice: Invoice) -> str | None:
     """Refunding the invoice of a live lease gives the money back and leaves the lease running:
-    the operator is told first and confirms (issue 29)."""
+    the operator is told first and confirms."""
     lease = invoice.lease
     if lease is None or lease.state not in (LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.SUSPENDED):
         return None

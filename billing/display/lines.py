@@ -1,4 +1,4 @@
-"""Invoice lines in the reader's language (issue 29). Lines are stored in English, the
+"""Invoice lines in the reader's language. Lines are stored in English, the
 language of the audit trail and of the operator's exports, and shown through these patterns,
 so a Chinese reader sees Chinese lines on an order placed in English and the other way round.
 A line that matches no pattern (an older one, or an operator's text) is shown as stored."""

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 
 def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
-    # issue 27: not while a coin watcher has yet to scan past the deadline (a payment the
+    # Not while a coin watcher has yet to scan past the deadline (a payment the
     # chain dates on time wins over this sweep, whichever runs first after an outage)
     waiting = Invoice.objects.filter(payments_health.awaiting_watchers(
         now, coin_field="quotes__coin", deadline_field="expires_at")).values("pk")
@@ -117,12 +117,12 @@ SWEEPS = [
     ("reversed_payments", payments_reversals.sweep_reversed_payments),
     ("state_notices", sweep_state_notices),
     ("storage", sweep_storage),
-    ("snapshots", rental_sweeps.sweep_snapshots),  # issue 26: stalled attempts, moves waiting for a copy
-    ("snapshot_usage", sweep_snapshot_usage),  # issue 26: snapshots billed per TB-month stored, in arrears
-    ("ceph", sweep_ceph),  # issue 25: caps, purges, object storage metering (billing/storage)
+    ("snapshots", rental_sweeps.sweep_snapshots),  # stalled attempts, moves waiting for a copy
+    ("snapshot_usage", sweep_snapshot_usage),  # snapshots billed per TB-month stored, in arrears
+    ("ceph", sweep_ceph),  # caps, purges, object storage metering (billing/storage)
     ("key_destruction", rental_sweeps.sweep_key_destruction),
     ("wipe", rental_sweeps.sweep_wipe),
-    ("webhooks", sweep_webhooks),  # issue 30: due deliveries and retries
+    ("webhooks", sweep_webhooks),  # due deliveries and retries
 ]
 
 
@@ -149,7 +149,7 @@ SKIPPED = "skipped: another pass running"
 
 
 def run_lifecycle_exclusive(now: datetime, on_start=None) -> list[tuple[str, Transition]] | None:
-    """issue 14: the pass that beat ticks and `manage.py lifecycle` run; None (at once)
+    """The pass that beat ticks and `manage.py lifecycle` run; None (at once)
     when another pass holds the lock: a second beat, a slow pass overlapping the next
     tick or two workers never sweep concurrently."""
     with exclusive("lifecycle", ttl=timedelta(seconds=settings.LIFECYCLE_LOCK_SECONDS)) as held:
@@ -168,8 +168,8 @@ def _run_sweeps(now: datetime, sweeps=SWEEPS) -> list[tuple[str, Transition]]:
     A full batch means more may be due, so that sweep is in the next round, until every
     sweep's batch came back short or the pass has used LIFECYCLE_PASS_BUDGET_SECONDS (the
     rest is the next pass's). Rounds, not one sweep until it is done: a burst of 10,000 terms
-    ending together cannot spend the pass on reminders while suspensions and releases wait
-    (issue 35). A worker killed mid-pass keeps every batch it committed; the next pass redoes
+    ending together cannot spend the pass on reminders while suspensions and releases wait.
+    A worker killed mid-pass keeps every batch it committed; the next pass redoes
     the rest (every transition is guarded, so nothing is done twice)."""
     results: list[tuple[str, Transition]] = []
     size = settings.LIFECYCLE_BATCH

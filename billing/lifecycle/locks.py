@@ -1,4 +1,4 @@
-"""issue 14: one holder at a time for a named job, across processes and hosts.
+"""One holder at a time for a named job, across processes and hosts.
 
 A JobLock row in the database, taken by a guarded UPDATE (`WHERE expires_at <= now`), which
 PostgreSQL re-checks after a concurrent writer commits and SQLite serialises; released only by

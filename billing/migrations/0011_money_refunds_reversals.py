@@ -7,7 +7,7 @@ from django.utils import timezone
 
 
 def backfill(apps, schema_editor):
-    """Refunds recorded before issue 27 refunded the whole invoice; settlements counted the
+    """Refunds recorded before one refundable amount per invoice refunded the whole invoice; settlements counted the
     on-time payments confirmed by the settlement (the old time-based test, now a fact)."""
     Invoice = apps.get_model("billing", "Invoice")
     Payment = apps.get_model("billing", "Payment")

@@ -1,4 +1,4 @@
-"""Receive addresses and the wallet gap limit (issue 27: one person cannot close a coin for
+"""Receive addresses and the wallet gap limit (one person cannot close a coin for
 everybody).
 
 Wallets that restore from the xpub scan only ``ADDRESS_GAP_LIMIT`` (20) addresses past the

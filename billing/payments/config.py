@@ -87,7 +87,7 @@ def wallet_coins(coin: str) -> list[str]:
 
 def rule(key: str):
     """A payment rule: its one definition is the named setting in storefront/settings/payments.py
-    ("issue 15"/"issue 27" blocks: environment value or default); read at call time."""
+    (its blocks there: environment value or default); read at call time."""
     return getattr(settings, key)
 
 
@@ -141,14 +141,14 @@ def monitoring_window() -> timedelta:
 
 def reversal_grace() -> timedelta:
     """How long a lease keeps running after the payment that paid it was reversed on its
-    chain, while the customer's balance is negative (issue 27); then it is suspended."""
+    chain, while the customer's balance is negative; then it is suspended."""
     return _minutes("PAYMENT_REVERSAL_GRACE_MINUTES")
 
 
 def watcher_lag_max() -> timedelta:
     """How long the expiry sweeps wait for a coin's watcher that has not scanned past an
     order's deadline (node or watcher down), so a payment dated on time by the chain still
-    wins; past it the order expires anyway (issue 27)."""
+    wins; past it the order expires anyway."""
     return _minutes("PAYMENT_WATCHER_LAG_MAX_MINUTES")
 
 

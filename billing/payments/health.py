@@ -52,7 +52,7 @@ def coin_health_record(*, coin: str, now: datetime, error: str = "", tip_time: i
                          detail={"coin": str(coin), "error": error[:300]})
 
 
-# --- issue 27: a watcher's downtime never makes an on-time payment lose to the expiry sweeps ---
+# --- A watcher's downtime never makes an on-time payment lose to the expiry sweeps ---
 
 def awaiting_watchers(now: datetime, *, coin_field: str, deadline_field: str) -> Q:
     """Rows (quotes, or order invoices through their quotes) whose deadline the coin's

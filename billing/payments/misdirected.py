@@ -1,4 +1,4 @@
-"""issue 27: money sent in another coin than the quote's, to the quote's address — USDC to a
+"""Money sent in another coin than the quote's, to the quote's address — USDC to a
 USDT quote, ETH to a token quote, a token to an ETH quote. ETH, USDT and USDC share one
 wallet (one address per quote), so every EVM watcher watches every EVM quote's address; what
 arrives there in the wrong coin is no payment of the quote, but it is ours and the

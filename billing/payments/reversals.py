@@ -1,4 +1,4 @@
-"""issue 27: a payment that left the chain after it counted — the claw-back policy.
+"""A payment that left the chain after it counted — the claw-back policy.
 
 * **Reconcile, never guess.** What a quote put on the balance by itself is recomputed from
   the payments still on the chain: the settlement's payments at the locked rate, minus the

@@ -1,4 +1,4 @@
-"""Snapshots billed by what they store (issue 26): the snapshot price per TB-month
+"""Snapshots billed by what they store: the snapshot price per TB-month
 (StorageProduct "snapshot", $6 in the catalog) on the snapshot's deduplicated, compressed
 size (`Snapshot.stored_bytes`, measured by restic on the node), for each second it exists —
 from the moment its copy is proved ready until it is deleted — billed in arrears from the

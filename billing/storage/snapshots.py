@@ -1,4 +1,4 @@
-"""Where a snapshot lives (issue 26): an RGW user and bucket of its own at the lease's
+"""Where a snapshot lives: an RGW user and bucket of its own at the lease's
 site, with a quota of the snapshot's size, and a restic password generated here. The
 node gets the S3 key and the password in its desired state, only for the snapshot's op;
 the storefront keeps both sealed (rental.sealing) to restore later. Destroying the key
@@ -73,7 +73,7 @@ def snapshot_objects_purge(*, site: Site, rgw_uid: str) -> bool:
 
 @transaction.atomic
 def snapshot_take(*, lease: Lease, size_tb: int, paid_until: datetime, now: datetime, actor=None) -> Snapshot:
-    """The row, then its repository at the lease's site (issue 26): `creating` until the
+    """The row, then its repository at the lease's site: `creating` until the
     node proves the copy (snapshot_ready); on a site whose storage is simulated (demo,
     tests without Ceph) nothing is copied and the row is ready at once, as simulated
     volumes are."""

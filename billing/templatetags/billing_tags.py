@@ -53,7 +53,7 @@ def refund_allowance(customer):
 
 @register.simple_tag
 def lease_extension(lease):
-    """`{% lease_extension lease as ext %}` (issue 30) — whether "extend by one term" is
+    """`{% lease_extension lease as ext %}` — whether "extend by one term" is
     offered now, its price and the balance that could pay it; None when it is not."""
     from billing.services import EXTENDABLE, account_for
 

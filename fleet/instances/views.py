@@ -48,7 +48,7 @@ def instance_action(request, lease_id: int, action: str):
 @login_required
 @require_POST
 def instance_restore_view(request, lease_id: int):
-    """Issue 26: the lease page's "Restore a snapshot onto this disk" (a plain form; htmx
+    """The lease page's "Restore a snapshot onto this disk" (a plain form; htmx
     swaps the page's live region with the page it redirects to)."""
     if not Lease.objects.filter(pk=lease_id, customer=request.account).exists():
         raise Http404

@@ -1,4 +1,4 @@
-"""Issue 31: every steady report updates its agent's row (the seq guard) without changing an
+"""Every steady report updates its agent's row (the seq guard) without changing an
 indexed column, which PostgreSQL does in place (a HOT update) only when the row's page has
 room for the new version: 30% of each page is left free for them. No effect on SQLite."""
 from django.db import migrations

@@ -38,7 +38,7 @@ class InstanceView:
 
     @property
     def restore_pending(self):
-        """The customer's restore into this disk under way (issue 26), else None."""
+        """The customer's restore into this disk under way, else None."""
         from rental.storage import restore_into_pending
 
         return restore_into_pending(self.lease)

@@ -21,7 +21,7 @@ def format_usd(cents: int | None, *, always_cents: bool = False) -> str:
 def usd_formatter(*, always_cents: bool = False) -> Callable[[int | None], str]:
     """``format_usd`` for the active language with its separators looked up once: for the
     Python-built sizing tables, whose rows would otherwise ask for the locale's formats
-    three times per price (issue 31). Same text as ``format_usd``."""
+    three times per price. Same text as ``format_usd``."""
     sep, grouping = get_format("THOUSAND_SEPARATOR"), get_format("NUMBER_GROUPING")
     if grouping != 3 or not isinstance(sep, str):
         return lambda cents: format_usd(cents, always_cents=always_cents)

@@ -2,7 +2,7 @@
 and bind-mounts the lease's mount point into the container when it starts it. A volume
 mounted in a private mount namespace of the agent (systemd's PrivateTmp=, ProtectHome=,
 ProtectSystem=, … or `unshare --mount`) is invisible there: dockerd would bind the plain
-directory underneath, on the node's root filesystem, unencrypted (issue 23).
+directory underneath, on the node's root filesystem, unencrypted.
 
 So the agent checks the host's view, `/proc/1/mountinfo`, not its own: it refuses to run
 the LUKS backend from a private mount namespace, and a container is started only while

@@ -2,7 +2,7 @@
 Engine API, with exactly the lease's GPUs, CPU/memory/shm limits, the lease's disk at
 /workspace, the customer's keys in root's authorized_keys and sshd on a published port.
 
-Isolation (issue #24): each lease's container alone on its own bridge network
+Isolation: each lease's container alone on its own bridge network
 (`lease-<id>`, bridge `gl<id>`) behind the agent's nftables table (nodeagent/netfilter.py),
 every capability dropped but `CAPABILITIES`, no-new-privileges, Docker's default seccomp
 profile, and a daemon with `userns-remap` (container root is an unprivileged host uid;
@@ -49,7 +49,7 @@ LABEL_PORT = "gpu-node-agent.ssh-port"
 # filter opens, and what a lost port book must not hand out again.
 LABEL_PUBLISHED = "gpu-node-agent.published-ports"
 WORKSPACE = "/workspace"
-# Only the agent starts a container, after it mounted the lease's disk (issue 23): with a
+# Only the agent starts a container, after it mounted the lease's disk: with a
 # restart policy dockerd would start it at boot onto the bare mount point.
 NO_RESTART = {"Name": "no"}
 IMAGE_PULLING = "image_pulling"     # not a failure: reported until the pull is done
@@ -179,7 +179,7 @@ class DockerRuntime:
             log.info("lease %s: published ports' allowed sources changed", lease_id)
             self._sync_filter()
 
-    # -- snapshots (issue 26): called from the snapshot worker thread, own client ------------
+    # -- snapshots: called from the snapshot worker thread, own client ------------
     def pause(self, lease_id: int) -> bool:
         """Freeze a running instance's processes (cgroup freezer); False if it does not run."""
         container = self._worker_container(lease_id)

@@ -1,4 +1,4 @@
-"""Image pulls beside the converge loop (issue 23): a multi-GB pull for one lease must not
+"""Image pulls beside the converge loop: a multi-GB pull for one lease must not
 delay the reports or the other leases' operations. A lease whose image is missing asks for
 a pull and reports `image_pulling` (with the bytes done so far) until it is there; one
 worker thread pulls, one image at a time (the node's uplink is the bottleneck), with its

@@ -1,4 +1,4 @@
-"""Account recovery without e-mail (issue 16): ten one-time recovery codes are shown once
+"""Account recovery without e-mail: ten one-time recovery codes are shown once
 at sign-up (and again, new ones, from the settings page with the password); with one of
 them, "forgot password" sets a new password. Only SHA-256 hashes are stored (the codes are
 80 random bits, like API tokens). Customers with an e-mail address can also use Django's
@@ -77,7 +77,7 @@ RECOVERY_CODES = "recovery-codes"
 
 
 def keep_recovery_codes_to_show(request, codes: list[str], *, first: bool, next_url: str = ""):
-    """Redirects to the page that shows the codes once (POST-redirect-GET, issue 29): a
+    """Redirects to the page that shows the codes once (POST-redirect-GET): a
     reload there neither re-sends the form nor shows them again."""
     keep_to_show_once(request, RECOVERY_CODES, {"codes": codes, "first": first})
     query = f"?{urlencode({'next': next_url})}" if next_url else ""

@@ -47,7 +47,7 @@ def throttle_hit(scope: str, request, *, window_seconds: int) -> int:
     return _hit(_key(scope, request), window_seconds)
 
 
-# --- issue 28: reserve-then-act, and throttles declared on a view -----------------------------
+# --- Reserve-then-act, and throttles declared on a view -----------------------------
 
 def throttle_take(scope: str, request, *, limit: int, window_seconds: int, key: str | None = None) -> bool:
     """Counts one use first and answers whether it is within `limit`: concurrent requests
@@ -59,7 +59,7 @@ def throttle_take(scope: str, request, *, limit: int, window_seconds: int, key: 
 def throttle_take_reading(scope: str, request, *, limit: int, window_seconds: int, key: str | None = None,
                           read: tuple = ()) -> tuple[bool, dict]:
     """throttle_take, and the cache keys `read` (as cache.get_many finds them) in the same
-    round trip where the cache allows it (issue 31: an agent's poll)."""
+    round trip where the cache allows it (an agent's poll)."""
     counter = _scoped(scope, request, key)
     if hasattr(cache, "hit"):
         count, found = cache.hit(counter, window_seconds, read=read)

@@ -42,7 +42,7 @@ def pending_device(user) -> TOTPDevice:
 def matching_device(user, code: str):
     """The confirmed device (authenticator, or recovery codes) that accepts `code`, or None.
     A recovery code is consumed by the match; a TOTP code cannot be replayed. The device
-    rows are locked while the code is checked and spent (issue 28): six sessions sending one
+    rows are locked while the code is checked and spent: six sessions sending one
     code at once queue here, and each one after the first sees it used."""
     code = normalize_code(code)
     if not code:

@@ -1,4 +1,4 @@
-"""Look-alike usernames (issue 28): `аlice` with a Cyrillic а, or `opеrator` with a
+"""Look-alike usernames: `аlice` with a Cyrillic а, or `opеrator` with a
 Cyrillic е, pass for someone else on a support chat or an operator's screen. Usernames are
 NFKC-normalised (Django's normalize_username) and then refused when they mix alphabets
 with look-alike letters (Unicode TR39's confusables, from the confusable-homoglyphs

@@ -53,7 +53,7 @@ class CurrentCodeForm(forms.Form):
 
 
 class SetupForm(CodeForm):
-    """Enrolling an authenticator also asks for the password (issue 28): a stolen session
+    """Enrolling an authenticator also asks for the password: a stolen session
     alone cannot tie the account to the thief's phone."""
     password = forms.CharField(label=gettext_lazy("Your password"), strip=False,
                                widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}))

@@ -1,4 +1,4 @@
-"""Issue 30: what the store tells customers' (and operators') systems, and the ledger that
+"""What the store tells customers' (and operators') systems, and the ledger that
 makes every message go out once.
 
 - `Dispatch` is the notifications ledger: one row per (recipient, event, term) under a

@@ -39,7 +39,7 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
         return [f.name for f in self.model._meta.fields]
 
     def has_redeliver_permission(self, request):
-        """A redelivery posts the event again: the delivery's change permission (issue 28)."""
+        """A redelivery posts the event again: the delivery's change permission."""
         return request.user.has_perm("rental.change_webhookdelivery")
 
     @admin.action(description=_("Redeliver (a new delivery of the same event)"), permissions=["redeliver"])

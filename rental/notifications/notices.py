@@ -2,7 +2,7 @@
 notifications ledger together with the in-app notice, e-mailed when the customer gave an
 address, and sent as the matching webhook event; written in the customer's language
 (`customer_language`). Used by the lease services, the notice sweep, storage and failover,
-all of which sit above this package (issue 33: storage and failover imported rental.services
+all of which sit above this package (storage and failover imported rental.services
 for it, in a circle)."""
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,7 +31,7 @@ def customer_language(user) -> "translation.override":
 
 def notify(*, lease: Lease, kind: str, deadline: datetime, subject: str, body: str,
            now: datetime | None = None) -> bool:
-    """Once per (lease, kind, deadline): claimed in the notifications ledger (issue 30) with
+    """Once per (lease, kind, deadline): claimed in the notifications ledger with
     the in-app notice in one transaction, e-mailed when the customer gave an address, and
     sent as the matching webhook event. `now` is the sweep's clock (a simulated one under
     `manage.py lifecycle --at`). One notice of `notify_many`."""

@@ -1,4 +1,4 @@
-"""The settings page's webhook section (issue 30): the endpoint URL, its secret (shown once
+"""The settings page's webhook section: the endpoint URL, its secret (shown once
 when made or rotated), the delivery log and "redeliver". Plain forms, no JavaScript."""
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required

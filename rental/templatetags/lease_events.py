@@ -34,10 +34,10 @@ EVENT_TEXT = {
     "volume_detached": _("Network volume detached"),
     "snapshot_taken": _("Snapshot taken"),
     "snapshot_restored": _("Snapshot restored"),
-    "snapshot_ready": _("Snapshot copied and ready"),                # issue 26
+    "snapshot_ready": _("Snapshot copied and ready"),
     "snapshot_key_destroyed": _("Snapshot deleted, its key destroyed"),
     "restore_from_snapshot": _("Disk to start from a snapshot"),
-    "auto_renew_set": _("Auto-renew changed"),  # issue 30
+    "auto_renew_set": _("Auto-renew changed"),
     "connection_changed": _("New connection line"),
     "instance_restart": _("Restart requested"),
     "instance_stop": _("Stop requested"),
@@ -55,7 +55,7 @@ KNOWN_REASONS = [
     gettext_noop("detached"), gettext_noop("lease ended"), gettext_noop("volume unpaid"),
     gettext_noop("volume deleted"), gettext_noop("deleted by the customer"),
     gettext_noop("quote expired unpaid"), gettext_noop("order expired unpaid"),
-    # issue 30
+    # per-lease auto-renew
     gettext_noop("auto-renew on"), gettext_noop("auto-renew off"), gettext_noop("auto-renew follows the account"),
     gettext_noop("refund within the refund window"),
 ]

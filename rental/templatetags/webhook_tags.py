@@ -1,4 +1,4 @@
-"""`{% customer_webhook user as hook %}` (issue 30): the account's webhook endpoint and its
+"""`{% customer_webhook user as hook %}`: the account's webhook endpoint and its
 latest deliveries, for the settings page."""
 from django import template
 

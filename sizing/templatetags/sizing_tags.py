@@ -1,7 +1,7 @@
 """Template helpers for the sizing pages: the server-rendered SVG memory bar and the
 calculator's per-row tables (recommendations, one-change plans, the breakdown).
 
-The bar and the rows are built here in Python rather than in templates (issue 31): a cold
+The bar and the rows are built here in Python rather than in templates: a cold
 calculator fragment spent most of its time in the template engine resolving the same
 variables, filters and {% translate %} tags once per segment and row. The builders write
 exactly the markup the templates wrote (tests/sizing/test_golden.py compares byte for
@@ -26,7 +26,7 @@ from ..texts import Texts, texts
 register = template.Library()
 
 BAR_WIDTH = 640
-#: issue 29: the phone drawing, whose 11-unit labels stay 11 px or more in a 320 px column
+#: The phone drawing, whose 11-unit labels stay 11 px or more in a 320 px column
 #: (the 640-unit one drew them at 6 px there); site.css shows one of the two
 NARROW_BAR_WIDTH = 320
 BAR_Y, BAR_H = 22, 34
@@ -84,7 +84,7 @@ def gb(value, digits=1):
 
 #: html.escape, remembered for the texts a page repeats: the fixed labels and the catalog's
 #: offer, card and site names come back on every answer, whatever its input (a cold
-#: fragment escaped ~130 strings, issue 31); bounded, so free-form texts cannot grow it.
+#: fragment escaped ~130 strings); bounded, so free-form texts cannot grow it.
 _escape = functools.lru_cache(maxsize=4096)(html.escape)
 
 
@@ -213,7 +213,7 @@ def _mode_word(code: str, tr: Texts) -> str:
 @register.simple_tag
 def memory_bar(estimate, card=None, caption="", tr: Texts | None = None):
     """``{% memory_bar option.estimate option.candidate caption %}``: the per-GPU breakdown
-    against a card, drawn wide and narrow (site.css shows the one that fits, issue 29), and
+    against a card, drawn wide and narrow (site.css shows the one that fits), and
     its legend; the drawing and each segment carry a <title> (the accessible name)."""
     tr = texts() if tr is None else tr
     card_gb = card.vram_gb if card is not None else None
@@ -403,7 +403,7 @@ def calculator_url(query: dict) -> str:
 
 
 #: The engine's mode and method codes, as a reader of the page's language says them; English
-#: keeps the codes (they are the API's values), Chinese gets words (issue 29).
+#: keeps the codes (they are the API's values), Chinese gets words.
 MODE_WORDS = {"single": pgettext_lazy("sizing mode", "single"),
               "data-parallel": pgettext_lazy("sizing mode", "data-parallel"),
               "zero-3": pgettext_lazy("sizing mode", "zero-3")}

@@ -20,7 +20,7 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 from .env import DEBUG, TESTING, env_bool, env_list  # noqa: E402
 
-# --- issue 14: production (DEBUG=0) refuses to start half-configured ---------------------
+# --- Production (DEBUG=0) refuses to start half-configured ---------------------
 # One line per missing variable, raised at settings import, so web, worker, beat and the
 # migrate step all stop with the same message instead of, e.g., each making its own key.
 PRODUCTION = not DEBUG and not TESTING
@@ -74,7 +74,7 @@ INSTALLED_APPS = [
     "axes",
     "django_otp",
     "django_otp.plugins.otp_totp",
-    "django_otp.plugins.otp_static",  # one-time recovery codes (issue 16)
+    "django_otp.plugins.otp_static",  # one-time recovery codes
     "sizing",
     "inventory",
     "rental",
@@ -87,8 +87,8 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # A database outage in a view is a 503 with Retry-After, not a 500 (rental/middleware.py).
     "rental.middleware.DatabaseUnavailableMiddleware",
-    "rental.middleware.NulByteGuardMiddleware",  # NUL in a query or form: 400, not a DataError (issue 16)
-    # /agent/v1/ (signed, token-authenticated JSON) leaves here, with its own security headers (issue 31).
+    "rental.middleware.NulByteGuardMiddleware",  # NUL in a query or form: 400, not a DataError
+    # /agent/v1/ (signed, token-authenticated JSON) leaves here, with its own security headers.
     "fleet.middleware.AgentApiMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -96,7 +96,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django_otp.middleware.OTPMiddleware",
-    # Staff enrol TOTP before anything else; whoever enrolled gives a code (issue 16).
+    # Staff enrol TOTP before anything else; whoever enrolled gives a code.
     "rental.middleware.TwoFactorMiddleware",
     "rental.middleware.SecurityHeadersMiddleware",  # Permissions-Policy, no-store when signed in
     # Every signed-in customer's page write, CUSTOMER_WRITES_PER_MINUTE (many call Ceph, wallets, DNS).
@@ -108,7 +108,7 @@ MIDDLEWARE = [
     # Last, so that it sees failed logins from every view (django-axes requirement).
     "axes.middleware.AxesMiddleware",
 ]
-# The demo store's 404 is the site's own page, not the debug page (issue 29).
+# The demo store's 404 is the site's own page, not the debug page.
 if DEBUG and not env_bool("DEBUG_TECHNICAL_404"):
     MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.messages.middleware.MessageMiddleware") + 1,
                       "rental.middleware.FriendlyNotFoundMiddleware")
@@ -128,7 +128,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "inventory.context_processors.operator",
-                "rental.rules.for_templates",  # the lifecycle timers, for pages that state them (issue 19)
+                "rental.rules.for_templates",  # the lifecycle timers, for pages that state them
             ],
         },
     },
@@ -152,7 +152,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 else:
-    # issue 14: a database that does not answer fails the request (503) or the
+    # A database that does not answer fails the request (503) or the
     # healthcheck within this many seconds instead of hanging a web worker.
     DB_CONNECT_TIMEOUT_SECONDS = int(os.environ.get("DB_CONNECT_TIMEOUT_SECONDS", "5"))
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = DB_CONNECT_TIMEOUT_SECONDS
@@ -170,7 +170,7 @@ else:
 
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "rental.accounts.login_limits.UsernameLimitBackend",  # issue 28: a limit per username too
+    "rental.accounts.login_limits.UsernameLimitBackend",  # a limit per username too
     "django.contrib.auth.backends.ModelBackend",
 ]
 PASSWORD_HASHERS = [
@@ -193,7 +193,7 @@ LOGOUT_REDIRECT_URL = "home"
 AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("AXES_COOLOFF_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-# issue 28: and a username from any address after this many failures (rental/accounts/login_limits.py).
+# And a username from any address after this many failures (rental/accounts/login_limits.py).
 AXES_USERNAME_FAILURE_LIMIT = int(os.environ.get("AXES_USERNAME_FAILURE_LIMIT", "20"))
 # That lock spares a browser that signed in to the account (or recovered it) before: it
 # carries a signed cookie naming the account for this many days, so guesses cannot lock
@@ -208,7 +208,7 @@ AXES_LOCKOUT_CALLABLE = "rental.accounts.login_limits.lockout_response"  # 429 +
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False  # tries while locked do not prolong the lock
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
-# issue 14: behind the reverse proxy every request comes from the proxy's address, so axes
+# Behind the reverse proxy every request comes from the proxy's address, so axes
 # takes the client's address from X-Forwarded-For (django-ipware). Caddy replaces any
 # X-Forwarded-For a client sends with the address it saw, so the header holds exactly one
 # entry: zero proxies after the client. Behind a CDN that appends too, raise the count.
@@ -245,7 +245,7 @@ STORAGES = {
     },
 }
 
-# issue 28: the console backend prints password-reset links into the web log, so it is the
+# The console backend prints password-reset links into the web log, so it is the
 # default only for development and tests; production sends by SMTP (EMAIL_HOST etc.) and
 # `check --deploy` refuses the console and in-memory backends (rental/checks.py).
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend" if DEBUG or TESTING
@@ -279,7 +279,7 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
 DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
-# issue 16: browser features no page here uses are off for every page.
+# Browser features no page here uses are off for every page.
 PERMISSIONS_POLICY = ("accelerometer=(), camera=(), geolocation=(), gyroscope=(), magnetometer=(), "
                       "microphone=(), payment=(), usb=()")
 if PRODUCTION:
@@ -332,14 +332,14 @@ JOBS_QUEUE = os.environ.get("JOBS_QUEUE", "jobs")
 OUTBOUND_QUEUE = os.environ.get("OUTBOUND_QUEUE", "outbound")
 CELERY_TASK_DEFAULT_QUEUE = JOBS_QUEUE
 CELERY_TASK_ROUTES = {"billing.*": {"queue": JOBS_QUEUE}, "rental.webhook_deliver": {"queue": OUTBOUND_QUEUE}}
-# --- issue 14: one lifecycle pass at a time; beat heartbeat for its healthcheck ---
+# --- One lifecycle pass at a time; beat heartbeat for its healthcheck ---
 # Seconds between lifecycle passes (beat); a tick not started within the interval expires.
 LIFECYCLE_INTERVAL_SECONDS = float(os.environ.get("LIFECYCLE_INTERVAL_SECONDS", "60"))
 # A pass holds a lock (a JobLock row, on the database's clock: billing/lifecycle/locks.py) that expires this
 # many seconds after its last renewal (every third of it while the pass runs): a holder
 # killed mid-pass blocks the next passes for at most this long.
 LIFECYCLE_LOCK_SECONDS = float(os.environ.get("LIFECYCLE_LOCK_SECONDS", "60"))
-# issue 35: a pass runs each sweep in batches until its due work is done or it has run this
+# A pass runs each sweep in batches until its due work is done or it has run this
 # long (the rest is the next pass's): under the interval, so the next tick is not skipped.
 LIFECYCLE_PASS_BUDGET_SECONDS = float(os.environ.get("LIFECYCLE_PASS_BUDGET_SECONDS",
                                                      str(0.8 * LIFECYCLE_INTERVAL_SECONDS)))
@@ -370,13 +370,13 @@ JOB_STALE_AFTER_INTERVALS = float(os.environ.get("JOB_STALE_AFTER_INTERVALS", "3
 # billing, above the command (rental), which calls this by name (billing/jobs.py).
 WORKER_HEALTH_CHECK = "billing.jobs.stale_jobs"
 PAYMENT_WINDOW_MINUTES = int(os.environ.get("PAYMENT_WINDOW_MINUTES", "30"))
-# --- issue 12: the node agent (fleet/, nodeagent/PROTOCOL.md) ---
+# --- The node agent (fleet/, nodeagent/PROTOCOL.md) ---
 # A real deployment drives its GPU servers through the node agent; FakeAgent, which
 # creates nothing, only for the demo (`make run`, DEBUG=1) and tests, and says so in the admin.
 HOST_AGENT = os.environ.get("HOST_AGENT", "rental.agent.FakeAgent" if DEBUG or TESTING
                             else "fleet.driver.NodeAgentDriver")
 
-# --- Lease lifecycle timers (issue 19): one named setting per rule, the SPEC's defaults,
+# --- Lease lifecycle timers: one named setting per rule, the SPEC's defaults,
 # overridable from the environment. Read through rental.rules at call time, so the
 # sweeps, timeline, model properties, admin, pages and API always show and act on the
 # same moments.
@@ -389,7 +389,7 @@ LEASE_HOLD_HOURS = int(os.environ.get("LEASE_HOLD_HOURS", "72"))
 # Local NVMe wiped at the latest this long after the stop (wiped as soon as the key is gone).
 LEASE_WIPE_WITHIN_DAYS = int(os.environ.get("LEASE_WIPE_WITHIN_DAYS", "7"))
 
-# --- issue 16: stock hoarding and refund abuse ---
+# --- Stock hoarding and refund abuse ---
 # Unpaid orders hold their GPUs: at most this many open at once per account, and an account
 # that never paid anything holds them for a shorter window.
 MAX_OPEN_UNPAID_ORDERS = int(os.environ.get("MAX_OPEN_UNPAID_ORDERS", "2"))
@@ -403,7 +403,7 @@ REFUNDS_PER_MONTH = int(os.environ.get("REFUNDS_PER_MONTH", "1"))
 RECOVERY_ATTEMPTS_PER_IP = int(os.environ.get("RECOVERY_ATTEMPTS_PER_IP", "10"))
 RECOVERY_WINDOW_MINUTES = int(os.environ.get("RECOVERY_WINDOW_MINUTES", "15"))
 
-# --- issue 28: throttles and hold limits found by the attack on the production-like stack ---
+# --- Throttles and hold limits found by the attack on the production-like stack ---
 # Password-reset e-mails per client address and per address mailed, within the window.
 PASSWORD_RESETS_PER_IP = int(os.environ.get("PASSWORD_RESETS_PER_IP", "5"))
 PASSWORD_RESETS_PER_EMAIL = int(os.environ.get("PASSWORD_RESETS_PER_EMAIL", "3"))
@@ -449,7 +449,7 @@ API_IDEMPOTENCY_KEY_HOURS = int(os.environ.get("API_IDEMPOTENCY_KEY_HOURS", "24"
 NODE_LINK_GBPS = int(os.environ.get("NODE_LINK_GBPS", "100"))
 EGRESS_SLACK_BYTES = int(os.environ.get("EGRESS_SLACK_BYTES", str(10**9)))
 
-# --- issues 15 and 27: the payment rules, each defined once (billing.payments.config reads them)
+# --- The payment rules, each defined once (billing.payments.config reads them)
 from .payments import *  # noqa: E402,F403
 
 HOST_AGENT_FAKE_DELAY = int(os.environ.get("HOST_AGENT_FAKE_DELAY", "180"))
@@ -469,7 +469,7 @@ NODE_POLL_SECONDS = int(os.environ.get("NODE_POLL_SECONDS", "15"))
 NODE_WATCH_MAX_SECONDS = int(os.environ.get("NODE_WATCH_MAX_SECONDS", "60"))
 NODE_WATCH_RECHECK_SECONDS = float(os.environ.get("NODE_WATCH_RECHECK_SECONDS", "5"))
 NODE_WATCH_WSGI_HOLD_SECONDS = float(os.environ.get("NODE_WATCH_WSGI_HOLD_SECONDS", "0"))
-# Issue 31: a node's cached desired-state ETag (fleet/desired_version.py) is recomputed at
+# A node's cached desired-state ETag (fleet/desired_version.py) is recomputed at
 # least this often even when no change bumped it: the bound on a bump lost while Redis kept
 # its data (the clock and a Redis that came back older are handled exactly; recomputing
 # 10,000 documents every 300 s took half of the storefront's CPU); the node's last_seen_at is written by a
@@ -486,14 +486,14 @@ NODE_EGRESS_FLUSH_BYTES = int(os.environ.get("NODE_EGRESS_FLUSH_BYTES", str(10**
 # by the heartbeat's UPDATE at least every NODE_SEEN_WRITE_SECONDS.
 NODE_CREDENTIAL_CACHE_SECONDS = int(os.environ.get("NODE_CREDENTIAL_CACHE_SECONDS", "60"))
 NODE_CREDENTIAL_CACHE_MAX = int(os.environ.get("NODE_CREDENTIAL_CACHE_MAX", "50000"))
-# Issue 31: Redis takes a steady report's seq (fleet/seq.py) up to this far above the one the
+# Redis takes a steady report's seq (fleet/seq.py) up to this far above the one the
 # database last stored; after Redis lost its entry the database accepts only seqs past that
 # fence. At most the agent's REPLAY_SKIP (nodeagent/agent.py: it skips that far on a 409).
 # An agent's entry outlives its last checkpoint by NODE_SEQ_KEY_SECONDS.
 NODE_SEQ_FENCE = int(os.environ.get("NODE_SEQ_FENCE", "1000"))
 NODE_SEQ_KEY_SECONDS = int(os.environ.get("NODE_SEQ_KEY_SECONDS", str(24 * 3600)))
-# Issue 32: a card on an enrolled node is sold only with a passing burn-in newer than its
-# last lease (inventory.burnin); the agent runs `dcgmi diag -r BURN_IN_DCGM_LEVEL`.
+# A card on an enrolled node is sold only with a passing burn-in newer than its
+# last lease (inventory.burnin, docs/adr/0013); the agent runs `dcgmi diag -r BURN_IN_DCGM_LEVEL`.
 BURN_IN_BEFORE_SALE = os.environ.get("BURN_IN_BEFORE_SALE", "1") == "1"
 BURN_IN_DCGM_LEVEL = int(os.environ.get("BURN_IN_DCGM_LEVEL", "2"))
 
@@ -501,7 +501,7 @@ BURN_IN_DCGM_LEVEL = int(os.environ.get("BURN_IN_DCGM_LEVEL", "2"))
 # from inventory (imports flow sizing <- inventory <- rental <- billing).
 SIZING_CANDIDATES_PROVIDER = "inventory.selectors.sizing_candidates"
 
-# Issue 20: the calculator and tables pages go through the same anonymous whole-page cache
+# The calculator and tables pages go through the same anonymous whole-page cache
 # as the catalog (keyed on path, language and catalog generation; each visitor gets their
 # own CSRF token). Empty: no page cache (the sizing memo still keeps the rendered parts).
 SIZING_PAGE_CACHE = os.environ.get("SIZING_PAGE_CACHE", "inventory.pagecache.anonymous_page_cache")
@@ -521,7 +521,7 @@ LOGGING = {
     "loggers": {"axes": {"level": "WARNING"}},
 }
 
-# --- issue 18: who runs this store (footer, terms, privacy, invoices) -----------------------
+# --- Who runs this store (footer, terms, privacy, invoices) -----------------------
 OPERATOR_NAME = os.environ.get("OPERATOR_NAME", "GPU Rental")
 OPERATOR_CONTACT = os.environ.get("OPERATOR_CONTACT", "support@localhost")
 # The store's address as customers reach it, for links in e-mails (https://shop.example);
@@ -532,7 +532,7 @@ STATUS_PAGE_DAYS = int(os.environ.get("STATUS_PAGE_DAYS", "30"))
 # without money. Never in production: `check --deploy` refuses it (billing/checks.py).
 DEMO_PAYMENTS = env_bool("DEMO_PAYMENTS")
 
-# --- issue 30: extensions, webhooks and the notifications ledger ----------------------------
+# --- Extensions, webhooks and the notifications ledger ----------------------------
 # A customer may pay terms ahead ("extend") while the paid end is at most this far away.
 LEASE_EXTEND_MAX_AHEAD_DAYS = int(os.environ.get("LEASE_EXTEND_MAX_AHEAD_DAYS", "93"))
 # Outgoing webhook requests: the timeout of the connect and of each read, and the retry back-off
@@ -559,7 +559,7 @@ WEBHOOK_ALLOW_PRIVATE_ADDRESSES = env_bool("WEBHOOK_ALLOW_PRIVATE_ADDRESSES")
 WEBHOOK_MANUAL_SENDS_PER_USER = int(os.environ.get("WEBHOOK_MANUAL_SENDS_PER_USER", "10"))
 WEBHOOK_MANUAL_SEND_WINDOW_MINUTES = int(os.environ.get("WEBHOOK_MANUAL_SEND_WINDOW_MINUTES", "10"))
 CELERY_IMPORTS = ["rental.notifications.tasks"]  # the webhook delivery task
-# --- issues 25 and 26: storage on each site's Ceph cluster, snapshots of lease disks
+# --- Storage on each site's Ceph cluster, snapshots of lease disks
 from .storage import *  # noqa: E402,F403
 
 # --- the customer's workbench: images, templates, variables, secrets, ports (rental.workbench)

@@ -1,9 +1,9 @@
-"""The payment rules (issues 15 and 27), each a named setting defined here once and read by
+"""The payment rules, each a named setting defined here once and read by
 billing.payments.config at call time: environment value or default. Star-imported by
 storefront/settings/__init__.py, so they are Django settings like the others."""
 import os
 
-# --- issue 15: payments never lose money nor hold stock for a payment that will not come ---
+# --- Payments never lose money nor hold stock for a payment that will not come ---
 # Late and extra payments are credited at the rate when they confirm; one quote credits at
 # most this percentage of its USD value automatically, the rest waits for an operator.
 PAYMENT_AUTO_CREDIT_MAX_PERCENT = int(os.environ.get("PAYMENT_AUTO_CREDIT_MAX_PERCENT", "100"))
@@ -35,7 +35,7 @@ PRICE_SOURCES = os.environ.get("PRICE_SOURCES", "")
 PRICE_SOURCES_MIN = int(os.environ.get("PRICE_SOURCES_MIN", "2"))
 PRICE_SOURCES_TOLERANCE_BPS = int(os.environ.get("PRICE_SOURCES_TOLERANCE_BPS", "200"))
 PRICE_MAX_MOVE_BPS = int(os.environ.get("PRICE_MAX_MOVE_BPS", "1000"))
-# --- issue 27: every payment rule defined here once (billing.payments.config reads these) ---
+# --- Every payment rule defined here once (billing.payments.config reads these) ---
 UNDERPAYMENT_TOLERANCE_BPS = int(os.environ.get("UNDERPAYMENT_TOLERANCE_BPS", "0"))
 RATE_MAX_AGE_MINUTES = int(os.environ.get("RATE_MAX_AGE_MINUTES", "15"))
 PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES = int(os.environ.get("PARTIAL_PAYMENT_MAX_EXTENSION_MINUTES", "120"))

@@ -1,11 +1,11 @@
-"""Storage settings (issues 25 and 26): each site's Ceph cluster (billing/storage, README
+"""Storage settings: each site's Ceph cluster (billing/storage, README
 "Storage") and the snapshots of lease disks (rental.storage, nodeagent/snapshots.py). Star-
 imported by storefront/settings/__init__.py, so they are Django settings like the others."""
 import os
 
 from .env import DEBUG, TESTING, env_bool
 
-# --- issue 25: storage on each site's Ceph cluster (billing/storage, README "Storage") ---
+# --- Storage on each site's Ceph cluster (billing/storage, README "Storage") ---
 # Without a configured cluster a site's storage is simulated (nothing is stored; the pages
 # say so) — only for the demo and tests; in production such a site sells no storage.
 STORAGE_SIMULATED = env_bool("STORAGE_SIMULATED", DEBUG or TESTING)
@@ -24,7 +24,7 @@ STORAGE_ORPHAN_GRACE_SECONDS = int(os.environ.get("STORAGE_ORPHAN_GRACE_SECONDS"
 # An order's network volume add-on left pending (a crash between payment and Ceph) is
 # retried by the storage sweep once it is this old.
 STORAGE_ORDERED_VOLUME_RETRY_SECONDS = int(os.environ.get("STORAGE_ORDERED_VOLUME_RETRY_SECONDS", "120"))
-# --- issue 26: snapshots of lease disks (rental.storage, nodeagent/snapshots.py) ---
+# --- Snapshots of lease disks (rental.storage, nodeagent/snapshots.py) ---
 # A snapshot is tried at most this many times (attempts); each failed attempt (the node
 # reports the named failure, or the attempt times out) is an audit row, the last one makes
 # the snapshot `failed` with its reason shown to the customer.

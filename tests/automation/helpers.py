@@ -1,4 +1,4 @@
-"""Shared by the issue-30 tests: an active lease bought from the balance, API calls."""
+"""Shared by the extension, CLI and webhook tests: an active lease bought from the balance, API calls."""
 import json
 from datetime import timedelta
 

@@ -1,4 +1,4 @@
-"""Issue 30: the `gpu-rent` client against the live test server over real HTTP (pytest-
+"""The `gpu-rent` client against the live test server over real HTTP (pytest-
 django's live_server), in process for speed and as a subprocess where it execs (ssh) or
 waits while the lifecycle runs (create --wait). test_installs_alone_without_django puts it
 in a fresh venv with nothing but its own dependencies."""

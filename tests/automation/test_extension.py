@@ -1,4 +1,4 @@
-"""Issue 30: "extend by one term" (the renewal invoice of the next term, paid now) and the
+"""Extending a lease by one term (the renewal invoice of the next term, paid now) and the
 per-lease auto-renew that the account's checkbox only defaults."""
 from datetime import timedelta
 

@@ -1,4 +1,4 @@
-"""Issue 30: the notifications ledger — every reminder, notice and webhook is one row per
+"""The notifications ledger — every reminder, notice and webhook is one row per
 (recipient, event, term) under a unique constraint, so lifecycle passes run twice, or at
 the same moment on PostgreSQL (no lifecycle lock: run_lifecycle itself, in threads), send
 each message once: one in-app notice, one e-mail, one webhook delivery per endpoint."""

@@ -1,4 +1,4 @@
-"""Issue 30: signed webhooks to a local receiver over real HTTP — events once per endpoint,
+"""Signed webhooks to a local receiver over real HTTP — events once per endpoint,
 the retry back-off, redelivery, the delivery log, and the SSRF guard (loopback is allowed
 only through WEBHOOK_ALLOW_PRIVATE_ADDRESSES, which `check --deploy` refuses)."""
 import base64

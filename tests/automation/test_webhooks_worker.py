@@ -1,4 +1,4 @@
-"""Issue 30: webhook deliveries on a real Celery worker (subprocess, Redis, the test
+"""Webhook deliveries on a real Celery worker (subprocess, Redis, the test
 database on PostgreSQL): the delivery task queued three times for one delivery (a
 duplicated message, a retry racing the sweep) posts it once."""
 import time

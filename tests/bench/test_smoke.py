@@ -1,4 +1,4 @@
-"""Every script in bench/ runs at its smallest size (issue 35): a schema or API change that
+"""Every script in bench/ runs at its smallest size: a schema or API change that
 breaks a benchmark fails CI like any other test. Each runs as a subprocess exactly as the
 docs/performance.md commands run it, and must exit 0 and print its figure lines; no
 timing is asserted (the figures on a shared CI machine mean nothing). The PostgreSQL ones

@@ -11,7 +11,7 @@ from tests.billing.test_lifecycle import order
 @pytest.fixture(autouse=True)
 def full_window_for_new_accounts(settings):
     """Billing tests are about the standard payment window, with brand-new customers; the
-    shorter hold for accounts that never paid (issue 16) has its own tests in
+    shorter hold for accounts that never paid has its own tests in
     tests/security/test_hoarding.py."""
     settings.PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES = settings.PAYMENT_WINDOW_MINUTES
 

@@ -145,7 +145,7 @@ def test_worker_killed_mid_task_is_redelivered_and_ends_like_a_clean_run(catalog
     name, sender = queue
     t0 = timezone.now().replace(microsecond=0) - timedelta(days=8)
     crashed = due_leases(24, t0, "k")
-    # The killed worker's lifecycle lock (issue 14) expires 1.5 s after its last renewal,
+    # The killed worker's lifecycle lock expires 1.5 s after its last renewal,
     # before the fresh worker has started, so the redelivered tick runs instead of skipping.
     slow = Worker("slow", name, tmp_path / "slow.log", HOST_AGENT="tests.billing.slow_agent.SlowAgent",
                   SLOW_AGENT_SECONDS="0.4", CELERY_VISIBILITY_TIMEOUT="4", LIFECYCLE_LOCK_SECONDS="1.5")
@@ -156,7 +156,7 @@ def test_worker_killed_mid_task_is_redelivered_and_ends_like_a_clean_run(catalog
         wait_for(lambda: Lease.objects.filter(state=S.SUSPENDED).count() >= 3, 20, "the slow tick to get going")
         slow.kill()  # SIGKILL mid-task (stopping instances): no ack, no clean-up
         done = Lease.objects.filter(state=S.SUSPENDED).count()
-        # Issue 35 commits a pass's transitions per batch, so the kill may land after the
+        # A pass commits its transitions per batch, so the kill may land after the
         # whole batch committed (16) or between batches; either way the end state below must
         # be a clean run's.
         assert 3 <= done <= 16, done

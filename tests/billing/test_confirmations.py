@@ -2,7 +2,7 @@
 what the coin requires is seen but not credited (the invoice stays open, the lease
 unpaid); the same payment at the required count pays the invoice and starts the lease.
 
-The counts are pinned here, not read from the code under test (issue 34: halving one went
+The counts are pinned here, not read from the code under test (halving one went
 unnoticed): Bitcoin 2, Litecoin 6 (cheap blocks, deeper), Ethereum and its tokens 12,
 Monero 10 (its outputs unlock after 10 blocks), Solana 1 (= finalized). SPEC.md carries no
 table of them; these are the defaults the operator's `<COIN>_CONFIRMATIONS` settings override."""

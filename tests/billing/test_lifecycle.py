@@ -134,7 +134,7 @@ def test_payment_after_release_goes_to_balance_and_never_revives(catalog, custom
 
 
 def test_unpaid_order_expires_and_frees_slots(catalog, customer, t0, settings):
-    window = settings.PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES  # an account that never paid (issue 16)
+    window = settings.PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES  # an account that never paid
     lease, invoice = order(customer, t0, pay=False)
     assert state(lease) == S.PENDING and live_slots(lease) == 1
     run_lifecycle(t0 + timedelta(minutes=window - 1))

@@ -1,4 +1,4 @@
-"""issue 35: the renewal sweep issues, auto-pays and extends a batch of leases in a few statements
+"""The renewal sweep issues, auto-pays and extends a batch of leases in a few statements
 (billing.services.renewal_invoices_create). The batch must write exactly what the single-lease
 services write lease by lease — invoices, lines, egress overage, ledger entries, lease events,
 notices, ledger claims — and one lease that conflicts or fails must not lose or double the

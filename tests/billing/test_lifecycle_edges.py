@@ -1,4 +1,4 @@
-"""The lifecycle at its edges (issue 19): late beats, the boundaries of every timer, the
+"""The lifecycle at its edges: late beats, the boundaries of every timer, the
 deadlines customers are shown against the moments the sweeps act, and a simulated clock
 that reaches every write of a pass."""
 import re

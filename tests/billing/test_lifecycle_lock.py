@@ -1,4 +1,4 @@
-"""issue 14: exactly one lifecycle pass at a time, and host calls made once per lease.
+"""Exactly one lifecycle pass at a time, and host calls made once per lease.
 
 Two real passes race on PostgreSQL (threads, each on its own connection) with the lock in
 the database (never in Redis, which a second host may find flushed): one sweeps, the other returns "skipped" at once. A holder
@@ -6,7 +6,7 @@ killed with SIGKILL (a subprocess) blocks passes until its lock expires, then th
 pass runs. Two overlapping wipes / key destructions of the same leases call the host
 once per lease.
 
-The overlaps are made, not hoped for (issue 34): the running pass waits in its start hook
+The overlaps are made, not hoped for: the running pass waits in its start hook
 until the other one has returned; the first host call waits until PostgreSQL shows the
 other caller blocked on that lease's row. The tests assert the order of what happened,
 never a duration."""

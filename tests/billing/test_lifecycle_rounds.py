@@ -1,4 +1,4 @@
-"""issue 35: a pass runs its sweeps in rounds of one batch each, so a burst of due work of one
+"""A pass runs its sweeps in rounds of one batch each, so a burst of due work of one
 kind cannot spend the pass budget while another kind waits for the next pass."""
 import itertools
 

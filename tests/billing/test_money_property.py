@@ -1,4 +1,4 @@
-"""issue 27, a property: for any interleaving of payments, confirmations, reorgs, double-spends,
+"""Money on real chains, a property: for any interleaving of payments, confirmations, reorgs, double-spends,
 fee bumps, re-mined payments, refunds (the customer's and the operator's), operator approvals,
 time passing and lifecycle sweeps, what the customer holds from one quote — the balance plus
 the service the invoice still buys (paid, not refunded) — is never more than the chain holds

@@ -1,4 +1,4 @@
-"""issue 27: one refundable amount per invoice, whichever path refunds it — the customer's
+"""One refundable amount per invoice, whichever path refunds it — the customer's
 "Cancel and refund" within the refund window, the operator's refund from the customer desk
 (all or part), a lease that failed to provision — in either order, and racing on two
 PostgreSQL connections. ($55 paid must never be $110 back.)"""
@@ -225,7 +225,7 @@ def test_a_refund_of_at_most_some_cents_takes_the_invoices_in_order(catalog, cus
     assert (fresh(first).refunded_cents, fresh(second).refunded_cents) == (PRICE, 10_000 - PRICE)
 
 
-# --- which invoices a refund touches (issue 34) ---------------------------------------------
+# --- which invoices a refund touches ---------------------------------------------
 
 
 def test_a_lease_refund_touches_only_the_invoices_with_something_left(catalog, customer, operator, t0):

@@ -1,4 +1,4 @@
-"""issue 27, the same family beyond the issue's cases: a late payment the customer used to
+"""Money on real chains, the same family beyond the first cases: a late payment the customer used to
 re-order, then reversed on its chain; an operator forgiving a debt, then the payment coming
 back (no second give-back)."""
 from datetime import timedelta

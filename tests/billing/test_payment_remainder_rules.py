@@ -1,4 +1,4 @@
-"""The payment rules the last mutation run found untested (issue 34): a reversed debt paid back
+"""The payment rules the last mutation run found untested: a reversed debt paid back
 (billing.payments.reversals.debt_settle: every invoice recovered, each recovery audited with the
 balance, the count it returns), the rate a quote may lock (pricing.rate_for: the refusals'
 wording, the configured maximum age, the configured peg), base units and their text

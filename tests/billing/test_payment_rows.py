@@ -1,4 +1,4 @@
-"""Issue 34: what a detected payment's row and its wallet's paid index record — the times and
+"""What a detected payment's row and its wallet's paid index record — the times and
 the block a payment was first seen and confirmed at, and the highest derivation index paid
 (the gap-limit warning reads it), of that coin's wallet only and never lowered."""
 from datetime import timedelta

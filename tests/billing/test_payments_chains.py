@@ -87,7 +87,7 @@ def test_usdt_order_paid_on_anvil_end_to_end(anvil, usdt_token, catalog, custome
     assert fresh(lease).state == LeaseState.PROVISIONING and Payment.objects.get().confirmations == 12
 
 
-# --- issue 15 on the real node: RBF, double-spends, chain time, node health -------------------
+# --- Payments that never lose money, on the real node: RBF, double-spends, chain time, node health -------------------
 
 def ltc_quote(litecoind, customer, now, first_index):  # noqa: F811
     """An order and its LTC quote at an address no other test pays (the node is shared)."""
@@ -255,7 +255,7 @@ def test_ltc_payment_reorged_out_and_double_spent_after_settlement(litecoind, ca
     payment = Payment.objects.get()
     assert payment.state == Payment.State.REORGED
     assert fresh(invoice).flag == "payment_reversed"
-    # issue 27: the invoice it paid and the $10 credit are taken back in full: a debt
+    # The invoice it paid and the $10 credit are taken back in full: a debt
     assert LedgerEntry.objects.get(kind="clawback").amount_cents == -7500
     review = PaymentReview.objects.get()
     assert (review.kind, review.state, review.clawed_back_cents) == ("reversed", "open", 7500)

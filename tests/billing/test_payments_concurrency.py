@@ -2,7 +2,7 @@
 connection: one Payment row, one settlement, one ledger credit (DESIGN: one credited
 payment per (coin, txid, output)). For one quote the quote's row lock serialises them; for
 one payment reported under two quotes (a Solana transfer with two references) only the
-unique constraint does, and the race is made to reach it (issue 34)."""
+unique constraint does, and the race is made to reach it."""
 import threading
 from datetime import timedelta
 

@@ -1,4 +1,4 @@
-"""Issue 15 through the services (the chain side is in test_payments_chains.py on a real
+"""Payments never lose money nor hold stock for a payment that will not come, through the services (the chain side is in test_payments_chains.py on a real
 litecoind): late and extra money at the rate when it confirmed, capped per quote, else held
 for an operator; unconfirmed payments invalid after the monitoring window or when the node
 drops them, the hold released, dust never extending it; chain time; a coin whose node fails
@@ -302,7 +302,7 @@ def test_a_coin_whose_node_fails_or_lags_is_not_offered_and_alerts(catalog, cust
 
 def test_reorg_after_settlement_takes_everything_back_suspends_after_the_grace_and_recovers(
         placed, customer, operator, t0, settings):
-    """issue 27's claw-back policy: the invoice it paid and the overpayment credit are taken
+    """The claw-back policy: the invoice it paid and the overpayment credit are taken
     back in full (the balance goes negative: a debt, not a silent loss), the operator is
     alerted, the lease is suspended after PAYMENT_REVERSAL_GRACE_MINUTES and resumes once
     the next credit has paid the debt."""
@@ -457,7 +457,7 @@ def test_quotes_are_rate_limited_per_customer(catalog, customer, other_customer,
 
 def test_the_gap_limit_is_per_customer_and_a_coin_they_cannot_use_is_not_offered_to_them(
         catalog, customer, coins, t0, settings, django_user_model):
-    """issue 27: unpaid top-up quotes of one customer used to exhaust the wallet's gap for
+    """Unpaid top-up quotes of one customer used to exhaust the wallet's gap for
     everybody (ETH, USDT and USDC share one counter). Now that customer alone is refused
     and no longer offered the wallet's coins; others are served, the operator is warned."""
     from billing.backoffice.dashboard import dashboard
@@ -523,7 +523,7 @@ def test_the_invoice_page_lists_its_quotes_and_a_reversal(placed, customer, clie
 
 def test_coins_of_the_same_wallet_sent_to_a_quote_in_another_coin_wait_for_an_operator(
         catalog, customer, operator, coins, t0):
-    """issue 27's misdirected coins, without a chain (test_money_chains.py has them on anvil):
+    """Misdirected coins, without a chain (test_money_chains.py has them on anvil):
     USDC and ETH sent to a USDT quote's address open one review each once confirmed, worth
     the sent coin at its rate (no rate: no proposed amount); they pay nothing of the quote, and
     an address that is no quote's, or a coin of another wallet, is nobody's review."""

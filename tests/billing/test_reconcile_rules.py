@@ -1,4 +1,4 @@
-"""issue 27/34, reconciling a quote after its payments move on the chain
+"""Reconciling a quote after its payments move on the chain
 (billing.payments.reversals.quote_reconcile, services._credit_unsettled): the claw-back and
 the give-back are ledger rows on the invoice the payment paid, with the memo the customer
 reads; the lease suspended for the debt resumes when the payment returns; a fee bump of a

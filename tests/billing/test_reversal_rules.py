@@ -1,4 +1,4 @@
-"""issue 27, the claw-back rules one by one (billing.payments.reversals): what a reversal takes
+"""The claw-back rules one by one (billing.payments.reversals): what a reversal takes
 back when the quote also credited extra payments or did not pay the invoice itself, one review
 per reversed payment, the audit row, the grace counted from the first reversal, reviews closed
 only once everything is given back (and only the open reversal reviews), operators' decisions

@@ -1,4 +1,4 @@
-"""Payment reviews (issue 15/27): money held for an operator is opened once with an audit
+"""Payment reviews: money held for an operator is opened once with an audit
 row, and an operator's decision — credit or close — is exact: the proposed amount (or the
 coins at today's fresh rate when there was none), never a sub-cent posting, on the ledger
 line of the invoice with the operator named, the payment's record and the customer's page

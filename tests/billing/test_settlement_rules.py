@@ -1,4 +1,4 @@
-"""Issue 34: the settlement and crediting rules the mutation run found untested — when a
+"""The settlement and crediting rules the mutation run found untested — when a
 quote counts as settled (the locked rate ends there), what a settlement in several parts
 credits, an order cancelled before its coins confirmed, each held payment in its own review,
 and what a payment's row says after it left the chain or the mempool and came back."""

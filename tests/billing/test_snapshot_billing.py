@@ -1,4 +1,4 @@
-"""Issue 26: snapshots billed per TB-month of what they store (deduplicated, compressed
+"""Snapshots billed per TB-month of what they store (deduplicated, compressed
 `stored_bytes`), in arrears every 30 days from the balance, prorated by the second, from
 the catalog's snapshot price ($6/TB-month) — never charged twice, stopped by deletion,
 counted as storage revenue of the snapshot's site. Simulated storage: the snapshot is

@@ -1,4 +1,4 @@
-"""issue 34's record of the payment sweeps (billing.lifecycle.SWEEPS): the quote expiry sweep
+"""The mutation run's record of the payment sweeps (billing.lifecycle.SWEEPS): the quote expiry sweep
 (waits for a coin's watcher that has not scanned past the deadline; closed quotes never take
 a batch's place; what it reports), the order's hold when a quote stops confirming (kept while
 another quote of the order confirms, never past the latest of the order's own window — the

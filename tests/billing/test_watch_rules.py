@@ -1,4 +1,4 @@
-"""The watcher pass and what it reports besides payments (issue 34's record of the payment
+"""The watcher pass and what it reports besides payments (the mutation run's record of the payment
 rules): a pass records when it ran and how far it has seen the chain — a pass that is still
 catching up with the chain (``behind``) keeps the orders waiting for it open —, a coin that
 is not configured is not watched, and a token we do not take, sent to a quote's address,

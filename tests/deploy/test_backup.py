@@ -1,4 +1,4 @@
-"""issue 14: the documented backup procedure. scripts/backup.sh dumps a database holding
+"""The documented backup procedure. scripts/backup.sh dumps a database holding
 leases, ledger entries and a confirmed crypto payment; scripts/restore.sh restores it into
 a fresh database, where every row is the same and no migration is missing; it refuses a
 database that already has tables."""

@@ -1,4 +1,4 @@
-"""issue 14: the production stack on this machine, started the way docker-compose.yml
+"""The production stack on this machine, started the way docker-compose.yml
 starts it, without Docker Hub: scripts/build-assets.sh (the Dockerfile's build step),
 scripts/start.sh migrate|web|worker|outbound|beat (each compose service's command, read from the
 compose file), the compose healthcheck commands, and Caddy with the repository's
@@ -240,7 +240,7 @@ def stack(tmp_path_factory):
         SITE_ADDRESS="localhost", CADDY_TLS="internal", UPSTREAM=f"127.0.0.1:{port}",
         WATCH_BIND=f"127.0.0.1:{watch_port}", WATCH_UPSTREAM=f"127.0.0.1:{watch_port}",
         NODE_WATCH_RECHECK_SECONDS="60",  # a watch answered in time was woken by pub/sub, not the recheck
-        # issue 28: the Caddyfile's own default for the admin API (off); reset mails to files
+        # The Caddyfile's own default for the admin API (off); reset mails to files
         # (SMTP is the production default).
         HOME=str(tmp / "home"), EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
         EMAIL_FILE_PATH=str(tmp / "mail"),
@@ -395,7 +395,7 @@ def test_axes_locks_each_client_behind_the_proxy_separately(stack):
     assert addresses == [("127.0.0.2",)]
 
 
-# --- issue 28: what the attack did not reach ---------------------------------------------------
+# --- What the attack did not reach ---------------------------------------------------
 def listening(pid: int) -> list[str]:
     """Every socket (TCP, UDP, Unix) process `pid` listens on, as `ss` prints them."""
     out = subprocess.run(["ss", "-lntuxp"], capture_output=True, text=True, timeout=30).stdout

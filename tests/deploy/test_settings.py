@@ -1,4 +1,4 @@
-"""issue 14: production (DEBUG=0) refuses to start without SECRET_KEY, ALLOWED_HOSTS and
+"""Production (DEBUG=0) refuses to start without SECRET_KEY, ALLOWED_HOSTS and
 a PostgreSQL DATABASE_URL, one line for each; development (DEBUG=1) starts on SQLite with
 none of them; PostgreSQL connections get a connect timeout."""
 import os

@@ -1,4 +1,4 @@
-"""The customer's day, round three (issue 29), in a real browser at 1280 and 390 px with
+"""The customer's day, round three, in a real browser at 1280 and 390 px with
 screenshots: the demo store's real crypto checkout with its DEMO coin, the lease page that
 updates as a whole while provisioning and stops polling after, an incident banner and the
 header's notice count, the migration note arriving by itself, the renewal call to action,

@@ -1,4 +1,4 @@
-"""Issue 29's last items in a real browser, with screenshots: reloading the page after sign-up
+"""The customer's day, round three: its last items in a real browser, with screenshots: reloading the page after sign-up
 or after making an API token re-sends no form and shows the secret no more; chart labels are
 readable at 390 px; on a phone the order form comes before the timeline; a key pasted at
 ordering can be saved to the account; the link filter names only cards that are sold; the

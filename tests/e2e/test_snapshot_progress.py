@@ -1,4 +1,4 @@
-"""Issue 26 in a real browser: while a snapshot is taken, the lease page shows its progress
+"""Snapshots in a real browser: while a snapshot is taken, the lease page shows its progress
 and updates it by itself (htmx polls the live region; no reload), then shows it ready and
 stops polling. The node's reports are the storefront services the agent endpoints call
 (rental.storage.snapshot_progress / snapshot_ready); the node side is tests/storage. Without

@@ -1,4 +1,4 @@
-"""Scenes of the customer's day shared by the page tests and the browser tests (issue 29):
+"""Scenes of the customer's day shared by the page tests and the browser tests:
 a running lease, an incident on its node, its migration, a renewal invoice."""
 from datetime import datetime, timedelta
 

@@ -1,4 +1,4 @@
-"""The demo store's checkout is the real one (issue 29): with DEMO_PAYMENTS on, an invoice
+"""The demo store's checkout is the real one: with DEMO_PAYMENTS on, an invoice
 offers the DEMO coin; its quote page has an amount, an address and a QR code marked as demo;
 the demo wallet's payment goes onto the demo chain and the watcher credits it through the
 same payment services as any coin. With demo mode off the coin does not exist for customers."""

@@ -1,4 +1,4 @@
-"""The lease page tells the customer what is happening (issue 29): an incident on its node
+"""The lease page tells the customer what is happening: an incident on its node
 shows as a banner and the status says the instance is down; the header counts unread
 notices; after the migration a note, a follow-up notice with the connection line, and the
 banner gone. The page region polls while something is in progress and not otherwise (and

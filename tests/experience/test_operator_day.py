@@ -107,7 +107,7 @@ def test_customer_desk_refunds_a_paid_invoice_once(op_client, catalog, customer)
     balance_top_up(customer=customer, amount_cents=100_00, now=timezone.now())
     _lease, invoice = place(customer, pay=True)
     url = reverse("admin:ops_customer", args=[customer.pk])
-    # Its lease is live (provisioning): the desk warns first and refunds only once confirmed (issue 29).
+    # Its lease is live (provisioning): the desk warns first and refunds only once confirmed.
     warned = op_client.post(url, {"action": "refund", "refund-invoice": str(invoice.pk), "refund-reason": "card failed"})
     assert warned.status_code == 400 and "does not stop the lease" in warned.content.decode()
     assert not LedgerEntry.objects.filter(kind="refund").exists()

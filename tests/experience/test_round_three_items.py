@@ -1,4 +1,4 @@
-"""Issue 29's smaller promises: the demo store's 404 is the site's own page in the reader's
+"""The customer's day, round three, its smaller promises: the demo store's 404 is the site's own page in the reader's
 language; a favicon; invoice lines in the reader's language whatever the order's; the
 operator sees a lease's node and GPU slots and a node's leases, and the incident form's
 constraint error as a sentence; /storage/ says "up to 30 TB per node" once."""

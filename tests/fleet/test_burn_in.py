@@ -1,4 +1,4 @@
-"""Issue 32, storefront side: a card on an enrolled node is sold only with a passing,
+"""Burn-in, storefront side (docs/adr/0013): a card on an enrolled node is sold only with a passing,
 signed burn-in newer than its last lease; a failed one opens an incident and keeps the
 card out of stock; named health conditions follow one table of rules (warn, drain,
 incident). The node here is the protocol-exact FakeNode (real Ed25519 key); the real agent

@@ -1,4 +1,4 @@
-"""Issue 31: an unchanged desired state costs the storefront reads only and the agent a
+"""An unchanged desired state costs the storefront reads only and the agent a
 bodiless `304 Not Modified` (ETag / If-None-Match); any change — the customer's restart, a
 suspension — is a new ETag and the full document. Also over real HTTP with the agent's own
 client, which keeps the last document and hands it to the loop on a 304."""
@@ -43,12 +43,12 @@ def test_a_steady_poll_takes_no_lock_and_writes_nothing(paid_lease, enrol):
         assert node.desired().status_code == 200
     statements = [q["sql"].upper() for q in queries.captured_queries]
     writes = [s for s in statements if s.startswith(("INSERT", "UPDATE", "DELETE"))]
-    assert writes == []        # issue 31: the heartbeat is written only once NODE_SEEN_WRITE_SECONDS old
+    assert writes == []        # the heartbeat is written only once NODE_SEEN_WRITE_SECONDS old
     assert not [s for s in statements if "FOR UPDATE" in s]
 
 
 def test_a_304_is_decided_from_the_cache_without_a_query(paid_lease, enrol):
-    """Issue 31: the node's version in the cache says nothing changed, and this worker knows
+    """The node's version in the cache says nothing changed, and this worker knows
     the credential (fleet/credentials.py, under the current credential epoch): no query."""
     lease = paid_lease()
     node = enrol(node_of(lease))
@@ -105,7 +105,7 @@ def test_the_agent_client_keeps_its_copy_on_a_304(live_server, paid_lease, opera
 
 @pytest.mark.django_db(transaction=True)
 def test_a_steady_agent_round_is_one_signed_report(live_server, catalog, operator, tmp_path):
-    """Issue 31: the agent's first round GETs the desired state, every later one is the
+    """The agent's first round GETs the desired state, every later one is the
     signed report alone, whose answer carries the desired state (null: unchanged)."""
     agent, node = leaseless_agent(live_server.url, operator, tmp_path)
     calls = []

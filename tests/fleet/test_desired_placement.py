@@ -2,7 +2,7 @@
 current_node_id, instance_of): a node's instance_ready counts for the leases it holds now,
 whichever other leases other nodes hold, and the customer connects to the host the node
 reported — or, from a node that reported none, to the host its instance reported. And what
-answering a node costs (issue 31, desired_answer and _leases_on): the ETag is remembered
+answering a node costs (desired_answer and _leases_on): the ETag is remembered
 under the Redis run that answered, and the document's reads do not grow with its leases."""
 from datetime import timedelta
 
@@ -63,7 +63,7 @@ def test_the_node_s_public_host_wins_over_the_host_its_instance_reported(paid_le
 
 
 def test_an_etag_answered_through_a_redis_run_is_current_for_the_next_poll_through_it(paid_lease, enrol):
-    """Issue 31: the ETag a report's answer computes is remembered under the run id of the
+    """The ETag a report's answer computes is remembered under the run id of the
     Redis that answered the report's round trip, so the next steady report through the same
     Redis is answered from the cache (and one through another Redis is computed again)."""
     lease = paid_lease()
@@ -76,7 +76,7 @@ def test_an_etag_answered_through_a_redis_run_is_current_for_the_next_poll_throu
 
 
 def test_a_node_s_document_costs_the_same_reads_with_more_leases_on_it(paid_lease, enrol):
-    """Issue 31 (EXPLAIN at 10,000 nodes): the document's reads do not grow with the leases a
+    """EXPLAIN at 10,000 nodes: the document's reads do not grow with the leases a
     node lists — running ones (their image and disk size), ones restored from a snapshot, and
     ended ones whose disk key the node is told to destroy."""
     source = paid_lease()

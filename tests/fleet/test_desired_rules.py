@@ -1,7 +1,7 @@
 """The desired-state document's rules as a node agent reads them (nodeagent/PROTOCOL.md):
 each lease's op_id (`<lease>:<want or disk op>:<counter>`, a new one only when something
 changed, since a new op_id on a running instance means "restart it"), and the snapshot op
-a running instance carries (issue 26)."""
+a running instance carries."""
 from datetime import timedelta
 
 import pytest
@@ -97,7 +97,7 @@ def test_a_customer_snapshot_is_taken_while_the_instance_keeps_running(paid_leas
 
 
 def test_a_migration_snapshot_stops_the_instance_while_it_is_taken(paid_lease, enrol):
-    """Issue 26: the lease moving off a node that answers stops there first, so that the copy
+    """The lease moving off a node that answers stops there first, so that the copy
     holds everything written; the migration's copy is taken before a customer's."""
     lease = paid_lease()
     node = enrol(node_of(lease))
@@ -133,7 +133,7 @@ def ready_snapshot(lease, **fields) -> Snapshot:
 
 
 def test_a_restore_into_a_suspended_lease_keeps_it_stopped_once_paid_until_restored(paid_lease, enrol):
-    """Issue 26: the snapshot replaces the disk of a stopped instance (`restore` with `replace`
+    """The snapshot replaces the disk of a stopped instance (`restore` with `replace`
     and its own op_id); paying for the lease meanwhile does not start it over the restore."""
     from fleet.services import instance_restore
     from rental.services import lease_extend, lease_suspend
@@ -160,7 +160,7 @@ def test_a_restore_into_a_suspended_lease_keeps_it_stopped_once_paid_until_resto
 
 
 def test_a_steady_node_s_document_is_computed_with_reads_alone(paid_lease, enrol):
-    """Issue 31: once its ops are issued, polling a node whose leases did not change writes
+    """Once its ops are issued, polling a node whose leases did not change writes
     nothing and takes no lock (no transaction): a steady fleet's polls are reads."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -177,7 +177,7 @@ def test_a_steady_node_s_document_is_computed_with_reads_alone(paid_lease, enrol
 
 
 def test_a_running_instance_lists_its_attached_volume_and_a_stopped_one_none(paid_lease, enrol):
-    """Issue 25: each `running` item lists the attached volumes its node's key reaches."""
+    """Each `running` item lists the attached volumes its node's key reaches."""
     from billing.storage.models import NodeStorageKey, VolumeStore
     from fleet.services import instance_stop
     from rental.models import NetworkVolume, VolumeAttachment
@@ -199,7 +199,7 @@ def test_a_running_instance_lists_its_attached_volume_and_a_stopped_one_none(pai
 
 
 def test_a_lease_ordered_from_a_snapshot_restores_it_before_it_first_starts(paid_lease, enrol):
-    """Issue 26: the new lease's `running` item carries `restore` until the node reports it
+    """The new lease's `running` item carries `restore` until the node reports it
     restored; a snapshot whose key was destroyed meanwhile is asked of no node."""
     from rental.storage import lease_restore_from_set, lease_restored
 
@@ -233,7 +233,7 @@ def test_only_a_snapshot_still_being_taken_into_a_live_repository_is_asked(paid_
 
 
 def test_the_same_desired_state_a_minute_later_has_the_same_etag(paid_lease, enrol):
-    """Issue 31: the ETag covers everything but the clock (`generated_at`), so a steady node's
+    """The ETag covers everything but the clock (`generated_at`), so a steady node's
     polls are answered 304."""
     from fleet.desired import desired_document, desired_etag
 

@@ -1,4 +1,4 @@
-"""Issue 31: a steady desired poll is answered 304 from the node's version in the cache, so
+"""A steady desired poll is answered 304 from the node's version in the cache, so
 every change to what a node must do has to move that version. The ORM hooks
 (fleet/desired_version.py) do it for every watched model; these tests prove that the
 document reads no table that is not watched, and walk the services that change a node's
@@ -141,7 +141,7 @@ def test_a_validator_is_recomputed_once_too_old(paid_lease, enrol, settings):
 def test_a_validator_lasts_until_the_clock_changes_the_document(paid_lease, enrol):
     """A snapshot attempt that is not due yet (SNAPSHOT_RETRY_SECONDS) is the one part of the
     document that changes by time alone: the ETag is answered from the cache until that moment
-    and not after, without waiting for the revalidation interval (issue 31)."""
+    and not after, without waiting for the revalidation interval."""
     from fleet.desired_version import current_etag
     from rental.models import Snapshot
 

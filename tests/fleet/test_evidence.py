@@ -229,7 +229,7 @@ def test_provisioning_deadline_fails_refunds_and_frees_the_slots(paid_lease, enr
     assert not Invoice.objects.filter(lease=lease, kind="renewal").exists()
 
 
-# -- issue 23: evidence counts only for the op the storefront issued, and only once --------
+# -- Evidence counts only for the op the storefront issued, and only once --------
 
 def test_an_old_instance_ready_sent_again_never_moves_the_connection_back(paid_lease, enrol, customer):
     from fleet.services import instance_restart

@@ -1,4 +1,4 @@
-"""Issue 34: a signed evidence record whose fields are not what PROTOCOL.md says ("Evidence
+"""A signed evidence record whose fields are not what PROTOCOL.md says ("Evidence
 records": the common fields, `commands`) is refused item by item with the protocol's error
 code, and nothing of it is stored or applied — a well-signed record is not a well-formed one."""
 import pytest

@@ -1,4 +1,4 @@
-"""Issue 34: the rules of fleet/evidence.py that the first mutation runs found unread — which
+"""The rules of fleet/evidence.py that the first mutation runs found unread — which
 signed record is accepted, which refused with which code (nodeagent/PROTOCOL.md, "Evidence
 records"), what an accepted one changes, and when it quarantines a node. Every record here is
 signed by the node's own key: what is refused is refused for what it says, not its signature."""

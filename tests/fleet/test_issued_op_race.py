@@ -6,7 +6,7 @@ fails. The second poll must then answer from the row the first one committed: th
 when it wants the same thing, the next counter when it wants something else — never an error
 to the node, never a second row.
 
-The race is made, not hoped for (issue 34): the first poll keeps its transaction open until
+The race is made, not hoped for: the first poll keeps its transaction open until
 PostgreSQL shows the second one blocked on its row, then commits. SQLite has no concurrent
 writers, so these run on PostgreSQL only."""
 import threading

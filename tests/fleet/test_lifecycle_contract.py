@@ -1,4 +1,4 @@
-"""The lease lifecycle's contract, run against every HOST_AGENT (issue 34): order →
+"""The lease lifecycle's contract, run against every HOST_AGENT: order →
 provision → renew → suspend → release → key destroyed → wiped, with the timers of
 rental/rules.py (set here to values no code may retype). The same steps and the same
 expected outcome for the demo's FakeAgent and for production's NodeAgentDriver with a

@@ -38,7 +38,7 @@ def test_desired_state_contents(paid_lease, enrol, settings):
         "gpus": slot_indexes(lease), "image": "pytorch-2.5-cuda-12.4", "ssh_authorized_keys": [KEY],
         "disk_gb": lease.offer.gpu_model.included_nvme_gb + 2000,
         "cpus": int(node.node.vcpus * share), "memory_gb": memory, "shm_gb": memory // 4,
-        "volumes": [],                  # issue 25: no network volume attached
+        "volumes": [],                  # no network volume attached
     }
     assert doc["storage"] is None       # no Ceph cluster at the site
     assert len(wanted["gpus"]) == 2
@@ -125,7 +125,7 @@ def test_egress_counters_feed_the_egress_metering(paid_lease, enrol):
 
 
 def test_a_steady_instance_is_stored_and_metered_in_aggregate(paid_lease, enrol, settings):
-    """Issue 31: an unchanged instance whose counter grew by less than NODE_EGRESS_FLUSH_BYTES
+    """An unchanged instance whose counter grew by less than NODE_EGRESS_FLUSH_BYTES
     within NODE_EGRESS_FLUSH_SECONDS writes nothing; the cumulative counter then meters every
     byte in between at once, and a change of state is stored at once."""
     from django.db import connection

@@ -1,4 +1,4 @@
-"""Issue 28: what a node reports is bounded — hosts and ports are host names/addresses and
+"""What a node reports is bounded — hosts and ports are host names/addresses and
 port numbers (the customer's ssh line is built from them), an egress counter cannot grow
 faster than the link, a NUL anywhere in a signed report is a clean 400, and the agents' API
 is rate limited."""

@@ -1,4 +1,4 @@
-"""Issue 23: the customer downloads the signed sanitization record of their lease (JSON
+"""The customer downloads the signed sanitization record of their lease (JSON
 with the node's public key and signatures, and a printable page) from the lease page and
 the API; the timeline's "with receipt" links to it; `gpu-node-agent verify-record FILE`
 checks it offline, and a changed byte or another key fails it."""

@@ -1,4 +1,4 @@
-"""Issue 31: a steady report's seq is taken by Redis (fleet/seq.py), fenced by the database.
+"""A steady report's seq is taken by Redis (fleet/seq.py), fenced by the database.
 What must hold: a replay is refused whether Redis or the database decides, and after Redis
 loses what it held — a restart without persistence, or a snapshot restored from disk — no
 seq it had accepted passes again; the agent is refused once, skips, and goes on."""

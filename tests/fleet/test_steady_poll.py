@@ -1,4 +1,4 @@
-"""Issue 31, session 6: a steady poll reads the credential from the worker's own memory
+"""A steady poll reads the credential from the worker's own memory
 (fleet/credentials.py), skips the browser middleware (fleet/middleware.py) and is one
 UPDATE and one read of the instance reports (fleet/steady.py). What must not change: a
 revoked or replaced credential is refused, a replay changes nothing, a stale cached row
@@ -52,7 +52,7 @@ def test_a_report_after_a_lost_epoch_bump_is_refused_once_its_heartbeat_is_due(p
 
 def test_a_reports_cached_credential_outlives_the_cache_lifetime_and_the_heartbeat_rechecks_it(
         paid_lease, enrol, settings):
-    """Issue 31: at 10,000 nodes polling every 15 s a worker sees a node every ~30 s, so a
+    """At 10,000 nodes polling every 15 s a worker sees a node every ~30 s, so a
     60 s lifetime made half of all reports look their credential up again. A report does not
     need the lifetime: its seq is taken only under the epoch the entry was loaded under, and
     the heartbeat's UPDATE re-checks the credential (refused here once it is due)."""

@@ -1,4 +1,4 @@
-"""The node in a box (issue 23): a QEMU q35 guest booting the Debian
+"""The node in a box: a QEMU q35 guest booting the Debian
 image of scripts/build-node-guest-image.sh with systemd as PID 1, its root filesystem a
 qcow2 overlay over the cached image (so every guest write of the run is in one file the
 test can search), one emulated NVMe drive for the lease volume group, user-mode

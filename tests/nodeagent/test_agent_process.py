@@ -90,7 +90,7 @@ def test_agent_process_serves_a_lease_through_an_outage(node, storefront, netns,
                          what="signed instance_ready evidence", log_path=log)
         assert ready["gpus"] == list(STUB_GPUS) and ready["host"] == netns.node_ip
         assert ready["node"] == "dfw1-test-01" and ready["op_id"] == "21:running:1"
-        # Issue 31: GPUs only when they changed (and every 20th report): the first one has them.
+        # GPUs only when they changed (and every 20th report): the first one has them.
         report = next(r for r in reversed(double_node.reports) if "gpus" in r)
         assert report["gpu_library"] == "nvml" and len(report["gpus"]) == 2
         item = wait_for(lambda: instance_report(double_node, 21), log_path=log)

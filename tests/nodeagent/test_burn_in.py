@@ -1,4 +1,4 @@
-"""The agent's burn-in (issue 32): `dcgmi diag` through a stub that answers as DCGM does,
+"""The agent's burn-in: `dcgmi diag` through a stub that answers as DCGM does,
 the fallback command, and the worker thread that signs a record per request without
 holding up the loop. The storefront side is tests/fleet/test_burn_in.py; the real agent
 against the live storefront is test_burn_in_agent.py."""

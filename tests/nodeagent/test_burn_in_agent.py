@@ -1,4 +1,4 @@
-"""Issue 32 end to end: the live storefront (NodeAgentDriver, burn-in gate on) and one real
+"""Burn-in end to end (docs/adr/0013): the live storefront (NodeAgentDriver, burn-in gate on) and one real
 `gpu-node-agent` process with the stub NVML library and a stub `dcgmi` on its config.
 Enrolment takes every card out of stock; the agent's signed burn-in records put the
 passing card back and open an incident on the failing one; an application Xid opens

@@ -1,4 +1,4 @@
-"""Issue 23: a lease's disk is mounted where dockerd sees it, and no container ever starts
+"""A lease's disk is mounted where dockerd sees it, and no container ever starts
 while its disk is not mounted. Real parts: loop devices with ext4 (this host kernel has no
 device-mapper, so the LUKS layer itself runs in the QEMU guest tests), mounts in the host
 namespace and under `unshare --mount --propagation slave`, the private dockerd, and the

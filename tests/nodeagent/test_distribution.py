@@ -1,4 +1,4 @@
-"""Issue 23: the agent installs alone. `pip install ./nodeagent` (its own pyproject.toml)
+"""The agent installs alone. `pip install ./nodeagent` (its own pyproject.toml)
 into a fresh venv brings the agent and its four dependencies, and nothing of the
 storefront (Django, Celery, web3, psycopg…); the storefront's `[agent]` extra pins the
 same versions, so tests/nodeagent run what a node installs."""

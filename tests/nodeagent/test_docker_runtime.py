@@ -57,7 +57,7 @@ def test_instance_gets_exactly_its_gpus_limits_disk_and_keys(runtime, instance_i
     assert host["PortBindings"]["22/tcp"][0]["HostPort"] == str(status.ssh_port)
     assert host["PidsLimit"] == 32768
     assert host["LogConfig"] == {"Type": "none", "Config": {}}    # tenant output is not kept
-    assert host["RestartPolicy"]["Name"] == "no"       # only the agent starts it (issue 23)
+    assert host["RestartPolicy"]["Name"] == "no"       # only the agent starts it
     assert exec_in(runtime, 7, "cat /root/.ssh/authorized_keys") == (
         0, "ssh-ed25519 AAAAC3Nza alice\n")
     assert exec_in(runtime, 7, "stat -c %a /root/.ssh/authorized_keys")[1].strip() == "600"

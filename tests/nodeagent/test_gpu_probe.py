@@ -77,7 +77,7 @@ def test_no_gpu_library_is_a_clear_state_not_a_crash(tmp_path):
     assert probe(tmp_path) == {"library": "none", "gpus": []}
 
 
-# --- issue 32: health beyond ECC, named conditions, topology --------------------------
+# --- Health beyond ECC, named conditions, topology --------------------------
 
 def codes(gpu) -> list[str]:
     return [c["code"] for c in gpu["conditions"]]

@@ -1,4 +1,4 @@
-"""Issue 31: an agent sends its GPUs in its first report and then at least every 20th, and
+"""An agent sends its GPUs in its first report and then at least every 20th, and
 where that cycle starts is its own, so a fleet restarted together does not send its
 costliest reports in the same poll interval forever."""
 import itertools

@@ -1,4 +1,4 @@
-"""Issue 23: image pulls never block the loop. The private dockerd pulls from a registry
+"""Image pulls never block the loop. The private dockerd pulls from a registry
 of the test's own (tests/nodeagent/registry.py, in the node's network namespace) whose
 layer is the debootstrap instance image; a gate file holds a pull open for as long as the
 test wants. `gpu-node-agent images pull|prune` against the same daemon."""

@@ -1,4 +1,4 @@
-"""nodeagent/install-node.sh, the README's install as one script (issue 23). It runs for
+"""nodeagent/install-node.sh, the README's install as one script. It runs for
 real, in a chroot and on the booted guest, in tests/nodeagent/test_node_in_a_box.py; here
 what that test cannot see: the README shows what the script does, not something else."""
 import json

@@ -1,4 +1,4 @@
-"""Two tenants on one node (issue #24), for real: the private userns-remapped dockerd in
+"""Two tenants on one node, for real: the private userns-remapped dockerd in
 the node namespace, the agent's nftables table, the debootstrap image. From tenant A's
 instance, as root, everything an attacker-customer would try fails — B's sshd on the
 bridge and on its published port, a listener on the node, the management network and the

@@ -1,4 +1,4 @@
-"""Issue 23, the production path as the tested path: a GPU server in a QEMU guest (KVM
+"""The node in a box, the production path as the tested path: a GPU server in a QEMU guest (KVM
 when /dev/kvm can be opened, TCG otherwise: the output says which) booting Debian with systemd as PID 1 and dockerd; the agent installed the way
 nodeagent/README.md says — by nodeagent/install-node.sh: in a chroot at image build (its
 own venv, `pip install ./nodeagent`, daemon.json, the shipped unit enabled with

@@ -1,4 +1,4 @@
-"""issue 27: the ledger is the truth for revenue — storage paid from the balance (no
+"""The ledger is the truth for revenue — storage paid from the balance (no
 invoice) counts, an invoice paid in a coin counts once, money that only reached a balance
 (a top-up, a late payment of an ended lease) counts when it is spent; the ledger export
 lists every entry with its share of revenue, formula-escaped like the other exports."""

@@ -3,7 +3,7 @@ real cluster's paths are tests/storage/test_ordered_volumes.py): an add-on left 
 (no commit hook ran: a crash) is created by the storage sweep; a lease refunded before
 its volume exists refunds everything and the volume is never created; once created, the
 lease's renewals no longer include it. And a lease that ends lets go of its volumes at
-once (issue 29), whichever way it ends."""
+once, whichever way it ends."""
 from datetime import timedelta
 
 import pytest

@@ -1,4 +1,4 @@
-"""issue 25: storage income in the dashboard's net revenue and in the exports, per site —
+"""Storage income in the dashboard's net revenue and in the exports, per site —
 volumes from My storage, the order page's volume add-on (created, or refunded when the
 site's storage could not create it), snapshots, an add-on paid in a coin. The figures are
 computed by hand from the demo prices: RTX 3090 $65/week, $230/month; network volume

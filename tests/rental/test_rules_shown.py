@@ -1,4 +1,4 @@
-"""The lifecycle timers as customers read them (issue 34: they were shown but never read by
+"""The lifecycle timers as customers read them (they were shown but never read by
 a test): the home, FAQ and storage pages and the projected lease timeline state the values
 of rental/rules.py's settings — set here to values unlike the defaults, so a page or a
 projection that retypes 72 h / 24 h / 7 days fails."""

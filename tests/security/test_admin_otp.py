@@ -1,4 +1,4 @@
-"""Two-factor sign-in (issue 16 point 1, and point 8's optional TOTP for customers).
+"""Two-factor sign-in: required for staff, an optional TOTP for customers.
 
 Staff must enrol TOTP before anything else; whoever enrolled must give a code after the
 password before anything else (password change included); replacing the authenticator

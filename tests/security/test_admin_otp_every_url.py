@@ -1,4 +1,4 @@
-"""Staff two-factor on every admin URL (issue 34: three sample paths stood in for "every").
+"""Staff two-factor on every admin URL (three sample paths stood in for "every").
 The URLconf is walked for every route under /admin/ — each ModelAdmin's changelist, add,
 change, delete and history pages, app indexes and the custom ops pages — and each is
 requested, GET and POST, by staff who gave only their password: an enrolled one is sent

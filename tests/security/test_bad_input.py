@@ -152,7 +152,7 @@ def test_random_json_orders_are_4xx_or_created(bearer, body, fields):
         assert response.status_code < 500 and response.status_code in (201, 400, 402, 409, 413), response.content[:300]
 
 
-# --- issue 16: inputs that used to be 500s (run on PostgreSQL too: DATABASE_URL) ----------------
+# --- Inputs that used to be 500s (run on PostgreSQL too: DATABASE_URL) ----------------
 
 def test_a_nul_in_a_json_string_is_400(bearer, client):
     for body in ({"offer": "rtx\x00-3090"}, {"offer": "rtx-3090", "site": "DFW-1", "term": "week", "image": "x\x00"},

@@ -1,4 +1,4 @@
-"""Issue 28 (high): every admin action and every ops view declares the permission it needs,
+"""Every admin action and every ops view declares the permission it needs,
 never a view permission for a write. Generic on purpose: the walkers read
 admin.site._registry and the admin site's URLs at run time, so a ModelAdmin, an action or
 an ops view added later (by any app) is covered without touching this file."""

@@ -13,7 +13,7 @@ from inventory.models import GpuSlot, Node, Site
 ROOT = Path(__file__).resolve().parents[2]
 # The test process's own variables, never production's (tests/e2e/conftest.py sets the last).
 TEST_ONLY_ENV = {"TESTING", "DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE"}
-# What production must set (issue 14); the database is never connected to by these checks.
+# What production must set; the database is never connected to by these checks.
 PRODUCTION_ENV = {"DEBUG": "0", "DJANGO_SETTINGS_MODULE": "storefront.settings", "ALLOWED_HOSTS": "gpus.example.com",
                   "DATABASE_URL": "postgres://storefront:secret@db.invalid:5432/storefront"}
 
@@ -40,7 +40,7 @@ def test_production_settings_pass_check_deploy():
 @pytest.mark.parametrize("backend", ["django.core.mail.backends.console.EmailBackend",
                                      "django.core.mail.backends.locmem.EmailBackend"])
 def test_production_refuses_an_email_backend_that_writes_reset_links_to_the_log(backend):
-    """Issue 28: with the console backend a password-reset link landed in the web log."""
+    """With the console backend a password-reset link landed in the web log."""
     env = {k: v for k, v in os.environ.items() if k not in TEST_ONLY_ENV}
     env.update(PRODUCTION_ENV, SECRET_KEY="x" * 20 + "prod-like-secret-key-with-enough-entropy-Q7#kP",
                EMAIL_BACKEND=backend)

@@ -41,7 +41,7 @@ def check(response, url):
     assert response["X-Frame-Options"] == "DENY", url
     assert response["Referrer-Policy"] == "same-origin", url
     assert response["X-Content-Type-Options"] == "nosniff", url
-    assert response["Permissions-Policy"] == settings.PERMISSIONS_POLICY, url  # issue 16
+    assert response["Permissions-Policy"] == settings.PERMISSIONS_POLICY, url
     if response.get("Content-Type", "").startswith("text/html"):
         html = response.content.decode()
         for tag in re.findall(r"<script\b[^>]*>", html):  # same-origin files only, nothing inline

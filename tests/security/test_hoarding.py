@@ -1,4 +1,4 @@
-"""A free account cannot hold the whole stock (issue 16 point 3): at most
+"""A free account cannot hold the whole stock: at most
 MAX_OPEN_UNPAID_ORDERS unpaid orders per account (web page and API), a shorter hold for
 accounts that never paid, sign-ups throttled per client address, and an admin page that
 shows who holds which GPUs until when."""
@@ -115,7 +115,7 @@ def test_operators_see_who_holds_what(client, operator, catalog, customer, other
     assert reverse("admin:ops_holds") in client.get(reverse("admin:index")).content.decode()
 
 
-# --- issue 28: GPUs, not orders; per account and per address; a cool-down after an expiry --------
+# --- GPUs, not orders; per account and per address; a cool-down after an expiry --------
 
 def order(customer, slug, *, address=None, now=None):
     from billing.services import checkout_place_order

@@ -1,4 +1,4 @@
-"""Issue 16's attacks, run as an attacker would: real HTTP (requests) against a live server
+"""The security attacks, run as an attacker would: real HTTP (requests) against a live server
 (pytest-django's live_server, the whole middleware stack, the database of the run: SQLite
 by default, PostgreSQL with DATABASE_URL). Each test is one attack and checks both the
 answer and that nothing changed behind it.
@@ -93,7 +93,7 @@ def test_csrf_a_forged_post_from_another_site_is_refused(server):
     user.refresh_from_db()
     assert user.email == ""
     honest = victim.post("/account/tokens/", {"name": "mine"}, token_from="/account/settings/")
-    # POST-redirect-GET (issue 29): the new token is shown once on the page redirected to.
+    # POST-redirect-GET: the new token is shown once on the page redirected to.
     assert honest.status_code == 302 and ApiToken.objects.filter(customer=user, name="mine").exists()
     shown = victim.get(honest.headers["Location"].partition("#")[0])
     assert shown.status_code == 200 and shown.headers["Cache-Control"] == "no-store"
@@ -250,7 +250,7 @@ def test_a_password_change_kills_tokens_made_before_it(server):
     assert api(server, "GET", "/api/v1/leases", raw).status_code == 401
 
 
-# --- issue 28: the holes an attack on the production-like stack found ------------------------------
+# --- The holes an attack on the production-like stack found ------------------------------
 
 def staff_browser(server, username, *perms):
     from django.contrib.auth.models import Permission

@@ -1,4 +1,4 @@
-"""The issue 16 limits under races on PostgreSQL (real threads, each on its own
+"""The hoarding and refund limits under races on PostgreSQL (real threads, each on its own
 connection): a hoarder firing orders at once still gets at most MAX_OPEN_UNPAID_ORDERS,
 and two refunds at once still count as two against REFUNDS_PER_MONTH."""
 import pytest
@@ -40,7 +40,7 @@ def test_concurrent_refunds_count_one_after_the_other(catalog, settings):
     assert Lease.objects.filter(customer=customer, state=LeaseState.CANCELLED).count() == 1
 
 
-# --- issue 28: one code, many sessions at once ---------------------------------------------------
+# --- One code, many sessions at once ---------------------------------------------------
 
 def test_one_totp_code_sent_by_six_sessions_at_once_lets_one_in(customer):
     from rental.accounts.two_factor import matching_device

@@ -1,4 +1,4 @@
-"""Account recovery without e-mail (issue 16 point 8): ten one-time recovery codes at
+"""Account recovery without e-mail: ten one-time recovery codes at
 sign-up, shown once and stored only as hashes, new ones from the settings page with the
 password; "forgot password" with a code (throttled per address); password reset by e-mail
 where an address is set (Django's views; the console backend in development)."""

@@ -1,4 +1,4 @@
-"""Refund abuse (issue 16 point 4): the spec's 1-hour no-questions refund still returns
+"""Refund abuse: the spec's 1-hour no-questions refund still returns
 everything, but a customer gets REFUNDS_PER_MONTH of them per calendar month (default 1),
 each is audited (with the minutes the instance ran), and the lease page says how many are
 left before the customer asks. Cancelling an unpaid order and operators' refunds do not
@@ -76,7 +76,7 @@ def test_the_lease_page_shows_the_allowance_and_the_api_refuses_over_it(client, 
     client.post(reverse("billing:lease_refund", args=[first.pk]))
     second, _ = place(funded, pay=True)
     page = client.get(reverse("lease_detail", args=[second.pk])).content.decode()
-    # None left (issue 29): no refund button, a sentence that says why; a forged POST is refused.
+    # None left: no refund button, a sentence that says why; a forged POST is refused.
     assert "no-questions refund of money this month" in page and "Cancel and refund…" not in page
     response = client.post(reverse("billing:lease_refund", args=[second.pk]), follow=True)
     assert "no-questions refund" in response.content.decode()

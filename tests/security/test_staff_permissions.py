@@ -1,4 +1,4 @@
-"""Staff without permissions (issue 16 point 2): being staff opens the admin, not the
+"""Staff without permissions: being staff opens the admin, not the
 operations views. The dashboard needs billing.view_ops_dashboard; each CSV export needs the
 view permission of what it exports; admin actions that change leases, invoices, nodes or
 SLA claims need the change permission, not just the view one."""

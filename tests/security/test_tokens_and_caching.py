@@ -1,4 +1,4 @@
-"""Issue 16 point 7: API token scopes (read; order; pay for paying from the balance and
+"""API token scopes (read; order; pay for paying from the balance and
 refunds), tokens revoked when the password changes, Cache-Control: no-store on signed-in
 pages (and the page that shows a new token), Permissions-Policy everywhere, and a Secure
 language cookie in production."""

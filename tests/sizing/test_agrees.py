@@ -1,4 +1,4 @@
-"""The calculator agrees with itself (issue 29): the tables page, the FAQ and the calculator
+"""The calculator agrees with itself: the tables page, the FAQ and the calculator
 share one set of assumptions (the calculator's defaults), every table figure opened in the
 calculator gives the same number and card, the ZeRO table's "fits an 80 GB card" follows the
 calculator's per-GPU figure, advice names only offers that exist, and with a run-time

@@ -163,12 +163,12 @@ def test_random_queries_never_500(client, catalog, query):
     if r.status_code == 200:
         assert "recommendations" in body
     elif any("\x00" in str(v) for v in query.values()):
-        assert body["error"] == "bad_request"  # the NUL guard answers before the view (issue 16)
+        assert body["error"] == "bad_request"  # the NUL guard answers before the view
     else:
         assert "field" in body
 
 
-# --- issue 28: integers above float range ---------------------------------------------------------
+# --- Integers above float range ---------------------------------------------------------
 
 HUGE = 10**309  # no float holds it: float(HUGE) raises OverflowError
 HUGE_KEYS = ["hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "intermediate_size",

@@ -1,4 +1,4 @@
-"""The calculator's cold path (issue 31): what was made cheaper still answers the same.
+"""The calculator's cold path: what was made cheaper still answers the same.
 
 The markup itself is pinned byte for byte by tests/sizing/test_golden.py; these pin the
 parts that golden files cannot see: the shared form fields, the Python-built bar's escaping

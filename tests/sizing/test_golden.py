@@ -1,11 +1,11 @@
 """Presentation only: the calculator's htmx fragment and full page render byte-for-byte what
-they rendered before the speed work of issue 20 (golden files written by the code at commit
-"golden fragments", after issue 17), for a set of inputs, in English and in Chinese.
+they rendered before the calculator's speed work (golden files written by the code at commit
+"golden fragments"), for a set of inputs, in English and in Chinese.
 
 These goldens guard the markup, wording and layout; they are not evidence that any figure
 is right — ``SIZING_WRITE_GOLDEN=1`` rewrites them from whatever the engine computes. The
 figures are pinned against hand-derived arithmetic elsewhere: each engine term in
-tests/sizing/test_terms.py, the SPEC's tables in tests/sizing/test_engine.py (issue 34).
+tests/sizing/test_terms.py, the SPEC's tables in tests/sizing/test_engine.py.
 
 Regenerate only on purpose, when the page's content is meant to change:
 ``SIZING_WRITE_GOLDEN=1 .venv/bin/python -m pytest tests/sizing/test_golden.py``.

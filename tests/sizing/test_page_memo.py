@@ -1,4 +1,4 @@
-"""Issue 20: the calculator and tables pages keep their rendered parts per process, keyed on
+"""The calculator and tables pages keep their rendered parts per process, keyed on
 the live candidates — so a stock change shows at once, with the catalog cache on (as in
 production), and queries per page stay constant."""
 

@@ -31,7 +31,7 @@ def test_70b_lora_api_names_the_cheaper_one_change_plans(client, demo):
     assert "ROCm" in changes["vendor"]["tradeoff"]
     assert [c["monthly_usd"] for c in d["one_change"]] == sorted(c["monthly_usd"] for c in d["one_change"])
     best = d["recommendations"][0]
-    # No "fits on 3× H100" advice: the catalog has no 3× (or 2×, 4×) H100 offer (issue 29).
+    # No "fits on 3× H100" advice: the catalog has no 3× (or 2×, 4×) H100 offer.
     assert best["offer"] == "8x-h100-sxm" and not any("ZeRO-3 fits this job on" in w for w in best["warnings"])
 
 
@@ -46,7 +46,7 @@ def test_70b_lora_page_headline_is_the_plan(client, demo):
     assert "ROCm allowed (AMD cards too)" in changes and "$1,590" in changes
     assert "QLoRA instead of LoRA" in changes and "$990" in changes
     best_row = html.split('<tr class="best">')[1].split("</tr>")[0]
-    assert "3× H100 SXM" not in html and "ZeRO-3 fits this job on" not in best_row  # no such offer (issue 29)
+    assert "3× H100 SXM" not in html and "ZeRO-3 fits this job on" not in best_row  # no such offer
 
 
 def test_full_fine_tune_offers_lora_and_8bit(catalog):

@@ -1,4 +1,4 @@
-"""Each term of the engine against figures worked out by hand (issue 34), for one model whose
+"""Each term of the engine against figures worked out by hand, for one model whose
 shape is public: Llama-2-7B (config.json: hidden 4096, MLP 11008, 32 layers, 32 heads,
 vocabulary 32000, untied embeddings). Every expected figure is written as its arithmetic —
 SPEC.md's "VRAM rules" bytes per parameter, or the formula the engine's docstring cites —

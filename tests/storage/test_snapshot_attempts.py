@@ -1,4 +1,4 @@
-"""Snapshots that fail, and migrations that carry the disk (issue 26), through the storefront
+"""Snapshots that fail, and migrations that carry the disk, through the storefront
 on real parts: PostgreSQL, the test cluster's RGW, a private dockerd, the agent's real
 converger and restic, speaking the real agent endpoints (test_snapshot_storefront.NodeLoop).
 

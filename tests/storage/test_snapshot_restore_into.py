@@ -1,4 +1,4 @@
-"""Restore into an existing stopped lease (issue 26), through the storefront on real parts:
+"""Restore into an existing stopped lease, through the storefront on real parts:
 PostgreSQL, the test cluster's RGW, a private dockerd, the agent's real converger and restic
 (test_snapshot_storefront.NodeLoop). The customer snapshots, writes on, stops the instance
 and restores the snapshot from the lease page (a plain form, htmx-enhanced) and again from

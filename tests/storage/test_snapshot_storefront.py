@@ -1,4 +1,4 @@
-"""Snapshots through the storefront (issue 26) on real parts: PostgreSQL, the test
+"""Snapshots through the storefront on real parts: PostgreSQL, the test
 cluster's RGW, a private dockerd and the agent's real converger and restic, speaking the
 real agent endpoints (`/agent/v1/desired` and the signed `/agent/v1/report`) through
 Django's test client. The agent's loop runs in-process without network volumes because the

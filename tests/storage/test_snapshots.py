@@ -1,5 +1,5 @@
 """Snapshots of a lease's disk with the real agent process, a private dockerd and the test
-cluster's RGW (issue 26): a customer writes a checkpoint over ssh, the agent snapshots it
+cluster's RGW: a customer writes a checkpoint over ssh, the agent snapshots it
 with restic into its own encrypted repository (the instance paused meanwhile), a second
 node's agent restores it into a new lease before the instance starts and the customer finds
 the checkpoint byte for byte. An agent SIGKILLed mid-snapshot leaves no snapshot in the

@@ -139,7 +139,7 @@ def walk(
     anchors = dict(sorted(anchors.items(), key=lambda kv: int(kv[0]))[-ANCHORS:])
     new_cursor = {
         "height": height,
-        "behind": max(0, tip_h - height),  # blocks left to scan (issue 27: "scanned to" the tip?)
+        "behind": max(0, tip_h - height),  # blocks left to scan ("scanned to" the tip?)
         "hashes": hashes,
         "tracked": sorted(tracked.values(), key=lambda t: (t["height"], t["txid"], t["n"])),
         "anchors": anchors,

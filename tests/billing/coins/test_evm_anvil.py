@@ -148,7 +148,7 @@ def test_eth_sent_by_a_contract_is_seen_by_the_balance_change(anvil, forwarder):
     mine(w3)
     r = a.scan({addr}, cursor)
     block = w3.eth.get_block(w3.eth.block_number)
-    # Issue 27: the contract's payment is identified by its transaction (traced), so the same
+    # The contract's payment is identified by its transaction (traced), so the same
     # transaction re-mined after a reorg is the same payment.
     contract_tx = "0x" + forwarded.hex().removeprefix("0x")
     assert sorted((p.txid == contract_tx, p.output_index, p.amount) for p in r.payments) == [

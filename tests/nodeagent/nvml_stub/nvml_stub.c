@@ -7,7 +7,7 @@
  *   NVML_STUB_TEMP      temperature of every GPU in C (default 41)
  *   NVML_STUB_LOST_GPU  index of a GPU that has "fallen off the bus": its name, memory
  *                       and temperature calls fail with NVML_ERROR_GPU_IS_LOST
- * Health beyond ECC (issue 32), "index" or "index:value":
+ * Health beyond ECC, "index" or "index:value":
  *   NVML_STUB_REMAP_PENDING / NVML_STUB_REMAP_FAILED   row remapping pending / failed
  *   NVML_STUB_RETIRED_PENDING                          page retirement pending
  *   NVML_STUB_NVLINKS   NVLink links per GPU (default 0: a PCIe card, no P2P over NVLink)
