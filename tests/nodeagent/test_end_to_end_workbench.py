@@ -15,7 +15,7 @@ busybox image (no sshd: reached through the node's sshd bundle).
    disk's file stays, the new value is seen over ssh.
 4. A second lease with a credential of a wrong password ends `registry_auth_failed`, said in
    plain words on the lease page and in the API, and that password is in no line the agent
-   wrote and no stored report."""
+   wrote and no stored report; the password corrected, the lease runs (a new pull at once)."""
 import json
 import re
 import subprocess
@@ -245,6 +245,12 @@ def test_own_image_credential_variables_secret_port_change_and_refused_credentia
         assert "registry refused the credential" in error["text"]
         assert "registry refused the credential" in page(client, second.pk)
         assert shared_db(InstanceReport.objects.filter(lease_id=second.pk).exists)
+        # The password corrected in the account: a new pull at once (no back-off), it runs.
+        shared_db(registry_credential_save, customer=customer, name="wrong", server=server,
+                  username=USER, password=PASSWORD, now=timezone.now())
+        wait_for(lambda: lease_state(second.pk).state == LeaseState.ACTIVE, timeout=60,
+                 what="the second lease running with the corrected credential", log_path=log)
+        assert api_workbench(client, token, second.pk)["error"] is None
     finally:
         assert stop_agent(agent) == 0
         remove_instances(dockerd)
