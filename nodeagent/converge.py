@@ -1,5 +1,7 @@
 """Bring each lease of the desired state about, one idempotent step at a time, and say
 what happened: the observed state, the last named failure, signed evidence."""
+import hashlib
+import json
 import logging
 import time
 
@@ -74,10 +76,10 @@ class Converger:
                 return self._report(lease_id, op_id, status)
             if self.journal.is_done(op_id) and _satisfied(item["want"], status.state) and \
                     (status.state != "running" or self.disks.is_ready(lease_id)) and \
-                    self._ports_current(item, status):
+                    self._ports_current(item, status) and self._workbench_current(item, status):
                 return self._report(lease_id, op_id, status)
             status = self._apply(item, gpus)
-            self.journal.done(lease_id, op_id, state=status.state)
+            self.journal.done(lease_id, op_id, state=status.state, **_workbench_fact(item, status))
             log.info("lease %s: %s done (%s)", lease_id, op_id, status.state)
             return self._report(lease_id, op_id, status)
         except OperationFailed as exc:
@@ -172,6 +174,19 @@ class Converger:
                 **({"image_ref": spec.image} if customer else {})})
             self.journal.done(lease_id, marker)
         return status
+
+    def _workbench_current(self, item: dict, status: InstanceStatus) -> bool:
+        """False when a running instance's image, start command or variables are no longer
+        the item's (PROTOCOL.md: a change recreates the container, the disk kept): the
+        storefront changes them without a new op_id, so the finished op alone says nothing."""
+        if item.get("want") != "running" or status.state != "running":
+            return True
+        applied = self.journal.finished().get(item["op_id"], {}).get("workbench")
+        if applied is None or applied == _workbench_digest(item):   # None: journaled before this check
+            return True
+        log.info("lease %s: image, start command or variables changed: recreating its instance",
+                 item["lease_id"])
+        return False
 
     def _wanted_ports(self, item: dict):
         return parse_ports(item.get("ports"), limit=getattr(self.runtime, "max_published_ports", None))
@@ -445,6 +460,18 @@ class Converger:
         except OperationFailed as exc:
             log.warning("cannot list instances: %s", exc)
             return []
+
+
+def _workbench_digest(item: dict) -> str:
+    """What of an item's workbench needs a new container when it changes, as a short digest
+    for the journal: the environment holds secrets, never written to the state directory in
+    clear (the container's spec-hash label holds the same digest already)."""
+    fields = {name: item.get(name) for name in ("image", "image_ref", "start_command", "env")}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _workbench_fact(item: dict, status: InstanceStatus) -> dict:
+    return {"workbench": _workbench_digest(item)} if status.state == "running" else {}
 
 
 def _satisfied(want: str | None, state: str) -> bool:
