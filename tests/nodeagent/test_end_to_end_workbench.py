@@ -31,8 +31,8 @@ from tests.tools import require_tool
 from .agent_process import agent_cli, agent_env, start_agent, stop_agent, wait_for, write_config
 from .conftest import ssh_run
 from .outage_proxy import OutageProxy
+from .registry_images import Registry, busybox_layer
 from .storefront_side import container_started_at, lease_state, shared_db
-from .test_customer_images import Registry, busybox_layer
 
 pytestmark = pytest.mark.infra
 
