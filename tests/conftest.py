@@ -39,6 +39,31 @@ def pytest_collection_modifyitems(config, items):
             if fixtures & set(getattr(item, "fixturenames", ())):
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
+    if os.environ.get(SKIP_DATABASE_FREE):
+        _deselect_database_free(config, items)
+
+
+#: Set by .ci/run for its PostgreSQL pass: the tests that touch no database (the VRAM engine,
+#: the coins' address derivation, the lint rules, the docs' links…) ran in the SQLite pass and
+#: would run the same again; only the ones that need the database, Redis or infrastructure run.
+SKIP_DATABASE_FREE = "TEST_SKIP_DATABASE_FREE"
+DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences",
+                     "django_db_serialized_rollback"}
+
+
+def database_free(item) -> bool:
+    if any(item.get_closest_marker(m) for m in ("django_db", "infra", "node_box", "redis", "postgres")):
+        return False
+    return not DATABASE_FIXTURES & set(getattr(item, "fixturenames", ()))
+
+
+def _deselect_database_free(config, items):
+    kept, dropped = [], []
+    for item in items:
+        (dropped if database_free(item) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 MISGROUPED = ("pytest-xdist ignored this test's xdist_group: grouped tests would be spread over every "

@@ -24,7 +24,7 @@ from tests.tools import require
 
 from .helpers import KEY, active_lease
 from .sshd import Sshd, held_open, keygen
-from .test_cli import CLI_DIR, cli, errors, login  # noqa: F401 (cli: the fixture)
+from .test_cli import CLI_DIR, errors, login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

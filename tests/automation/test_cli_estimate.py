@@ -3,8 +3,6 @@ and with tokens the throughput, the time and the cost to finish with their range
 same figures the API answers."""
 import json
 
-from tests.automation.test_cli import cli  # noqa: F401 - the fixture (a live server and the CLI in process)
-
 
 def test_estimate_table_carries_the_time_and_cost_to_finish(cli, catalog):  # noqa: F811
     args = ("estimate", "--url", cli.url, "--model", "llama-3.1-8b", "--method", "lora", "--tokens", "100000000")

@@ -16,7 +16,7 @@ from rental.models import Lease
 from tests.billing.payments_helpers import offline_coins, set_rate
 
 from .helpers import KEY
-from .test_cli import _subprocess_env, cli, errors, login  # noqa: F401 (cli: the fixture)
+from .test_cli import _subprocess_env, errors, login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,7 @@ from fleet.telemetry import Parsed, store
 from inventory.models import SlotAllocation
 
 from .helpers import active_lease
-from .test_cli import cli, login  # noqa: F401
+from .test_cli import login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,7 +15,7 @@ from rental.idempotency import IdempotentRequest
 from rental.models import Lease, NetworkVolume, Snapshot
 
 from .helpers import KEY, active_lease
-from .test_cli import cli, errors, login  # noqa: F401 (cli: the fixture)
+from .test_cli import errors, login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

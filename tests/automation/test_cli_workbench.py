@@ -12,7 +12,7 @@ from rental.models import Lease, LeaseEvent
 from rental.workbench import lease_secrets, registry_credential_save
 
 from .helpers import KEY
-from .test_cli import cli, errors, login  # noqa: F401 (cli: the fixture)
+from .test_cli import errors, login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
