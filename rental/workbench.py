@@ -269,7 +269,7 @@ def lease_workbench_change(*, lease_id: int, customer, now: datetime, env: dict 
         lease.refresh_from_db()
         summary = {"changed": changed, **workbench_summary(lease)}
         event_record(lease.pk, kind="workbench_changed", now=now, actor=customer, from_state=lease.state,
-                     to_state=lease.state, reason="changed by the customer: " + ", ".join(changed), data=summary)
+                     to_state=lease.state, reason="changed by the customer", data=summary)  # what changed: data["changed"]
         _emit_changed(lease, summary, now)
         return summary
 

@@ -22,6 +22,7 @@ EVENT_TEXT = {
     "released": _("GPUs released"),
     "cancelled": _("Lease cancelled"),
     "failed": _("Provisioning failed"),
+    "provisioning_failed": _("Provisioning failed"),
     "key_destroy_requested": _("Disk key destruction started"),
     "key_destroyed": _("Disk encryption key destroyed"),
     "wiped": _("Local disk wiped"),
@@ -42,6 +43,8 @@ EVENT_TEXT = {
     "instance_restart": _("Restart requested"),
     "instance_stop": _("Stop requested"),
     "instance_start": _("Start requested"),
+    "workbench_set": _("Image, variables and ports chosen"),
+    "workbench_changed": _("Variables, secrets, ports or start command changed"),
 }
 
 # Reasons the services store; listed so that makemessages finds them and the page can
@@ -58,6 +61,8 @@ KNOWN_REASONS = [
     # per-lease auto-renew
     gettext_noop("auto-renew on"), gettext_noop("auto-renew off"), gettext_noop("auto-renew follows the account"),
     gettext_noop("refund within the refund window"),
+    # the workbench (rental.workbench)
+    gettext_noop("image, variables, secrets and ports chosen with the order"), gettext_noop("changed by the customer"),
 ]
 
 
