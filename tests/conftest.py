@@ -26,6 +26,9 @@ XDIST_GROUPS = {"browser": {"browser", "new_context", "shop"},
 # cluster, the benchmarks' own servers) are marked `infra`: CI runs them once, in its
 # PostgreSQL pass — the storefront production runs on — not again on SQLite (.ci/run).
 INFRA_DIRS = ("nodeagent", "storage", "bench")
+# Tests that drive real daemons (regtest chains, Chromium) are marked `daemons`: they touch the
+# database like any page, and CI runs them once, in its PostgreSQL pass, rather than twice.
+DAEMON_GROUPS = ("chains", "browser")
 
 
 # tryfirst: xdist's own hook turns the xdist_group marks into the node ids' "@group" suffix, so
@@ -38,6 +41,8 @@ def pytest_collection_modifyitems(config, items):
         for group, fixtures in XDIST_GROUPS.items():
             if fixtures & set(getattr(item, "fixturenames", ())):
                 item.add_marker(pytest.mark.xdist_group(group))
+                if group in DAEMON_GROUPS:
+                    item.add_marker(pytest.mark.daemons)
                 break
     if os.environ.get(SKIP_DATABASE_FREE):
         _deselect_database_free(config, items)
@@ -52,7 +57,7 @@ DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_s
 
 
 def database_free(item) -> bool:
-    if any(item.get_closest_marker(m) for m in ("django_db", "infra", "node_box", "redis", "postgres")):
+    if any(item.get_closest_marker(m) for m in ("django_db", "infra", "daemons", "node_box", "redis", "postgres")):
         return False
     return not DATABASE_FIXTURES & set(getattr(item, "fixturenames", ()))
 
