@@ -215,7 +215,7 @@ def lease_workbench_change(*, lease_id: int, customer, now: datetime, env: dict 
     node recreates the instance's container with the change (its disk is kept). Audited as a
     `workbench_changed` LeaseEvent with names only; returns what changed (names)."""
     with transaction.atomic():
-        lease = Lease.objects.select_for_update().select_related("image", "registry_credential").get(
+        lease = Lease.objects.select_for_update(of=("self",)).select_related("image", "registry_credential").get(
             pk=lease_id, customer=customer)
         if lease.state not in LIVE_STATES:
             raise WorkbenchChangeRefused(_("Lease #%(id)s is %(state)s: its workbench cannot be changed.")
