@@ -121,6 +121,7 @@ def report_accept(*, agent: NodeAgent, body: bytes, signature: str, now: datetim
         outcome.desired_etag = data["desired_etag"][:80]
     # The seq check: a replay stops here, changing nothing.
     agent = _node_facts(agent, envelope, now, body=body, signature=signature)
+    _boot_seen(agent, data.get("boot_id"), now)
     slots = _GpuSlots(agent)
     instances = _Instances(agent.node_id, data.get("instances"), cached or {})
     for name, apply in (("gpus", partial(_gpu, slots=slots)), ("instances", partial(_instance, known=instances)),
@@ -202,8 +203,6 @@ def _node_facts(agent: NodeAgent, envelope: Envelope, now: datetime, *, body: by
     fields = {"last_seq": seq, "seq_fence": fence_after(verdict, seq), "last_seen_at": now, "last_report_at": now,
               **fields}
     moved_host = agent.public_host and fields.get("public_host", agent.public_host) != agent.public_host
-    # a boot id that replaces a known one: the node rebooted (the first one is enrolment's)
-    rebooted = bool(agent.boot_id) and fields.get("boot_id", agent.boot_id) != agent.boot_id
     changed = {k: v for k, v in fields.items() if k in ("last_seq", "seq_fence", "last_seen_at", "last_report_at")
                or getattr(agent, k) != v}
     if not NodeAgent.objects.filter(pk=agent.pk, last_seq__lt=seq,
@@ -217,9 +216,21 @@ def _node_facts(agent: NodeAgent, envelope: Envelope, now: datetime, *, body: by
         _nvlink_reported(agent.node, fields["gpus"])
     if moved_host:
         _follow_new_host(agent, now)
-    if rebooted:
-        burn_in_after_reboot(node=agent.node, now=now)
     return agent
+
+
+def _boot_seen(agent: NodeAgent, boot_id, now: datetime) -> None:
+    """The kernel's boot id the agent reports (PROTOCOL.md): kept apart from the seq-checked
+    facts, as it changes once per boot. One that replaces a known one means the node
+    rebooted: its idle cards are asked for a burn-in (the first one is enrolment's)."""
+    if not isinstance(boot_id, str) or not BOOT_ID.fullmatch(boot_id) or boot_id == agent.boot_id:
+        return
+    previous = agent.boot_id
+    written = NodeAgent.objects.filter(pk=agent.pk, boot_id=previous).update(boot_id=boot_id)
+    agent.boot_id = boot_id     # 0 rows: another worker's report of this boot wrote it first
+    remember(agent)
+    if written and previous:
+        burn_in_after_reboot(node=agent.node, now=now)
 
 
 def _reported_facts(data: dict, outcome: Outcome) -> dict:
@@ -233,9 +244,6 @@ def _reported_facts(data: dict, outcome: Outcome) -> dict:
         outcome.refused.append({"item": "public_host", "error": "invalid"})
     if library in ("nvml", "none"):
         fields["gpu_library"] = library
-    boot_id = data.get("boot_id")
-    if isinstance(boot_id, str) and BOOT_ID.fullmatch(boot_id):
-        fields["boot_id"] = boot_id
     gpus = data.get("gpus")
     if isinstance(gpus, list) and len(gpus) <= MAX_ITEMS:
         rows = []

@@ -19,7 +19,7 @@ from rental.models import Lease
 from .models import EgressMeter, InstanceReport, NodeAgent
 
 #: The node facts a report may carry that a steady UPDATE compares with the stored ones.
-FACTS = ("agent_version", "public_host", "gpu_library", "boot_id")
+FACTS = ("agent_version", "public_host", "gpu_library")
 _REPORT_FIELDS = ("id", "lease_id", "node_id", "state", "ssh_port", "op_id", "error", "egress_counter",
                   "reported_at", "ports", "pull")
 
