@@ -298,10 +298,6 @@ PATHS.update({
         400, 401, 402, 403, 404, 409, body={"required": True, "content": {"application/json": {"schema": {
             "type": "object", "required": ["size_tb"], "properties": {"size_tb": _SIZE}}}}})},
     "/api/v1/snapshots/{id}": {"delete": _op("deleteSnapshot", "Delete a snapshot", "200", _DELETED, 401, 403, 404)},
-    "/api/v1/snapshots/{id}/restore": {"post": _op(
-        "restoreSnapshot", "Restore onto another running lease in the snapshot's region (a copy in a repository: "
-                           "POST /api/v1/leases/{id}/restore into a stopped lease)", "200",
-        {"type": "object"}, 400, 401, 403, 404, 409, body=_LEASE_BODY)},
     "/api/v1/object-storage": {
         "get": _op("listObjectStorage", "Your object-storage accounts and their live keys", "200",
                    {"type": "object", "properties": {"accounts": {"type": "array", "items": _ref("ObjectStorage")}}},

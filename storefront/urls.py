@@ -118,7 +118,6 @@ api_v1 = [
     path("volumes/<int:volume_id>/grow", storage_api.volume_grow_api, name="api_volume_grow"),
     path("snapshots", storage_api.snapshots, name="api_snapshots"),
     path("snapshots/<int:snapshot_id>", storage_api.snapshot_delete_api, name="api_snapshot"),
-    path("snapshots/<int:snapshot_id>/restore", storage_api.snapshot_restore_api, name="api_snapshot_restore"),
     path("object-storage", storage_api.object_storage, name="api_object_storage"),
     path("object-storage/<int:account_id>/keys", storage_api.s3_key_new_api, name="api_s3_key_new"),
     path("object-storage/keys/<int:key_id>/rotate", storage_api.s3_key_rotate_api, name="api_s3_key_rotate"),

@@ -20,13 +20,12 @@ from rental.api import (
 )
 from rental.models import Lease, NetworkVolume, Snapshot
 from rental.storage import StorageRefused, storage_delete, volume_attach, volume_detach
-from rental.storage import snapshot_restore as _snapshot_restore
 
 from ..ledger import InsufficientBalance
 from .charges import snapshot_order, volume_grow_order, volume_order
 from .models import S3Account, S3Key
 from .objects import s3_account_open, s3_endpoint, s3_key_create, s3_key_revoke, s3_key_rotate
-from .pages import MAX_TB, SNAPSHOTTABLE, snapshot_restore_refusal, volume_attach_refusal
+from .pages import MAX_TB, SNAPSHOTTABLE, volume_attach_refusal
 from .volumes import volume_attachments_changed, volume_store_purge_start
 
 ORDERS_STORAGE = {"GET": "read", "POST": "pay"}  # ordering storage pays from the balance at once
@@ -174,22 +173,6 @@ def snapshots(request):
     except (InsufficientBalance, StorageRefused) as exc:
         raise _refused(exc) from exc
     return JsonResponse(snapshot_json(Snapshot.objects.select_related("site").get(pk=snap.pk)), status=201)
-
-
-@api_endpoint("POST", scope="manage", right="operate")
-def snapshot_restore_api(request, snapshot_id: int):
-    """{"lease": id}: restore a snapshot onto another running lease in its region (a copy
-    kept in a repository restores into a stopped lease: POST /api/v1/leases/{id}/restore)."""
-    snap = _snapshot(request, snapshot_id)
-    lease = _lease(request, json_body(request))
-    refusal = snapshot_restore_refusal(snap, lease)
-    if refusal:
-        raise ApiError(409, "refused", refusal)
-    try:
-        _snapshot_restore(snapshot=snap, target=lease, now=timezone.now(), actor=request.api_user)
-    except StorageRefused as exc:
-        raise _refused(exc) from exc
-    return JsonResponse({"snapshot": snap.pk, "lease": lease.pk, "restored": True})
 
 
 @api_endpoint("DELETE", scope="manage", right="operate")

@@ -17,7 +17,6 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from inventory.models import Site, StorageProduct
 from rental.models import Lease, LeaseState, NetworkVolume, Snapshot, VolumeAttachment
 from rental.storage import StorageRefused, storage_delete, volume_attach, volume_detach
-from rental.storage import snapshot_restore as _snapshot_restore
 from rental.teams.rights import customer_view
 
 from ..ledger import InsufficientBalance, account_for
@@ -28,7 +27,7 @@ from .views import storage_context
 from .volumes import volume_attachments_changed, volume_store_purge_start
 
 S = LeaseState
-ATTACHABLE = (S.PROVISIONING, S.ACTIVE)  # rental.storage: volumes attach to and restore onto running leases
+ATTACHABLE = (S.PROVISIONING, S.ACTIVE)  # rental.storage: volumes attach to running leases
 SNAPSHOTTABLE = (S.ACTIVE, S.SUSPENDED)
 MAX_TB = 100
 
@@ -93,10 +92,13 @@ def _page(request, *, volume_form=None, snapshot_form=None, status=200):
         targets = [lease for lease in running if lease.site_id == v.site_id and lease.pk not in ids]
         volume_rows.append({"volume": v, "leases": on, "targets": targets})
     billed = dict(SnapshotMeter.objects.filter(snapshot__customer=user).values_list("snapshot_id", "billed_until"))
+    # A snapshot replaces a lease's disk from the lease's page, at the snapshot's site, while the
+    # instance is stopped (fleet.services.instance_restore): the one rule, listed here as links.
+    restorable_onto = list(_leases(user).filter(state__in=(S.ACTIVE, S.SUSPENDED)).select_related("site"))
     snapshot_rows = [
         {"snapshot": s, "billed_until": billed.get(s.pk),
-         "targets": [lease for lease in running if lease.site.region == s.region and lease.pk != s.source_lease_id]}
-        for s in _snapshots(user).select_related("source_lease__offer__gpu_model", "source_lease__site")]
+         "targets": [lease for lease in restorable_onto if lease.site_id == s.site_id]}
+        for s in _snapshots(user).select_related("site", "source_lease__offer__gpu_model", "source_lease__site")]
     context = {
         "volume_rows": volume_rows, "snapshot_rows": snapshot_rows,
         "volume_form": volume_form or VolumeForm(),
@@ -134,28 +136,6 @@ def volume_attach_refusal(volume: NetworkVolume, lease: Lease) -> str | None:
     if lease.state not in ATTACHABLE:
         return _("Lease #%(id)d is %(state)s; volumes attach only to running leases.") % {
             "id": lease.pk, "state": lease.get_state_display()}
-    return None
-
-
-def snapshot_restore_refusal(snap: Snapshot, lease: Lease, *, confirmed: bool = True) -> str | None:
-    """Why `snap` cannot be restored onto `lease` from My storage, or None. The page asks for
-    the same confirmation as the lease page's restore (the running disk is replaced); an API
-    call is its own confirmation."""
-    if snap.repository:     # a real copy: restored only into a new lease's empty disk
-        return _("Snapshot #%(id)d is restored into a new lease: choose it under “Start from snapshot” when you "
-                 "order a machine at %(site)s.") % {"id": snap.pk, "site": snap.site.code}
-    if snap.state != Snapshot.State.AVAILABLE:
-        return _("Snapshot #%(id)d is %(state)s; it cannot be restored.") % {
-            "id": snap.pk, "state": snap.get_state_display()}
-    if lease.site.region != snap.region:
-        return _("Snapshot #%(id)d is in region %(sregion)s and lease #%(lease)d in %(lregion)s: "
-                 "a snapshot restores only within its region.") % {
-            "id": snap.pk, "sregion": snap.region, "lease": lease.pk, "lregion": lease.site.region}
-    if lease.state not in ATTACHABLE:
-        return _("Lease #%(id)d is %(state)s; snapshots restore only onto running leases.") % {
-            "id": lease.pk, "state": lease.get_state_display()}
-    if not confirmed:
-        return _("Tick the box to confirm that the snapshot replaces everything on this disk.")
     return None
 
 
@@ -254,26 +234,6 @@ def snapshot_create(request):
         messages.success(request, _("Snapshot #%(id)d of lease #%(lease)d taken (up to %(size)d TB); it is billed "
                                     "for what it stores.")
                          % {"id": snap.pk, "lease": lease.pk, "size": snap.size_tb})
-    return _back()
-
-
-@customer_view("operate")
-@login_required
-@require_POST
-def snapshot_restore(request, snapshot_id: int):
-    snap = get_object_or_404(_snapshots(request.account), pk=snapshot_id)
-    lease = get_object_or_404(_leases(request.account), pk=_int(request.POST.get("lease")))
-    refusal = snapshot_restore_refusal(snap, lease, confirmed=request.POST.get("confirm") == "yes")
-    if refusal:
-        messages.error(request, refusal)
-    else:
-        try:
-            _snapshot_restore(snapshot=snap, target=lease, now=timezone.now(), actor=request.account)
-        except StorageRefused as exc:
-            messages.error(request, _("Refused: %(why)s") % {"why": exc})
-        else:
-            messages.success(request, _("Snapshot #%(id)d restored onto lease #%(lease)d.")
-                             % {"id": snap.pk, "lease": lease.pk})
     return _back()
 
 

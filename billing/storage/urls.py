@@ -18,6 +18,5 @@ urlpatterns = [
     path("objects/keys/<int:key_id>/rotate/", ceph.s3_key_rotate_view, name="s3_key_rotate"),
     path("objects/keys/<int:key_id>/revoke/", ceph.s3_key_revoke_view, name="s3_key_revoke"),
     path("snapshots/", v.snapshot_create, name="snapshot_create"),
-    path("snapshots/<int:snapshot_id>/restore/", v.snapshot_restore, name="snapshot_restore"),
     path("snapshots/<int:snapshot_id>/delete/", v.snapshot_delete, name="snapshot_delete"),
 ]

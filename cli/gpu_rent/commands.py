@@ -464,9 +464,8 @@ def cmd_snapshots(api: Api, args) -> int:
     if action == "take":
         snap = api.post("snapshots", {"lease": args.lease, "size_tb": args.size_tb})
         return _done(args, snap, f"Snapshot #{snap['id']} of lease #{snap['lease']}: {snap['state']}.")
-    if action == "restore":
-        done = api.post(f"snapshots/{args.snapshot}/restore", {"lease": args.lease})
-        return _done(args, done, f"Snapshot #{args.snapshot} restored onto lease #{args.lease}.")
+    if action == "restore":     # the same action as `gpu-rent restore LEASE SNAPSHOT`
+        return cmd_restore(api, args)
     if not _confirm(args, f"Delete snapshot #{args.snapshot}?"):
         return USAGE
     return _done(args, api.delete(f"snapshots/{args.snapshot}"), f"Snapshot #{args.snapshot} deleted.")

@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = snapshots.add_parser("take", help="snapshot a lease's disk; billed for what it stores", parents=[common])
     p.add_argument("lease", type=int)
     p.add_argument("--size-tb", type=int, default=1, help="the snapshot's quota (default 1)")
-    p = snapshots.add_parser("restore", help="restore a snapshot onto another running lease in its region",
+    p = snapshots.add_parser("restore", help="replace a stopped lease's disk with the snapshot (as `restore`)",
                              parents=[common])
     p.add_argument("snapshot", type=int)
     p.add_argument("lease", type=int)

@@ -46,16 +46,19 @@ class InstanceView:
     @property
     def restorable(self) -> list:
         """The customer's ready snapshots this stopped lease's disk can be replaced with:
-        real copies at the lease's site (any of its nodes)."""
+        copies at the lease's site (any of its nodes), or simulated ones where storage is
+        simulated (the demo: restored at once, rental.storage.lease_restore_into)."""
         stopped = (self.lease.state == S.ACTIVE and self.stopped_by_customer) or self.lease.state == S.SUSPENDED
         if not stopped or self.restore_pending is not None:
             return []
+        from django.db.models import Q
+
         from rental.models import Snapshot
 
         return list(Snapshot.objects.filter(customer_id=self.lease.customer_id, site_id=self.lease.site_id,
                                             state=Snapshot.State.AVAILABLE, key_destroyed_at__isnull=True,
                                             purpose=Snapshot.Purpose.CUSTOMER)
-                    .exclude(restic_snapshot="").order_by("-ready_at", "-pk")[:20])
+                    .filter(Q(repository="") | ~Q(restic_snapshot="")).order_by("-ready_at", "-pk")[:20])
 
     @property
     def burn_in_passed_at(self):

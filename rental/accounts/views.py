@@ -48,7 +48,7 @@ class CodeForm(forms.Form):
 
 class CurrentCodeForm(forms.Form):
     """A code from the enrolled authenticator, or one recovery code."""
-    current_code = forms.CharField(label=gettext_lazy("Code from your current authenticator, or a recovery code"),
+    current_code = forms.CharField(label=gettext_lazy("Code from your current authenticator, or a backup code"),
                                    max_length=40, widget=forms.TextInput(attrs={"autocomplete": "one-time-code"}))
 
 
@@ -65,7 +65,7 @@ class EnrolForm(SetupForm, CurrentCodeForm):
 
 
 class VerifyForm(forms.Form):
-    code = forms.CharField(label=gettext_lazy("Code (or a recovery code)"), max_length=40,
+    code = forms.CharField(label=gettext_lazy("Code (or a backup code)"), max_length=40,
                            widget=forms.TextInput(attrs=OTP_INPUT))
 
 
@@ -103,7 +103,7 @@ def otp_setup(request):
         if not request.user.check_password(form.cleaned_data["password"]):
             form.add_error("password", _("That is not your password."))
         elif enrolled and not matching_device(request.user, form.cleaned_data["current_code"]):
-            form.add_error("current_code", _("That is not a current code or an unused recovery code."))
+            form.add_error("current_code", _("That is not a current code or an unused backup code."))
         elif not device.verify_token(form.cleaned_data["code"].strip()):
             form.add_error("code", _("That code is not right (or too old); try the current one."))
         else:
@@ -147,7 +147,7 @@ def _code_checked_page(request, *, template: str, on_success):
     if request.method == "POST" and form.is_valid():
         if matching_device(request.user, form.cleaned_data["current_code"]):
             return on_success()
-        form.add_error("current_code", _("That is not a current code or an unused recovery code."))
+        form.add_error("current_code", _("That is not a current code or an unused backup code."))
     return render(request, template, {"form": form}, status=400 if form.errors else 200)
 
 

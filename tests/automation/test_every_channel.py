@@ -36,7 +36,6 @@ CHANNELS = {
     "storage_mine:volume_grow": ("POST api/v1/volumes/<int:volume_id>/grow", ["volumes grow"]),
     "storage_mine:volume_delete": ("DELETE api/v1/volumes/<int:volume_id>", ["volumes rm"]),
     "storage_mine:snapshot_create": ("POST api/v1/snapshots", ["snapshots take"]),
-    "storage_mine:snapshot_restore": ("POST api/v1/snapshots/<int:snapshot_id>/restore", ["snapshots restore"]),
     "storage_mine:snapshot_delete": ("DELETE api/v1/snapshots/<int:snapshot_id>", ["snapshots rm"]),
     "storage_mine:s3_open": ("POST api/v1/object-storage", ["s3 open"]),
     "storage_mine:s3_key_new": ("POST api/v1/object-storage/<int:account_id>/keys", ["s3 key-new"]),

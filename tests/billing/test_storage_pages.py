@@ -124,33 +124,47 @@ def test_attach_at_another_site_is_refused(alice, catalog, customer, place, now)
     assert any("only to leases at its own site" in m for m in msgs(response))
 
 
-def test_snapshot_take_and_restore_in_the_region(alice, catalog, customer, place, now):
+def test_snapshot_take_then_restore_from_the_lease_page(alice, catalog, customer, place, now):
     a100 = place(customer, now, offer="a100-sxm")
-    h100 = place(customer, now, offer="h100-sxm", site="PDX-1")
+    same_site = place(customer, now, offer="a100-sxm")
+    elsewhere = place(customer, now, offer="h100-sxm", site="PDX-1")
     response = alice.post(reverse("storage_mine:snapshot_create"), {"lease": a100.pk, "size_tb": 1}, follow=True)
     snap = Snapshot.objects.get(customer=customer)
     assert snap.source_lease_id == a100.pk and balance(customer) == 0  # nothing up front: billed by what it stores
     assert any("taken" in m and "billed for what it stores" in m for m in msgs(response))
-    # The running disk is replaced: one click is not enough, as on the lease page.
-    response = alice.post(reverse("storage_mine:snapshot_restore", args=[snap.pk]), {"lease": h100.pk}, follow=True)
-    assert not h100.events.filter(kind="snapshot_restored").exists()
+
+    # My storage keeps the lease page's rule (its own site, the instance stopped) and sends the
+    # customer there: it restores nothing itself.
+    page = alice.get(reverse(INDEX)).content.decode()
+    row = page[page.index(f'id="snapshot-{snap.pk}"'):]
+    row = row[:row.index("</tr>")]
+    for lease in (a100, same_site):
+        assert reverse("lease_detail", args=[lease.pk]) + "#instance" in row
+    assert reverse("lease_detail", args=[elsewhere.pk]) not in row and "<form" not in row.split("Delete")[0]
+
+    # Running: the lease page offers no restore. Stopped: it offers the snapshot, asks for the box,
+    # and (storage simulated, as on the demo) the disk is restored at once.
+    lease_page = reverse("lease_detail", args=[same_site.pk])
+    assert 'id="restore-form"' not in alice.get(lease_page).content.decode()
+    alice.post(reverse("instance_action", args=[same_site.pk, "stop"]))
+    assert f'<option value="{snap.pk}">' in alice.get(lease_page).content.decode()
+    restore = reverse("instance_restore", args=[same_site.pk])
+    response = alice.post(restore, {"snapshot": snap.pk}, follow=True)
     assert any("Tick the box" in m for m in msgs(response))
-    assert 'name="confirm" value="yes" required' in alice.get(reverse(INDEX)).content.decode()
-    response = alice.post(reverse("storage_mine:snapshot_restore", args=[snap.pk]),
-                          {"lease": h100.pk, "confirm": "yes"}, follow=True)
-    assert h100.events.filter(kind="snapshot_restored").exists()
-    assert any("restored" in m for m in msgs(response))
+    assert not same_site.events.filter(kind="snapshot_restored").exists()
+    alice.post(restore, {"snapshot": snap.pk, "confirm": "yes"})
+    assert same_site.events.filter(kind="snapshot_restored").count() == 1
+    alice.post(reverse("instance_action", args=[elsewhere.pk, "stop"]))
+    assert f'<option value="{snap.pk}">' not in alice.get(reverse("lease_detail", args=[elsewhere.pk])).content.decode()
+    response = alice.post(reverse("instance_restore", args=[elsewhere.pk]), {"snapshot": snap.pk, "confirm": "yes"},
+                          follow=True)
+    assert any("stored at DFW-1" in m for m in msgs(response))
+    assert not elsewhere.events.filter(kind="snapshot_restored").exists()
 
     SnapshotMeter.objects.create(snapshot=snap, accrues_from=now, billed_until=now, unpaid_since=now)
     response = alice.post(reverse("storage_mine:snapshot_create"), {"lease": a100.pk, "size_tb": 1})
     assert response.status_code == 400 and "unpaid" in response.content.decode()  # a snapshot's bill is not covered
     assert Snapshot.objects.filter(customer=customer).count() == 1
-
-    Site.objects.filter(code="PDX-1").update(region="eu")
-    response = alice.post(reverse("storage_mine:snapshot_restore", args=[snap.pk]),
-                          {"lease": h100.pk, "confirm": "yes"}, follow=True)
-    assert any("only within its region" in m for m in msgs(response))
-    assert h100.events.filter(kind="snapshot_restored").count() == 1
 
 
 def test_delete_asks_first(alice, catalog, customer, place, now):
@@ -180,15 +194,13 @@ def test_other_customers_objects_are_404(alice, catalog, customer, other_custome
     their_snap = snapshot_order(lease=theirs, size_tb=1, now=now)
     my_vol = volume(customer, now)
     balance_top_up(customer=customer, amount_cents=600, now=now)
-    my_snap = snapshot_order(lease=mine, size_tb=1, now=now)
+    snapshot_order(lease=mine, size_tb=1, now=now)
     posts = [
         (reverse("storage_mine:volume_attach", args=[their_vol.pk]), {"lease": mine.pk}),
         (reverse("storage_mine:volume_attach", args=[my_vol.pk]), {"lease": theirs.pk}),
         (reverse("storage_mine:volume_detach", args=[their_vol.pk, theirs.pk]), {}),
         (reverse("storage_mine:volume_delete", args=[their_vol.pk]), {}),
         (reverse("storage_mine:snapshot_create"), {"lease": theirs.pk, "size_tb": 1}),
-        (reverse("storage_mine:snapshot_restore", args=[their_snap.pk]), {"lease": mine.pk}),
-        (reverse("storage_mine:snapshot_restore", args=[my_snap.pk]), {"lease": theirs.pk}),
         (reverse("storage_mine:snapshot_delete", args=[their_snap.pk]), {}),
     ]
     for url, data in posts:

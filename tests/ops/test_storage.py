@@ -1,5 +1,5 @@
 """Storage products: network volumes (several leases at a site, survive release, billed
-per TB-month on their own term), snapshots (restore within the region), and egress
+per TB-month on their own term), snapshots (restored at their site), and egress
 metering billed on the renewal invoice beyond the included 20 TB per instance-month."""
 from datetime import timedelta
 from decimal import Decimal
@@ -14,7 +14,13 @@ from billing.services import InsufficientBalance, balance_top_up
 from billing.storage.charges import snapshot_order, sweep_storage, volume_order
 from inventory.models import AuditEntry, Site
 from rental.models import LeaseEvent, NetworkVolume, Snapshot, VolumeAttachment
-from rental.storage import StorageRefused, snapshot_restore, volume_attach
+from rental.storage import (
+    RESTORE_INTO,
+    StorageRefused,
+    lease_restore_into,
+    restore_into_pending,
+    volume_attach,
+)
 
 
 @pytest.fixture
@@ -69,18 +75,23 @@ def test_network_volume_lifecycle(catalog, customer, other_customer, place, now)
     assert vol.state == "deleted"
 
 
-def test_snapshot_restores_within_the_region(catalog, customer, place, now):
-    a100 = place(customer, now, term="week", offer="a100-sxm")
-    h100 = place(customer, now, term="week", offer="h100-sxm", site="PDX-1")
-    snap = snapshot_order(lease=a100, size_tb=1, now=now)
-    assert balance(customer) == 0 and snap.region == "us"  # billed in arrears for what it stores (snapshot_usage)
-    snapshot_restore(snapshot=snap, target=h100, now=now)
-    event = LeaseEvent.objects.get(lease=h100, kind="snapshot_restored")
-    assert event.data == {"snapshot": snap.pk, "from_lease": a100.pk}
-    Site.objects.filter(code="PDX-1").update(region="eu")
-    h100.refresh_from_db()
-    with pytest.raises(StorageRefused, match="region us"):
-        snapshot_restore(snapshot=snap, target=h100, now=now)
+def test_a_simulated_snapshot_restores_at_its_site_at_once(catalog, customer, place, now):
+    """Where storage is simulated (the demo), the lease page's restore keeps the one rule (the
+    snapshot's own site) and is done at once: no node will copy anything."""
+    source = place(customer, now, term="week", offer="a100-sxm")
+    target = place(customer, now, term="week", offer="a100-sxm")
+    snap = snapshot_order(lease=source, size_tb=1, now=now)
+    assert balance(customer) == 0 and snap.repository == "" and snap.site_id == source.site_id
+    lease_restore_into(lease=target, snapshot=snap, now=now)
+    target.refresh_from_db()
+    assert target.restore_from_id == snap.pk and target.restored_at == now
+    assert restore_into_pending(target) is None
+    assert [e.kind for e in target.events.filter(kind__startswith="snapshot_restore").order_by("pk")] == [
+        RESTORE_INTO, "snapshot_restored"]
+    elsewhere = place(customer, now, term="week", offer="h100-sxm", site="PDX-1")
+    with pytest.raises(StorageRefused, match="stored at DFW-1"):
+        lease_restore_into(lease=elsewhere, snapshot=snap, now=now)
+    assert not elsewhere.events.filter(kind__startswith="snapshot_restore").exists()
     assert Snapshot.objects.get().state == "available"
 
 

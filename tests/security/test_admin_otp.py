@@ -204,3 +204,23 @@ def test_create_operator_says_enrolment_is_required(db):
     password = re.search(r"password: (\S+)", out.getvalue()).group(1)
     password_login(anonymous, "boss", password)
     assert anonymous.get("/admin/")["Location"].startswith(reverse("otp_setup"))
+
+
+def _heads(response) -> tuple[str, str]:
+    page = response.content.decode()
+    return (re.search(r"<title>(.*?)</title>", page, re.S).group(1).strip(), re.search(r"<h1>(.*?)</h1>", page).group(1))
+
+
+def test_the_two_kinds_of_codes_are_named_apart(client, bare_operator):
+    """Two-factor backup codes pass the code step; password recovery codes set a new password.
+    Each page's title and heading say which, and none is shared between the two."""
+    password_login(client, "newop")
+    _device, _codes = enrol(client, bare_operator)
+    two_factor = [_heads(client.get(reverse("otp_recovery_codes")))]
+    password = [_heads(client.get(reverse("recovery_codes")))]
+    assert all("two-factor backup codes" in title.lower() and "two-factor backup codes" in h1.lower()
+               for title, h1 in two_factor), two_factor
+    assert all("password recovery codes" in title.lower() and "password recovery codes" in h1.lower()
+               for title, h1 in password), password
+    settings_page = client.get(reverse("account_settings")).content.decode()
+    assert "New two-factor backup codes" in settings_page and "Make new password recovery codes" in settings_page
