@@ -1,6 +1,10 @@
-"""Session fixtures for the chain tests: a real litecoind regtest node, a real anvil chain.
+"""Session fixtures for the chain tests: a real litecoind regtest node, a real anvil chain,
+a real monerod with its wallets.
 
-They are started once per session on free ports with temp datadirs. A missing tool goes
+They are started once per session (per xdist worker) on free ports with temp datadirs, and
+registered for all of tests/billing by its conftest.py. A test module must not import them
+itself: pytest then makes the module its own copy of the "session" fixture, a second daemon
+that lives until the session ends. A missing tool goes
 through tests/tools.py ``require``: the test skips locally (with the reason) and FAILS
 under CI=true. Run ``scripts/install-chain-tools.sh`` to get them.
 """
@@ -18,7 +22,7 @@ import pytest
 from tests import deadlines
 from tests.tools import require
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 CHAIN_TOOLS = REPO / ".chain-tools" / "node_modules" / ".bin"
 
 # "abandon abandon ... about": the BIP84 / BIP44 test mnemonic (never holds real funds)

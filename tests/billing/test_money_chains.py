@@ -4,7 +4,7 @@ no lost claw-back, on-time payments win over the sweeps after a watcher outage, 
 held by dust or by payments that never confirm, misdirected coins reported. Each test
 asserts the ledger, the balance, the invoice and the lease afterwards.
 
-The chain fixtures are the session fixtures of tests/billing/coins/conftest.py (a missing
+The chain fixtures are the session fixtures of tests/billing/chain_daemons.py (a missing
 litecoind / anvil skips locally and fails under CI=true)."""
 from datetime import timedelta
 from decimal import Decimal
@@ -25,7 +25,6 @@ from billing.tasks import watch_payments
 from rental.agent import Instance
 from rental.models import LeaseState, Notification
 from rental.services import lease_provisioned
-from tests.billing.coins.conftest import anvil, litecoind, monero_regtest  # noqa: F401 - session fixtures
 from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
 from tests.billing.test_lifecycle import order
 from tests.billing.test_payments_chains import CONTRACT, FORWARDER, deploy, ltc_quote, rbf_payment
@@ -41,7 +40,7 @@ def balance(customer) -> int:
     return account_for(customer).balance_cents
 
 
-def ltc(litecoind):  # noqa: F811
+def ltc(litecoind):
     return UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
 
 
@@ -50,7 +49,7 @@ def activate(lease, now):
     assert fresh(lease).state == LeaseState.ACTIVE
 
 
-def steal_back(litecoind, coin):  # noqa: F811
+def steal_back(litecoind, coin):
     """The payer spends the coin the payment spent back to themselves (a double-spend)."""
     w = litecoind.wallet
     spend = [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}]
@@ -61,7 +60,7 @@ def steal_back(litecoind, coin):  # noqa: F811
 # --- double credit -------------------------------------------------------------------------
 
 def test_ltc_settled_then_reorged_then_fee_bumped_is_one_payment_one_credit(
-        litecoind, catalog, customer, settings):  # noqa: F811
+        litecoind, catalog, customer, settings):
     """The block that settled the order is orphaned, the payment is back in the mempool and
     the wallet bumps its fee (same outputs, new txid): the bump pays the invoice in the
     reversed payment's place — it is no "excess" credit on top of a paid invoice."""
@@ -98,7 +97,7 @@ def test_ltc_settled_then_reorged_then_fee_bumped_is_one_payment_one_credit(
 
 
 def test_eth_contract_payment_re_mined_after_a_reorg_is_the_same_payment(
-        anvil, catalog, customer):  # noqa: F811
+        anvil, catalog, customer):
     """ETH forwarded by a contract (an internal transfer) is identified by its transaction
     hash: re-mined in another block after a reorg it is the same payment, credited once;
     left out of the new chain it is taken back, and given back when it is mined again."""
@@ -144,7 +143,7 @@ def test_eth_contract_payment_re_mined_after_a_reorg_is_the_same_payment(
 # --- claw-back -----------------------------------------------------------------------------------
 
 def test_ltc_double_spent_after_settlement_suspends_the_lease_until_a_top_up_on_chain_pays_the_debt(
-        litecoind, catalog, customer, settings):  # noqa: F811
+        litecoind, catalog, customer, settings):
     settings.PAYMENT_SPEED_POLICY = "10000:1"
     settings.PAYMENT_REVERSAL_GRACE_MINUTES = 0
     now = timezone.now()
@@ -184,7 +183,7 @@ def test_ltc_double_spent_after_settlement_suspends_the_lease_until_a_top_up_on_
 
 
 def test_xmr_settled_then_gone_in_a_reorg_deeper_than_its_confirmations_is_reversed(
-        monero_regtest, catalog, customer, settings):  # noqa: F811
+        monero_regtest, catalog, customer, settings):
     """Monero: settled at 10 confirmations and the lease running, then an 11-block reorg whose
     chain lacks the payment (gone from the daemon and the view-only wallet). The watcher still
     looks for settled payments (XMR_SETTLED_WATCH_BLOCKS), so the settlement is reversed the
@@ -224,7 +223,7 @@ def test_xmr_settled_then_gone_in_a_reorg_deeper_than_its_confirmations_is_rever
 # --- watcher downtime ---------------------------------------------------------------------------
 
 def test_ltc_payment_on_time_by_the_chain_wins_over_the_sweep_after_a_watcher_outage(
-        litecoind, catalog, customer, settings):  # noqa: F811
+        litecoind, catalog, customer, settings):
     now = timezone.now()
     with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
         lease, invoice, quote = ltc_quote(litecoind, customer, now, 8200)
@@ -249,7 +248,7 @@ def test_ltc_payment_on_time_by_the_chain_wins_over_the_sweep_after_a_watcher_ou
         assert fresh(invoice2).state == Invoice.State.PAID and fresh(lease2).state == LeaseState.PROVISIONING
 
 
-def test_an_order_waits_for_a_dead_watcher_only_so_long(litecoind, catalog, customer, settings):  # noqa: F811
+def test_an_order_waits_for_a_dead_watcher_only_so_long(litecoind, catalog, customer, settings):
     settings.PAYMENT_WATCHER_LAG_MAX_MINUTES = 60
     now = timezone.now()
     with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
@@ -263,7 +262,7 @@ def test_an_order_waits_for_a_dead_watcher_only_so_long(litecoind, catalog, cust
 
 # --- holding stock ---------------------------------------------------------------------------------
 
-def test_ltc_partial_payments_extend_the_hold_once_and_dust_never(litecoind, catalog, customer):  # noqa: F811
+def test_ltc_partial_payments_extend_the_hold_once_and_dust_never(litecoind, catalog, customer):
     now = timezone.now()
     with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
         lease, invoice, quote = ltc_quote(litecoind, customer, now, 8400)
@@ -283,7 +282,7 @@ def test_ltc_partial_payments_extend_the_hold_once_and_dust_never(litecoind, cat
     assert Payment.objects.get(txid=dust).state == Payment.State.SEEN
 
 
-def test_ltc_unconfirmed_past_the_monitoring_window_releases_the_stock(litecoind, catalog, customer):  # noqa: F811
+def test_ltc_unconfirmed_past_the_monitoring_window_releases_the_stock(litecoind, catalog, customer):
     now = timezone.now()
     with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
         lease, invoice, quote = ltc_quote(litecoind, customer, now, 8500)
@@ -301,7 +300,7 @@ def test_ltc_unconfirmed_past_the_monitoring_window_releases_the_stock(litecoind
     litecoind.mine(1)  # leave the shared node's mempool clean
 
 
-def test_ltc_double_spent_order_falls_back_to_the_accounts_own_window(litecoind, catalog, customer, settings):  # noqa: F811
+def test_ltc_double_spent_order_falls_back_to_the_accounts_own_window(litecoind, catalog, customer, settings):
     settings.PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES = 15  # a customer who never paid: 15, not 30
     now = timezone.now()
     with coins_config.use_adapters({Coin.LTC: ltc(litecoind)}):
@@ -324,7 +323,7 @@ def test_ltc_double_spent_order_falls_back_to_the_accounts_own_window(litecoind,
 # --- misdirected coins ------------------------------------------------------------------------------
 
 def test_usdc_to_a_usdt_quote_eth_to_a_token_quote_and_a_token_to_an_eth_quote_are_reported(
-        anvil, catalog, customer, operator, settings):  # noqa: F811
+        anvil, catalog, customer, operator, settings):
     from billing.backoffice.dashboard import dashboard
     from billing.payments.credits import payment_review_close, payment_review_credit
 
@@ -367,7 +366,7 @@ def test_usdc_to_a_usdt_quote_eth_to_a_token_quote_and_a_token_to_an_eth_quote_a
 # --- after a reversal -------------------------------------------------------------------------
 
 def test_ltc_repayment_larger_than_the_invoice_after_a_reversal_credits_the_excess(
-        litecoind, catalog, customer, settings):  # noqa: F811
+        litecoind, catalog, customer, settings):
     """The settling payment is double-spent after it counted ($65 taken back), and the customer
     pays the same address again, $130 this time: it fills the settlement in the reversed one's
     place — the $65 taken is given back and the other $65 is the customer's, on the balance
@@ -399,7 +398,7 @@ def test_ltc_repayment_larger_than_the_invoice_after_a_reversal_credits_the_exce
 
 
 def test_ltc_repayment_excess_over_the_automatic_cap_after_a_reversal_waits_for_an_operator(
-        litecoind, catalog, customer, settings):  # noqa: F811
+        litecoind, catalog, customer, settings):
     settings.PAYMENT_SPEED_POLICY = "10000:1"
     settings.PAYMENT_AUTO_CREDIT_MAX_PERCENT = 50  # $32.50 of a $65 quote credited by itself
     now = timezone.now()
@@ -437,7 +436,7 @@ def _restore_merchant_wallet(net, name):
 
 
 def test_xmr_quotes_after_the_wallet_is_restored_from_its_keys_get_new_subaddresses(
-        monero_regtest, catalog, customer, settings):  # noqa: F811
+        monero_regtest, catalog, customer, settings):
     """Quotes were issued, then the view-only wallet is restored from its keys: the next quotes
     get subaddresses past every quote's (no IntegrityError on the quote's address, no old
     quote's address handed out again), and a payment to one settles its order."""
@@ -484,7 +483,7 @@ def test_xmr_quotes_after_the_wallet_is_restored_from_its_keys_get_new_subaddres
 # --- a miner's clock ---------------------------------------------------------------------------------
 
 def test_ltc_payment_in_a_block_dated_before_the_expiry_but_first_seen_after_it_is_late(
-        litecoind, catalog, customer, settings):  # noqa: F811
+        litecoind, catalog, customer, settings):
     """The watcher caught up with the chain 10 minutes after the quote expired, and the payment
     was not there. Then a miner's block carries it (straight into the block, never in the
     store's mempool) with a time before the expiry. It was first seen after the expiry: late,
@@ -516,7 +515,7 @@ def test_ltc_payment_in_a_block_dated_before_the_expiry_but_first_seen_after_it_
 # --- after the late-payment window -------------------------------------------------------------------
 
 def test_ltc_payment_to_a_quote_long_after_its_late_window_is_recorded_for_an_operator(
-        litecoind, catalog, customer, operator, settings):  # noqa: F811
+        litecoind, catalog, customer, operator, settings):
     """The order was paid; 8 days later (past LATE_PAYMENT_WATCH_DAYS = 7) the customer's wallet
     pays the old address again. The watcher still sees it: the payment is recorded and a
     review waits for an operator (credited at that day's rate by one click); nothing is

@@ -5,7 +5,7 @@ settlement's excess held over the automatic cap that a reorg drops, a watcher ki
 between applying a pass and saving its cursor, and payments to EVM quote addresses long
 after the late-payment window. Each test asserts the ledger, the reviews and the invoice.
 
-The chain fixtures are the session fixtures of tests/billing/coins/conftest.py, started
+The chain fixtures are the session fixtures of tests/billing/chain_daemons.py, started
 for this module (deep reorgs here do not move the other modules' nodes)."""
 from contextlib import contextmanager
 from datetime import timedelta
@@ -26,7 +26,6 @@ from billing.payments.pricing import PaymentError
 from billing.payments.services import quote_create, watch_coin
 from inventory.models import AuditEntry
 from rental.models import LeaseState
-from tests.billing.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
 from tests.billing.payments_helpers import eth_account_key, fresh, set_rate
 from tests.billing.test_lifecycle import order
 from tests.billing.test_money_chains import balance, ledger, ltc, steal_back
@@ -45,7 +44,7 @@ def rpc(w3, method, *params):
 # --- a reorg deeper than the watcher's memory --------------------------------------------------
 
 def test_ltc_settled_payment_gone_in_a_reorg_deeper_than_the_watchers_memory_is_reversed(
-        litecoind, catalog, customer, settings):  # noqa: F811
+        litecoind, catalog, customer, settings):
     """Settled, then buried under more than KEEP_HASHES blocks (the cursor no longer tracks
     it), then a reorg from below it whose chain double-spends it: every hash the cursor
     remembers differs, the watcher locates the fork with its anchors, walks again from
@@ -77,7 +76,7 @@ def test_ltc_settled_payment_gone_in_a_reorg_deeper_than_the_watchers_memory_is_
 
 
 def test_eth_payment_gone_in_a_reorg_deeper_than_the_watchers_memory_is_reversed_and_one_kept_is_not(
-        anvil, catalog, customer, settings):  # noqa: F811
+        anvil, catalog, customer, settings):
     """anvil: two orders paid, more than KEEP_HASHES blocks on top, then a deeper reorg whose
     chain has only the second payment (re-mined): the first is reversed, the second is the
     same payment as before — no claw-back, no second credit."""
@@ -113,7 +112,7 @@ def test_eth_payment_gone_in_a_reorg_deeper_than_the_watchers_memory_is_reversed
 # --- misdirected transfers that leave the chain -----------------------------------------------
 
 def test_misdirected_review_closes_when_its_transfer_is_reorged_out_and_a_credited_one_is_taken_back(
-        anvil, catalog, customer, operator, settings):  # noqa: F811
+        anvil, catalog, customer, operator, settings):
     """USDC sent to two USDT quotes: two reviews. An operator credits one; then a reorg leaves
     both transfers out. The open review is closed (crediting it now is refused) and the
     credited one is taken back; when the transfers are mined again, the open one opens again
@@ -158,7 +157,7 @@ def test_misdirected_review_closes_when_its_transfer_is_reorged_out_and_a_credit
 
 
 def test_usdt_payment_held_over_the_cap_closes_its_review_when_a_reorg_drops_it_and_reopens_it_when_mined_again(
-        anvil, catalog, customer, operator, settings):  # noqa: F811
+        anvil, catalog, customer, operator, settings):
     """The generated histories' finding (ADR 0009): 86.66 USDT to an expired $65 quote is
     over its automatic cap, so it waits in an ``over_cap`` review. A 4-block reorg drops it
     (not re-mined): the review is closed — an operator can no longer credit money no chain
@@ -231,7 +230,7 @@ def usdt_overpaid(w3, customer, now, *, first_index: int):
 
 @pytest.mark.parametrize("credited", [False, True], ids=["waiting", "credited"])
 def test_usdt_settlement_excess_over_the_cap_follows_its_payments_off_the_chain_and_back(
-        anvil, catalog, customer, operator, settings, credited):  # noqa: F811
+        anvil, catalog, customer, operator, settings, credited):
     """86.66 + 65 USDT on time pay a $65 order: the excess (86.66) is over the automatic cap
     and waits in a review of the quote. A 4-block reorg drops both payments. Waiting, the
     review is closed (crediting it is refused); credited by an operator, the credit is taken
@@ -276,7 +275,7 @@ def test_usdt_settlement_excess_over_the_cap_follows_its_payments_off_the_chain_
 
 
 def test_usdt_settlement_excess_over_the_cap_shrinks_when_one_payment_is_dropped_and_grows_back(
-        anvil, catalog, customer, settings):  # noqa: F811
+        anvil, catalog, customer, settings):
     """The same settlement (86.66 + 65 USDT for $65, the 86.66 excess waiting over the cap); the
     reorg re-mines the 86.66 and drops the 65. The settlement still pays the invoice and 21.66
     beyond it, which is under the cap: the review of 86.66 is closed and 21.66 credited. The
@@ -308,7 +307,7 @@ class Killed(BaseException):
 
 
 def test_ltc_watcher_killed_after_applying_a_zero_conf_payment_still_judges_it_when_it_is_double_spent(
-        litecoind, catalog, customer, monkeypatch):  # noqa: F811
+        litecoind, catalog, customer, monkeypatch):
     """The pass records a 0-conf payment that completes the order (its GPUs held for the
     monitoring window) and dies before saving its cursor. The payment is then double-spent.
     The restarted watcher still knows it was in the mempool, finds it gone with an input
@@ -345,7 +344,7 @@ def test_ltc_watcher_killed_after_applying_a_zero_conf_payment_still_judges_it_w
 # --- EVM payments after the late-payment window --------------------------------------------------
 
 def test_eth_usdt_and_usdc_paid_long_after_the_late_window_are_recorded_for_an_operator(
-        anvil, catalog, customer, operator, settings):  # noqa: F811
+        anvil, catalog, customer, operator, settings):
     """Two orders paid (ETH, USDT); 8 days later (past LATE_PAYMENT_WATCH_DAYS = 7) the old
     addresses are paid again — ETH, USDT, and USDC to the USDT quote. Each is recorded and
     waits for an operator (after_window, or misdirected); nothing is credited by itself."""

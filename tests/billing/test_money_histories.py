@@ -57,7 +57,6 @@ from billing.payments.credits import payment_review_credit
 from billing.payments.pricing import PaymentError
 from billing.payments.services import quote_create, watch_coin
 from billing.services import account_for
-from tests.billing.coins.conftest import anvil, litecoind  # noqa: F401 - session fixtures
 from tests.billing.payments_helpers import eth_account_key, set_rate
 from tests.billing.test_lifecycle import order
 from tests.billing.test_money_chains import ltc
@@ -423,7 +422,7 @@ def _steal_back(node, coin):
         pass
 
 
-def _histories_on(litecoind, anvil, customer, operator, settings):  # noqa: F811
+def _histories_on(litecoind, anvil, customer, operator, settings):
     settings.PAYMENT_SPEED_POLICY = f"10000:{LTC_CONFIRMATIONS}"
     settings.MAX_OPEN_UNPAID_ORDERS = 4
     settings.RATE_MAX_AGE_MINUTES = 100_000  # one rate throughout
@@ -432,7 +431,7 @@ def _histories_on(litecoind, anvil, customer, operator, settings):  # noqa: F811
     ChainHistories.customer, ChainHistories.operator = customer, operator
 
 
-def test_generated_chain_histories_lose_no_money(litecoind, anvil, catalog, customer, operator, settings):  # noqa: F811
+def test_generated_chain_histories_lose_no_money(litecoind, anvil, catalog, customer, operator, settings):
     _histories_on(litecoind, anvil, customer, operator, settings)
     n = int(os.environ.get("CHAIN_HISTORIES", "20"))
     run_state_machine_as_test(ChainHistories, settings=hsettings(
@@ -469,7 +468,7 @@ def _replay(machine: ChainHistories, steps) -> None:
 
 
 def test_usdt_overpayment_held_over_the_cap_and_dropped_by_a_reorg_is_not_kept(
-        litecoind, anvil, catalog, customer, operator, settings):  # noqa: F811
+        litecoind, anvil, catalog, customer, operator, settings):
     """Found by a random run (ADR 0009): a USDT payment to an expired quote, over the quote's
     automatic cap, waits in an ``over_cap`` review for an operator; a 4-block anvil reorg then
     drops it (not re-mined, and the payer's later transfers wait behind its nonce). The review

@@ -2,7 +2,7 @@
 our derivation) or USDT (a real 6-decimal ERC-20 on anvil), pay from the node's wallet, mine,
 run the watch task → the invoice is paid once and the lease is provisioning.
 
-The chain fixtures are the session fixtures of tests/billing/coins/conftest.py (skipped
+The chain fixtures are the session fixtures of tests/billing/chain_daemons.py (skipped
 when litecoind / anvil are not installed)."""
 import json
 from datetime import timedelta
@@ -20,14 +20,14 @@ from billing.payments.coins.utxo import UtxoAdapter
 from billing.payments.services import quote_create
 from billing.tasks import watch_payments
 from rental.models import LeaseEvent, LeaseState
-from tests.billing.coins.conftest import anvil, free_port, litecoind  # noqa: F401 - session fixtures
+from tests.billing.chain_daemons import free_port
 from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
 from tests.billing.test_lifecycle import order
 
 CONTRACT = json.loads((Path(__file__).parent / "coins" / "contracts" / "TestUSD.json").read_text())
 
 
-def test_ltc_order_paid_on_regtest_end_to_end(litecoind, catalog, customer):  # noqa: F811
+def test_ltc_order_paid_on_regtest_end_to_end(litecoind, catalog, customer):
     now = timezone.now()
     set_rate("LTC", "100", now)
     CoinWallet.objects.create(coin="LTC", next_index=5000, highest_paid_index=5000 - 1)  # clear of the adapter tests' addresses
@@ -59,7 +59,7 @@ def test_ltc_order_paid_on_regtest_end_to_end(litecoind, catalog, customer):  # 
 
 
 @pytest.fixture
-def usdt_token(anvil):  # noqa: F811
+def usdt_token(anvil):
     w3 = anvil
     contract = w3.eth.contract(abi=CONTRACT["abi"], bytecode=CONTRACT["bytecode"])
     tx = contract.constructor(10**15).transact({"from": w3.eth.accounts[0]})
@@ -68,7 +68,7 @@ def usdt_token(anvil):  # noqa: F811
     return w3.eth.contract(address=address, abi=CONTRACT["abi"])
 
 
-def test_usdt_order_paid_on_anvil_end_to_end(anvil, usdt_token, catalog, customer):  # noqa: F811
+def test_usdt_order_paid_on_anvil_end_to_end(anvil, usdt_token, catalog, customer):
     w3, now = anvil, timezone.now()
     CoinWallet.objects.create(coin="ETH", next_index=5000, highest_paid_index=5000 - 1)
     adapter = EvmAdapter(Coin.USDT, eth_account_key(), w3=w3, chain_id=31337, token=usdt_token.address)
@@ -89,7 +89,7 @@ def test_usdt_order_paid_on_anvil_end_to_end(anvil, usdt_token, catalog, custome
 
 # --- Payments that never lose money, on the real node: RBF, double-spends, chain time, node health -------------------
 
-def ltc_quote(litecoind, customer, now, first_index):  # noqa: F811
+def ltc_quote(litecoind, customer, now, first_index):
     """An order and its LTC quote at an address no other test pays (the node is shared)."""
     set_rate("LTC", "100", now)
     CoinWallet.objects.create(coin="LTC", next_index=first_index, highest_paid_index=first_index - 1)
@@ -101,7 +101,7 @@ def _confirmed_coin_over(wallet, amount):
     return next((u for u in wallet.call("listunspent", 1) if u["amount"] > amount), None)
 
 
-def rbf_payment(litecoind, address, amount, fee=Decimal("0.0001")):  # noqa: F811
+def rbf_payment(litecoind, address, amount, fee=Decimal("0.0001")):
     """A BIP125-replaceable payment built from one explicit coin of the funding wallet:
     (txid, the coin it spends)."""
     w = litecoind.wallet
@@ -115,7 +115,7 @@ def rbf_payment(litecoind, address, amount, fee=Decimal("0.0001")):  # noqa: F81
     return w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"]), coin
 
 
-def test_ltc_rbf_bump_replaces_the_payment_not_doubles_it(litecoind, catalog, customer):  # noqa: F811
+def test_ltc_rbf_bump_replaces_the_payment_not_doubles_it(litecoind, catalog, customer):
     now = timezone.now()
     adapter = UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
     with coins_config.use_adapters({Coin.LTC: adapter}):
@@ -138,7 +138,7 @@ def test_ltc_rbf_bump_replaces_the_payment_not_doubles_it(litecoind, catalog, cu
 
 
 def test_ltc_double_spent_payment_invalidates_the_quote_and_releases_the_slots(
-        litecoind, catalog, customer):  # noqa: F811
+        litecoind, catalog, customer):
     now = timezone.now()
     adapter = UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
     with coins_config.use_adapters({Coin.LTC: adapter}):
@@ -169,7 +169,7 @@ def test_ltc_double_spent_payment_invalidates_the_quote_and_releases_the_slots(
     assert fresh(lease).state == LeaseState.CANCELLED and fresh(invoice).state == Invoice.State.EXPIRED
 
 
-def test_ltc_not_offered_while_its_node_is_unreachable_or_behind(litecoind, catalog, customer, settings):  # noqa: F811
+def test_ltc_not_offered_while_its_node_is_unreachable_or_behind(litecoind, catalog, customer, settings):
     settings.PAYMENT_NODE_MAX_TIP_AGE_MINUTES = 120
     from billing.payments.coins.utxo import CoreRpc
     from billing.payments.services import coins_offered
@@ -201,7 +201,7 @@ def deploy(w3, artifact: dict, *args):
     return w3.eth.contract(address=w3.eth.get_transaction_receipt(tx)["contractAddress"], abi=artifact["abi"])
 
 
-def test_eth_order_paid_through_a_contract_and_a_stray_token_reported(anvil, usdt_token, catalog, customer):  # noqa: F811
+def test_eth_order_paid_through_a_contract_and_a_stray_token_reported(anvil, usdt_token, catalog, customer):
     from billing.backoffice.dashboard import dashboard
 
     w3, now = anvil, timezone.now()
@@ -225,7 +225,7 @@ def test_eth_order_paid_through_a_contract_and_a_stray_token_reported(anvil, usd
     assert any("token we do not take" in a for a in alerts), alerts
 
 
-def test_ltc_payment_reorged_out_and_double_spent_after_settlement(litecoind, catalog, customer, settings):  # noqa: F811
+def test_ltc_payment_reorged_out_and_double_spent_after_settlement(litecoind, catalog, customer, settings):
     """Speed policy: a $65 order settles on one confirmation. That block is then orphaned
     and the payer double-spends the coin: the invoice is flagged, the invoice and the
     overpayment credit taken back, and an operator review opened."""

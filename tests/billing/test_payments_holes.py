@@ -499,7 +499,7 @@ def test_a_quote_taken_late_in_the_order_window_still_gets_the_minimum(catalog, 
 
 def test_a_monero_wallet_rpc_error_is_a_message_not_a_500(catalog, customer, client, t0):
     from billing.payments.coins.monero import MoneroAdapter, MoneroWalletRpc
-    from tests.billing.coins.conftest import free_port
+    from tests.billing.chain_daemons import free_port
 
     set_rate("XMR", "150", timezone.now())
     _, invoice = order(customer, timezone.now(), pay=False)

@@ -1,5 +1,5 @@
 """A real single-host Ceph cluster for the storage tests (scripts/ceph-test-cluster.sh,
-booted once per session from its cache). Missing Ceph skips locally, fails with CI=true."""
+booted once from its cache for this package's tests, and stopped after them). Missing Ceph skips locally, fails with CI=true."""
 import shutil
 import subprocess
 
@@ -11,7 +11,10 @@ from tests.tools import require, require_tool
 from . import ceph_cluster as cluster_script
 
 
-@pytest.fixture(scope="session")
+# Package scope: the cluster (radosgw alone takes a fifth of a core while idle) stops once
+# tests/storage is done, instead of running beside every later test of the worker. Its
+# tests are one xdist group (tests/conftest.py), so they run one after another.
+@pytest.fixture(scope="package")
 def ceph_cluster_running(tmp_path_factory):
     for tool in ("ceph-mon", "ceph-mgr", "ceph-osd", "ceph-mds", "radosgw", "radosgw-admin", "ceph-fuse"):
         require_tool(tool, "scripts/install-ceph.sh")

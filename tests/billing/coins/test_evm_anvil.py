@@ -11,8 +11,7 @@ from bip_utils import Bip39SeedGenerator, Bip44, Bip44Coins
 
 from billing.payments.coins.base import Coin
 from billing.payments.coins.evm import EvmAdapter
-
-from .conftest import TEST_MNEMONIC
+from tests.billing.chain_daemons import TEST_MNEMONIC
 
 CONTRACT = json.loads((Path(__file__).parent / "contracts" / "TestUSD.json").read_text())
 _counter = iter(range(10_000))

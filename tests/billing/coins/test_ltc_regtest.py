@@ -16,8 +16,7 @@ from bip_utils import Base58Decoder, Base58Encoder, Bip39SeedGenerator, Bip84, B
 
 from billing.payments.coins.base import Coin
 from billing.payments.coins.utxo import UtxoAdapter
-
-from .conftest import TEST_MNEMONIC
+from tests.billing.chain_daemons import TEST_MNEMONIC
 
 
 def ltc_test_account_key() -> str:
