@@ -11,8 +11,8 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from core.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from inventory.admin import IncidentAdmin, NodeAdmin
-from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from inventory.models import Incident, Node
 from rental.failover import (
     MigrationRefused,

@@ -6,8 +6,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils.translation import gettext as _
 
+from core.money import format_usd
 from inventory.audit import audit_record
-from inventory.templatetags.money import format_usd
 
 from ..ledger import BillingError, invoice_volume_held_cents, invoices_refund_claim, ledger_post
 from ..models import Invoice, LedgerEntry

@@ -162,7 +162,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     # Fails open: with Redis down, cache reads miss and pages are built from the database.
     CACHES = {
-        "default": {"BACKEND": "rental.cache.FailOpenRedisCache", "LOCATION": REDIS_URL,
+        "default": {"BACKEND": "core.cache.FailOpenRedisCache", "LOCATION": REDIS_URL,
                     "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 1.0}}
     }
 else:

@@ -25,8 +25,8 @@ from billing.services import (
     topup_invoice_create,
 )
 from billing.storage.models import OrderedVolume
+from core.money import format_usd
 from inventory.models import AuditEntry
-from inventory.templatetags.money import format_usd
 from rental.models import CustomerSettings, LeaseEvent, LeaseState, Notification
 from tests.billing.payments_helpers import fresh
 from tests.billing.test_lifecycle import order
