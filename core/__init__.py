@@ -8,4 +8,5 @@ migrations; modules here read settings and Django's machinery only.
 - cache.py       the fail-open Redis cache backend (settings.CACHES)
 - sealing.py     secrets sealed at rest with a key derived from SECRET_KEY
 - audit.py       who acts: the team member acting for an account (inventory.audit writes the rows)
+- headers.py     the response headers every chain adds (Permissions-Policy, no-store when signed in)
 """

@@ -85,9 +85,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    # A database outage in a view is a 503 with Retry-After, not a 500 (rental/middleware.py).
-    "rental.middleware.DatabaseUnavailableMiddleware",
-    "rental.middleware.NulByteGuardMiddleware",  # NUL in a query or form: 400, not a DataError
+    # A database outage in a view is a 503 with Retry-After, not a 500 (storefront/middleware.py).
+    "storefront.middleware.DatabaseUnavailableMiddleware",
+    "storefront.middleware.NulByteGuardMiddleware",  # NUL in a query or form: 400, not a DataError
     # /agent/v1/ (signed, token-authenticated JSON) leaves here, with its own security headers.
     "fleet.middleware.AgentApiMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -97,8 +97,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django_otp.middleware.OTPMiddleware",
     # Staff enrol TOTP before anything else; whoever enrolled gives a code.
-    "rental.middleware.TwoFactorMiddleware",
-    "rental.middleware.SecurityHeadersMiddleware",  # Permissions-Policy, no-store when signed in
+    "storefront.middleware.TwoFactorMiddleware",
+    "core.headers.SecurityHeadersMiddleware",  # Permissions-Policy, no-store when signed in
     # Every signed-in customer's page write, CUSTOMER_WRITES_PER_MINUTE (many call Ceph, wallets, DNS).
     "rental.accounts.write_limits.CustomerWriteLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -111,7 +111,7 @@ MIDDLEWARE = [
 # The demo store's 404 is the site's own page, not the debug page.
 if DEBUG and not env_bool("DEBUG_TECHNICAL_404"):
     MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.messages.middleware.MessageMiddleware") + 1,
-                      "rental.middleware.FriendlyNotFoundMiddleware")
+                      "storefront.middleware.FriendlyNotFoundMiddleware")
 
 ROOT_URLCONF = "storefront.urls"
 WSGI_APPLICATION = "storefront.wsgi.application"
@@ -224,7 +224,7 @@ LANGUAGE_COOKIE_AGE = 365 * 24 * 3600
 LANGUAGE_COOKIE_HTTPONLY = True
 LANGUAGE_COOKIE_SAMESITE = "Lax"
 # zh_Hans groups prices by three with commas ($12,170), as the Chinese source documents do.
-FORMAT_MODULE_PATH = ["rental.formats"]
+FORMAT_MODULE_PATH = ["storefront.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
@@ -347,7 +347,7 @@ LIFECYCLE_PASS_BUDGET_SECONDS = float(os.environ.get("LIFECYCLE_PASS_BUDGET_SECO
 LIFECYCLE_BATCH = int(os.environ.get("LIFECYCLE_BATCH", "100"))
 # The beat touches this file on every scheduler tick; its healthcheck fails when older than
 # BEAT_HEARTBEAT_MAX_AGE_SECONDS (beat ticks at least every beat_max_loop_interval).
-CELERY_BEAT_SCHEDULER = "rental.beat:HeartbeatScheduler"
+CELERY_BEAT_SCHEDULER = "storefront.beat:HeartbeatScheduler"
 CELERY_BEAT_MAX_LOOP_INTERVAL = 30
 BEAT_HEARTBEAT_FILE = VAR_DIR / "beat-heartbeat"
 BEAT_HEARTBEAT_MAX_AGE_SECONDS = int(os.environ.get("BEAT_HEARTBEAT_MAX_AGE_SECONDS", "120"))
