@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "inventory",
     "rental",
     "billing",
+    "ops",  # the operator's process: the lifecycle pass, the back office (above billing, below fleet)
     "fleet",
 ]
 
@@ -335,7 +336,7 @@ CELERY_TASK_ROUTES = {"billing.*": {"queue": JOBS_QUEUE}, "rental.webhook_delive
 # --- One lifecycle pass at a time; beat heartbeat for its healthcheck ---
 # Seconds between lifecycle passes (beat); a tick not started within the interval expires.
 LIFECYCLE_INTERVAL_SECONDS = float(os.environ.get("LIFECYCLE_INTERVAL_SECONDS", "60"))
-# A pass holds a lock (a JobLock row, on the database's clock: billing/lifecycle/locks.py) that expires this
+# A pass holds a lock (a JobLock row, on the database's clock: ops/lifecycle/locks.py) that expires this
 # many seconds after its last renewal (every third of it while the pass runs): a holder
 # killed mid-pass blocks the next passes for at most this long.
 LIFECYCLE_LOCK_SECONDS = float(os.environ.get("LIFECYCLE_LOCK_SECONDS", "60"))
@@ -343,7 +344,7 @@ LIFECYCLE_LOCK_SECONDS = float(os.environ.get("LIFECYCLE_LOCK_SECONDS", "60"))
 # long (the rest is the next pass's): under the interval, so the next tick is not skipped.
 LIFECYCLE_PASS_BUDGET_SECONDS = float(os.environ.get("LIFECYCLE_PASS_BUDGET_SECONDS",
                                                      str(0.8 * LIFECYCLE_INTERVAL_SECONDS)))
-# Due rows a sweep handles per query and per transaction (billing.lifecycle._run_sweeps).
+# Due rows a sweep handles per query and per transaction (ops.lifecycle._run_sweeps).
 LIFECYCLE_BATCH = int(os.environ.get("LIFECYCLE_BATCH", "100"))
 # The beat touches this file on every scheduler tick; its healthcheck fails when older than
 # BEAT_HEARTBEAT_MAX_AGE_SECONDS (beat ticks at least every beat_max_loop_interval).
