@@ -8,7 +8,7 @@ figures; exits non-zero when an expectation fails.
          master, same workers; CONN_HEALTH_CHECKS drops the dead connections).
   redis  Redis stopped for --redis-seconds (default 60) while pages are under load and a
          real Celery worker + beat run the lifecycle every 5 s: pages keep answering 200 (the
-         cache fails open, rental/cache.py); beat and worker reconnect by themselves; leases
+         cache fails open, core/cache.py); beat and worker reconnect by themselves; leases
          whose term ended during the outage are suspended after it — each exactly once — and
          the leases that renewed from their balance are extended once, never twice.
 

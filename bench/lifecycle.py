@@ -6,14 +6,14 @@ generate_series): a fixed live population (5,000 active leases ending in 4–30 
 suspended ones inside their hold with their notice sent, 20 network volumes attached to
 active leases) and, for the rest, history — wiped leases (key destroyed, order invoice paid)
 and orders cancelled unpaid. Nothing is due. It then times lifecycle passes
-(billing.lifecycle.SWEEPS, every sweep once) and prints the median per pass and per sweep,
+(ops.lifecycle.SWEEPS, every sweep once) and prints the median per pass and per sweep,
 the ratio 1M / 10k (≈ 1 when each sweep reads its due rows through a partial index, not
 the ended table), and, at the largest size, the EXPLAIN of every sweep's selecting query.
 
 Then the due-work case: over `--history` rows (default 1,000,000) of the same
 fill, `--due` leases (default 1,000 and 10,000) each with work for the next pass — renewal
 invoices (half paid from the balance: the lease is extended) with their reminders,
-suspensions, releases (key destroyed, disk wiped). One pass (billing.lifecycle.run_lifecycle)
+suspensions, releases (key destroyed, disk wiped). One pass (ops.lifecycle.run_lifecycle)
 is timed: pass time, time and queries per due lease, per sweep, and whether that one pass
 finished the batch (else how many passes, i.e. how long the last due lease waited).
 
@@ -200,7 +200,7 @@ def blocks_touched() -> int:
 
 def timed_passes(now, passes: int) -> tuple[float, float, float, dict[str, float]]:
     """(median ms, fastest ms, pages touched per pass, median ms per sweep)."""
-    from billing.lifecycle import SWEEPS
+    from ops.lifecycle import SWEEPS
 
     totals, per_sweep = [], {name: [] for name, _ in SWEEPS}
     blocks_before = blocks_touched()

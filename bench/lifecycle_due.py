@@ -33,8 +33,8 @@ def counted_queries(log=None):
 
 @contextmanager
 def timed_sweeps(times: dict[str, float], queries: dict[str, int]):
-    """billing.lifecycle.SWEEPS with each sweep's time and queries added up."""
-    from billing import lifecycle
+    """ops.lifecycle.SWEEPS with each sweep's time and queries added up."""
+    from ops import lifecycle
 
     original = list(lifecycle.SWEEPS)
 
@@ -61,8 +61,8 @@ def due_case(args, fill, common) -> None:
     from django.contrib.auth.models import User
     from django.utils import timezone
 
-    from billing.lifecycle import run_lifecycle
     from billing.services import balance_top_up
+    from ops.lifecycle import run_lifecycle
     from rental import rules
     from rental.models import Lease
 

@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
+from core.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from rental.admin import confirm_with_form, report
 
 from .models import Account, Invoice, InvoiceLine, JobRun, LedgerEntry

@@ -3,7 +3,7 @@ import importlib
 from django.apps import AppConfig
 
 # Admin modules beside admin.py (Django only autodiscovers admin.py).
-EXTRA_ADMIN_MODULES = ("billing.backoffice.admin", "billing.payments.admin")
+EXTRA_ADMIN_MODULES = ("billing.payments.admin",)
 
 
 class BillingConfig(AppConfig):

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import BigIntegerField, Case, F, Value, When
 from django.utils.translation import gettext as _
 
-from inventory.templatetags.money import format_usd
+from core.money import format_usd
 from rental.models import Term
 
 from .models import Account, Invoice, LedgerEntry, OrderedVolume

@@ -117,7 +117,7 @@ class JobRun(models.Model):
     last_result = models.JSONField(default=dict, blank=True)
 
     class Meta:
-        # The operations dashboard (billing.backoffice.admin) checks this named permission.
+        # The operations dashboard (ops.backoffice.admin) checks this named permission.
         permissions = [("view_ops_dashboard", "Can view the operations dashboard")]
 
     def __str__(self) -> str:
@@ -125,7 +125,7 @@ class JobRun(models.Model):
 
 
 class JobLock(models.Model):
-    """A named lock with an expiry, for deployments without Redis (billing/lifecycle/locks.py).
+    """A named lock with an expiry, for deployments without Redis (ops/lifecycle/locks.py).
     Held while `expires_at` is in the future; `token` names the holder so only it releases."""
 
     name = models.CharField(max_length=60, primary_key=True)

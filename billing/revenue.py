@@ -85,7 +85,7 @@ def paid_outside(start: datetime, end: datetime, *, end_inclusive: bool = True):
     top-ups, not paid from the balance (its debit is the revenue then), not those whose
     money went to the balance because their lease had ended (``late:<invoice>``). The one
     definition the dashboard's totals, the per-site rows and the ledger export's journal
-    rows (billing.backoffice.exports) share, so they agree to the cent."""
+    rows (ops.backoffice.exports) share, so they agree to the cent."""
     to_balance = LedgerEntry.objects.filter(idempotency_key=OuterRef("late_key"))
     rows = (Invoice.objects.filter(state=Invoice.State.PAID, paid_at__gte=start)
             .exclude(kind=Invoice.Kind.TOPUP).exclude(paid_via="balance")

@@ -11,10 +11,10 @@ from django.db.models import Q
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+from core.money import format_usd
+from core.rows import insert_many_once
 from inventory.audit import audit_record
 from inventory.models import Offer, Site, StorageProduct
-from inventory.rows import insert_many_once
-from inventory.templatetags.money import format_usd
 from rental import services as rental
 from rental.models import ADDON_LIMITS_TB, Image, Lease, LeaseState, Term
 from rental.notifications.notices import Notice, notify_many

@@ -1,37 +1,19 @@
-"""Thin Celery wrappers: re-read state, call a service, record the run."""
+"""Thin Celery wrappers: re-read state, call a service, record the run (billing.jobs). The
+lifecycle tick is the operator's process's: ops/tasks.py."""
 import logging
 
 from celery import shared_task
 from django.utils import timezone
 
 from .jobs import (
-    LIFECYCLE,
     WATCH_PAYMENTS,
     coin_job,
     job_run_finished,
     job_run_record,
     job_run_started,
 )
-from .lifecycle import SKIPPED, run_lifecycle_exclusive
 
 log = logging.getLogger("billing.tasks")
-
-
-@shared_task(name="billing.lifecycle_tick", acks_late=True)
-def lifecycle_tick() -> int | str:
-    """One pass, or SKIPPED when another pass holds the lifecycle lock (JobRun untouched:
-    it records the pass that runs)."""
-    started = timezone.now()
-    results = run_lifecycle_exclusive(started, on_start=_record_start)
-    if results is None:
-        log.info("lifecycle tick %s", SKIPPED)
-        return SKIPPED
-    job_run_finished(LIFECYCLE, timezone.now(), {"transitions": len(results)})
-    return len(results)
-
-
-def _record_start(started) -> None:
-    job_run_started(LIFECYCLE, started)
 
 
 @shared_task(name="billing.watch_coin", acks_late=True)

@@ -9,9 +9,9 @@ from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from billing.backoffice.admin import OpsNodeAdmin
-from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
+from core.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from inventory.models import Node
+from ops.backoffice.admin import OpsNodeAdmin
 from rental.admin import LeaseAdmin
 from rental.models import Lease
 

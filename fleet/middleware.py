@@ -7,7 +7,7 @@ poll's CPU. What still applies to it runs on both paths:
 - before this middleware (settings.MIDDLEWARE): SecurityMiddleware (HTTPS redirect, HSTS,
   nosniff, referrer and opener policies), the database-outage 503 and the NUL guard;
 - inside it: Permissions-Policy and `Cache-Control: no-store`
-  (rental.middleware.SecurityHeadersMiddleware), X-Frame-Options and the site's CSP — the
+  (core.headers.SecurityHeadersMiddleware), X-Frame-Options and the site's CSP — the
   last two as fixed headers composed once (no agent view exempts or amends them; django-csp
   built the policy string anew for every response).
 
@@ -25,7 +25,7 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.db import connections
 from django.urls import resolve
 
-from rental.middleware import SecurityHeadersMiddleware
+from core.headers import SecurityHeadersMiddleware
 
 AGENT_PREFIX = "/agent/v1/"
 

@@ -7,7 +7,8 @@ from django.utils.html import format_html_join
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from .admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
+from core.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
+
 from .burnin import burn_in_request_node
 from .incidents import IncidentRefused, incident_close, incident_open
 from .models import (

@@ -145,7 +145,7 @@ def catalog_generation() -> str | None:
 def cached_by_generation(name: str, parts, build, *, generation: str | None = None):
     """build(), kept in this process for CATALOG_CACHE_SECONDS while the shared catalog
     generation is unchanged: a hit costs one small cache read (the generation), no
-    unpickling. A cache that fails (Redis down, see rental.cache) means building again."""
+    unpickling. A cache that fails (Redis down, see core.cache) means building again."""
     seconds = getattr(settings, "CATALOG_CACHE_SECONDS", 0)
     if seconds <= 0:
         return build()

@@ -16,7 +16,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
+from core.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 
 from . import rules, services
 from .models import (

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 
-from inventory.audit import acting_member
+from core.audit import acting_member
 from inventory.models import Site
 from inventory.selectors import catalog_rows
 

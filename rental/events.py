@@ -6,7 +6,7 @@ these."""
 from dataclasses import dataclass
 from datetime import datetime
 
-from inventory.audit import audit_actor
+from core.audit import audit_actor
 
 from .models import LeaseEvent
 

@@ -130,7 +130,7 @@ class Lease(models.Model):
                                             related_name="leases")
     start_command = models.TextField(blank=True)
     env = models.JSONField(default=dict, blank=True, help_text="Plain variables")
-    #: The secrets' values, sealed (rental.sealing); their names alone in `secret_names`, so
+    #: The secrets' values, sealed (core.sealing); their names alone in `secret_names`, so
     #: pages and the API list them without unsealing anything.
     sealed_secrets = models.TextField(blank=True)
     secret_names = models.JSONField(default=list, blank=True)
@@ -373,7 +373,7 @@ class Snapshot(models.Model):
 
     The node agent takes it with restic into a repository of its own (an RGW
     bucket of an RGW user of its own at the lease's site), encrypted with a password only
-    this row holds (sealed, rental.sealing). It is `creating` until the node's signed
+    this row holds (sealed, core.sealing). It is `creating` until the node's signed
     `snapshot_taken` evidence arrives, `available` (ready) after. Each failed attempt (a
     named failure the node reports, or no progress for SNAPSHOT_STALLED_MINUTES) is kept in
     `error` and audited, and the next attempt (a new op_id) follows, up to
@@ -474,7 +474,7 @@ class SshKey(models.Model):
 # --- the workbench: what an account keeps for its leases (rental.workbench) -----------------
 
 class RegistryCredential(models.Model):
-    """A login to a private container registry. The password is sealed at rest (rental.sealing)
+    """A login to a private container registry. The password is sealed at rest (core.sealing)
     and never shown again; it is unsealed only into the desired state of the node that runs a
     lease pulling from that registry."""
 

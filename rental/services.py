@@ -303,7 +303,7 @@ def lease_cancel(*, lease_id: int, now: datetime, from_states, actor=None, reaso
 def lease_fail(*, lease_id: int, now: datetime, reason: str) -> bool:
     """provisioning → failed when no instance came up within NODE_PROVISIONING_DEADLINE:
     slots back to stock, the disk key destroyed and the disk wiped like any ended lease.
-    The refund and the notice are billing's (billing.lifecycle.sweep_provisioning_deadline)."""
+    The refund and the notice are billing's (ops.lifecycle.sweep_provisioning_deadline)."""
     deadline = now - settings.NODE_PROVISIONING_DEADLINE
     left = _transition(lease_id, to=S.FAILED, from_states=[S.PROVISIONING], now=now, kind="provisioning_failed",
                        reason=reason, when=Q(provisioning_started_at__lte=deadline), ended_at=now, wipe_by=now,

@@ -9,6 +9,7 @@ from django.db.models import F, Q
 from django.dispatch import Signal
 from django.utils.translation import gettext as _
 
+from core.sealing import unseal
 from inventory.audit import audit_record
 from inventory.models import Site
 
@@ -21,7 +22,6 @@ from .models import (
     VolumeAttachment,
     snapshot_failure_text,
 )
-from .sealing import unseal
 
 S = LeaseState
 RUNNING = (S.PROVISIONING, S.ACTIVE)

@@ -8,7 +8,7 @@ CLI (through the API): every refusal is a `Problem` with a field, a stable code 
 for the customer. Every limit is a WORKBENCH_* setting (storefront/settings/workbench.py).
 
 Secrets (lease secrets, account secrets, registry passwords) are sealed at rest with
-rental.sealing and never leave this module unsealed except into the desired state of the
+core.sealing and never leave this module unsealed except into the desired state of the
 node that runs the lease (fleet.desired via `lease_node_env` / `lease_registry_auth`). Audit
 rows and webhook payloads carry names only, never values."""
 import secrets as random_secrets
@@ -19,11 +19,11 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
+from core.sealing import seal, unseal
 from inventory.audit import audit_record
 
 from .events import event_record
 from .models import LIVE_STATES, AccountVariable, Image, Lease, RegistryCredential
-from .sealing import seal, unseal
 from .workbench_rules import (
     DOMAIN_RE,
     Problem,

@@ -20,8 +20,8 @@ ACCOUNT_LOCKS_ALLOWED = {
 ROW_LOCKS_ALLOWED = {
     "billing/ledger.py": "the ledger's lock helpers: accounts in id order, invoices being refunded",
     "billing/services.py": "orders, renewals and refunds: the lease, its invoices, the account's order count",
-    "billing/backoffice/services.py": "an operator's action on one invoice",
-    "billing/lifecycle/__init__.py": "expiring unpaid invoices still open under their locks",
+    "ops/backoffice/services.py": "an operator's action on one invoice",
+    "ops/lifecycle/__init__.py": "expiring unpaid invoices still open under their locks",
     "billing/egress.py": "one lease's egress meter rows, added to concurrently by reports",
     "billing/sla/services.py": "deciding one SLA claim once",
     "billing/storage/snapshot_usage.py": "one snapshot's usage meter",

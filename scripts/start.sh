@@ -6,7 +6,7 @@
 #   start.sh watch     granian (ASGI) for the nodes' long waits on /agent/v1/desired/watch only
 #   start.sh worker    the Celery worker of the jobs queue: the lifecycle pass, the payment watchers
 #   start.sh outbound  the Celery worker of the outbound queue: calls to customers' addresses (webhooks)
-#   start.sh beat      the one Celery beat (heartbeat for its healthcheck: rental/beat.py)
+#   start.sh beat      the one Celery beat (heartbeat for its healthcheck: storefront/beat.py)
 # Each worker reads its own queue (CELERY_TASK_ROUTES in storefront/settings/) and is named after
 # it, which is the name its healthcheck pings: a slow customer endpoint can fill the outbound
 # worker's slots, never the jobs worker's.
@@ -25,7 +25,7 @@ case "${1:-}" in
     # a fleet's polls at ~1.5 ms of a worker's CPU each, where gunicorn's threaded worker took
     # 2.3-3.0 ms: 10,000 nodes at a 15 s poll fit a 2-core machine (docs/performance.md, "Fleet scale").
     # The access log is the application's (storefront.wsgi:served,
-    # rental/accesslog.py: the client's address, no reset token), so the server's is off;
+    # storefront/accesslog.py: the client's address, no reset token), so the server's is off;
     # no control socket: nothing but the main process manages workers.
     bind="${WEB_BIND:-0.0.0.0:8000}"
     exec granian --interface wsgi storefront.wsgi:served --host "${bind%:*}" --port "${bind##*:}" \

@@ -12,7 +12,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # speed on
 # page caches) must not flush the other worker's keys in the middle of its test, so each
 # worker's cache gets its own Redis database (the broker and locks keep REDIS_URL's).
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-if _worker.startswith("gw") and CACHES["default"]["BACKEND"] == "rental.cache.FailOpenRedisCache":  # noqa: F405
+if _worker.startswith("gw") and CACHES["default"]["BACKEND"] == "core.cache.FailOpenRedisCache":  # noqa: F405
     from urllib.parse import urlsplit, urlunsplit
 
     _url = urlsplit(CACHES["default"]["LOCATION"])  # noqa: F405

@@ -155,7 +155,7 @@ urlpatterns = [
     path("", include(customer)),
     path("", include("inventory.urls")),
 ]
-handler500 = "rental.middleware.server_error"  # a database outage is a 503 there too
+handler500 = "storefront.middleware.server_error"  # a database outage is a 503 there too
 
 if settings.BENCH_BASELINE_VIEW:  # bench/load.py's bare-Django baseline
     from rental import bench_views

@@ -2,7 +2,7 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-from rental.accesslog import AccessLog
+from storefront.accesslog import AccessLog
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "storefront.settings")
 application = get_wsgi_application()

@@ -8,7 +8,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
+from core.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from rental.admin import confirm_with_form, report
 
 from ..admin import dollars

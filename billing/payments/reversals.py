@@ -236,7 +236,7 @@ def _suspended_by_reversal(lease_id: int) -> bool:
 
 
 def sweep_reversed_payments(now: datetime, limit: int = BATCH) -> list[Transition]:
-    """For billing.lifecycle.SWEEPS: debts recovered → invoices cleared, leases resumed;
+    """For ops.lifecycle.SWEEPS: debts recovered → invoices cleared, leases resumed;
     debts still owed past the grace → the lease they paid for is suspended."""
     done: list[Transition] = []
     flagged = Invoice.objects.filter(flag=REVERSED_FLAG).order_by("pk")

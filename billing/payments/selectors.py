@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
-from inventory.templatetags.money import format_usd
+from core.money import format_usd
 
 from ..models import Invoice, Payment, PaymentReview, Quote
 from .coins.amounts import format_amount

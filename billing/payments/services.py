@@ -401,7 +401,7 @@ def _credit_unsettled(quote: Quote, live: list[Payment], now: datetime, kind: st
 
 def sweep_expire_quotes(now: datetime, limit: int = BATCH) -> list[Transition]:
     """Quotes past their expiry that are not fully paid on time → expired (the on-time part
-    of a partly paid one goes to the balance once confirmed). For billing.lifecycle.SWEEPS."""
+    of a partly paid one goes to the balance once confirmed). For ops.lifecycle.SWEEPS."""
     due = (Quote.objects.filter(state__in=OPEN_QUOTE_STATES, expires_at__lte=now)
            .exclude(awaiting_watchers(now, coin_field="coin", deadline_field="expires_at")).order_by("expires_at", "pk"))
     done = []

@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods
 
-from inventory.templatetags.money import format_usd
+from core.money import format_usd
 from rental.models import Lease
 from rental.teams.rights import customer_view
 

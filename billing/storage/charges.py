@@ -1,6 +1,6 @@
 """Storage products on their own 30-day term, paid from the balance: ordering a network
 volume or a snapshot, growing a volume pro rata, and the sweep that renews, lapses and deletes
-them (billing.lifecycle runs it). The Ceph side is billing.storage.volumes/snapshots; the
+them (ops.lifecycle runs it). The Ceph side is billing.storage.volumes/snapshots; the
 rental rows are rental.storage."""
 from datetime import datetime
 

@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils.translation import gettext as _
 
+from core.money import format_usd
 from inventory.services import audit_record
-from inventory.templatetags.money import format_usd
 from rental import services as rental
 from rental.models import Lease, LeaseState
 from rental.storage import StorageRefused, lease_volume_addon_settled, volume_attach

@@ -1,7 +1,7 @@
 """Where a snapshot lives: an RGW user and bucket of its own at the lease's
 site, with a quota of the snapshot's size, and a restic password generated here. The
 node gets the S3 key and the password in its desired state, only for the snapshot's op;
-the storefront keeps both sealed (rental.sealing) to restore later. Destroying the key
+the storefront keeps both sealed (core.sealing) to restore later. Destroying the key
 purges the RGW user with its objects, then forgets the password (rental.storage).
 
 The key the storefront made with the repository is never handed out: each node gets a key of
@@ -15,11 +15,11 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
+from core.sealing import seal, unseal
 from inventory.audit import audit_record
 from inventory.models import Node, Site, SlotAllocation
 from rental.events import event_record as _event
 from rental.models import Lease, LeaseState, Snapshot
-from rental.sealing import seal, unseal
 from rental.storage import StorageRefused, snapshot_repository
 
 from .ceph import CephError, CephUnavailable

@@ -88,7 +88,7 @@ def _scoped(scope: str, request, key: str | None) -> str:
 
 
 def _hit(key: str, window_seconds: int) -> int:
-    if hasattr(cache, "hit"):             # Redis (rental.cache): one round trip
+    if hasattr(cache, "hit"):             # Redis (core.cache): one round trip
         return cache.hit(key, window_seconds)[0]
     if cache.add(key, 1, timeout=window_seconds):
         return 1

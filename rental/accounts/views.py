@@ -1,5 +1,5 @@
 """Two-factor sign-in pages (django-otp TOTP + one-time recovery codes), for everyone:
-mandatory for staff (rental.middleware.TwoFactorMiddleware sends them here before anything
+mandatory for staff (storefront.middleware.TwoFactorMiddleware sends them here before anything
 else), optional for customers (from the settings page).
 
 /accounts/otp/setup/ — enrol an authenticator app: a fresh, unconfirmed device is shown as

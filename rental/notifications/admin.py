@@ -5,7 +5,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from inventory.admin_base import ReadOnlyAdmin
+from core.admin_base import ReadOnlyAdmin
 
 from .models import Dispatch, WebhookDelivery, WebhookEndpoint
 from .services import delivery_redeliver

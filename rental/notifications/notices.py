@@ -12,7 +12,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone, translation
 
-from inventory.rows import insert_many_once
+from core.rows import insert_many_once
 
 from ..accounts.services import _loaded_settings
 from ..models import CustomerSettings, Lease, Notification

@@ -11,8 +11,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from core.rows import insert_many_once
 from inventory.audit import audit_record
-from inventory.rows import insert_many_once
 
 from .models import Dispatch, WebhookDelivery, WebhookEndpoint, new_secret
 from .sending import Refused, check_url, post

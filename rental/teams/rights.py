@@ -10,7 +10,7 @@ per method: `customer_view({"GET": VIEW, "POST": ORDER})`); an API route with
 `api_endpoint(..., right=...)` beside its scope. tests/rental/test_team_rights.py walks every
 customer URL and API route and fails on one that declares nothing. Inside a declared view,
 `request.account` is the account to read and write (filter by it, never by request.user) and
-`request.user` the member; the audit rows name the member (inventory.audit.acting_member)."""
+`request.user` the member; the audit rows name the member (core.audit.acting_member)."""
 from dataclasses import dataclass
 from functools import wraps
 
@@ -18,7 +18,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.http import HttpResponseNotAllowed
 
-from inventory.audit import acting_member
+from core.audit import acting_member
 
 from .models import Membership, Role
 

@@ -12,12 +12,13 @@ msgids, so the zh_Hans catalogue still applies. Each text is translated once per
 
 import functools
 import html
-from importlib import import_module
 
 from django import template
 from django.utils.formats import get_format, localize
 from django.utils.safestring import SafeData, mark_safe
 from django.utils.translation import gettext_noop, pgettext_lazy
+
+from core.money import usd_formatter as money_formatter
 
 from ..recommend import usable_gb
 from ..results import BREAKDOWN_LABELS, BREAKDOWN_MSGIDS
@@ -147,15 +148,13 @@ def _nbt(tr: Texts, translated: str, n: int, **values) -> str:
 
 
 def usd_formatter(*, always_cents: bool = False, tr: Texts | None = None):
-    """The shop's price text (``usd`` / ``usd_cents``) from the ``money`` template library,
-    found as ``{% load money %}`` finds it: sizing imports nothing from inventory (the
-    storefront's layers), its templates only load the library by name. Kept in the
-    language's texts table when given (the formatter depends on the language's formats)."""
+    """The shop's price text (``usd`` / ``usd_cents``, core.money: the text the ``money``
+    template library gives), kept in the language's texts table when given (the formatter
+    depends on the language's formats)."""
     key = ("usd", always_cents)
     if tr is not None and key in tr.extra:
         return tr.extra[key]
-    money = import_module(template.engines["django"].engine.libraries["money"])
-    fmt = money.usd_formatter(always_cents=always_cents)
+    fmt = money_formatter(always_cents=always_cents)
     if tr is not None:
         tr.extra[key] = fmt
     return fmt

@@ -79,15 +79,16 @@ INSTALLED_APPS = [
     "inventory",
     "rental",
     "billing",
+    "ops",  # the operator's process: the lifecycle pass, the back office (above billing, below fleet)
     "fleet",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    # A database outage in a view is a 503 with Retry-After, not a 500 (rental/middleware.py).
-    "rental.middleware.DatabaseUnavailableMiddleware",
-    "rental.middleware.NulByteGuardMiddleware",  # NUL in a query or form: 400, not a DataError
+    # A database outage in a view is a 503 with Retry-After, not a 500 (storefront/middleware.py).
+    "storefront.middleware.DatabaseUnavailableMiddleware",
+    "storefront.middleware.NulByteGuardMiddleware",  # NUL in a query or form: 400, not a DataError
     # /agent/v1/ (signed, token-authenticated JSON) leaves here, with its own security headers.
     "fleet.middleware.AgentApiMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -97,8 +98,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django_otp.middleware.OTPMiddleware",
     # Staff enrol TOTP before anything else; whoever enrolled gives a code.
-    "rental.middleware.TwoFactorMiddleware",
-    "rental.middleware.SecurityHeadersMiddleware",  # Permissions-Policy, no-store when signed in
+    "storefront.middleware.TwoFactorMiddleware",
+    "core.headers.SecurityHeadersMiddleware",  # Permissions-Policy, no-store when signed in
     # Every signed-in customer's page write, CUSTOMER_WRITES_PER_MINUTE (many call Ceph, wallets, DNS).
     "rental.accounts.write_limits.CustomerWriteLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -111,7 +112,7 @@ MIDDLEWARE = [
 # The demo store's 404 is the site's own page, not the debug page.
 if DEBUG and not env_bool("DEBUG_TECHNICAL_404"):
     MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.messages.middleware.MessageMiddleware") + 1,
-                      "rental.middleware.FriendlyNotFoundMiddleware")
+                      "storefront.middleware.FriendlyNotFoundMiddleware")
 
 ROOT_URLCONF = "storefront.urls"
 WSGI_APPLICATION = "storefront.wsgi.application"
@@ -162,7 +163,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     # Fails open: with Redis down, cache reads miss and pages are built from the database.
     CACHES = {
-        "default": {"BACKEND": "rental.cache.FailOpenRedisCache", "LOCATION": REDIS_URL,
+        "default": {"BACKEND": "core.cache.FailOpenRedisCache", "LOCATION": REDIS_URL,
                     "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 1.0}}
     }
 else:
@@ -224,7 +225,7 @@ LANGUAGE_COOKIE_AGE = 365 * 24 * 3600
 LANGUAGE_COOKIE_HTTPONLY = True
 LANGUAGE_COOKIE_SAMESITE = "Lax"
 # zh_Hans groups prices by three with commas ($12,170), as the Chinese source documents do.
-FORMAT_MODULE_PATH = ["rental.formats"]
+FORMAT_MODULE_PATH = ["storefront.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
@@ -335,7 +336,7 @@ CELERY_TASK_ROUTES = {"billing.*": {"queue": JOBS_QUEUE}, "rental.webhook_delive
 # --- One lifecycle pass at a time; beat heartbeat for its healthcheck ---
 # Seconds between lifecycle passes (beat); a tick not started within the interval expires.
 LIFECYCLE_INTERVAL_SECONDS = float(os.environ.get("LIFECYCLE_INTERVAL_SECONDS", "60"))
-# A pass holds a lock (a JobLock row, on the database's clock: billing/lifecycle/locks.py) that expires this
+# A pass holds a lock (a JobLock row, on the database's clock: ops/lifecycle/locks.py) that expires this
 # many seconds after its last renewal (every third of it while the pass runs): a holder
 # killed mid-pass blocks the next passes for at most this long.
 LIFECYCLE_LOCK_SECONDS = float(os.environ.get("LIFECYCLE_LOCK_SECONDS", "60"))
@@ -343,11 +344,11 @@ LIFECYCLE_LOCK_SECONDS = float(os.environ.get("LIFECYCLE_LOCK_SECONDS", "60"))
 # long (the rest is the next pass's): under the interval, so the next tick is not skipped.
 LIFECYCLE_PASS_BUDGET_SECONDS = float(os.environ.get("LIFECYCLE_PASS_BUDGET_SECONDS",
                                                      str(0.8 * LIFECYCLE_INTERVAL_SECONDS)))
-# Due rows a sweep handles per query and per transaction (billing.lifecycle._run_sweeps).
+# Due rows a sweep handles per query and per transaction (ops.lifecycle._run_sweeps).
 LIFECYCLE_BATCH = int(os.environ.get("LIFECYCLE_BATCH", "100"))
 # The beat touches this file on every scheduler tick; its healthcheck fails when older than
 # BEAT_HEARTBEAT_MAX_AGE_SECONDS (beat ticks at least every beat_max_loop_interval).
-CELERY_BEAT_SCHEDULER = "rental.beat:HeartbeatScheduler"
+CELERY_BEAT_SCHEDULER = "storefront.beat:HeartbeatScheduler"
 CELERY_BEAT_MAX_LOOP_INTERVAL = 30
 BEAT_HEARTBEAT_FILE = VAR_DIR / "beat-heartbeat"
 BEAT_HEARTBEAT_MAX_AGE_SECONDS = int(os.environ.get("BEAT_HEARTBEAT_MAX_AGE_SECONDS", "120"))

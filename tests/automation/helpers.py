@@ -2,9 +2,9 @@
 import json
 from datetime import timedelta
 
-from billing.lifecycle import run_lifecycle
 from billing.services import balance_top_up, checkout_place_order
 from inventory.models import Offer, Site
+from ops.lifecycle import run_lifecycle
 from rental.models import Image, Lease, LeaseState
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"

@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice
 from billing.services import balance_top_up
+from ops.lifecycle import run_lifecycle
 from rental.accounts.services import api_token_create, ssh_key_add
 from rental.models import Lease, SshKey
 from tests.billing.payments_helpers import offline_coins, set_rate

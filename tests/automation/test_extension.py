@@ -5,9 +5,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice
 from billing.services import BillingError, InsufficientBalance, account_for, lease_extend_order
+from ops.lifecycle import run_lifecycle
 from rental.accounts.services import api_token_create
 from rental.models import LeaseEvent, Notification
 from rental.services import customer_settings_update, lease_auto_renew_set, lease_auto_renews

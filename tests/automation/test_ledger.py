@@ -10,7 +10,7 @@ from django.core import mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
+from ops.lifecycle import run_lifecycle
 from rental.models import Notification
 from rental.notifications.models import Dispatch, WebhookDelivery
 from rental.notifications.services import dispatch_claim, webhook_endpoint_save

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
+from ops.lifecycle import run_lifecycle
 from rental.notifications.models import WebhookDelivery, WebhookEndpoint
 from rental.notifications.sending import address_allowed
 from rental.notifications.services import (

@@ -10,7 +10,6 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from billing.backoffice.exports import ledger_rows
 from billing.revenue import revenue_between, revenue_by_site
 from billing.services import (
     BillingError,
@@ -20,6 +19,7 @@ from billing.services import (
     lease_refund,
 )
 from inventory.models import Offer, Site
+from ops.backoffice.exports import ledger_rows
 from rental.models import Image
 from tests.automation.helpers import KEY
 

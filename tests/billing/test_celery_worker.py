@@ -17,9 +17,9 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice, JobRun, LedgerEntry
 from inventory.models import Site
+from ops.lifecycle import run_lifecycle
 from rental.lifecycle import sweep_provisioning
 from rental.models import Lease, LeaseEvent, LeaseState
 from tests import deadlines

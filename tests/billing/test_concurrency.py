@@ -12,11 +12,11 @@ from django.db.models import Count, Sum
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice, LedgerEntry
 from billing.services import balance_top_up, checkout_place_order, invoice_pay_from_balance
 from inventory.models import GpuSlot, Offer, Site, SlotAllocation
 from inventory.services import SoldOut
+from ops.lifecycle import run_lifecycle
 from rental.models import CustomerSettings, DiskKey, Image, Lease, LeaseEvent, LeaseState
 from rental.services import account_create
 from tests.billing.test_pages import form_data, order_url

@@ -4,7 +4,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone, translation
 
-from billing.lifecycle import run_lifecycle
 from billing.models import Account, Invoice, LedgerEntry
 from billing.services import (
     BillingError,
@@ -14,6 +13,7 @@ from billing.services import (
     lease_refund,
 )
 from inventory.models import Offer, Site, SlotAllocation
+from ops.lifecycle import run_lifecycle
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState, Notification
 
 S = LeaseState

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from billing import services
 from billing.egress import egress_record
-from billing.lifecycle import sweep_renewal_invoices
 from billing.models import Account, EgressUsage, Invoice, InvoiceLine, LedgerEntry
 from billing.services import (
     balance_top_up,
@@ -25,6 +24,7 @@ from billing.services import (
     renewal_invoices_create,
 )
 from inventory.models import Site
+from ops.lifecycle import sweep_renewal_invoices
 from rental.lifecycle import DUE_LEASE_RELATED, sweep_provisioning, sweep_release, sweep_suspend
 from rental.models import CustomerSettings, DiskKey, Lease, LeaseEvent, Notification
 from rental.notifications.models import Dispatch

@@ -10,10 +10,10 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle, sweep_renewal_invoices
 from billing.models import Invoice
 from billing.services import BillingError, balance_top_up, checkout_place_order, lease_refund
 from inventory.models import Offer, Site, SlotAllocation
+from ops.lifecycle import run_lifecycle, sweep_renewal_invoices
 from rental import lifecycle as sweeps
 from rental.accounts.services import api_token_create
 from rental.models import DiskKey, Image, Lease, LeaseEvent, LeaseState, Notification

@@ -25,9 +25,9 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from billing.lifecycle import SKIPPED, run_lifecycle, run_lifecycle_exclusive
-from billing.lifecycle.locks import DatabaseLock, exclusive
 from billing.models import JobLock
+from ops.lifecycle import SKIPPED, run_lifecycle, run_lifecycle_exclusive
+from ops.lifecycle.locks import DatabaseLock, exclusive
 from rental.agent import FakeAgent, agent_override
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState
 from rental.services import disk_key_complete_destroy, lease_wipe
@@ -158,7 +158,7 @@ def test_command_reports_skipped_while_a_pass_runs(catalog, settings, backend, c
 HOLD_AND_WAIT = """
 import django, sys, time; from datetime import UTC, datetime, timedelta
 django.setup()
-from billing.lifecycle.locks import exclusive
+from ops.lifecycle.locks import exclusive
 with exclusive("lifecycle", ttl=timedelta(seconds=float(sys.argv[1]))) as held:
     print("held" if held else "not held", flush=True)
     time.sleep(120)

@@ -5,7 +5,7 @@ import itertools
 import pytest
 from django.utils import timezone
 
-from billing import lifecycle
+from ops import lifecycle
 from rental.lifecycle import Transition
 
 

@@ -12,7 +12,6 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from billing.models import CoinWallet, Invoice, LedgerEntry, Payment, PaymentReview, Quote
 from billing.payments import config as coins_config
 from billing.payments.coins.base import Coin
@@ -22,6 +21,7 @@ from billing.payments.coins.utxo import UtxoAdapter
 from billing.payments.services import quote_create, watch_coin
 from billing.services import account_for, topup_invoice_create
 from billing.tasks import watch_payments
+from ops.lifecycle import run_lifecycle
 from rental.agent import Instance
 from rental.models import LeaseState, Notification
 from rental.services import lease_provisioned
@@ -324,8 +324,8 @@ def test_ltc_double_spent_order_falls_back_to_the_accounts_own_window(litecoind,
 
 def test_usdc_to_a_usdt_quote_eth_to_a_token_quote_and_a_token_to_an_eth_quote_are_reported(
         anvil, catalog, customer, operator, settings):
-    from billing.backoffice.dashboard import dashboard
     from billing.payments.credits import payment_review_close, payment_review_credit
+    from ops.backoffice.dashboard import dashboard
 
     w3, now = anvil, timezone.now()
     settings.MAX_OPEN_UNPAID_ORDERS = 3

@@ -14,7 +14,6 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from billing.models import CoinWallet, Invoice, Payment, PaymentReview, Quote, WatcherCursor
 from billing.payments import config as coins_config
 from billing.payments import services as payment_services
@@ -25,6 +24,7 @@ from billing.payments.credits import payment_review_credit
 from billing.payments.pricing import PaymentError
 from billing.payments.services import quote_create, watch_coin
 from inventory.models import AuditEntry
+from ops.lifecycle import run_lifecycle
 from rental.models import LeaseState
 from tests.billing.payments_helpers import eth_account_key, fresh, set_rate
 from tests.billing.test_lifecycle import order

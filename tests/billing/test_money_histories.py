@@ -46,7 +46,6 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from billing.lifecycle import run_lifecycle
 from billing.models import CoinWallet, Invoice, Payment, PaymentReview, Quote, WatcherCursor
 from billing.payments import config as coins_config
 from billing.payments import services as payment_services
@@ -57,6 +56,7 @@ from billing.payments.credits import payment_review_credit
 from billing.payments.pricing import PaymentError
 from billing.payments.services import quote_create, watch_coin
 from billing.services import account_for
+from ops.lifecycle import run_lifecycle
 from tests.billing.payments_helpers import eth_account_key, set_rate
 from tests.billing.test_lifecycle import order
 from tests.billing.test_money_chains import ltc

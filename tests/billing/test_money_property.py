@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from billing.backoffice.services import invoice_refund_to_balance
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice, LedgerEntry, PaymentReview
 from billing.payments.coins.base import Coin, DetectedPayment, ScanResult
 from billing.payments.credits import payment_review_credit
 from billing.payments.pricing import PaymentError, cents_at
 from billing.payments.services import payments_apply_scan, quote_create
 from billing.services import BillingError, account_for, lease_refund
+from ops.backoffice.services import invoice_refund_to_balance
+from ops.lifecycle import run_lifecycle
 from tests.billing.payments_helpers import offline_coins, set_rate, txid
 from tests.billing.test_lifecycle import order
 

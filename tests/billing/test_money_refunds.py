@@ -9,7 +9,6 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.backoffice.services import invoice_refund_to_balance
 from billing.models import Invoice, LedgerEntry
 from billing.services import (
     BillingError,
@@ -19,6 +18,7 @@ from billing.services import (
     refundable_cents,
     refunds_left,
 )
+from ops.backoffice.services import invoice_refund_to_balance
 from rental.models import LeaseState
 from tests.billing.payments_helpers import fresh
 from tests.billing.test_concurrency import in_threads, postgres_only
@@ -91,7 +91,7 @@ def test_a_partial_desk_refund_leaves_only_the_rest_to_the_customer(paid_order, 
 
 
 def test_a_failed_provisioning_refunds_only_what_the_operator_did_not(paid_order, customer, operator, settings):
-    from billing.lifecycle import sweep_provisioning_deadline
+    from ops.lifecycle import sweep_provisioning_deadline
 
     lease, invoice = paid_order
     invoice_refund_to_balance(invoice=invoice, actor=operator, reason="goodwill", now=timezone.now(), cents=1500)

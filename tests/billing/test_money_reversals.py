@@ -3,11 +3,11 @@ re-order, then reversed on its chain; an operator forgiving a debt, then the pay
 back (no second give-back)."""
 from datetime import timedelta
 
-from billing.lifecycle import run_lifecycle
 from billing.models import LedgerEntry, PaymentReview
 from billing.payments.credits import payment_review_credit
 from billing.payments.late import late_payment_confirm
 from billing.payments.services import sweep_expire_quotes
+from ops.lifecycle import run_lifecycle
 from rental.agent import Instance
 from rental.models import LeaseState
 from rental.services import lease_provisioned

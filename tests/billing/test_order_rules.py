@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import pytest
 
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice, LedgerEntry
 from billing.services import (
     BillingError,
@@ -28,6 +27,7 @@ from billing.services import (
     topup_invoice_create,
 )
 from inventory.models import AuditEntry, Offer, Site
+from ops.lifecycle import run_lifecycle
 from rental.lifecycle import sweep_release
 from rental.models import Image, LeaseEvent, LeaseState, Notification, Snapshot
 from rental.notifications.models import WebhookDelivery

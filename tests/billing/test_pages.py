@@ -5,10 +5,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice, LedgerEntry
 from billing.services import balance_top_up, checkout_place_order, topup_invoice_create
 from inventory.models import GpuSlot, Offer, Site, SlotAllocation
+from ops.lifecycle import run_lifecycle
 from rental.models import Image, Lease, LeaseState
 
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"

@@ -9,7 +9,6 @@ from decimal import Decimal
 
 import pytest
 
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice, Payment, Quote
 from billing.payments import config as coins_config
 from billing.payments.coins.amounts import format_amount
@@ -20,6 +19,7 @@ from billing.payments.reversals import debt_settle
 from billing.payments.services import payments_apply_scan, sweep_expire_quotes
 from billing.services import balance_top_up
 from inventory.models import AuditEntry
+from ops.lifecycle import run_lifecycle
 from rental.models import LeaseEvent, LeaseState
 from tests.billing.payments_helpers import apply, fresh, paid, set_rate, txid
 from tests.billing.test_lifecycle import order

@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from billing.lifecycle import run_lifecycle
 from billing.models import (
     CoinWallet,
     Invoice,
@@ -31,6 +30,7 @@ from billing.payments.services import (
 )
 from billing.services import account_for, balance_top_up, checkout_place_order
 from inventory.models import Node, Offer, Site
+from ops.lifecycle import run_lifecycle
 from rental.models import Lease, LeaseEvent, LeaseState
 from tests.billing.payments_helpers import apply, fresh, paid, set_rate
 from tests.billing.test_lifecycle import order

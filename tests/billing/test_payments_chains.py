@@ -163,7 +163,7 @@ def test_ltc_double_spent_payment_invalidates_the_quote_and_releases_the_slots(
         watch_payments()  # the conflicting transaction is mined: still invalid
         assert thief in litecoind.rpc.call("getblock", litecoind.rpc.call("getbestblockhash"))["tx"]
         assert fresh(quote).state == Quote.State.INVALID
-    from billing.lifecycle import run_lifecycle
+    from ops.lifecycle import run_lifecycle
 
     run_lifecycle(quote.expires_at + timedelta(seconds=1))
     assert fresh(lease).state == LeaseState.CANCELLED and fresh(invoice).state == Invoice.State.EXPIRED
@@ -202,7 +202,7 @@ def deploy(w3, artifact: dict, *args):
 
 
 def test_eth_order_paid_through_a_contract_and_a_stray_token_reported(anvil, usdt_token, catalog, customer):
-    from billing.backoffice.dashboard import dashboard
+    from ops.backoffice.dashboard import dashboard
 
     w3, now = anvil, timezone.now()
     set_rate("ETH", "2000", now)

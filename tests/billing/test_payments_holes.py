@@ -10,8 +10,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from billing.backoffice.dashboard import dashboard
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice, LedgerEntry, Payment, PaymentReview, Quote, WatcherCursor
 from billing.payments import config as coins_config
 from billing.payments.coins.base import Coin, ScanResult
@@ -26,6 +24,8 @@ from billing.payments.services import (
 )
 from billing.services import balance_top_up, invoice_pay_from_balance, ledger_post
 from inventory.models import AuditEntry
+from ops.backoffice.dashboard import dashboard
+from ops.lifecycle import run_lifecycle
 from rental.models import LeaseState
 from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid, set_rate
 from tests.billing.test_lifecycle import order
@@ -460,10 +460,10 @@ def test_the_gap_limit_is_per_customer_and_a_coin_they_cannot_use_is_not_offered
     """Unpaid top-up quotes of one customer used to exhaust the wallet's gap for
     everybody (ETH, USDT and USDC share one counter). Now that customer alone is refused
     and no longer offered the wallet's coins; others are served, the operator is warned."""
-    from billing.backoffice.dashboard import dashboard
     from billing.models import CoinWallet
     from billing.payments.services import coins_offered, wallet_gap_exceeded
     from billing.services import topup_invoice_create
+    from ops.backoffice.dashboard import dashboard
 
     settings.ADDRESSES_UNPAID_PER_CUSTOMER = 3
     set_rate("LTC", "100", t0)

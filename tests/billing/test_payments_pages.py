@@ -80,7 +80,7 @@ def test_late_payment_confirm_button(alice, invoice, customer):
     now = timezone.now()
     quote = quote_create(invoice=invoice, coin="LTC", now=now)
     later = quote.expires_at + timedelta(minutes=1)
-    from billing.lifecycle import run_lifecycle
+    from ops.lifecycle import run_lifecycle
     run_lifecycle(later)
     sweep_expire_quotes(later)
     set_rate("LTC", "100", later)

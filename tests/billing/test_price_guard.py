@@ -52,7 +52,7 @@ def stopped(coin="LTC") -> CoinRateGuard | None:
 
 
 def dashboard_alerts(now) -> list[str]:
-    from billing.backoffice.dashboard import dashboard
+    from ops.backoffice.dashboard import dashboard
 
     return dashboard(now).alerts
 

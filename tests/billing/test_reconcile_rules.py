@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from billing.lifecycle import run_lifecycle
 from billing.models import LedgerEntry, Payment, PaymentReview, Quote
 from billing.payments.credits import payment_review_credit
 from billing.payments.reversals import quote_reconcile
+from ops.lifecycle import run_lifecycle
 from rental.agent import Instance
 from rental.models import LeaseEvent, LeaseState
 from rental.services import lease_provisioned

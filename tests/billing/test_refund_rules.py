@@ -12,7 +12,6 @@ from datetime import timedelta
 import pytest
 from django.conf import settings as django_settings
 
-from billing.backoffice.services import invoice_refund_to_balance
 from billing.models import Invoice, LedgerEntry
 from billing.services import (
     BillingError,
@@ -25,8 +24,9 @@ from billing.services import (
     topup_invoice_create,
 )
 from billing.storage.models import OrderedVolume
+from core.money import format_usd
 from inventory.models import AuditEntry
-from inventory.templatetags.money import format_usd
+from ops.backoffice.services import invoice_refund_to_balance
 from rental.models import CustomerSettings, LeaseEvent, LeaseState, Notification
 from tests.billing.payments_helpers import fresh
 from tests.billing.test_lifecycle import order

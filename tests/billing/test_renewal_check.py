@@ -1,4 +1,4 @@
-"""The missed-renewal alarm (billing/lifecycle/renewal_check.py): every lifecycle pass checks
+"""The missed-renewal alarm (ops/lifecycle/renewal_check.py): every lifecycle pass checks
 that each active lease in its renewal window (past RENEWAL_CHECK_GRACE_MINUTES) has exactly one
 renewal invoice for its next term, and alerts the operators otherwise — an audit row once per
 lease and term, an error in the log, a dashboard line while it lasts."""
@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from billing import lifecycle
-from billing.backoffice.dashboard import dashboard
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice
 from billing.services import balance_top_up
 from inventory.models import AuditEntry
+from ops import lifecycle
+from ops.backoffice.dashboard import dashboard
+from ops.lifecycle import run_lifecycle
 from rental.agent import Instance
 from rental.models import LeaseState
 from rental.services import lease_provisioned

@@ -7,12 +7,12 @@ from datetime import timedelta
 
 import pytest
 
-from billing.lifecycle import run_lifecycle
 from billing.models import LedgerEntry, Payment, PaymentReview
 from billing.payments.credits import payment_review_close, payment_review_credit
 from billing.payments.pricing import PaymentError
 from billing.services import balance_top_up, invoice_settle_manually
 from inventory.models import AuditEntry
+from ops.lifecycle import run_lifecycle
 from rental.agent import Instance
 from rental.models import LeaseEvent, LeaseState
 from rental.services import lease_provisioned, lease_suspend

@@ -8,13 +8,13 @@ from decimal import Decimal
 
 import pytest
 
-from billing.lifecycle import run_lifecycle
 from billing.models import LedgerEntry, Payment, PaymentReview
 from billing.payments.credits import payment_review_close, payment_review_credit
 from billing.payments.pricing import PaymentError
 from billing.payments.selectors import payment_lines
 from billing.payments.services import sweep_expire_quotes
 from inventory.models import AuditEntry
+from ops.lifecycle import run_lifecycle
 from tests.billing.payments_helpers import apply, fresh, paid, set_rate
 from tests.billing.test_payments import DUE, USD, balance
 

@@ -8,13 +8,13 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from billing.backoffice.exports import iso, payment_rows
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice, LedgerEntry, Payment, PaymentReview, Quote
 from billing.payments.coins.base import ScanResult
 from billing.payments.credits import payment_review_credit
 from billing.payments.services import payments_apply_scan, sweep_expire_quotes
 from billing.services import lease_refund
+from ops.backoffice.exports import iso, payment_rows
+from ops.lifecycle import run_lifecycle
 from rental.models import LeaseState
 from tests.billing.payments_helpers import apply, fresh, paid, set_rate
 from tests.billing.test_payments import DUE, USD, balance, credits

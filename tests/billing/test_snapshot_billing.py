@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from billing.lifecycle import SWEEPS
 from billing.models import LedgerEntry
 from billing.revenue import revenue_by_site
 from billing.services import account_for, balance_top_up
@@ -16,6 +15,7 @@ from billing.storage.charges import snapshot_order
 from billing.storage.models import SnapshotMeter, SnapshotUsageCharge, StorageCharge
 from billing.storage.snapshot_usage import snapshot_cents_for, sweep_snapshot_usage
 from inventory.models import AuditEntry, StorageProduct
+from ops.lifecycle import SWEEPS
 from rental.lifecycle import sweep_provisioning
 from rental.models import Lease, Snapshot
 from rental.storage import storage_delete

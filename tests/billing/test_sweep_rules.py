@@ -1,4 +1,4 @@
-"""The mutation run's record of the payment sweeps (billing.lifecycle.SWEEPS): the quote expiry sweep
+"""The mutation run's record of the payment sweeps (ops.lifecycle.SWEEPS): the quote expiry sweep
 (waits for a coin's watcher that has not scanned past the deadline; closed quotes never take
 a batch's place; what it reports), the order's hold when a quote stops confirming (kept while
 another quote of the order confirms, never past the latest of the order's own window — the
@@ -11,13 +11,13 @@ from datetime import timedelta
 
 import pytest
 
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice, Quote
 from billing.payments import config as coins_config
 from billing.payments.coins.base import Coin, ScanResult
 from billing.payments.quotes import quote_create
 from billing.payments.services import payments_apply_scan, watch_coin
 from billing.services import balance_top_up
+from ops.lifecycle import run_lifecycle
 from rental.agent import Instance
 from rental.events import Transition
 from rental.models import LeaseEvent, LeaseState, Notification

@@ -10,14 +10,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from billing.backoffice.dashboard import dashboard
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice, LedgerEntry, Payment, PaymentReview, Quote, WatcherCursor
 from billing.payments import config as coins_config
 from billing.payments.coins.base import Coin, ScanResult
 from billing.payments.pricing import PaymentError
 from billing.payments.services import payments_apply_scan, quote_create, watch_coin
 from inventory.models import AuditEntry
+from ops.backoffice.dashboard import dashboard
+from ops.lifecycle import run_lifecycle
 from rental.models import LeaseState
 from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid
 from tests.billing.test_lifecycle import order

@@ -1,11 +1,11 @@
-"""The production access log's rules (rental/accesslog.py, the WSGI middleware production
+"""The production access log's rules (storefront/accesslog.py, the WSGI middleware production
 serves): the stack test (test_production.py) reads real lines through Caddy; these check
 what is left out and what a line holds."""
 import io
 
 import pytest
 
-from rental.accesslog import AccessLog
+from storefront.accesslog import AccessLog
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ def demo_store(shop, settings):
 
 @pytest.mark.parametrize("viewport,tag", [(DESKTOP, "desktop"), (PHONE, "phone")])
 def test_signed_out_order_signup_demo_payment_and_a_running_lease(new_context, demo_store, viewport, tag):
-    from billing.lifecycle import run_lifecycle
+    from ops.lifecycle import run_lifecycle
     from rental.models import Lease, LeaseState
 
     page = new_context(viewport=viewport).new_page()

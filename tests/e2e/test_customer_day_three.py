@@ -30,8 +30,8 @@ def _customer(name):
 
 @pytest.mark.parametrize("viewport,tag", VIEWPORTS)
 def test_demo_checkout_then_the_lease_page_updates_itself_and_stops_polling(new_context, demo_store, viewport, tag):
-    from billing.lifecycle import run_lifecycle
     from billing.models import Invoice
+    from ops.lifecycle import run_lifecycle
     from rental.models import Lease, LeaseState
     from tests.e2e.test_flows import SSH_KEY
 

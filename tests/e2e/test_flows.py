@@ -37,8 +37,8 @@ def operator(transactional_db, django_user_model):
 
 
 def test_signup_size_order_pay_settle_and_the_lease_turns_active(new_context, coins, operator):
-    from billing.lifecycle import run_lifecycle
     from billing.models import Invoice
+    from ops.lifecycle import run_lifecycle
     from rental.models import Lease
 
     page = new_context().new_page()

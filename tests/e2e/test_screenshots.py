@@ -13,9 +13,9 @@ from tests.e2e.conftest import DESKTOP, PASSWORD, PHONE, login, screenshot
 def customer_with_leases(shop):
     """dana: an active lease (paid from balance, provisioned), a pending one with an open
     invoice and an LTC quote for it, some ledger entries."""
-    from billing.lifecycle import run_lifecycle
     from billing.payments.services import quote_create
     from billing.services import balance_top_up
+    from ops.lifecycle import run_lifecycle
     from rental.services import account_create
     from tests.billing.payments_helpers import offline_coins, set_rate
     from tests.billing.test_lifecycle import order

@@ -9,9 +9,9 @@ from tests.billing.test_pages import ED25519
 
 def running_lease(customer, *, slug="rtx-3090", term="week", now: datetime | None = None):
     """Ordered, paid from the balance and provisioned (FakeAgent, no delay): active."""
-    from billing.lifecycle import run_lifecycle
     from billing.services import balance_top_up, checkout_place_order, price_lines
     from inventory.models import Offer, Site
+    from ops.lifecycle import run_lifecycle
     from rental.models import Image, Lease
 
     now = now or timezone.now()
@@ -46,8 +46,8 @@ def renewal_due(lease):
     """The renewal invoice the lifecycle creates 24 h before the term ends."""
     from django.conf import settings
 
-    from billing.lifecycle import run_lifecycle
     from billing.models import Invoice
+    from ops.lifecycle import run_lifecycle
 
     run_lifecycle(lease.ends_at - timedelta(hours=settings.LEASE_RENEWAL_LEAD_HOURS) + timedelta(minutes=1))
     return Invoice.objects.get(lease=lease, kind=Invoice.Kind.RENEWAL)

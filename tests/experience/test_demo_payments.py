@@ -6,9 +6,9 @@ import pytest
 from django.core import checks
 from django.urls import reverse
 
-from billing.backoffice.dashboard import dashboard
 from billing.models import Invoice
 from billing.payments.config import use_adapters
+from ops.backoffice.dashboard import dashboard
 from rental.models import LeaseState
 from tests.billing.test_pages import place
 

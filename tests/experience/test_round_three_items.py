@@ -9,7 +9,7 @@ from tests.billing.test_pages import place
 from tests.experience.scenes import node_of, running_lease
 from tests.i18n.conftest import ZH
 
-FRIENDLY = "rental.middleware.FriendlyNotFoundMiddleware"
+FRIENDLY = "storefront.middleware.FriendlyNotFoundMiddleware"
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def test_the_demo_stores_404_is_the_sites_own_page(rf, customer):
     from django.http import HttpResponse, JsonResponse
     from django.utils import translation
 
-    from rental.middleware import FriendlyNotFoundMiddleware
+    from storefront.middleware import FriendlyNotFoundMiddleware
 
     debug_page = HttpResponse(b"<html><head><title>Page not found at /x/</title></head>Using the URLconf", status=404)
     request = rf.get("/x/")

@@ -1,5 +1,5 @@
 """Pages keep serving when the cache is down: the Redis backend fails open
-(rental.cache.FailOpenRedisCache) and the catalog cache builds from the database. Checked
+(core.cache.FailOpenRedisCache) and the catalog cache builds from the database. Checked
 against a Redis port nobody listens on (no server needed), and with a cache whose every
 call raises. bench/faults.py stops the real Redis for a minute under load."""
 import socket
@@ -9,7 +9,7 @@ from django.core.cache import caches
 from django.core.cache.backends.locmem import LocMemCache
 from django.test import Client, override_settings
 
-from rental.cache import FailOpenRedisCache
+from core.cache import FailOpenRedisCache
 
 pytestmark = pytest.mark.django_db
 PAGES = ["/", "/gpus/?vendor=nvidia&min_vram=40", "/faq/", "/size/?model=llama-2-13b&method=lora",
@@ -56,7 +56,7 @@ def test_pages_render_with_a_dead_redis_cache(catalog, settings):
     settings.CATALOG_CACHE_SECONDS = 10
     port = dead_port()
     FailOpenRedisCache._down_until = 0.0
-    with override_settings(CACHES={"default": {"BACKEND": "rental.cache.FailOpenRedisCache",
+    with override_settings(CACHES={"default": {"BACKEND": "core.cache.FailOpenRedisCache",
                                                "LOCATION": f"redis://127.0.0.1:{port}/0",
                                                "OPTIONS": {"socket_connect_timeout": 0.2}}}):
         caches._settings = None

@@ -12,10 +12,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core.sealing import seal
 from fleet.desired import desired_answer, desired_document
 from fleet.desired_version import REDIS_RUN, current_etag, etag_keys
 from rental.models import LeaseState, Snapshot
-from rental.sealing import seal
 from rental.storage import lease_restore_from_set, lease_restored
 
 from .conftest import node_of, provision_then_release, ready

@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from core.sealing import seal
 from fleet.services import instance_restart
 from rental.failover import node_evacuate
 from rental.models import Snapshot
-from rental.sealing import seal
 
 from .conftest import key_destroyed, node_of, ready
 

@@ -10,11 +10,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from fleet.crypto import canonical_json
 from fleet.driver import NodeAgentDriver
 from fleet.models import Evidence
 from inventory.models import Incident
+from ops.lifecycle import run_lifecycle
 from rental.lifecycle import sweep_provisioning
 from rental.models import DiskKey, LeaseState, Notification
 from rental.services import lease_release, lease_suspend

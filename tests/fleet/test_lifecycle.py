@@ -12,10 +12,10 @@ from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice
 from billing.services import balance_top_up, invoice_pay_from_balance
 from fleet.models import NodeAgent
+from ops.lifecycle import run_lifecycle
 from rental.models import DiskKey, LeaseState
 from tests.conftest import ON_POSTGRES
 

@@ -21,11 +21,11 @@ from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice
 from billing.services import balance_top_up, checkout_place_order
 from fleet.services import enrolment_code_create
 from inventory.models import Offer, Site
+from ops.lifecycle import run_lifecycle
 from rental import rules
 from rental.models import DiskKey, Image, Lease, LeaseState, Notification
 

@@ -99,9 +99,9 @@ def seed_leases(n: int):
     Their terms end between 26 and 46 virtual hours from now, so the lifecycle issues and
     pays renewals (24 h before the end) and suspends the unpaid (at the end) while the
     writer runs: before, during and after the failover."""
-    from billing.lifecycle import run_lifecycle
     from inventory.demo import load_demo_catalog
     from inventory.models import Offer, Site
+    from ops.lifecycle import run_lifecycle
     from rental.demo import load_demo_images
     from rental.models import Image, Lease
 
@@ -127,7 +127,7 @@ def seed_leases(n: int):
 
 
 def cmd_writer(stop: Path, progress: Path, leases: int = 8) -> None:
-    from billing.lifecycle import run_lifecycle
+    from ops.lifecycle import run_lifecycle
 
     settings.HOST_AGENT_FAKE_DELAY = 0
     v0, ends = seed_leases(leases)

@@ -7,9 +7,9 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from billing.services import balance_top_up, checkout_place_order
 from inventory.models import GpuSlot, Offer, Site
+from ops.lifecycle import run_lifecycle
 from rental.accounts.services import api_token_create
 from rental.i18n import remember_language
 from rental.models import CustomerSettings, Image, Notification

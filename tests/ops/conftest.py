@@ -14,9 +14,9 @@ def t0():
 @pytest.fixture
 def place(settings):
     """Order, pay from the balance and provision a lease at `at`; returns it active."""
-    from billing.lifecycle import run_lifecycle
     from billing.services import balance_top_up, checkout_place_order, price_lines
     from inventory.models import Offer, Site
+    from ops.lifecycle import run_lifecycle
     from rental.models import Image
 
     settings.HOST_AGENT_FAKE_DELAY = 0

@@ -6,10 +6,10 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from billing.backoffice.dashboard import dashboard
 from billing.models import Invoice, JobRun, Payment, Quote
 from inventory.incidents import incident_open
 from inventory.models import GpuSlot, SlotAllocation
+from ops.backoffice.dashboard import dashboard
 from rental.services import lease_release, lease_suspend
 
 NOW = datetime(2025, 6, 15, 12, 0, tzinfo=UTC)

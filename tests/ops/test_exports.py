@@ -7,8 +7,8 @@ from decimal import Decimal
 from django.test import Client
 from django.urls import reverse
 
-from billing.backoffice.exports import csv_safe
 from billing.models import Invoice, Payment, Quote
+from ops.backoffice.exports import csv_safe
 
 JUNE = datetime(2025, 6, 10, 12, tzinfo=UTC)
 

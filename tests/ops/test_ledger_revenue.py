@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 from django.urls import reverse
 
-from billing.backoffice.dashboard import dashboard
 from billing.models import Invoice, LedgerEntry
 from billing.services import balance_top_up, invoice_mark_paid, lease_refund, ledger_post
 from billing.storage.charges import volume_order
 from inventory.models import Site
+from ops.backoffice.dashboard import dashboard
 from tests.billing.test_lifecycle import order
 
 JUNE = datetime(2025, 6, 10, 12, tzinfo=UTC)

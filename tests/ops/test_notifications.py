@@ -5,7 +5,7 @@ from datetime import timedelta
 from django.core import mail
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
+from ops.lifecycle import run_lifecycle
 from rental.models import Notification
 from rental.services import lease_suspend
 

@@ -11,7 +11,6 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.backoffice.dashboard import dashboard
 from billing.models import LedgerEntry
 from billing.revenue import revenue_between
 from billing.services import balance_top_up, checkout_place_order, invoice_mark_paid, ledger_post
@@ -19,6 +18,7 @@ from billing.storage.charges import snapshot_order, volume_order
 from billing.storage.models import OrderedVolume
 from billing.storage.snapshot_usage import sweep_snapshot_usage
 from inventory.models import Offer, Site
+from ops.backoffice.dashboard import dashboard
 from rental.lifecycle import sweep_provisioning
 from rental.models import Image, Lease, Snapshot
 from rental.storage import storage_delete

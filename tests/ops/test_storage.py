@@ -8,11 +8,11 @@ import pytest
 from django.utils import timezone
 
 from billing.egress import egress_record
-from billing.lifecycle import run_lifecycle
 from billing.models import Account, EgressUsage, Invoice, LedgerEntry
 from billing.services import InsufficientBalance, balance_top_up
 from billing.storage.charges import snapshot_order, sweep_storage, volume_order
 from inventory.models import AuditEntry, Site
+from ops.lifecycle import run_lifecycle
 from rental.models import LeaseEvent, NetworkVolume, Snapshot, VolumeAttachment
 from rental.storage import (
     RESTORE_INTO,

@@ -14,7 +14,8 @@ from django.utils import timezone
 from billing.models import JobRun
 from billing.payments import config as coins_config
 from billing.payments.coins.base import Coin, ScanResult
-from billing.tasks import lifecycle_tick, watch_payments
+from billing.tasks import watch_payments
+from ops.tasks import lifecycle_tick
 from storefront import celery_app
 
 NODE = f"jobs@{socket.gethostname()}"

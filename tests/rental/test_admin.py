@@ -8,10 +8,10 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from billing.models import Invoice
 from billing.services import balance_top_up, checkout_place_order
 from inventory.models import Offer, Site, SlotAllocation
+from ops.lifecycle import run_lifecycle
 from rental.models import DiskKey, Image, Lease, LeaseEvent, LeaseState
 
 S = LeaseState

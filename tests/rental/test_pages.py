@@ -6,9 +6,9 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.lifecycle import run_lifecycle
 from billing.services import balance_top_up, checkout_place_order
 from inventory.models import Offer, Site
+from ops.lifecycle import run_lifecycle
 from rental.accounts.services import api_token_authenticate, token_hash
 from rental.models import ApiToken, Image, Notification
 from rental.timeline import countdown

@@ -13,11 +13,11 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from billing.models import Invoice, LedgerEntry, Payment
+from billing.services import BillingError, account_for
 from rental.models import ApiToken, Lease, LeaseState, NetworkVolume, Snapshot
 from rental.permissions import ops_view
 
-from ..models import Invoice, LedgerEntry, Payment
-from ..services import BillingError, account_for
 from .services import balance_adjust, invoice_refund_to_balance
 
 READ_PERM, MONEY_PERM = "auth.view_user", "billing.add_ledgerentry"

@@ -1,5 +1,5 @@
 """One lifecycle pass: every sweep, in dependency order, in committed batches. Called every minute by
-Celery beat (billing.tasks.lifecycle_tick) and by `manage.py lifecycle`. The sweeps read
+Celery beat (ops.tasks.lifecycle_tick) and by `manage.py lifecycle`. The sweeps read
 customers with their settings (language, auto-renew) in the same query as the due leases."""
 import logging
 import time
@@ -9,6 +9,14 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
+from billing.models import Invoice
+from billing.payments import health as payments_health
+from billing.payments import reversals as payments_reversals
+from billing.payments import services as payments
+from billing.services import lease_fail_and_refund, order_invoice_expire, renewal_invoices_create
+from billing.storage.charges import sweep_storage
+from billing.storage.snapshot_usage import sweep_snapshot_usage
+from billing.storage.sweeps import sweep_ceph
 from rental import lifecycle as rental_sweeps
 from rental import rules
 from rental.agent import FakeAgent, agent_override
@@ -17,14 +25,6 @@ from rental.models import Lease, LeaseState
 from rental.notices import sweep_state_notices
 from rental.notifications.services import sweep_webhooks
 
-from ..models import Invoice
-from ..payments import health as payments_health
-from ..payments import reversals as payments_reversals
-from ..payments import services as payments
-from ..services import lease_fail_and_refund, order_invoice_expire, renewal_invoices_create
-from ..storage.charges import sweep_storage
-from ..storage.snapshot_usage import sweep_snapshot_usage
-from ..storage.sweeps import sweep_ceph
 from . import renewal_check
 from .locks import exclusive
 

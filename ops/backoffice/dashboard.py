@@ -20,18 +20,18 @@ from django.db.models import (
 )
 from django.utils.translation import gettext
 
+from billing.jobs import freshness, seconds, watched_names
+from billing.ledger import month_start
+from billing.models import Invoice, JobRun, PaymentReview, Quote
+from billing.payments.addresses import wallets_past_gap
+from billing.payments.health import coins_unwell
+from billing.payments.pricing import rate_stop_alert, rates_stopped
+from billing.payments.services import coins_offered
+from billing.revenue import SiteRevenue, revenue_between, revenue_by_site
 from inventory.models import AuditEntry, GpuSlot, SlotAllocation
 from rental.models import DiskKey, Lease, LeaseState
 
-from ..jobs import freshness, seconds, watched_names
-from ..ledger import month_start
 from ..lifecycle.renewal_check import renewal_alerts
-from ..models import Invoice, JobRun, PaymentReview, Quote
-from ..payments.addresses import wallets_past_gap
-from ..payments.health import coins_unwell
-from ..payments.pricing import rate_stop_alert, rates_stopped
-from ..payments.services import coins_offered
-from ..revenue import SiteRevenue, revenue_between, revenue_by_site
 
 S = LeaseState
 QUOTE_STUCK_AFTER = timedelta(hours=1)

@@ -1,13 +1,13 @@
 """`manage.py lifecycle [--dry-run] [--at ISO-8601]`: one lifecycle pass (every sweep
-once), the same as a Celery beat tick, printing each transition. Lives in billing because
-the pass includes billing's sweeps (rental never imports billing)."""
+once), the same as a Celery beat tick, printing each transition. Lives in ops, with the pass:
+it runs rental's and billing's sweeps, so it sits above both."""
 from datetime import UTC, datetime
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from billing.lifecycle import SKIPPED, UNPREVIEWABLE_SWEEPS, run_lifecycle, run_lifecycle_exclusive
+from ops.lifecycle import SKIPPED, UNPREVIEWABLE_SWEEPS, run_lifecycle, run_lifecycle_exclusive
 
 
 def parse_at(value: str) -> datetime:

@@ -6,11 +6,15 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils.translation import gettext as _
 
+from billing.ledger import (
+    BillingError,
+    invoice_volume_held_cents,
+    invoices_refund_claim,
+    ledger_post,
+)
+from billing.models import Invoice, LedgerEntry
+from core.money import format_usd
 from inventory.audit import audit_record
-from inventory.templatetags.money import format_usd
-
-from ..ledger import BillingError, invoice_volume_held_cents, invoices_refund_claim, ledger_post
-from ..models import Invoice, LedgerEntry
 
 
 def _need_reason(reason: str) -> str:

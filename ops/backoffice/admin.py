@@ -1,5 +1,5 @@
-"""Operators' screens that span inventory, rental and billing, loaded from
-BillingConfig.ready(): the migration actions on nodes and incidents, SLA claims, storage
+"""Operators' screens that span inventory, rental and billing, loaded by the admin's
+autodiscovery (ops/admin.py): the migration actions on nodes and incidents, SLA claims, storage
 products, and the operations dashboard and CSV exports (admin views under /admin/ops/)."""
 from django import forms
 from django.conf import settings
@@ -11,8 +11,11 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from billing.admin import dollars
+from billing.models import EgressUsage, SlaClaim
+from billing.sla.services import ClaimRefused, sla_claim_approve, sla_claim_decline, sla_figures
+from core.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from inventory.admin import IncidentAdmin, NodeAdmin
-from inventory.admin_base import ReadOnlyAdmin, ReadOnlyInlineMixin
 from inventory.models import Incident, Node
 from rental.failover import (
     MigrationRefused,
@@ -23,9 +26,6 @@ from rental.failover import (
 from rental.models import NetworkVolume, Snapshot, VolumeAttachment
 from rental.permissions import ops_view
 
-from ..admin import dollars
-from ..models import EgressUsage, SlaClaim
-from ..sla.services import ClaimRefused, sla_claim_approve, sla_claim_decline, sla_figures
 from . import dashboard as dash
 
 # The dashboard shows revenue and every customer's renewals: a named permission.

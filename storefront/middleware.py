@@ -1,4 +1,4 @@
-"""Guards around every request.
+"""Guards around every request (settings.MIDDLEWARE, the root URLconf's handler500).
 
 DatabaseUnavailableMiddleware: when PostgreSQL is down or restarting, a view's
 OperationalError/InterfaceError becomes a clean 503 with Retry-After (JSON under /api/,
@@ -13,21 +13,19 @@ else, and anyone who enrolled must give a code after the password before anythin
 NulByteGuardMiddleware: a NUL in the query string or a form field is a 400 before any view
 (PostgreSQL text cannot hold one).
 
-SecurityHeadersMiddleware: Permissions-Policy on every response, and Cache-Control:
-no-store on every page served to a signed-in user or to an API token, so no shared or
-browser cache keeps account data (new API tokens, recovery codes, invoices).
+The headers every response carries (Permissions-Policy, no-store when signed in) are
+core.headers.SecurityHeadersMiddleware: the agent API's own chain adds them too (fleet/middleware.py).
 """
 import logging
 import sys
 
-from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseRedirect, JsonResponse
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views import defaults
 
-logger = logging.getLogger("rental.outage")
+logger = logging.getLogger("storefront.outage")
 
 RETRY_AFTER_SECONDS = 30
 DB_ERRORS = (OperationalError, InterfaceError)
@@ -103,24 +101,11 @@ class TwoFactorMiddleware:
         user = request.user
         if not user.is_authenticated or user.is_verified() or self._exempt_path(request.path):
             return None
-        from .accounts.two_factor import is_enrolled
+        from rental.accounts.two_factor import is_enrolled
 
         if is_enrolled(user):
             return "otp_verify"
         return "otp_setup" if user.is_staff else None
-
-
-class SecurityHeadersMiddleware:
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request):
-        response = self.get_response(request)
-        response.setdefault("Permissions-Policy", settings.PERMISSIONS_POLICY)
-        user = getattr(request, "user", None)
-        if (user is not None and user.is_authenticated) or "Authorization" in request.headers:
-            response["Cache-Control"] = "no-store"
-        return response
 
 
 class NulByteGuardMiddleware:

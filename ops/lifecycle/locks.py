@@ -38,7 +38,7 @@ def _after(ttl: timedelta):
 
 class DatabaseLock:
     def acquire(self, name: str, token: str, ttl: timedelta) -> bool:
-        from ..models import JobLock
+        from billing.models import JobLock
 
         with transaction.atomic():
             JobLock.objects.get_or_create(name=name, defaults={"expires_at": UNLOCKED})
@@ -46,12 +46,12 @@ class DatabaseLock:
                     .update(token=token, expires_at=_after(ttl)))
 
     def extend(self, name: str, token: str, ttl: timedelta) -> bool:
-        from ..models import JobLock
+        from billing.models import JobLock
 
         return bool(JobLock.objects.filter(name=name, token=token).update(expires_at=_after(ttl)))
 
     def release(self, name: str, token: str) -> bool:
-        from ..models import JobLock
+        from billing.models import JobLock
 
         return bool(JobLock.objects.filter(name=name, token=token).update(token="", expires_at=UNLOCKED))
 

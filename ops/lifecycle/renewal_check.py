@@ -20,13 +20,12 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import Count, F, Q
 
+from billing.models import Invoice
 from inventory.audit import audit_record
 from inventory.models import AuditEntry
 from rental import rules
 from rental.lifecycle import BATCH, Transition
 from rental.models import Lease, LeaseState
-
-from ..models import Invoice
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +78,7 @@ def renewal_anomalies(now: datetime, limit: int | None = None) -> list[RenewalAn
 
 
 def sweep_renewal_check(now: datetime, limit: int = BATCH) -> list[Transition]:
-    """For billing.lifecycle.SWEEPS: an alert for each anomaly not alerted before (once per
+    """For ops.lifecycle.SWEEPS: an alert for each anomaly not alerted before (once per
     lease, term and kind); the dashboard shows them all while they last."""
     done = []
     for anomaly in renewal_anomalies(now):

@@ -13,7 +13,7 @@ import time
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 from redis.exceptions import RedisError
 
-logger = logging.getLogger("rental.cache")
+logger = logging.getLogger("core.cache")
 
 SKIP_SECONDS = 1.0
 

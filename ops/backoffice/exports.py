@@ -19,21 +19,20 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from rental.api import usd as decimal_usd
-from rental.models import Lease
-from rental.permissions import ops_view
-
-from ..models import Invoice, LedgerEntry, Payment
-from ..payments.coins.amounts import format_amount
-from ..payments.coins.base import Coin
-from ..payments.services import to_usd_cents
-from ..revenue import (
+from billing.models import Invoice, LedgerEntry, Payment
+from billing.payments.coins.amounts import format_amount
+from billing.payments.coins.base import Coin
+from billing.payments.services import to_usd_cents
+from billing.revenue import (
     entries_attributed,
     entry_revenue_cents,
     entry_storage_cents,
     paid_outside,
     storage_lines_cents,
 )
+from rental.api import usd as decimal_usd
+from rental.models import Lease
+from rental.permissions import ops_view
 
 
 def usd(cents: int | None) -> str:
