@@ -8,6 +8,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
+from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
@@ -17,7 +18,7 @@ from inventory.audit import audit_record
 from inventory.models import Offer, Site, StorageProduct
 from rental import services as rental
 from rental.models import ADDON_LIMITS_TB, Image, Lease, LeaseState, Term
-from rental.notifications.notices import Notice, notify_many
+from rental.notifications.notices import Notice, notify_many, public_url
 from rental.notifications.services import Event, events_emit, lease_data, lease_event_emit
 from rental.services import lease_auto_renews
 
@@ -486,14 +487,20 @@ def _renewal_line(lease: Lease) -> Line:
 
 
 def _renewal_notice(invoice: Invoice) -> Notice:
+    """The coin amount is not in the notice: a coin amount is a quote, fixed for the payment
+    window from when the customer picks the coin on the invoice's page, which the notice
+    links to (a rate written into an e-mail days before would be wrong by the time it is paid)."""
     lease = invoice.lease
     with rental.customer_language(lease.customer):
         return Notice(lease=lease, kind="renewal_invoice", deadline=lease.ends_at,
                       subject=_("Renewal invoice #%(invoice)s for lease #%(lease)s")
                       % {"invoice": invoice.pk, "lease": lease.pk},
-                      body=_("Renewal of lease #%(lease)s: %(amount)s, due before %(due)s UTC.")
+                      body=_("Renewal of lease #%(lease)s: %(amount)s, due before %(due)s UTC. Pay it at %(url)s — "
+                             "choose a coin there, and its amount is fixed for %(minutes)s minutes from then.")
                       % {"lease": lease.pk, "amount": format_usd(invoice.amount_cents),
-                         "due": f"{lease.ends_at:%Y-%m-%d %H:%M}"})
+                         "due": f"{lease.ends_at:%Y-%m-%d %H:%M}",
+                         "url": public_url(reverse("payments:invoice", args=[invoice.pk])),
+                         "minutes": settings.PAYMENT_WINDOW_MINUTES})
 
 
 def _renewals_issued_before(unsaved: list[Invoice]) -> dict[int, Invoice]:

@@ -5,6 +5,7 @@ from datetime import timedelta
 from django.core import mail
 from django.utils import timezone
 
+from billing.models import Invoice
 from ops.lifecycle import run_lifecycle
 from rental.models import Notification
 from rental.services import lease_suspend
@@ -27,6 +28,21 @@ def test_each_notice_once_by_mail_and_in_app(catalog, customer, place, django_ca
     suspended = Notification.objects.get(lease=lease, kind="suspended")
     # The hold counts from the stop (the pass at end + 1 min).
     assert suspended.deadline == end + timedelta(hours=72, minutes=1) and suspended.emailed_at is not None
+
+
+def test_the_renewal_mail_links_to_paying_it(catalog, customer, place, settings, django_capture_on_commit_callbacks):
+    """The store, the amount, the invoice's pay page (where the coin is chosen and its amount
+    fixed for the payment window) and the lease."""
+    settings.OPERATOR_NAME, settings.PUBLIC_URL = "Example GPUs", "https://gpus.example"
+    t0 = timezone.now().replace(microsecond=0) - timedelta(days=30)
+    lease = place(customer, t0, term="week")
+    with django_capture_on_commit_callbacks(execute=True):
+        run_lifecycle(lease.ends_at - timedelta(hours=23))
+    renewal = Invoice.objects.get(lease=lease, kind=Invoice.Kind.RENEWAL)
+    [sent] = [m for m in mail.outbox if m.subject.startswith("Renewal invoice")]
+    assert f"https://gpus.example/pay/invoice/{renewal.pk}/" in sent.body and "$65," in sent.body
+    assert f"fixed for {settings.PAYMENT_WINDOW_MINUTES} minutes" in sent.body
+    assert "Example GPUs" in sent.body and f"https://gpus.example/leases/{lease.pk}/" in sent.body
 
 
 def test_in_app_only_without_an_address_and_manual_suspend(catalog, other_customer, place,
