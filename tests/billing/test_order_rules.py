@@ -8,6 +8,8 @@ line and notice, and a top-up's limits."""
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
+from django.urls import reverse
 
 from billing.models import Invoice, LedgerEntry
 from billing.services import (
@@ -31,6 +33,7 @@ from ops.lifecycle import run_lifecycle
 from rental.lifecycle import sweep_release
 from rental.models import Image, LeaseEvent, LeaseState, Notification, Snapshot
 from rental.notifications.models import WebhookDelivery
+from rental.notifications.notices import public_url
 from rental.notifications.services import webhook_endpoint_save
 from rental.storage import StorageRefused
 from tests.automation.helpers import KEY, WEEK, active_lease, drain_balance
@@ -198,7 +201,9 @@ def test_the_renewal_invoice_bills_the_next_term_once_and_tells_the_customer(cat
     notice = Notification.objects.get(lease=lease, kind="renewal_invoice")
     assert (notice.deadline, notice.subject, notice.body) == (
         end, f"Renewal invoice #{invoice.pk} for lease #{lease.pk}",
-        f"Renewal of lease #{lease.pk}: $65, due before {end:%Y-%m-%d %H:%M} UTC.")
+        f"Renewal of lease #{lease.pk}: $65, due before {end:%Y-%m-%d %H:%M} UTC. Pay it at "
+        f"{public_url(reverse('payments:invoice', args=[invoice.pk]))} — choose a coin there, and its amount is "
+        f"fixed for {settings.PAYMENT_WINDOW_MINUTES} minutes from then.")
     assert renewal_invoice_create(lease=lease, now=now + timedelta(hours=1)) is None  # once per term
     assert Invoice.objects.filter(lease=lease, kind=Invoice.Kind.RENEWAL).count() == 1
 
