@@ -153,6 +153,19 @@ def ordered_volume_pending_cents(lease: Lease) -> int:
                .values_list("cents", flat=True))
 
 
+def lease_volume_addon_cents(lease: Lease) -> int:
+    """The network volume add-on's part still inside the lease's price: before the order is
+    paid (its invoice line) and while the volume is being created. Once the volume exists or
+    the add-on is refunded, the lease's price no longer holds it (lease_volume_addon_settled)."""
+    row = OrderedVolume.objects.filter(lease=lease).only("state", "cents").first()
+    if row is not None:
+        return row.cents if row.state == OrderedVolume.State.PENDING else 0
+    if not lease.network_volume_tb:
+        return 0
+    order = Invoice.objects.filter(lease=lease, kind=Invoice.Kind.ORDER).order_by("pk").first()
+    return addon_cents(order) if order is not None else 0
+
+
 def ordered_volume_cancel(*, lease: Lease, now: datetime) -> tuple[int, list]:
     """The lease is refunded or failed before its volume was created: the add-on is
     settled as not created (and never created later). Returns (cents taken, invoices

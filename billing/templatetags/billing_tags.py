@@ -64,3 +64,16 @@ def lease_extension(lease):
         return None
     return {"price_cents": lease.price_cents, "balance_cents": account_for(lease.customer).balance_cents,
             "new_end": lease.ends_at + lease.term_length}
+
+
+@register.simple_tag
+def lease_term_price(lease) -> dict:
+    """`{% lease_term_price lease as term_price %}` — what each renewal of the lease costs
+    ("cents"), and the part of its order that was for a network volume still being created
+    ("volume_cents"): once created, the volume renews on its own term and the lease's renewals
+    no longer include it (rental.storage.lease_volume_addon_settled), so it is not shown as
+    part of the locked price."""
+    from billing.storage.orders import lease_volume_addon_cents
+
+    volume = lease_volume_addon_cents(lease)
+    return {"cents": lease.price_cents - volume, "volume_cents": volume}

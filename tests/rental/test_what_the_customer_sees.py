@@ -88,3 +88,42 @@ def test_a_notice_email_names_the_store_and_links_to_the_lease(customer, lease, 
         notify(lease=lease, kind="connection_changed", deadline=timezone.now(), subject="s", body="b")
     [sent] = mail.outbox
     assert "Example GPUs" in sent.body and f"https://gpus.example/leases/{lease.pk}/" in sent.body
+
+
+def test_the_locked_price_shown_is_what_each_renewal_costs(client, catalog, customer, settings,
+                                                           django_capture_on_commit_callbacks):
+    """A network volume ordered with the lease is in the first invoice, then renews on its own
+    term: the lease page's price per term is the renewals' price, with the volume's part apart."""
+    from billing.services import checkout_place_order
+    from billing.storage.orders import lease_volume_addon_cents
+    from inventory.models import Offer
+    from rental.models import Image
+    from tests.automation.helpers import KEY
+
+    lease, invoice = checkout_place_order(
+        customer=customer, offer=Offer.objects.get(slug="h100-sxm"), site=Site.objects.get(code="DFW-1"),
+        term="week", image=Image.objects.get(slug="pytorch-2.5-cuda-12.4"), ssh_public_key=KEY,
+        addons={"extra_nvme_tb": 2, "network_volume_tb": 1}, pay_from_balance=False, now=timezone.now())
+    assert invoice.amount_cents == lease.price_cents == 47500 + 2 * 210 + 327
+    assert lease_volume_addon_cents(lease) == 327
+    client.force_login(customer)
+    page = client.get(reverse("lease_detail", args=[lease.pk])).content.decode()
+    shown = page[page.index('id="term-price"'):]
+    shown = shown[:shown.index("</dd>")]
+    assert "$479.20 per term (locked)" in shown and "plus $3.27" in shown and "$482.47" not in shown
+
+    # Paid and provisioned on simulated storage: the volume exists and renews on its own; the
+    # lease's price is then the shown one, and nothing is shown apart.
+    from billing.services import balance_top_up, invoice_pay_from_balance
+    from rental.lifecycle import sweep_provisioning
+
+    settings.HOST_AGENT_FAKE_DELAY = 0
+    with django_capture_on_commit_callbacks(execute=True):
+        balance_top_up(customer=customer, amount_cents=invoice.amount_cents, now=timezone.now())
+        invoice_pay_from_balance(invoice=invoice, actor=customer, now=timezone.now())
+        sweep_provisioning(timezone.now())
+    lease.refresh_from_db()
+    assert lease.price_cents == 47920 and lease_volume_addon_cents(lease) == 0
+    page = client.get(reverse("lease_detail", args=[lease.pk])).content.decode()
+    shown = page[page.index('id="term-price"'):]
+    assert "$479.20 per term (locked)" in shown[:shown.index("</dd>")] and "plus $" not in shown[:shown.index("</dd>")]
