@@ -1,9 +1,19 @@
-"""`gpu-rent`: the argument parser and the dispatch; the commands are in commands.py."""
+"""`gpu-rent`: the argument parser and the dispatch; the commands are in commands.py and the
+storage, workbench and account_commands.py modules (COMMAND_MODULES)."""
 import argparse
 import os
 import sys
 
-from . import __version__, commands, config, transfer, verify
+from . import (
+    __version__,
+    account_commands,
+    commands,
+    config,
+    storage_commands,
+    transfer,
+    verify,
+    workbench_commands,
+)
 from .client import Api
 from .errors import OK, CliError, epilog
 from .output import emit_json
@@ -298,6 +308,15 @@ def _wait_flags(p, flag: bool = True) -> None:
     p.add_argument("--poll", type=float, default=5, metavar="SECONDS", help="check this often")
 
 
+#: where `cmd_<command>` is looked up, in order
+COMMAND_MODULES = (commands, storage_commands, workbench_commands, account_commands)
+
+
+def handler_for(command: str):
+    name = "cmd_" + command.replace("-", "_")
+    return next(getattr(module, name) for module in COMMAND_MODULES if hasattr(module, name))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stored = config.load()
@@ -311,8 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             return verify.run(args)
         api = Api(url, stored.get("token", "") if url.rstrip("/") == stored.get("url", "").rstrip("/") or
                   not stored.get("url") else "")
-        handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
-        code = handler(api, args)
+        code = handler_for(args.command)(api, args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at exit
         return code
     except CliError as exc:

@@ -2,6 +2,8 @@
 import json
 import sys
 
+from .errors import OK, USAGE, CliError
+
 
 def emit_json(data) -> None:
     json.dump(data, sys.stdout, indent=1, ensure_ascii=False)
@@ -28,3 +30,28 @@ def fields(data: dict, keys: list[str]) -> None:
 
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+# Shared by the commands: a listing, a confirmation before something that cannot be undone,
+# and what a write answers (JSON or a line).
+def listing(api, args, path: str, columns, params=None, key: str | None = None) -> int:
+    key = key or path
+    rows = api.get(path, params=params)[key]
+    if args.json:
+        emit_json({key: rows})
+    else:
+        table(rows, columns)
+    return OK
+
+
+def confirmed(args, question: str) -> bool:
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise CliError(USAGE, "This cannot be undone: add --yes.")
+    return input(f"{question} [y/N] ").strip().lower() == "y"
+
+
+def reply(args, data: dict, text: str) -> int:
+    emit_json(data) if args.json else print(text)
+    return OK
