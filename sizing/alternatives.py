@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from django.utils.translation import gettext, gettext_noop
+from django.utils.translation import gettext_noop
 
 from .engine import Job
 from .recommend import Candidate, Option, cheapest
+from .texts import texts
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ TEXTS = {
 
 def _texts(key: str) -> tuple[str, str]:
     label, tradeoff = TEXTS[key]
-    return gettext(label), gettext(tradeoff)
+    tr = texts()
+    return tr[label], tr[tradeoff]
 
 
 def one_change_alternatives(job: Job, candidates: list[Candidate], *, vendor: str,
@@ -82,11 +84,16 @@ def one_change_alternatives(job: Job, candidates: list[Candidate], *, vendor: st
     estimates = {} if estimates is None else estimates
     out = []
     for key, query, changed, v in _variants(job, vendor):
-        option = cheapest(changed, candidates, vendor=v, site=site, in_stock=in_stock, estimates=estimates)
-        if option is None or (limit is not None and option.candidate.monthly_cents >= limit):
+        def shown(c: Candidate, key: str = key) -> bool:
+            if limit is not None and c.monthly_cents >= limit:
+                return False
+            # the cheapest is still a CUDA card: allowing ROCm changes nothing
+            return not (key == "vendor" and c.vendor == "nvidia")
+
+        option = cheapest(changed, candidates, vendor=v, site=site, in_stock=in_stock, estimates=estimates,
+                          accept=shown)
+        if option is None:
             continue
-        if key == "vendor" and option.candidate.vendor == "nvidia":
-            continue  # the cheapest is still a CUDA card: allowing ROCm changes nothing
         label, tradeoff = _texts(key)
         out.append(Change(key, label, tradeoff, option, query))
     return sorted(out, key=lambda ch: (ch.option.candidate.monthly_cents, ch.key))
