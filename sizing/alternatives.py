@@ -10,7 +10,7 @@ offer when it does not fit one card, and labels that row with the trade-off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from django.utils.translation import gettext_noop
 
@@ -34,16 +34,16 @@ def _variants(job: Job, vendor: str) -> list[tuple[str, dict, Job, str]]:
     if vendor == "cuda":
         out.append(("vendor", {"vendor": "any"}, job, "any"))
     if job.method == "lora":
-        out.append(("qlora", {"method": "qlora"}, replace(job, method="qlora"), vendor))
+        out.append(("qlora", {"method": "qlora"}, job.laid_out(job.gpus, job.zero, job.offload, "qlora"), vendor))
     if job.method == "full":
-        out.append(("optimizer-8bit", {"method": "full-8bit"}, replace(job, method="full-8bit"), vendor))
+        out.append(("optimizer-8bit", {"method": "full-8bit"}, job.laid_out(job.gpus, job.zero, job.offload, "full-8bit"), vendor))
     if job.method in ("full", "full-8bit"):
-        out.append(("lora", {"method": "lora"}, replace(job, method="lora"), vendor))
+        out.append(("lora", {"method": "lora"}, job.laid_out(job.gpus, job.zero, job.offload, "lora"), vendor))
         if job.offload == "none":
             # ZeRO-3 with the master weights and moments in host RAM: only the offers whose
             # instance holds them fit (recommend.host_ram_short)
             out.append(("offload", {"zero": "3", "offload": "optimizer"},
-                        replace(job, zero=3, offload="optimizer"), vendor))
+                        job.laid_out(job.gpus, 3, "optimizer", job.method), vendor))
     return out
 
 

@@ -20,7 +20,7 @@ Tokens per micro-batch = micro-batch × sequence length (with packing, the packe
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
 from .presets import Architecture
@@ -162,6 +162,23 @@ class Job:
     def tokens_per_micro_batch(self) -> int:
         """What activations and logits scale with: micro-batch × sequence length."""
         return self.seq * self.batch
+
+    def laid_out(self, gpus: int, zero: int, offload: str, method: str) -> Job:
+        """``dataclasses.replace(self, gpus=…, zero=…, offload=…, method=…)``: the same job on
+        another layout (the recommender sizes one per card count it meets), copied field by
+        field without replace's per-field bookkeeping."""
+        job = _new_job(Job)
+        for name in _JOB_KEPT:
+            _set(job, name, getattr(self, name))
+        _set(job, "gpus", gpus)
+        _set(job, "zero", zero)
+        _set(job, "offload", offload)
+        _set(job, "method", method)
+        return job
+
+
+_JOB_KEPT = tuple(f.name for f in fields(Job) if f.name not in ("gpus", "zero", "offload", "method"))
+_new_job, _set = object.__new__, object.__setattr__
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,7 +258,7 @@ class _Estimator:
         try:
             return self.cache[key]
         except KeyError:
-            j = replace(self.job, gpus=gpus, zero=zero, offload=offload, method=key[3])
+            j = self.job.laid_out(gpus, zero, offload, key[3])
             terms = self.terms.get(key[3])
             if terms is None:
                 terms = self.terms[key[3]] = layout_free_terms(j)
@@ -458,12 +458,13 @@ def cheapest(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
     without working out the option's costs and warnings (a one-change plan that would
     not be shown)."""
     est = _Estimator(job, estimates)
-    own = est(job.gpus, job.zero, job.offload)
     pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
-    for c in sorted(pool, key=lambda c: _price(c, own.offload, job)):
+    # priced in the job's own configuration (its offload): est(job.gpus, job.zero, job.offload)
+    for c in sorted(pool, key=lambda c: _price(c, job.offload, job)):
         option = _configure(c, est)
         if option.fits:
             if accept is not None and not accept(c):
                 return None
+            own = est(job.gpus, job.zero, job.offload)
             return _with_costs(option, job, _why_best(job, est.tr), est, own, pool)
     return None

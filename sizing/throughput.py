@@ -150,7 +150,7 @@ def speed(job: Job, tflops_per_gpu: float, gpus: int, offload: str | None = None
     f = flops_per_token(job)
     c, s, fast = _factors(job, offload)
     u = job.utilisation
-    lo, hi = (u * x / UTILISATION for x in UTILISATION_RANGE)
+    lo, hi = u * UTILISATION_RANGE[0] / UTILISATION, u * UTILISATION_RANGE[1] / UTILISATION
     per_gpu = tflops_per_gpu * 1e12 * u * c / f
     return Speed(per_gpu=per_gpu, tokens_per_s=per_gpu * gpus,
                  slow=tflops_per_gpu * 1e12 * lo * s / f * gpus,

@@ -151,3 +151,17 @@ def test_an_offers_cells_follow_its_prices_and_stock():
         assert cells(replace(c, free_by_site={}), None)[5] == '<span class="badge warn">none free</span>'
     with translation.override("zh-hans"):
         assert offer_cells(texts())(c, None)[5] == stock and offer_cells(texts()) is not cells
+
+
+# --- a job on another layout -----------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(model=st.sampled_from(sorted(PRESETS)), method=st.sampled_from(METHODS), to=st.sampled_from(METHODS),
+       gpus=st.integers(1, 64), zero=st.integers(0, 3), offload=st.sampled_from(["none", "optimizer", "all"]),
+       tokens=st.integers(0, 10**12), framework=st.sampled_from(["hf", "unsloth", "torchtune-compile"]))
+def test_a_job_laid_out_is_the_job_replaced(model, method, to, gpus, zero, offload, tokens, framework):
+    job = Job(PRESETS[model], method, seq=1024, batch=3, lora_targets=("q_proj", "v_proj"), tokens=tokens,
+              epochs=2.5, utilisation=0.3, framework=framework, loss="fused")
+    laid = job.laid_out(gpus, zero, offload, to)
+    assert laid == replace(job, gpus=gpus, zero=zero, offload=offload, method=to)
+    assert type(laid) is Job and hash(laid) == hash(replace(job, gpus=gpus, zero=zero, offload=offload, method=to))
