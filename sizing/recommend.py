@@ -269,15 +269,21 @@ class _Estimator:
 def _configure(c: Candidate, est: _Estimator) -> Option:
     """DP/single when the job fits one card; else ZeRO-3 if the link may shard. Either
     fits only when what it moves to host RAM fits the instance too."""
+    return Option(c, *_layout(c, est))
+
+
+def _layout(c: Candidate, est: _Estimator) -> tuple[Estimate, str, bool]:
+    """``_configure``'s (estimate, mode, fits), without building the option: the ranking
+    configures many offers and keeps few."""
     usable = usable_gb(c.vram_gb)
     whole = est(c.gpus, 0)
     mode = "single" if c.gpus == 1 else "data-parallel"
     if whole.per_gpu_gb <= usable and can_data_parallel(c.link, c.gpus) and not host_ram_short(c, whole):
-        return Option(c, whole, mode, True)
+        return whole, mode, True
     if can_shard(c.link, c.gpus):
         sharded = est(c.gpus, 3, est.job.offload)
-        return Option(c, sharded, "zero-3", sharded.per_gpu_gb <= usable and not host_ram_short(c, sharded))
-    return Option(c, whole, mode, False)
+        return sharded, "zero-3", sharded.per_gpu_gb <= usable and not host_ram_short(c, sharded)
+    return whole, mode, False
 
 
 def _host_ram_advice(options: Iterable[Option]) -> str | None:
@@ -433,11 +439,12 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
     est = _Estimator(job, estimates)
     own = replace(est(job.gpus, job.zero, job.offload), warnings=tuple(job_warnings(job)))
     pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
-    options = [_configure(c, est) for c in pool]
-    fitting = sorted((o for o in options if o.fits), key=lambda o: _price(o.candidate, o.estimate.offload, job))
+    layouts = [(c, _layout(c, est)) for c in pool]
+    fitting = sorted((Option(c, e, mode, True) for c, (e, mode, fits) in layouts if fits),
+                     key=lambda o: _price(o.candidate, o.estimate.offload, job))
     advice = list(own.warnings)
     if not fitting:
-        host = _host_ram_advice(options)
+        host = _host_ram_advice(Option(c, *layout) for c, layout in layouts)
         advice.append(host if host else _cluster_advice(est, pool))
         return Recommendation(own, None, (), tuple(advice), site)
     best = _with_costs(fitting[0], job, _why_best(job, est.tr), est, own, pool)
@@ -456,15 +463,19 @@ def cheapest(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
     configured cheapest first until one fits, in the order ``recommend``'s stable sort
     of the fitting ones gives. ``accept``: a test of that offer; when it fails, None,
     without working out the option's costs and warnings (a one-change plan that would
-    not be shown)."""
+    not be shown), and without configuring the offers after the last one it passes:
+    whichever of them fits first would fail it."""
     est = _Estimator(job, estimates)
     pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
     # priced in the job's own configuration (its offload): est(job.gpus, job.zero, job.offload)
-    for c in sorted(pool, key=lambda c: _price(c, job.offload, job)):
-        option = _configure(c, est)
-        if option.fits:
+    ranked = sorted(pool, key=lambda c: _price(c, job.offload, job))
+    if accept is not None:
+        ranked = ranked[:1 + max((i for i, c in enumerate(ranked) if accept(c)), default=-1)]
+    for c in ranked:
+        e, mode, fits = _layout(c, est)
+        if fits:
             if accept is not None and not accept(c):
                 return None
             own = est(job.gpus, job.zero, job.offload)
-            return _with_costs(option, job, _why_best(job, est.tr), est, own, pool)
+            return _with_costs(Option(c, e, mode, True), job, _why_best(job, est.tr), est, own, pool)
     return None
