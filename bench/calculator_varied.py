@@ -5,7 +5,8 @@ render memo has never seen, so the cold path is what is measured.
 Run: ``.venv/bin/python bench/calculator_varied.py [N] [--profile] [--smoke]``. Builds the
 demo catalog in a throw-away SQLite database, then renders N random inputs through the
 Django test client and prints the CPU time (``time.process_time``: a loaded machine's
-wall clock is noisy) per request, median and p99, next to a trivial view's.
+wall clock is noisy) per request, median and p99, next to a trivial view's, the three
+taking turns request by request.
 ``--profile`` prints the cProfile top 30 of the fragment's renders.
 """
 
@@ -48,15 +49,22 @@ def varied_queries(n: int, seed: int = 31) -> list[str]:
     return out
 
 
-def _cpu(fn, n: int) -> tuple[float, float]:
-    out = []
+def _cpu(cases: dict, n: int) -> dict[str, tuple[float, float]]:
+    """(median, p99) CPU ms per case. The cases take turns request by request, so a change of
+    load on a shared machine (other jobs, frequency) moves every case alike and the ratios
+    stay comparable."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
     for i in range(n):
-        t0 = time.process_time_ns()
-        response = fn(i)
-        out.append((time.process_time_ns() - t0) / 1e6)
-        assert response.status_code in (200, 400), response.status_code
-    out.sort()
-    return statistics.median(out), out[int(0.99 * (len(out) - 1))]
+        for name, fn in cases.items():
+            t0 = time.process_time_ns()
+            response = fn(i)
+            times[name].append((time.process_time_ns() - t0) / 1e6)
+            assert response.status_code in (200, 400), response.status_code
+    out = {}
+    for name, series in times.items():
+        series.sort()
+        out[name] = (statistics.median(series), series[int(0.99 * (len(series) - 1))])
+    return out
 
 
 def main(n: int, profile: bool) -> None:
@@ -95,7 +103,7 @@ def main(n: int, profile: bool) -> None:
             prof.disable()
             pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
-        results = {name: _cpu(fn, n) for name, fn in cases.items()}
+        results = _cpu(cases, n)
     base = results["baseline (trivial view)"][0]
     print(f"{n} distinct random inputs each, in-process Django test client, SQLite demo catalog, CPU time")
     for name, (med, p99) in results.items():

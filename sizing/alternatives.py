@@ -10,12 +10,13 @@ offer when it does not fit one card, and labels that row with the trade-off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from django.utils.translation import gettext, gettext_noop
+from django.utils.translation import gettext_noop
 
 from .engine import Job
 from .recommend import Candidate, Option, cheapest
+from .texts import texts
 
 
 @dataclass(frozen=True)
@@ -33,16 +34,16 @@ def _variants(job: Job, vendor: str) -> list[tuple[str, dict, Job, str]]:
     if vendor == "cuda":
         out.append(("vendor", {"vendor": "any"}, job, "any"))
     if job.method == "lora":
-        out.append(("qlora", {"method": "qlora"}, replace(job, method="qlora"), vendor))
+        out.append(("qlora", {"method": "qlora"}, job.laid_out(job.gpus, job.zero, job.offload, "qlora"), vendor))
     if job.method == "full":
-        out.append(("optimizer-8bit", {"method": "full-8bit"}, replace(job, method="full-8bit"), vendor))
+        out.append(("optimizer-8bit", {"method": "full-8bit"}, job.laid_out(job.gpus, job.zero, job.offload, "full-8bit"), vendor))
     if job.method in ("full", "full-8bit"):
-        out.append(("lora", {"method": "lora"}, replace(job, method="lora"), vendor))
+        out.append(("lora", {"method": "lora"}, job.laid_out(job.gpus, job.zero, job.offload, "lora"), vendor))
         if job.offload == "none":
             # ZeRO-3 with the master weights and moments in host RAM: only the offers whose
             # instance holds them fit (recommend.host_ram_short)
             out.append(("offload", {"zero": "3", "offload": "optimizer"},
-                        replace(job, zero=3, offload="optimizer"), vendor))
+                        job.laid_out(job.gpus, 3, "optimizer", job.method), vendor))
     return out
 
 
@@ -69,7 +70,8 @@ TEXTS = {
 
 def _texts(key: str) -> tuple[str, str]:
     label, tradeoff = TEXTS[key]
-    return gettext(label), gettext(tradeoff)
+    tr = texts()
+    return tr[label], tr[tradeoff]
 
 
 def one_change_alternatives(job: Job, candidates: list[Candidate], *, vendor: str,
@@ -82,11 +84,16 @@ def one_change_alternatives(job: Job, candidates: list[Candidate], *, vendor: st
     estimates = {} if estimates is None else estimates
     out = []
     for key, query, changed, v in _variants(job, vendor):
-        option = cheapest(changed, candidates, vendor=v, site=site, in_stock=in_stock, estimates=estimates)
-        if option is None or (limit is not None and option.candidate.monthly_cents >= limit):
+        def shown(c: Candidate, key: str = key) -> bool:
+            if limit is not None and c.monthly_cents >= limit:
+                return False
+            # the cheapest is still a CUDA card: allowing ROCm changes nothing
+            return not (key == "vendor" and c.vendor == "nvidia")
+
+        option = cheapest(changed, candidates, vendor=v, site=site, in_stock=in_stock, estimates=estimates,
+                          accept=shown)
+        if option is None:
             continue
-        if key == "vendor" and option.candidate.vendor == "nvidia":
-            continue  # the cheapest is still a CUDA card: allowing ROCm changes nothing
         label, tradeoff = _texts(key)
         out.append(Change(key, label, tradeoff, option, query))
     return sorted(out, key=lambda ch: (ch.option.candidate.monthly_cents, ch.key))

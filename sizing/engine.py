@@ -20,7 +20,7 @@ Tokens per micro-batch = micro-batch × sequence length (with packing, the packe
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
 from .presets import Architecture
@@ -163,6 +163,23 @@ class Job:
         """What activations and logits scale with: micro-batch × sequence length."""
         return self.seq * self.batch
 
+    def laid_out(self, gpus: int, zero: int, offload: str, method: str) -> Job:
+        """``dataclasses.replace(self, gpus=…, zero=…, offload=…, method=…)``: the same job on
+        another layout (the recommender sizes one per card count it meets), copied field by
+        field without replace's per-field bookkeeping."""
+        job = _new_job(Job)
+        for name in _JOB_KEPT:
+            _set(job, name, getattr(self, name))
+        _set(job, "gpus", gpus)
+        _set(job, "zero", zero)
+        _set(job, "offload", offload)
+        _set(job, "method", method)
+        return job
+
+
+_JOB_KEPT = tuple(f.name for f in fields(Job) if f.name not in ("gpus", "zero", "offload", "method"))
+_new_job, _set = object.__new__, object.__setattr__
+
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
@@ -260,26 +277,32 @@ def frozen_weight_bytes(arch: Architecture, method: str, upcast: bool = False) -
     return vision
 
 
-def model_states(job: Job) -> tuple[dict[str, float], float]:
-    """Per-GPU model-state bytes by breakdown key, and bytes moved to host RAM (total)."""
+_STATE_KEYS = ("frozen_weights", "trainable_weights", "gradients", "fp32_master", "optimizer_states", "adapters")
+
+
+def model_states(job: Job, frozen: float | None = None, adapters: int | None = None) -> tuple[dict[str, float], float]:
+    """Per-GPU model-state bytes by breakdown key, and bytes moved to host RAM (total).
+    ``frozen`` and ``adapters``: the job's ``frozen_weight_bytes`` (with its stack's upcast)
+    and ``adapter_params``, when already known (no layout changes them)."""
     n, stage, off = job.gpus, job.zero, job.offload
-    out = dict.fromkeys(("frozen_weights", "trainable_weights", "gradients", "fp32_master",
-                         "optimizer_states", "adapters"), 0.0)
+    out = dict.fromkeys(_STATE_KEYS, 0.0)
     host = 0.0
-    frozen = frozen_weight_bytes(job.arch, job.method, job.stack.upcast_unquantised)
+    if frozen is None:
+        frozen = frozen_weight_bytes(job.arch, job.method, job.stack.upcast_unquantised)
     if off == "all":
         host += frozen
     else:
         out["frozen_weights"] = _shard(frozen, stage, 3, n)
     if job.method in ADAM_STATE_BYTES:
+        language_params = job.arch.language_params
         for name, b in full_state_bytes_per_param(job.method).items():
-            total = b * job.arch.language_params
+            total = b * language_params
             if off in _OFFLOADED_BY[name]:
                 host += total
             else:
                 out[name] = _shard(total, stage, _SHARD_STAGE[name], n)
         return out, host
-    a = adapter_params(job.arch, job.lora_rank, job.lora_targets)
+    a = adapter_params(job.arch, job.lora_rank, job.lora_targets) if adapters is None else adapters
     scale = job.stack.adapter_bytes / ADAPTER_WEIGHT_BYTES  # torchtune: bf16 adapters and moments
     parts = ((ADAPTER_WEIGHT_BYTES * scale, 3, ("all",)), (ADAPTER_GRAD_BYTES * scale, 2, ("all",)),
              (ADAPTER_ADAM_BYTES * scale, 1, ("optimizer", "all")))

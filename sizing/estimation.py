@@ -17,6 +17,7 @@ from .engine import (
     adapter_params,
     checkpoint_gb,
     checkpoint_input_bytes,
+    frozen_weight_bytes,
     logits_bytes,
     model_states,
     quant_buffer_bytes,
@@ -33,6 +34,7 @@ def layout_free_terms(job: Job) -> dict:
     layouts (one per card count it meets) and computes these once."""
     n_adapter = 0 if job.method in ADAM_STATE_BYTES else adapter_params(job.arch, job.lora_rank, job.lora_targets)
     return {
+        "frozen_weights": frozen_weight_bytes(job.arch, job.method, job.stack.upcast_unquantised),
         "quant_buffers": quant_buffer_bytes(job), "activations": activation_bytes(job),
         "logits": logits_bytes(job.arch, job.seq, job.batch, job.loss_kind),
         "host_checkpoint_inputs": checkpoint_input_bytes(job) if job.checkpointing and job.stack.offloads_checkpoints
@@ -49,7 +51,7 @@ def estimate(job: Job, *, warnings: bool = True, terms: dict | None = None) -> E
     job as configured only. ``terms``: ``layout_free_terms`` of this job or of one that
     differs from it only in GPUs, ZeRO stage or offload."""
     t = layout_free_terms(job) if terms is None else terms
-    states, host = model_states(job)
+    states, host = model_states(job, t["frozen_weights"], t["adapter_params"])
     bd = dict(states)
     bd["sharding_buffers"] = sharding_buffer_bytes(job)
     bd["quant_buffers"] = t["quant_buffers"]

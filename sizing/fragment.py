@@ -18,6 +18,7 @@ from django.template.defaultfilters import stringformat
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_noop
 
+from .results import CHECKPOINT_MSGIDS
 from .templatetags.sizing_tags import (
     METHOD_WORDS,
     _bt,
@@ -62,6 +63,16 @@ def _method_word(code: str, tr: Texts) -> str:
     return tr.pgettext("sizing method", code) if code in METHOD_WORDS else code
 
 
+def _framework_label(job, tr: Texts) -> str:
+    """The training stack's (lazily translated) label, in the language of ``tr``."""
+    key = ("framework", job.framework)
+    try:
+        return tr.extra[key]
+    except KeyError:
+        value = tr.extra[key] = str(job.stack.label)
+        return value
+
+
 def _summary(result, tr: Texts) -> str:
     e, p, best, job = result.estimate, result.plan, result.best, result.request.job
     title = _bt(tr, gettext_noop("%(model)s, %(method)s"), model=e.model, method=_method_word(e.method, tr))
@@ -80,7 +91,7 @@ def _summary(result, tr: Texts) -> str:
                 "As you configured it (%(n)s GPUs, ZeRO-%(z)s) the job needs %(gb)s GB per GPU.", e.gpus),
                 e.gpus, gb=_gb(e.per_gpu_gb), z=e.zero)
         plan = f'<p class="sizing-plan">{plan_text}\n    {configured}</p>'
-    stack = _bt(tr, gettext_noop("Memory terms of: %(fw)s."), fw=str(job.stack.label))
+    stack = _bt(tr, gettext_noop("Memory terms of: %(fw)s."), fw=_framework_label(job, tr))
     return (f'\n<section class="sizing-summary" aria-labelledby="need-h">\n  <h2 id="need-h">{title}\n'
             f'    <small class="muted">{params}</small></h2>\n  <dl class="sizing-figures">\n'
             f'    <div><dt>{per_gpu}</dt><dd class="big">{_gb(p.per_gpu_gb)} <small>GB</small></dd></div>\n'
@@ -157,8 +168,10 @@ def _training_time(result, tr: Texts) -> str:
 
 def _checkpoints(result, tr: Texts) -> str:
     heading = _t(tr[gettext_noop("Checkpoints on disk")])
-    items = "".join(f"\n    <li>{_esc(label)}: <strong>{_gb(size, 2)} GB</strong></li>"
-                    for label, size in result.checkpoints)
+    e = result.estimate  # Result.checkpoints, with the labels through the texts table
+    msgids = CHECKPOINT_MSGIDS["adapter" if e.adapter_params else "full"]
+    items = "".join(f"\n    <li>{_t(tr[msgid])}: <strong>{_gb(e.checkpoint_gb[key], 2)} GB</strong></li>"
+                    for key, msgid in msgids.items())
     return (f'<section aria-labelledby="ckpt-h"><h3 id="ckpt-h">{heading}</h3>\n'
             f'  <ul class="sizing-ckpt">{items}\n  </ul>\n</section>\n')
 

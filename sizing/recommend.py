@@ -26,14 +26,15 @@ known (no node of its model yet) is judged on VRAM alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_noop
 
 from .engine import ALLOCATOR_MARGIN, MAX_NODE_GPUS, Estimate, Job
 from .estimation import estimate, layout_free_terms
 from .job_warnings import job_warnings
+from .texts import Texts, texts
 from .throughput import Finish, finish, rental_to_finish
 
 LINKS = ("nvswitch", "infinity_fabric", "nvlink_bridge", "pcie_p2p", "pcie")
@@ -119,22 +120,25 @@ def can_data_parallel(link: str, gpus: int) -> bool:
     return gpus == 1 or link != "pcie"
 
 
-def link_warning(candidate: Candidate, zero: int, gpus: int) -> str | None:
-    """Warn when a requested sharded configuration does not suit the offer's link."""
+def link_warning(candidate: Candidate, zero: int, gpus: int, tr: Texts | None = None) -> str | None:
+    """Warn when a requested sharded configuration does not suit the offer's link. ``tr``:
+    the active language's texts table (``sizing.texts``; looked up when not given)."""
     n = min(gpus, candidate.gpus)
     if zero >= 2 and n > 1 and not can_shard(candidate.link, n):
-        return (gettext("ZeRO-%(zero)s shards the model, which needs NVLink/NVSwitch; %(gpu)s (%(link)s) "
-                        "only supports data-parallel or single-card training.")
+        return ((tr or texts())[gettext_noop("ZeRO-%(zero)s shards the model, which needs NVLink/NVSwitch; "
+                                             "%(gpu)s (%(link)s) only supports data-parallel or single-card "
+                                             "training.")]
                 % {"zero": zero, "gpu": candidate.gpu_name, "link": candidate.link})
     return None
 
 
-def overbuy_warning(est: Estimate, candidate: Candidate) -> str | None:
+def overbuy_warning(est: Estimate, candidate: Candidate, tr: Texts | None = None) -> str | None:
     """The job needs less than 25% of the offer's memory (SPEC "Don't overbuy")."""
     if est.per_gpu_gb * est.gpus < OVERBUY_FRACTION * candidate.total_vram_gb:
-        return (gettext("Overbuy: this job needs %(need)s GB and %(offer)s has %(vram)s GB, over four times "
-                        "as much. Pick the card by what the job needs, not by the model you wish to train: "
-                        "the cheapest card that fits is slower, but not by the price ratio.")
+        return ((tr or texts())[gettext_noop(
+            "Overbuy: this job needs %(need)s GB and %(offer)s has %(vram)s GB, over four times as much. Pick "
+            "the card by what the job needs, not by the model you wish to train: the cheapest card that fits "
+            "is slower, but not by the price ratio.")]
                 % {"need": f"{est.per_gpu_gb * est.gpus:.0f}", "offer": candidate.offer_name,
                    "vram": candidate.total_vram_gb})
     return None
@@ -151,8 +155,9 @@ def fewer_cards_warning(opt: Option, est: _Estimator, pool: Iterable[Candidate] 
                       and can_shard(o.link, o.gpus)), key=lambda o: (o.gpus, o.monthly_cents))
     for other in smaller:
         if (need := est(other.gpus, 3).per_gpu_gb) <= usable_gb(other.vram_gb) and need <= usable:
-            return (gettext("Overbuy: ZeRO-3 fits this job on %(offer)s (%(need)s GB per card); this "
-                            "offer has %(gpus)s cards. Fewer cards, or one of the one-change plans, cost less.")
+            return (est.tr[gettext_noop("Overbuy: ZeRO-3 fits this job on %(offer)s (%(need)s GB per card); "
+                                        "this offer has %(gpus)s cards. Fewer cards, or one of the one-change "
+                                        "plans, cost less.")]
                     % {"offer": other.offer_name, "need": f"{need:.1f}", "gpus": c.gpus})
     return None
 
@@ -246,13 +251,14 @@ class _Estimator:
         self.job = job
         self.cache: dict[tuple, Estimate] = {} if shared is None else shared
         self.terms: dict[str, dict] = {}  # per method: what no layout changes (layout_free_terms)
+        self.tr = texts()  # the reasons and warnings, in the active language
 
     def __call__(self, gpus: int, zero: int, offload: str = "none", method: str | None = None):
         key = (gpus, zero, offload, method or self.job.method)
         try:
             return self.cache[key]
         except KeyError:
-            j = replace(self.job, gpus=gpus, zero=zero, offload=offload, method=key[3])
+            j = self.job.laid_out(gpus, zero, offload, key[3])
             terms = self.terms.get(key[3])
             if terms is None:
                 terms = self.terms[key[3]] = layout_free_terms(j)
@@ -263,15 +269,21 @@ class _Estimator:
 def _configure(c: Candidate, est: _Estimator) -> Option:
     """DP/single when the job fits one card; else ZeRO-3 if the link may shard. Either
     fits only when what it moves to host RAM fits the instance too."""
+    return Option(c, *_layout(c, est))
+
+
+def _layout(c: Candidate, est: _Estimator) -> tuple[Estimate, str, bool]:
+    """``_configure``'s (estimate, mode, fits), without building the option: the ranking
+    configures many offers and keeps few."""
     usable = usable_gb(c.vram_gb)
     whole = est(c.gpus, 0)
     mode = "single" if c.gpus == 1 else "data-parallel"
     if whole.per_gpu_gb <= usable and can_data_parallel(c.link, c.gpus) and not host_ram_short(c, whole):
-        return Option(c, whole, mode, True)
+        return whole, mode, True
     if can_shard(c.link, c.gpus):
         sharded = est(c.gpus, 3, est.job.offload)
-        return Option(c, sharded, "zero-3", sharded.per_gpu_gb <= usable and not host_ram_short(c, sharded))
-    return Option(c, whole, mode, False)
+        return sharded, "zero-3", sharded.per_gpu_gb <= usable and not host_ram_short(c, sharded)
+    return whole, mode, False
 
 
 def _host_ram_advice(options: Iterable[Option]) -> str | None:
@@ -296,13 +308,13 @@ def _card_warnings(opt: Option, est: _Estimator, own: Estimate, pool: Iterable[C
     if job.method == "qlora":
         bf16 = est(opt.estimate.gpus, opt.estimate.zero, opt.estimate.offload, "lora")
         if bf16.per_gpu_gb <= usable_gb(c.vram_gb):
-            w.append(gettext("bf16 LoRA (%(gb)s GB) fits this card: 4-bit costs 20–40%% throughput "
-                             "(dequantisation); don't use QLoRA when the memory is there.")
+            w.append(est.tr[gettext_noop("bf16 LoRA (%(gb)s GB) fits this card: 4-bit costs 20–40%% throughput "
+                                         "(dequantisation); don't use QLoRA when the memory is there.")]
                      % {"gb": f"{bf16.per_gpu_gb:.0f}"})
-    lw = link_warning(c, job.zero, job.gpus)
+    lw = link_warning(c, job.zero, job.gpus, est.tr)
     if lw:
         w.append(lw)
-    for overbuy in (overbuy_warning(own, c), fewer_cards_warning(opt, est, pool)):
+    for overbuy in (overbuy_warning(own, c, est.tr), fewer_cards_warning(opt, est, pool)):
         if overbuy:
             w.append(overbuy)
     return tuple(w)
@@ -311,11 +323,10 @@ def _card_warnings(opt: Option, est: _Estimator, own: Estimate, pool: Iterable[C
 def finish_on(opt: Option, job: Job) -> Finish | None:
     """Time and cost to finish the job on this option (``sizing.throughput``), when the job
     gives its tokens and the card its TFLOPS; in the option's configuration (its offload)."""
-    c, e = opt.candidate, opt.estimate
+    c = opt.candidate
     if job.tokens <= 0:
         return None
-    j = job if e.offload == job.offload else replace(job, offload=e.offload)
-    return finish(j, c.bf16_tflops, c.gpus, c.weekly_cents, c.monthly_cents)
+    return finish(job, c.bf16_tflops, c.gpus, c.weekly_cents, c.monthly_cents, opt.estimate.offload)
 
 
 def run_cost(opt: Option, job: Job) -> tuple[float, int, int] | None:
@@ -348,13 +359,14 @@ def _with_costs(opt: Option, job: Job, reason: str, est: _Estimator, own: Estima
                 pool: Iterable[Candidate] = ()) -> Option:
     c = opt.candidate
     if opt.mode == "zero-3":
-        reason = gettext("%(reason)s · ZeRO-3 across %(n)s cards: each holds 1/%(n)s of the states, about "
-                         "1.5× the traffic of data-parallel") % {"reason": reason, "n": c.gpus}
+        reason = est.tr[gettext_noop("%(reason)s · ZeRO-3 across %(n)s cards: each holds 1/%(n)s of the states, "
+                                     "about 1.5× the traffic of data-parallel")] % {"reason": reason, "n": c.gpus}
     run = finish_on(opt, job)
     hours, rental, compute = (run.hours, run.rental_cents, run.compute_cents) if run else (None, None, None)
-    return replace(opt, reason=reason, run_hours=hours, rental_cost_cents=rental,
-                   compute_cost_cents=compute, warnings=_card_warnings(opt, est, own, pool), run=run,
-                   max_micro_batch=max_micro_batch(opt, est))
+    # the constructor, not dataclasses.replace: the same option, without replace's per-field work
+    return Option(c, opt.estimate, opt.mode, opt.fits, reason=reason, run_hours=hours, rental_cost_cents=rental,
+                  compute_cost_cents=compute, warnings=_card_warnings(opt, est, own, pool), run=run,
+                  max_micro_batch=max_micro_batch(opt, est))
 
 
 def _eligible(c: Candidate, vendor: str, site: str | None, in_stock: bool) -> bool:
@@ -365,10 +377,10 @@ def _eligible(c: Candidate, vendor: str, site: str | None, in_stock: bool) -> bo
     return not in_stock or c.free(site) > 0
 
 
-def _pick_alternatives(fitting: list[Option], limit: int) -> list[tuple[Option, str]]:
+def _pick_alternatives(fitting: list[Option], limit: int, tr: Texts) -> list[tuple[Option, str]]:
     """Next cheapest, then each pricier option faster or roomier than all cheaper ones."""
     best, rest = fitting[0], fitting[1:]
-    picked = [(rest[0], gettext("next cheapest"))] if rest and limit > 0 else []
+    picked = [(rest[0], tr[gettext_noop("next cheapest")])] if rest and limit > 0 else []
     top_tflops = max([best.candidate.total_tflops] + [o.candidate.total_tflops for o, _ in picked])
     top_mem = max([best.candidate.total_vram_gb] + [o.candidate.total_vram_gb for o, _ in picked])
     for o in rest[1:]:
@@ -376,9 +388,9 @@ def _pick_alternatives(fitting: list[Option], limit: int) -> list[tuple[Option, 
             break
         c = o.candidate
         if c.total_tflops > top_tflops:
-            picked.append((o, gettext("faster")))
+            picked.append((o, tr[gettext_noop("faster")]))
         elif c.total_vram_gb > top_mem:
-            picked.append((o, gettext("more headroom")))
+            picked.append((o, tr[gettext_noop("more headroom")]))
         top_tflops, top_mem = max(top_tflops, c.total_tflops), max(top_mem, c.total_vram_gb)
     return picked
 
@@ -404,13 +416,17 @@ def _cluster_advice(est: _Estimator, pool: list[Candidate]) -> str:
                     "most 8 GPUs; an on-demand cluster provider fits better.") % {"need": need})
 
 
-def _price(o: Option, job: Job) -> tuple:
-    c, e = o.candidate, o.estimate
+def _price(c: Candidate, offload: str, job: Job) -> tuple:
+    """What offers are ranked by: the rental to finish the job (``offload``: the plan's) when
+    it gives its tokens, else the monthly price; then the monthly price, then the faster."""
     rental = None
     if job.tokens > 0:
-        j = job if e.offload == job.offload else replace(job, offload=e.offload)
-        rental = rental_to_finish(j, c.bf16_tflops, c.gpus, c.weekly_cents, c.monthly_cents)
+        rental = rental_to_finish(job, c.bf16_tflops, c.gpus, c.weekly_cents, c.monthly_cents, offload)
     return (c.monthly_cents if rental is None else rental, c.monthly_cents, -c.total_tflops)
+
+
+def _why_best(job: Job, tr: Texts) -> str:
+    return tr[gettext_noop("cheapest run")] if job.tokens > 0 else tr[gettext_noop("cheapest that fits")]
 
 
 def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
@@ -423,34 +439,43 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
     est = _Estimator(job, estimates)
     own = replace(est(job.gpus, job.zero, job.offload), warnings=tuple(job_warnings(job)))
     pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
-    options = [_configure(c, est) for c in pool]
-    fitting = sorted((o for o in options if o.fits), key=lambda o: _price(o, job))
+    layouts = [(c, _layout(c, est)) for c in pool]
+    fitting = sorted((Option(c, e, mode, True) for c, (e, mode, fits) in layouts if fits),
+                     key=lambda o: _price(o.candidate, o.estimate.offload, job))
     advice = list(own.warnings)
     if not fitting:
-        host = _host_ram_advice(options)
+        host = _host_ram_advice(Option(c, *layout) for c, layout in layouts)
         advice.append(host if host else _cluster_advice(est, pool))
         return Recommendation(own, None, (), tuple(advice), site)
-    why_best = gettext("cheapest run") if job.tokens > 0 else gettext("cheapest that fits")
-    best = _with_costs(fitting[0], job, why_best, est, own, pool)
+    best = _with_costs(fitting[0], job, _why_best(job, est.tr), est, own, pool)
     alts = tuple(_with_costs(o, job, why, est, own, pool)
-                 for o, why in _pick_alternatives(fitting, max_alternatives))
+                 for o, why in _pick_alternatives(fitting, max_alternatives, est.tr))
     return Recommendation(own, best, alts, tuple(advice), site)
 
 
 def cheapest(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda", site: str | None = None,
-             in_stock: bool = False, estimates: dict | None = None) -> Option | None:
+             in_stock: bool = False, estimates: dict | None = None,
+             accept: Callable[[Candidate], bool] | None = None) -> Option | None:
     """``recommend(...).best``, without what only the whole recommendation needs (the job's
     own warnings, the alternatives, the cluster advice): what the one-change plans show.
     A card's price does not depend on how the job is laid out on it (the run's
     FLOPs are the same in every configuration), so the offers are ranked first and
     configured cheapest first until one fits, in the order ``recommend``'s stable sort
-    of the fitting ones gives."""
+    of the fitting ones gives. ``accept``: a test of that offer; when it fails, None,
+    without working out the option's costs and warnings (a one-change plan that would
+    not be shown), and without configuring the offers after the last one it passes:
+    whichever of them fits first would fail it."""
     est = _Estimator(job, estimates)
-    own = est(job.gpus, job.zero, job.offload)
     pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
-    for c in sorted(pool, key=lambda c: _price(Option(c, own, "", False), job)):
-        option = _configure(c, est)
-        if option.fits:
-            why_best = gettext("cheapest run") if job.tokens > 0 else gettext("cheapest that fits")
-            return _with_costs(option, job, why_best, est, own, pool)
+    # priced in the job's own configuration (its offload): est(job.gpus, job.zero, job.offload)
+    ranked = sorted(pool, key=lambda c: _price(c, job.offload, job))
+    if accept is not None:
+        ranked = ranked[:1 + max((i for i, c in enumerate(ranked) if accept(c)), default=-1)]
+    for c in ranked:
+        e, mode, fits = _layout(c, est)
+        if fits:
+            if accept is not None and not accept(c):
+                return None
+            own = est(job.gpus, job.zero, job.offload)
+            return _with_costs(Option(c, e, mode, True), job, _why_best(job, est.tr), est, own, pool)
     return None

@@ -6,6 +6,7 @@ imports inventory), runs one estimate + recommendation, and shapes the answer.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlencode
@@ -105,20 +106,23 @@ def clean_params(raw: Mapping) -> dict:
     return out
 
 
-#: what each checkpoint size holds, so no one reads an adapter's size as the model's
-CHECKPOINT_LABELS = {
+#: what each checkpoint size holds, so no one reads an adapter's size as the model's (msgids;
+#: the pages translate them through sizing.texts)
+CHECKPOINT_MSGIDS = {
     "full": {
-        "resume_with_optimizer": gettext_lazy("Resume checkpoint: bf16 weights + fp32 master copy + "
+        "resume_with_optimizer": gettext_noop("Resume checkpoint: bf16 weights + fp32 master copy + "
                                               "optimizer states"),
-        "bf16_weights": gettext_lazy("Fine-tuned model, bf16 weights only (what you ship)"),
+        "bf16_weights": gettext_noop("Fine-tuned model, bf16 weights only (what you ship)"),
     },
     "adapter": {
-        "resume_with_optimizer": gettext_lazy("Resume checkpoint: adapter + its optimizer states "
+        "resume_with_optimizer": gettext_noop("Resume checkpoint: adapter + its optimizer states "
                                               "(the frozen base is not saved)"),
-        "adapter": gettext_lazy("Adapter alone, fp32 (what you ship)"),
-        "bf16_weights": gettext_lazy("Adapter merged into the base, bf16 weights"),
+        "adapter": gettext_noop("Adapter alone, fp32 (what you ship)"),
+        "bf16_weights": gettext_noop("Adapter merged into the base, bf16 weights"),
     },
 }
+CHECKPOINT_LABELS = {kind: {key: gettext_lazy(msgid) for key, msgid in msgids.items()}
+                     for kind, msgids in CHECKPOINT_MSGIDS.items()}
 
 
 @dataclass(frozen=True)
@@ -179,13 +183,21 @@ class Result:
         return _unique(out)
 
     def order_url(self, option: Option) -> str:
-        site = order_site(option.candidate, self.request.site)
-        query = f"?{urlencode({'site': site})}" if site else ""
-        return f"/order/{option.candidate.offer_slug}/{query}"
+        return offer_order_url(option.candidate, self.request.site)
 
 
 def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
+
+
+@functools.lru_cache(maxsize=1024)
+def offer_order_url(c: Candidate, site: str | None) -> str:
+    """The order page of this offer at the requested site (else its best-stocked one).
+    Kept per (offer, site): the candidate is the key, every price and free count in it,
+    so a stock change is a new key and the old one ages out."""
+    site = order_site(c, site)
+    query = f"?{urlencode({'site': site})}" if site else ""
+    return f"/order/{c.offer_slug}/{query}"
 
 
 def order_site(c: Candidate, site: str | None) -> str | None:

@@ -121,10 +121,11 @@ def _flops_per_token(job: Job) -> float:
     return per_param * active_params(a) + attention
 
 
-def _factors(job: Job) -> tuple[float, float, float]:
-    """(central, slow, fast) speed factor of the method and the offload."""
+def _factors(job: Job, offload: str | None = None) -> tuple[float, float, float]:
+    """(central, slow, fast) speed factor of the method and the offload (``offload``: the
+    plan's, where it differs from the job's)."""
     c, s, f = QLORA_SPEED if job.method == "qlora" else (1.0, 1.0, 1.0)
-    if job.offload != "none":
+    if (job.offload if offload is None else offload) != "none":
         c, s, f = c * OFFLOAD_SPEED[0], s * OFFLOAD_SPEED[1], f * OFFLOAD_SPEED[2]
     return c, s, f
 
@@ -139,16 +140,17 @@ class Speed:
     fast: float
 
 
-def speed(job: Job, tflops_per_gpu: float, gpus: int) -> Speed | None:
+def speed(job: Job, tflops_per_gpu: float, gpus: int, offload: str | None = None) -> Speed | None:
     """The job's tokens/s on ``gpus`` cards of ``tflops_per_gpu`` dense BF16 TFLOPS; None
     for a card without a TFLOPS figure. ``job.utilisation`` is the central utilisation (the
-    user's, or ``UTILISATION``); the range scales with it."""
+    user's, or ``UTILISATION``); the range scales with it. ``offload``: the plan's, where it
+    differs from the job's (the same as ``replace(job, offload=offload)``, without the copy)."""
     if tflops_per_gpu <= 0 or gpus <= 0:
         return None
     f = flops_per_token(job)
-    c, s, fast = _factors(job)
+    c, s, fast = _factors(job, offload)
     u = job.utilisation
-    lo, hi = (u * x / UTILISATION for x in UTILISATION_RANGE)
+    lo, hi = u * UTILISATION_RANGE[0] / UTILISATION, u * UTILISATION_RANGE[1] / UTILISATION
     per_gpu = tflops_per_gpu * 1e12 * u * c / f
     return Speed(per_gpu=per_gpu, tokens_per_s=per_gpu * gpus,
                  slow=tflops_per_gpu * 1e12 * lo * s / f * gpus,
@@ -168,11 +170,11 @@ def rental_cents(run_hours: float, weekly_cents: int, monthly_cents: int) -> int
 
 
 def rental_to_finish(job: Job, tflops_per_gpu: float, gpus: int, weekly_cents: int,
-                     monthly_cents: int) -> int | None:
+                     monthly_cents: int, offload: str | None = None) -> int | None:
     """``finish(...).rental_cents`` alone (what offers are ranked by), without the range."""
     if job.tokens <= 0 or tflops_per_gpu <= 0 or gpus <= 0:
         return None
-    rate = tflops_per_gpu * 1e12 * job.utilisation * _factors(job)[0] / flops_per_token(job) * gpus
+    rate = tflops_per_gpu * 1e12 * job.utilisation * _factors(job, offload)[0] / flops_per_token(job) * gpus
     return rental_cents(job.tokens * job.epochs / rate / 3600, weekly_cents, monthly_cents)
 
 
@@ -188,12 +190,13 @@ class Finish:
     compute_cents: int
 
 
-def finish(job: Job, tflops_per_gpu: float, gpus: int, weekly_cents: int, monthly_cents: int) -> Finish | None:
+def finish(job: Job, tflops_per_gpu: float, gpus: int, weekly_cents: int, monthly_cents: int,
+           offload: str | None = None) -> Finish | None:
     """Time and cost to train ``job.tokens × job.epochs`` tokens; None without tokens or
-    without a TFLOPS figure."""
+    without a TFLOPS figure. ``offload`` as in :func:`speed`."""
     if job.tokens <= 0:
         return None
-    sp = speed(job, tflops_per_gpu, gpus)
+    sp = speed(job, tflops_per_gpu, gpus, offload)
     if sp is None:
         return None
     total = job.tokens * job.epochs

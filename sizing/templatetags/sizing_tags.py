@@ -21,7 +21,7 @@ from django.utils.translation import gettext_noop, pgettext_lazy
 from core.money import usd_formatter as money_formatter
 
 from ..recommend import usable_gb
-from ..results import BREAKDOWN_LABELS, BREAKDOWN_MSGIDS
+from ..results import BREAKDOWN_LABELS, BREAKDOWN_MSGIDS, offer_order_url
 from ..texts import Texts, texts
 
 register = template.Library()
@@ -165,39 +165,6 @@ def _gb(value, digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
-def _segment(s: dict, y: str, h: str, y_text: int, dot: bool) -> str:
-    text = (f'<text x="{_esc(s["mid"], dot)}" y="{y_text}" text-anchor="middle" font-size="11" fill="#fff">'
-            f'{_gb(s["gb"])}</text>') if s["text"] else ""
-    return (f'<g class="membar-seg">\n    <rect x="{_esc(s["x"], dot)}" y="{y}" width="{_esc(s["w"], dot)}" '
-            f'height="{h}" fill="{_esc(s["colour"])}" stroke="#fff" stroke-width="1"><title>{s["label_html"]}: '
-            f'{_gb(s["gb"], 2)} GB</title></rect>\n    {text}\n  </g>')
-
-
-def _drawing(g: dict, card, title: str, dot: bool, tr: Texts) -> str:
-    """One <svg> of the bar (the wide or the narrow drawing)."""
-    y, h, bottom, variant = _esc(g["y"], dot), _esc(g["h"], dot), int(g["bottom"]), _esc(g["variant"])
-    card_rect = card_lines = ""
-    if card:
-        ux, cx = _esc(g["usable_x"], dot), _esc(g["card_x"], dot)
-        card_rect = (f'<rect class="membar-card" x="0" y="{y}" width="{cx}" height="{h}" '
-                     f'fill="#f3f5f8" stroke="#9aa4b2"/>')
-        usable = _bt(tr, gettext_noop("usable %(u)s GB"), u=_gb(g["usable_gb"]))
-        vram = _bt(tr, gettext_noop("card %(v)s GB"), v=card.vram_gb)
-        card_lines = (
-            f'\n  <line x1="{ux}" x2="{ux}" y1="12" y2="{bottom + 8}" stroke="#b3261e" stroke-width="2" '
-            f'stroke-dasharray="4 3"/>\n  <text x="{ux}" y="10" text-anchor="end" font-size="11" '
-            f'fill="#b3261e">{usable}</text>\n'
-            f'  <line x1="{cx}" x2="{cx}" y1="{y}" y2="{bottom + 14}" stroke="#14181f" stroke-width="2"/>\n'
-            f'  <text x="{cx}" y="{bottom + 26}" text-anchor="end" font-size="11" fill="#14181f">{vram}</text>\n  ')
-    segments = "".join(_segment(s, y, h, int(g["y"]) + 21, dot) for s in g["segments"])
-    needs = _bt(tr, gettext_noop("needs %(need)s GB per GPU"), need=_gb(g["per_gpu_gb"]))
-    return (f'\n<svg viewBox="-4 0 {int(g["width"]) + 8} {_esc(g["view_h"], dot)}" width="100%" role="img" '
-            f'aria-labelledby="membar-title-{variant}" class="chart-{variant}" '
-            f'xmlns="http://www.w3.org/2000/svg">\n  <title id="membar-title-{variant}">{title}</title>\n'
-            f'  {card_rect}\n  {segments}\n  {card_lines}\n  <text x="0" y="{_esc(g["needs_y"], dot)}" '
-            f'font-size="11" fill="#5a6472">{needs}</text>\n</svg>\n')
-
-
 def _breakdown_label(key: str, tr: Texts) -> str:
     """A breakdown term's label in the language (``BREAKDOWN_LABELS``' msgids), or its key."""
     msgid = BREAKDOWN_MSGIDS.get(key)
@@ -213,27 +180,81 @@ def _mode_word(code: str, tr: Texts) -> str:
 def memory_bar(estimate, card=None, caption="", tr: Texts | None = None):
     """``{% memory_bar option.estimate option.candidate caption %}``: the per-GPU breakdown
     against a card, drawn wide and narrow (site.css shows the one that fits), and
-    its legend; the drawing and each segment carry a <title> (the accessible name)."""
+    its legend; the drawing and each segment carry a <title> (the accessible name).
+
+    The drawings' positions are ``bar_geometry``'s; the markup is written from them in one
+    pass, and what both drawings share (each term's label, colour and figures, the
+    card's texts) is written once (tests/sizing/test_fast_paths.py holds the two to the
+    dict-based builder this replaced)."""
     tr = texts() if tr is None else tr
+    dot = _dot_decimals(tr)
+    per_gpu_gb = estimate.per_gpu_gb
     card_gb = card.vram_gb if card is not None else None
-    drawings = [bar_geometry(estimate.breakdown_gb, estimate.per_gpu_gb, card_gb, width)
-                for width in (BAR_WIDTH, NARROW_BAR_WIDTH)]
-    labels: dict = {}
-    for g in drawings:
-        for seg in g["segments"]:
-            if seg["key"] not in labels:
-                labels[seg["key"]] = _esc(_breakdown_label(seg["key"], tr))
-            seg["label_html"] = labels[seg["key"]]
-    title = _bt(tr, gettext_noop("Memory per GPU: %(need)s GB"), need=_gb(estimate.per_gpu_gb))
+    # (gb, colour, label, the gb as the bar's text and as the title's) of each term over 0
+    terms = [(gb, _esc(COLOURS.get(key, "#999")), _esc(_breakdown_label(key, tr)), _gb(gb), _gb(gb, 2))
+             for key, gb in estimate.breakdown_gb.items() if gb > 0]
+    need = _gb(per_gpu_gb)
+    title = _bt(tr, gettext_noop("Memory per GPU: %(need)s GB"), need=need)
+    card_texts = None
     if card:
         title += " · " + _bt(tr, gettext_noop("%(name)s, %(vram)s GB"), name=card.gpu_name, vram=card.vram_gb)
-    dot = _dot_decimals(tr)
+    if card_gb:
+        usable = usable_gb(card_gb)
+        card_texts = (usable, _bt(tr, gettext_noop("usable %(u)s GB"), u=_gb(usable)),
+                      _bt(tr, gettext_noop("card %(v)s GB"), v=card.vram_gb))
+    needs = _bt(tr, gettext_noop("needs %(need)s GB per GPU"), need=need)
     figcaption = f"<figcaption>{_esc(caption)}</figcaption>" if caption else ""
-    legend = "".join(f'<li><span class="swatch" style="background:{_esc(s["colour"])}"></span>{s["label_html"]} '
-                     f'<span class="num">{_gb(s["gb"], 2)} GB</span></li>' for s in drawings[0]["segments"])
+    legend = "".join(f'<li><span class="swatch" style="background:{colour}"></span>{label} '
+                     f'<span class="num">{gb2} GB</span></li>' for _, colour, label, _, gb2 in terms)
+    drawings = "".join(_drawing(terms, per_gpu_gb, card_gb, card_texts, width, title, needs, dot)
+                       for width in (BAR_WIDTH, NARROW_BAR_WIDTH))
     return mark_safe(  # noqa: S308 - every value in it is escaped (_esc, _bt)
-        '<figure class="membar">\n' + "".join(_drawing(g, card, title, dot, tr) for g in drawings)
-        + f'\n{figcaption}\n<ul class="membar-legend">\n  {legend}\n</ul>\n</figure>\n')
+        f'<figure class="membar">\n{drawings}\n{figcaption}\n<ul class="membar-legend">\n  {legend}\n</ul>\n'
+        f'</figure>\n')
+
+
+def _num(value: float, dot: bool) -> str:
+    """``_esc`` of a float: its repr where the language writes decimals with "."."""
+    text = repr(value)
+    return text if dot and "e" not in text and "n" not in text else _esc(value, dot)
+
+
+def _drawing(terms: list, per_gpu_gb: float, card_gb, card_texts, width: int, title: str, needs: str,
+             dot: bool) -> str:
+    """One <svg> of the bar (the wide or the narrow drawing), at ``bar_geometry``'s
+    positions: the same scale, each segment's x, width and middle rounded to 0.01."""
+    top = max(per_gpu_gb, card_gb or 0) * 1.04 or 1.0
+    scale = width / top
+    variant, needs_y, view_h = ("narrow", BAR_Y + BAR_H + 40, 98) if width < BAR_WIDTH else (
+        "wide", BAR_Y + BAR_H + 26, 84)
+    y, h, bottom, y_text = BAR_Y, BAR_H, BAR_Y + BAR_H, BAR_Y + 21
+    segments, x = [], 0.0
+    for gb, colour, label, gb1, gb2 in terms:
+        w = gb * scale
+        text = (f'<text x="{_num(round(x + w / 2, 2), dot)}" y="{y_text}" text-anchor="middle" font-size="11" '
+                f'fill="#fff">{gb1}</text>') if w >= MIN_TEXT_PX else ""
+        segments.append(
+            f'<g class="membar-seg">\n    <rect x="{_num(round(x, 2), dot)}" y="{y}" width="{_num(round(w, 2), dot)}" '
+            f'height="{h}" fill="{colour}" stroke="#fff" stroke-width="1"><title>{label}: {gb2} GB</title></rect>'
+            f'\n    {text}\n  </g>')
+        x += w
+    card_rect = card_lines = ""
+    if card_texts is not None:
+        usable, usable_text, vram_text = card_texts
+        ux, cx = _num(round(usable * scale, 2), dot), _num(round(card_gb * scale, 2), dot)
+        card_rect = (f'<rect class="membar-card" x="0" y="{y}" width="{cx}" height="{h}" '
+                     f'fill="#f3f5f8" stroke="#9aa4b2"/>')
+        card_lines = (
+            f'\n  <line x1="{ux}" x2="{ux}" y1="12" y2="{bottom + 8}" stroke="#b3261e" stroke-width="2" '
+            f'stroke-dasharray="4 3"/>\n  <text x="{ux}" y="10" text-anchor="end" font-size="11" '
+            f'fill="#b3261e">{usable_text}</text>\n'
+            f'  <line x1="{cx}" x2="{cx}" y1="{y}" y2="{bottom + 14}" stroke="#14181f" stroke-width="2"/>\n'
+            f'  <text x="{cx}" y="{bottom + 26}" text-anchor="end" font-size="11" fill="#14181f">{vram_text}</text>\n  ')
+    return (f'\n<svg viewBox="-4 0 {width + 8} {view_h}" width="100%" role="img" '
+            f'aria-labelledby="membar-title-{variant}" class="chart-{variant}" '
+            f'xmlns="http://www.w3.org/2000/svg">\n  <title id="membar-title-{variant}">{title}</title>\n'
+            f'  {card_rect}\n  {"".join(segments)}\n  {card_lines}\n  <text x="0" y="{needs_y}" '
+            f'font-size="11" fill="#5a6472">{needs}</text>\n</svg>\n')
 
 
 # (the gettext_noop calls stay outside the f-strings: makemessages does not look inside them)
@@ -279,11 +300,34 @@ def _stock_badges(c, tr: Texts) -> str:
     return stock
 
 
+def offer_cells(tr: Texts):
+    """``cells(candidate, site)``: what the rows show of an offer whatever the input — its
+    name, VRAM, prices, stock badges and order link (for the requested site) — escaped, in
+    the language of ``tr``. Kept in the language's texts table (dropped with it when the
+    settings or catalogues change) for the last 512 (offer, site) pairs; the candidate is
+    the key, every price and free count in it, so a stock or price change is a new key."""
+    try:
+        return tr.extra["offer-cells"]
+    except KeyError:
+        pass
+    usd, usd_cents = usd_formatter(tr=tr), usd_formatter(always_cents=True, tr=tr)
+
+    @functools.lru_cache(maxsize=512)
+    def cells(c, site: str | None) -> tuple[str, str, str, str, str, str, str]:
+        gpus = f" ×{_esc(c.gpus)}" if c.gpus > 1 else ""
+        return (_esc(c.offer_name), f"{_esc(c.vram_gb)} GB{gpus}", _esc(usd(c.weekly_cents)),
+                _esc(usd(c.monthly_cents)), _esc(usd_cents(c.per_gpu_hour_cents)), _stock_badges(c, tr),
+                _esc(offer_order_url(c, site)))
+
+    tr.extra["offer-cells"] = cells
+    return cells
+
+
 @register.simple_tag
 def recommendation_rows(result, tr: Texts | None = None):
     """The rows of "Recommendation, cheapest first" (``result.options``, the best first)."""
     tr = texts() if tr is None else tr
-    usd, usd_cents = usd_formatter(tr=tr), usd_formatter(always_cents=True, tr=tr)
+    usd, cells, site = usd_formatter(tr=tr), offer_cells(tr), result.request.site
     l_vram, l_mode = _t(tr[gettext_noop("VRAM")]), _t(tr[gettext_noop("Mode")])
     l_week, l_month = _t(tr[gettext_noop("Week")]), _t(tr[gettext_noop("Month")])
     l_gpuh, l_stock = _t(tr[gettext_noop("per GPU-h")]), _t(tr[gettext_noop("In stock")])
@@ -292,10 +336,10 @@ def recommendation_rows(result, tr: Texts | None = None):
     tokens = result.request.job.tokens
     rows = []
     for i, o in enumerate(result.options):
-        c, e = o.candidate, o.estimate
+        e = o.estimate
+        name, vram, week, month, gpuh, stock, href = cells(o.candidate, site)
         tr_class, badge = (' class="best"', f' · <span class="badge ok">{recommended}</span>') if i == 0 else ("", "")
         warnings = "".join(f'<br><small class="warn-note">{_esc(w)}</small>' for w in o.warnings)
-        gpus = f" ×{_esc(c.gpus)}" if c.gpus > 1 else ""
         zero = f" · ZeRO-{_esc(e.zero)}" if e.zero and o.mode != "zero-3" else ""
         run = ""
         if tokens:
@@ -317,16 +361,16 @@ def recommendation_rows(result, tr: Texts | None = None):
         if o.max_micro_batch:
             needs += "<br>" + _bt(tr, gettext_noop("micro-batch ≤ %(n)s"), n=o.max_micro_batch)
         rows.append(
-            f'\n      <tr{tr_class}>\n        <th scope="row">{_esc(c.offer_name)}'
+            f'\n      <tr{tr_class}>\n        <th scope="row">{name}'
             f'<br><small class="muted">{_esc(o.reason)}{badge}</small>\n          {warnings}</th>\n'
-            f'        <td class="num" data-label="{l_vram}">{_esc(c.vram_gb)} GB{gpus}<br><small class="muted">'
+            f'        <td class="num" data-label="{l_vram}">{vram}<br><small class="muted">'
             f'{needs}</small></td>\n'
             f'        <td data-label="{l_mode}">{_esc(_mode_word(o.mode, tr))}{zero}</td>\n'
-            f'        <td class="num" data-label="{l_week}">{_esc(usd(c.weekly_cents))}</td>\n'
-            f'        <td class="num" data-label="{l_month}">{_esc(usd(c.monthly_cents))}</td>\n'
-            f'        <td class="num" data-label="{l_gpuh}">{_esc(usd_cents(c.per_gpu_hour_cents))}</td>\n'
-            f'        <td data-label="{l_stock}">{_stock_badges(c, tr)}</td>\n        {run}\n'
-            f'        <td><a class="btn small" href="{_esc(result.order_url(o))}">{order}</a></td>\n      </tr>')
+            f'        <td class="num" data-label="{l_week}">{week}</td>\n'
+            f'        <td class="num" data-label="{l_month}">{month}</td>\n'
+            f'        <td class="num" data-label="{l_gpuh}">{gpuh}</td>\n'
+            f'        <td data-label="{l_stock}">{stock}</td>\n        {run}\n'
+            f'        <td><a class="btn small" href="{href}">{order}</a></td>\n      </tr>')
     return mark_safe("".join(rows))  # noqa: S308 - every value in it is escaped (_esc, _t, _bt)
 
 
@@ -334,23 +378,23 @@ def recommendation_rows(result, tr: Texts | None = None):
 def change_rows(result, tr: Texts | None = None):
     """The rows of "Cheaper by changing one choice" (``result.changes``)."""
     tr = texts() if tr is None else tr
-    usd = usd_formatter(tr=tr)
+    cells, site = offer_cells(tr), result.request.site
     l_offer, l_month = _t(tr[gettext_noop("Offer")]), _t(tr[gettext_noop("Month")])
     l_needs, l_trade = _t(tr[gettext_noop("Needs")]), _t(tr[gettext_noop("Trade-off")])
     order = _t(tr[gettext_noop("Order this")])
     rows = []
     for ch in result.changes:
         o = ch.option
-        c = o.candidate
+        name, _, _, month, _, _, href = cells(o.candidate, site)
         mode = f' <small class="muted">({_esc(_mode_word(o.mode, tr))})</small>' if o.mode != "single" else ""
         needs = _bt(tr, gettext_noop("%(n)s GB/GPU"), n=_gb(o.estimate.per_gpu_gb))
         rows.append(
             f'<tr>\n      <th scope="row">{_esc(ch.label)}</th>\n'
-            f'      <td data-label="{l_offer}">{_esc(c.offer_name)}{mode}</td>\n'
-            f'      <td class="num" data-label="{l_month}">{_esc(usd(c.monthly_cents))}</td>\n'
+            f'      <td data-label="{l_offer}">{name}{mode}</td>\n'
+            f'      <td class="num" data-label="{l_month}">{month}</td>\n'
             f'      <td class="num" data-label="{l_needs}">{needs}</td>\n'
             f'      <td data-label="{l_trade}">{_esc(ch.tradeoff)}</td>\n'
-            f'      <td><a class="btn small" href="{_esc(result.order_url(o))}">{order}</a></td>\n    </tr>')
+            f'      <td><a class="btn small" href="{href}">{order}</a></td>\n    </tr>')
     return mark_safe("".join(rows))  # noqa: S308 - every value in it is escaped (_esc, _t, _bt)
 
 

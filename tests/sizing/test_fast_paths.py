@@ -1,0 +1,165 @@
+"""The calculator's faster builders give what the code they replaced gave, across varied inputs.
+
+tests/sizing/test_golden.py pins nine answers byte for byte and bench/calculator_compare.py
+~600; these hold each rewritten piece to the code it replaced (kept here as the reference)
+over inputs Hypothesis picks: the memory bar drawn in one pass, the one-change plans that
+skip costing an offer they would not show, the per-offer row cells kept per (offer, site).
+"""
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+from django.utils import translation
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sizing.engine import METHODS, Job
+from sizing.presets import PRESETS
+from sizing.recommend import Candidate, cheapest
+from sizing.templatetags.sizing_tags import (
+    BAR_WIDTH,
+    NARROW_BAR_WIDTH,
+    _breakdown_label,
+    _bt,
+    _dot_decimals,
+    _esc,
+    _gb,
+    bar_geometry,
+    gettext_noop,
+    memory_bar,
+    offer_cells,
+)
+from sizing.texts import texts
+
+# --- the memory bar: the dict-based builder it replaced ----------------------------------
+
+
+def _old_segment(s: dict, y: str, h: str, y_text: int, dot: bool) -> str:
+    text = (f'<text x="{_esc(s["mid"], dot)}" y="{y_text}" text-anchor="middle" font-size="11" fill="#fff">'
+            f'{_gb(s["gb"])}</text>') if s["text"] else ""
+    return (f'<g class="membar-seg">\n    <rect x="{_esc(s["x"], dot)}" y="{y}" width="{_esc(s["w"], dot)}" '
+            f'height="{h}" fill="{_esc(s["colour"])}" stroke="#fff" stroke-width="1"><title>{s["label_html"]}: '
+            f'{_gb(s["gb"], 2)} GB</title></rect>\n    {text}\n  </g>')
+
+
+def _old_drawing(g: dict, card, title: str, dot: bool, tr) -> str:
+    y, h, bottom, variant = _esc(g["y"], dot), _esc(g["h"], dot), int(g["bottom"]), _esc(g["variant"])
+    card_rect = card_lines = ""
+    if card:
+        ux, cx = _esc(g["usable_x"], dot), _esc(g["card_x"], dot)
+        card_rect = (f'<rect class="membar-card" x="0" y="{y}" width="{cx}" height="{h}" '
+                     f'fill="#f3f5f8" stroke="#9aa4b2"/>')
+        usable = _bt(tr, gettext_noop("usable %(u)s GB"), u=_gb(g["usable_gb"]))
+        vram = _bt(tr, gettext_noop("card %(v)s GB"), v=card.vram_gb)
+        card_lines = (
+            f'\n  <line x1="{ux}" x2="{ux}" y1="12" y2="{bottom + 8}" stroke="#b3261e" stroke-width="2" '
+            f'stroke-dasharray="4 3"/>\n  <text x="{ux}" y="10" text-anchor="end" font-size="11" '
+            f'fill="#b3261e">{usable}</text>\n'
+            f'  <line x1="{cx}" x2="{cx}" y1="{y}" y2="{bottom + 14}" stroke="#14181f" stroke-width="2"/>\n'
+            f'  <text x="{cx}" y="{bottom + 26}" text-anchor="end" font-size="11" fill="#14181f">{vram}</text>\n  ')
+    segments = "".join(_old_segment(s, y, h, int(g["y"]) + 21, dot) for s in g["segments"])
+    needs = _bt(tr, gettext_noop("needs %(need)s GB per GPU"), need=_gb(g["per_gpu_gb"]))
+    return (f'\n<svg viewBox="-4 0 {int(g["width"]) + 8} {_esc(g["view_h"], dot)}" width="100%" role="img" '
+            f'aria-labelledby="membar-title-{variant}" class="chart-{variant}" '
+            f'xmlns="http://www.w3.org/2000/svg">\n  <title id="membar-title-{variant}">{title}</title>\n'
+            f'  {card_rect}\n  {segments}\n  {card_lines}\n  <text x="0" y="{_esc(g["needs_y"], dot)}" '
+            f'font-size="11" fill="#5a6472">{needs}</text>\n</svg>\n')
+
+
+def _old_memory_bar(estimate, card=None, caption=""):
+    tr = texts()
+    card_gb = card.vram_gb if card is not None else None
+    drawings = [bar_geometry(estimate.breakdown_gb, estimate.per_gpu_gb, card_gb, width)
+                for width in (BAR_WIDTH, NARROW_BAR_WIDTH)]
+    for g in drawings:
+        for seg in g["segments"]:
+            seg["label_html"] = _esc(_breakdown_label(seg["key"], tr))
+    title = _bt(tr, gettext_noop("Memory per GPU: %(need)s GB"), need=_gb(estimate.per_gpu_gb))
+    if card:
+        title += " · " + _bt(tr, gettext_noop("%(name)s, %(vram)s GB"), name=card.gpu_name, vram=card.vram_gb)
+    dot = _dot_decimals(tr)
+    figcaption = f"<figcaption>{_esc(caption)}</figcaption>" if caption else ""
+    legend = "".join(f'<li><span class="swatch" style="background:{_esc(s["colour"])}"></span>{s["label_html"]} '
+                     f'<span class="num">{_gb(s["gb"], 2)} GB</span></li>' for s in drawings[0]["segments"])
+    return ('<figure class="membar">\n' + "".join(_old_drawing(g, card, title, dot, tr) for g in drawings)
+            + f'\n{figcaption}\n<ul class="membar-legend">\n  {legend}\n</ul>\n</figure>\n')
+
+
+TERMS = ("frozen_weights", "trainable_weights", "gradients", "fp32_master", "optimizer_states", "adapters",
+         "sharding_buffers", "quant_buffers", "activations", "logits", "cuda_context", "allocator_margin",
+         "<unknown & term>")
+GB = st.one_of(st.just(0.0), st.floats(0.0, 200.0), st.floats(1e-9, 1e-3), st.floats(1e3, 1e19))
+
+
+def _card(vram: int, gpus: int = 1, **kw) -> Candidate:
+    return Candidate(kw.pop("slug", f"c{vram}x{gpus}"), kw.pop("name", f"{gpus}× <GPU> {vram} GB"),
+                     f"GPU \"{vram}\"", kw.pop("vendor", "nvidia"), gpus, vram, kw.pop("link", "nvswitch"),
+                     kw.pop("weekly", 10_000 * gpus), kw.pop("monthly", 30_000 * gpus), 300.0,
+                     kw.pop("free", {"AMS-1": 1, "DFW-1": 0}), **kw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(terms=st.dictionaries(st.sampled_from(TERMS), GB, max_size=len(TERMS)),
+       per_gpu=st.one_of(st.just(0.0), st.floats(0.0, 300.0), st.floats(1e3, 1e19)),
+       vram=st.sampled_from([None, 24, 48, 80, 141, 192]),
+       caption=st.sampled_from(["", "a <caption> & more"]), lang=st.sampled_from(["en", "zh-hans"]))
+def test_the_one_pass_bar_draws_what_the_geometry_builder_drew(terms, per_gpu, vram, caption, lang):
+    estimate = SimpleNamespace(breakdown_gb=terms, per_gpu_gb=per_gpu)
+    card = None if vram is None else _card(vram)
+    with translation.override(lang):
+        assert memory_bar(estimate, card, caption) == _old_memory_bar(estimate, card, caption)
+
+
+# --- one-change plans: an offer that would not be shown is not costed ----------------------
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model=st.sampled_from(sorted(PRESETS)), method=st.sampled_from(METHODS),
+       seq=st.sampled_from([512, 2048, 8192]), batch=st.sampled_from([1, 4, 16]),
+       tokens=st.sampled_from([0, 10**7, 10**9]), vendor=st.sampled_from(["cuda", "any"]),
+       limit=st.sampled_from([None, 50_000, 150_000, 400_000]))
+def test_cheapest_with_a_test_of_the_offer_is_cheapest_when_it_passes(catalog, model, method, seq, batch,
+                                                                      tokens, vendor, limit):
+    # (the one-change plans' test: cheaper than the plan, and for ROCm, not a CUDA card)
+    job = Job(PRESETS[model], method, seq=seq, batch=batch, tokens=tokens)
+    best = cheapest(job, catalog, vendor=vendor)
+
+    def accept(c):
+        return (limit is None or c.monthly_cents < limit) and (vendor == "cuda" or c.vendor != "nvidia")
+
+    tested = cheapest(job, catalog, vendor=vendor, accept=accept)
+    assert tested == (best if best is not None and accept(best.candidate) else None)
+
+
+# --- the row cells kept per offer -----------------------------------------------------------
+
+def test_an_offers_cells_follow_its_prices_and_stock():
+    c = _card(80, 8, free={"AMS-1": 2, "DFW-1": 0})
+    with translation.override("en"):
+        cells = offer_cells(texts())
+        name, vram, week, month, gpuh, stock, href = cells(c, None)
+        assert (name, vram, href) == ("8× &lt;GPU&gt; 80 GB", "80 GB ×8", "/order/c80x8/?site=AMS-1")
+        assert stock == ('<span class="badge ok">AMS-1 2</span> <span class="badge">DFW-1 0</span> ')
+        assert cells(c, "DFW-1")[6] == "/order/c80x8/?site=DFW-1"
+        # a price or stock change is another key: never the old offer's cells
+        dearer = replace(c, monthly_cents=c.monthly_cents + 100)
+        assert cells(dearer, None)[3] != month
+        sold = replace(c, free_by_site={"AMS-1": 0, "DFW-1": 1})
+        assert cells(sold, None)[5] == '<span class="badge">AMS-1 0</span> <span class="badge ok">DFW-1 1</span> '
+        assert cells(sold, None)[6] == "/order/c80x8/?site=DFW-1"
+        assert cells(replace(c, free_by_site={}), None)[5] == '<span class="badge warn">none free</span>'
+    with translation.override("zh-hans"):
+        assert offer_cells(texts())(c, None)[5] == stock and offer_cells(texts()) is not cells
+
+
+# --- a job on another layout -----------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(model=st.sampled_from(sorted(PRESETS)), method=st.sampled_from(METHODS), to=st.sampled_from(METHODS),
+       gpus=st.integers(1, 64), zero=st.integers(0, 3), offload=st.sampled_from(["none", "optimizer", "all"]),
+       tokens=st.integers(0, 10**12), framework=st.sampled_from(["hf", "unsloth", "torchtune-compile"]))
+def test_a_job_laid_out_is_the_job_replaced(model, method, to, gpus, zero, offload, tokens, framework):
+    job = Job(PRESETS[model], method, seq=1024, batch=3, lora_targets=("q_proj", "v_proj"), tokens=tokens,
+              epochs=2.5, utilisation=0.3, framework=framework, loss="fused")
+    laid = job.laid_out(gpus, zero, offload, to)
+    assert laid == replace(job, gpus=gpus, zero=zero, offload=offload, method=to)
+    assert type(laid) is Job and hash(laid) == hash(replace(job, gpus=gpus, zero=zero, offload=offload, method=to))
