@@ -390,65 +390,8 @@ LEASE_HOLD_HOURS = int(os.environ.get("LEASE_HOLD_HOURS", "72"))
 # Local NVMe wiped at the latest this long after the stop (wiped as soon as the key is gone).
 LEASE_WIPE_WITHIN_DAYS = int(os.environ.get("LEASE_WIPE_WITHIN_DAYS", "7"))
 
-# --- Stock hoarding and refund abuse ---
-# Unpaid orders hold their GPUs: at most this many open at once per account, and an account
-# that never paid anything holds them for a shorter window.
-MAX_OPEN_UNPAID_ORDERS = int(os.environ.get("MAX_OPEN_UNPAID_ORDERS", "2"))
-PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES = int(os.environ.get("PAYMENT_WINDOW_NEW_ACCOUNT_MINUTES", "15"))
-# Sign-ups per client address (as django-axes resolves it) within the window; then 429.
-SIGNUPS_PER_IP = int(os.environ.get("SIGNUPS_PER_IP", "5"))
-SIGNUP_WINDOW_MINUTES = int(os.environ.get("SIGNUP_WINDOW_MINUTES", "60"))
-# The spec's 1-hour no-questions refund, at most this many times per account per calendar month (UTC).
-REFUNDS_PER_MONTH = int(os.environ.get("REFUNDS_PER_MONTH", "1"))
-# Forgot-password attempts with a recovery code, per client address within the window.
-RECOVERY_ATTEMPTS_PER_IP = int(os.environ.get("RECOVERY_ATTEMPTS_PER_IP", "10"))
-RECOVERY_WINDOW_MINUTES = int(os.environ.get("RECOVERY_WINDOW_MINUTES", "15"))
-
-# --- Throttles and hold limits found by the attack on the production-like stack ---
-# Password-reset e-mails per client address and per address mailed, within the window.
-PASSWORD_RESETS_PER_IP = int(os.environ.get("PASSWORD_RESETS_PER_IP", "5"))
-PASSWORD_RESETS_PER_EMAIL = int(os.environ.get("PASSWORD_RESETS_PER_EMAIL", "3"))
-PASSWORD_RESET_WINDOW_MINUTES = int(os.environ.get("PASSWORD_RESET_WINDOW_MINUTES", "60"))
-# Password checks inside a session (password change, new recovery codes, enrolling an
-# authenticator) per account within the window.
-PASSWORD_CHECKS_PER_USER = int(os.environ.get("PASSWORD_CHECKS_PER_USER", "5"))
-PASSWORD_CHECK_WINDOW_MINUTES = int(os.environ.get("PASSWORD_CHECK_WINDOW_MINUTES", "15"))
-# Sign-up form posts per client address (valid or not: "that username exists" answers) in
-# SIGNUP_WINDOW_MINUTES; SIGNUPS_PER_IP still counts the accounts made.
-SIGNUP_ATTEMPTS_PER_IP = int(os.environ.get("SIGNUP_ATTEMPTS_PER_IP", "20"))
-# Unpaid orders hold at most this many GPUs per account and per client address; after an
-# unpaid order expires its account and address wait this long before holding GPUs again.
-MAX_UNPAID_GPUS_PER_ACCOUNT = int(os.environ.get("MAX_UNPAID_GPUS_PER_ACCOUNT", "8"))
-MAX_UNPAID_GPUS_PER_IP = int(os.environ.get("MAX_UNPAID_GPUS_PER_IP", "8"))
-UNPAID_EXPIRY_COOLDOWN_MINUTES = int(os.environ.get("UNPAID_EXPIRY_COOLDOWN_MINUTES", "30"))
-# Unpaid holds scale with a SKU's stock (billing/holds.py): one account, client address
-# (IPv6: its /64) or network (these prefixes) may hold unpaid at most this share, in basis
-# points, of the SKU's units free to it (rounded down, at least 1); the last
-# UNPAID_HOLD_RESERVE_UNITS free units of a SKU go only to orders paid at once.
-UNPAID_HOLD_MAX_SHARE_BPS = int(os.environ.get("UNPAID_HOLD_MAX_SHARE_BPS", "2500"))
-UNPAID_HOLD_RESERVE_UNITS = int(os.environ.get("UNPAID_HOLD_RESERVE_UNITS", "2"))
-UNPAID_HOLD_NETWORK_PREFIX_V4 = int(os.environ.get("UNPAID_HOLD_NETWORK_PREFIX_V4", "24"))
-UNPAID_HOLD_NETWORK_PREFIX_V6 = int(os.environ.get("UNPAID_HOLD_NETWORK_PREFIX_V6", "48"))
-# The node agents' API: enrolment attempts per client address, and requests per node
-# credential, per minute.
-NODE_ENROLMENTS_PER_IP_PER_MINUTE = int(os.environ.get("NODE_ENROLMENTS_PER_IP_PER_MINUTE", "10"))
-NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE = int(os.environ.get("NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE", "120"))
-# The customers' API (/api/v1): requests per client address (an IPv6 client is its /64)
-# and per token, per minute; past either, 429 with Retry-After.
-API_REQUESTS_PER_IP_PER_MINUTE = int(os.environ.get("API_REQUESTS_PER_IP_PER_MINUTE", "300"))
-API_REQUESTS_PER_TOKEN_PER_MINUTE = int(os.environ.get("API_REQUESTS_PER_TOKEN_PER_MINUTE", "120"))
-# /api/v1/estimate (public, in sizing) counts against the API's per-address limit too.
-SIZING_API_GUARD = os.environ.get("SIZING_API_GUARD", "rental.api.rate_limited")
-# Every write a signed-in customer makes on the site's pages, per account per minute
-# (rental/accounts/write_limits.py): 429 with Retry-After past it.
-CUSTOMER_WRITES_PER_MINUTE = int(os.environ.get("CUSTOMER_WRITES_PER_MINUTE", "60"))
-# An API write's Idempotency-Key (with the answer it got) is kept this long per account;
-# a retry within it replays the answer instead of writing twice (rental.idempotency).
-API_IDEMPOTENCY_KEY_HOURS = int(os.environ.get("API_IDEMPOTENCY_KEY_HOURS", "24"))
-# An egress counter is refused when it grew more than the link allows since the last report:
-# the offer's network_gbps (else NODE_LINK_GBPS) × the seconds elapsed, plus the slack.
-NODE_LINK_GBPS = int(os.environ.get("NODE_LINK_GBPS", "100"))
-EGRESS_SLACK_BYTES = int(os.environ.get("EGRESS_SLACK_BYTES", str(10**9)))
+# --- Stock hoarding, refund abuse, throttles and hold limits
+from .limits import *  # noqa: E402,F403
 
 # --- The payment rules, each defined once (billing.payments.config reads them)
 from .payments import *  # noqa: E402,F403
@@ -533,56 +476,17 @@ STATUS_PAGE_DAYS = int(os.environ.get("STATUS_PAGE_DAYS", "30"))
 # without money. Never in production: `check --deploy` refuses it (billing/checks.py).
 DEMO_PAYMENTS = env_bool("DEMO_PAYMENTS")
 
-# --- Extensions, webhooks and the notifications ledger ----------------------------
-# A customer may pay terms ahead ("extend") while the paid end is at most this far away.
-LEASE_EXTEND_MAX_AHEAD_DAYS = int(os.environ.get("LEASE_EXTEND_MAX_AHEAD_DAYS", "93"))
-# Outgoing webhook requests: the timeout of the connect and of each read, and the retry back-off
-# after each failed attempt (BTCPay's: 10 s, 1 min, then 10 min six times), in seconds.
-WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("WEBHOOK_TIMEOUT_SECONDS", "5"))
-# An attempt's hard deadline, from name resolution to the whole response: a receiver trickling
-# a byte every few seconds never times out a read, so the attempt's sockets are shut at this
-# wall-clock bound whatever they are doing (rental/notifications/sending.py).
-WEBHOOK_ATTEMPT_DEADLINE_SECONDS = float(os.environ.get("WEBHOOK_ATTEMPT_DEADLINE_SECONDS", "15"))
-# An attempt holds its delivery this long (a lease; the lifecycle sweep frees it only after
-# it expired, for a worker that died mid-attempt); longer than the deadline, so a delivery never
-# has two attempts in flight. The outbound worker kills a task still running halfway between the
-# two (the backstop of the deadline). `check` refuses a lease not longer than the deadline.
-WEBHOOK_ATTEMPT_LEASE_SECONDS = float(os.environ.get("WEBHOOK_ATTEMPT_LEASE_SECONDS", "60"))
-# Attempts in flight at once per account (the owner of the endpoints): one customer's slow
-# receiver holds at most this many of the outbound worker's slots.
-WEBHOOK_CONCURRENCY_PER_ACCOUNT = int(os.environ.get("WEBHOOK_CONCURRENCY_PER_ACCOUNT", "2"))
-WEBHOOK_RETRY_SECONDS = [int(s) for s in env_list("WEBHOOK_RETRY_SECONDS", "10,60,600,600,600,600,600,600")]
-# Webhooks never go to private, loopback or link-local addresses (SSRF). Only tests turn this
-# on, for their local receiver; `check --deploy` refuses it.
-WEBHOOK_ALLOW_PRIVATE_ADDRESSES = env_bool("WEBHOOK_ALLOW_PRIVATE_ADDRESSES")
-# Outbound calls a customer triggers by hand ("send a test event", "redeliver"): at most this
-# many per customer per window; past it the button answers 429 with Retry-After.
-WEBHOOK_MANUAL_SENDS_PER_USER = int(os.environ.get("WEBHOOK_MANUAL_SENDS_PER_USER", "10"))
-WEBHOOK_MANUAL_SEND_WINDOW_MINUTES = int(os.environ.get("WEBHOOK_MANUAL_SEND_WINDOW_MINUTES", "10"))
-CELERY_IMPORTS = ["rental.notifications.tasks"]  # the webhook delivery task
+# --- Extensions, webhooks and the notifications ledger
+from .notifications import *  # noqa: E402,F403
+
 # --- Storage on each site's Ceph cluster, snapshots of lease disks
 from .storage import *  # noqa: E402,F403
 
 # --- the customer's workbench: images, templates, variables, secrets, ports (rental.workbench)
 from .workbench import *  # noqa: E402,F403
 
-# --- teams (ADR 0017): members of an account with roles
-# An invitation link works this many days, once.
-WORKBENCH_TEAM_INVITE_DAYS = int(os.environ.get("WORKBENCH_TEAM_INVITE_DAYS", "7"))
-# Members plus pending invitations per account: a bound on what one account can make us mail.
-WORKBENCH_TEAM_MAX_MEMBERS = int(os.environ.get("WORKBENCH_TEAM_MAX_MEMBERS", "50"))
+# teams (ADR 0017) and GPU telemetry (docs/adr/0016) are in workbench.py too
+from .workbench import WORKBENCH_IDLE_CHECK_SECONDS  # noqa: E402 - named: read below
 
-# --- GPU telemetry (fleet/telemetry.py, nodeagent/PROTOCOL.md "Telemetry", docs/adr/0016) ---
-# A sample older than this (an agent back after a long outage) or in the future is refused.
-WORKBENCH_TELEMETRY_MAX_AGE_DAYS = int(os.environ.get("WORKBENCH_TELEMETRY_MAX_AGE_DAYS", "14"))
-# The idle notice: every card of an active lease under this utilisation (%) for this long.
-WORKBENCH_IDLE_UTIL_PERCENT = int(os.environ.get("WORKBENCH_IDLE_UTIL_PERCENT", "5"))
-WORKBENCH_IDLE_HOURS = int(os.environ.get("WORKBENCH_IDLE_HOURS", "24"))
-# How often the idle check runs (a beat job); under WORKBENCH_IDLE_HOURS, so no busy stretch
-# between two checks goes unseen.
-WORKBENCH_IDLE_CHECK_SECONDS = float(os.environ.get("WORKBENCH_IDLE_CHECK_SECONDS", "3600"))
-# The lease page's charts: the last this many hours, averaged over this many minutes a point.
-WORKBENCH_CHART_HOURS = int(os.environ.get("WORKBENCH_CHART_HOURS", "24"))
-WORKBENCH_CHART_STEP_MINUTES = int(os.environ.get("WORKBENCH_CHART_STEP_MINUTES", "10"))
 CELERY_BEAT_SCHEDULE["idle_notices"] = {"task": "fleet.idle_notices", "schedule": WORKBENCH_IDLE_CHECK_SECONDS,
                                         "options": {"expires": max(1.0, WORKBENCH_IDLE_CHECK_SECONDS - 5)}}

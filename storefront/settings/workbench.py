@@ -37,3 +37,22 @@ WORKBENCH_RESERVED_ENV_NAMES = env_list(
 WORKBENCH_RESERVED_ENV_PREFIXES = env_list("WORKBENCH_RESERVED_ENV_PREFIXES", "NVIDIA_,GPU_RENT_,SSH_")
 # Bytes of randomness of a secret a template generates for each lease (the Jupyter token).
 WORKBENCH_GENERATED_SECRET_BYTES = int(os.environ.get("WORKBENCH_GENERATED_SECRET_BYTES", "24"))
+
+# --- teams (ADR 0017): members of an account with roles
+# An invitation link works this many days, once.
+WORKBENCH_TEAM_INVITE_DAYS = int(os.environ.get("WORKBENCH_TEAM_INVITE_DAYS", "7"))
+# Members plus pending invitations per account: a bound on what one account can make us mail.
+WORKBENCH_TEAM_MAX_MEMBERS = int(os.environ.get("WORKBENCH_TEAM_MAX_MEMBERS", "50"))
+
+# --- GPU telemetry (fleet/telemetry.py, nodeagent/PROTOCOL.md "Telemetry", docs/adr/0016) ---
+# A sample older than this (an agent back after a long outage) or in the future is refused.
+WORKBENCH_TELEMETRY_MAX_AGE_DAYS = int(os.environ.get("WORKBENCH_TELEMETRY_MAX_AGE_DAYS", "14"))
+# The idle notice: every card of an active lease under this utilisation (%) for this long.
+WORKBENCH_IDLE_UTIL_PERCENT = int(os.environ.get("WORKBENCH_IDLE_UTIL_PERCENT", "5"))
+WORKBENCH_IDLE_HOURS = int(os.environ.get("WORKBENCH_IDLE_HOURS", "24"))
+# How often the idle check runs (a beat job); under WORKBENCH_IDLE_HOURS, so no busy stretch
+# between two checks goes unseen.
+WORKBENCH_IDLE_CHECK_SECONDS = float(os.environ.get("WORKBENCH_IDLE_CHECK_SECONDS", "3600"))
+# The lease page's charts: the last this many hours, averaged over this many minutes a point.
+WORKBENCH_CHART_HOURS = int(os.environ.get("WORKBENCH_CHART_HOURS", "24"))
+WORKBENCH_CHART_STEP_MINUTES = int(os.environ.get("WORKBENCH_CHART_STEP_MINUTES", "10"))
