@@ -19,8 +19,8 @@ from inventory.services import SoldOut
 from ops.lifecycle import run_lifecycle
 from rental.models import CustomerSettings, DiskKey, Image, Lease, LeaseEvent, LeaseState
 from rental.services import account_create
-from tests.billing.test_pages import form_data, order_url
 from tests.conftest import ON_POSTGRES
+from tests.factories import form_data, order_url
 from tests.otp import TwoFactorClient
 
 S = LeaseState

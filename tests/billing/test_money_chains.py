@@ -26,8 +26,8 @@ from rental.agent import Instance
 from rental.models import LeaseState, Notification
 from rental.services import lease_provisioned
 from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
-from tests.billing.test_lifecycle import order
 from tests.billing.test_payments_chains import CONTRACT, FORWARDER, deploy, ltc_quote, rbf_payment
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db(transaction=False)
 

@@ -33,7 +33,7 @@ from inventory.models import Node, Offer, Site
 from ops.lifecycle import run_lifecycle
 from rental.models import Lease, LeaseEvent, LeaseState
 from tests.billing.payments_helpers import apply, fresh, paid, set_rate
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 USD = 1_000_000  # litoshi per dollar at $100/LTC
 DUE = 65 * USD   # $65.00
@@ -484,7 +484,7 @@ def test_a_late_payment_reorders_the_same_order_term_image_key_and_add_ons(catal
     """The reorder buys what the expired order was: its offer, site, a month, its image and
     SSH key, and its add-ons (the non-zero ones), paid from the balance the late coins reached."""
     from rental.models import Image
-    from tests.billing.test_lifecycle import KEY
+    from tests.factories import KEY
 
     set_rate("LTC", "100", t0)
     lease, invoice = checkout_place_order(

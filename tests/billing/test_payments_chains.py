@@ -22,7 +22,7 @@ from billing.tasks import watch_payments
 from rental.models import LeaseEvent, LeaseState
 from tests.billing.chain_daemons import free_port
 from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 CONTRACT = json.loads((Path(__file__).parent / "coins" / "contracts" / "TestUSD.json").read_text())
 

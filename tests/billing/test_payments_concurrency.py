@@ -18,8 +18,8 @@ from billing.payments.services import payments_apply_scan, quote_create, watch_c
 from rental.models import LeaseEvent, LeaseState
 from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid, set_rate
 from tests.billing.test_concurrency import in_threads, postgres_only
-from tests.billing.test_lifecycle import order
 from tests.billing.test_payments import ScriptedAdapter
+from tests.factories import order
 
 pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
 DUE = 65_000_000

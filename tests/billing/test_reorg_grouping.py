@@ -21,8 +21,8 @@ from tests.billing.payments_helpers import (
     paid,
     txid,
 )
-from tests.billing.test_lifecycle import order
 from tests.billing.test_payments import DUE, balance
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db
 

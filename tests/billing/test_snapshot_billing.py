@@ -19,7 +19,7 @@ from ops.lifecycle import SWEEPS
 from rental.lifecycle import sweep_provisioning
 from rental.models import Lease, Snapshot
 from rental.storage import storage_delete
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 TB = 10 ** 12
 DAY = timedelta(days=1)

@@ -23,8 +23,8 @@ from rental.events import Transition
 from rental.models import LeaseEvent, LeaseState, Notification
 from rental.services import lease_provisioned
 from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid, set_rate
-from tests.billing.test_lifecycle import order
 from tests.billing.test_payments import DUE, USD, balance
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,8 @@ from ops.backoffice.dashboard import dashboard
 from ops.lifecycle import run_lifecycle
 from rental.models import LeaseState
 from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid
-from tests.billing.test_lifecycle import order
 from tests.billing.test_payments import USD
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from billing.models import Invoice
 from billing.payments.services import quote_create
 from billing.services import balance_top_up
 from tests.billing.payments_helpers import offline_coins, set_rate
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 from tests.i18n.conftest import EN, ZH, assert_chinese, visible
 
 PUBLIC = [

@@ -23,7 +23,7 @@ from inventory.models import GpuSlot, Node, Offer, Site
 from inventory.selectors import free_slots_queryset, sites_with_stock_for
 from rental.accounts.services import api_token_create
 from rental.models import Image, Lease, LeaseState
-from tests.billing.test_pages import ED25519, form_data, order_url
+from tests.factories import ED25519, form_data, order_url
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "correct horse battery 9"

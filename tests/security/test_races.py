@@ -13,7 +13,7 @@ from billing.services import (
 )
 from rental.models import Lease, LeaseState
 from tests.billing.test_concurrency import in_threads, new_customer, postgres_only
-from tests.billing.test_pages import place
+from tests.factories import place
 
 pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
 

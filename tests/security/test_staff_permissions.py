@@ -59,7 +59,7 @@ def active_lease(catalog, customer, settings):
 
     from billing.services import balance_top_up
     from rental.lifecycle import sweep_provisioning
-    from tests.billing.test_pages import place
+    from tests.factories import place
 
     settings.HOST_AGENT_FAKE_DELAY = 0
     balance_top_up(customer=customer, amount_cents=10_000_00, now=timezone.now())
