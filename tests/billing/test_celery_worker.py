@@ -23,7 +23,8 @@ from ops.lifecycle import run_lifecycle
 from rental.lifecycle import sweep_provisioning
 from rental.models import Lease, LeaseEvent, LeaseState
 from tests import deadlines
-from tests.billing.test_concurrency import PRICE, new_customer, order, summary
+from tests.billing.races import PRICE, order, summary
+from tests.factories import new_customer
 
 S = LeaseState
 BASE = Path(__file__).resolve().parents[2]

@@ -22,8 +22,16 @@ from rental.agent import Instance
 from rental.events import Transition
 from rental.models import LeaseEvent, LeaseState, Notification
 from rental.services import lease_provisioned
-from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid, set_rate
-from tests.billing.test_payments import DUE, USD, balance
+from tests.billing.payments_helpers import (
+    DUE,
+    USD,
+    apply,
+    balance,
+    fresh,
+    offline_adapters,
+    paid,
+    set_rate,
+)
 from tests.factories import order
 
 pytestmark = pytest.mark.django_db

@@ -16,8 +16,9 @@ from billing.payments.coins.base import Coin
 from billing.payments.services import quote_create, watch_coin
 from tests.billing import test_celery_worker as celery_worker
 from tests.billing.payments_helpers import offline_adapters, set_rate
+from tests.billing.races import order
 from tests.billing.test_celery_worker import BASE, CELERY, Worker, database_url, wait_for
-from tests.billing.test_concurrency import new_customer, order
+from tests.factories import new_customer
 from tests.faults.scan_worker import PayEverything
 
 pytestmark = [

@@ -12,8 +12,8 @@ from billing.services import (
     lease_refund,
 )
 from rental.models import Lease, LeaseState
-from tests.billing.test_concurrency import in_threads, new_customer, postgres_only
-from tests.factories import place
+from tests.billing.races import in_threads, postgres_only
+from tests.factories import new_customer, place
 
 pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
 
