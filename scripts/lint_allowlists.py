@@ -59,7 +59,6 @@ ROW_LOCKS_ALLOWED = {
 # to the package's conftest.py or a plain module (tests/<package>/helpers.py); until then the
 # module may be imported from. New shared helpers go to those places, not here.
 TEST_IMPORTS_ALLOWED = {
-    "tests.billing.test_celery_worker": "Worker, database_url, queue, wait_for: the real Celery workers",
     "tests.billing.test_payments_chains": "CONTRACT, FORWARDER, deploy(), ltc_quote(): the regtest chains",
     "tests.billing.test_money_chains": "the chains' money helpers",
     "tests.billing.test_sweep_rules": "the sweep rules' builders",

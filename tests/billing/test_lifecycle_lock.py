@@ -32,8 +32,8 @@ from rental.agent import FakeAgent, agent_override
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState
 from rental.services import disk_key_complete_destroy, lease_wipe
 from tests import deadlines
+from tests.billing.celery_workers import database_url
 from tests.billing.races import build_due_leases, in_threads, scenario
-from tests.billing.test_celery_worker import database_url
 from tests.conftest import HAS_REDIS, ON_POSTGRES
 
 S = LeaseState
