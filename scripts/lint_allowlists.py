@@ -69,7 +69,6 @@ TEST_IMPORTS_ALLOWED = {
     "tests.e2e.test_customer_day": "the customer day's steps",
     "tests.e2e.test_customer_day_three_small": "the three-small-leases day's steps",
     "tests.rental.test_api": "ED25519, call(), order_body(): the API client helpers",
-    "tests.automation.test_cli": "cli (fixture), login(), errors(): the CLI in process",
     "tests.deploy.test_production": "TEST_ONLY_ENV, free_port(), service_command()",
     "tests.security.test_staff_permissions": "the staff users' helpers",
     "tests.security.test_hold_share": "the hold share's helpers",
