@@ -79,11 +79,6 @@ TEST_IMPORTS_ALLOWED = {
     "tests.fleet.test_evidence_fields": "the evidence fields' builders",
     "tests.fleet.test_evidence_rules": "the evidence rules' builders",
     "tests.fleet.test_sanitization_record": "the sanitization record's builders",
-    "tests.nodeagent.disks.test_wipe_loop": "the wipe loop's fake disks",
-    "tests.nodeagent.test_burn_in": "the burn-in's fake tools",
-    "tests.nodeagent.test_converge": "the converge loop's fakes",
-    "tests.nodeagent.test_docker_runtime": "the docker runtime's fakes",
-    "tests.nodeagent.test_end_to_end": "the agent end to end's node loop",
     "tests.storage.test_snapshot_attempts": "the snapshot attempts' helpers",
     "tests.storage.test_snapshot_storefront": "the snapshot storefront's helpers",
 }
