@@ -1,15 +1,17 @@
 """Races on real threads, each on its own connection, and the lease populations the race
 tests build: in_threads(), an order at a chosen site, a batch of leases due for renewal."""
 import threading
+import time
 from datetime import timedelta
 
 import pytest
-from django.db import connections
+from django.db import connection, connections
 
 from billing.models import Invoice, LedgerEntry
 from billing.services import checkout_place_order
 from inventory.models import Offer, Site, SlotAllocation
 from rental.models import DiskKey, Image
+from tests import deadlines
 from tests.factories import KEY, new_customer
 
 WEEK = timedelta(days=7)
@@ -87,3 +89,19 @@ def summary(leases, t0):
             SlotAllocation.objects.filter(lease_id=lease.pk, released_at__isnull=True).count(),
         ))
     return rows
+
+
+def wait_until(condition, timeout=10.0, every=0.01):
+    """Poll a condition (a state change, not a pace) until true or the timeout; returns it."""
+    deadline = deadlines.Deadline(timeout)
+    while not (met := condition()) and not deadline.expired():
+        time.sleep(every)
+    return met
+
+
+def another_connection_waits_for_my_locks() -> bool:
+    """PostgreSQL's own view: a backend is blocked on a lock this connection holds."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted"
+                       " AND pg_backend_pid() = ANY(pg_blocking_pids(pid)))")
+        return cursor.fetchone()[0]

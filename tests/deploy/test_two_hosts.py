@@ -45,7 +45,7 @@ from tests import deadlines
 from tests.billing.celery_workers import database_url, due_leases
 from tests.billing.races import PRICE, order
 from tests.conftest import ON_POSTGRES
-from tests.deploy.test_production import TEST_ONLY_ENV, free_port, service_command
+from tests.deploy.helpers import TEST_ONLY_ENV, free_port, service_command
 from tests.factories import new_customer
 from tests.tools import require_tool
 

@@ -15,7 +15,7 @@ from rental.i18n import remember_language
 from rental.models import CustomerSettings, Image, Notification
 from tests.factories import order
 from tests.i18n.catalog import CJK
-from tests.rental.test_api import ED25519, call, order_body
+from tests.rental.helpers import ED25519, call, order_body
 
 ZH = {"HTTP_ACCEPT_LANGUAGE": "zh-Hans"}
 

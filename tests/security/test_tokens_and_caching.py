@@ -18,7 +18,7 @@ from inventory.models import AuditEntry
 from rental.accounts.services import api_token_create
 from rental.models import ApiToken
 from tests.factories import ED25519, place
-from tests.security.test_headers_and_settings import ROOT, TEST_ONLY_ENV
+from tests.security.helpers import ROOT, TEST_ONLY_ENV
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "correct horse battery 9"
