@@ -2,8 +2,7 @@
 each with the reason. Kept apart from the rules so that a new entry is a reviewed one-line
 change here (and so that the checker stays under its own module-size limit).
 
-Keys are paths relative to the repository root (dotted module names for TEST_IMPORTS_ALLOWED);
-values say why.
+Keys are paths relative to the repository root; values say why.
 """
 
 # The one helper that locks balance rows is billing.ledger (_accounts_locked, _account_locked,
@@ -53,12 +52,6 @@ ROW_LOCKS_ALLOWED = {
     "fleet/desired.py": "one operation issued per lease and node",
     "fleet/desired_version.py": "clears a caller's FOR UPDATE to read rows (no lock of its own)",
     "fleet/steady.py": "a steady report: one raw query locks the stored report (FOR UPDATE OF) and reads its lease",
-}
-
-# Test modules other test files import helpers from (before this rule): each helper is to move
-# to the package's conftest.py or a plain module (tests/<package>/helpers.py); until then the
-# module may be imported from. New shared helpers go to those places, not here.
-TEST_IMPORTS_ALLOWED: dict[str, str] = {
 }
 
 MODULE_SIZE_ALLOWED = {
