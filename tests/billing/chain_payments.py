@@ -5,10 +5,7 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
-from billing.models import (
-    CoinWallet,
-    LedgerEntry,
-)
+from billing.models import CoinWallet, LedgerEntry
 from billing.payments.coins.base import Coin
 from billing.payments.coins.utxo import UtxoAdapter
 from billing.payments.services import quote_create

@@ -18,20 +18,13 @@ from bip_utils import (
     Bip84Coins,
 )
 
-from billing.models import (
-    CoinRate,
-    Invoice,
-    LedgerEntry,
-    Quote,
-)
+from billing.models import CoinRate, Invoice, LedgerEntry, Quote
 from billing.payments import config as coins_config
 from billing.payments.coins.base import Coin, DetectedPayment, ScanResult
 from billing.payments.coins.evm import EvmAdapter
 from billing.payments.coins.utxo import UtxoAdapter
 from billing.payments.quotes import quote_create
-from billing.payments.services import (
-    payments_apply_scan,
-)
+from billing.payments.services import payments_apply_scan
 from billing.services import account_for
 from rental.agent import Instance
 from rental.models import LeaseState

@@ -1,8 +1,6 @@
 """An order as the order and invoice rule tests place it (unpaid by default, with add-ons,
 a restore or an address), and the week's price it is checked against."""
-from billing.services import (
-    checkout_place_order,
-)
+from billing.services import checkout_place_order
 from inventory.models import Offer, Site
 from rental.models import Image
 from tests.automation.helpers import KEY
