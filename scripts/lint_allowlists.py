@@ -2,8 +2,7 @@
 each with the reason. Kept apart from the rules so that a new entry is a reviewed one-line
 change here (and so that the checker stays under its own module-size limit).
 
-Keys are paths relative to the repository root (dotted module names for TEST_IMPORTS_ALLOWED);
-values say why.
+Keys are paths relative to the repository root; values say why.
 """
 
 # The one helper that locks balance rows is billing.ledger (_accounts_locked, _account_locked,
@@ -53,45 +52,6 @@ ROW_LOCKS_ALLOWED = {
     "fleet/desired.py": "one operation issued per lease and node",
     "fleet/desired_version.py": "clears a caller's FOR UPDATE to read rows (no lock of its own)",
     "fleet/steady.py": "a steady report: one raw query locks the stored report (FOR UPDATE OF) and reads its lease",
-}
-
-# Test modules other test files import helpers from (before this rule): each helper is to move
-# to the package's conftest.py or a plain module (tests/<package>/helpers.py); until then the
-# module may be imported from. New shared helpers go to those places, not here.
-TEST_IMPORTS_ALLOWED = {
-    "tests.billing.test_lifecycle": "order(), DUE: the ordering helper most billing tests share",
-    "tests.billing.test_pages": "place(), KEY, SSH_KEY: the order form helpers",
-    "tests.billing.test_payments": "the payment fixtures (quotes, coins, paying)",
-    "tests.billing.test_concurrency": "in_threads(), new_customer(), order(), PRICE",
-    "tests.billing.test_celery_worker": "Worker, database_url, queue, wait_for: the real Celery workers",
-    "tests.billing.test_payments_chains": "CONTRACT, FORWARDER, deploy(), ltc_quote(): the regtest chains",
-    "tests.billing.test_money_chains": "the chains' money helpers",
-    "tests.billing.test_sweep_rules": "the sweep rules' builders",
-    "tests.billing.test_storage_pages": "the storage pages' helpers",
-    "tests.billing.test_order_rules": "the order rules' builders",
-    "tests.billing.test_lifecycle_lock": "the lifecycle lock's helpers",
-    "tests.e2e.test_flows": "the browser flows' helpers",
-    "tests.e2e.test_customer_day": "the customer day's steps",
-    "tests.e2e.test_customer_day_three_small": "the three-small-leases day's steps",
-    "tests.rental.test_api": "ED25519, call(), order_body(): the API client helpers",
-    "tests.automation.test_cli": "cli (fixture), login(), errors(): the CLI in process",
-    "tests.deploy.test_production": "TEST_ONLY_ENV, free_port(), service_command()",
-    "tests.security.test_staff_permissions": "the staff users' helpers",
-    "tests.security.test_hold_share": "the hold share's helpers",
-    "tests.security.test_headers_and_settings": "the headers' helpers",
-    "tests.i18n.test_pages": "the localized pages' helpers",
-    "tests.fleet.test_desired_rules": "the desired-state rules' builders",
-    "tests.fleet.test_evidence": "the evidence records' builders",
-    "tests.fleet.test_evidence_fields": "the evidence fields' builders",
-    "tests.fleet.test_evidence_rules": "the evidence rules' builders",
-    "tests.fleet.test_sanitization_record": "the sanitization record's builders",
-    "tests.nodeagent.disks.test_wipe_loop": "the wipe loop's fake disks",
-    "tests.nodeagent.test_burn_in": "the burn-in's fake tools",
-    "tests.nodeagent.test_converge": "the converge loop's fakes",
-    "tests.nodeagent.test_docker_runtime": "the docker runtime's fakes",
-    "tests.nodeagent.test_end_to_end": "the agent end to end's node loop",
-    "tests.storage.test_snapshot_attempts": "the snapshot attempts' helpers",
-    "tests.storage.test_snapshot_storefront": "the snapshot storefront's helpers",
 }
 
 MODULE_SIZE_ALLOWED = {

@@ -15,9 +15,11 @@ tests/lint/test_rules.py showing it catches a bad snippet and passes a good one.
                       of ROW_LOCKS_ALLOWED (each with its reason), and a customer's balance
                       row (billing's Account) only through billing/ledger.py's lock helpers
                       (_accounts_locked, _account_locked).
-  test-imports        tests import nothing from a test_*.py module: helpers shared between test
-                      files live in a conftest.py or a plain module (TEST_IMPORTS_ALLOWED: the
-                      test modules others already import from, to be moved).
+  test-imports        tests import nothing from a test_*.py module, none exempt: builders shared
+                      between test files live in a plain module (tests/factories.py, or one
+                      beside their users such as tests/<package>/helpers.py), fixtures in the
+                      nearest conftest.py (a fixture imported into a test module is a second
+                      copy of it).
   module-size         no app module over MAX_LINES lines (MODULE_SIZE_ALLOWED: today's, to split).
   lock-pins           every `==` pin of pyproject.toml is the version requirements/*.lock holds
                       (else: `make lock`).
@@ -42,7 +44,6 @@ from lint_allowlists import (  # noqa: E402  (scripts/ is no package)
     ACCOUNT_LOCKS_ALLOWED,
     MODULE_SIZE_ALLOWED,
     ROW_LOCKS_ALLOWED,
-    TEST_IMPORTS_ALLOWED,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -290,10 +291,11 @@ def rule_test_imports(path: str, tree: ast.Module) -> list[Finding]:
                 base = ".".join(parts + ([node.module] if node.module else []))
             targets = [base] + [f"{base}.{alias.name}" for alias in node.names if alias.name.startswith("test_")]
         for target in targets:
-            if target.startswith("tests") and _is_test_module(target) and target not in TEST_IMPORTS_ALLOWED:
+            if target.startswith("tests") and _is_test_module(target):
                 out.append(Finding("test-imports", path, node.lineno,
-                                   f"imports from the test module {target}: move the shared helper to a "
-                                   "conftest.py or a plain module (tests/<package>/helpers.py)"))
+                                   f"imports from the test module {target}: move the shared builder to "
+                                   "tests/factories.py or a plain module beside its users "
+                                   "(tests/<package>/helpers.py), a shared fixture to the nearest conftest.py"))
     return out
 
 

@@ -1,7 +1,9 @@
 import os
+import uuid
 from pathlib import Path
 
 import pytest
+from celery import Celery
 
 from inventory.demo import load_demo_catalog
 from rental.demo import load_demo_images
@@ -176,3 +178,17 @@ def client():
     from tests.otp import TwoFactorClient
 
     return TwoFactorClient()
+
+
+# The real Celery workers' tests (tests/billing/celery_workers.py; the celery-workers group)
+@pytest.fixture
+def queue():
+    """A queue of our own on the shared Redis database, so parallel runs never meet."""
+    name = f"lifecycle-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    # not the current app: the storefront's tasks queued later in this process (eager in tests) must
+    # not be sent through this sender to a queue no worker reads
+    app = Celery("test-sender", broker=os.environ["REDIS_URL"], set_as_current=False)
+    yield name, app
+    with app.connection_for_write() as conn:
+        conn.default_channel.client.delete(name)
+    app.close()

@@ -10,35 +10,22 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from django.utils import timezone
+from gpu_rent import errors
 
 from billing.models import Invoice
 from billing.services import balance_top_up
 from ops.lifecycle import run_lifecycle
-from rental.accounts.services import api_token_create, ssh_key_add
+from rental.accounts.services import ssh_key_add
 from rental.models import Lease, SshKey
 from tests.billing.payments_helpers import offline_coins, set_rate
 
-from .helpers import KEY, active_lease
-
-ROOT = Path(__file__).resolve().parents[2]
-CLI_DIR = ROOT / "cli"
-sys.path.insert(0, str(CLI_DIR))
-
-from gpu_rent import errors  # noqa: E402
+from .helpers import CLI_DIR, KEY, _subprocess_env, active_lease, login
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def login(cli, customer, scopes=("read", "order", "manage", "pay")):
-    token = api_token_create(customer=customer, name="cli", scopes=scopes)[1]
-    code, out, err = cli("login", "--url", cli.url, "--token-stdin", stdin=token + "\n")
-    assert code == 0, err
-    return token
 
 
 def test_login_stores_the_token_0600_and_whoami_uses_it(cli, catalog, customer):
@@ -168,10 +155,6 @@ def test_keys_volumes_snapshots(cli, catalog, customer, other_customer):
     assert code == 0 and json.loads(out) == {"volumes": []}
     code, out, _ = cli("snapshots")
     assert code == 0 and out.split() == ["ID", "LEASE", "REGION", "TB", "STATE", "PAID", "UNTIL"]
-
-
-def _subprocess_env(cli, **extra):
-    return {**os.environ, "GPU_RENT_CONFIG_DIR": str(cli.config), "PYTHONPATH": str(CLI_DIR), **extra}
 
 
 def test_ssh_execs_ssh_with_the_connection_line(cli, catalog, customer, tmp_path):

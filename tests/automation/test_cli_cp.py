@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from django.utils import timezone
+from gpu_rent import errors
 
 from billing.services import checkout_place_order
 from inventory.models import Offer, Site
@@ -22,9 +23,8 @@ from rental.models import Image, Lease
 from tests.deadlines import Deadline, scaled, wait_for
 from tests.tools import require
 
-from .helpers import KEY, active_lease
+from .helpers import CLI_DIR, KEY, active_lease, login
 from .sshd import Sshd, held_open, keygen
-from .test_cli import CLI_DIR, errors, login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

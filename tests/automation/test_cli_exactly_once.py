@@ -9,14 +9,14 @@ import sys
 import pytest
 import requests
 from django.utils import timezone
+from gpu_rent import errors
 
 from billing.models import Invoice, Quote
 from rental.accounts.services import ssh_key_add
 from rental.models import Lease
 from tests.billing.payments_helpers import offline_coins, set_rate
 
-from .helpers import KEY
-from .test_cli import _subprocess_env, errors, login
+from .helpers import KEY, _subprocess_env, login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

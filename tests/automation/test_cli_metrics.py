@@ -11,8 +11,7 @@ from billing.egress import egress_record
 from fleet.telemetry import Parsed, store
 from inventory.models import SlotAllocation
 
-from .helpers import active_lease
-from .test_cli import login
+from .helpers import active_lease, login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -5,6 +5,7 @@ import json
 
 import pytest
 from django.utils import timezone
+from gpu_rent import errors
 
 from billing.models import Invoice
 from billing.services import balance_top_up
@@ -14,8 +15,7 @@ from rental.accounts.services import api_token_create, ssh_key_add
 from rental.idempotency import IdempotentRequest
 from rental.models import Lease, NetworkVolume, Snapshot
 
-from .helpers import KEY, active_lease
-from .test_cli import errors, login
+from .helpers import KEY, active_lease, login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -5,14 +5,14 @@ import json
 
 import pytest
 from django.utils import timezone
+from gpu_rent import errors
 
 from billing.services import balance_top_up
 from rental.accounts.services import ssh_key_add
 from rental.models import Lease, LeaseEvent
 from rental.workbench import lease_secrets, registry_credential_save
 
-from .helpers import KEY
-from .test_cli import errors, login
+from .helpers import KEY, login
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

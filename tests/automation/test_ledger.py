@@ -14,7 +14,7 @@ from ops.lifecycle import run_lifecycle
 from rental.models import Notification
 from rental.notifications.models import Dispatch, WebhookDelivery
 from rental.notifications.services import dispatch_claim, webhook_endpoint_save
-from tests.billing.test_concurrency import in_threads
+from tests.billing.races import in_threads
 
 from .helpers import active_lease, drain_balance
 from .receiver import Receiver

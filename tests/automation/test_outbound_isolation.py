@@ -20,7 +20,7 @@ from rental.notifications import services as notifications
 from rental.notifications.models import WebhookDelivery
 from rental.notifications.services import event_emit, webhook_endpoint_save
 from rental.services import account_create
-from tests.billing.test_celery_worker import database_url, queue  # noqa: F401 (fixture: the celery-workers group)
+from tests.billing.celery_workers import database_url
 from tests.deadlines import scaled, wait_for
 
 from .drip import Drip, max_overlap

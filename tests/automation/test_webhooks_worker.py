@@ -10,7 +10,7 @@ from django.utils import timezone
 from rental.notifications import services as notifications
 from rental.notifications.models import WebhookDelivery
 from rental.notifications.services import event_emit, webhook_endpoint_save
-from tests.billing.test_celery_worker import Worker, queue, wait_for  # noqa: F401 (fixture)
+from tests.billing.celery_workers import Worker, wait_for
 
 from .receiver import Receiver
 

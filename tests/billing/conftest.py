@@ -6,7 +6,7 @@ from django.utils import timezone
 from billing.payments.services import quote_create
 from tests.billing.chain_daemons import anvil, litecoind, monero_regtest  # noqa: F401 - one set per session
 from tests.billing.payments_helpers import offline_coins, set_rate
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 
 @pytest.fixture(autouse=True)

@@ -1,10 +1,11 @@
 """Shared by the payment tests: watch-only adapters from the BIP84/BIP44 test mnemonic
-(derivation only, no node), operator rates, and DetectedPayment shorthands."""
+(derivation only, no node), operator rates, DetectedPayment shorthands, a scripted adapter
+that replays scans, and the amounts of a $65 order in litoshi."""
 from __future__ import annotations
 
 import itertools
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from bip_utils import (
@@ -17,12 +18,18 @@ from bip_utils import (
     Bip84Coins,
 )
 
-from billing.models import CoinRate, Quote
+from billing.models import CoinRate, Invoice, LedgerEntry, Quote
 from billing.payments import config as coins_config
 from billing.payments.coins.base import Coin, DetectedPayment, ScanResult
 from billing.payments.coins.evm import EvmAdapter
 from billing.payments.coins.utxo import UtxoAdapter
+from billing.payments.quotes import quote_create
 from billing.payments.services import payments_apply_scan
+from billing.services import account_for
+from rental.agent import Instance
+from rental.models import LeaseState
+from rental.services import lease_provisioned
+from tests.factories import order
 
 MNEMONIC = "abandon " * 11 + "about"
 USDT_CONTRACT = "0xdAC17F958D2ee523a2206206994597C13D831ec7"
@@ -74,3 +81,52 @@ def apply(quote_or_coin, payments, now, reorged=()):
 def fresh(obj):
     obj.refresh_from_db()
     return obj
+
+
+USD = 1_000_000  # litoshi per dollar at $100/LTC
+DUE = 65 * USD   # $65.00
+
+
+def balance(customer):
+    return account_for(customer).balance_cents
+
+
+def credits(kind=None):
+    qs = LedgerEntry.objects.exclude(kind__in=[LedgerEntry.Kind.ORDER, LedgerEntry.Kind.TOPUP])
+    return list((qs.filter(kind=kind) if kind else qs).values_list("amount_cents", flat=True))
+
+
+class ScriptedAdapter:
+    """Replays results: scan() reports every payment found since ``cursor["pos"]``."""
+
+    coin = Coin.LTC
+    required_confirmations = 6
+
+    def __init__(self, payments):
+        self.payments, self.seen_cursors = payments, []
+
+    def scan(self, watch, cursor):
+        self.seen_cursors.append(dict(cursor))
+        found = [p for p in self.payments[cursor.get("pos", 0):] if p.address in watch]
+        return ScanResult(found, {"pos": len(self.payments)}, [])
+
+
+def place(customer, at, coin="LTC"):
+    """An unpaid order (rtx-3090, one week: $65) and its quote, LTC at $100/LTC."""
+    set_rate("LTC", "100", at)
+    lease, invoice = order(customer, at, pay=False)
+    return lease, invoice, quote_create(invoice=invoice, coin=coin, now=at)
+
+
+def running(customer, at):
+    """An order paid with one confirmed LTC payment, its lease active a few minutes later."""
+    lease, invoice, quote = place(customer, at)
+    p = paid(quote, DUE, 6)
+    apply(quote, [p], at + timedelta(minutes=1))
+    assert lease_provisioned(lease_id=lease.pk, instance=Instance("10.0.0.9", 2209), now=at + timedelta(minutes=2))
+    assert fresh(invoice).state == Invoice.State.PAID and fresh(lease).state == LeaseState.ACTIVE
+    return lease, invoice, quote, p
+
+
+def reverse(quote, p, at):
+    apply(quote, [], at, reorged=[(p.txid, 0)])

@@ -2,73 +2,37 @@
 free cards for five (and six) customers at once, a renewal payment against the suspend
 sweep, two lifecycle passes at once, and a pass that dies half-way. Each must end like one clean run (DESIGN: "the database is the last line
 of defence"). The crash test also runs on SQLite."""
-import threading
 from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.db.models import Count, Sum
 from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import Invoice, LedgerEntry
-from billing.services import balance_top_up, checkout_place_order, invoice_pay_from_balance
+from billing.services import invoice_pay_from_balance
 from inventory.models import GpuSlot, Offer, Site, SlotAllocation
 from inventory.services import SoldOut
 from ops.lifecycle import run_lifecycle
-from rental.models import CustomerSettings, DiskKey, Image, Lease, LeaseEvent, LeaseState
-from rental.services import account_create
-from tests.billing.test_pages import form_data, order_url
+from rental.models import Lease, LeaseEvent, LeaseState
+from tests.billing.races import (
+    PRICE,
+    WEEK,
+    build_due_leases,
+    in_threads,
+    order,
+    postgres_only,
+    scenario,
+    summary,
+)
 from tests.conftest import ON_POSTGRES
+from tests.factories import form_data, new_customer, order_url
 from tests.otp import TwoFactorClient
 
 S = LeaseState
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
-WEEK = timedelta(days=7)
-PRICE = 6500  # rtx-3090, one week
 
-postgres_only = pytest.mark.postgres  # row-lock races: skipped on SQLite by tests/conftest.py
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def in_threads(*targets, timeout=60):
-    """Start every target at the same moment, each on its own connection; return results
-    (or the exception each raised), in order."""
-    barrier = threading.Barrier(len(targets))
-    results = [None] * len(targets)
-
-    def run(i, target):
-        try:
-            barrier.wait()
-            results[i] = target()
-        except BaseException as exc:  # noqa: B036 - reported to the test
-            results[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(i, t)) for i, t in enumerate(targets)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout)
-        assert not thread.is_alive(), "a racing thread hung (deadlock?)"
-    return results
-
-
-def new_customer(name, *, balance=0, auto_renew=True, now=None):
-    user = account_create(username=name, password="correct horse battery 9")
-    if balance:
-        balance_top_up(customer=user, amount_cents=balance, now=now or timezone.now())
-    if not auto_renew:
-        CustomerSettings.objects.filter(user=user).update(auto_renew=False)
-    return user
-
-
-def order(customer, now, *, site, pay=True):
-    return checkout_place_order(customer=customer, offer=Offer.objects.get(slug="rtx-3090"), site=site, term="week",
-                                image=Image.objects.get(slug="pytorch-2.5-cuda-12.4"), ssh_public_key=KEY,
-                                pay_from_balance=pay, now=now)
 
 
 # --- (a) the last card ------------------------------------------------------------------
@@ -191,15 +155,6 @@ def test_renewal_payment_racing_the_suspend_sweep(catalog, settings):
 
 # --- (c) two lifecycle passes at once --------------------------------------------------------
 
-def build_due_leases(n, t0, *, prefix):
-    """n paid leases (provisioning); every other customer can auto-renew from balance."""
-    sites = list(Site.objects.all())
-    leases = []
-    for i in range(n):
-        customer = new_customer(f"{prefix}{i}", balance=(2 if i % 2 else 1) * PRICE, now=t0)
-        leases.append(order(customer, t0, site=sites[i % len(sites)])[0])
-    return leases
-
 
 @postgres_only
 def test_two_lifecycle_passes_at_once_transition_each_lease_once(catalog, settings):
@@ -224,37 +179,6 @@ def test_two_lifecycle_passes_at_once_transition_each_lease_once(catalog, settin
 
 
 # --- (d) a pass that dies half-way, then the next pass ---------------------------------------
-
-def scenario(t0, prefix):
-    """30 paid leases; a third auto-renew from balance. Three passes: at t0 all are
-    provisioned; at T+1min ten are renewed and twenty suspended; at T+72h+1min those twenty
-    are released (keys destroyed, disks wiped) and their renewals voided."""
-    sites = list(Site.objects.all())
-    leases = []
-    for i in range(30):
-        customer = new_customer(f"{prefix}{i}", balance=(2 if i % 3 == 0 else 1) * PRICE, now=t0)
-        leases.append(order(customer, t0, site=sites[i % len(sites)])[0])
-    return leases, [t0, t0 + WEEK + timedelta(minutes=1), t0 + WEEK + timedelta(hours=72, minutes=1)]
-
-
-def summary(leases, t0):
-    """Everything that matters about a scenario's result, relative to its start."""
-    def rel(at):
-        return at - t0 if at else None
-
-    rows = []
-    for lease in leases:
-        lease.refresh_from_db()
-        rows.append((
-            lease.state, rel(lease.ends_at), rel(lease.hold_until), rel(lease.wipe_by),
-            tuple(lease.events.order_by("id").values_list("kind", flat=True)),
-            DiskKey.objects.get(lease=lease).state,
-            tuple(Invoice.objects.filter(lease=lease).order_by("id").values_list("kind", "state")),
-            tuple(LedgerEntry.objects.filter(account__customer=lease.customer).order_by("id")
-                  .values_list("kind", "amount_cents")),
-            SlotAllocation.objects.filter(lease_id=lease.pk, released_at__isnull=True).count(),
-        ))
-    return rows
 
 
 CRASH_POINTS = [  # (where the worker dies, on which call, in which of the scenario's passes)

@@ -30,9 +30,9 @@ from inventory.models import Offer, Site, StorageProduct
 from rental.models import CustomerSettings, Image, LeaseEvent, LeaseState, Notification, Snapshot
 from rental.notifications.models import Dispatch, WebhookDelivery
 from rental.notifications.services import webhook_endpoint_save
-from tests.automation.helpers import WEEK, active_lease, drain_balance
+from tests.automation.helpers import KEY, WEEK, active_lease, drain_balance
 from tests.billing.payments_helpers import fresh
-from tests.billing.test_order_rules import KEY, PRICE, order
+from tests.billing.rule_orders import PRICE, order
 
 # --- paying from the balance --------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from billing.ledger import (
     refundable_cents,
 )
 from billing.models import Account, Invoice, LedgerEntry, OrderedVolume
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db
 K = LedgerEntry.Kind

@@ -8,31 +8,20 @@ from billing.models import Account, Invoice, LedgerEntry
 from billing.services import (
     BillingError,
     balance_top_up,
-    checkout_place_order,
     invoice_mark_paid,
     lease_refund,
 )
-from inventory.models import Offer, Site, SlotAllocation
+from inventory.models import SlotAllocation
 from ops.lifecycle import run_lifecycle
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState, Notification
+from tests.factories import order
 
 S = LeaseState
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
 
 
 @pytest.fixture
 def t0():
     return timezone.now().replace(microsecond=0)
-
-
-def order(customer, t0, *, offer="rtx-3090", term="week", pay=True, addons=None):
-    from rental.models import Image
-
-    offer = Offer.objects.get(slug=offer)
-    site = Site.objects.get(code="DFW-1")
-    return checkout_place_order(customer=customer, offer=offer, site=site, term=term,
-                                image=Image.objects.get(slug="pytorch-2.5-cuda-12.4"), ssh_public_key=KEY,
-                                addons=addons or {}, pay_from_balance=pay, now=t0)
 
 
 def state(lease):

@@ -29,7 +29,8 @@ from rental.lifecycle import DUE_LEASE_RELATED, sweep_provisioning, sweep_releas
 from rental.models import CustomerSettings, DiskKey, Lease, LeaseEvent, Notification
 from rental.notifications.models import Dispatch
 from rental.services import lease_release, lease_suspend
-from tests.billing.test_concurrency import PRICE, WEEK, new_customer, order
+from tests.billing.races import PRICE, WEEK, order
+from tests.factories import new_customer
 
 pytestmark = pytest.mark.django_db
 BEFORE = ("created", "paid", "provisioned")  # the events of the order: not what is compared

@@ -15,14 +15,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.utils import timezone
 
 from billing.models import JobLock
@@ -32,8 +30,14 @@ from rental.agent import FakeAgent, agent_override
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState
 from rental.services import disk_key_complete_destroy, lease_wipe
 from tests import deadlines
-from tests.billing.test_celery_worker import database_url
-from tests.billing.test_concurrency import build_due_leases, in_threads, scenario
+from tests.billing.celery_workers import database_url
+from tests.billing.races import (
+    another_connection_waits_for_my_locks,
+    build_due_leases,
+    in_threads,
+    scenario,
+    wait_until,
+)
 from tests.conftest import HAS_REDIS, ON_POSTGRES
 
 S = LeaseState
@@ -61,22 +65,6 @@ class Events:
     def __call__(self, what):
         with self.mutex:
             self.seen.append(what)
-
-
-def wait_until(condition, timeout=10.0, every=0.01):
-    """Poll a condition (a state change, not a pace) until true or the timeout; returns it."""
-    deadline = deadlines.Deadline(timeout)
-    while not (met := condition()) and not deadline.expired():
-        time.sleep(every)
-    return met
-
-
-def another_connection_waits_for_my_locks() -> bool:
-    """PostgreSQL's own view: a backend is blocked on a lock this connection holds."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted"
-                       " AND pg_backend_pid() = ANY(pg_blocking_pids(pid)))")
-        return cursor.fetchone()[0]
 
 
 class CountingAgent(FakeAgent):

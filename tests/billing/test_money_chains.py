@@ -12,49 +12,38 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.models import CoinWallet, Invoice, LedgerEntry, Payment, PaymentReview, Quote
+from billing.models import CoinWallet, Invoice, Payment, PaymentReview, Quote
 from billing.payments import config as coins_config
 from billing.payments.coins.base import Coin
 from billing.payments.coins.evm import EvmAdapter
 from billing.payments.coins.monero import MoneroAdapter
-from billing.payments.coins.utxo import UtxoAdapter
 from billing.payments.services import quote_create, watch_coin
-from billing.services import account_for, topup_invoice_create
+from billing.services import topup_invoice_create
 from billing.tasks import watch_payments
 from ops.lifecycle import run_lifecycle
 from rental.agent import Instance
 from rental.models import LeaseState, Notification
 from rental.services import lease_provisioned
-from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
-from tests.billing.test_lifecycle import order
-from tests.billing.test_payments_chains import CONTRACT, FORWARDER, deploy, ltc_quote, rbf_payment
+from tests.billing.chain_payments import (
+    CONTRACT,
+    FORWARDER,
+    balance,
+    deploy,
+    ledger,
+    ltc,
+    ltc_quote,
+    rbf_payment,
+    steal_back,
+)
+from tests.billing.payments_helpers import eth_account_key, fresh, set_rate
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db(transaction=False)
-
-
-def ledger(customer) -> list[tuple[str, int]]:
-    return [(e.kind, e.amount_cents) for e in LedgerEntry.objects.filter(account__customer=customer).order_by("pk")]
-
-
-def balance(customer) -> int:
-    return account_for(customer).balance_cents
-
-
-def ltc(litecoind):
-    return UtxoAdapter(Coin.LTC, ltc_account_key(), network="regtest", rpc=litecoind.rpc)
 
 
 def activate(lease, now):
     lease_provisioned(lease_id=lease.pk, instance=Instance("10.0.0.7", 2207), now=now)
     assert fresh(lease).state == LeaseState.ACTIVE
-
-
-def steal_back(litecoind, coin):
-    """The payer spends the coin the payment spent back to themselves (a double-spend)."""
-    w = litecoind.wallet
-    spend = [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}]
-    raw = w.call("createrawtransaction", spend, {w.call("getnewaddress"): coin["amount"] - Decimal("0.001")})
-    return w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"])
 
 
 # --- double credit -------------------------------------------------------------------------

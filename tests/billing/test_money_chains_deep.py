@@ -26,10 +26,18 @@ from billing.payments.services import quote_create, watch_coin
 from inventory.models import AuditEntry
 from ops.lifecycle import run_lifecycle
 from rental.models import LeaseState
+from tests.billing.chain_payments import (
+    CONTRACT,
+    balance,
+    deploy,
+    ledger,
+    ltc,
+    ltc_quote,
+    rbf_payment,
+    steal_back,
+)
 from tests.billing.payments_helpers import eth_account_key, fresh, set_rate
-from tests.billing.test_lifecycle import order
-from tests.billing.test_money_chains import balance, ledger, ltc, steal_back
-from tests.billing.test_payments_chains import CONTRACT, deploy, ltc_quote, rbf_payment
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db(transaction=False)
 

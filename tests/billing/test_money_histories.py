@@ -57,10 +57,9 @@ from billing.payments.pricing import PaymentError
 from billing.payments.services import quote_create, watch_coin
 from billing.services import account_for
 from ops.lifecycle import run_lifecycle
+from tests.billing.chain_payments import CONTRACT, deploy, ltc
 from tests.billing.payments_helpers import eth_account_key, set_rate
-from tests.billing.test_lifecycle import order
-from tests.billing.test_money_chains import ltc
-from tests.billing.test_payments_chains import CONTRACT, deploy
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db(transaction=False)
 

@@ -27,7 +27,7 @@ from billing.services import BillingError, account_for, lease_refund
 from ops.backoffice.services import invoice_refund_to_balance
 from ops.lifecycle import run_lifecycle
 from tests.billing.payments_helpers import offline_coins, set_rate, txid
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 DUE = 65_000_000  # $65 at $100/LTC
 AMOUNTS = [DUE, DUE // 2, DUE + 10_000_000, 100_000, 2 * DUE]

@@ -21,8 +21,8 @@ from billing.services import (
 from ops.backoffice.services import invoice_refund_to_balance
 from rental.models import LeaseState
 from tests.billing.payments_helpers import fresh
-from tests.billing.test_concurrency import in_threads, postgres_only
-from tests.billing.test_lifecycle import order
+from tests.billing.races import in_threads, postgres_only
+from tests.factories import order
 
 PRICE = 6500  # rtx-3090, one week
 

@@ -11,8 +11,7 @@ from ops.lifecycle import run_lifecycle
 from rental.agent import Instance
 from rental.models import LeaseState
 from rental.services import lease_provisioned
-from tests.billing.payments_helpers import apply, fresh, paid, set_rate
-from tests.billing.test_payments import DUE, balance
+from tests.billing.payments_helpers import DUE, apply, balance, fresh, paid, set_rate
 
 
 def kinds(customer):

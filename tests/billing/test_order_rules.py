@@ -18,7 +18,6 @@ from billing.services import (
     account_for,
     addons_validate,
     balance_top_up,
-    checkout_place_order,
     invoice_mark_paid,
     invoice_pay_from_balance,
     invoice_settle_manually,
@@ -31,24 +30,14 @@ from billing.services import (
 from inventory.models import AuditEntry, Offer, Site
 from ops.lifecycle import run_lifecycle
 from rental.lifecycle import sweep_release
-from rental.models import Image, LeaseEvent, LeaseState, Notification, Snapshot
+from rental.models import LeaseEvent, LeaseState, Notification, Snapshot
 from rental.notifications.models import WebhookDelivery
 from rental.notifications.notices import public_url
 from rental.notifications.services import webhook_endpoint_save
 from rental.storage import StorageRefused
-from tests.automation.helpers import KEY, WEEK, active_lease, drain_balance
+from tests.automation.helpers import WEEK, active_lease, drain_balance
 from tests.billing.payments_helpers import fresh
-
-PRICE = 6500  # rtx-3090, one week
-
-
-def order(customer, t0, *, pay=False, addons=None, restore_from=None, address=None):
-    return checkout_place_order(customer=customer, offer=Offer.objects.get(slug="rtx-3090"),
-                                site=Site.objects.get(code="DFW-1"), term="week",
-                                image=Image.objects.get(slug="pytorch-2.5-cuda-12.4"), ssh_public_key=KEY,
-                                addons=addons, pay_from_balance=pay, now=t0, restore_from=restore_from,
-                                client_address=address)
-
+from tests.billing.rule_orders import PRICE, order
 
 # --- an order -----------------------------------------------------------------------------------
 

@@ -6,14 +6,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import Invoice, LedgerEntry
-from billing.services import balance_top_up, checkout_place_order, topup_invoice_create
-from inventory.models import GpuSlot, Offer, Site, SlotAllocation
+from billing.services import balance_top_up, topup_invoice_create
+from inventory.models import GpuSlot, Offer, SlotAllocation
 from ops.lifecycle import run_lifecycle
-from rental.models import Image, Lease, LeaseState
+from rental.models import Lease, LeaseState
+from tests.factories import RSA_1024, form_data, order_url, place
 
-ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
-RSA_1024 = ("ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQCs1iItVMMkozv8h0hXHAj1f4bMSlqWGrW8aR9KdoVYT4aLyj2AinTDtzQ9V0Q0PWNkS"
-            "nR85JqNDk7omlrz8O/T/Li44KklZPxiGC4Ydsw7N4ylKMoHdtxZSReL2fsxnZsCE6/xDxXkyL+tITndnau64Fs2g+XQ9E7pSbKlddByMQ==")
 DSA = ("ssh-dss AAAAB3NzaC1kc3MAAACBAL0pvDjfq1lhuQwh5AIzjbd7XxNoQYOS33kH3tjcBl1kQr7aTCUanohsfDBVYsOtuyt2QG4AtHOi5+I7"
        "W9ltM6qdhJegrLa6QOYbRj6i4xkZ/EEXeQvJYRQVU9HCa0CViBxySHVYOs4lSBNCKGrO80JpYN1ubNTSJaHkfy4En7khAAAAFQDfCGH8Qjs8C+"
        "MQbRNQ1n+uDKudWQ== dsa@old")
@@ -23,24 +21,6 @@ DSA = ("ssh-dss AAAAB3NzaC1kc3MAAACBAL0pvDjfq1lhuQwh5AIzjbd7XxNoQYOS33kH3tjcBl1k
 def alice(client, customer):
     client.force_login(customer)
     return client
-
-
-def order_url(slug="rtx-3090"):
-    return reverse("order", args=[slug])
-
-
-def form_data(**overrides):
-    data = {"site": "DFW-1", "term": "week", "extra_nvme_tb": "0", "network_volume_tb": "0",
-            "image": "pytorch-2.5-cuda-12.4", "ssh_public_key": ED25519}
-    data.update(overrides)
-    return data
-
-
-def place(customer, slug="rtx-3090", pay=False):
-    offer = Offer.objects.get(slug=slug)
-    image = Image.objects.filter(vendor=offer.gpu_model.vendor).first()
-    return checkout_place_order(customer=customer, offer=offer, site=Site.objects.get(code="DFW-1"), term="week",
-                                image=image, ssh_public_key=ED25519, pay_from_balance=pay)
 
 
 def nothing_created():

@@ -21,10 +21,19 @@ from billing.services import balance_top_up
 from inventory.models import AuditEntry
 from ops.lifecycle import run_lifecycle
 from rental.models import LeaseEvent, LeaseState
-from tests.billing.payments_helpers import apply, fresh, paid, set_rate, txid
-from tests.billing.test_lifecycle import order
-from tests.billing.test_payments import DUE, USD, balance
-from tests.billing.test_sweep_rules import reverse, running
+from tests.billing.payments_helpers import (
+    DUE,
+    USD,
+    apply,
+    balance,
+    fresh,
+    paid,
+    reverse,
+    running,
+    set_rate,
+    txid,
+)
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db
 

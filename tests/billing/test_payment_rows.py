@@ -7,8 +7,8 @@ import pytest
 
 from billing.models import CoinWallet, Payment
 from billing.payments.quotes import quote_create
-from tests.billing.payments_helpers import apply, paid, set_rate
-from tests.billing.test_payments import DUE, order
+from tests.billing.payments_helpers import DUE, apply, paid, set_rate
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from billing.models import (
     WatcherCursor,
 )
 from billing.payments import config as coins_config
-from billing.payments.coins.base import Coin, ScanResult
+from billing.payments.coins.base import Coin
 from billing.payments.late import late_payment_confirm
 from billing.payments.services import (
     PaymentError,
@@ -28,25 +28,24 @@ from billing.payments.services import (
     watch_coin,
     watch_set,
 )
-from billing.services import account_for, balance_top_up, checkout_place_order
+from billing.services import balance_top_up, checkout_place_order
 from inventory.models import Node, Offer, Site
 from ops.lifecycle import run_lifecycle
 from rental.models import Lease, LeaseEvent, LeaseState
-from tests.billing.payments_helpers import apply, fresh, paid, set_rate
-from tests.billing.test_lifecycle import order
+from tests.billing.payments_helpers import (
+    DUE,
+    USD,
+    ScriptedAdapter,
+    apply,
+    balance,
+    credits,
+    fresh,
+    paid,
+    set_rate,
+)
+from tests.factories import order
 
-USD = 1_000_000  # litoshi per dollar at $100/LTC
-DUE = 65 * USD   # $65.00
 Q, X = Quote.State, Quote.Exception_
-
-
-def balance(customer):
-    return account_for(customer).balance_cents
-
-
-def credits(kind=None):
-    qs = LedgerEntry.objects.exclude(kind__in=[LedgerEntry.Kind.ORDER, LedgerEntry.Kind.TOPUP])
-    return list((qs.filter(kind=kind) if kind else qs).values_list("amount_cents", flat=True))
 
 
 # --- quotes -------------------------------------------------------------------------------
@@ -300,21 +299,6 @@ def test_duplicate_notifications_and_two_watchers_record_one_payment(placed, t0)
     assert LeaseEvent.objects.filter(lease=lease, kind="paid").count() == 1
 
 
-class ScriptedAdapter:
-    """Replays results: scan() reports every payment found since ``cursor["pos"]``."""
-
-    coin = Coin.LTC
-    required_confirmations = 6
-
-    def __init__(self, payments):
-        self.payments, self.seen_cursors = payments, []
-
-    def scan(self, watch, cursor):
-        self.seen_cursors.append(dict(cursor))
-        found = [p for p in self.payments[cursor.get("pos", 0):] if p.address in watch]
-        return ScanResult(found, {"pos": len(self.payments)}, [])
-
-
 def test_watcher_killed_after_apply_before_cursor_save_credits_once(placed, customer, t0, monkeypatch):
     _, invoice, quote = placed
     adapter = ScriptedAdapter([paid(quote, DUE + 3 * USD, 6)])
@@ -484,7 +468,7 @@ def test_a_late_payment_reorders_the_same_order_term_image_key_and_add_ons(catal
     """The reorder buys what the expired order was: its offer, site, a month, its image and
     SSH key, and its add-ons (the non-zero ones), paid from the balance the late coins reached."""
     from rental.models import Image
-    from tests.billing.test_lifecycle import KEY
+    from tests.factories import KEY
 
     set_rate("LTC", "100", t0)
     lease, invoice = checkout_place_order(

@@ -4,10 +4,8 @@ run the watch task → the invoice is paid once and the lease is provisioning.
 
 The chain fixtures are the session fixtures of tests/billing/chain_daemons.py (skipped
 when litecoind / anvil are not installed)."""
-import json
 from datetime import timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -21,10 +19,9 @@ from billing.payments.services import quote_create
 from billing.tasks import watch_payments
 from rental.models import LeaseEvent, LeaseState
 from tests.billing.chain_daemons import free_port
+from tests.billing.chain_payments import CONTRACT, FORWARDER, deploy, ltc_quote, rbf_payment
 from tests.billing.payments_helpers import eth_account_key, fresh, ltc_account_key, set_rate
-from tests.billing.test_lifecycle import order
-
-CONTRACT = json.loads((Path(__file__).parent / "coins" / "contracts" / "TestUSD.json").read_text())
+from tests.factories import order
 
 
 def test_ltc_order_paid_on_regtest_end_to_end(litecoind, catalog, customer):
@@ -88,31 +85,6 @@ def test_usdt_order_paid_on_anvil_end_to_end(anvil, usdt_token, catalog, custome
 
 
 # --- Payments that never lose money, on the real node: RBF, double-spends, chain time, node health -------------------
-
-def ltc_quote(litecoind, customer, now, first_index):
-    """An order and its LTC quote at an address no other test pays (the node is shared)."""
-    set_rate("LTC", "100", now)
-    CoinWallet.objects.create(coin="LTC", next_index=first_index, highest_paid_index=first_index - 1)
-    lease, invoice = order(customer, now, pay=False)
-    return lease, invoice, quote_create(invoice=invoice, coin="LTC", now=now)
-
-
-def _confirmed_coin_over(wallet, amount):
-    return next((u for u in wallet.call("listunspent", 1) if u["amount"] > amount), None)
-
-
-def rbf_payment(litecoind, address, amount, fee=Decimal("0.0001")):
-    """A BIP125-replaceable payment built from one explicit coin of the funding wallet:
-    (txid, the coin it spends)."""
-    w = litecoind.wallet
-    coin = _confirmed_coin_over(w, amount + 1)
-    if coin is None:   # earlier tests spent the confirmed coins: confirm their change
-        litecoind.mine(1)
-        coin = _confirmed_coin_over(w, amount + 1)
-    change = w.call("getrawchangeaddress", "bech32")
-    spend = [{"txid": coin["txid"], "vout": coin["vout"], "sequence": 0xFFFFFFFD}]
-    raw = w.call("createrawtransaction", spend, {address: amount, change: coin["amount"] - amount - fee})
-    return w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"]), coin
 
 
 def test_ltc_rbf_bump_replaces_the_payment_not_doubles_it(litecoind, catalog, customer):
@@ -188,17 +160,6 @@ def test_ltc_not_offered_while_its_node_is_unreachable_or_behind(litecoind, cata
         assert tip.timestamp() == best
         assert coins_offered() == [Coin.LTC]
         assert coins_offered(tip + timedelta(minutes=121)) == []  # no new block for two hours: behind
-
-
-FORWARDER = json.loads((Path(__file__).parent / "coins" / "contracts" / "Forwarder.json").read_text())
-
-
-def deploy(w3, artifact: dict, *args):
-    """A contract of the tests' artifacts (TestUSD, Forwarder) on anvil, mined."""
-    tx = w3.eth.contract(abi=artifact["abi"], bytecode=artifact["bytecode"]).constructor(*args).transact(
-        {"from": w3.eth.accounts[0]})
-    w3.provider.make_request("anvil_mine", [1])
-    return w3.eth.contract(address=w3.eth.get_transaction_receipt(tx)["contractAddress"], abi=artifact["abi"])
 
 
 def test_eth_order_paid_through_a_contract_and_a_stray_token_reported(anvil, usdt_token, catalog, customer):

@@ -16,10 +16,16 @@ from billing.payments.coins.base import Coin, DetectedPayment, ScanResult
 from billing.payments.coins.solana import SolanaAdapter
 from billing.payments.services import payments_apply_scan, quote_create, watch_coin
 from rental.models import LeaseEvent, LeaseState
-from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid, set_rate
-from tests.billing.test_concurrency import in_threads, postgres_only
-from tests.billing.test_lifecycle import order
-from tests.billing.test_payments import ScriptedAdapter
+from tests.billing.payments_helpers import (
+    ScriptedAdapter,
+    apply,
+    fresh,
+    offline_adapters,
+    paid,
+    set_rate,
+)
+from tests.billing.races import in_threads, postgres_only
+from tests.factories import order
 
 pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
 DUE = 65_000_000

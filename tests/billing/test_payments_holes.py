@@ -27,9 +27,18 @@ from inventory.models import AuditEntry
 from ops.backoffice.dashboard import dashboard
 from ops.lifecycle import run_lifecycle
 from rental.models import LeaseState
-from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid, set_rate
-from tests.billing.test_lifecycle import order
-from tests.billing.test_payments import DUE, USD, balance, credits
+from tests.billing.payments_helpers import (
+    DUE,
+    USD,
+    apply,
+    balance,
+    credits,
+    fresh,
+    offline_adapters,
+    paid,
+    set_rate,
+)
+from tests.factories import order
 
 Q, X, PS, R = Quote.State, Quote.Exception_, Payment.State, PaymentReview
 

@@ -14,7 +14,7 @@ from billing.payments.services import quote_create
 from billing.tasks import watch_payments
 from inventory.models import AuditEntry
 from tests.billing.payments_helpers import apply, offline_adapters, paid, set_rate
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 # BIP84 test vector account (zpub of "abandon ... about"): first receive addresses
 ZPUB = ("zpub6rFR7y4Q2AijBEqTUquhVz398htDFrtymD9xYYfG1m4wAcvPhXNfE3EfH1r1ADqtfSdVCToUG868RvUUkgDKf31mGDtKsAYz2o"

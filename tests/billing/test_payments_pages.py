@@ -8,7 +8,7 @@ from django.utils import timezone
 from billing.models import Invoice, Quote
 from billing.payments.services import quote_create, sweep_expire_quotes
 from tests.billing.payments_helpers import apply, fresh, offline_coins, paid, set_rate
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 pytestmark = pytest.mark.urls("tests.billing.payments_urls")
 DUE = 65_000_000

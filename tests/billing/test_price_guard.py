@@ -24,7 +24,7 @@ from billing.payments.services import quote_create, sweep_expire_quotes
 from inventory.models import AuditEntry
 from rental.models import LeaseState
 from tests.billing.payments_helpers import apply, fresh, paid
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 TOL, MOVE = 200, 1000  # the defaults: 2 % agreement, 10 % move
 

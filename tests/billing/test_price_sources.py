@@ -17,7 +17,7 @@ from billing.payments.pricing import coin_rate_set, rates_refresh
 from billing.payments.services import quote_create
 from billing.tasks import refresh_rates
 from tests.billing.payments_helpers import offline_coins
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 

@@ -12,7 +12,7 @@ from billing.payments.quotes import quote_create
 from billing.payments.services import sweep_expire_quotes
 from billing.services import topup_invoice_create
 from tests.billing.payments_helpers import apply, fresh, paid, set_rate
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 
 def refusal(invoice, coin, now):

@@ -17,8 +17,7 @@ from ops.lifecycle import run_lifecycle
 from rental.agent import Instance
 from rental.models import LeaseEvent, LeaseState
 from rental.services import lease_provisioned
-from tests.billing.payments_helpers import apply, fresh, paid, set_rate
-from tests.billing.test_payments import DUE, USD, balance
+from tests.billing.payments_helpers import DUE, USD, apply, balance, fresh, paid, set_rate
 
 pytestmark = pytest.mark.django_db
 

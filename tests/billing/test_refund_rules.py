@@ -29,7 +29,7 @@ from inventory.models import AuditEntry
 from ops.backoffice.services import invoice_refund_to_balance
 from rental.models import CustomerSettings, LeaseEvent, LeaseState, Notification
 from tests.billing.payments_helpers import fresh
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 PRICE = 6500  # rtx-3090, one week
 VOLUME_PART = 327  # 1 TB network volume for a week: ceil($14 × 7/30)

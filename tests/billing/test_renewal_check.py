@@ -16,7 +16,7 @@ from rental.agent import Instance
 from rental.models import LeaseState
 from rental.services import lease_provisioned
 from tests.billing.payments_helpers import fresh
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 
 @pytest.fixture

@@ -14,15 +14,16 @@ from billing.payments.coins.base import Coin, DetectedPayment, ScanResult
 from billing.payments.coins.utxo import UtxoAdapter
 from billing.payments.services import payments_apply_scan, quote_create
 from tests.billing.payments_helpers import (
+    DUE,
     apply,
+    balance,
     fresh,
     ltc_account_key,
     offline_adapters,
     paid,
     txid,
 )
-from tests.billing.test_lifecycle import order
-from tests.billing.test_payments import DUE, balance
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db
 

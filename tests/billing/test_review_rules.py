@@ -15,8 +15,7 @@ from billing.payments.selectors import payment_lines
 from billing.payments.services import sweep_expire_quotes
 from inventory.models import AuditEntry
 from ops.lifecycle import run_lifecycle
-from tests.billing.payments_helpers import apply, fresh, paid, set_rate
-from tests.billing.test_payments import DUE, USD, balance
+from tests.billing.payments_helpers import DUE, USD, apply, balance, fresh, paid, set_rate
 
 R = PaymentReview
 CENT = USD // 100  # litoshi worth one cent at $100/LTC

@@ -16,8 +16,7 @@ from billing.services import lease_refund
 from ops.backoffice.exports import iso, payment_rows
 from ops.lifecycle import run_lifecycle
 from rental.models import LeaseState
-from tests.billing.payments_helpers import apply, fresh, paid, set_rate
-from tests.billing.test_payments import DUE, USD, balance, credits
+from tests.billing.payments_helpers import DUE, USD, apply, balance, credits, fresh, paid, set_rate
 
 Q, X, PS, R = Quote.State, Quote.Exception_, Payment.State, PaymentReview
 pytestmark = pytest.mark.django_db

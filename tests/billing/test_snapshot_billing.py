@@ -19,7 +19,7 @@ from ops.lifecycle import SWEEPS
 from rental.lifecycle import sweep_provisioning
 from rental.models import Lease, Snapshot
 from rental.storage import storage_delete
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 TB = 10 ** 12
 DAY = timedelta(days=1)
@@ -183,7 +183,7 @@ def test_my_storage_shows_the_snapshot_charges(lease, customer, t0, client):
 @pytest.mark.postgres  # row locks: skipped on SQLite by tests/conftest.py
 @pytest.mark.django_db(transaction=True)
 def test_two_billing_passes_at_once_charge_each_period_once(catalog, customer, t0, settings):
-    from tests.billing.test_concurrency import in_threads
+    from tests.billing.races import in_threads
 
     settings.HOST_AGENT_FAKE_DELAY = 0
     balance_top_up(customer=customer, amount_cents=6500 + 10_000, now=t0)

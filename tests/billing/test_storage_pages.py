@@ -11,7 +11,7 @@ from billing.storage.charges import snapshot_order, volume_order
 from billing.storage.models import SnapshotMeter
 from inventory.models import Site
 from rental.models import NetworkVolume, Snapshot, VolumeAttachment
-from tests.billing.test_lifecycle import KEY
+from tests.factories import KEY
 from tests.i18n.conftest import ZH, assert_chinese
 
 INDEX = "storage_mine:index"

@@ -18,13 +18,21 @@ from billing.payments.quotes import quote_create
 from billing.payments.services import payments_apply_scan, watch_coin
 from billing.services import balance_top_up
 from ops.lifecycle import run_lifecycle
-from rental.agent import Instance
 from rental.events import Transition
 from rental.models import LeaseEvent, LeaseState, Notification
-from rental.services import lease_provisioned
-from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid, set_rate
-from tests.billing.test_lifecycle import order
-from tests.billing.test_payments import DUE, USD, balance
+from tests.billing.payments_helpers import (
+    DUE,
+    USD,
+    apply,
+    balance,
+    fresh,
+    offline_adapters,
+    paid,
+    place,
+    reverse,
+    running,
+)
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db
 
@@ -50,27 +58,6 @@ class QuietAdapter:
 
 def of(results, sweep):
     return [t for name, t in results if name == sweep]
-
-
-def place(customer, at, coin="LTC"):
-    """An unpaid order (rtx-3090, one week: $65) and its quote, LTC at $100/LTC."""
-    set_rate("LTC", "100", at)
-    lease, invoice = order(customer, at, pay=False)
-    return lease, invoice, quote_create(invoice=invoice, coin=coin, now=at)
-
-
-def running(customer, at):
-    """An order paid with one confirmed LTC payment, its lease active a few minutes later."""
-    lease, invoice, quote = place(customer, at)
-    p = paid(quote, DUE, 6)
-    apply(quote, [p], at + timedelta(minutes=1))
-    assert lease_provisioned(lease_id=lease.pk, instance=Instance("10.0.0.9", 2209), now=at + timedelta(minutes=2))
-    assert fresh(invoice).state == Invoice.State.PAID and fresh(lease).state == LeaseState.ACTIVE
-    return lease, invoice, quote, p
-
-
-def reverse(quote, p, at):
-    apply(quote, [], at, reorged=[(p.txid, 0)])
 
 
 def dropped(coin, payment, at):

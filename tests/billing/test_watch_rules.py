@@ -19,9 +19,8 @@ from inventory.models import AuditEntry
 from ops.backoffice.dashboard import dashboard
 from ops.lifecycle import run_lifecycle
 from rental.models import LeaseState
-from tests.billing.payments_helpers import apply, fresh, offline_adapters, paid
-from tests.billing.test_lifecycle import order
-from tests.billing.test_payments import USD
+from tests.billing.payments_helpers import USD, apply, fresh, offline_adapters, paid
+from tests.factories import order
 
 pytestmark = pytest.mark.django_db
 

@@ -19,10 +19,10 @@ from billing.payments.services import quote_create
 from billing.services import balance_top_up
 from rental.models import Lease
 from rental.services import account_create
+from tests.billing.celery_workers import database_url
 from tests.billing.payments_helpers import apply, offline_coins, paid, set_rate
-from tests.billing.test_celery_worker import database_url
-from tests.billing.test_lifecycle import order
 from tests.conftest import ON_POSTGRES
+from tests.factories import order
 from tests.tools import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,16 +28,12 @@ from pathlib import Path
 import psycopg
 import pytest
 import redis
-import yaml
 
 from tests import deadlines
 from tests.conftest import HAS_REDIS, ON_POSTGRES
+from tests.deploy.helpers import COMPOSE, ROOT, TEST_ONLY_ENV, free_port, service_command
 from tests.tools import require, require_tool
 
-ROOT = Path(__file__).resolve().parents[2]
-COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-TEST_ONLY_ENV = {"TESTING", "DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE",
-                 "CELERY_TASK_ALWAYS_EAGER"}
 OPERATOR, CUSTOMER, PASSWORD = "smoke-operator", "smoke-alice", "correct horse battery 9"
 OPERATOR_TOTP_KEY = "3132333435363738393031323334353637383930"  # RFC 6238's test key: staff must have TOTP
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
@@ -74,18 +70,8 @@ def totp_now(key_hex: str) -> str:
     return f"{TOTP(bytes.fromhex(key_hex)).token():06d}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_for(condition, timeout: float, what: str, procs=()):
     return deadlines.wait_for(condition, timeout, what, every=0.3, alive=procs)
-
-
-def service_command(service: str) -> list[str]:
-    return COMPOSE["services"][service]["command"]
 
 
 def healthcheck_command(service: str) -> list[str]:

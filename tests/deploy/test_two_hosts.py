@@ -42,10 +42,11 @@ from inventory.models import Node, Site
 from rental.accounts.services import api_token_create
 from rental.models import Lease, LeaseEvent, LeaseState, SshKey
 from tests import deadlines
-from tests.billing.test_celery_worker import database_url, due_leases
-from tests.billing.test_concurrency import PRICE, new_customer, order
+from tests.billing.celery_workers import database_url, due_leases
+from tests.billing.races import PRICE, order
 from tests.conftest import ON_POSTGRES
-from tests.deploy.test_production import TEST_ONLY_ENV, free_port, service_command
+from tests.deploy.helpers import TEST_ONLY_ENV, free_port, service_command
+from tests.factories import new_customer
 from tests.tools import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,11 +9,7 @@ import pytest
 from django.utils import timezone
 
 from tests.e2e.conftest import DESKTOP, PASSWORD, PHONE, screenshot
-from tests.e2e.test_flows import SSH_KEY
-
-
-def no_horizontal_overflow(page) -> bool:
-    return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+from tests.e2e.helpers import SSH_KEY, no_horizontal_overflow
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from tests.e2e.conftest import DESKTOP, PASSWORD, PHONE, login, ms, screenshot
-from tests.e2e.test_customer_day import no_horizontal_overflow
+from tests.e2e.helpers import no_horizontal_overflow
 from tests.experience.scenes import node_down, renewal_due, running_lease
 
 VIEWPORTS = [(DESKTOP, "desktop"), (PHONE, "phone")]
@@ -33,7 +33,7 @@ def test_demo_checkout_then_the_lease_page_updates_itself_and_stops_polling(new_
     from billing.models import Invoice
     from ops.lifecycle import run_lifecycle
     from rental.models import Lease, LeaseState
-    from tests.e2e.test_flows import SSH_KEY
+    from tests.e2e.helpers import SSH_KEY
 
     _customer(f"gina{tag}")
     page = new_context(viewport=viewport).new_page()

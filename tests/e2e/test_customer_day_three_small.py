@@ -8,15 +8,9 @@ import re
 import pytest
 
 from tests.e2e.conftest import DESKTOP, PASSWORD, PHONE, login, screenshot
-from tests.e2e.test_customer_day import no_horizontal_overflow
+from tests.e2e.helpers import _customer, no_horizontal_overflow
 
 VIEWPORTS = [(DESKTOP, "desktop"), (PHONE, "phone")]
-
-
-def _customer(name):
-    from rental.services import account_create
-
-    return account_create(username=name, password=PASSWORD)
 
 
 def _posts_to(page, path: str) -> list:
@@ -137,7 +131,7 @@ def test_order_page_puts_the_form_before_the_timeline_on_phones(new_context, sho
 @pytest.mark.parametrize("viewport,tag", VIEWPORTS)
 def test_a_key_pasted_at_ordering_can_be_saved_for_the_next_order(new_context, shop, viewport, tag):
     from rental.models import SshKey
-    from tests.e2e.test_flows import SSH_KEY
+    from tests.e2e.helpers import SSH_KEY
 
     _customer(f"nia{tag}")
     page = new_context(viewport=viewport).new_page()

@@ -8,10 +8,8 @@ import pytest
 from django.utils import timezone
 
 from tests.e2e.conftest import PASSWORD, PHONE, ms, screenshot
+from tests.e2e.helpers import SSH_KEY
 from tests.otp import code_for
-
-# A valid ed25519 public key (the lifecycle tests' key).
-SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P carol@laptop"
 
 
 @pytest.fixture

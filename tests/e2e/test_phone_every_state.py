@@ -5,7 +5,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from tests.e2e.conftest import PHONE, login, screenshot
-from tests.e2e.test_customer_day_three_small import _customer
+from tests.e2e.helpers import _customer
 
 OVERFLOWING = """() => [...document.querySelectorAll('main *')]
   .filter(e => !e.closest('.table-scroll') && e.getBoundingClientRect().right > innerWidth + 1)

@@ -18,7 +18,7 @@ def customer_with_leases(shop):
     from ops.lifecycle import run_lifecycle
     from rental.services import account_create
     from tests.billing.payments_helpers import offline_coins, set_rate
-    from tests.billing.test_lifecycle import order
+    from tests.factories import order
 
     dana = account_create(username="dana", password=PASSWORD, email="dana@example.org")
     now = timezone.now()

@@ -9,8 +9,7 @@ import pytest
 from django.utils import timezone
 
 from tests.e2e.conftest import login, ms, screenshot
-
-from .test_customer_day_three_small import _customer
+from tests.e2e.helpers import _customer
 
 
 def _active_lease(customer):

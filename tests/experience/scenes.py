@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from tests.billing.test_pages import ED25519
+from tests.factories import ED25519
 
 
 def running_lease(customer, *, slug="rtx-3090", term="week", now: datetime | None = None):

@@ -14,7 +14,7 @@ from billing.sla.services import BANDS, SLA_TARGET
 from inventory.incidents import incident_open
 from inventory.models import Node, Offer, Site
 from rental.models import LeaseState
-from tests.billing.test_pages import order_url, place
+from tests.factories import order_url, place
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from billing.payments.demo import demo_coin_send
 from billing.payments.services import PaymentError, coins_offered, quote_create, watch_coin
 from billing.services import BillingError
 from rental.models import LeaseState
-from tests.billing.test_pages import place
+from tests.factories import place
 
 
 @pytest.fixture

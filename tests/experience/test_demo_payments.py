@@ -10,7 +10,7 @@ from billing.models import Invoice
 from billing.payments.config import use_adapters
 from ops.backoffice.dashboard import dashboard
 from rental.models import LeaseState
-from tests.billing.test_pages import place
+from tests.factories import place
 
 
 @pytest.fixture

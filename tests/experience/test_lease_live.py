@@ -11,8 +11,8 @@ from django.utils import timezone
 from billing.models import Invoice
 from rental.failover import incident_migrate
 from rental.models import LeaseEvent, Notification
-from tests.billing.test_pages import order_url, place
 from tests.experience.scenes import node_down, node_of, renewal_due, running_lease
+from tests.factories import order_url, place
 
 POLL = 'hx-trigger="every 3s"'
 

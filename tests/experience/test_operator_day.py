@@ -78,7 +78,7 @@ def test_the_operators_lost_first_password_can_be_reset_from_the_shell(db):
 
 def test_customer_desk_shows_everything_and_adjusts_the_balance_with_a_reason(op_client, catalog, customer):
     from billing.models import LedgerEntry
-    from tests.billing.test_pages import place
+    from tests.factories import place
 
     lease, invoice = place(customer)
     url = reverse("admin:ops_customer", args=[customer.pk])
@@ -102,7 +102,7 @@ def test_customer_desk_refunds_a_paid_invoice_once(op_client, catalog, customer)
 
     from billing.models import Invoice, LedgerEntry
     from billing.services import balance_top_up
-    from tests.billing.test_pages import place
+    from tests.factories import place
 
     balance_top_up(customer=customer, amount_cents=100_00, now=timezone.now())
     _lease, invoice = place(customer, pay=True)
@@ -137,7 +137,7 @@ def test_customer_desk_reading_does_not_allow_moving_money(client, catalog, cust
 
     from billing.models import Account, LedgerEntry
     from billing.services import balance_top_up
-    from tests.billing.test_pages import place
+    from tests.factories import place
     from tests.otp import authenticator_for
 
     staff = django_user_model.objects.create_user(username="reader", password="x" * 12, is_staff=True)

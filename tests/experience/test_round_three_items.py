@@ -5,8 +5,8 @@ constraint error as a sentence; /storage/ says "up to 30 TB per node" once."""
 import pytest
 from django.urls import reverse
 
-from tests.billing.test_pages import place
 from tests.experience.scenes import node_of, running_lease
+from tests.factories import place
 from tests.i18n.conftest import ZH
 
 FRIENDLY = "storefront.middleware.FriendlyNotFoundMiddleware"
@@ -107,7 +107,7 @@ def test_the_link_filter_names_only_cards_on_sale(client, catalog):
 def test_a_pasted_key_is_saved_only_when_asked(client, catalog, customer, settings):
     from inventory.models import AuditEntry
     from rental.models import Lease, SshKey
-    from tests.billing.test_pages import ED25519, form_data, order_url
+    from tests.factories import ED25519, form_data, order_url
 
     settings.MAX_OPEN_UNPAID_ORDERS = 4  # four orders left unpaid here
     client.force_login(customer)
@@ -133,7 +133,7 @@ def test_a_pasted_key_is_saved_only_when_asked(client, catalog, customer, settin
 
 def test_a_pasted_key_without_a_comment_is_saved_under_its_lease(client, catalog, customer):
     from rental.models import Lease, SshKey
-    from tests.billing.test_pages import ED25519, form_data, order_url
+    from tests.factories import ED25519, form_data, order_url
 
     client.force_login(customer)
     bare = ED25519.rsplit(" ", 1)[0]

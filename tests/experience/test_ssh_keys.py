@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from rental.models import Lease, SshKey
-from tests.billing.test_pages import ED25519, RSA_1024, form_data, order_url
+from tests.factories import ED25519, RSA_1024, form_data, order_url
 
 ED25519_B = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEk3pGq+6S8q2J0iGx8nUQmCkY6Xz2Jr4o3cF8pUQxLr bob@desk"
 

@@ -2,7 +2,8 @@
 payment scan (acks_late): the message comes back after the visibility timeout, a fresh
 worker reruns the scan, and the end state equals one clean scan — every quote settled once,
 one payment row per (coin, txid, output), every invoice paid once, nobody credited twice.
-The lifecycle-sweep variant is tests/billing/test_celery_worker.py, whose Worker this reuses."""
+The lifecycle-sweep variant is tests/billing/test_celery_worker.py; both use the Worker of
+tests/billing/celery_workers.py."""
 import os
 import subprocess
 from datetime import timedelta
@@ -14,10 +15,10 @@ from billing.models import Invoice, JobRun, LedgerEntry, Payment, Quote
 from billing.payments import config as coins_config
 from billing.payments.coins.base import Coin
 from billing.payments.services import quote_create, watch_coin
-from tests.billing import test_celery_worker as celery_worker
+from tests.billing.celery_workers import BASE, CELERY, Worker, database_url, wait_for
 from tests.billing.payments_helpers import offline_adapters, set_rate
-from tests.billing.test_celery_worker import BASE, CELERY, Worker, database_url, wait_for
-from tests.billing.test_concurrency import new_customer, order
+from tests.billing.races import order
+from tests.factories import new_customer
 from tests.faults.scan_worker import PayEverything
 
 pytestmark = [
@@ -25,11 +26,16 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 N = 12
-scan_queue = celery_worker.queue  # test_celery_worker's fixture: a Redis queue of our own
+
+
+@pytest.fixture
+def scan_queue(queue):
+    """The scan worker's Redis queue of its own (tests/conftest.py's `queue`)."""
+    return queue
 
 
 class ScanWorker(Worker):
-    """test_celery_worker's Worker, running the app in tests/faults/scan_worker.py."""
+    """celery_workers' Worker, running the app in tests/faults/scan_worker.py."""
 
     def __init__(self, name, queue_name, log, **env):
         environ = {**os.environ, "DJANGO_SETTINGS_MODULE": "storefront.test_settings", "TESTING": "1",

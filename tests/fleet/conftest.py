@@ -15,6 +15,7 @@ from django.utils import timezone
 from fleet.crypto import canonical_json
 from fleet.models import IssuedOp
 from fleet.services import enrolment_code_create
+from rental.models import Lease, LeaseState
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
 
@@ -188,3 +189,19 @@ def leaseless_agent(url: str, operator, state_root, *, poll_seconds: int = 15):
     agent = Agent(AgentConfig(storefront_url=url, state_dir=state_root, public_host="203.0.113.7"),
                   runtime=NoInstances(), disks=NoInstances(), probe=NoGpuProbe("test"))
     return agent, node
+
+
+@pytest.fixture
+def wiped(paid_lease, enrol):
+    """A lease released, its key destroyed and its disk wiped, with the node that did it."""
+    from tests.fleet.helpers import op_of, released  # helpers.py imports this conftest
+
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    lease = released(lease, node, timezone.now())
+    assert node.report(evidence=[key_destroyed(node, lease, op_id=op_of(node, lease))]).json()["accepted"]
+    Lease.objects.filter(pk=lease.pk).update(wipe_by=timezone.now() - timedelta(minutes=1))
+    assert node.report(evidence=[disk_wiped(node, lease, op_id=op_of(node, lease))]).json()["accepted"]
+    lease.refresh_from_db()
+    assert lease.state == LeaseState.WIPED
+    return lease, node

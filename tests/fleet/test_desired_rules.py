@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from core.sealing import seal
 from fleet.services import instance_restart
 from rental.failover import node_evacuate
 from rental.models import Snapshot
+from tests.fleet.helpers import ready_snapshot, taking
 
 from .conftest import key_destroyed, node_of, ready
 
@@ -75,16 +75,6 @@ def test_after_a_migration_the_new_node_can_report_ready_before_the_old_node_pol
     assert lease.ssh_port == 23001
 
 
-def taking(lease, **fields) -> Snapshot:
-    """A snapshot of the lease's disk being taken (its repository created, secrets sealed)."""
-    now = timezone.now()
-    return Snapshot.objects.create(**{
-        "customer": lease.customer, "source_lease": lease, "region": lease.site.region, "site": lease.site,
-        "size_tb": 1, "state": Snapshot.State.CREATING, "created_at": now, "paid_until": now + timedelta(days=7),
-        "repository": "s3:https://rgw.example/snap", "access_key": "AK1",
-        "sealed_secrets": seal({"secret_key": "s3-secret", "password": "restic-password"}), **fields})
-
-
 def test_a_customer_snapshot_is_taken_while_the_instance_keeps_running(paid_lease, enrol):
     lease = paid_lease()
     node = enrol(node_of(lease))
@@ -124,12 +114,6 @@ def test_a_snapshot_retry_is_sent_once_it_is_due(paid_lease, enrol):
 
     assert op_at(due - timedelta(seconds=1)) is None
     assert op_at(due) == op_at(due + timedelta(seconds=1)) == f"snap:{snap.pk}:2"
-
-
-def ready_snapshot(lease, **fields) -> Snapshot:
-    """A copy of the lease's disk the customer can restore (small enough for any disk)."""
-    return taking(lease, state=Snapshot.State.AVAILABLE, ready_at=timezone.now(), restic_snapshot="4f1c2b9e",
-                  content_bytes=10**9, **fields)
 
 
 def test_a_restore_into_a_suspended_lease_keeps_it_stopped_once_paid_until_restored(paid_lease, enrol):

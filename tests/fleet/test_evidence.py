@@ -17,16 +17,12 @@ from inventory.models import Incident
 from ops.lifecycle import run_lifecycle
 from rental.lifecycle import sweep_provisioning
 from rental.models import DiskKey, LeaseState, Notification
-from rental.services import lease_release, lease_suspend
+from tests.fleet.helpers import op_of, released
 
 from .conftest import disk_wiped, key_destroyed, node_of, ready
 
 pytestmark = pytest.mark.django_db
 S = LeaseState
-
-
-def op_of(node, lease) -> str:
-    return next(i["op_id"] for i in node.desired().json()["instances"] if i["lease_id"] == lease.pk)
 
 
 def test_verified_instance_ready_makes_the_lease_active(paid_lease, enrol):
@@ -113,17 +109,6 @@ def test_instance_ready_for_an_unpaid_lease_is_refused(catalog, customer, enrol,
     assert node.report(evidence=[ready(node, lease)]).json()["refused"] == [
         {"item": "evidence[0]", "error": "not_requested"}]
     assert not Evidence.objects.exists()
-
-
-def released(lease, node, now):
-    """Active, then suspended and released unpaid: the key destruction is requested."""
-    node.report(evidence=[ready(node, lease)])
-    lease.refresh_from_db()
-    assert lease_suspend(lease_id=lease.pk, now=lease.ends_at)
-    lease.refresh_from_db()
-    assert lease_release(lease_id=lease.pk, now=lease.hold_until)
-    lease.refresh_from_db()
-    return lease
 
 
 def test_key_destroyed_completes_the_disk_key_destruction(paid_lease, enrol):

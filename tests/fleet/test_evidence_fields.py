@@ -6,17 +6,11 @@ import pytest
 from fleet.crypto import canonical_json
 from fleet.models import Evidence
 from rental.models import DiskKey, LeaseState
+from tests.fleet.helpers import refused
 
 from .conftest import key_destroyed, node_of, provision_then_release, ready
 
 pytestmark = pytest.mark.django_db
-
-
-def refused(node, record) -> list:
-    response = node.report(evidence=[record])
-    assert response.status_code == 200
-    assert response.json()["accepted"] == []
-    return response.json()["refused"]
 
 
 def signed(node, record: dict, **changes) -> dict:

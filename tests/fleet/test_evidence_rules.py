@@ -14,10 +14,9 @@ from inventory.models import AuditEntry, Incident, Node
 from rental.failover import lease_migrate
 from rental.models import DiskKey, Lease, LeaseState, Snapshot
 from rental.storage import lease_restore_from_set
+from tests.fleet.helpers import ready_snapshot, refused, snapshot_taken, taking
 
 from .conftest import disk_wiped, key_destroyed, node_of, provision_then_release, ready, rfc3339
-from .test_desired_rules import ready_snapshot, taking
-from .test_evidence_fields import refused
 
 pytestmark = pytest.mark.django_db
 S = LeaseState
@@ -238,12 +237,6 @@ def test_each_failed_wipe_quarantines_its_node_with_the_node_s_reason(paid_lease
 
 
 # -- snapshot_taken ------------------------------------------------------------------------
-
-def snapshot_taken(node, lease, snap, op_id="", **fields):
-    facts = {"snapshot_id": snap.pk, "restic_snapshot": "9c2f41ab", "files": 12, "bytes": 5 * 10**9,
-             "stored_bytes": 2 * 10**9, "consistency": "paused", "paused_seconds": 1,
-             "started_at": rfc3339(timezone.now()), "finished_at": rfc3339(timezone.now())}
-    return node.evidence("snapshot_taken", lease, op_id or snap.op_id, **(facts | fields))
 
 
 def test_a_snapshot_is_made_ready_by_its_current_attempt_s_record_only(paid_lease, enrol):

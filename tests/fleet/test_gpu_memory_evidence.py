@@ -8,9 +8,9 @@ from django.utils import timezone
 from fleet.models import Evidence
 from inventory.models import Incident
 from rental.models import DiskKey
+from tests.fleet.helpers import released
 
 from .conftest import key_destroyed, node_of
-from .test_evidence import released
 
 pytestmark = pytest.mark.django_db
 GPU = "GPU-5ca1ab1e-0000-4000-8000-000000000000"

@@ -17,8 +17,7 @@ from django.utils import timezone
 
 from fleet.desired import Wanted, _issue
 from fleet.models import IssuedOp
-from tests.billing.test_concurrency import in_threads
-from tests.billing.test_lifecycle_lock import another_connection_waits_for_my_locks, wait_until
+from tests.billing.races import another_connection_waits_for_my_locks, in_threads, wait_until
 from tests.conftest import ON_POSTGRES
 
 from .conftest import node_of

@@ -29,10 +29,9 @@ from inventory.models import Incident, Node
 from nodeagent.records import EXIT_NO_WIPE_PROOF, EXIT_OK, exit_status, verify_record
 from rental.failover import lease_migrate
 from rental.models import DiskKey, LeaseEvent, LeaseState, Snapshot
+from tests.fleet.helpers import snapshot_taken, taking
 
 from .conftest import disk_wiped, key_destroyed, node_of, ready
-from .test_desired_rules import taking
-from .test_evidence_rules import snapshot_taken
 
 pytestmark = pytest.mark.django_db
 

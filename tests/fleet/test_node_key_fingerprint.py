@@ -16,7 +16,6 @@ from rental.models import Lease
 from rental.notifications.services import lease_data
 
 from .conftest import node_of, ready
-from .test_sanitization_record import wiped  # noqa: F401 - the fixture
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cli"))
 from gpu_rent import verify  # noqa: E402

@@ -5,7 +5,6 @@ checks it offline, and a changed byte or another key fails it."""
 import json
 import subprocess
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,26 +14,12 @@ from django.utils import timezone
 
 from nodeagent.records import verify_record
 from rental.accounts.services import api_token_create
-from rental.models import Lease, LeaseState
+from tests.fleet.helpers import op_of, released
 
 from .conftest import disk_wiped, key_destroyed, node_of, ready
-from .test_evidence import op_of, released
 
 pytestmark = pytest.mark.django_db
 AGENT = Path(sys.executable).parent / "gpu-node-agent"
-
-
-@pytest.fixture
-def wiped(paid_lease, enrol):
-    lease = paid_lease()
-    node = enrol(node_of(lease))
-    lease = released(lease, node, timezone.now())
-    assert node.report(evidence=[key_destroyed(node, lease, op_id=op_of(node, lease))]).json()["accepted"]
-    Lease.objects.filter(pk=lease.pk).update(wipe_by=timezone.now() - timedelta(minutes=1))
-    assert node.report(evidence=[disk_wiped(node, lease, op_id=op_of(node, lease))]).json()["accepted"]
-    lease.refresh_from_db()
-    assert lease.state == LeaseState.WIPED
-    return lease, node
 
 
 def _cli(path: Path, *extra: str) -> subprocess.CompletedProcess:

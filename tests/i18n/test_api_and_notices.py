@@ -13,9 +13,9 @@ from ops.lifecycle import run_lifecycle
 from rental.accounts.services import api_token_create
 from rental.i18n import remember_language
 from rental.models import CustomerSettings, Image, Notification
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 from tests.i18n.catalog import CJK
-from tests.rental.test_api import ED25519, call, order_body
+from tests.rental.helpers import ED25519, call, order_body
 
 ZH = {"HTTP_ACCEPT_LANGUAGE": "zh-Hans"}
 

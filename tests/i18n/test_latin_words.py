@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from inventory.models import GpuModel
 from tests.i18n.conftest import ZH
-from tests.i18n.test_pages import PUBLIC, customer_urls, shop  # noqa: F401 (fixture)
+from tests.i18n.helpers import PUBLIC, customer_urls
 
 # Names, units, API scope names (read, order, pay: what a token is created with), the sizing
 # engine's method and mode codes (lora, qlora, full, single, zero-3: the calculator's own

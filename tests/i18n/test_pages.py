@@ -6,19 +6,10 @@ import re
 import pytest
 from django.conf import settings
 from django.urls import reverse
-from django.utils import timezone, translation
 
-from billing.models import Invoice
-from billing.payments.services import quote_create
-from billing.services import balance_top_up
-from tests.billing.payments_helpers import offline_coins, set_rate
-from tests.billing.test_lifecycle import order
 from tests.i18n.conftest import EN, ZH, assert_chinese, visible
+from tests.i18n.helpers import PUBLIC, customer_urls
 
-PUBLIC = [
-    ("home", []), ("catalog", []), ("gpu_detail", ["rtx-3090"]), ("links", []), ("storage", []),
-    ("faq", []), ("sizing", []), ("sizing_tables", []), ("signup", []), ("login", []),
-]
 CUSTOMER = ["order", "lease_list", "lease_detail", "invoices", "invoice", "balance", "account_settings",
             "password_change", "pay", "quote", "sla_claims"]
 QUERIES = [
@@ -31,38 +22,6 @@ QUERIES = [
     "/size/?seq=abc&gpus=99",  # form errors
     "/gpus/?vram_min=48&in_stock=on",
 ]
-
-
-@pytest.fixture
-def shop(catalog, customer, client):
-    """A pending order with an open invoice, an active lease, a quote, some balance; created
-    in Chinese, as a customer browsing in Chinese would (invoice lines are stored text)."""
-    now = timezone.now()
-    with offline_coins(), translation.override("zh-hans"):
-        balance_top_up(customer=customer, amount_cents=500_000, now=now)
-        active, _ = order(customer, now, pay=True)
-        pending, invoice = order(customer, now, pay=False, offer="rtx-a6000")
-        set_rate("LTC", "100", now)
-        quote = quote_create(invoice=invoice, coin="LTC", now=now)
-        client.force_login(customer)
-        yield {"lease": active, "pending": pending, "invoice": invoice, "quote": quote,
-               "paid_invoice": Invoice.objects.filter(lease=active).first()}
-
-
-def customer_urls(shop) -> dict[str, str]:
-    return {
-        "order": reverse("order", args=["rtx-3090"]),
-        "lease_list": reverse("lease_list"),
-        "lease_detail": reverse("lease_detail", args=[shop["lease"].pk]),
-        "invoices": reverse("billing:invoices"),
-        "invoice": reverse("billing:invoice", args=[shop["invoice"].pk]),
-        "balance": reverse("billing:balance"),
-        "account_settings": reverse("account_settings"),
-        "password_change": reverse("password_change"),
-        "pay": reverse("payments:invoice", args=[shop["invoice"].pk]),
-        "quote": reverse("payments:quote", args=[shop["quote"].pk]),
-        "sla_claims": reverse("sla:claims"),
-    }
 
 
 @pytest.mark.parametrize("name,args", PUBLIC)

@@ -163,7 +163,7 @@ def test_locks_in_allowed_modules_and_the_ledger_pass():
 
 def test_every_allowed_lock_has_a_reason():
     for table in (lint_rules.ROW_LOCKS_ALLOWED, lint_rules.ACCOUNT_LOCKS_ALLOWED,
-                  lint_rules.TEST_IMPORTS_ALLOWED, lint_rules.MODULE_SIZE_ALLOWED):
+                  lint_rules.MODULE_SIZE_ALLOWED):
         assert all(reason.strip() for reason in table.values())
 
 
@@ -177,13 +177,14 @@ def test_every_allowed_lock_has_a_reason():
 ])
 def test_importing_from_a_test_module_is_caught(bad):
     assert findings(bad, "tests/rental/test_other.py", "test-imports")
+    # none is exempt, not even a module whose helpers other tests once shared
+    assert findings("from tests.billing.test_lifecycle import order\n", "tests/rental/test_x.py", "test-imports")
 
 
 def test_importing_from_conftest_or_a_helper_module_passes():
-    good = "from tests.rental.helpers import lease\nfrom .conftest import node\nfrom tests.tools import need\n"
+    good = ("from tests.rental.helpers import lease\nfrom .conftest import node\nfrom tests.tools import need\n"
+            "from tests.factories import order\nfrom .helpers import login\n")
     assert not findings(good, "tests/rental/test_other.py", "test-imports")
-    # the allow-listed modules of today (to move): still importable
-    assert not findings("from tests.billing.test_lifecycle import order\n", "tests/rental/test_x.py", "test-imports")
 
 
 # (e) module size

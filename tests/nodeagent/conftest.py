@@ -30,8 +30,18 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent.config import DockerConfig
+from nodeagent.converge import Converger
+from nodeagent.directory_disks import DirectoryDisks
+from nodeagent.journal import Journal
+from nodeagent.outbox import Outbox
+from nodeagent.runtime.docker import DockerRuntime
+from nodeagent.signing import NodeKey
 from tests.tools import require, require_tool
 
+from .agent_process import IMAGE_SLUG, STUB_GPUS
+from .helpers import RecordingRuntime
+from .outage_proxy import OutageProxy
 from .storefront_double import StorefrontDouble
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -298,3 +308,38 @@ def storefront():
     double.start()
     yield double
     double.stop()
+
+
+# The converger's tests (test_converge.py, the image and workbench tests)
+@pytest.fixture
+def node_state(tmp_path, dockerd, instance_image):
+    config = DockerConfig(socket=dockerd.socket, gpu_mode="devices",
+                          gpu_devices=stand_in_devices(STUB_GPUS),
+                          port_range=(22300, 22399), published_port_range=(23300, 23399),
+                          stop_timeout=2)
+    key = NodeKey.generate(tmp_path / "key.pem")
+    made = []
+
+    def converger():
+        """A freshly started agent's converger over the same state directory."""
+        runtime = RecordingRuntime(DockerRuntime(config, tmp_path / "runtime"))
+        made.append(runtime)
+        return Converger(node="n1", runtime=runtime, disks=DirectoryDisks(tmp_path / "disks"),
+                         journal=Journal(tmp_path / "journal.json"),
+                         outbox=Outbox(tmp_path / "outbox.json"), key=key,
+                         images={IMAGE_SLUG: instance_image}, public_host="192.0.2.10")
+    yield converger, Outbox(tmp_path / "outbox.json")
+    for lease_id in made[0].runtime.lease_ids():
+        made[0].runtime.ensure_absent(lease_id)
+
+
+@pytest.fixture
+def live_storefront(live_server, settings, catalog):
+    """The real storefront (live server, NodeAgentDriver) behind a proxy the test can take down."""
+    settings.HOST_AGENT = "fleet.driver.NodeAgentDriver"
+    settings.NODE_POLL_SECONDS = 1
+    host, port = live_server.thread.host, live_server.thread.port
+    proxy = OutageProxy(host, port)
+    proxy.up()
+    yield proxy
+    proxy.down()

@@ -4,16 +4,11 @@ holding up the loop. The storefront side is tests/fleet/test_burn_in.py; the rea
 against the live storefront is test_burn_in_agent.py."""
 import json
 import threading
-from pathlib import Path
 
-from nodeagent.burnin import BurnInConfig, BurnInRunner, Diagnostics, parse_dcgmi
-from nodeagent.interfaces import GpuInfo
-from nodeagent.journal import Journal
-from nodeagent.outbox import Outbox
-from nodeagent.signing import NodeKey, canonical_json
+from nodeagent.burnin import BurnInConfig, Diagnostics, parse_dcgmi
+from nodeagent.signing import canonical_json
 
-STUB_DIR = Path(__file__).parent / "dcgmi_stub"
-DCGMI = str(STUB_DIR / "dcgmi")
+from .helpers import DCGMI, Cards, runner, wait_idle
 
 
 def test_dcgmi_output_is_read_test_by_test():
@@ -48,37 +43,6 @@ def test_without_dcgmi_the_fallback_command_decides_and_without_either_the_card_
     assert not fallback.diagnose(index=3, uuid="GPU-3", level=2).passed
     nothing = Diagnostics(BurnInConfig(dcgmi="no-such-dcgmi")).diagnose(index=0, uuid="GPU-0", level=2)
     assert not nothing.passed and nothing.tool == "none"
-
-
-class Cards:
-    """Two cards; `ecc_after_test` makes GPU 1's counter move during its diagnostic."""
-
-    def __init__(self):
-        self.readings = {i: {"ecc_uncorrected": 0, "recovery_action": 0,
-                             "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
-                             "remapped_rows": {"correctable": 0, "uncorrectable": 0}} for i in (0, 1)}
-
-    def inventory(self):
-        return [GpuInfo(index=i, uuid=f"GPU-{i}", name="H100", memory_mb=81559, driver="550.54.15",
-                        cuda="12.4", temperature_c=40, ecc_uncorrected=r["ecc_uncorrected"], xid_errors=(),
-                        healthy=True, readings=dict(r)) for i, r in self.readings.items()]
-
-
-def runner(tmp_path, diagnostics, probe=None):
-    key = NodeKey.generate(tmp_path / "key.pem")
-    outbox = Outbox(tmp_path / "outbox.json")
-    return BurnInRunner(node="n1", key=key, outbox=outbox, journal=Journal(tmp_path / "burn-in.json"),
-                        probe=probe or Cards(), diagnostics=diagnostics,
-                        bandwidth=lambda uuid: {"h2d_gbps": 52.0, "bytes": 2 ** 31}), key, outbox
-
-
-def wait_idle(r, timeout=30):
-    done = threading.Event()
-    for _ in range(int(timeout * 20)):
-        if r.idle():
-            return
-        done.wait(0.05)
-    raise AssertionError("burn-in did not finish")
 
 
 def test_each_request_becomes_one_signed_record_and_is_not_run_twice(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ from pathlib import Path
 from django.utils import timezone
 
 from .agent_process import agent_cli, agent_env, start_agent, stop_agent, wait_for, write_config
-from .test_end_to_end import shared_db, storefront  # noqa: F401  (fixture)
+from .storefront_side import shared_db
 
 DCGMI = Path(__file__).parent / "dcgmi_stub" / "dcgmi"
 
@@ -20,7 +20,7 @@ def free_on(node):
     return nodes_with_free_counts(pk=node.pk).get().free
 
 
-def test_burn_in_gates_the_sale_and_health_rules_act(storefront, settings, operator, dockerd,  # noqa: F811
+def test_burn_in_gates_the_sale_and_health_rules_act(live_storefront, settings, operator, dockerd,
                                                    instance_image, nvml_stub, netns, tmp_path, client):
     from fleet.services import enrolment_code_create
     from inventory.models import BurnIn, GpuSlot, Incident, Node
@@ -38,7 +38,7 @@ def test_burn_in_gates_the_sale_and_health_rules_act(storefront, settings, opera
     env = {**agent_env(nvml_stub, gpu_count=node.gpu_count), "NVML_STUB_FAULTS": str(faults),
            "NVML_STUB_XID": "0:13", "DCGMI_STUB_FAIL": "1", "DCGMI_STUB_LOG": str(calls)}
     code = shared_db(enrolment_code_create, node=node, actor=operator, now=timezone.now())
-    assert agent_cli(config, "enrol", "--url", storefront.url, "--code", code, env=env).returncode == 0
+    assert agent_cli(config, "enrol", "--url", live_storefront.url, "--code", code, env=env).returncode == 0
     assert shared_db(free_on, node) == 0                     # nothing sold before a burn-in
     log = tmp_path / "agent.log"
     agent = start_agent(config, env, log)

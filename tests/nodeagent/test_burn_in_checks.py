@@ -25,7 +25,7 @@ from nodeagent.gpu_checks import (
     plan,
 )
 
-from .test_burn_in import DCGMI, Cards, runner, wait_idle
+from .helpers import DCGMI, Cards, runner, wait_idle
 
 LIMITS = Limits(min_h2d_fraction=0.6, max_remapped_rows=8, max_retired_pages=10)
 

@@ -2,68 +2,9 @@
 keeps a restarted agent from redoing finished operations, failures are named."""
 import subprocess
 
-import pytest
-
-from nodeagent.config import DockerConfig
-from nodeagent.converge import Converger
-from nodeagent.directory_disks import DirectoryDisks
-from nodeagent.interfaces import GpuInfo
 from nodeagent.journal import Journal
-from nodeagent.outbox import Outbox
-from nodeagent.runtime.docker import DockerRuntime
-from nodeagent.signing import NodeKey
 
-from .agent_process import IMAGE_SLUG, STUB_GPUS
-from .conftest import stand_in_devices
-
-GPUS = [GpuInfo(index=i, uuid=uuid, name="stand-in", memory_mb=1, driver="", cuda="",
-                temperature_c=None, ecc_uncorrected=0, xid_errors=(), healthy=True)
-        for i, uuid in enumerate(STUB_GPUS)]
-
-
-class RecordingRuntime:
-    """The real runtime, with a log of the state-changing calls made to it."""
-
-    def __init__(self, runtime):
-        self.runtime, self.calls = runtime, []
-
-    def __getattr__(self, name):
-        method = getattr(self.runtime, name)
-        if not name.startswith("ensure_"):
-            return method
-
-        def recorded(*args):
-            self.calls.append(name)
-            return method(*args)
-        return recorded
-
-
-@pytest.fixture
-def node_state(tmp_path, dockerd, instance_image):
-    config = DockerConfig(socket=dockerd.socket, gpu_mode="devices",
-                          gpu_devices=stand_in_devices(STUB_GPUS),
-                          port_range=(22300, 22399), published_port_range=(23300, 23399),
-                          stop_timeout=2)
-    key = NodeKey.generate(tmp_path / "key.pem")
-    made = []
-
-    def converger():
-        """A freshly started agent's converger over the same state directory."""
-        runtime = RecordingRuntime(DockerRuntime(config, tmp_path / "runtime"))
-        made.append(runtime)
-        return Converger(node="n1", runtime=runtime, disks=DirectoryDisks(tmp_path / "disks"),
-                         journal=Journal(tmp_path / "journal.json"),
-                         outbox=Outbox(tmp_path / "outbox.json"), key=key,
-                         images={IMAGE_SLUG: instance_image}, public_host="192.0.2.10")
-    yield converger, Outbox(tmp_path / "outbox.json")
-    for lease_id in made[0].runtime.lease_ids():
-        made[0].runtime.ensure_absent(lease_id)
-
-
-def desired(lease_id, op_id, want="running", image=IMAGE_SLUG, gpus=(0, 1)):
-    return {"lease_id": lease_id, "op_id": op_id, "want": want, "disk": "keep",
-            "gpus": list(gpus), "image": image, "ssh_authorized_keys": ["ssh-ed25519 AAAA a"],
-            "disk_gb": 10, "cpus": 1, "memory_gb": 1, "shm_gb": 1}
+from .helpers import GPUS, desired
 
 
 def test_a_restarted_agent_does_not_redo_finished_operations(node_state):

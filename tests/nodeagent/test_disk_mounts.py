@@ -26,8 +26,8 @@ from tests.tools import require, require_tool
 
 from .agent_process import IMAGE_SLUG, STUB_GPUS, agent_cli, agent_env, write_config
 from .conftest import stand_in_devices
+from .helpers import GPUS, RecordingRuntime, desired
 from .storefront_double import StorefrontDouble
-from .test_converge import GPUS, RecordingRuntime, desired
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "nodeagent" / "systemd" / "gpu-node-agent.service"

@@ -5,14 +5,13 @@ import pytest
 
 from nodeagent.config import DockerConfig
 from nodeagent.directory_disks import DirectoryDisks
-from nodeagent.interfaces import InstanceSpec, OperationFailed
+from nodeagent.interfaces import OperationFailed
 from nodeagent.runtime.docker import DockerRuntime
 from tests.tools import require_tool
 
 from .conftest import ssh_run, stand_in_devices
+from .helpers import GPU_UUIDS, spec_for
 
-GPU_UUIDS = ("GPU-5ca1ab1e-0000-4000-8000-000000000000",
-             "GPU-5ca1ab1e-0000-4000-8000-000000000001")
 GiB = 1024 ** 3
 OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOt4yjHbQhGXpxr8tQyq6x1bT3Sx4n2Yk3Xo9mVx0bcd bob"
 
@@ -26,12 +25,6 @@ def runtime(dockerd, tmp_path):
     yield runtime
     for lease_id in runtime.lease_ids():
         runtime.ensure_absent(lease_id)
-
-
-def spec_for(lease_id, image, disk, keys=("ssh-ed25519 AAAAC3Nza alice",), gpus=GPU_UUIDS):
-    return InstanceSpec(lease_id=lease_id, image=image, gpu_uuids=tuple(gpus),
-                        ssh_authorized_keys=tuple(keys), cpus=1, memory_gb=1, shm_gb=1,
-                        disk_path=disk)
 
 
 def exec_in(runtime, lease_id, command):

@@ -7,31 +7,18 @@ the customer's restart/stop/start reach the container; suspension stops the inst
 NVML reports unhealthy opens an incident."""
 import json
 
-import pytest
 from django.utils import timezone
 
 from tests.tools import require_tool
 
 from .agent_process import agent_cli, agent_env, start_agent, stop_agent, wait_for, write_config
 from .conftest import ssh_run
-from .outage_proxy import OutageProxy
 from .storefront_side import container_started_at, container_status, lease_state, shared_db
 
 IMAGE = "pytorch-2.5-cuda-12.4"
 
 
-@pytest.fixture
-def storefront(live_server, settings, catalog):
-    settings.HOST_AGENT = "fleet.driver.NodeAgentDriver"
-    settings.NODE_POLL_SECONDS = 1
-    host, port = live_server.thread.host, live_server.thread.port
-    proxy = OutageProxy(host, port)
-    proxy.up()
-    yield proxy
-    proxy.down()
-
-
-def test_order_pay_ssh_outage_suspend_resume_release(storefront, customer, operator, dockerd,
+def test_order_pay_ssh_outage_suspend_resume_release(live_storefront, customer, operator, dockerd,
                                                      instance_image, netns, nvml_stub, ssh_key,
                                                      tmp_path):
     require_tool("ssh", "openssh-client")
@@ -76,10 +63,10 @@ def test_order_pay_ssh_outage_suspend_resume_release(storefront, customer, opera
 
     # The operator makes a one-time code; the agent enrols with it.
     code = shared_db(enrolment_code_create, node=node, actor=operator, now=timezone.now())
-    enrolled = agent_cli(config, "enrol", "--url", storefront.url, "--code", code, env=env)
+    enrolled = agent_cli(config, "enrol", "--url", live_storefront.url, "--code", code, env=env)
     assert enrolled.returncode == 0, enrolled.stderr
     assert shared_db(NodeAgent.objects.get, node=node).public_key
-    again = agent_cli(config, "enrol", "--url", storefront.url, "--code", code, env=env)
+    again = agent_cli(config, "enrol", "--url", live_storefront.url, "--code", code, env=env)
     assert again.returncode == 4                                         # one-time
 
     agent = start_agent(config, env, log)
@@ -105,11 +92,11 @@ def test_order_pay_ssh_outage_suspend_resume_release(storefront, customer, opera
 
         # Storefront outage: the agent backs off, the paid instance keeps running.
         seen = shared_db(NodeAgent.objects.get, node=node).last_seq
-        storefront.down()
+        live_storefront.down()
         wait_for(lambda: "retry in" in log.read_text(), what="agent back-off", log_path=log)
         assert agent.poll() is None and container_status(dockerd, lease.pk) == "running"
         assert ssh_run(netns, key_path, lease.ssh_port, "true").returncode == 0
-        storefront.up()
+        live_storefront.up()
         wait_for(lambda: shared_db(NodeAgent.objects.get, node=node).last_seq > seen, timeout=120,
                  what="reports after the outage", log_path=log)
 
@@ -162,7 +149,7 @@ def test_order_pay_ssh_outage_suspend_resume_release(storefront, customer, opera
         assert stop_agent(agent) == 0
 
 
-def test_a_gpu_reported_unhealthy_by_nvml_opens_an_incident(storefront, operator, dockerd,
+def test_a_gpu_reported_unhealthy_by_nvml_opens_an_incident(live_storefront, operator, dockerd,
                                                            instance_image, nvml_stub, netns,
                                                            tmp_path):
     from fleet.services import enrolment_code_create
@@ -175,7 +162,7 @@ def test_a_gpu_reported_unhealthy_by_nvml_opens_an_incident(storefront, operator
                           gpu_count=node.gpu_count, port_range=(22500, 22599))
     env = {**agent_env(nvml_stub, gpu_count=node.gpu_count), "NVML_STUB_ECC_GPU": "1"}
     code = shared_db(enrolment_code_create, node=node, actor=operator, now=timezone.now())
-    assert agent_cli(config, "enrol", "--url", storefront.url, "--code", code,
+    assert agent_cli(config, "enrol", "--url", live_storefront.url, "--code", code,
                      env=env).returncode == 0
     log = tmp_path / "agent.log"
     agent = start_agent(config, env, log)

@@ -167,7 +167,7 @@ def test_the_report_carries_the_pull_progress_and_the_spec_the_item(tmp_path):
     from nodeagent.outbox import Outbox
     from nodeagent.signing import NodeKey
 
-    from .test_converge import GPUS, desired
+    from .helpers import GPUS, desired
 
     runtime = FakeRuntime()
     converger = Converger(node="n1", runtime=runtime, disks=FakeDisks(),

@@ -2,7 +2,7 @@
 op_id (rental.workbench.lease_workbench_change moves no op_id; PROTOCOL.md: such a change
 recreates the container, the disk kept): the agent recreates it on its next pass, once,
 and a restarted agent does not do it again. Found by test_end_to_end_workbench.py."""
-from .test_converge import GPUS, desired, node_state  # noqa: F401 (fixture)
+from .helpers import GPUS, desired
 
 
 def test_a_changed_variable_under_the_same_op_recreates_the_instance_once(node_state):  # noqa: F811

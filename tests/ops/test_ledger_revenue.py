@@ -13,7 +13,7 @@ from billing.services import balance_top_up, invoice_mark_paid, lease_refund, le
 from billing.storage.charges import volume_order
 from inventory.models import Site
 from ops.backoffice.dashboard import dashboard
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 JUNE = datetime(2025, 6, 10, 12, tzinfo=UTC)
 

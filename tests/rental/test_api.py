@@ -12,8 +12,8 @@ from billing.services import balance_top_up, checkout_place_order
 from inventory.models import GpuSlot, Offer, Site
 from rental.accounts.services import api_token_create, api_token_revoke
 from rental.models import Image, Lease, LeaseState
+from tests.rental.helpers import ED25519, call, order_body
 
-ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq4Yg3Yd6n3Zl9k1X2J0m3w9mRrV0Xq8bX9bUZf3m1P alice@laptop"
 RSA_1024 = ("ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQCs1iItVMMkozv8h0hXHAj1f4bMSlqWGrW8aR9KdoVYT4aLyj2AinTDtzQ9V0Q0PWNkS"
             "nR85JqNDk7omlrz8O/T/Li44KklZPxiGC4Ydsw7N4ylKMoHdtxZSReL2fsxnZsCE6/xDxXkyL+tITndnau64Fs2g+XQ9E7pSbKlddByMQ==")
 
@@ -26,20 +26,6 @@ def token(customer):
 @pytest.fixture
 def other_token(other_customer):
     return api_token_create(customer=other_customer, name="bob")[1]
-
-
-def call(client, method, url, token=None, body=None, raw=None, **extra):
-    if token:
-        extra["HTTP_AUTHORIZATION"] = f"Bearer {token}"
-    data = raw if raw is not None else (json.dumps(body) if body is not None else "")
-    return getattr(client, method)(url, data=data, content_type="application/json", **extra)
-
-
-def order_body(**overrides):
-    body = {"offer": "rtx-3090", "site": "DFW-1", "term": "week", "ssh_key": ED25519,
-            "addons": {"extra_nvme_tb": 1}}
-    body.update(overrides)
-    return body
 
 
 def place(customer):

@@ -18,8 +18,7 @@ from rental.accounts.services import api_token_create
 from rental.idempotency import IdempotentRequest
 from rental.models import Lease, SshKey
 from tests.billing.payments_helpers import offline_coins, set_rate
-
-from .test_api import ED25519, call, order_body
+from tests.rental.helpers import ED25519, call, order_body
 
 pytestmark = pytest.mark.django_db
 

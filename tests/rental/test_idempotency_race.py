@@ -13,8 +13,7 @@ from billing.models import Invoice, LedgerEntry
 from billing.services import balance_top_up
 from rental.accounts.services import api_token_create
 from rental.models import Lease
-
-from .test_api import order_body
+from tests.rental.helpers import order_body
 
 COPIES = 8
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

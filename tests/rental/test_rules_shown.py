@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from rental.models import Lease, LeaseState
 from rental.timeline import lease_milestones, term_milestones
-from tests.billing.test_lifecycle import order
+from tests.factories import order
 
 
 @pytest.fixture

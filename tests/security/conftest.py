@@ -9,7 +9,7 @@ from rental.accounts.services import api_token_create
 from rental.models import Notification
 from rental.services import notify
 from tests.billing.payments_helpers import offline_coins, set_rate
-from tests.billing.test_pages import place
+from tests.factories import place
 
 
 @pytest.fixture

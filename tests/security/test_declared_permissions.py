@@ -17,7 +17,7 @@ from inventory.models import Node
 from rental.permissions import OpsPermissions, is_view_permission
 from tests.fleet.conftest import FakeNode
 from tests.otp import authenticator_for
-from tests.security.test_staff_permissions import grant
+from tests.security.helpers import grant
 
 pytestmark = pytest.mark.django_db
 

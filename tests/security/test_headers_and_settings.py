@@ -3,16 +3,13 @@ and page query counts do not grow with the inventory."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from django.urls import reverse
 
 from inventory.models import GpuSlot, Node, Site
+from tests.security.helpers import ROOT, TEST_ONLY_ENV
 
-ROOT = Path(__file__).resolve().parents[2]
-# The test process's own variables, never production's (tests/e2e/conftest.py sets the last).
-TEST_ONLY_ENV = {"TESTING", "DEBUG", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE"}
 # What production must set; the database is never connected to by these checks.
 PRODUCTION_ENV = {"DEBUG": "0", "DJANGO_SETTINGS_MODULE": "storefront.settings", "ALLOWED_HOSTS": "gpus.example.com",
                   "DATABASE_URL": "postgres://storefront:secret@db.invalid:5432/storefront"}

@@ -17,7 +17,7 @@ from billing.services import TooManyOpenOrders, balance_top_up, invoice_mark_pai
 from inventory.models import SlotAllocation
 from rental.accounts.services import api_token_create
 from rental.models import Lease, LeaseState
-from tests.billing.test_pages import form_data, order_url, place
+from tests.factories import form_data, order_url, place
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "correct horse battery 9"
@@ -122,7 +122,7 @@ def order(customer, slug, *, address=None, now=None):
     from inventory.models import Offer, Site
     from inventory.selectors import sites_with_stock_for
     from rental.models import Image
-    from tests.billing.test_pages import ED25519
+    from tests.factories import ED25519
 
     offer = Offer.objects.get(slug=slug)
     site = Site.objects.get(code=sorted(sites_with_stock_for(offer))[0])

@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 
 from billing.holds import UnpaidHoldRefused, hold_share
 from billing.models import Invoice
-from billing.services import TooManyOpenOrders, balance_top_up, checkout_place_order
+from billing.services import TooManyOpenOrders, balance_top_up
 from inventory.models import GpuSlot, Node, Offer, Site
-from inventory.selectors import free_slots_queryset, sites_with_stock_for
+from inventory.selectors import free_slots_queryset
 from rental.accounts.services import api_token_create
-from rental.models import Image, Lease, LeaseState
-from tests.billing.test_pages import ED25519, form_data, order_url
+from rental.models import Lease, LeaseState
+from tests.factories import ED25519, form_data, order_url
+from tests.security.helpers import order
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "correct horse battery 9"
@@ -41,15 +42,6 @@ def shipped_rule(settings):
 
 def users(n: int, prefix: str = "u") -> list[User]:
     return [User.objects.create_user(username=f"{prefix}{i}", password=PASSWORD) for i in range(n)]
-
-
-def order(customer, slug="mi300x", *, address=None, pay=False):
-    offer = Offer.objects.get(slug=slug)
-    stock = sites_with_stock_for(offer)
-    site = Site.objects.get(code=sorted(stock)[0]) if stock else Node.objects.filter(gpu_model=offer.gpu_model).first().site
-    return checkout_place_order(customer=customer, offer=offer, site=site, term="week",
-                                image=Image.objects.filter(vendor=offer.gpu_model.vendor).first(),
-                                ssh_public_key=ED25519, client_address=address, pay_from_balance=pay)
 
 
 def unpaid_mi300x() -> int:

@@ -18,7 +18,7 @@ from django.utils import timezone
 from billing.services import balance_top_up
 from rental.accounts.services import api_token_create
 from rental.models import ApiToken, Lease, LeaseState
-from tests.billing.test_pages import ED25519
+from tests.factories import ED25519
 from tests.otp import authenticator_for, code_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -274,7 +274,7 @@ def run_action(browser, changelist, action, pks, **extra):
 
 def test_view_only_staff_cannot_credit_a_payment_review(server):
     from billing.models import LedgerEntry, PaymentReview
-    from tests.billing.test_pages import place
+    from tests.factories import place
 
     with_review = make_customer()
     _lease, invoice = place(with_review)

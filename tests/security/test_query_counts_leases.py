@@ -11,7 +11,7 @@ from django.urls import reverse
 from billing.models import Invoice, InvoiceLine
 from rental.accounts.services import api_token_create
 from rental.models import Lease, LeaseEvent
-from tests.billing.test_pages import place
+from tests.factories import place
 
 pytestmark = pytest.mark.django_db
 

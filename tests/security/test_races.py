@@ -12,8 +12,8 @@ from billing.services import (
     lease_refund,
 )
 from rental.models import Lease, LeaseState
-from tests.billing.test_concurrency import in_threads, new_customer, postgres_only
-from tests.billing.test_pages import place
+from tests.billing.races import in_threads, postgres_only
+from tests.factories import new_customer, place
 
 pytestmark = [pytest.mark.django_db(transaction=True), postgres_only]
 
@@ -84,7 +84,7 @@ def test_concurrent_sign_ups_from_one_address_cannot_pass_its_limit(settings):
 def test_concurrent_unpaid_orders_from_many_networks_leave_the_reserve(catalog, settings):
     from billing.holds import UnpaidHoldRefused
     from inventory.selectors import free_slots_queryset
-    from tests.security.test_hold_share import order
+    from tests.security.helpers import order
 
     settings.UNPAID_HOLD_MAX_SHARE_BPS, settings.UNPAID_HOLD_RESERVE_UNITS = 10_000, 2
     holders = [new_customer(f"net{i}") for i in range(8)]

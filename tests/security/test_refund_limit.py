@@ -15,7 +15,7 @@ from billing.services import RefundLimitReached, balance_top_up, lease_refund, r
 from inventory.models import AuditEntry
 from rental.accounts.services import api_token_create
 from rental.models import LeaseState
-from tests.billing.test_pages import place
+from tests.factories import place
 
 pytestmark = pytest.mark.django_db
 

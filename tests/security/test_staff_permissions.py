@@ -3,11 +3,11 @@ operations views. The dashboard needs billing.view_ops_dashboard; each CSV expor
 view permission of what it exports; admin actions that change leases, invoices, nodes or
 SLA claims need the change permission, not just the view one."""
 import pytest
-from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from rental.models import LeaseEvent, LeaseState
 from tests.otp import authenticator_for
+from tests.security.helpers import grant
 
 pytestmark = pytest.mark.django_db
 PERIOD = {"date_from": "2025-06-01", "date_to": "2025-06-30"}
@@ -19,13 +19,6 @@ def clerk(django_user_model):
     user = django_user_model.objects.create_user(username="clerk", password="clerk pass 12345", is_staff=True)
     authenticator_for(user)
     return user
-
-
-def grant(user, *codenames):
-    for codename in codenames:
-        app, name = codename.split(".")
-        user.user_permissions.add(Permission.objects.get(content_type__app_label=app, codename=name))
-    return type(user).objects.get(pk=user.pk)  # a fresh object: permissions are cached per instance
 
 
 def test_staff_without_permissions_get_403_on_ops_views(client, clerk):
@@ -59,7 +52,7 @@ def active_lease(catalog, customer, settings):
 
     from billing.services import balance_top_up
     from rental.lifecycle import sweep_provisioning
-    from tests.billing.test_pages import place
+    from tests.factories import place
 
     settings.HOST_AGENT_FAKE_DELAY = 0
     balance_top_up(customer=customer, amount_cents=10_000_00, now=timezone.now())

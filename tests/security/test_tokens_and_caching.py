@@ -17,8 +17,8 @@ from billing.services import balance_top_up
 from inventory.models import AuditEntry
 from rental.accounts.services import api_token_create
 from rental.models import ApiToken
-from tests.billing.test_pages import ED25519, place
-from tests.security.test_headers_and_settings import ROOT, TEST_ONLY_ENV
+from tests.factories import ED25519, place
+from tests.security.helpers import ROOT, TEST_ONLY_ENV
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "correct horse battery 9"

@@ -65,7 +65,7 @@ def test_lease_page_names_a_failed_mount(alice, customer, settings):
     from rental.lifecycle import sweep_provisioning
     from rental.models import Image
     from rental.storage import volume_attach
-    from tests.billing.test_storage_pages import KEY
+    from tests.factories import KEY
 
     settings.HOST_AGENT_FAKE_DELAY = 0
     now = timezone.now()

@@ -18,15 +18,20 @@ import subprocess
 from datetime import timedelta
 
 import pytest
-from django.urls import reverse
 from django.utils import timezone
 
 from nodeagent.converge import Converger
 from nodeagent.runtime.docker import DockerRuntime
 from tests import deadlines
+from tests.storage.snapshot_helpers import (
+    NodeLoop,
+    _active,
+    _exec,
+    _lease_page,
+    _order,
+    _snapshot_button,
+)
 from tests.tools import require_tool
-
-from .test_snapshot_storefront import IMAGE, SSH_KEY, NodeLoop, _exec
 
 pytestmark = pytest.mark.django_db(transaction=True)
 BIG_MB = 384
@@ -46,42 +51,6 @@ def setup(site_cluster, customer, client, settings):
     yield loops
     for loop in loops:
         loop.remove_all()
-
-
-def _order(customer):
-    from billing.services import checkout_place_order
-    from inventory.models import Offer, Site, SlotAllocation
-    from rental.models import Image
-
-    lease, _invoice = checkout_place_order(
-        customer=customer, offer=Offer.objects.get(slug="rtx-3090"), site=Site.objects.get(code="DFW-1"),
-        term="week", image=Image.objects.get(slug=IMAGE), ssh_public_key=SSH_KEY, pay_from_balance=True,
-        now=timezone.now())
-    return lease, SlotAllocation.objects.filter(lease_id=lease.pk, released_at__isnull=True).first().slot.node
-
-
-def _active(lease) -> bool:
-    from rental.models import Lease, LeaseState
-
-    return Lease.objects.get(pk=lease.pk).state == LeaseState.ACTIVE
-
-
-def _snapshot_button(client, customer, lease):
-    """The lease page's "Snapshot this disk" (a plain form POST)."""
-    from rental.models import Snapshot
-
-    client.force_login(customer)
-    response = client.post(reverse("storage_mine:snapshot_create"), {"lease": lease.pk, "size_tb": 1})
-    assert response.status_code == 302
-    client.logout()
-    return Snapshot.objects.filter(source_lease=lease).latest("pk")
-
-
-def _lease_page(client, customer, lease) -> str:
-    client.force_login(customer)
-    page = client.get(reverse("lease_detail", args=[lease.pk])).content.decode()
-    client.logout()
-    return page
 
 
 def _audits(snap, action):

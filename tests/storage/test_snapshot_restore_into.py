@@ -9,8 +9,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from .test_snapshot_attempts import _active, _lease_page, _order, _snapshot_button
-from .test_snapshot_storefront import _exec
+from tests.storage.snapshot_helpers import _active, _exec, _lease_page, _order, _snapshot_button
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,8 +57,7 @@ def test_a_snapshot_restored_into_the_stopped_lease_replaces_its_disk(setup, cus
     from inventory.models import AuditEntry
     from rental.accounts.services import api_token_create
     from rental.models import Lease, Snapshot
-
-    from .test_snapshot_storefront import NodeLoop
+    from tests.storage.snapshot_helpers import NodeLoop
 
     lease, node = _order(customer)
     loop = NodeLoop(client, node, tmp_path / "a", dockerd, instance_image, (23200, 23249))

@@ -18,7 +18,7 @@ from nodeagent.records import EXIT_NO_WIPE_PROOF, EXIT_OK, FORMAT, exit_status, 
 from nodeagent.signing import NodeKey, canonical_json
 
 from .conftest import make_disks, run
-from .test_wipe_loop import device_is_all_zero, fill_with_data
+from .loop_device_data import device_is_all_zero, fill_with_data
 
 LEASE, NEXT_LEASE = 7, 8
 

@@ -11,25 +11,9 @@ from nodeagent.disks.wipe import BLOCK, discard_supported
 
 from . import conftest
 from .conftest import DEVICE_MB, make_disks, run
+from .loop_device_data import device_is_all_zero, fill_with_data
 
 LEASE = 7
-
-
-def fill_with_data(device: str) -> None:
-    """Customer data everywhere after the LUKS header (what a lease leaves behind)."""
-    with open(device, "r+b") as f:
-        f.seek(16 * 1024 * 1024)
-        chunk = os.urandom(1024 * 1024)
-        for _ in range(DEVICE_MB - 16):
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def device_is_all_zero(device: str) -> bool:
-    zero = bytes(1024 * 1024)
-    with open(device, "rb") as f:
-        return all(f.read(len(zero)) == zero for _ in range(DEVICE_MB))
 
 
 def test_wipe_discards_overwrites_and_verifies(disks, loop_device):
