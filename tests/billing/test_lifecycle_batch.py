@@ -88,7 +88,7 @@ def summary(leases, t0) -> list:
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
         text = re.sub(r"user:(\d+)", lambda m: "user:" + customers.get(int(m[1]), "?"), text)
         text = re.sub(r'"receipt": "([a-z-]+):[^"]*"', r'"receipt": "\1:…"', text)  # the host's, per lease
-        return re.sub(r"(#|lease:|invoice:)(\d+)", lambda m: m[1] + ids.get(int(m[2]), "?"), text)
+        return re.sub(r"(#|lease:|invoice:|/invoice/)(\d+)", lambda m: m[1] + ids.get(int(m[2]), "?"), text)
 
     def rel(at):
         return str(at - t0) if at else None
