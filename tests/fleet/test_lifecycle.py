@@ -4,11 +4,9 @@ it active → unpaid at term end it is stopped → paid again it runs → releas
 destroys the key and at once wipes the disk, each only on its proof. Then the agent
 API through the real CSRF middleware, and (PostgreSQL) replays racing each other."""
 import json
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
@@ -17,6 +15,7 @@ from billing.services import balance_top_up, invoice_pay_from_balance
 from fleet.models import NodeAgent
 from ops.lifecycle import run_lifecycle
 from rental.models import DiskKey, LeaseState
+from tests.billing.races import in_threads
 from tests.conftest import ON_POSTGRES
 
 from .conftest import FakeNode, disk_wiped, key_destroyed, node_of, provision_then_release, ready
@@ -92,28 +91,6 @@ def test_agent_api_needs_no_csrf_token(paid_lease, enrol, operator):
 
 
 postgres_only = pytest.mark.skipif(not ON_POSTGRES, reason="row-lock races need DATABASE_URL=postgres://…")
-
-
-def in_threads(*targets):
-    barrier = threading.Barrier(len(targets))
-    results = [None] * len(targets)
-
-    def run(i, target):
-        try:
-            barrier.wait()
-            results[i] = target()
-        except BaseException as exc:  # noqa: B036 - reported to the test
-            results[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(i, t)) for i, t in enumerate(targets)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-        assert not thread.is_alive()
-    return results
 
 
 @postgres_only
