@@ -13,6 +13,7 @@ from core.sealing import unseal
 from inventory.audit import audit_record
 from inventory.models import Site
 
+from .agent import agent_is_fake
 from .events import event_record as _event
 from .models import (
     Lease,
@@ -341,8 +342,10 @@ def lease_restore_into(*, lease: Lease, snapshot: Snapshot, now: datetime, actor
     if lease.state not in (S.ACTIVE, S.SUSPENDED):
         raise StorageRefused(_("Lease #%(id)d is %(state)s: nothing can be restored into it.")
                              % {"id": lease.pk, "state": lease.get_state_display()})
+    # A simulated snapshot (no copy of anything) is restored only where the whole store pretends
+    # (the demo's FakeAgent): behind real nodes, "restoring" it would change nothing on the disk.
     simulated = snapshot.repository == ""
-    if not simulated and not snapshot.restic_snapshot:
+    if simulated and not agent_is_fake() or not simulated and not snapshot.restic_snapshot:
         raise StorageRefused(_("Snapshot #%(id)d holds no copy of a disk yet.") % {"id": snapshot.pk})
     disk_bytes = (lease.offer.gpu_model.included_nvme_gb + 1000 * lease.extra_nvme_tb) * 10**9
     snapshot_restore_check(snapshot=snapshot, customer=lease.customer, site=lease.site, disk_bytes=disk_bytes)

@@ -46,8 +46,8 @@ class InstanceView:
     @property
     def restorable(self) -> list:
         """The customer's ready snapshots this stopped lease's disk can be replaced with:
-        copies at the lease's site (any of its nodes), or simulated ones where storage is
-        simulated (the demo: restored at once, rental.storage.lease_restore_into)."""
+        copies at the lease's site (any of its nodes), and on the demo (FakeAgent) its simulated
+        ones too (restored at once, rental.storage.lease_restore_into)."""
         stopped = (self.lease.state == S.ACTIVE and self.stopped_by_customer) or self.lease.state == S.SUSPENDED
         if not stopped or self.restore_pending is not None:
             return []
@@ -58,7 +58,8 @@ class InstanceView:
         return list(Snapshot.objects.filter(customer_id=self.lease.customer_id, site_id=self.lease.site_id,
                                             state=Snapshot.State.AVAILABLE, key_destroyed_at__isnull=True,
                                             purpose=Snapshot.Purpose.CUSTOMER)
-                    .filter(Q(repository="") | ~Q(restic_snapshot="")).order_by("-ready_at", "-pk")[:20])
+                    .filter(~Q(restic_snapshot="") | Q(repository="") if agent_is_fake() else ~Q(restic_snapshot=""))
+                    .order_by("-ready_at", "-pk")[:20])
 
     @property
     def burn_in_passed_at(self):

@@ -13,6 +13,7 @@ from billing.services import InsufficientBalance, balance_top_up
 from billing.storage.charges import snapshot_order, sweep_storage, volume_order
 from inventory.models import AuditEntry, Site
 from ops.lifecycle import run_lifecycle
+from rental.agent import agent_override
 from rental.models import LeaseEvent, NetworkVolume, Snapshot, VolumeAttachment
 from rental.storage import (
     RESTORE_INTO,
@@ -88,6 +89,11 @@ def test_a_simulated_snapshot_restores_at_its_site_at_once(catalog, customer, pl
     assert restore_into_pending(target) is None
     assert [e.kind for e in target.events.filter(kind__startswith="snapshot_restore").order_by("pk")] == [
         RESTORE_INTO, "snapshot_restored"]
+    # Behind real nodes a simulated snapshot is no copy of anything: refused, nothing recorded.
+    again = place(customer, now, term="week", offer="a100-sxm")
+    with agent_override(object()), pytest.raises(StorageRefused, match="holds no copy"):
+        lease_restore_into(lease=again, snapshot=snap, now=now)
+    assert not again.events.filter(kind__startswith="snapshot_restore").exists()
     elsewhere = place(customer, now, term="week", offer="h100-sxm", site="PDX-1")
     with pytest.raises(StorageRefused, match="stored at DFW-1"):
         lease_restore_into(lease=elsewhere, snapshot=snap, now=now)
