@@ -52,7 +52,8 @@ class Sources:
     """The client side's addresses: the allowed ones and the others, IPv4 and IPv6."""
 
     def __init__(self, octet: str):
-        self.allowed4, self.other4 = f"203.0.113.{octet}7", f"203.0.113.{octet}8"
+        # as a number: a digit 0 written before 7 made "203.0.113.07", which `ip` refuses
+        self.allowed4, self.other4 = f"203.0.113.{int(octet) * 10 + 7}", f"203.0.113.{int(octet) * 10 + 8}"
         self.node6, self.client6 = f"fd5e:{octet}::1", f"fd5e:{octet}::2"
         self.allowed6, self.other6 = f"2001:db8:{octet}::7", f"2001:db8:{octet}::8"
 
