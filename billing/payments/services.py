@@ -250,7 +250,9 @@ def quote_refresh(quote: Quote, now: datetime) -> Quote:
     Quote.objects.filter(pk=quote.pk).update(received=quote.received, confirmed=quote.confirmed)
     if quote.state in OPEN_QUOTE_STATES:
         _advance(quote, live, seen_any, now)
-    if quote.state != QS.PROCESSING:
+    if quote.state != QS.PROCESSING or quote.exception == QX.PARTIAL:
+        # a quote back to a part paid (a part double-spent or evicted) holds the order only
+        # until its extended expiry, no longer for the monitoring window of the whole amount
         _release_hold(quote, now)
     if quote.state == QS.SETTLED:
         if _credit_unsettled(quote, live, now, LedgerEntry.Kind.EXCESS_PAYMENT) and quote.exception != QX.OVER:
@@ -325,7 +327,8 @@ def _extend_partial(quote: Quote, last_seen: datetime) -> None:
 
 
 def _release_hold(quote: Quote, now: datetime) -> None:
-    """No payment of this quote is confirming any more (invalid, expired, settled): the
+    """No payment of this quote is confirming the whole amount any more (invalid, expired,
+    settled, or only a part paid, which holds until the quote's extended expiry): the
     order's slots are held no longer than its own window, the quote's, the deadline another
     unpaid quote of the order was given (a quote taken late gets the minimum time to pay,
     `_hold_invoice`), or now — unless another quote of the same invoice is confirming."""

@@ -4,12 +4,19 @@ over, split over transactions, two coins for one order), replacements with anoth
 or a double-spend, blocks, reorgs from one block to past the confirmation depth (the EVM one
 re-mining the payments elsewhere or dropping them), operator credits of reviews, a watcher
 killed between applying a pass and saving its cursor, two watchers applying passes from the
-same cursor, and time passing past the windows.
+same cursor, the LTC rate moving (halving or doubling between $100 and $200), refunds to the
+balance (the customer's "Cancel and refund", an operator's part refund) before or after a reorg
+takes their payment, and time passing past the windows.
 
 After every step where the watchers have caught up with the chains it checks:
 
-* no cent created: what the store gave the customer (invoices paid, balance, money held in
-  reviews an operator sees) is at most what the chains hold for them (mined or in a mempool);
+* no cent created: what the store gave the customer (invoices paid less what was refunded,
+  balance, money held in reviews an operator sees) is at most what the chains hold for them
+  (mined or in a mempool), each payment valued at the rate the store used for it;
+* that rate is the right one: a payment that paid its invoice, or was first seen while its
+  quote's rate was locked (before the quote expired or settled), at the quote's rate; any
+  other at a rate in effect since it was first seen, never an older one (a late payment
+  is not a free option on the price);
 * no invoice paid twice (an invoice is paid once, and a second quote's money is on the
   balance, which the first invariant counts);
 * no GPU held past its window: an open order's hold ends by its own window, its quotes'
@@ -24,8 +31,9 @@ CI runs CHAIN_HISTORIES fixed sequences (default 20 of up to 20 steps, about 30 
 runs thousands. A failing sequence is shrunk by Hypothesis and printed as a program of rule
 calls: keep it as an explicit test in this module.
 
-The rate stays $100/LTC and $1/USDT throughout, so chain value and store value compare in
-cents (1 cent = 10,000 base units of both coins, every payment a whole number of cents)."""
+USDT stays at $1 and LTC at $100 or $200, so every payment is a whole number of its quote's
+cents (10,000 base units at $100/LTC and $1/USDT, 5,000 at $200/LTC) and a payment valued at
+the other LTC rate is rounded down, as the store rounds a credit."""
 import itertools
 import os
 from datetime import timedelta
@@ -53,9 +61,10 @@ from billing.payments.coins.base import Coin
 from billing.payments.coins.evm import EvmAdapter
 from billing.payments.coins.utxo import RpcError
 from billing.payments.credits import payment_review_credit
-from billing.payments.pricing import PaymentError
+from billing.payments.pricing import PaymentError, cents_at
 from billing.payments.services import quote_create, watch_coin
-from billing.services import account_for
+from billing.services import BillingError, account_for, lease_refund
+from ops.backoffice.services import invoice_refund_to_balance
 from ops.lifecycle import run_lifecycle
 from tests.billing.chain_payments import CONTRACT, deploy, ltc
 from tests.billing.payments_helpers import eth_account_key, set_rate
@@ -63,7 +72,7 @@ from tests.factories import order
 
 pytestmark = pytest.mark.django_db(transaction=False)
 
-CENT = 10_000  # base units of a cent at $100/LTC (1e8) and $1/USDT (1e6)
+LTC_RATES = ("100", "200")  # USD per LTC; USDT stays at $1
 EVM_CONFIRMATIONS = 3
 LTC_CONFIRMATIONS = 2  # PAYMENT_SPEED_POLICY below: a $65 order settles at 2
 HELD_KINDS = ("no_rate", "over_cap", "misdirected", "after_window")  # money waiting for an operator
@@ -85,8 +94,9 @@ class ChainHistories(RuleBasedStateMachine):
         self.atomic = transaction.atomic()
         self.atomic.__enter__()  # each history's rows go at its end; the chains keep theirs
         self.now = timezone.now()
-        set_rate("LTC", "100", self.now)
+        set_rate("LTC", LTC_RATES[0], self.now)
         set_rate("USDT", "1", self.now)
+        self.ltc_rates = [(self.now, Decimal(LTC_RATES[0]))]  # (from when, USD per LTC), in order
         first = next(_indexes)
         CoinWallet.objects.create(coin="LTC", next_index=first, highest_paid_index=first - 1)
         CoinWallet.objects.create(coin="ETH", next_index=first, highest_paid_index=first - 1)
@@ -135,20 +145,26 @@ class ChainHistories(RuleBasedStateMachine):
 
     def chain_cents(self, *, live_only: bool) -> int:
         """What the chains hold for the customer: every payment mined or in a mempool
-        (``live_only``), else only those mined in the best chain."""
+        (``live_only``), else only those mined in the best chain; each at the rate the store
+        used for it (``rates_used_are_the_right_ones`` checks that rate), or its quote's."""
         total = 0
         for s in self.sent:
             confs = (self._ltc_tx_state if s["coin"] == "LTC" else self._evm_tx_state)(s["txid"])
             if confs > 0 or (live_only and confs == 0):
-                total += s["units"] // CENT
+                row = Payment.objects.filter(coin=s["coin"], txid=s["txid"], address=s["address"]).first()
+                rate = row.credit_rate if row is not None and not row.in_settlement and row.credit_rate else None
+                total += cents_at(s["units"], rate or s["quote_rate"], s["coin"])
         return total
 
     def store_cents(self) -> int:
-        """What the store gave the customer: invoices paid, the balance, money in reviews."""
-        paid = sum(Invoice.objects.filter(customer=self.customer, state=Invoice.State.PAID)
-                   .values_list("amount_cents", flat=True))
-        held = sum(r.proposed_cents if r.proposed_cents is not None else int(r.amount) // CENT
-                   for r in PaymentReview.objects.filter(state=PaymentReview.State.OPEN, kind__in=HELD_KINDS))
+        """What the store gave the customer: invoices paid less what was refunded (to the
+        balance), the balance, money in reviews (what is proposed, else at the quote's rate)."""
+        paid = sum(a - r for a, r in Invoice.objects.filter(customer=self.customer, state=Invoice.State.PAID)
+                   .values_list("amount_cents", "refunded_cents"))
+        held = sum(r.proposed_cents if r.proposed_cents is not None
+                   else cents_at(int(r.amount), r.quote.rate_usd_per_coin, r.quote.coin)
+                   for r in PaymentReview.objects.filter(state=PaymentReview.State.OPEN, kind__in=HELD_KINDS)
+                   .select_related("quote"))
         return paid + account_for(self.customer).balance_cents + held
 
     # --- rules ----------------------------------------------------------------------------
@@ -203,20 +219,22 @@ class ChainHistories(RuleBasedStateMachine):
     def _pay(self, data, how):
         RULES['pay'] = RULES.get('pay', 0) + 1
         q = data.draw(st.sampled_from(self.quotes))
-        cents = int(q.amount) // CENT
+        cents = int(q.amount) // _cent(q)
         parts = {"exact": [cents], "under": [cents // 2], "over": [cents + cents // 3],
                  "split": [cents // 3, cents - cents // 3]}[how]
         for part in parts:
-            self._send(q, part * CENT)
+            self._send(q, part * _cent(q))
         self.dirty = True
 
     def _send(self, q: Quote, units: int):
+        sent = {"coin": q.coin, "units": units, "address": q.address, "quote_rate": q.rate_usd_per_coin,
+                "cent": _cent(q)}
         if q.coin == "LTC":
             txid, coin = _rbf_send(self.node, q.address, Decimal(units) / 10**8)
-            self.sent.append({"coin": "LTC", "txid": txid, "units": units, "address": q.address, "coin_in": coin})
+            self.sent.append({**sent, "txid": txid, "coin_in": coin})
         else:
             tx = self.token.functions.transfer(q.address, units).transact({"from": self.w3.eth.accounts[0]})
-            self.sent.append({"coin": "USDT", "txid": tx.to_0x_hex(), "units": units, "address": q.address})
+            self.sent.append({**sent, "txid": tx.to_0x_hex()})
 
     @precondition(lambda self: any(s["coin"] == "LTC" and s.get("coin_in") for s in self.sent))
     @rule(data=st.data(), to=st.sampled_from(["another amount", "back to the payer"]))
@@ -230,7 +248,7 @@ class ChainHistories(RuleBasedStateMachine):
         w = self.node.wallet
         fee = Decimal("0.001")
         if to == "another amount":
-            units = max(s["units"] // 2 // CENT, 1) * CENT
+            units = max(s["units"] // 2 // s["cent"], 1) * s["cent"]
             outs = {s["address"]: Decimal(units) / 10**8,
                     w.call("getrawchangeaddress", "bech32"): coin["amount"] - Decimal(units) / 10**8 - fee}
         else:
@@ -242,7 +260,7 @@ class ChainHistories(RuleBasedStateMachine):
         except RpcError:  # the node refuses it (the coin was replaced already at this fee): nothing sent
             return
         if units:
-            self.sent.append({"coin": "LTC", "txid": txid, "units": units, "address": s["address"], "coin_in": coin})
+            self.sent.append({**s, "txid": txid, "units": units})
         self.dirty = True
 
     @rule(ltc_blocks=st.integers(0, 3), evm_blocks=st.integers(0, 4))
@@ -337,6 +355,35 @@ class ChainHistories(RuleBasedStateMachine):
         self.watch_all()
         run_lifecycle(self.now)
 
+    @rule(to=st.sampled_from(LTC_RATES))
+    def ltc_rate_moves(self, to):
+        """The operator's LTC rate halves or doubles: new quotes, and payments valued when
+        they confirm (late ones), use it; what was quoted keeps its rate."""
+        RULES['ltc_rate_moves'] = RULES.get('ltc_rate_moves', 0) + 1
+        self.now += timedelta(seconds=1)  # after every payment seen so far, in the store's time
+        set_rate("LTC", to, self.now)
+        self.ltc_rates.append((self.now, Decimal(to)))
+        self.watch_all()
+
+    @rule(data=st.data(), by=st.sampled_from(["customer cancels", "operator refunds a part"]))
+    def refund(self, data, by):
+        """A paid order refunded to the balance: the customer's "Cancel and refund" (within
+        its window), or an operator's refund of a part of it."""
+        paid = list(Invoice.objects.filter(customer=self.customer, state=Invoice.State.PAID).order_by("pk"))
+        if not paid:
+            return
+        RULES['refund'] = RULES.get('refund', 0) + 1
+        invoice = data.draw(st.sampled_from(paid))
+        try:
+            if by == "customer cancels":
+                lease_refund(lease=invoice.lease, actor=self.customer, now=self.now)
+            else:
+                invoice_refund_to_balance(invoice=invoice, actor=self.operator, reason="goodwill", now=self.now,
+                                          cents=max(invoice.amount_cents // 3, 1))
+        except BillingError:  # past the window, refunded already: refused with a message
+            FIGURES.setdefault("refunds_refused", 0)
+            FIGURES["refunds_refused"] += 1
+
     @precondition(lambda self: PaymentReview.objects.filter(state=PaymentReview.State.OPEN,
                                                            kind__in=HELD_KINDS).exists())
     @rule()
@@ -392,9 +439,31 @@ class ChainHistories(RuleBasedStateMachine):
                         if self._on_a_chain_or_in_a_mempool(p)]
             assert invoice.expires_at <= max(allowed), (invoice.pk, invoice.expires_at, max(allowed))
 
+    @invariant()
+    def rates_used_are_the_right_ones(self):
+        """Every payment credited (or proposed for credit) by itself: at its quote's rate when
+        first seen while that rate was locked, else at a rate in effect since it was first
+        seen. A payment counted in its invoice's settlement is worth what the invoice says."""
+        for p in Payment.objects.filter(quote__invoice__customer=self.customer, credit_rate__isnull=False,
+                                        in_settlement=False).select_related("quote"):
+            q = p.quote
+            locked_until = min(q.expires_at, q.settled_at) if q.settled_at else q.expires_at
+            if p.first_seen_at <= locked_until:
+                assert p.credit_rate == q.rate_usd_per_coin, (p.pk, p.credit_rate, q.rate_usd_per_coin)
+                continue
+            history = self.ltc_rates if q.coin == "LTC" else [(self.now, Decimal(1))]
+            in_effect = [r for at, r in history if at <= p.first_seen_at][-1:] or [history[0][1]]
+            since = {*in_effect, *(r for at, r in history if at > p.first_seen_at)}
+            assert p.credit_rate in since, (p.pk, p.first_seen_at, p.credit_rate, history)
+
     def _on_a_chain_or_in_a_mempool(self, p: Payment) -> bool:
         state = self._ltc_tx_state if p.coin == "LTC" else self._evm_tx_state
         return state(p.txid) >= 0
+
+
+def _cent(q: Quote) -> int:
+    """Base units of one cent at the quote's rate."""
+    return int(Decimal(10) ** Coin(q.coin).decimals / (q.rate_usd_per_coin * 100))
 
 
 def _rbf_send(node, address, amount):
@@ -424,7 +493,8 @@ def _steal_back(node, coin):
 def _histories_on(litecoind, anvil, customer, operator, settings):
     settings.PAYMENT_SPEED_POLICY = f"10000:{LTC_CONFIRMATIONS}"
     settings.MAX_OPEN_UNPAID_ORDERS = 4
-    settings.RATE_MAX_AGE_MINUTES = 100_000  # one rate throughout
+    settings.RATE_MAX_AGE_MINUTES = 100_000  # a rate stays fresh until the history moves it
+    settings.REFUNDS_PER_MONTH = 1_000
     ChainHistories.node, ChainHistories.w3 = litecoind, anvil
     ChainHistories.token = deploy(anvil, CONTRACT, 10**15)
     ChainHistories.customer, ChainHistories.operator = customer, operator
@@ -443,14 +513,14 @@ def test_generated_chain_histories_lose_no_money(litecoind, anvil, catalog, cust
 # --- shrunk histories, kept as explicit programs ---------------------------------------------
 
 class _Pick:
-    """Stands in for Hypothesis's ``data`` in a replayed program: draws the history's first
-    quote in ``coin``."""
+    """Stands in for Hypothesis's ``data`` in a replayed program: draws the first of the
+    choices (the history's quotes, or the payments it sent) in ``coin``."""
 
     def __init__(self, machine: ChainHistories, coin: str):
         self.machine, self.coin = machine, coin
 
-    def draw(self, _strategy):
-        return next(q for q in self.machine.quotes if q.coin == self.coin)
+    def draw(self, strategy):
+        return next(c for c in strategy.elements if (c.coin if isinstance(c, Quote) else c["coin"]) == self.coin)
 
 
 def _replay(machine: ChainHistories, steps) -> None:
@@ -458,10 +528,12 @@ def _replay(machine: ChainHistories, steps) -> None:
     teardown's settlement: the store must hold exactly what the chains hold."""
     try:
         machine.nothing_created_no_invoice_twice_no_gpu_held_too_long()
+        machine.rates_used_are_the_right_ones()
         for rule_name, *args in steps:
             args = [_Pick(machine, a[1:]) if isinstance(a, str) and a.startswith("@") else a for a in args]
             getattr(machine, rule_name)(*args)
             machine.nothing_created_no_invoice_twice_no_gpu_held_too_long()
+            machine.rates_used_are_the_right_ones()
     finally:
         machine.teardown()
 
@@ -482,4 +554,20 @@ def test_usdt_overpayment_held_over_the_cap_and_dropped_by_a_reorg_is_not_kept(
         ("pay_under", "@USDT"), ("two_watchers", "LTC"), ("mine", 1, 4), ("time_passes", 1),
         ("two_watchers", "LTC"), ("pay_under", "@USDT"), ("pay_exact", "@USDT"), ("reorg_evm", 4, False),
         ("pay_split", "@LTC"),
+    ])
+
+
+def test_a_split_payment_whose_part_is_double_spent_holds_no_gpu_for_the_monitoring_window(
+        litecoind, anvil, catalog, customer, operator, settings):
+    """Found by a random run: an LTC order paid in two parts, the first part double-spent
+    back to the payer before it was mined (the second is mined). The store must see the first
+    part gone once the chain mined its conflict, and not hold the order's GPU for the whole
+    monitoring window on its account."""
+    _histories_on(litecoind, anvil, customer, operator, settings)
+    machine = ChainHistories()
+    machine.two_orders()
+    _replay(machine, [
+        ("ltc_rate_moves", "100"), ("pay_split", "@LTC"), ("quote", "LTC", "USDT"), ("ltc_rate_moves", "100"),
+        ("replace", "@LTC", "back to the payer"), ("ltc_rate_moves", "100"), ("mine", 2, 1),
+        ("pay_split", "@USDT"), ("ltc_rate_moves", "100"),
     ])
