@@ -1,5 +1,5 @@
-"""Staff permissions that a view declares rather than checks somewhere in its body (issue
-28): an operator screen outside a ModelAdmin (the ops views under /admin/ops/) is wrapped
+"""Staff permissions that a view declares rather than checks somewhere in its body:
+an operator screen outside a ModelAdmin (the ops views under /admin/ops/) is wrapped
 in `ops_view(read=..., write=...)`, which both enforces and records what it needs, so a
 test can walk every such URL and refuse one that writes under a view permission.
 

@@ -21,6 +21,9 @@ tests/lint/test_rules.py showing it catches a bad snippet and passes a good one.
                       nearest conftest.py (a fixture imported into a test module is a second
                       copy of it).
   module-size         no app module over MAX_LINES lines (MODULE_SIZE_ALLOWED: today's, to split).
+  tracker-refs        no tracker numbers (the word issue, then a number) in code, tests or
+                      comments: a clone has no tracker, so the reason goes in the text itself
+                      or in docs/adr/.
   lock-pins           every `==` pin of pyproject.toml is the version requirements/*.lock holds
                       (else: `make lock`).
 
@@ -309,6 +312,17 @@ def rule_module_size(path: str, lines: int) -> list[Finding]:
     return []
 
 
+# --- rule (f): no tracker numbers ------------------------------------------------------------
+
+_TRACKER_REF = re.compile(r"\bissue\s*#?\d+\b|\bissues\s*#\d+|\(issue\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def rule_tracker_refs(path: str, source: str) -> list[Finding]:
+    return [Finding("tracker-refs", path, source.count("\n", 0, m.start()) + 1,
+                    "a tracker number: say the reason here or in docs/adr/ (a clone has no tracker)")
+            for m in _TRACKER_REF.finditer(source)]
+
+
 # --- lock-pins: pyproject.toml's pins are the locks' versions -----------------------------
 
 def _normal(name: str) -> str:
@@ -382,6 +396,8 @@ def check_source(source: str, path: str, rules: list[str] | None = None) -> list
             out.extend(AST_RULES[name](path, tree))
     if rules is None or "module-size" in rules:
         out.extend(rule_module_size(path, len(source.splitlines())))
+    if rules is None or "tracker-refs" in rules:
+        out.extend(rule_tracker_refs(path, source))
     return out
 
 

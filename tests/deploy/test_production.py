@@ -395,9 +395,9 @@ def descendants(pid: int) -> list[int]:
 
 
 def test_the_access_log_names_the_client_not_the_proxy(stack):
-    Browser(stack, source="127.0.0.7").get("/gpus/?from=issue28")
-    wait_for(lambda: "/gpus/?from=issue28" in stack.log("web"), 20, "the access log line")
-    [line] = [x for x in stack.log("web").splitlines() if "/gpus/?from=issue28" in x]
+    Browser(stack, source="127.0.0.7").get("/gpus/?from=access-log-test")
+    wait_for(lambda: "/gpus/?from=access-log-test" in stack.log("web"), 20, "the access log line")
+    [line] = [x for x in stack.log("web").splitlines() if "/gpus/?from=access-log-test" in x]
     assert line.startswith("127.0.0.7 via 127.0.0.1 "), line
     # A client cannot put another address there: Caddy replaces X-Forwarded-For.
     Browser(stack, source="127.0.0.8").get("/gpus/?from=forged", headers={"X-Forwarded-For": "203.0.113.9"})

@@ -139,5 +139,5 @@ def test_renewal_call_to_action_refund_limit_and_token_box(new_context, shop, se
     token_form.get_by_role("button", name="Create token").click()
     page.locator("#new-token").wait_for()
     assert page.locator(".token-box button[data-copy]").is_visible()
-    assert no_horizontal_overflow(page)  # the 605 px box of the issue
+    assert no_horizontal_overflow(page)  # a 605 px box once overflowed a 390 px screen
     screenshot(page, f"settings-token-{tag}")

@@ -197,6 +197,25 @@ def test_a_module_over_the_limit_is_caught_unless_allowed():
     assert not findings(long, "tests/rental/test_big.py", "module-size")
 
 
+# (f) tracker numbers
+
+ISSUE = "issue"  # the bad snippets are built, or this file would hold what it tests for
+
+
+@pytest.mark.parametrize("bad", [
+    f"# see {ISSUE} 27\n", f'"""The same payment ({ISSUE}\n27)."""\n', f"x = 1  # {ISSUE.title()} #4\n",
+    f"# {ISSUE}s #3 and #4\n",
+])
+def test_a_tracker_number_is_caught(bad):
+    assert findings(bad, "billing/x.py", "tracker-refs")
+    assert findings(bad, "tests/billing/test_x.py", "tracker-refs")
+
+
+def test_words_about_issuing_pass():
+    good = "from fleet.desired import _issue\ncodes_issue(user)  # issues 10 codes\nissue_count = 2\n"
+    assert not findings(good, "billing/x.py", "tracker-refs")
+
+
 # lock pins
 
 def test_a_pin_the_lock_does_not_hold_is_caught(tmp_path):

@@ -147,8 +147,8 @@ class EvmAdapter:
     def _internal_inflows(self, bhash: str, parent: str, direct: dict[str, int]) -> list[Found]:
         """What each watched address received in the block beyond its direct transfers, as
         one payment per (transaction, address) — found by tracing the block's calls, so the
-        same transaction re-mined in another block after a reorg is the same payment (issue
-        27). Value the trace does not explain (a node that cannot trace, a withdrawal) is
+        same transaction re-mined in another block after a reorg is the same payment.
+        Value the trace does not explain (a node that cannot trace, a withdrawal) is
         reported for the operators, never credited by itself."""
         excess = {}
         for addr, direct_in in direct.items():
