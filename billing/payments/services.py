@@ -426,15 +426,17 @@ def _expire_one(quote_id: int, now: datetime) -> bool:
 #: once per pass): they look for every address the store ever gave, so a payment after the
 #: late-payment window is recorded (and waits for an operator, ``credits``). ETH's per-address
 #: work (the balance checks that find ETH sent by contracts) is done for the quotes of the
-#: window only. Solana does a call per reference each pass and watches the window only.
-WATCH_EVERY_ADDRESS = (Coin.BTC, Coin.LTC, Coin.XMR, Coin.ETH, Coin.USDT, Coin.USDC)
+#: window only. Solana does a call per reference each pass for the window, and finds the
+#: later payments to older references among the merchant address's new transfers.
+WATCH_EVERY_ADDRESS = (Coin.BTC, Coin.LTC, Coin.XMR, Coin.ETH, Coin.USDT, Coin.USDC, Coin.SOL)
 EVM = (Coin.ETH, Coin.USDT, Coin.USDC)
 
 
 def watch_set(coin: Coin, now: datetime):
     """What the watcher looks for: open quotes, plus quotes closed within LATE_PAYMENT_WATCH_DAYS
     (late payments and overpayments are still credited) — every quote for WATCH_EVERY_ADDRESS.
-    EVM: address → whether it is within the window (``EvmAdapter`` checks balances for those)."""
+    EVM: address → whether it is within the window (``EvmAdapter`` checks balances for those);
+    SOL: reference → whether it is within the window (``SolanaAdapter`` asks for those)."""
     recent = now - coins_config.late_watch()
     in_window = Q(state__in=OPEN_QUOTE_STATES) | Q(expires_at__gte=recent) | Q(settled_at__gte=recent)
     # every quote address of the wallet: money in the wrong coin is reported (``misdirected``)
@@ -443,7 +445,8 @@ def watch_set(coin: Coin, now: datetime):
     if coin not in WATCH_EVERY_ADDRESS:
         quotes = quotes.filter(in_window)
     if coin is Coin.SOL:
-        return set(quotes.values_list("reference", flat=True))
+        window = set(quotes.filter(in_window).values_list("reference", flat=True))
+        return {r: r in window for r in quotes.values_list("reference", flat=True)}
     if coin is Coin.XMR:
         return dict(quotes.values_list("address", "derivation_index"))
     if coin in EVM:

@@ -394,7 +394,7 @@ def test_xmr_subaddress_and_sol_reference_quotes(catalog, customer, t0):
         assert xmr.uri.startswith(f"monero:{xmr.address}?tx_amount=0.433333333334")  # $65 / $150, rounded up
         assert sol.address == merchant and is_public_key(sol.reference)
         assert sol.uri.startswith(f"solana:{merchant}?amount=0.5&reference={sol.reference}")
-        assert watch_set(Coin.SOL, t0) == {sol.reference} and watch_set(Coin.XMR, t0) == {xmr.address: 1}
+        assert watch_set(Coin.SOL, t0) == {sol.reference: True} and watch_set(Coin.XMR, t0) == {xmr.address: 1}
         apply(sol, [paid(sol, 500_000_000, 1)], t0 + timedelta(minutes=1))  # found by its reference
     assert fresh(sol).state == Q.SETTLED and fresh(invoice).state == Invoice.State.PAID
     assert not CoinWallet.objects.exists()  # no derivation counter for XMR / SOL

@@ -18,7 +18,15 @@ is 0 and ``txid`` the transaction signature.
 Confirmations: 1 once the signature is *finalized* (``required_confirmations`` = 1),
 0 while only confirmed (reported only with ``report_unfinalized=True``, which queries at
 ``confirmed`` commitment; by default the query is at ``finalized``). One
-``getSignaturesForAddress`` call per watched reference per pass (Solana Pay's model).
+``getSignaturesForAddress`` call per watched reference per pass (Solana Pay's model) for
+the quotes of the window; ``watch`` maps every quote's reference to whether it is in the
+window (as for EVM addresses).
+
+A payment after the window is recorded too: each pass also reads the merchant address's
+finalized signatures since the newest one it read last time (paged, at most
+``MERCHANT_PAGES`` pages a pass; the rest on the next), and a transfer whose account keys
+hold the reference of a quote outside the window is reported for it — the store then
+records it and an operator decides (an ``after_window`` review).
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ from .amounts import format_amount
 from .base import COIN_SPECS, Coin, DetectedPayment, ScanResult
 
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+MERCHANT_PAGES = 10        # pages of the merchant's signatures read per pass (a backlog takes passes)
+MERCHANT_PAGE_SIZE = 100
 
 
 def b58encode(data: bytes) -> str:
@@ -138,7 +148,8 @@ class SolanaAdapter:
         commitment = "confirmed" if self.report_unfinalized else "finalized"
         payments: list[DetectedPayment] = []
         present: set[str] = set()
-        for ref in watch:
+        in_window = [ref for ref in watch if not isinstance(watch, dict) or watch[ref]]
+        for ref in in_window:
             sigs = self.rpc.call("getSignaturesForAddress", ref,
                                  {"commitment": commitment, "limit": self.signatures_limit})
             for s in sigs:
@@ -161,7 +172,53 @@ class SolanaAdapter:
                     pending.pop(sig, None)
                 else:
                     pending[sig] = ref
-        watched = set(watch)
+        watched = set(in_window)
         reorged = sorted((sig, 0) for sig, ref in pending.items() if ref in watched and sig not in present)
         pending = {sig: ref for sig, ref in pending.items() if ref in watched and sig in present}
-        return ScanResult(payments, {"final": sorted(final)[-5000:], "pending": pending}, reorged)
+        new_cursor = {"final": sorted(final)[-5000:], "pending": pending}
+        if isinstance(watch, dict):
+            outside = {ref for ref, window in watch.items() if not window}
+            payments.extend(self._after_the_window(outside, cursor, new_cursor, final))
+            new_cursor["final"] = sorted(final)[-5000:]
+        return ScanResult(payments, new_cursor, reorged)
+
+    def _after_the_window(self, outside: set[str], cursor: dict, new_cursor: dict,
+                          final: set[str]) -> list[DetectedPayment]:
+        """Finalized transfers to the merchant since the last pass that carry the reference of
+        a quote outside the window. The cursor keeps the newest signature read
+        (``merchant_until``); a backlog deeper than MERCHANT_PAGES pages goes on below where
+        it stopped (``merchant_before``) on the next passes. The first pass starts from now."""
+        until, before = cursor.get("merchant_until"), cursor.get("merchant_before")
+        newest = cursor.get("merchant_newest") if before else None
+        found: list[DetectedPayment] = []
+        for _ in range(MERCHANT_PAGES):
+            options: dict[str, Any] = {"commitment": "finalized", "limit": MERCHANT_PAGE_SIZE}
+            options.update({k: v for k, v in (("until", until), ("before", before)) if v})
+            sigs = self.rpc.call("getSignaturesForAddress", self.merchant, options)
+            newest = newest or (sigs[0]["signature"] if sigs else None)
+            if not sigs or until is None:  # nothing new, or the first pass: from now on
+                before = None
+                break
+            for s in sigs:
+                if s["signature"] not in final and s.get("err") is None:
+                    found.extend(self._late_transfer(s, outside, final))
+            before = sigs[-1]["signature"] if len(sigs) == MERCHANT_PAGE_SIZE else None
+            if before is None:
+                break
+        if before is None:   # read down to the last bound: the next pass starts above the newest
+            new_cursor["merchant_until"] = newest or until
+        else:                # a backlog: the next pass goes on below `before`
+            new_cursor.update(merchant_until=until, merchant_before=before, merchant_newest=newest)
+        return found
+
+    def _late_transfer(self, info: dict, outside: set[str], final: set[str]) -> list[DetectedPayment]:
+        sig = info["signature"]
+        tx = self.rpc.call("getTransaction", sig, {
+            "commitment": "finalized", "encoding": "json", "maxSupportedTransactionVersion": 0})
+        for ref in outside.intersection(account_keys(tx) if tx else ()):
+            amount = validate_transfer(tx, self.merchant, ref)
+            if amount is not None:
+                final.add(sig)
+                return [DetectedPayment(Coin.SOL, sig, 0, ref, amount, 1, None,
+                                        int(tx.get("slot", info.get("slot", 0))))]
+        return []

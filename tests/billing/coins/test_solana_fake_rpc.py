@@ -48,9 +48,10 @@ class FakeSolana:
                                   "data": "3Bxs4h24hBtQy9rw"}],
                 "recentBlockhash": "EETubP5AKHgjPAhzPAFcb8BAY1hMH639CWCFTqi3hq1k"}},
         }
-        self.sigs.setdefault(reference, []).insert(0, {
-            "signature": sig, "slot": slot, "err": err, "memo": None, "blockTime": 1_700_000_000,
-            "confirmationStatus": status})
+        info = {"signature": sig, "slot": slot, "err": err, "memo": None, "blockTime": 1_700_000_000,
+                "confirmationStatus": status}
+        for key in {reference, merchant}:  # every account of the transaction lists it
+            self.sigs.setdefault(key, []).insert(0, info)
 
     def answer(self, req):
         method, params = req["method"], req["params"]
@@ -60,6 +61,12 @@ class FakeSolana:
             order = {"processed": 0, "confirmed": 1, "finalized": 2}
             infos = [s for s in self.sigs.get(ref, [])
                      if order[s["confirmationStatus"]] >= order[opts.get("commitment", "finalized")]]
+            names = [s["signature"] for s in infos]  # newest first: `before` and `until` cut it
+            if opts.get("before") in names:
+                infos = infos[names.index(opts["before"]) + 1:]
+            names = [s["signature"] for s in infos]
+            if opts.get("until") in names:
+                infos = infos[:names.index(opts["until"])]
             return infos[: opts.get("limit", 1000)]
         if method == "getTransaction":
             return self.txs.get(params[0])
@@ -153,3 +160,75 @@ def test_unfinalized_seen_then_finalized_or_dropped(solana):
     solana.sigs[ref] = [s for s in solana.sigs[ref] if s["signature"] != "s2"]
     r4 = a.scan({ref}, r3.cursor)
     assert r4.reorged == [("s2", 0)]
+
+
+def test_a_payment_to_a_reference_outside_the_window_is_found_on_the_merchant_address(solana, monkeypatch):
+    """Quotes outside the window are not asked for one by one; the merchant address's new
+    transfers are read instead (from the first pass on, paged), and one carrying such a
+    quote's reference is reported for it, once."""
+    import billing.payments.coins.solana as solana_module
+
+    monkeypatch.setattr(solana_module, "MERCHANT_PAGE_SIZE", 2)
+    monkeypatch.setattr(solana_module, "MERCHANT_PAGES", 2)
+    a = SolanaAdapter(MERCHANT, SolanaRpc(solana.url))
+    old, current = new_reference(), new_reference()
+    solana.pay("before-the-first-pass", old, 5)
+    r = a.scan({old: False, current: True}, {})
+    assert r.payments == []                        # the first pass starts from now
+    for n in range(5):                             # a backlog of 5: pages of 2, 2 pages a pass
+        solana.pay(f"other-{n}", new_reference(), 1)
+    solana.pay("late", old, 300_000_000)
+    solana.pay("in-window", current, 7)
+    calls = len(solana.calls)
+    r = a.scan({old: False, current: True}, r.cursor)
+    assert [(p.txid, p.address, p.amount, p.confirmations) for p in r.payments] == [
+        ("in-window", current, 7, 1), ("late", old, 300_000_000, 1)]
+    assert solana.calls[calls:].count("getSignaturesForAddress") == 3   # the window's one + 2 pages
+    r = a.scan({old: False, current: True}, r.cursor)                   # the rest of the backlog
+    assert r.payments == [] and "merchant_before" not in r.cursor
+    solana.pay("later", old, 9)
+    r = a.scan({old: False, current: True}, r.cursor)                   # above the last newest
+    assert [(p.txid, p.amount) for p in r.payments] == [("later", 9)]
+    assert a.scan({old: False, current: True}, r.cursor).payments == []
+
+
+def test_sol_payment_to_a_quote_long_after_its_late_window_is_recorded_for_an_operator(
+        solana, catalog, customer, operator, settings):
+    """As for LTC on litecoind (tests/billing/test_money_chains.py): 8 days after the order
+    (past LATE_PAYMENT_WATCH_DAYS = 7) the customer pays the old reference again. The watcher
+    finds it on the merchant address: recorded, and a review waits for an operator; nothing
+    is credited by itself."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing.models import LedgerEntry, Payment, PaymentReview
+    from billing.payments import config as coins_config
+    from billing.payments.coins.base import Coin
+    from billing.payments.services import quote_create, watch_coin
+    from tests.billing.payments_helpers import set_rate
+    from tests.factories import order
+
+    settings.LATE_PAYMENT_WATCH_DAYS = 7
+    now = timezone.now()
+    set_rate("SOL", "100", now)
+    with coins_config.use_adapters({Coin.SOL: SolanaAdapter(MERCHANT, SolanaRpc(solana.url))}):
+        _, invoice = order(customer, now, pay=False)
+        quote = quote_create(invoice=invoice, coin="SOL", now=now)
+        watch_coin(coin="SOL", now=now)
+        solana.pay("paid", quote.reference, int(quote.amount))
+        watch_coin(coin="SOL", now=now + timedelta(minutes=1))
+        later = now + timedelta(days=8)
+        set_rate("SOL", "90", later)
+        watch_coin(coin="SOL", now=later)
+        solana.pay("again", quote.reference, 200_000_000)
+        watch_coin(coin="SOL", now=later + timedelta(minutes=1))
+        watch_coin(coin="SOL", now=later + timedelta(minutes=2))  # one review
+
+    assert invoice.__class__.objects.get(pk=invoice.pk).state == "paid"
+    payment = Payment.objects.get(txid="again")
+    assert payment.state == Payment.State.CONFIRMED and payment.quote_id == quote.pk
+    review = PaymentReview.objects.get()
+    assert (review.kind, review.state, review.payment_id, review.proposed_cents) == (
+        "after_window", "open", payment.pk, None)
+    assert not LedgerEntry.objects.filter(kind="late_payment").exists()
