@@ -250,7 +250,9 @@ def quote_refresh(quote: Quote, now: datetime) -> Quote:
     Quote.objects.filter(pk=quote.pk).update(received=quote.received, confirmed=quote.confirmed)
     if quote.state in OPEN_QUOTE_STATES:
         _advance(quote, live, seen_any, now)
-    if quote.state != QS.PROCESSING:
+    if quote.state != QS.PROCESSING or quote.exception == QX.PARTIAL:
+        # partly paid: the quote's own (extended) window holds the order, no longer the
+        # monitoring window of a payment that completed the amount and then left the chain
         _release_hold(quote, now)
     if quote.state == QS.SETTLED:
         if _credit_unsettled(quote, live, now, LedgerEntry.Kind.EXCESS_PAYMENT) and quote.exception != QX.OVER:

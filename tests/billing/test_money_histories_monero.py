@@ -420,3 +420,29 @@ def _replay(machine: MoneroHistories, steps) -> None:
     finally:
         machine.teardown()
 
+
+
+def test_xmr_order_paid_in_two_transfers_one_evicted_unmined_is_held_no_longer_than_its_quote(
+        monero_regtest, catalog, customer, operator, settings):
+    """Found by a random run: an order paid in full by two transfers in the pool is held for
+    the monitoring window (6 h) from the one that completed the amount; that one then leaves
+    the pool unmined and the other confirms. The quote is partly paid: the order must be held
+    no longer than the quote's window again, not 6 h for a transfer no chain holds (the
+    shrunk run dropped it in a reorg; evicting it from the pool is the same history)."""
+    _histories_on(monero_regtest, customer, operator, settings)
+    machine = MoneroHistories()
+    machine.two_orders()
+    try:
+        machine.pay_split(_Pick(machine, 0))
+        machine.watch()
+        machine.nothing_created_no_invoice_twice_no_gpu_held_too_long()
+        machine._daemon("flush_txpool", txids=[machine.sent[-1]["txid"]])
+        machine.net.forget_dropped_spends()
+        machine.mine(XMR_CONFIRMATIONS)
+        machine.watch()
+        first, second = (s["txid"] for s in machine.sent)
+        assert dict(Payment.objects.values_list("txid", "state")) == {
+            first: Payment.State.CONFIRMED, second: Payment.State.INVALID}
+        machine.nothing_created_no_invoice_twice_no_gpu_held_too_long()
+    finally:
+        machine.teardown()
