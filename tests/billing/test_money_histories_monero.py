@@ -353,19 +353,23 @@ class MoneroHistories(RuleBasedStateMachine):
             assert invoice.expires_at <= max(allowed), (invoice.pk, invoice.expires_at, max(allowed))
 
 
-def _daemon_read(net, path: str, body: dict) -> list[dict]:
-    """A daemon call's ``txs``; monerod has been seen to close a long answer early: asked again."""
+def _read_again(call):
+    """Monerod and monero-wallet-rpc have been seen to close a long answer early: asked again."""
     for attempt in range(3):
         try:
-            return net._daemon(path, body).get("txs") or []
+            return call()
         except http.client.IncompleteRead:
             if attempt == 2:
                 raise
-    return []
+    return None
+
+
+def _daemon_read(net, path: str, body: dict) -> list[dict]:
+    return _read_again(lambda: net._daemon(path, body)).get("txs") or []
 
 
 def _spendable_outputs(net) -> int:
-    reply = net.funder.call("incoming_transfers", transfer_type="available")
+    reply = _read_again(lambda: net.funder.call("incoming_transfers", transfer_type="available"))
     return sum(1 for t in reply.get("transfers") or [] if t.get("unlocked"))
 
 
