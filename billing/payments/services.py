@@ -251,8 +251,8 @@ def quote_refresh(quote: Quote, now: datetime) -> Quote:
     if quote.state in OPEN_QUOTE_STATES:
         _advance(quote, live, seen_any, now)
     if quote.state != QS.PROCESSING or quote.exception == QX.PARTIAL:
-        # a quote back to a part paid (a part double-spent or evicted) holds the order only
-        # until its extended expiry, no longer for the monitoring window of the whole amount
+        # a quote back to a part paid (a part double-spent, evicted or reorged out) holds the
+        # order only until its extended expiry, no longer the whole amount's monitoring window
         _release_hold(quote, now)
     if quote.state == QS.SETTLED:
         if _credit_unsettled(quote, live, now, LedgerEntry.Kind.EXCESS_PAYMENT) and quote.exception != QX.OVER:

@@ -181,14 +181,16 @@ class MoneroRegtest:
 
     def reorg(self, depth: int, *, without: list[str], longer_by: int = 1) -> None:
         """A reorg ``depth`` blocks deep whose new chain lacks the transactions ``without``
-        (double-spent elsewhere, say): the daemon pops ``depth`` blocks (their transactions go
-        back to its pool), the pool drops ``without``, and ``depth + longer_by`` new blocks
-        are mined. Each wallet follows at its next refresh."""
+        (double-spent elsewhere, say; none: the new chain mines them all again): the daemon
+        pops ``depth`` blocks (their transactions go back to its pool), the pool drops
+        ``without``, and ``depth + longer_by`` new blocks are mined. Each wallet follows at
+        its next refresh."""
         height = self._daemon("/json_rpc", {"jsonrpc": "2.0", "id": "0", "method": "get_block_count"})[
             "result"]["count"]
         self._daemon("/pop_blocks", {"nblocks": depth})
-        self._daemon("/json_rpc", {"jsonrpc": "2.0", "id": "0", "method": "flush_txpool",
-                                   "params": {"txids": without}})
+        if without:  # flush_txpool with no txids empties the whole pool: the kept ones too
+            self._daemon("/json_rpc", {"jsonrpc": "2.0", "id": "0", "method": "flush_txpool",
+                                       "params": {"txids": without}})
         self.mine(depth + longer_by)
         after = self._daemon("/json_rpc", {"jsonrpc": "2.0", "id": "0", "method": "get_block_count"})[
             "result"]["count"]
