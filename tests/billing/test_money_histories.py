@@ -66,6 +66,12 @@ from billing.payments.services import quote_create, watch_coin
 from billing.services import BillingError, account_for, lease_refund
 from ops.backoffice.services import invoice_refund_to_balance
 from ops.lifecycle import run_lifecycle
+from tests.billing.chain_histories import (
+    HELD_KINDS,
+    Killed,
+    invoices_paid_once_and_held_no_longer,
+    replay,
+)
 from tests.billing.chain_payments import CONTRACT, deploy, ltc
 from tests.billing.payments_helpers import eth_account_key, set_rate
 from tests.factories import order
@@ -75,14 +81,9 @@ pytestmark = pytest.mark.django_db(transaction=False)
 LTC_RATES = ("100", "200")  # USD per LTC; USDT stays at $1
 EVM_CONFIRMATIONS = 3
 LTC_CONFIRMATIONS = 2  # PAYMENT_SPEED_POLICY below: a $65 order settles at 2
-HELD_KINDS = ("no_rate", "over_cap", "misdirected", "after_window")  # money waiting for an operator
 _indexes = itertools.count(40_000, 100)  # each history's own addresses (the chains outlive it)
 RULES: dict[str, int] = {}  # how often each rule ran (the report)
 FIGURES = {"histories": 0, "steps": 0, "checks": 0, "settled_checks": 0, "lost_cents": 0}
-
-
-class Killed(BaseException):
-    """The watcher process dies between applying a pass and saving its cursor."""
 
 
 class ChainHistories(RuleBasedStateMachine):
@@ -428,19 +429,7 @@ class ChainHistories(RuleBasedStateMachine):
         FIGURES["checks"] += 1
         store, live = self.store_cents(), self.chain_cents(live_only=True)
         assert store <= live, f"the store gave {store} cents for {live} on the chains"
-        for invoice in Invoice.objects.filter(customer=self.customer):
-            settled = Quote.objects.filter(invoice=invoice, state=Quote.State.SETTLED, payments__in_settlement=True)
-            assert invoice.state == Invoice.State.PAID or not settled.exists()
-            if invoice.state != Invoice.State.OPEN or invoice.expires_at is None:
-                continue
-            quotes = list(Quote.objects.filter(invoice=invoice))
-            # confirming: in a mempool, or mined with fewer confirmations than its quote needs
-            pending = Payment.objects.filter(quote__in=quotes, state=Payment.State.SEEN)
-            allowed = [invoice.lease.pay_by if invoice.lease_id and invoice.lease.pay_by else invoice.created_at]
-            allowed += [q.expires_at for q in quotes]
-            allowed += [p.first_seen_at + coins_config.monitoring_window() for p in pending
-                        if self._on_a_chain_or_in_a_mempool(p)]
-            assert invoice.expires_at <= max(allowed), (invoice.pk, invoice.expires_at, max(allowed))
+        invoices_paid_once_and_held_no_longer(self.customer, self._on_a_chain_or_in_a_mempool)
 
     @invariant()
     def rates_used_are_the_right_ones(self):
@@ -538,18 +527,8 @@ class _Pick:
 
 
 def _replay(machine: ChainHistories, steps) -> None:
-    """The rule calls in order, the invariants after each (as Hypothesis runs them), then the
-    teardown's settlement: the store must hold exactly what the chains hold."""
-    try:
-        machine.nothing_created_no_invoice_twice_no_gpu_held_too_long()
-        machine.rates_used_are_the_right_ones()
-        for rule_name, *args in steps:
-            args = [_Pick(machine, a[1:]) if isinstance(a, str) and a.startswith("@") else a for a in args]
-            getattr(machine, rule_name)(*args)
-            machine.nothing_created_no_invoice_twice_no_gpu_held_too_long()
-            machine.rates_used_are_the_right_ones()
-    finally:
-        machine.teardown()
+    replay(machine, steps, _Pick, ["nothing_created_no_invoice_twice_no_gpu_held_too_long",
+                                   "rates_used_are_the_right_ones"])
 
 
 def test_usdt_overpayment_held_over_the_cap_and_dropped_by_a_reorg_is_not_kept(
