@@ -59,7 +59,6 @@ MODULE_SIZE_ALLOWED = {
     "billing/services.py": "orders, renewals and refunds in one module: to split by domain",
     "rental/services.py": "lease transitions, disk keys and the customer's actions: to split",
     "bench/fleet.py": "the fleet bench's servers, load and report: to split",
-    "fleet/reports.py": "a report's node facts, GPUs, instances and evidence: to split by part of the report",
     "nodeagent/runtime/docker.py": "the container's whole life (create, start, keys, env, ports): to split "
                                    "the published ports and the launcher's options out",
 }
