@@ -59,6 +59,4 @@ MODULE_SIZE_ALLOWED = {
     "billing/services.py": "orders, renewals and refunds in one module: to split by domain",
     "rental/services.py": "lease transitions, disk keys and the customer's actions: to split",
     "bench/fleet.py": "the fleet bench's servers, load and report: to split",
-    "nodeagent/runtime/docker.py": "the container's whole life (create, start, keys, env, ports): to split "
-                                   "the published ports and the launcher's options out",
 }
