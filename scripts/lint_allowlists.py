@@ -35,7 +35,9 @@ ROW_LOCKS_ALLOWED = {
     "billing/payments/health.py": "the watcher cursor's heartbeat, one writer per coin",
     "billing/payments/addresses.py": "one wallet derives addresses in turn (no index reused)",
     "billing/payments/credits.py": "crediting one payment review once",
-    "rental/services.py": "lease state transitions and disk keys, one writer per lease",
+    "rental/services.py": "lease state transitions, one writer per lease",
+    "rental/transitions.py": "the guarded update of a batch of leases: their rows locked in id order",
+    "rental/disk_keys.py": "a lease's disk key destroyed once, in two phases",
     "rental/storage.py": "volumes, snapshots and their leases change state once",
     "fleet/telemetry.py": "one lease-card-day row of telemetry, merged into by concurrent reports",
     "rental/teams/services.py": "one account's memberships and invitations: the last-owner and member-count rules",
@@ -57,5 +59,4 @@ ROW_LOCKS_ALLOWED = {
 MODULE_SIZE_ALLOWED = {
     # Over MAX_LINES today; each is to be split (a later change moves modules), not to grow.
     "billing/services.py": "orders, renewals and refunds in one module: to split by domain",
-    "rental/services.py": "lease transitions, disk keys and the customer's actions: to split",
 }
