@@ -5,12 +5,8 @@ import pytest
 from django.utils import timezone, translation
 
 from billing.models import Account, Invoice, LedgerEntry
-from billing.services import (
-    BillingError,
-    balance_top_up,
-    invoice_mark_paid,
-    lease_refund,
-)
+from billing.refunds import lease_refund
+from billing.services import BillingError, balance_top_up, invoice_mark_paid
 from inventory.models import SlotAllocation
 from ops.lifecycle import run_lifecycle
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState, Notification
