@@ -32,14 +32,15 @@ writes every slice), so a slow stretch comes with what was running.
     .venv/bin/python bench/fleet.py 3000 --poll 1.5 --workers 1 --hosts 2   # two storefront hosts, one database
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/13 \\
         .venv/bin/python bench/fleet.py 1000 --use-system-services
+
+The simulated nodes and their reports are bench/fleet_nodes.py, the load generator
+bench/fleet_load.py; here the runs, the servers they drive, the per-poll costs and the report.
 """
 import argparse
 import asyncio
 import base64
 import functools
-import json
 import os
-import random
 import re
 import resource
 import shutil
@@ -47,33 +48,28 @@ import socket
 import sys
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 
 BASE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BASE), str(BASE / "bench")]
 
+from fleet_load import drive, warm  # noqa: E402
+from fleet_nodes import (  # noqa: E402
+    FLEET_POLL,
+    LEASES_PER_NODE,
+    TELEMETRY_EVERY,
+    TELEMETRY_MINUTES,
+    compressed_timers,
+    enrol_fleet,
+    report_body,
+)
 from load import Granian, Gunicorn, manage, production_env, run_wrk, wait_http, with_db  # noqa: E402
 from private_services import on_services  # noqa: E402
-from rawhttp import HttpError, Pool, request_bytes  # noqa: E402
-from timeline import Sampler, percentile, report, slices, write_tsv  # noqa: E402
+from timeline import Sampler, percentile, report, write_tsv  # noqa: E402
 
-LEASES_PER_NODE = 2   # each of the demo's largest offer that fits twice on an 8-GPU node
-WARM_REPORTS = 4      # each node's untimed reports before the timed run
-FULL_GPU_REPORT_EVERY = 20   # the agent's (nodeagent/agent.py): a report with GPUs at least this often
 SETTLE_POLLS = 6      # untimed polls on the timed run's connections: a worker has then met all
                       # but (1/2)^6 of the nodes (2 workers)
 SMALL_TABLE_ROWS = 100   # a sequential scan of a table under this is the planner's right choice, not a defect
-FLEET_POLL = 15.0     # the poll the issue's fleet runs at (NODE_POLL_SECONDS' default)
-#: The settings counted in seconds that decide how often a poll costs more than a steady one:
-#: the heartbeat write, a worker's credential lookup, a time-flushed egress counter, a
-#: desired state recomputed.
-#: The agent samples once a minute and sends five minutes at a time (telemetry_send_minutes):
-#: at the fleet's 15 s poll one report in twenty carries 5 minutes of its 8 cards.
-TELEMETRY_MINUTES = 5
-TELEMETRY_EVERY = max(1, round(60 * TELEMETRY_MINUTES / FLEET_POLL))
-TIMERS = ("NODE_SEEN_WRITE_SECONDS", "NODE_CREDENTIAL_CACHE_SECONDS", "NODE_EGRESS_FLUSH_SECONDS",
-          "NODE_DESIRED_REVALIDATE_SECONDS")
 
 
 def parse_args():
@@ -121,100 +117,7 @@ def parse_args():
     return args
 
 
-# --- the fleet, straight into the database -------------------------------------------------
-
-def compressed_timers(poll: float) -> dict[str, int]:
-    """A shorter poll stands for a larger fleet at the same request rate (1,000 nodes at 1.5 s
-    for 10,000 at 15 s) only if every timer shrinks by the same factor: then a heartbeat is
-    still one report in 4, a cached credential serves as many reports, an egress counter is
-    flushed by time as often. Without this the short poll hides those costs (40 reports per
-    heartbeat instead of 4). Read after django.setup(): the settings' own values."""
-    from django.conf import settings
-
-    factor = min(1.0, poll / FLEET_POLL)
-    return {name: max(1, round(getattr(settings, name) * factor)) for name in TIMERS}
-
-
-def enrol_fleet(n: int, offset: int) -> list[dict]:
-    """N nodes with agents and two running leases each; returns each node's credential and
-    private key (raw) for the generator."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from cryptography.hazmat.primitives.serialization import (
-        Encoding,
-        NoEncryption,
-        PrivateFormat,
-        PublicFormat,
-    )
-    from django.contrib.auth.models import User
-    from django.utils import timezone
-
-    from fleet.crypto import secret_hash
-    from fleet.models import NodeAgent
-    from inventory.models import GpuSlot, Node, Offer, Site, SlotAllocation
-    from rental.models import Image, Lease, LeaseState
-
-    now = timezone.now()
-    offer = (Offer.objects.filter(gpu_count__lte=8 // LEASES_PER_NODE).select_related("gpu_model")
-             .order_by("-gpu_count").first())
-    per_lease = offer.gpu_count
-    gpu, site, image = offer.gpu_model, Site.objects.first(), Image.objects.first()
-    customer, _ = User.objects.get_or_create(username="bench-fleet")
-    nodes = Node.objects.bulk_create([
-        Node(site=site, name=f"bench-{offset + i:06d}", gpu_model=gpu, gpu_count=8, vcpus=128, host_ram_gb=1024)
-        for i in range(n)], batch_size=2000)
-    slots = GpuSlot.objects.bulk_create([GpuSlot(node=node, index=i) for node in nodes for i in range(8)],
-                                        batch_size=5000)
-    leases = Lease.objects.bulk_create([
-        Lease(customer=customer, offer=offer, site=site, image=image, state=LeaseState.ACTIVE, term="week",
-              price_cents=offer.weekly_cents, ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBench bench",
-              pay_by=now, started_at=now, ends_at=now + timedelta(days=7), provisioning_started_at=now,
-              host="203.0.113.7", ssh_port=22000 + j)
-        for node in nodes for j in range(LEASES_PER_NODE)], batch_size=2000)
-    SlotAllocation.objects.bulk_create([
-        SlotAllocation(slot=slots[8 * k + per_lease * j + g], lease_id=leases[LEASES_PER_NODE * k + j].pk)
-        for k in range(n) for j in range(LEASES_PER_NODE) for g in range(per_lease)], batch_size=5000)
-    fleet, agents = [], []
-    for k, node in enumerate(nodes):
-        key = Ed25519PrivateKey.generate()
-        credential = base64.b16encode(os.urandom(24)).decode().lower()
-        public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
-        agents.append(NodeAgent(node=node, credential_hash=secret_hash(credential), public_key=public,
-                                enrolled_at=now, last_seq=0, agent_version="0.1.0", hostname=node.name,
-                                gpu_library="nvml"))
-        fleet.append({"node": node.name, "credential": credential,
-                      "key": key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()),
-                      "leases": [leases[LEASES_PER_NODE * k + j].pk for j in range(LEASES_PER_NODE)]})
-    NodeAgent.objects.bulk_create(agents, batch_size=2000)
-    return fleet
-
-
-def report_body(node: dict, seq: int, op_ids: dict[int, str], egress: int, desired_etag: str | None = None,
-                with_gpus: bool = True, telemetry: bool = False) -> bytes:
-    """A report as the agent sends it: since the steady poll (desired_etag given) the GPUs only
-    when they changed or every 20th report (nodeagent/agent.py FULL_GPU_REPORT_EVERY)."""
-    from django.utils import timezone
-
-    from fleet.timeutil import rfc3339
-
-    gpus = [{"index": i, "uuid": f"GPU-{node['node']}-{i}", "name": "NVIDIA H100 80GB HBM3", "memory_mb": 81559,
-             "driver": "550.54.15", "cuda": "12.4", "temperature_c": 40 + i, "ecc_uncorrected": 0, "xid_errors": [],
-             "healthy": True, "problem": "", "conditions": [],
-             "topology": {"pcie_gen": 5, "pcie_max_gen": 5, "pcie_width": 16, "pcie_max_width": 16,
-                          "nvlink_active": 18, "nvlink_peers": [j for j in range(8) if j != i], "mig": False}}
-            for i in range(8)]
-    instances = [{"lease_id": lease, "op_id": op_ids.get(lease, ""), "state": "running", "ssh_port": 22000 + j,
-                  "egress_bytes": egress, "error": None} for j, lease in enumerate(node["leases"])]
-    # the last minutes of 8 busy cards (recent: those cards' leases hold them now)
-    samples = {"telemetry": {"start": int(time.time() // 60) - TELEMETRY_MINUTES + 1, "events": [], "samples": [
-        [m, i, random.randint(60, 100), 60000 + random.randint(0, 9000), 55 + random.randint(0, 15),
-         random.randint(400, 700), random.choice((1755, 1785, 1980))]
-        for m in range(TELEMETRY_MINUTES) for i in range(8)]}} if telemetry else {}
-    return json.dumps({"seq": seq, "sent_at": rfc3339(timezone.now()), "agent_version": "0.1.0",
-                       "public_host": "203.0.113.7", "gpu_library": "nvml", **({"gpus": gpus} if with_gpus else {}),
-                       "instances": instances, "evidence": [], **samples,
-                       **({"desired_etag": desired_etag} if desired_etag is not None else {})},
-                      separators=(",", ":")).encode()
-
+# --- what a poll costs, measured in-process on the same database -------------------------------
 
 def per_poll_costs(fleet: list[dict], explain: bool) -> dict:
     """Queries and rows written by a desired poll (the full document, and the steady one an
@@ -339,194 +242,6 @@ def worker_cpu_seconds(master_pid: int) -> float:
             continue
         total += (int(fields[11]) + int(fields[12])) / tick
     return total
-
-
-# --- the load generator ----------------------------------------------------------------------
-
-async def warm(base: str, fleet: list[dict], connections: int) -> None:
-    """Each node's first round, untimed: the GET that issues its ops and the first full
-    report (GPUs, instances, metering rows), as a fleet that has been running for a while
-    did long ago. Leaves each node's ETag and ops in its dict for the timed run."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    pool = _pool(base, connections, timeout=120)
-
-    async def first(node: dict):
-        auth = {"Authorization": f"Node {node['credential']}"}
-        status, headers, body = await pool.request(request_bytes("GET", "/agent/v1/desired", auth))
-        if status != 200:
-            raise HttpError(f"desired: {status}")
-        document = json.loads(body)
-        node["etag"] = headers.get("etag", "")
-        node["ops"] = {i["lease_id"]: i["op_id"] for i in document["instances"]}
-        key = Ed25519PrivateKey.from_private_bytes(node["key"])
-        # The first, full report, then steady ones until the storefront holds what a node that
-        # has run a while left there (each worker's copy of its credential; an ETag stored by
-        # the GET, which could not say which Redis answered, computed again once by a report).
-        first_seq = node.get("seq", 0) + 1       # above what per_poll_costs sent for its node
-        for seq in range(first_seq, first_seq + WARM_REPORTS):
-            data = report_body(node, seq, node["ops"], 10**6, desired_etag=node["etag"], with_gpus=seq == first_seq)
-            status, _, body = await pool.request(request_bytes("POST", "/agent/v1/report", {
-                **auth, "Content-Type": "application/json",
-                "X-Node-Signature": base64.b64encode(key.sign(data)).decode()}, data))
-            if status == 200 and isinstance(json.loads(body).get("desired"), dict):
-                answer = json.loads(body)
-                node["etag"] = answer["desired_etag"]
-                node["ops"] = {i["lease_id"]: i["op_id"] for i in answer["desired"]["instances"]}
-        node["seq"] = first_seq + WARM_REPORTS - 1
-
-    async def first_retried(node: dict):
-        for attempt in range(3):        # a busy server may drop a connection: untimed, so retried
-            try:
-                return await first(node)
-            except HttpError:
-                if attempt == 2:
-                    raise
-                await asyncio.sleep(1 + attempt)
-
-    try:
-        await asyncio.gather(*(first_retried(n) for n in fleet if "etag" not in n))
-    finally:
-        pool.close()
-
-
-async def drive(bases: list[str], fleet: list[dict], *, poll: float, duration: float, connections: int,
-                protocol: str, settle: float, mark, sampler: Sampler, telemetry: bool = False) -> dict:
-    """The fleet polls for `settle` seconds untimed, then `duration` seconds counted. The
-    settle period runs on the same connections: each web worker meets every node it has
-    not served yet (a per-worker credential lookup, paid once per node and worker restart,
-    not per poll), so the counted window is the steady state. `mark()` reads the server's
-    counters, at the start and at the end of the counted window; `sampler` runs through it."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    lat = {"desired": [], "report": []}
-    sent_at: list[float] = []                   # perf_counter() at which each counted report was sent
-    stats = {"errors": 0, "not_modified": 0, "requests": 0, "answered": 0, "late": 0, "gets": 0, "why": {}}
-
-    def failed(why) -> None:
-        stats["errors"] += 1
-        stats["why"][why] = stats["why"].get(why, 0) + 1
-    from django.conf import settings
-
-    flush_bytes = settings.NODE_EGRESS_FLUSH_BYTES
-    keys = [Ed25519PrivateKey.from_private_bytes(n["key"]) for n in fleet]
-    timed_from = time.monotonic() + settle
-    deadline = timed_from + duration
-    pools = [_pool(base, max(1, connections // len(bases)), timeout=30) for base in bases]
-    window = {}
-
-    async def one_node(k: int, node: dict):
-        auth = {"Authorization": f"Node {node['credential']}"}
-        pool = pools[k % len(pools)]            # a node polls one host (its load balancer's choice)
-        etag, ops, seq = node.get("etag", ""), node.get("ops", {}), node.get("seq", 0)
-        # A fleet that has run a while, not one that started together: each node is at its own
-        # point between two egress flushes (by bytes) and between two full GPU reports. Started
-        # in step, every node sent its GPUs in the same poll interval (1 in 20) and flushed its
-        # egress within a few intervals, a burst the counted window then measured.
-        egress = node.get("egress") or 10**6 + random.randrange(flush_bytes)
-        gpu_phase = random.randrange(FULL_GPU_REPORT_EVERY)
-        telemetry_phase = random.randrange(TELEMETRY_EVERY)   # a fleet's minutes spread over the polls
-        next_at = time.monotonic() + random.uniform(0, poll)
-        while True:
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            if time.monotonic() >= deadline:
-                # The next size's run goes on from here: its fleet holds this one's nodes, whose
-                # lower seqs would be refused (409) and whose counters would seem to restart.
-                node.update(seq=seq, etag=etag, ops=ops, egress=egress)
-                return
-            counted = time.monotonic() >= timed_from
-            if counted and time.monotonic() - next_at > poll:
-                stats["late"] += 1              # the generator (or server) fell a whole poll behind
-            next_at += poll
-            if protocol == "get" or not etag:   # the agent's first round, or an older agent
-                t = time.perf_counter()
-                try:
-                    status, headers, body = await pool.request(request_bytes(
-                        "GET", "/agent/v1/desired", {**auth, **({"If-None-Match": etag} if etag else {})}))
-                    if status == 200:
-                        ops = {i["lease_id"]: i["op_id"] for i in json.loads(body)["instances"]}
-                        etag = headers.get("etag", "")
-                    elif status == 304:
-                        stats["not_modified"] += counted
-                    elif counted:
-                        failed(status)
-                except HttpError as exc:
-                    if counted:
-                        failed(str(exc).split(":")[0])  # counted, and the node keeps polling
-                if timed_from <= time.monotonic() < deadline:
-                    stats["answered"] += 1
-                if counted:
-                    stats["requests"] += 1
-                    stats["gets"] += 1
-                    lat["desired"].append((time.perf_counter() - t) * 1000)
-            seq, egress = seq + 1, egress + random.randint(10**6, 10**8)
-            data = report_body(node, seq, ops, egress, desired_etag=etag if protocol == "report" else None,
-                               with_gpus=protocol == "get" or (seq + gpu_phase) % FULL_GPU_REPORT_EVERY == 0,
-                               telemetry=telemetry and (seq + telemetry_phase) % TELEMETRY_EVERY == 0)
-            raw = request_bytes("POST", "/agent/v1/report", {
-                **auth, "Content-Type": "application/json",
-                "X-Node-Signature": base64.b64encode(keys[k].sign(data)).decode()}, data)
-            t = time.perf_counter()
-            try:
-                status, _, body = await pool.request(raw)
-                if status != 200:
-                    if counted:
-                        failed(status)
-                elif protocol == "report":
-                    answer = json.loads(body)
-                    if isinstance(answer.get("desired"), dict):
-                        ops = {i["lease_id"]: i["op_id"] for i in answer["desired"]["instances"]}
-                        etag = answer["desired_etag"]
-                    elif "desired_etag" in answer:
-                        stats["not_modified"] += counted
-            except HttpError as exc:
-                if counted:
-                    failed(str(exc).split(":")[0])
-            if timed_from <= time.monotonic() < deadline:
-                stats["answered"] += 1          # answered inside the counted window
-            if not counted:
-                continue
-            stats["requests"] += 1
-            ms = (time.perf_counter() - t) * 1000
-            lat["report"].append(ms)
-            sent_at.append(t)
-            if protocol == "report":
-                lat["desired"].append(ms)       # this answer is the node's desired-state poll
-
-    async def count_from_settled():
-        await asyncio.sleep(max(0.0, timed_from - time.monotonic()))
-        window.update(start=mark(), cpu0=time.process_time(), t0=time.monotonic(), perf0=time.perf_counter())
-        sampler.start()
-
-    try:
-        await asyncio.gather(count_from_settled(), *(one_node(k, n) for k, n in enumerate(fleet)))
-    finally:
-        for pool in pools:
-            pool.close()
-        if sampler.is_alive():
-            sampler.stop()
-    elapsed, generator_cpu = time.monotonic() - window["t0"], time.process_time() - window["cpu0"]
-    await asyncio.sleep(0.6)                    # pg_stat counters are flushed every 500 ms
-    end = mark()
-    return {**stats, "lat": lat, "elapsed": elapsed, "generator_cpu": generator_cpu, "duration": duration,
-            "p99_by_third": _p99_by_third(lat["report"], sent_at, window["perf0"], duration),
-            "slices": slices(sampler, sent_at, lat["report"], window["perf0"], window["perf0"] + duration),
-            "server": {k: end[k] - window["start"][k] for k in end}}
-
-
-def _p99_by_third(latencies: list[float], sent_at: list[float], start: float, duration: float) -> list[float]:
-    """p99 of the reports sent in each third of the counted window: falling when a backlog
-    (the settle's first meetings) drains, flat in a steady state, rising when the server
-    cannot keep up."""
-    thirds: list[list[float]] = [[], [], []]
-    for ms, t in zip(latencies, sent_at, strict=True):
-        thirds[min(2, max(0, int(3 * (t - start) / duration)))].append(ms)
-    return [percentile(third, 99) if third else 0.0 for third in thirds]
-
-
-def _pool(base: str, connections: int, timeout: float) -> Pool:
-    host, port = base.removeprefix("http://").rsplit(":", 1)
-    return Pool(host, int(port), connections, timeout)
 
 
 def main() -> None:

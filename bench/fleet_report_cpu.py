@@ -23,7 +23,6 @@ statements of one request of each kind.
 """
 import base64
 import cProfile
-import importlib.util
 import os
 import pstats
 import sys
@@ -34,13 +33,8 @@ from pathlib import Path
 BASE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BASE), str(BASE / "bench")]
 
+from fleet_nodes import enrol_fleet, report_body  # noqa: E402
 from load import manage, production_env, with_db  # noqa: E402
-
-# bench/fleet.py by path: the name `fleet` is the Django app's.
-_spec = importlib.util.spec_from_file_location("bench_fleet", BASE / "bench" / "fleet.py")
-bench_fleet = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_fleet)
-
 
 ROUNDS, PER_ROUND = (3, 10) if "--smoke" in sys.argv else (5, 100)   # --smoke: checks it runs (CI)
 PROFILE = sys.argv[sys.argv.index("--profile") + 1] if "--profile" in sys.argv else None
@@ -75,7 +69,7 @@ def main() -> None:
         os.environ.update({k: v for k, v in env.items() if k != "PYTHONPATH"})
         import django
         django.setup()
-        run(bench_fleet.enrol_fleet(20, 0)[5])
+        run(enrol_fleet(20, 0)[5])
     finally:
         from django.db import connections
         connections.close_all()
@@ -98,7 +92,7 @@ def run(node: dict) -> None:
     def report(grow: int, with_gpus: bool = False) -> None:
         state["seq"] += 1
         state["egress"] += grow
-        body = bench_fleet.report_body(node, state["seq"], ops, state["egress"], desired_etag=etag,
+        body = report_body(node, state["seq"], ops, state["egress"], desired_etag=etag,
                                        with_gpus=with_gpus or state["seq"] == 2)
         response = client.post("/agent/v1/report", body, content_type="application/json",
                                HTTP_X_NODE_SIGNATURE=base64.b64encode(key.sign(body)).decode(), **auth)

@@ -2,7 +2,7 @@
 
 The nodes' watch (GET /agent/v1/desired/watch, nodeagent/PROTOCOL.md) is served by the ASGI
 process as production starts it (scripts/start.sh watch: granian, one worker). This bench
-enrols N nodes straight into a throwaway database (bench/fleet.py's enrol_fleet: real
+enrols N nodes straight into a throwaway database (bench/fleet_nodes.py's enrol_fleet: real
 credentials, two running leases each), then per size:
 
 1. each node's first watch (the credential looked up once per worker), timed;
@@ -23,7 +23,6 @@ credentials, two running leases each), then per size:
 """
 import argparse
 import asyncio
-import importlib.util
 import os
 import random
 import resource
@@ -38,20 +37,13 @@ from pathlib import Path
 BASE = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BASE), str(BASE / "bench")]
 
+from fleet_nodes import enrol_fleet  # noqa: E402
 from load import PY, manage, production_env, wait_http, with_db  # noqa: E402
 from private_services import on_services  # noqa: E402
 from timeline import percentile  # noqa: E402
 
 POLL_SECONDS = 15          # the plain poll a watch replaces (NODE_POLL_SECONDS' default)
 RAMP_PER_SECOND = 1000     # held watches sent per second (10,000 nodes at a 15 s poll: 667/s)
-
-
-def _fleet_bench():
-    """bench/fleet.py as a module (its name would shadow the fleet app on sys.path)."""
-    spec = importlib.util.spec_from_file_location("bench_fleet", BASE / "bench" / "fleet.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def parse_args():
@@ -247,7 +239,7 @@ def bench(args, url: str, redis_url: str) -> None:
         time.sleep(min(args.idle, 5))
         print(f"watch process (granian ASGI, 1 worker) idle: RSS {baseline:.0f} MiB, CPU "
               f"{(cpu_seconds(server.pid) - cpu0) / (time.monotonic() - t0) * 100:.1f} % of a core", flush=True)
-        enrol_fleet, fleet = _fleet_bench().enrol_fleet, []
+        fleet = []
         for size in sorted(args.sizes):
             t = time.perf_counter()
             fleet += enrol_fleet(size - len(fleet), len(fleet))

@@ -28,6 +28,8 @@ from rental.models import RETIRED_ADDONS, Image
 
 from .holds import UnpaidHoldRefused
 from .models import Invoice
+from .refunds import lease_refund
+from .renewals import lease_extend_order
 from .services import (
     BillingError,
     InsufficientBalance,
@@ -35,8 +37,6 @@ from .services import (
     TooManyOpenOrders,
     account_for,
     checkout_place_order,
-    lease_extend_order,
-    lease_refund,
 )
 
 FORM_TO_API = {"ssh_public_key": "ssh_key", **{name: f"addons.{name}" for name in ADDON_FIELDS}}

@@ -1,5 +1,5 @@
 """Egress metering (the host agent's counter per lease term) and the overage lines a
-renewal invoice carries (billing.services.renewal_invoice_issue)."""
+renewal invoice carries (billing.renewals.renewal_invoice_issue)."""
 import functools
 from datetime import datetime
 from decimal import Decimal

@@ -24,6 +24,8 @@ from rental.workbench_views import keep_generated_secrets, order_form_workbench
 from .models import Invoice, LedgerEntry
 from .payments.demo import invoice_pay_demo
 from .payments.selectors import coin_choices, customer_invoices
+from .refunds import lease_refund
+from .renewals import lease_extend_order
 from .services import (
     BillingError,
     InsufficientBalance,
@@ -31,8 +33,6 @@ from .services import (
     account_for,
     checkout_place_order,
     invoice_pay_from_balance,
-    lease_extend_order,
-    lease_refund,
     order_payment_window,
     price_lines,
     topup_invoice_create,

@@ -6,7 +6,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from rental.api import ApiError, api_endpoint, customer_lease, json_body, lease_json, token_scopes
-from rental.services import TransitionRefused
+from rental.transitions import TransitionRefused
 
 from .instances.views import ACTIONS
 from .telemetry_api import lease_metrics

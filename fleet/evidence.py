@@ -3,7 +3,7 @@ verified with the node's registered Ed25519 key over its canonical JSON, stored 
 then applied — instance_ready makes the lease active (or moves its connection line),
 key_destroyed completes the DiskKey's destruction, disk_wiped wipes the lease or, when the
 wipe failed, quarantines the node; for the copy a move left on a node, both are written on
-the lease (rental.services.lease_copy_sanitized) and a failed wipe quarantines that node.
+the lease (rental.disk_keys.lease_copy_sanitized) and a failed wipe quarantines that node.
 Evidence counts only for what the storefront asked of that node (the op it issued: running,
 destroy_key, wipe), so a node cannot destroy a paid lease's disk, nor start an unpaid one,
 by claiming it did."""
@@ -18,14 +18,9 @@ from inventory.models import Incident
 from inventory.services import node_set_draining
 from rental.addresses import valid_host, valid_port
 from rental.agent import agent_override
+from rental.disk_keys import disk_key_complete_destroy, lease_copy_sanitized
 from rental.models import DiskKey, Lease, Snapshot
-from rental.services import (
-    disk_key_complete_destroy,
-    lease_connection_update,
-    lease_copy_sanitized,
-    lease_provisioned,
-    lease_wipe,
-)
+from rental.services import lease_connection_update, lease_provisioned, lease_wipe
 from rental.storage import lease_restored, snapshot_ready
 
 from .crypto import canonical_json, signature_valid

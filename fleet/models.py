@@ -1,6 +1,6 @@
 """The storefront's side of the node agent (nodeagent/PROTOCOL.md): who each node is
 (credential, Ed25519 key), what it last reported, the operations issued to it and the
-signed evidence it sent. Written only through fleet.services / fleet.reports."""
+signed evidence it sent. Written only through fleet.services / fleet.reports / fleet.instance_reports."""
 from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _

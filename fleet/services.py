@@ -12,7 +12,8 @@ from inventory.audit import audit_record
 from inventory.burnin import burn_in_gate_on, burn_in_request
 from inventory.models import BurnIn, Node
 from rental.models import Lease, LeaseState
-from rental.services import TransitionRefused, lease_record
+from rental.services import lease_record
+from rental.transitions import TransitionRefused
 
 from .credentials import credentials_changed
 from .crypto import new_secret, public_key_valid, secret_hash

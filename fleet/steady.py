@@ -88,7 +88,7 @@ def _converted(model, name: str, value):
 
 
 class StoredReport(NamedTuple):
-    """What a report's steady check compares with (fleet/reports.py `_unchanged`)."""
+    """What a report's steady check compares with (fleet/instance_reports.py `_unchanged`)."""
     lease_id: int
     state: str
     ssh_port: int | None
@@ -159,7 +159,7 @@ def locked_report(lease_id: int, node_id: int) -> tuple[LockedReport | None, Lea
     return LockedReport(*converted[0]), lease, converted[2][0]
 
 
-#: What the write of a steady instance's report sets (fleet/reports.py `_instance_store`).
+#: What the write of a steady instance's report sets (fleet/instance_reports.py `_instance_store`).
 REPORT_VALUES = ("state", "ssh_port", "op_id", "error", "egress_counter", "reported_at", "ports", "pull")
 
 

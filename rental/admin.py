@@ -30,6 +30,7 @@ from .models import (
 )
 from .permissions import ops_view
 from .timeline import lease_milestones
+from .transitions import TransitionRefused
 
 S = LeaseState
 
@@ -222,7 +223,7 @@ class LeaseAdmin(admin.ModelAdmin):
             try:
                 ok = services.lease_extend_by_operator(lease_id=lease.pk, actor=request.user, now=now,
                                                        reason=f"extended free of charge by {request.user} (admin)")
-            except services.TransitionRefused as exc:
+            except TransitionRefused as exc:
                 refused.append((lease.pk, str(exc)))
                 continue
             (done if ok else refused).append(lease.pk if ok else (lease.pk, gettext("changed meanwhile, try again")))
@@ -276,7 +277,7 @@ class LeaseAdmin(admin.ModelAdmin):
             try:
                 ok = services.lease_release(lease_id=lease.pk, now=now, actor=request.user, force=True,
                                             reason=form.cleaned_data["reason"])
-            except services.TransitionRefused as exc:
+            except TransitionRefused as exc:
                 ok, why = False, str(exc)
             else:
                 why = gettext("only a suspended lease can be released (it is %(state)s)") % {"state": lease.state}

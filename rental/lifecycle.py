@@ -9,12 +9,12 @@ from django.utils.translation import gettext as _
 
 from . import rules
 from .agent import get_agent
+from .disk_keys import disk_keys_complete_destroy
 from .events import Transition
 from .models import WIPE_PENDING, DiskKey, Lease, LeaseState, Notification
 from .notifications.notices import Notice, notify_many
 from .services import (
     customer_language,
-    disk_keys_complete_destroy,
     lease_provisioned,
     leases_release,
     leases_suspend,

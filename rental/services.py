@@ -1,14 +1,15 @@
 """Every write in the rental domain. Each lease transition is one guarded update
 (`UPDATE … WHERE id = ? AND state IN (…) [AND deadline condition]`) that writes a
 LeaseEvent when, and only when, it changed the row; side effects run on commit. So a
-sweep run twice, two beats at once or a payment racing a sweep all end in one result."""
+sweep run twice, two beats at once or a payment racing a sweep all end in one result.
+The guarded update itself is rental/transitions.py; a lease's disk key, rental/disk_keys.py."""
 import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Case, Q, Value, When
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -24,9 +25,8 @@ from .accounts.services import (  # noqa: F401 - account_create and the settings
 )
 from .addresses import ssh_command
 from .agent import Instance, get_agent
+from .disk_keys import disk_key_request_destroy, disk_keys_request_destroy
 from .events import event_record as _event
-from .events import event_row as _event_row
-from .events import events_record
 from .models import (
     ENDED_ON_HOST,
     LIVE_STATES,
@@ -40,65 +40,10 @@ from .models import (
     Term,
 )
 from .notifications.notices import customer_language, notify  # noqa: F401 - re-exported (billing calls them)
+from .transitions import TransitionRefused, _transition, _transition_many
 
 log = logging.getLogger(__name__)
 S = LeaseState
-
-
-class TransitionRefused(Exception):
-    """The lease is not in a state that allows this; the message says why."""
-
-
-def _transition(lease_id: int, *, to: str, from_states, now: datetime, kind: str, actor=None, reason="",
-                when: Q | None = None, data=None, **fields) -> str | None:
-    """Guarded update; returns the state it left, or None when another run got there first.
-    One lease of `_transition_many`."""
-    left = _transition_many([lease_id], to=to, from_states=from_states, now=now, kind=kind, actor=actor,
-                            reason=reason, when=when, data=data, change=fields)
-    return left.get(lease_id)
-
-
-def _transition_many(lease_ids, *, to: str, from_states, now: datetime, kind: str, actor=None, reason="",
-                     when: Q | None = None, read: tuple[str, ...] = (), change=None, data=None) -> dict[int, str]:
-    """The guarded update of a batch of leases: {lease id: the state it left} for those that
-    were still in `from_states` (and `when`); the others another run got to first. The rows
-    are locked while read, in id order (a no-op on SQLite, which serialises writers): without
-    the lock, a payment that read `active` and then waited for the sweep's `suspended` found
-    its `state = 'active'` update matching nothing and credited the renewal to the balance
-    instead of resuming the lease. Then one UPDATE (per-lease values as CASE) and one INSERT of
-    the LeaseEvents. `change`/`data`/`reason`: one value for all, or a function of the locked
-    row (a dict of "pk", "state" and the `read` fields; `data` also gets the row's changes)."""
-    candidates = Lease.objects.select_for_update().filter(pk__in=list(lease_ids), state__in=list(from_states))
-    if when is not None:
-        candidates = candidates.filter(when)
-    rows = list(candidates.order_by("pk").values("pk", "state", *read))
-    if not rows:
-        return {}
-    changes = {row["pk"]: (change(row) if callable(change) else change) or {} for row in rows}
-    guard = Lease.objects.filter(pk__in=list(changes), state__in=list(from_states)).filter(when or Q())
-    if not guard.update(state=to, **_per_row_values(Lease, changes)):
-        return {}
-    events_record([_event_row(row["pk"], kind=kind, now=now, actor=actor, from_state=row["state"], to_state=to,
-                              reason=reason(row) if callable(reason) else reason,
-                              data=data(row, changes[row["pk"]]) if callable(data) else data) for row in rows])
-    return {row["pk"]: row["state"] for row in rows}
-
-
-def _per_row_values(model, changes: dict[int, dict]) -> dict:
-    """UPDATE values for rows that each get their own: a field every row gives the same value
-    is that value, else a CASE on the primary key."""
-    fields = {name for values in changes.values() for name in values}
-    out = {}
-    for name in fields:
-        values = {pk: row[name] for pk, row in changes.items()}
-        distinct = set(values.values())
-        if len(distinct) == 1:
-            out[name] = distinct.pop()
-            continue
-        field = model._meta.get_field(name)
-        out[name] = Case(*[When(pk=pk, then=Value(value, output_field=field)) for pk, value in values.items()],
-                         output_field=field)
-    return out
 
 
 # --- ordering -------------------------------------------------------------------------
@@ -380,98 +325,6 @@ def leases_wipe(lease_ids, *, now: datetime) -> list[int]:
         return []
     return list(_transition_many(receipts, to=S.WIPED, from_states=ENDED_ON_HOST, now=now, kind="wiped",
                                  reason="local NVMe wiped", data=lambda row, _: {"receipt": receipts[row["pk"]]}))
-
-
-# --- disk keys: two-phase, refused while a term is paid ---------------------------------
-
-@transaction.atomic
-def disk_key_request_destroy(*, lease_id: int, now: datetime, actor=None, reason: str) -> DiskKey:
-    """One lease of `disk_keys_request_destroy`."""
-    [key] = disk_keys_request_destroy(lease_ids=[lease_id], now=now, actor=actor, reason=reason)
-    key.refresh_from_db()
-    return key
-
-
-@transaction.atomic
-def disk_keys_request_destroy(*, lease_ids, now: datetime, actor=None, reason: str) -> list[DiskKey]:
-    """Phase one for a batch of ended leases (refused, for all, while one has a paid term):
-    the keys marked destroy-requested with an event each; phase two (the host) once the
-    batch committed."""
-    keys = list(DiskKey.objects.select_for_update().select_related("lease").filter(lease_id__in=list(lease_ids))
-                .order_by("lease_id"))
-    for key in keys:
-        if key.lease.state not in (*ENDED_ON_HOST, S.WIPED):
-            raise TransitionRefused(_("Lease #%(id)s is %(state)s: its key cannot be destroyed.")
-                                    % {"id": key.lease_id, "state": key.lease.get_state_display()})
-        if key.lease.state == S.RELEASED and key.lease.ends_at and key.lease.ends_at > now:
-            raise TransitionRefused(_("Lease #%(id)s has a paid term until %(end)s UTC.")
-                                    % {"id": key.lease_id, "end": f"{key.lease.ends_at:%Y-%m-%d %H:%M}"})
-    active = [key for key in keys if key.state == DiskKey.State.ACTIVE]
-    if active:
-        DiskKey.objects.filter(pk__in=[key.pk for key in active], state=DiskKey.State.ACTIVE).update(
-            state=DiskKey.State.DESTROY_REQUESTED, destroy_requested_at=now,
-            destroy_requested_by=actor if getattr(actor, "pk", None) else None, destroy_reason=reason[:200])
-        events_record([_event_row(key.lease_id, kind="key_destroy_requested", now=now, actor=actor, reason=reason)
-                       for key in active])
-    ids = [key.lease_id for key in keys]
-    transaction.on_commit(lambda: disk_keys_complete_destroy(lease_ids=ids, now=now))
-    return keys
-
-
-@transaction.atomic
-def disk_key_complete_destroy(*, lease_id: int, now: datetime) -> bool:
-    """Phase two: the agent destroys the key and returns a receipt, stored as the proof
-    (the node agent's signed key_destroyed evidence); None means not done yet. One lease of
-    `disk_keys_complete_destroy`."""
-    return lease_id in disk_keys_complete_destroy(lease_ids=[lease_id], now=now)
-
-
-@transaction.atomic
-def disk_keys_complete_destroy(*, lease_ids, now: datetime) -> list[int]:
-    """Phase two for a batch: the leases whose key the host destroyed now (a key not
-    requested, or not proven destroyed yet, stays for the sweep). The keys are locked from
-    the check to the update, so two callers never ask the host twice."""
-    from .notifications.services import Event, events_emit, lease_data, lease_term
-
-    keys = (DiskKey.objects.select_for_update().filter(lease_id__in=list(lease_ids),
-                                                       state=DiskKey.State.DESTROY_REQUESTED).order_by("lease_id"))
-    agent, receipts = get_agent(), {}
-    for key in keys:
-        receipt = agent.destroy_key(lease_id=key.lease_id, key_ref=key.key_ref, at=now)
-        if receipt is not None:  # the host has not proven it yet: stays requested, the sweep asks again
-            receipts[key.pk] = (key.lease_id, receipt)
-    if not receipts:
-        return []
-    DiskKey.objects.filter(pk__in=list(receipts)).update(
-        state=DiskKey.State.DESTROYED, destroyed_at=now,
-        **_per_row_values(DiskKey, {pk: {"destruction_proof": proof} for pk, (_, proof) in receipts.items()}))
-    events_record([_event_row(lease_id, kind="key_destroyed", now=now, reason="LUKS2 key destroyed by host agent",
-                              data={"receipt": receipt}) for lease_id, receipt in receipts.values()])
-    proofs = dict(receipts.values())
-    leases = Lease.objects.select_related("customer").filter(pk__in=list(proofs)).order_by("pk")
-    events_emit([Event(event="key.destroyed", term=lease_term(lease, None), customer=lease.customer, lease=lease,
-                       data=lambda lease=lease: {"lease": lease_data(lease), "key": {
-                           "destroyed_at": now.isoformat(), "proof": proofs[lease.pk]}}) for lease in leases],
-                now=now)
-    return sorted(proofs)
-
-
-#: The LeaseEvent kinds a node's proof about a moved lease's copy writes.
-COPY_EVENTS = {("key_destroyed", True): "copy_key_destroyed", ("disk_wiped", True): "copy_wiped",
-               ("disk_wiped", False): "copy_wipe_failed"}
-
-
-@transaction.atomic
-def lease_copy_sanitized(*, lease_id: int, node: str, kind: str, ok: bool, receipt: str, now: datetime):
-    """A node the lease moved off proved what became of the copy of the disk it held: its
-    LUKS2 key destroyed (`key_destroyed`) or its blocks wiped (`disk_wiped`, `ok` or failed).
-    The lease's own disk, key and state are elsewhere and untouched; this is the audit row,
-    with the node-signed receipt, that the lease's sanitization record and timeline show."""
-    event_kind = COPY_EVENTS[(kind, ok)]
-    what = {"copy_key_destroyed": "key destroyed", "copy_wiped": "wiped", "copy_wipe_failed": "wipe failed"}
-    # inventory.templatetags.stored_text shows this reason in the reader's language
-    return _event(lease_id, kind=event_kind, now=now, reason=f"disk copy {what[event_kind]} on node {node}",
-                  data={"node": node, "receipt": receipt})
 
 
 # --- notifications ----------------------------------------------------------------------

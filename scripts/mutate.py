@@ -90,7 +90,7 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
     # values are settings, read by the tests above); selectors.py, views.py, admin.py, urls.py are
     # presentation; health.py (a watcher's liveness) and demo.py / coins/demo.py (the demo store's
     # fake coin) decide no money.
-    "billing": (["billing/services.py"], [], [  # billing/ledger.py: the `ledger` module
+    "billing": (["billing/services.py", "billing/refunds.py", "billing/renewals.py"], [], [  # billing/ledger.py: the `ledger` module
         "tests/billing/test_lifecycle.py", "tests/billing/test_lifecycle_edges.py",
         "tests/billing/test_money_refunds.py", "tests/billing/test_money_property.py",
         "tests/billing/test_money_reversals.py", "tests/billing/test_storage_pages.py",

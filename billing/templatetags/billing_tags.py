@@ -5,7 +5,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from billing.models import Invoice
-from billing.services import refunds_left
+from billing.refunds import refunds_left
 from rental.models import LeaseState
 
 register = template.Library()
@@ -55,7 +55,8 @@ def refund_allowance(customer):
 def lease_extension(lease):
     """`{% lease_extension lease as ext %}` — whether "extend by one term" is
     offered now, its price and the balance that could pay it; None when it is not."""
-    from billing.services import EXTENDABLE, account_for
+    from billing.renewals import EXTENDABLE
+    from billing.services import account_for
 
     if lease.state not in EXTENDABLE or lease.ends_at is None:
         return None

@@ -15,8 +15,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from rental.api import api_endpoint, customer_lease, error_response
 from rental.models import Lease
-from rental.services import TransitionRefused
 from rental.teams.rights import customer_view
+from rental.transitions import TransitionRefused
 
 from ..records import proofs_unwiped, record_proofs, sanitization_record
 from ..services import instance_restart, instance_restore, instance_start, instance_stop

@@ -1,6 +1,6 @@
 """The node's side of a lease's workbench for the lease page (rental templates cannot import
 fleet): the image pull's progress, a pull's failure in plain words, and the public address of
-each published port, from the node's last report (fleet/reports.py)."""
+each published port, from the node's last report (fleet/instance_reports.py)."""
 from django import template
 from django.conf import settings
 from django.utils.translation import gettext as _

@@ -25,7 +25,7 @@ PATTERNS = [  # (stored form, translatable form with the same named numbers)
     # lease event reasons with numbers or names in them
     (re.compile(r"^incident #(?P<id>\d+): .*$"), _("incident #%(id)s: hardware out of service")),
     (re.compile(r"^instance ready on node (?P<node>[\w.-]+)$"), _("instance ready on server %(node)s")),
-    # the copy of a moved lease's disk on the node it left (rental.services.lease_copy_sanitized)
+    # the copy of a moved lease's disk on the node it left (rental.disk_keys.lease_copy_sanitized)
     (re.compile(r"^disk copy key destroyed on node (?P<node>[\w.-]+)$"),
      _("key of the disk copy on server %(node)s destroyed")),
     (re.compile(r"^disk copy wiped on node (?P<node>[\w.-]+)$"), _("disk copy on server %(node)s wiped")),

@@ -15,71 +15,54 @@ layer is therefore limited by the lease's disk, and dockerd must use overlay2.
 GPUs are attached by NVML UUID: NVIDIA Container Toolkit device requests
 (`gpu_mode = "nvidia"`), CDI names `nvidia.com/gpu=<uuid>` (`"cdi"`, preferred where the
 toolkit generated a CDI spec), or plain device nodes from `[docker.gpu_devices]`
-(`"devices"`, for tests and unusual hosts)."""
-import hashlib
-import io
-import json
+(`"devices"`, for tests and unusual hosts).
+
+What the container is launched with (labels, limits, capabilities, GPUs, the keys and variables
+written into it) is nodeagent/runtime/container_options.py; the customer's published ports
+(their label, limits and filter rules) nodeagent/runtime/published_ports.py."""
 import logging
 import os
-import shlex
 import subprocess
-import tarfile
 import time
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import DeviceRequest, LogConfig
 
 from ..config import DockerConfig
 from ..gpu_attachment import PROBE, parse_probe
 from ..interfaces import InstanceSpec, InstanceStatus, OperationFailed
-from ..netfilter import LeaseRule, PacketFilter, PortRule, bridge_name, socket_peer_pid
+from ..netfilter import LeaseRule, PacketFilter, bridge_name, socket_peer_pid
+from .container_options import (
+    CAPABILITIES,
+    LABEL_LEASE,
+    LABEL_PORT,
+    LABEL_SPEC,
+    MASK,
+    NO_LOGS,
+    NO_RESTART,
+    SECURITY_OPT,
+    VOLUMES,
+    WORKSPACE,
+    ContainerOptions,
+    GiB,
+    _spec_hash,
+    container_name,
+)
 from .egress import EgressMeter
 from .images import ImagePuller
-from .instance_root import INSTANCE_ROOT, etc_binds, forget_other_layers, place_layer
-from .ports import BAD_PORTS, SSHD_PORT, AllowBook, PortBook, PublishedPortBook, normalise_networks
-from .ssh_bundle import BUNDLE_MOUNT, ENV_FILE, LAUNCHER, build_bundle
+from .instance_root import etc_binds, forget_other_layers, place_layer
+from .ports import AllowBook, PortBook, PublishedPortBook
+from .published_ports import PublishedPorts, _published, _published_label
+from .ssh_bundle import BUNDLE_MOUNT, LAUNCHER, build_bundle
 
 log = logging.getLogger(__name__)
 
-LABEL_LEASE = "gpu-node-agent.lease"
-LABEL_SPEC = "gpu-node-agent.spec"
-LABEL_PORT = "gpu-node-agent.ssh-port"
-# The customer's published ports, {"<container port>": <host port>} (JSON): what the packet
-# filter opens, and what a lost port book must not hand out again.
-LABEL_PUBLISHED = "gpu-node-agent.published-ports"
-WORKSPACE = "/workspace"
-# Only the agent starts a container, after it mounted the lease's disk: with a
-# restart policy dockerd would start it at boot onto the bare mount point.
-NO_RESTART = {"Name": "no"}
 IMAGE_PULLING = "image_pulling"     # not a failure: reported until the pull is done
-VOLUMES = "/volumes"
-GiB = 1024 ** 3
-# Every capability is dropped but these (Docker's default set minus NET_RAW, MKNOD,
-# SETFCAP and SETPCAP); each is what root in an instance needs for sshd and apt:
-CAPABILITIES = (
-    "CHOWN",             # apt/dpkg and tar set file owners
-    "DAC_OVERRIDE",      # root reads/writes files whatever their mode (customer's own)
-    "FOWNER",            # chmod/utime on files owned by other uids (dpkg)
-    "FSETID",            # keep setgid bits when dpkg writes files
-    "KILL",              # signal processes of other uids inside the instance
-    "SETGID", "SETUID",  # sshd's privilege separation, apt's _apt user, su to users
-    "SYS_CHROOT",        # sshd's privilege-separation chroot (/run/sshd)
-    "NET_BIND_SERVICE",  # sshd on port 22, customers' services below 1024
-    "AUDIT_WRITE",       # sshd/PAM write login records to the audit log
-)
-SECURITY_OPT = ("no-new-privileges:true",)    # seccomp: Docker's default profile (not set)
 NFT_FILE = "nftables.nft"  # the table as last written, for nftables.service at boot
-# 1: own network per lease, device paths kept; 2: writable layer, /etc files on the
-# lease's disk, no logs (a container made by an older agent is recreated, its disk kept)
-ISOLATION_VERSION = 2
 STORAGE_DRIVER = "overlay2"      # the writable layer's directories can move (instance_root.py)
-NO_LOGS = LogConfig(type="none")  # PID 1's output (sshd, or a tenant writing to it) is not kept
-# The instance's view of its disk hides the agent's directory there behind this mount.
-MASK = {f"{WORKSPACE}/{INSTANCE_ROOT}": "ro,size=4k,mode=0555"}
 
 
-class DockerRuntime:
+class DockerRuntime(ContainerOptions, PublishedPorts):
     def __init__(self, config: DockerConfig, state_dir, *, images: frozenset[str] = frozenset()):
         self.config = config
         try:
@@ -249,30 +232,6 @@ class DockerRuntime:
         return frozenset(int(c.labels[LABEL_PORT]) for c in containers
                          if c.labels.get(LABEL_PORT, "").isdigit() and c.labels[LABEL_LEASE] != str(but))
 
-    def _published_by_others(self, *, but: int) -> frozenset[int]:
-        """Host ports the other instances publish for their customers (their labels)."""
-        containers = self._call(self.client.containers.list, all=True, filters={"label": LABEL_LEASE})
-        return frozenset(port for c in containers if c.labels[LABEL_LEASE] != str(but)
-                         for _, port in _published(c.labels))
-
-    @property
-    def max_published_ports(self) -> int:
-        return self.config.max_published_ports
-
-    def _check_ports(self, spec: InstanceSpec) -> None:
-        """The node's limits, before anything of the instance changes."""
-        wanted = [p.port for p in spec.ports]
-        if len(wanted) > self.config.max_published_ports:
-            raise OperationFailed(BAD_PORTS, f"{len(wanted)} published ports asked; "
-                                  f"this node publishes at most {self.config.max_published_ports}")
-        if SSHD_PORT in wanted:
-            raise OperationFailed(BAD_PORTS, f"port {SSHD_PORT} is the instance's sshd")
-
-    def _publish(self, spec: InstanceSpec) -> dict[int, int]:
-        """The customer's ports: container port -> host port."""
-        return self.published.ports_for(spec.lease_id, [p.port for p in spec.ports],
-                                        taken=self._published_by_others(but=spec.lease_id))
-
     # -- containers ----------------------------------------------------------------------
     def pull_progress(self, ref: str) -> dict | None:
         """{"done_bytes", "total_bytes"} while `ref` is being pulled (the lease's report)."""
@@ -337,60 +296,6 @@ class DockerRuntime:
         if changed:
             log.info("lease %s: writable layer on the lease's disk (%s)", spec.lease_id,
                      ", ".join(changed))
-
-    def _gpu_options(self, uuids: tuple[str, ...]) -> dict:
-        uuids = list(uuids)
-        if not uuids:
-            return {}
-        mode = self.config.gpu_mode
-        if mode == "nvidia":
-            return {"device_requests": [DeviceRequest(driver="nvidia", device_ids=uuids,
-                                                      capabilities=[["gpu"]])]}
-        if mode == "cdi":
-            return {"device_requests": [DeviceRequest(
-                driver="cdi", device_ids=[f"nvidia.com/gpu={u}" for u in uuids])]}
-        missing = [u for u in uuids if u not in self.config.gpu_devices]
-        if missing:
-            raise OperationFailed("gpu_missing",
-                                  f"no device node configured for {', '.join(missing)}")
-        # The node's own path inside too (as the Container Toolkit does): under
-        # userns-remap runc bind-mounts the node from the path it has in the container.
-        return {"devices": [f"{self.config.gpu_devices[u]}:{self.config.gpu_devices[u]}:rwm"
-                            for u in uuids]}
-
-    def _install_keys(self, container, keys: tuple[str, ...],
-                      env: tuple[tuple[str, str], ...] = ()) -> None:
-        """authorized_keys is written into the container (never baked into an image), and
-        rewritten on every convergence so a key change reaches a running instance.
-        Beside it ~/.ssh/environment: the lease's variables in every SSH session too (sshd
-        runs with PermitUserEnvironment), not only in the start command's environment."""
-        files = {".ssh/authorized_keys": "".join(k.strip() + "\n" for k in keys).encode(),
-                 ".ssh/environment": _ssh_environment(env)}
-        archive = io.BytesIO()
-        with tarfile.open(fileobj=archive, mode="w") as tar:
-            ssh_dir = tarfile.TarInfo(".ssh")
-            ssh_dir.type, ssh_dir.mode, ssh_dir.mtime = tarfile.DIRTYPE, 0o700, time.time()
-            tar.addfile(ssh_dir)
-            for name, content in files.items():
-                info = tarfile.TarInfo(name)
-                info.size, info.mode, info.mtime = len(content), 0o600, time.time()
-                tar.addfile(info, io.BytesIO(content))
-        if not self._call(container.put_archive, "/root", archive.getvalue()):
-            raise OperationFailed("runtime_error", "could not install authorized_keys")
-
-    def _install_env(self, container, env: tuple[tuple[str, str], ...]) -> None:
-        """The lease's variables, for the launcher to export (ssh_bundle.ENV_FILE): written
-        into the container's writable layer, which is on the lease's encrypted disk, and
-        not given to dockerd as the container's Env, which it would keep in plaintext in
-        its own data root on the node's disk (and show in `docker inspect`)."""
-        content = "".join(f"{name}={shlex.quote(value)}\n" for name, value in env).encode()
-        archive = io.BytesIO()
-        with tarfile.open(fileobj=archive, mode="w") as tar:
-            info = tarfile.TarInfo(ENV_FILE.lstrip("/"))
-            info.size, info.mode, info.mtime = len(content), 0o600, time.time()
-            tar.addfile(info, io.BytesIO(content))
-        if not self._call(container.put_archive, "/", archive.getvalue()):
-            raise OperationFailed("runtime_error", "could not install the environment")
 
     def _no_restart_policy(self, container) -> None:
         """A container made by an older agent (`unless-stopped`) loses its restart
@@ -491,21 +396,6 @@ class DockerRuntime:
                 self.egress.observe(lease_id, before)
             self.egress.observe(lease_id, 0)          # a new counter starts from zero
 
-    def _port_rules(self, lease_id: int, labels: dict) -> tuple[PortRule, ...]:
-        """The lease's published ports with their allowed sources. A list that no longer
-        parses (the state file edited by hand) closes that port, never the whole table."""
-        allows = self.allows.get(lease_id)
-        rules = []
-        for container_port, host_port in _published(labels):
-            try:
-                allow = normalise_networks(allows.get(container_port, ()))
-            except (TypeError, ValueError) as exc:
-                log.error("lease %s: port %s's allowed sources are unreadable (%s): closed",
-                          lease_id, container_port, exc)
-                allow = ()
-            rules.append(PortRule(host_port, container_port, allow))
-        return tuple(rules)
-
     def _remapped_root(self, required: bool) -> int:
         """The host uid of container root: dockerd's `userns-remap` range (its data root
         is then `<uid>.<gid>`), or 0 without a user namespace."""
@@ -529,57 +419,5 @@ class DockerRuntime:
             return fn(*args, **kwargs)
         except DockerException as exc:
             raise OperationFailed("runtime_error", f"docker: {exc}") from exc
-
-
-def _ssh_environment(env: tuple[tuple[str, str], ...]) -> bytes:
-    """sshd's `NAME=value` lines; a value with a line break cannot be one (it stays in the
-    instance's own environment): named in the agent's log, its value never."""
-    lines = []
-    for name, value in env:
-        if "\n" in value or "\r" in value:
-            log.warning("variable %s has a line break: not in SSH sessions' environment", name)
-            continue
-        lines.append(f"{name}={value}\n")
-    return "".join(lines).encode()
-
-
-def container_name(lease_id: int) -> str:
-    return f"lease-{lease_id}"
-
-
-def _spec_hash(spec: InstanceSpec) -> str:
-    """What requires a new container when it changes (keys do not: they are rewritten).
-    The isolation settings are part of it, so an upgraded agent recreates containers made
-    with weaker ones (the disk and the port are kept)."""
-    fields = {"image": spec.image, "gpus": list(spec.gpu_uuids), "cpus": spec.cpus,
-              "memory_gb": spec.memory_gb, "shm_gb": spec.shm_gb, "disk": spec.disk_path,
-              "isolation": [ISOLATION_VERSION, list(CAPABILITIES), list(SECURITY_OPT)]}
-    if spec.volumes_path:
-        fields["volumes"] = spec.volumes_path
-    # Only when set, so that an instance without them keeps its container on upgrade.
-    # The environment enters as a digest: it holds secrets, and the hash is a label.
-    if spec.env:
-        fields["env"] = hashlib.sha256(json.dumps(sorted(spec.env)).encode()).hexdigest()
-    if spec.start_command:
-        fields["start_command"] = spec.start_command
-
-    if spec.ports:     # which ports are published; their allowed sources are the filter's
-        fields["ports"] = sorted(p.port for p in spec.ports)
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _published(labels: dict) -> tuple[tuple[int, int], ...]:
-    """(container port, host port) pairs from a container's label; none if unreadable."""
-    try:
-        ports = json.loads(labels.get(LABEL_PUBLISHED) or "{}")
-        return tuple(sorted((int(c), int(h)) for c, h in ports.items()))
-    except (TypeError, ValueError, AttributeError):
-        return ()
-
-
-def _published_label(published: dict[int, int]) -> dict[str, str]:
-    if not published:
-        return {}
-    return {LABEL_PUBLISHED: json.dumps({str(c): h for c, h in sorted(published.items())})}
 
 

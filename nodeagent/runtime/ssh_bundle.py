@@ -53,8 +53,8 @@ Subsystem sftp {BUNDLE_MOUNT}/lib/{LOADER} --library-path {BUNDLE_MOUNT}/lib {BU
 # Why each step: /var/log may not exist in a slim image; the start command runs in a
 # subshell so that sshd (exec'd last, keeping PID 1) reaps it; sshd's privilege separation
 # needs its user and /run/sshd, which an image without sshd lacks. The lease's variables
-# come from a file on the lease's disk (docker.py `_install_env`), exported to the start
-# command and sshd.
+# come from a file on the lease's disk (container_options.py `_install_env`), exported to the
+# start command and sshd.
 LAUNCHER = f"""\
 mkdir -p /var/log; exec >>/var/log/instance.log 2>&1
 if [ -f {ENV_FILE} ]; then set -a; . {ENV_FILE}; set +a; fi

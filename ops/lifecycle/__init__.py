@@ -13,7 +13,9 @@ from billing.models import Invoice
 from billing.payments import health as payments_health
 from billing.payments import reversals as payments_reversals
 from billing.payments import services as payments
-from billing.services import lease_fail_and_refund, order_invoice_expire, renewal_invoices_create
+from billing.refunds import lease_fail_and_refund
+from billing.renewals import renewal_invoices_create
+from billing.services import order_invoice_expire
 from billing.storage.charges import sweep_storage
 from billing.storage.snapshot_usage import sweep_snapshot_usage
 from billing.storage.sweeps import sweep_ceph
@@ -44,7 +46,7 @@ def sweep_expire_orders(now: datetime, limit: int = BATCH) -> list[Transition]:
 
 def sweep_provisioning_deadline(now: datetime, limit: int = BATCH) -> list[Transition]:
     """No lease stays provisioning forever: past NODE_PROVISIONING_DEADLINE it fails and
-    is refunded to the balance (billing.services.lease_fail_and_refund)."""
+    is refunded to the balance (billing.refunds.lease_fail_and_refund)."""
     due = (Lease.objects.filter(state=LeaseState.PROVISIONING,
                                 provisioning_started_at__lte=now - settings.NODE_PROVISIONING_DEADLINE)
            .select_related("customer", "offer__gpu_model").order_by("provisioning_started_at", "pk")[:limit])
@@ -59,7 +61,7 @@ def sweep_provisioning_deadline(now: datetime, limit: int = BATCH) -> list[Trans
 def sweep_renewal_invoices(now: datetime, limit: int = BATCH) -> list[Transition]:
     """Renewals of active leases only: a lease that never became active is not renewed
     (it becomes active or fails within NODE_PROVISIONING_DEADLINE). The batch is issued (and
-    auto-paid) as one (billing.services.renewal_invoices_create); should it fail, each lease
+    auto-paid) as one (billing.renewals.renewal_invoices_create); should it fail, each lease
     is tried on its own, so one lease that cannot be renewed does not hold back the others."""
     invoiced = Invoice.objects.filter(lease=OuterRef("pk"), kind=Invoice.Kind.RENEWAL, term_start=OuterRef("ends_at"))
     # Only active leases have a term: one still provisioning has not started it.

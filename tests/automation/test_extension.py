@@ -6,7 +6,8 @@ import pytest
 from django.utils import timezone
 
 from billing.models import Invoice
-from billing.services import BillingError, InsufficientBalance, account_for, lease_extend_order
+from billing.renewals import lease_extend_order
+from billing.services import BillingError, InsufficientBalance, account_for
 from ops.lifecycle import run_lifecycle
 from rental.accounts.services import api_token_create
 from rental.models import LeaseEvent, Notification

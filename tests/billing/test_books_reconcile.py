@@ -10,14 +10,9 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from billing.refunds import lease_refund
 from billing.revenue import revenue_between, revenue_by_site
-from billing.services import (
-    BillingError,
-    balance_top_up,
-    checkout_place_order,
-    invoice_mark_paid,
-    lease_refund,
-)
+from billing.services import BillingError, balance_top_up, checkout_place_order, invoice_mark_paid
 from inventory.models import Offer, Site
 from ops.backoffice.exports import ledger_rows
 from rental.models import Image

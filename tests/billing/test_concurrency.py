@@ -183,10 +183,10 @@ def test_two_lifecycle_passes_at_once_transition_each_lease_once(catalog, settin
 
 CRASH_POINTS = [  # (where the worker dies, on which call, in which of the scenario's passes)
     ("rental.lifecycle.lease_provisioned", 7, 0),  # while provisioning
-    ("billing.services.invoices_pay_from_balance", 1, 1),  # inside the renewals' transaction: rolled back
+    ("billing.renewals.invoices_pay_from_balance", 1, 1),  # inside the renewals' transaction: rolled back
     ("rental.lifecycle.leases_suspend", 1, 1),  # the batch of suspensions (one transaction) rolls back
-    ("rental.services.disk_keys_request_destroy", 1, 2),  # inside a release: the release rolls back
-    ("rental.services.disk_keys_complete_destroy", 1, 2),  # between the two phases of key destruction
+    ("rental.services.disk_keys_request_destroy", 1, 2),  # inside a release (rental.services calls it): rolled back
+    ("rental.disk_keys.disk_keys_complete_destroy", 1, 2),  # between the two phases of key destruction
 ]
 
 

@@ -12,6 +12,7 @@ from django.utils import translation
 
 from billing.egress import egress_record
 from billing.models import Invoice, LedgerEntry
+from billing.renewals import lease_extend_order, renewal_invoice_issue, renewal_invoices_create
 from billing.services import (
     BillingError,
     account_for,
@@ -20,10 +21,7 @@ from billing.services import (
     invoice_mark_paid,
     invoice_pay_from_balance,
     invoice_settle_manually,
-    lease_extend_order,
     order_invoice_expire,
-    renewal_invoice_issue,
-    renewal_invoices_create,
     topup_invoice_create,
 )
 from inventory.models import Offer, Site, StorageProduct

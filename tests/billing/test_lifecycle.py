@@ -5,12 +5,8 @@ import pytest
 from django.utils import timezone, translation
 
 from billing.models import Account, Invoice, LedgerEntry
-from billing.services import (
-    BillingError,
-    balance_top_up,
-    invoice_mark_paid,
-    lease_refund,
-)
+from billing.refunds import lease_refund
+from billing.services import BillingError, balance_top_up, invoice_mark_paid
 from inventory.models import SlotAllocation
 from ops.lifecycle import run_lifecycle
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState, Notification
@@ -220,7 +216,8 @@ def test_refund_window_ends_exactly_when_the_setting_says(catalog, customer, t0,
 
 
 def test_key_destruction_is_refused_while_a_term_is_paid(catalog, customer, operator, t0, settings):
-    from rental.services import TransitionRefused, lease_release, lease_suspend
+    from rental.services import lease_release, lease_suspend
+    from rental.transitions import TransitionRefused
 
     settings.HOST_AGENT_FAKE_DELAY = 0
     balance_top_up(customer=customer, amount_cents=6500, now=t0)

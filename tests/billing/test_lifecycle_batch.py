@@ -1,5 +1,5 @@
 """The renewal sweep issues, auto-pays and extends a batch of leases in a few statements
-(billing.services.renewal_invoices_create). The batch must write exactly what the single-lease
+(billing.renewals.renewal_invoices_create). The batch must write exactly what the single-lease
 services write lease by lease — invoices, lines, egress overage, ledger entries, lease events,
 notices, ledger claims — and one lease that conflicts or fails must not lose or double the
 others."""
@@ -14,15 +14,11 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from billing import services
+from billing import renewals
 from billing.egress import egress_record
 from billing.models import Account, EgressUsage, Invoice, InvoiceLine, LedgerEntry
-from billing.services import (
-    balance_top_up,
-    renewal_invoice_create,
-    renewal_invoice_issue,
-    renewal_invoices_create,
-)
+from billing.renewals import renewal_invoice_create, renewal_invoice_issue, renewal_invoices_create
+from billing.services import balance_top_up
 from inventory.models import Site
 from ops.lifecycle import sweep_renewal_invoices
 from rental.lifecycle import DUE_LEASE_RELATED, sweep_provisioning, sweep_release, sweep_suspend
@@ -194,21 +190,21 @@ def test_a_term_invoiced_before_is_not_billed_again_and_the_rest_of_the_batch_go
 def test_one_lease_that_cannot_be_renewed_does_not_hold_back_its_batch(two_copies, monkeypatch, caplog):
     _, leases, t0, now = two_copies
     broken = leases[3]
-    real_line = services._renewal_line
+    real_line = renewals._renewal_line
 
     def fails_for_one(lease):
         if lease.pk == broken.pk:
             raise ValueError("a lease the renewal cannot price")
         return real_line(lease)
 
-    monkeypatch.setattr(services, "_renewal_line", fails_for_one)
+    monkeypatch.setattr(renewals, "_renewal_line", fails_for_one)
     ids = {lease.pk for lease in leases}
     done = [t.lease_id for t in sweep_renewal_invoices(now) if t.lease_id in ids]  # (the other copy too)
     assert sorted(done) == sorted(ids - {broken.pk})
     assert not Invoice.objects.filter(lease=broken, kind="renewal").exists()
     assert f"renewal of lease #{broken.pk} failed" in caplog.text
 
-    monkeypatch.setattr(services, "_renewal_line", real_line)
+    monkeypatch.setattr(renewals, "_renewal_line", real_line)
     assert [t.lease_id for t in sweep_renewal_invoices(now)] == [broken.pk]  # the next pass renews it
     assert sweep_renewal_invoices(now) == []
     per_lease = [Invoice.objects.filter(lease=lease, kind="renewal").count() for lease in leases]

@@ -11,7 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import Invoice
-from billing.services import BillingError, balance_top_up, checkout_place_order, lease_refund
+from billing.refunds import lease_refund
+from billing.services import BillingError, balance_top_up, checkout_place_order
 from inventory.models import Offer, Site, SlotAllocation
 from ops.lifecycle import run_lifecycle, sweep_renewal_invoices
 from rental import lifecycle as sweeps

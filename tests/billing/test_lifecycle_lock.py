@@ -27,8 +27,9 @@ from billing.models import JobLock
 from ops.lifecycle import SKIPPED, run_lifecycle, run_lifecycle_exclusive
 from ops.lifecycle.locks import DatabaseLock, exclusive
 from rental.agent import FakeAgent, agent_override
+from rental.disk_keys import disk_key_complete_destroy
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState
-from rental.services import disk_key_complete_destroy, lease_wipe
+from rental.services import lease_wipe
 from tests import deadlines
 from tests.billing.celery_workers import database_url
 from tests.billing.races import (

@@ -63,7 +63,8 @@ from billing.payments.coins.utxo import RpcError
 from billing.payments.credits import payment_review_credit
 from billing.payments.pricing import PaymentError, cents_at
 from billing.payments.services import quote_create, watch_coin
-from billing.services import BillingError, account_for, lease_refund
+from billing.refunds import lease_refund
+from billing.services import BillingError, account_for
 from ops.backoffice.services import invoice_refund_to_balance
 from ops.lifecycle import run_lifecycle
 from tests.billing.chain_histories import (

@@ -23,7 +23,8 @@ from billing.payments.coins.base import Coin, DetectedPayment, ScanResult
 from billing.payments.credits import payment_review_credit
 from billing.payments.pricing import PaymentError, cents_at
 from billing.payments.services import payments_apply_scan, quote_create
-from billing.services import BillingError, account_for, lease_refund
+from billing.refunds import lease_refund
+from billing.services import BillingError, account_for
 from ops.backoffice.services import invoice_refund_to_balance
 from ops.lifecycle import run_lifecycle
 from tests.billing.payments_helpers import offline_coins, set_rate, txid

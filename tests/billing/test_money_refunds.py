@@ -10,14 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import Invoice, LedgerEntry
-from billing.services import (
-    BillingError,
-    account_for,
-    balance_top_up,
-    lease_refund,
-    refundable_cents,
-    refunds_left,
-)
+from billing.refunds import lease_refund, refunds_left
+from billing.services import BillingError, account_for, balance_top_up, refundable_cents
 from ops.backoffice.services import invoice_refund_to_balance
 from rental.models import LeaseState
 from tests.billing.payments_helpers import fresh
@@ -233,7 +227,7 @@ def test_a_lease_refund_touches_only_the_invoices_with_something_left(catalog, c
     customer's "Cancel and refund" returns the renewal. Only the renewal is refunded now —
     its refunded time is the refund's, the ledger entry and the audit name it — and the
     order keeps the desk's refund time: nothing of it was left to touch."""
-    from billing.services import lease_extend_order
+    from billing.renewals import lease_extend_order
     from inventory.models import AuditEntry
     from tests.automation.helpers import active_lease
 

@@ -12,6 +12,8 @@ from django.conf import settings
 from django.urls import reverse
 
 from billing.models import Invoice, LedgerEntry
+from billing.refunds import lease_refund
+from billing.renewals import lease_extend_order, renewal_invoice_create
 from billing.services import (
     BillingError,
     TooManyOpenOrders,
@@ -21,10 +23,7 @@ from billing.services import (
     invoice_mark_paid,
     invoice_pay_from_balance,
     invoice_settle_manually,
-    lease_extend_order,
-    lease_refund,
     order_invoice_expire,
-    renewal_invoice_create,
     topup_invoice_create,
 )
 from inventory.models import AuditEntry, Offer, Site

@@ -13,14 +13,12 @@ import pytest
 from django.conf import settings as django_settings
 
 from billing.models import Invoice, LedgerEntry
+from billing.refunds import lease_fail_and_refund, lease_refund, refunds_left
 from billing.services import (
     BillingError,
     RefundLimitReached,
     account_for,
     balance_top_up,
-    lease_fail_and_refund,
-    lease_refund,
-    refunds_left,
     topup_invoice_create,
 )
 from billing.storage.models import OrderedVolume

@@ -12,7 +12,7 @@ from billing.models import Invoice, LedgerEntry, Payment, PaymentReview, Quote
 from billing.payments.coins.base import ScanResult
 from billing.payments.credits import payment_review_credit
 from billing.payments.services import payments_apply_scan, sweep_expire_quotes
-from billing.services import lease_refund
+from billing.refunds import lease_refund
 from ops.backoffice.exports import iso, payment_rows
 from ops.lifecycle import run_lifecycle
 from rental.models import LeaseState

@@ -382,7 +382,7 @@ def test_two_hosts_serve_in_turn_and_one_lost_loses_nothing(catalog, redis_serve
 
 
 def enrol_node() -> str:
-    """One enrolled node (as bench/fleet.py enrols them): its agent's credential."""
+    """One enrolled node (as bench/fleet_nodes.py enrols them): its agent's credential."""
     import base64
 
     from fleet.crypto import secret_hash

@@ -107,7 +107,7 @@ def test_incident_banner_notice_count_and_the_migration_note_arrive_on_the_lease
 
 @pytest.mark.parametrize("viewport,tag", VIEWPORTS)
 def test_renewal_call_to_action_refund_limit_and_token_box(new_context, shop, settings, viewport, tag):
-    from billing.services import lease_refund
+    from billing.refunds import lease_refund
 
     settings.HOST_AGENT_FAKE_DELAY = 0
     customer = _customer(f"ivy{tag}")

@@ -109,7 +109,7 @@ def test_the_renewal_invoice_has_a_call_to_action(client, catalog, customer):
 
 def test_the_refund_limit_is_shown_where_the_refund_is_promised_and_no_button_when_none_is_left(
         client, catalog, customer, settings):
-    from billing.services import lease_refund
+    from billing.refunds import lease_refund
 
     client.force_login(customer)
     order = client.get(order_url()).content.decode()

@@ -1,7 +1,7 @@
 """A move leaves a copy of the lease's disk on the node it left. That copy goes the way of a
 released lease's disk (fleet/desired.py): the node is told `absent` + `destroy_key`, and once
 it proved the key destroyed, `absent` + `wipe` (the device back to its pool); each proof is
-written on the lease with its receipt (rental.services.lease_copy_sanitized) and is part of
+written on the lease with its receipt (rental.disk_keys.lease_copy_sanitized) and is part of
 the lease's signed sanitization record; a failed wipe quarantines the node. The copy is
 never asked to go while the move's own copy of it (the migration snapshot) is still being
 taken. Before this, a moved lease's old node only ever got `destroy_key`: with the device

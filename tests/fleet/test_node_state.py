@@ -108,7 +108,7 @@ def test_egress_counters_feed_the_egress_metering(paid_lease, enrol):
         return [{"lease_id": lease.pk, "op_id": f"{lease.pk}:running:1", "state": "running", "ssh_port": 22042,
                  "egress_bytes": sent, "error": None}]
 
-    def ten_hours_later():  # the link bounds what a report can add (fleet.reports.egress_ceiling)
+    def ten_hours_later():  # the link bounds what a report can add (fleet.instance_reports.egress_ceiling)
         InstanceReport.objects.filter(lease=lease).update(reported_at=F("reported_at") - timedelta(hours=10))
 
     node.report(instances=instance(0))

@@ -68,7 +68,7 @@ def test_the_new_pages_of_issue_29_in_chinese(client, catalog, customer, setting
     renewal due; its renewal invoice (ordered in English, read in Chinese); the DEMO coin's
     quote page; the refund limit used up; the 404 page."""
     from billing.payments.services import quote_create
-    from billing.services import lease_refund
+    from billing.refunds import lease_refund
     from rental.failover import incident_migrate
     from rental.i18n import remember_language
     from rental.services import customer_settings_update

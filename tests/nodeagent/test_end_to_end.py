@@ -22,11 +22,8 @@ def test_order_pay_ssh_outage_suspend_resume_release(live_storefront, customer, 
                                                      instance_image, netns, nvml_stub, ssh_key,
                                                      tmp_path):
     require_tool("ssh", "openssh-client")
-    from billing.services import (
-        checkout_place_order,
-        invoice_settle_manually,
-        renewal_invoice_create,
-    )
+    from billing.renewals import renewal_invoice_create
+    from billing.services import checkout_place_order, invoice_settle_manually
     from fleet.models import InstanceReport, NodeAgent
     from fleet.services import (
         enrolment_code_create,

@@ -12,7 +12,7 @@ from nodeagent.interfaces import InstanceSpec, InstanceStatus, OperationFailed
 from nodeagent.item_fields import environment as _environment
 from nodeagent.item_fields import registry_auth as _registry_auth
 from nodeagent.item_fields import start_command as _start_command
-from nodeagent.runtime.docker import _spec_hash, _ssh_environment
+from nodeagent.runtime.container_options import _spec_hash, _ssh_environment
 from nodeagent.runtime.images import ImagePuller, Progress, classify
 
 

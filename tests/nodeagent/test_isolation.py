@@ -21,7 +21,8 @@ from nodeagent.config import AgentConfig, ConfigError, DockerConfig, parse_confi
 from nodeagent.directory_disks import DirectoryDisks
 from nodeagent.interfaces import InstanceSpec
 from nodeagent.netfilter import TABLE, FilterGuard
-from nodeagent.runtime.docker import CAPABILITIES, DockerRuntime
+from nodeagent.runtime.container_options import CAPABILITIES
+from nodeagent.runtime.docker import DockerRuntime
 from tests import deadlines
 from tests.tools import require_tool
 

@@ -157,11 +157,8 @@ def storefront(live_server, settings, catalog):
 def test_node_in_a_box(storefront, customer, operator, ssh_key, tmp_path):
     for tool in ("qemu-system-x86_64", "qemu-img", "debootstrap", "mke2fs", "gcc", "ssh"):
         require_tool(tool)
-    from billing.services import (
-        checkout_place_order,
-        invoice_settle_manually,
-        renewal_invoice_create,
-    )
+    from billing.renewals import renewal_invoice_create
+    from billing.services import checkout_place_order, invoice_settle_manually
     from fleet.records import sanitization_record
     from fleet.services import enrolment_code_create
     from inventory.models import GpuModel, Offer, Site, SlotAllocation

@@ -21,8 +21,9 @@ from nodeagent.config import AgentConfig, DockerConfig
 from nodeagent.directory_disks import DirectoryDisks
 from nodeagent.interfaces import InstanceSpec, PublishedPort
 from nodeagent.netfilter import TABLE, FilterGuard
-from nodeagent.runtime.docker import LABEL_PUBLISHED, DockerRuntime
+from nodeagent.runtime.docker import DockerRuntime
 from nodeagent.runtime.ports import parse_ports
+from nodeagent.runtime.published_ports import LABEL_PUBLISHED
 from tests import deadlines
 from tests.tools import require_tool
 

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from django.urls import reverse
 
 from billing.models import Invoice, LedgerEntry
-from billing.services import balance_top_up, invoice_mark_paid, lease_refund, ledger_post
+from billing.refunds import lease_refund
+from billing.services import balance_top_up, invoice_mark_paid, ledger_post
 from billing.storage.charges import volume_order
 from inventory.models import Site
 from ops.backoffice.dashboard import dashboard

@@ -10,7 +10,9 @@ import pytest
 from django.utils import timezone
 
 from billing.models import Account, Invoice, LedgerEntry
-from billing.services import balance_top_up, lease_refund, renewal_invoice_create
+from billing.refunds import lease_refund
+from billing.renewals import renewal_invoice_create
+from billing.services import balance_top_up
 from billing.storage.charges import volume_order
 from billing.storage.models import OrderedVolume
 from billing.storage.sweeps import sweep_ceph

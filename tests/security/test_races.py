@@ -4,13 +4,8 @@ and two refunds at once still count as two against REFUNDS_PER_MONTH."""
 import pytest
 from django.utils import timezone
 
-from billing.services import (
-    BillingError,
-    RefundLimitReached,
-    TooManyOpenOrders,
-    balance_top_up,
-    lease_refund,
-)
+from billing.refunds import lease_refund
+from billing.services import BillingError, RefundLimitReached, TooManyOpenOrders, balance_top_up
 from rental.models import Lease, LeaseState
 from tests.billing.races import in_threads, postgres_only
 from tests.factories import new_customer, place

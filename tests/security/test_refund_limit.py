@@ -11,7 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import Account, LedgerEntry
-from billing.services import RefundLimitReached, balance_top_up, lease_refund, refunds_left
+from billing.refunds import lease_refund, refunds_left
+from billing.services import RefundLimitReached, balance_top_up
 from inventory.models import AuditEntry
 from rental.accounts.services import api_token_create
 from rental.models import LeaseState

@@ -14,7 +14,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import Account, LedgerEntry
-from billing.services import balance_top_up, checkout_place_order, lease_refund, price_lines
+from billing.refunds import lease_refund
+from billing.services import balance_top_up, checkout_place_order, price_lines
 from billing.storage.models import NodeStorageKey, OrderedVolume, StorageCluster, VolumeStore
 from billing.storage.volumes import ceph_for
 from fleet.desired import desired_instances
