@@ -4,8 +4,10 @@ for an operator, the killed watcher, the per-invoice invariants, and the replay 
 history kept as an explicit test."""
 from collections.abc import Callable
 
-from billing.models import Invoice, Payment, Quote
+from billing.models import Invoice, Payment, PaymentReview, Quote
 from billing.payments import config as coins_config
+from billing.payments.credits import payment_review_credit
+from billing.payments.pricing import PaymentError
 
 HELD_KINDS = ("no_rate", "over_cap", "misdirected", "after_window")  # money waiting for an operator
 
@@ -49,3 +51,39 @@ def replay(machine, steps, pick: Callable, invariants: list[str]) -> None:
                 getattr(machine, name)()
     finally:
         machine.teardown()
+
+
+def watch_killed_after_applying(coin: str, now) -> None:
+    """One watcher pass that dies (SIGKILL) between applying what it found and saving its
+    cursor: the next pass starts from the old cursor and finds it all again."""
+    from billing.payments import services as payment_services
+
+    real = payment_services.payments_apply_scan
+
+    def apply_then_die(**kwargs):
+        real(**kwargs)
+        raise Killed
+
+    payment_services.payments_apply_scan = apply_then_die
+    try:
+        payment_services.watch_coin(coin=coin, now=now)
+    except Killed:
+        pass
+    finally:
+        payment_services.payments_apply_scan = real
+
+
+def held_reviews_exist() -> bool:
+    return PaymentReview.objects.filter(state=PaymentReview.State.OPEN, kind__in=HELD_KINDS).exists()
+
+
+def credit_first_held_review(operator, now) -> bool:
+    """The operator credits the oldest review that holds money; False when it is refused."""
+    review = PaymentReview.objects.filter(state=PaymentReview.State.OPEN, kind__in=HELD_KINDS).order_by("pk").first()
+    if review is None:
+        return False
+    try:
+        payment_review_credit(review=review, actor=operator, now=now)
+    except PaymentError:
+        return False
+    return True

@@ -27,7 +27,7 @@ At the end of each history (and whenever a rule settles everything) every paymen
 deep and the watchers run: then the store holds exactly what the chains hold — nothing kept
 without a review an operator sees.
 
-CI runs CHAIN_HISTORIES fixed sequences (default 20 of up to 20 steps, about 30 s); ``make chain-histories N=2000``
+CI runs CHAIN_HISTORIES fixed sequences (default 40 of up to 20 steps, about a minute); ``make chain-histories N=2000``
 runs thousands. A failing sequence is shrunk by Hypothesis and printed as a program of rule
 calls: keep it as an explicit test in this module.
 
@@ -60,7 +60,6 @@ from billing.payments import services as payment_services
 from billing.payments.coins.base import Coin
 from billing.payments.coins.evm import EvmAdapter
 from billing.payments.coins.utxo import RpcError
-from billing.payments.credits import payment_review_credit
 from billing.payments.pricing import PaymentError, cents_at
 from billing.payments.services import quote_create, watch_coin
 from billing.refunds import lease_refund
@@ -69,9 +68,11 @@ from ops.backoffice.services import invoice_refund_to_balance
 from ops.lifecycle import run_lifecycle
 from tests.billing.chain_histories import (
     HELD_KINDS,
-    Killed,
+    credit_first_held_review,
+    held_reviews_exist,
     invoices_paid_once_and_held_no_longer,
     replay,
+    watch_killed_after_applying,
 )
 from tests.billing.chain_payments import CONTRACT, deploy, ltc
 from tests.billing.payments_helpers import eth_account_key, set_rate
@@ -326,19 +327,7 @@ class ChainHistories(RuleBasedStateMachine):
     def watcher_killed_after_applying(self, coin):
         """SIGKILL between the apply and the cursor save; the watcher restarts at once."""
         RULES['watcher_killed_after_applying'] = RULES.get('watcher_killed_after_applying', 0) + 1
-        real = payment_services.payments_apply_scan
-
-        def apply_then_die(**kwargs):
-            real(**kwargs)
-            raise Killed
-
-        payment_services.payments_apply_scan = apply_then_die
-        try:
-            watch_coin(coin=coin, now=self.now)
-        except Killed:
-            pass
-        finally:
-            payment_services.payments_apply_scan = real
+        watch_killed_after_applying(coin, self.now)
         self.watch_all()
 
     @rule(coin=st.sampled_from(["LTC", "USDT"]))
@@ -389,17 +378,11 @@ class ChainHistories(RuleBasedStateMachine):
         except BillingError:  # past the window, refunded already: refused with a message
             FIGURES["refunds_refused"] = FIGURES.get("refunds_refused", 0) + 1
 
-    @precondition(lambda self: PaymentReview.objects.filter(state=PaymentReview.State.OPEN,
-                                                           kind__in=HELD_KINDS).exists())
+    @precondition(lambda self: held_reviews_exist())
     @rule()
     def operator_credits_a_review(self):
         RULES['operator_credits_a_review'] = RULES.get('operator_credits_a_review', 0) + 1
-        review = PaymentReview.objects.filter(state=PaymentReview.State.OPEN, kind__in=HELD_KINDS).order_by("pk").first()
-        if review is not None:
-            try:
-                payment_review_credit(review=review, actor=self.operator, now=self.now)
-            except PaymentError:
-                pass
+        credit_first_held_review(self.operator, self.now)
 
     @rule()
     def settle_everything(self):
@@ -505,7 +488,7 @@ def _histories_on(litecoind, anvil, customer, operator, settings):
 
 def test_generated_chain_histories_lose_no_money(litecoind, anvil, catalog, customer, operator, settings):
     _histories_on(litecoind, anvil, customer, operator, settings)
-    n = int(os.environ.get("CHAIN_HISTORIES", "20"))
+    n = int(os.environ.get("CHAIN_HISTORIES", "40"))
     run_state_machine_as_test(ChainHistories, settings=hsettings(
         max_examples=n, stateful_step_count=int(os.environ.get("CHAIN_HISTORY_STEPS", "20")), deadline=None,
         suppress_health_check=list(HealthCheck), derandomize=not os.environ.get("CHAIN_HISTORIES_RANDOM"),

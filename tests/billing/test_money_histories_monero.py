@@ -50,19 +50,19 @@ from hypothesis.stateful import (
 
 from billing.models import Invoice, Payment, PaymentReview, Quote
 from billing.payments import config as coins_config
-from billing.payments import services as payment_services
 from billing.payments.coins.base import Coin
 from billing.payments.coins.monero import MoneroAdapter, MoneroRpcError
-from billing.payments.credits import payment_review_credit
 from billing.payments.pricing import PaymentError
 from billing.payments.services import quote_create, watch_coin
 from billing.services import account_for
 from ops.lifecycle import run_lifecycle
 from tests.billing.chain_histories import (
     HELD_KINDS,
-    Killed,
+    credit_first_held_review,
+    held_reviews_exist,
     invoices_paid_once_and_held_no_longer,
     replay,
+    watch_killed_after_applying,
 )
 from tests.billing.payments_helpers import set_rate
 from tests.factories import order
@@ -259,19 +259,7 @@ class MoneroHistories(RuleBasedStateMachine):
     def watcher_killed_after_applying(self):
         """SIGKILL between the apply and the cursor save; the watcher restarts at once."""
         _count("watcher_killed_after_applying")
-        real = payment_services.payments_apply_scan
-
-        def apply_then_die(**kwargs):
-            real(**kwargs)
-            raise Killed
-
-        payment_services.payments_apply_scan = apply_then_die
-        try:
-            watch_coin(coin="XMR", now=self.now)
-        except Killed:
-            pass
-        finally:
-            payment_services.payments_apply_scan = real
+        watch_killed_after_applying("XMR", self.now)
         self.watch()
 
     @rule(minutes=st.sampled_from([1, 10, 45, 400]))
@@ -282,18 +270,12 @@ class MoneroHistories(RuleBasedStateMachine):
         self.watch()
         run_lifecycle(self.now)
 
-    @precondition(lambda self: PaymentReview.objects.filter(state=PaymentReview.State.OPEN,
-                                                           kind__in=HELD_KINDS).exists())
+    @precondition(lambda self: held_reviews_exist())
     @rule()
     def operator_credits_a_review(self):
         _count("operator_credits_a_review")
-        review = PaymentReview.objects.filter(state=PaymentReview.State.OPEN, kind__in=HELD_KINDS).order_by("pk").first()
-        if review is not None:
-            try:
-                payment_review_credit(review=review, actor=self.operator, now=self.now)
-                FIGURES["reviews_credited"] += 1
-            except PaymentError:
-                pass
+        if credit_first_held_review(self.operator, self.now):
+            FIGURES["reviews_credited"] += 1
 
     @rule()
     def settle_everything(self):
