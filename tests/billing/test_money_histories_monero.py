@@ -23,7 +23,8 @@ Monero is slow (each transfer builds ring signatures, each pass refreshes the wa
 runs CHAIN_HISTORIES fixed sequences (default 10 of up to 20 steps, CHAIN_HISTORY_STEPS:
 about 25 s, plus about 20 s to start monerod and its wallets); ``make chain-histories N=2000``
 runs thousands (CHAIN_HISTORIES_RANDOM=1). A failing sequence is shrunk by Hypothesis and
-printed as a program of rule calls: keep it as an explicit test in this module (``_replay``).
+printed as a program of rule calls: keep it as an explicit test in this module
+(``tests.billing.chain_histories.replay``, ``_Pick`` for its drawn quotes).
 
 XMR settles at 2 confirmations here (the speed policy for the $65 order; the adapter itself
 reports a transfer until 3), so reorgs past the confirmations stay a few blocks deep. The rate
@@ -61,7 +62,6 @@ from tests.billing.chain_histories import (
     credit_first_held_review,
     held_reviews_exist,
     invoices_paid_once_and_held_no_longer,
-    replay,
     watch_killed_after_applying,
 )
 from tests.billing.payments_helpers import set_rate
@@ -379,11 +379,6 @@ class _Pick:
 
     def draw(self, _strategy):
         return self.machine.quotes[self.n]
-
-
-def _replay(machine: MoneroHistories, steps) -> None:
-    """``"@n"`` stands for the history's quote number n."""
-    replay(machine, steps, lambda m, n: _Pick(m, int(n)), ["nothing_created_no_invoice_twice_no_gpu_held_too_long"])
 
 
 def test_xmr_order_paid_in_two_transfers_one_evicted_unmined_is_held_no_longer_than_its_quote(
