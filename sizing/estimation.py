@@ -81,3 +81,10 @@ def estimate(job: Job, *, warnings: bool = True, terms: dict | None = None,
         train_flops=t["train_flops"],
         warnings=tuple(job_warnings(job)) if warnings else (), framework=job.framework,
     )
+
+
+def with_warnings(e: Estimate, warnings: tuple[str, ...]) -> Estimate:
+    """``dataclasses.replace(e, warnings=warnings)`` through the constructor (replace's
+    per-field bookkeeping was a visible share of the recommendation's own estimate)."""
+    return Estimate(e.model, e.method, e.params, e.gpus, e.zero, e.offload, e.per_gpu_gb, e.total_gb, e.host_ram_gb,
+                    e.breakdown_gb, e.checkpoint_gb, e.adapter_params, e.train_flops, warnings, e.framework)

@@ -28,14 +28,14 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.translation import gettext, gettext_noop
 
 from . import pools
 from .engine import ALLOCATOR_MARGIN, MAX_NODE_GPUS, Estimate, Job
-from .estimation import estimate, layout_free_terms
+from .estimation import estimate, layout_free_terms, with_warnings
 from .job_warnings import job_warnings
 from .texts import Texts, texts
 from .throughput import Finish, finish, rental_to_finish
@@ -449,7 +449,7 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
     whole run costs, so a faster card that finishes in fewer weeks can win.
     ``estimates``: shared by calls for jobs that differ only in their method (``_Estimator``)."""
     est = _Estimator(job, estimates)
-    own = replace(est(job.gpus, job.zero, job.offload), warnings=tuple(job_warnings(job)))
+    own = with_warnings(est(job.gpus, job.zero, job.offload), tuple(job_warnings(job)))
     pool, by_month = pools.pool(candidates, vendor, site, in_stock)
     layouts = [(c, _layout(c, est)) for c in pool]
     # (candidate, estimate, mode) of each offer that fits, cheapest first (without tokens, in
