@@ -36,6 +36,7 @@ from django.utils.translation import gettext, gettext_noop
 from . import pools
 from .engine import ALLOCATOR_MARGIN, MAX_NODE_GPUS, Estimate, Job
 from .estimation import estimate, layout_free_terms, with_warnings
+from .inputs import MAX_BATCH  # at import: a local import per costed offer showed in the profile
 from .job_warnings import job_warnings
 from .texts import Texts, texts
 from .throughput import Finish, finish, rental_to_finish
@@ -361,8 +362,6 @@ def max_micro_batch(opt: Option, est: _Estimator) -> int:
     even the job's own). Every per-GPU term grows linearly with the micro-batch (activations,
     logits, the 4-bit input copies, and the allocator margin over them), so the estimate's
     own terms give the line; capped at the calculator's largest micro-batch."""
-    from .inputs import MAX_BATCH
-
     e, job = opt.estimate, est.job
     usable = usable_gb(opt.candidate.vram_gb)
     if e.per_gpu_gb > usable:
