@@ -38,6 +38,8 @@ CASES = {
     "calculator_varied": ("calculator_varied.py", ["--smoke"], False,
                           [rf"{name}\s+median\s+{NUMBER} ms\s+p99\s+{NUMBER} ms\s+ratio\s+{NUMBER}×"
                            for name in ("calculator htmx \\(varied\\)", "API GET estimate \\(varied\\)")]),
+    "calculator_instructions": ("calculator_instructions.py", ["frag", "2"], False,
+                                [r"frag: 2 requests instrumented \(divide valgrind's Collected by 2\)"]),
     "payments_block": ("payments.py", ["--txs", "200", "--watched", "200", "--paid", "20", "--repeat", "2"], False,
                        [rf"watcher pass \(match \+ 20 payments \+ cursor\): {NUMBER} ms",
                         rf"ratio watcher/baseline: {NUMBER}x"]),
