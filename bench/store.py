@@ -34,7 +34,7 @@ the payment passes; RSS per 1,000 nodes; the CPU split by process kind (bench/ti
 web, watch, jobs, PostgreSQL, Redis, the generator itself, other — the machine is shared);
 and one line that scripts read:
 
-    store: N nodes at S s poll + R customer req/s: worst p99 P ms (endpoint), late L, errors E, ... : held|missed
+    store: N nodes at S s poll + R customer req/s: worst p99 P ms (endpoint), late nodes L, errors E, ...: held|missed
 
 The load generator shares the machine's cores with what it measures, so the largest N that
 holds is found by giving several sizes at once (enrolled in turn, one run each); the last
@@ -297,7 +297,8 @@ def print_size(args, size: int, result: dict, passes: list[dict], left: dict, sa
               f"{' ' + json.dumps(errs) if errs else ''} | {percentile(lat, 50):.1f} | {p99:.1f}{mark} | "
               f"{max(lat):.1f} |")
     print(f"  nodes: {result['rounds']} rounds due in the window (asked {size * duration / args.poll:.0f}), "
-          f"late by a whole interval {result['late']}; {result['watches']} watches, {result['changed']} changed")
+          f"late by a whole interval: {result['late_nodes']} nodes of {size} ({result['late']} rounds started late); "
+          f"{result['watches']} watches, {result['changed']} changed")
     lifecycle = [p for p in passes if p["job"] == "lifecycle"]
     payments = [p for p in passes if p["job"] == "payments"]
     burst = lifecycle[0] if lifecycle else None
@@ -322,12 +323,12 @@ def print_size(args, size: int, result: dict, passes: list[dict], left: dict, sa
     for line in report(slices(sampler, figures.sent_at, figures.sent_ms, result["timed_from"],
                               result["timed_from"] + duration)):
         print(line)
-    late, lifecycle_s = result["late"], burst["seconds"] if burst else float("nan")
+    late, lifecycle_s = result["late_nodes"], burst["seconds"] if burst else float("nan")
     held_ok = worst[0] < TARGET_P99_MS and late == 0 and errors == 0 and burst is not None
     if args.smoke:
         held_ok = errors == 0 and burst is not None
     print(f"store: {size} nodes at {args.poll:g} s poll + {args.rate:g} customer req/s: worst p99 {worst[0]:.1f} ms "
-          f"({worst[1]}), late {late}, errors {errors}, RSS {per_thousand:.1f} MiB per 1,000 nodes, idle CPU "
+          f"({worst[1]}), late nodes {late}, errors {errors}, RSS {per_thousand:.1f} MiB per 1,000 nodes, idle CPU "
           f"{100 * result['idle_cpu']:.1f} %, lifecycle {lifecycle_s:.2f} s ({args.due} due), generator "
           f"{100 * result['generator_cpu'] / max(result['elapsed'], 0.1):.0f} % of a core: "
           f"{'held' if held_ok else 'missed'}", flush=True)
@@ -337,7 +338,7 @@ def print_size(args, size: int, result: dict, passes: list[dict], left: dict, sa
 def print_sizes(args, rows: list[dict]) -> None:
     for row in rows:
         print(f"  {row['size']:>6} nodes: {'held' if row['held'] else 'missed'} (worst p99 {row['worst'][0]:.0f} ms "
-              f"{row['worst'][1]}, late {row['late']}, errors {row['errors']})")
+              f"{row['worst'][1]}, late nodes {row['late']}, errors {row['errors']})")
     held = [row["size"] for row in rows if row["held"]]
     print(f"largest size that held: {max(held) if held else 'none'} of {', '.join(str(r['size']) for r in rows)} "
           f"(targets: p99 < {TARGET_P99_MS:.0f} ms every endpoint, no node late, no error)", flush=True)

@@ -87,6 +87,8 @@ async def run(*, web: str, watch: str, fleet: list[dict], customers: list[dict],
     watch_pool = _pool(watch, n + 16, timeout=max(60.0, poll + idle + n / RAMP_PER_SECOND) + WATCH_GRACE)
     keys = [Ed25519PrivateKey.from_private_bytes(node["key"]) for node in fleet]
     figures, state = Figures(), {"late": 0, "rounds": 0, "watches": 0, "changed": 0}
+    late_nodes: set[int] = set()
+    stopped_at = [0.0] * n          # the round each node was due to start next when it stopped
 
     def watch_request(node: dict, wait: float) -> bytes:
         return request_bytes("GET", f"/agent/v1/desired/watch?{urlencode({'version': node.get('version', ''), 'wait': f'{wait:.3f}'})}",
@@ -180,6 +182,7 @@ async def run(*, web: str, watch: str, fleet: list[dict], customers: list[dict],
             # no fleet makes. The last ones are answered after it, uncounted.
             while (left := next_round - time.monotonic()) > 0.02:
                 if time.monotonic() >= deadline:
+                    stopped_at[k] = next_round
                     return
                 t, asked, error = time.perf_counter(), time.monotonic(), None
                 try:
@@ -204,9 +207,11 @@ async def run(*, web: str, watch: str, fleet: list[dict], customers: list[dict],
                     await asyncio.sleep(min(1.0, max(0.0, left)))
             now = time.monotonic()
             if now >= deadline:
+                stopped_at[k] = next_round
                 return
             if counted(next_round) and now - next_round > poll:
                 state["late"] += 1
+                late_nodes.add(k)
             state["rounds"] += counted(next_round)
             await round_trip(node, k, next_round)
             next_round += poll
@@ -266,7 +271,10 @@ async def run(*, web: str, watch: str, fleet: list[dict], customers: list[dict],
     finally:
         for pool in (web_pool, customer_pool, watch_pool):
             pool.close()
-    return {"figures": figures, **state, "lag": lag, "duration": duration, "elapsed": idle_window["elapsed"],
+    # A node still inside an earlier round when the window closed, its next one due more than
+    # an interval before the end, was late too (it never got to start that round).
+    late_nodes.update(k for k, due in enumerate(stopped_at) if timed_from <= due + poll < deadline)
+    return {"figures": figures, **state, "late_nodes": len(late_nodes), "lag": lag, "duration": duration, "elapsed": idle_window["elapsed"],
             "generator_cpu": idle_window["generator_cpu"], "rss_before": rss_before,
             "rss_held": {"web": idle_window["web"], "watch": idle_window["watch"]}, "idle_cpu": idle_window["cpu"],
             "timed_from": timed_from, "rate": rate}
