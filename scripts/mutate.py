@@ -93,7 +93,7 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
     "billing": (["billing/services.py", "billing/refunds.py", "billing/renewals.py"], [], [  # billing/ledger.py: the `ledger` module
         "tests/billing/test_lifecycle.py", "tests/billing/test_lifecycle_edges.py",
         "tests/billing/test_money_refunds.py", "tests/billing/test_money_property.py",
-        "tests/billing/test_money_reversals.py", "tests/billing/test_storage_pages.py",
+        "tests/billing/test_money_reversals.py", "tests/storage/test_my_storage_page.py",
         "tests/fleet/test_lifecycle_contract.py",
         "tests/security/test_refund_limit.py",  # refunds_left: REFUNDS_PER_MONTH
         "tests/ops/test_ordered_volume_edges.py",  # _lease_refund_claim: a pending add-on refunded first
