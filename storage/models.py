@@ -25,7 +25,7 @@ class StorageCluster(models.Model):
     fs_name = models.CharField(max_length=60, default="cephfs")
     subvolume_group = models.CharField(max_length=60, default="storefront")
     rgw_endpoint = models.CharField(max_length=200, blank=True, help_text="The S3 endpoint customers use (RGW), e.g. https://s3.dfw-1.example")
-    # Observed by the storage sweep (storage.services.cluster_check)
+    # Observed by the storage sweep (storage.volumes.cluster_check)
     checked_at = models.DateTimeField(null=True, blank=True)
     health = models.CharField(max_length=20, blank=True)
     min_pool_size = models.PositiveSmallIntegerField(null=True, blank=True,
