@@ -47,16 +47,16 @@ test: setup
 test-stress: setup
 	scripts/test-stress.sh
 
-# Generated payment histories on real regtest chains (litecoind, anvil: tests/billing/
-# test_money_histories.py; monerod with a view-only wallet: test_money_histories_monero.py):
+# Generated payment histories on real regtest chains (litecoind, anvil: tests/billing/payments/
+# test_generated_histories.py; monerod with a view-only wallet: test_generated_histories_monero.py):
 # N random sequences per file (CI runs a few fixed ones), STEPS rules each.
 N ?= 2000
 STEPS ?= 20
 .PHONY: chain-histories
 chain-histories: setup
 	CHAIN_HISTORIES=$(N) CHAIN_HISTORY_STEPS=$(STEPS) CHAIN_HISTORIES_RANDOM=1 \
-	  $(BIN)/python -m pytest -p no:xdist -q -s tests/billing/test_money_histories.py \
-	  tests/billing/test_money_histories_monero.py
+	  $(BIN)/python -m pytest -p no:xdist -q -s tests/billing/payments/test_generated_histories.py \
+	  tests/billing/payments/test_generated_histories_monero.py
 
 # Ruff, then the import contracts in pyproject.toml (layers, Django-free agent and CLI).
 # ADR 0024: then the money rules' own checks (scripts/lint_rules.py: ledger rows, no network

@@ -12,12 +12,10 @@ taking turns request by request.
 
 from __future__ import annotations
 
-import random
 import statistics
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # bench/sizing_page.py's set-up: a throw-away SQLite database, Django, the trivial view's URLconf
@@ -25,28 +23,7 @@ import sizing_page  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 from django.test.utils import _TestState, setup_test_environment  # noqa: E402
-
-from sizing.engine import METHODS  # noqa: E402
-from sizing.presets import PRESETS  # noqa: E402
-
-SEQS = (256, 512, 1024, 2048, 3072, 4096, 8192)
-BATCHES = (1, 2, 4, 8, 16)
-
-
-def varied_queries(n: int, seed: int = 31) -> list[str]:
-    """n distinct random calculator queries (the same generator as bench/varied.lua)."""
-    rng = random.Random(seed)
-    models, seen, out = sorted(PRESETS), set(), []
-    while len(out) < n:
-        q = {"model": rng.choice(models), "method": rng.choice(METHODS), "seq": rng.choice(SEQS),
-             "batch": rng.choice(BATCHES), "vendor": rng.choice(("cuda", "any"))}
-        if rng.random() < 0.3:
-            q["tokens"] = rng.choice((10**7, 2 * 10**7, 10**8))
-        key = urlencode(q)
-        if key not in seen:
-            seen.add(key)
-            out.append(key)
-    return out
+from varied_inputs import BATCHES, SEQS, varied_queries  # noqa: E402,F401 - calculator_compare reads them here
 
 
 def _cpu(cases: dict, n: int) -> dict[str, tuple[float, float]]:

@@ -76,18 +76,25 @@ def _machine() -> dict[str, float]:
 
 class Sampler(threading.Thread):
     """Samples /proc every `interval` s until stopped; `web_pid` is the web server's master (or
-    the masters of several hosts' web servers, bench/fleet.py --hosts)."""
+    the masters of several hosts' web servers, bench/fleet.py --hosts). `kinds` names more
+    process trees by their root pid (bench/store.py: {"watch": …, "jobs": …}): each is a role
+    of its own, after "web"."""
 
-    def __init__(self, web_pid: int | list[int], interval: float = 2.0):
+    def __init__(self, web_pid: int | list[int], interval: float = 2.0, kinds: dict[str, int] | None = None):
         super().__init__(daemon=True, name="timeline")
         self.web_pid, self.interval, self.me = web_pid, interval, os.getpid()
+        self.kinds = dict(kinds or {})
+        self.roles = (ROLES[0], *self.kinds, *ROLES[1:])
         self.samples: list[dict] = []            # {"t": perf_counter, role: CPU s since the last, ...}
         self._stop_event = threading.Event()
         self._roles: dict[int, str] = {}
 
-    def _role(self, pid: int, parent: int, comm: str, web: set[int]) -> str:
+    def _role(self, pid: int, parent: int, comm: str, web: set[int], trees: dict[str, set[int]]) -> str:
         if pid in web:
             return "web"
+        for kind, tree in trees.items():
+            if pid in tree:
+                return kind
         if pid == self.me:
             return "generator"
         if parent == 2 or pid == 2:
@@ -108,10 +115,11 @@ class Sampler(threading.Thread):
         parents = {pid: p[0] for pid, p in processes.items()}
         masters = self.web_pid if isinstance(self.web_pid, list) else [self.web_pid]
         web = set().union(*(_descendants(parents, master) for master in masters))
+        trees = {kind: _descendants(parents, root) for kind, root in self.kinds.items()}
         roles = {}
         for pid, (parent, comm, _) in processes.items():
             # A PostgreSQL backend keeps its role; an autovacuum worker is a new pid each time.
-            roles[pid] = self._roles.get(pid) or self._role(pid, parent, comm, web)
+            roles[pid] = self._roles.get(pid) or self._role(pid, parent, comm, web, trees)
         self._roles = roles
         return time.perf_counter(), {pid: p[2] for pid, p in processes.items()}, roles, _machine()
 
@@ -119,7 +127,7 @@ class Sampler(threading.Thread):
         last = self._take()
         while not self._stop_event.wait(self.interval):
             now = self._take()
-            sample = {"t": now[0], "seconds": now[0] - last[0], **dict.fromkeys(ROLES, 0.0)}
+            sample = {"t": now[0], "seconds": now[0] - last[0], **dict.fromkeys(self.roles, 0.0)}
             for pid, cpu in now[1].items():
                 sample[now[2][pid]] += cpu - last[1].get(pid, 0.0)   # a new process: all of its CPU
             for key in ("busy", "iowait"):
@@ -150,15 +158,26 @@ def slices(sampler: Sampler, sent_at: list[float], latencies: list[float], start
         seconds = sum(s["seconds"] for s in overlapping) or 1.0
         rows.append({"from s": index * width, "requests": len(bucket), "p50 ms": percentile(bucket, 50),
                      "p99 ms": percentile(bucket, 99), "max ms": max(bucket, default=0.0),
-                     **{role: sum(s[role] for s in overlapping) / seconds for role in (*ROLES, "busy", "iowait")},
+                     **{role: sum(s[role] for s in overlapping) / seconds
+                        for role in (*sampler.roles, "busy", "iowait")},
                      "dirty MB": max((s["dirty MB"] for s in overlapping), default=0.0),
                      "writeback MB": max((s["writeback MB"] for s in overlapping), default=0.0)})
     return rows
 
 
+def totals(sampler: Sampler) -> dict[str, float]:
+    """Cores each role used on average over all the samples, and the machine's busy cores."""
+    seconds = sum(s["seconds"] for s in sampler.samples) or 1.0
+    return {role: sum(s[role] for s in sampler.samples) / seconds for role in (*sampler.roles, "busy", "iowait")}
+
+
+_NOT_ROLES = {"from s", "requests", "p50 ms", "p99 ms", "max ms", "busy", "iowait", "dirty MB", "writeback MB"}
+
+
 def _describe(row: dict) -> str:
     # The web server is the subject: always shown, even when a tiny run's share rounds to 0.
-    cores = ", ".join(f"{role} {row[role]:.2f}" for role in (*ROLES, "iowait") if row[role] >= 0.01 or role == "web")
+    roles = [key for key in row if key not in _NOT_ROLES]
+    cores = ", ".join(f"{role} {row[role]:.2f}" for role in (*roles, "iowait") if row[role] >= 0.01 or role == "web")
     return (f"{row['requests']:.0f} sent, p99 {row['p99 ms']:.0f} ms, max {row['max ms']:.0f} ms; cores: {cores}; "
             f"machine busy {row['busy']:.2f} of 2; dirty {row['dirty MB']:.0f} MB, writeback {row['writeback MB']:.0f} MB")
 

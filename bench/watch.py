@@ -259,13 +259,18 @@ def bench(args, url: str, redis_url: str) -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def main() -> None:
-    args = parse_args()
+def raise_open_files() -> None:
+    """10,000 connections at each end, and the servers started after inherit it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:                    # 10,000 connections at each end, and the server inherits it
+    try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536))
     except (ValueError, OSError):       # not root: as far as the hard limit goes
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def main() -> None:
+    args = parse_args()
+    raise_open_files()
     on_services(args.use_system_services, lambda url, redis_url: bench(args, url, redis_url))
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ def lease_list(request):
 @login_required
 @require_GET
 def lease_detail(request, lease_id: int):
-    lease = get_object_or_404(_customer_leases(request.account).select_related("disk_key"), pk=lease_id)
+    lease = get_object_or_404(_customer_leases(request.account).select_related("disk_key", "customer"), pk=lease_id)
     now = timezone.now()
     page = lease_page_context(lease, now)
     milestones = lease_milestones(lease, now) + incident_milestones(page["downtimes"])

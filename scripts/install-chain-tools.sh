@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the local chain tools that tests/billing/coins runs against (idempotent; root).
+# Installs the local chain tools that tests/billing/payments/coins runs against (idempotent; root).
 #   - litecoind (Debian, Litecoin Core 0.21)      -> regtest Core-RPC watcher tests
 #   - monero (Debian, monerod + monero-wallet-rpc) -> regtest Monero tests when they can run
 #   - @foundry-rs/anvil (npm, ships its binary)    -> local Ethereum chain, into <repo>/.chain-tools

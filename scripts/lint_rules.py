@@ -315,7 +315,7 @@ def rule_module_size(path: str, lines: int) -> list[Finding]:
 # --- rule (f): no tracker numbers ------------------------------------------------------------
 
 _WORD = "issue"  # spelt apart, so that this module does not hold what it looks for
-_TRACKER_REF = re.compile(rf"\b{_WORD}\s*#?\d+\b|\b{_WORD}s\s*#\d+|\({_WORD}\s*$", re.IGNORECASE | re.MULTILINE)
+_TRACKER_REF = re.compile(rf"(?<![A-Za-z]){_WORD}[\s_]*#?\d+\b|\b{_WORD}s\s*#\d+|\({_WORD}\s*$", re.IGNORECASE | re.MULTILINE)
 
 
 def rule_tracker_refs(path: str, source: str) -> list[Finding]:

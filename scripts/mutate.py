@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`make mutate`: mutmut over the rule modules, one module at a time.
 
-Each module has its own source paths and the test files that cover it (MODULES below), and
+Each module has its own source paths and the test files that cover it (MODULES below: the files
+under the sources' mirrors in tests/, plus the ones each names), and
 runs in its own work directory, var/mutate/<module>/: a pyproject.toml that is the project's
 with `[tool.mutmut]` replaced by the module's selection, the project's top-level entries as
 symlinks, and mutmut's `mutants/` (so each module keeps its own cached results, and a change
@@ -32,128 +33,104 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "var" / "mutate"
 
-# module: (source paths to mutate, files in them not to mutate, test files that cover them)
-MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
-    "sizing": (["sizing/engine.py"], [], [
-        "tests/sizing/test_terms.py", "tests/sizing/test_engine.py", "tests/sizing/test_families.py",
-        "tests/sizing/test_properties.py", "tests/sizing/test_plain.py", "tests/sizing/test_agrees.py",
-        "tests/sizing/test_recommend.py", "tests/sizing/test_inputs.py", "tests/sizing/test_measured.py",
-    ]),
-    "rules": (["rental/rules.py"], [], [
-        "tests/rental/test_rules_shown.py", "tests/fleet/test_lifecycle_contract.py",
-        "tests/billing/test_lifecycle.py", "tests/billing/test_lifecycle_edges.py",
-    ]),
-    "inventory": (["inventory/services.py"], [], [
-        "tests/inventory/test_catalog.py", "tests/inventory/test_last_gpu_sqlite.py",
-        "tests/billing/test_concurrency.py", "tests/fleet/test_burn_in.py",
+@dataclass(frozen=True)
+class Module:
+    """What one mutmut run mutates, and which tests judge it.
+
+    The tests come from the paths: a source file `app/pkg/mod.py` is covered by the test files
+    under `tests/app/pkg/mod/`, a source package `app/pkg/` by those under `tests/app/pkg/`
+    (the layout rule of CONTRIBUTING.md). `also` names the test files elsewhere that exercise the
+    module through another one (a lifecycle pass through the rules, a page through a service).
+    Tests that drive real daemons or infrastructure (the `daemons` and `infra` markers) are
+    deselected: they cannot run per mutant."""
+    sources: tuple[str, ...]
+    excluded: tuple[str, ...] = ()
+    also: tuple[str, ...] = ()
+
+    def mirrors(self) -> list[str]:
+        return [mirror_of(src) for src in self.sources]
+
+    def tests(self) -> list[str]:
+        found: list[str] = []
+        for place in self.mirrors():
+            found += sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / place).rglob("test_*.py"))
+        return found + [t for t in self.also if t not in found]
+
+
+def mirror_of(source: str) -> str:
+    """`billing/ledger.py` -> `tests/billing/ledger`; `billing/payments/` -> `tests/billing/payments`."""
+    return "tests/" + source.rstrip("/").removesuffix(".py")
+
+
+MODULES: dict[str, Module] = {
+    "sizing": Module(("sizing/engine.py",), also=(
+        "tests/sizing/recommend/test_plain_plans.py", "tests/sizing/recommend/test_card_choices.py",
+        "tests/sizing/inputs/test_errors_name_the_field.py",
+        "tests/sizing/test_agrees.py",  # the tables page, the FAQ and the calculator on one set of figures
+    )),
+    "rules": Module(("rental/rules.py",), also=(
+        "tests/fleet/test_lifecycle_contract.py", "tests/ops/lifecycle/test_end_to_end.py",
+        "tests/ops/lifecycle/test_edges.py",
+    )),
+    "inventory": Module(("inventory/services.py",), also=(
+        "tests/ops/lifecycle/test_races.py", "tests/fleet/test_burn_in.py",
         "tests/experience/test_operator_day.py",  # the node admin: node_save, draining
-    ]),
+    )),
     # the payment rules: what a quote asks for, what a payment is worth and when it counts, what is
     # credited, taken back after a reorg (reversals), used late, or reported in the wrong coin; the
     # rate a quote may lock (pricing, and coins/rates.py's staleness and price guard); base units and
     # cents (coins/amounts.py); the block walker's reorg detection (coins/walker.py, tested against
-    # an in-memory chain)
-    "payments": ([
-        "billing/payments/services.py", "billing/payments/quotes.py", "billing/payments/credits.py",
-        "billing/payments/reversals.py", "billing/payments/late.py", "billing/payments/misdirected.py",
-        "billing/payments/pricing.py", "billing/payments/coins/amounts.py", "billing/payments/coins/walker.py",
-        "billing/payments/coins/rates.py",
-    ], [], [
-        "tests/billing/test_confirmations.py", "tests/billing/test_payments.py",
-        "tests/billing/test_payments_holes.py", "tests/billing/test_payments_ops.py",
-        "tests/billing/test_payments_concurrency.py", "tests/billing/test_money_reversals.py",
-        "tests/billing/test_price_sources.py", "tests/billing/coins/test_units.py",
-        # session 12: the walker over an in-memory chain, the rate sources against a local server,
-        # and the rules the first complete run found untested
-        "tests/billing/coins/test_walker.py", "tests/billing/coins/test_rate_sources.py", "tests/billing/test_watch_rules.py",
-        "tests/billing/test_reversal_rules.py", "tests/billing/test_settlement_rules.py",
-        "tests/billing/test_review_rules.py", "tests/billing/test_payment_rows.py",
-        "tests/billing/test_reconcile_rules.py", "tests/billing/test_sweep_rules.py",
-        "tests/billing/test_quote_rules.py",  # quote_create's refusals, reuse, rate limit, hold
-        # session 15: how a pass reaches its quotes (per coin, per output, SOL by reference), its result
-        "tests/billing/test_reorg_grouping.py",
-        # session 16: a reversed debt paid back (debt_settle), rate_for's refusals / max age / peg,
-        # format_amount, and how quote_refresh / _advance move a quote (timeouts, hold, exceptions)
-        "tests/billing/test_payment_remainder_rules.py",
-        "tests/billing/test_price_guard.py",  # the price guard: agreement, move bound, anchor, its property
-    ]),
-    # Not mutated, the rest of billing/payments/: the chain adapters (coins/evm.py, utxo.py,
-    # monero.py, solana.py: JSON-RPC against the chain nodes) and the key/address derivation
-    # (coins/keys.py, addresses.py) are I/O and encodings tested against real daemons in
-    # tests/billing/coins and tests/billing/test_*_chains.py, minutes per session, which cannot run
-    # per mutant; coins/registry.py, base.py, config.py read settings and wire adapters (the rules'
-    # values are settings, read by the tests above); selectors.py, views.py, admin.py, urls.py are
-    # presentation; health.py (a watcher's liveness) and demo.py / coins/demo.py (the demo store's
-    # fake coin) decide no money.
-    "billing": (["billing/services.py", "billing/refunds.py", "billing/renewals.py"], [], [  # billing/ledger.py: the `ledger` module
-        "tests/billing/test_lifecycle.py", "tests/billing/test_lifecycle_edges.py",
-        "tests/billing/test_money_refunds.py", "tests/billing/test_money_property.py",
-        "tests/billing/test_money_reversals.py", "tests/storage/test_my_storage_page.py",
+    # an in-memory chain). Not mutated: the chain adapters (coins/evm.py, utxo.py, monero.py,
+    # solana.py: JSON-RPC against the chain nodes) and the key/address derivation (coins/keys.py,
+    # addresses.py) are I/O and encodings tested against real daemons, minutes per session, which
+    # cannot run per mutant; coins/registry.py, base.py, config.py read settings and wire adapters
+    # (the rules' values are settings, read by the tests); selectors.py, views.py, admin.py,
+    # urls.py are presentation; health.py (a watcher's liveness) and demo.py / coins/demo.py (the
+    # demo store's fake coin) decide no money.
+    "payments": Module(("billing/payments/",), excluded=tuple(f"billing/payments/{f}" for f in (
+        "__init__.py", "addresses.py", "admin.py", "config.py", "demo.py", "health.py", "selectors.py",
+        "urls.py", "views.py", "coins/__init__.py", "coins/base.py", "coins/demo.py", "coins/evm.py",
+        "coins/keys.py", "coins/monero.py", "coins/registry.py", "coins/solana.py", "coins/utxo.py",
+    )), also=(
+        "tests/ops/lifecycle/test_payment_sweeps.py",  # the quote expiry sweep and the order's hold
+    )),
+    "billing": Module(("billing/services.py", "billing/refunds.py", "billing/renewals.py"), also=(
+        "tests/ops/lifecycle/test_end_to_end.py", "tests/ops/lifecycle/test_edges.py",
+        "tests/billing/test_money_property.py", "tests/billing/payments/test_reversals.py",
+        "tests/billing/views/test_order_invoice_and_balance_pages.py", "tests/storage/test_my_storage_page.py",
         "tests/fleet/test_lifecycle_contract.py",
         "tests/security/test_refund_limit.py",  # refunds_left: REFUNDS_PER_MONTH
         "tests/ops/test_ordered_volume_edges.py",  # _lease_refund_claim: a pending add-on refunded first
-        # session 15: the refund rules the first run found untested (refusals, the monthly allowance,
-        # a pending add-on, lease_fail_and_refund's rows, notice and voided invoices)
-        "tests/billing/test_refund_rules.py",
-        # session 16: the order and renewal services' existing tests (the order page and top-up, the hoarding
-        # limits and expiry, the renewal batch, "extend", the admin's manual settlement) and the order rules
-        # the run found untested ("extend"'s limit, refusals and audit row, an order's expiry second and only
-        # its own invoice, a snapshot filling the new disk exactly, the unpaid limit's refusal)
-        "tests/billing/test_pages.py", "tests/security/test_hoarding.py", "tests/billing/test_lifecycle_batch.py",
-        "tests/automation/test_extension.py", "tests/rental/test_admin.py",
-        "tests/billing/test_order_rules.py",
-        # session 16, second pass: the payment and renewal rules that pass found untested (paying what is no
-        # longer open, one invoice paid and no other, the notice's language, batch payments, the note, the
-        # webhooks' time and lease, a restore's actor, add-on prices)
-        "tests/billing/test_invoice_rules.py",
-    ]),
-    # the balance itself (session 16): postings under the account lock, idempotency, the refusal to go below
+        "tests/security/test_hoarding.py", "tests/automation/test_extension.py", "tests/rental/test_admin.py",
+    )),
+    # the balance itself: postings under the account lock, idempotency, the refusal to go below
     # zero, batches with refused="skip", top-ups, what is left to refund of an invoice
-    "ledger": (["billing/ledger.py"], [], [
-        "tests/billing/test_money_property.py", "tests/billing/test_money_refunds.py",
-        "tests/billing/test_lifecycle_batch.py",  # not test_payments_holes.py: 30 payment tests that post, ~25 s
-        # more per surviving mutant for the one refusal they read (the payments module runs them)
-        "tests/billing/test_refund_rules.py", "tests/security/test_refund_limit.py",
-        "tests/ops/test_ordered_volume_edges.py", "tests/ops/test_ledger_revenue.py",
-        "tests/rental/test_api.py",
-        # session 16: what the first run found untested: the entry's fields, repeats within a batch, the
-        # refusal's message and edge, skip batches across customers, the statements, top-ups, month, claims
-        "tests/billing/test_ledger_rules.py",
-    ]),
-    "fleet-desired": (["fleet/desired.py"], [], [
-        "tests/fleet/test_lifecycle.py", "tests/fleet/test_lifecycle_contract.py",
-        "tests/fleet/test_desired_etag.py", "tests/fleet/test_trust.py",
+    "ledger": Module(("billing/ledger.py",), also=(
+        "tests/billing/test_money_property.py", "tests/billing/refunds/test_refunds.py",
+        "tests/billing/refunds/test_rules.py", "tests/billing/renewals/test_batch_writes_what_single_leases_write.py",
+        "tests/security/test_refund_limit.py", "tests/ops/test_ordered_volume_edges.py",
+        "tests/ops/test_ledger_revenue.py", "tests/rental/test_api.py",
+    )),
+    "fleet-desired": Module(("fleet/desired.py",), also=(
+        "tests/fleet/test_lifecycle.py", "tests/fleet/test_lifecycle_contract.py", "tests/fleet/test_trust.py",
         "tests/fleet/test_node_state.py",  # a migration: the old node is told absent / destroy_key
         "tests/fleet/test_pages.py",  # the customer's stop / start / restart
-        # what the first run found untested: op_ids, snapshot / restore ops, volumes, steady reads
-        "tests/fleet/test_desired_rules.py",
         "tests/fleet/test_desired_version.py",  # the clock that ends a document's validator
         "tests/fleet/test_burn_in.py",  # the document's burn_in list
-        # the remaining functions' run: which node a lease is on (current_node_id, instance_of's host), the ETag
-        # remembered under the Redis run, the document's reads not growing with its leases
-        "tests/fleet/test_desired_placement.py",
-    ]),
-    "fleet-evidence": (["fleet/evidence.py"], [], [
-        "tests/fleet/test_evidence.py", "tests/fleet/test_sanitization_record.py",
-        "tests/fleet/test_lifecycle.py", "tests/fleet/test_lifecycle_contract.py",
-        # session 7: the field checks' refusals, migrations (old node's evidence), the
-        # snapshot kinds' op checks (snapshot_taken / snapshot_restored)
-        "tests/fleet/test_node_state.py", "tests/fleet/test_report_bounds.py", "tests/fleet/test_bad_input.py",
-        # not tests/storage's snapshot files (session 16): they start a Ceph cluster, dockerd and restic per
-        # session, 325 s of the selection's 353 s, for every surviving mutant; test_evidence_rules.py below
-        # sends their snapshot records on SQLite, and the suite keeps them
-        "tests/fleet/test_trust.py",
-        "tests/fleet/test_evidence_fields.py",  # session 9: malformed common fields and commands
-        # the rules the first complete run found unread: unknown kind / time / node, the key's
-        # and the wipe's proofs, the quarantine's reason, snapshot_taken / snapshot_restored on SQLite,
-        # resends that share a node, kind or op with another record
-        "tests/fleet/test_evidence_rules.py",
-    ]),
+    )),
+    # not tests/storage's snapshot files: they start a Ceph cluster, dockerd and restic per session
+    # (infra); evidence/test_rules.py sends their snapshot records on SQLite
+    "fleet-evidence": Module(("fleet/evidence.py",), also=(
+        "tests/fleet/test_sanitization_record.py", "tests/fleet/test_lifecycle.py",
+        "tests/fleet/test_lifecycle_contract.py", "tests/fleet/test_node_state.py",
+        "tests/fleet/test_report_bounds.py", "tests/fleet/test_bad_input.py", "tests/fleet/test_trust.py",
+    )),
 }
 
 # Never linked into a work directory: mutmut's own output, caches, the virtualenvs.
@@ -166,7 +143,7 @@ STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests"
 
 
 def workdir(module: str) -> Path:
-    sources, excluded, tests = MODULES[module]
+    spec = MODULES[module]
     wd = WORK / module
     wd.mkdir(parents=True, exist_ok=True)
     for entry in ROOT.iterdir():
@@ -181,11 +158,12 @@ def workdir(module: str) -> Path:
     # the project's [tool.mutmut] (and the comment block above it) gives way to this module's
     pyproject = re.sub(r"(?ms)^\[tool\.mutmut\].*?(?=^\[)", "", pyproject)
     section = {
-        "source_paths": sources,
-        "do_not_mutate": excluded,
-        "pytest_add_cli_args_test_selection": tests,
+        "source_paths": list(spec.sources),
+        "do_not_mutate": list(spec.excluded),
+        "pytest_add_cli_args_test_selection": spec.tests(),
         "also_copy": also_copy,
-        "pytest_add_cli_args": ["-p", "no:xdist", "-p", "no:cacheprovider", "--nomigrations"],
+        "pytest_add_cli_args": ["-p", "no:xdist", "-p", "no:cacheprovider", "--nomigrations",
+                                "-m", "not daemons and not infra and not node_box"],
         "timeout_constant": 30.0,
         "timeout_multiplier": 3.0,
     }
@@ -201,15 +179,15 @@ def unmutated(module: str) -> list[str]:
     """The functions of a module's sources that mutmut 3.8 never mutates: every decorated one
     (other than a lone @staticmethod/@classmethod; its trampoline would re-run the decorator).
     The rule services open `with transaction.atomic():` in their body for this reason."""
-    sources, excluded, _ = MODULES[module]
+    spec = MODULES[module]
     files = []
-    for src in sources:
+    for src in spec.sources:
         path = ROOT / src
         files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
     skipped = []
     for path in files:
         rel = path.relative_to(ROOT).as_posix()
-        if rel in excluded:
+        if rel in spec.excluded:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.decorator_list:
@@ -242,7 +220,7 @@ def table(modules: list[str], walls: dict[str, float]) -> str:
         total = sum(c.values())
         other = total - c["killed"] - c["survived"] - c["timeout"]
         wall = walls.get(m)
-        rows.append(f"| {m} | {', '.join(MODULES[m][0])} | {total} | {c['killed']} | {c['survived']} | "
+        rows.append(f"| {m} | {', '.join(MODULES[m].sources)} | {total} | {c['killed']} | {c['survived']} | "
                     f"{c['timeout']} | {other} | {f'{wall / 60:.1f} min' if wall else '–'} |")
     return "\n".join(rows)
 
@@ -271,9 +249,9 @@ def main() -> int:
     modules = a.modules or list(MODULES)
     if a.list:
         for m in modules:
-            src, excl, tests = MODULES[m]
-            print(f"{m}: {' '.join(src)}" + (f" (not {' '.join(excl)})" if excl else ""))
-            print("    " + "\n    ".join(tests))
+            spec = MODULES[m]
+            print(f"{m}: {' '.join(spec.sources)}" + (f" (not {' '.join(spec.excluded)})" if spec.excluded else ""))
+            print("    " + "\n    ".join(spec.tests()))
             for line in unmutated(m):
                 print(f"    not mutated (decorated): {line}")
         return 0
@@ -289,7 +267,7 @@ def main() -> int:
         return 0
     walls = {}
     for m in modules:
-        print(f"== mutmut: {m} ({' '.join(MODULES[m][0])})", flush=True)
+        print(f"== mutmut: {m} ({' '.join(MODULES[m].sources)})", flush=True)
         for line in unmutated(m):
             print(f"   not mutated (decorated): {line}", flush=True)
         start = time.monotonic()

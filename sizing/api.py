@@ -68,7 +68,17 @@ _MEMO = Memo(max_entries=256)
 
 def _get_json(params: dict, cands) -> bytes:
     key = (tuple(sorted(params.items())), get_language(), catalog_key(cands))
-    return _MEMO.get(key, lambda: json.dumps(to_json(run(params, cands)), cls=DjangoJSONEncoder).encode())
+    return _MEMO.get(key, lambda: _dumps(to_json(run(params, cands))).encode())
+
+
+def _dumps(data: dict) -> str:
+    """``json.dumps(data, cls=DjangoJSONEncoder)``: the answer holds only JSON's own types, which
+    the plain encoder writes alike and faster (a sixth of a cold answer's encoding went to the
+    subclass); anything else (a lazy text, a Decimal) still goes through Django's."""
+    try:
+        return json.dumps(data)
+    except TypeError:
+        return json.dumps(data, cls=DjangoJSONEncoder)
 
 
 @csrf_exempt

@@ -280,22 +280,25 @@ def frozen_weight_bytes(arch: Architecture, method: str, upcast: bool = False) -
 _STATE_KEYS = ("frozen_weights", "trainable_weights", "gradients", "fp32_master", "optimizer_states", "adapters")
 
 
-def model_states(job: Job, frozen: float | None = None, adapters: int | None = None) -> tuple[dict[str, float], float]:
+def model_states(job: Job, frozen: float | None = None, adapters: int | None = None,
+                 layout: tuple[int, int, str, str] | None = None) -> tuple[dict[str, float], float]:
     """Per-GPU model-state bytes by breakdown key, and bytes moved to host RAM (total).
     ``frozen`` and ``adapters``: the job's ``frozen_weight_bytes`` (with its stack's upcast)
-    and ``adapter_params``, when already known (no layout changes them)."""
-    n, stage, off = job.gpus, job.zero, job.offload
+    and ``adapter_params``, when already known (no layout changes them). ``layout``: (gpus,
+    zero, offload, method) in place of the job's own, as ``job.laid_out(*layout)`` would
+    give (the recommender sizes one job in many layouts; no copy of it per layout)."""
+    n, stage, off, method = (job.gpus, job.zero, job.offload, job.method) if layout is None else layout
     out = dict.fromkeys(_STATE_KEYS, 0.0)
     host = 0.0
     if frozen is None:
-        frozen = frozen_weight_bytes(job.arch, job.method, job.stack.upcast_unquantised)
+        frozen = frozen_weight_bytes(job.arch, method, job.stack.upcast_unquantised)
     if off == "all":
         host += frozen
     else:
         out["frozen_weights"] = _shard(frozen, stage, 3, n)
-    if job.method in ADAM_STATE_BYTES:
+    if method in ADAM_STATE_BYTES:
         language_params = job.arch.language_params
-        for name, b in full_state_bytes_per_param(job.method).items():
+        for name, b in full_state_bytes_per_param(method).items():
             total = b * language_params
             if off in _OFFLOADED_BY[name]:
                 host += total
@@ -314,13 +317,15 @@ def model_states(job: Job, frozen: float | None = None, adapters: int | None = N
     return out, host
 
 
-def sharding_buffer_bytes(job: Job) -> float:
+def sharding_buffer_bytes(job: Job, layout: tuple[int, int, str, str] | None = None) -> float:
     """ZeRO-3/FSDP all-gather buffers: the current and the prefetched layer's full weights
-    (2 layers × params/layer × weight bytes) are materialised on every card."""
-    if job.zero < 3 or job.gpus < 2:
+    (2 layers × params/layer × weight bytes) are materialised on every card. ``layout`` as
+    in ``model_states``."""
+    gpus, zero, _, method = (job.gpus, job.zero, job.offload, job.method) if layout is None else layout
+    if zero < 3 or gpus < 2:
         return 0.0
-    per_param = BF16_WEIGHT_BYTES if job.method in ADAM_STATE_BYTES else (
-        frozen_weight_bytes(job.arch, job.method) / job.arch.params)
+    per_param = BF16_WEIGHT_BYTES if method in ADAM_STATE_BYTES else (
+        frozen_weight_bytes(job.arch, method) / job.arch.params)
     return 2 * per_param * job.arch.params / job.arch.layers
 
 

@@ -44,31 +44,47 @@ def layout_free_terms(job: Job) -> dict:
     }
 
 
-def estimate(job: Job, *, warnings: bool = True, terms: dict | None = None) -> Estimate:
+def estimate(job: Job, *, warnings: bool = True, terms: dict | None = None,
+             layout: tuple[int, int, str, str] | None = None) -> Estimate:
     """Peak GPU memory of one training step, per GPU and in total (all GPUs).
     ``warnings=False`` leaves out the job's warnings (``Estimate.warnings`` is empty): the
     recommender sizes each card's configuration of the job and reads the warnings of the
     job as configured only. ``terms``: ``layout_free_terms`` of this job or of one that
-    differs from it only in GPUs, ZeRO stage or offload."""
+    differs from it only in GPUs, ZeRO stage or offload. ``layout``: (gpus, zero, offload,
+    method): the estimate of ``job.laid_out(*layout)`` without that copy of the job (the
+    recommender's many layouts of one job); it needs the terms of a job with that method,
+    and no warnings (they are the laid-out job's)."""
+    if layout is None:
+        gpus, zero, offload, method = job.gpus, job.zero, job.offload, job.method
+    elif warnings or terms is None:
+        raise ValueError("a layout's estimate takes the terms of its method and gives no warnings")
+    else:
+        gpus, zero, offload, method = layout
     t = layout_free_terms(job) if terms is None else terms
-    states, host = model_states(job, t["frozen_weights"], t["adapter_params"])
-    bd = dict(states)
-    bd["sharding_buffers"] = sharding_buffer_bytes(job)
+    bd, host = model_states(job, t["frozen_weights"], t["adapter_params"], layout)  # a new dict: no copy
+    bd["sharding_buffers"] = sharding_buffer_bytes(job, layout)
     bd["quant_buffers"] = t["quant_buffers"]
     bd["activations"] = t["activations"]
     bd["logits"] = t["logits"]
     if t["host_checkpoint_inputs"] is not None:
-        host += t["host_checkpoint_inputs"] * job.gpus
+        host += t["host_checkpoint_inputs"] * gpus
     allocated = sum(bd.values())
     bd["cuda_context"] = CUDA_CONTEXT_GB * GB
     bd["allocator_margin"] = ALLOCATOR_MARGIN * allocated
     per_gpu = sum(bd.values())
     return Estimate(
-        model=job.arch.name, method=job.method, params=job.arch.params, gpus=job.gpus,
-        zero=job.zero, offload=job.offload, per_gpu_gb=per_gpu / GB,
-        total_gb=per_gpu * job.gpus / GB, host_ram_gb=host / GB,
+        model=job.arch.name, method=method, params=job.arch.params, gpus=gpus,
+        zero=zero, offload=offload, per_gpu_gb=per_gpu / GB,
+        total_gb=per_gpu * gpus / GB, host_ram_gb=host / GB,
         breakdown_gb={k: bd[k] / GB for k in BREAKDOWN_KEYS},
         checkpoint_gb=dict(t["checkpoint_gb"]), adapter_params=t["adapter_params"],
         train_flops=t["train_flops"],
         warnings=tuple(job_warnings(job)) if warnings else (), framework=job.framework,
     )
+
+
+def with_warnings(e: Estimate, warnings: tuple[str, ...]) -> Estimate:
+    """``dataclasses.replace(e, warnings=warnings)`` through the constructor (replace's
+    per-field bookkeeping was a visible share of the recommendation's own estimate)."""
+    return Estimate(e.model, e.method, e.params, e.gpus, e.zero, e.offload, e.per_gpu_gb, e.total_gb, e.host_ram_gb,
+                    e.breakdown_gb, e.checkpoint_gb, e.adapter_params, e.train_flops, warnings, e.framework)

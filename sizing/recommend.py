@@ -25,14 +25,18 @@ known (no node of its model yet) is judged on VRAM alone.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from django.utils.translation import gettext, gettext_noop
 
+from . import pools
 from .engine import ALLOCATOR_MARGIN, MAX_NODE_GPUS, Estimate, Job
-from .estimation import estimate, layout_free_terms
+from .estimation import estimate, layout_free_terms, with_warnings
+from .inputs import MAX_BATCH  # at import: a local import per costed offer showed in the profile
 from .job_warnings import job_warnings
 from .texts import Texts, texts
 from .throughput import Finish, finish, rental_to_finish
@@ -249,20 +253,28 @@ class _Estimator:
 
     def __init__(self, job: Job, shared: dict | None = None):
         self.job = job
-        self.cache: dict[tuple, Estimate] = {} if shared is None else shared
-        self.terms: dict[str, dict] = {}  # per method: what no layout changes (layout_free_terms)
-        self.tr = texts()  # the reasons and warnings, in the active language
+        #: estimates by (gpus, zero, offload, method); ("terms", method): layout_free_terms,
+        #: which the variants share; ("layout", …): ``_layout``s, which the ROCm variant shares
+        self.cache: dict[tuple, Any] = {} if shared is None else shared
+
+    @functools.cached_property
+    def tr(self) -> Texts:
+        """The reasons and warnings, in the active language (looked up when first needed:
+        most one-change plans are never costed)."""
+        return texts()
 
     def __call__(self, gpus: int, zero: int, offload: str = "none", method: str | None = None):
         key = (gpus, zero, offload, method or self.job.method)
         try:
             return self.cache[key]
         except KeyError:
-            j = self.job.laid_out(gpus, zero, offload, key[3])
-            terms = self.terms.get(key[3])
-            if terms is None:
-                terms = self.terms[key[3]] = layout_free_terms(j)
-            value = self.cache[key] = estimate(j, warnings=False, terms=terms)
+            method, job = key[3], self.job
+            terms = self.cache.get(("terms", method))
+            if terms is None:  # no layout changes them: the job itself serves for its own method
+                terms = self.cache["terms", method] = layout_free_terms(
+                    job if method == job.method else job.laid_out(gpus, zero, offload, method))
+            # sized in the layout without a copy of the job per layout (estimate's ``layout``)
+            value = self.cache[key] = estimate(job, warnings=False, terms=terms, layout=key)
             return value
 
 
@@ -274,7 +286,16 @@ def _configure(c: Candidate, est: _Estimator) -> Option:
 
 def _layout(c: Candidate, est: _Estimator) -> tuple[Estimate, str, bool]:
     """``_configure``'s (estimate, mode, fits), without building the option: the ranking
-    configures many offers and keeps few."""
+    configures many offers and keeps few. Kept in the estimator's cache (one answer's)."""
+    key = ("layout", id(c), est.job.method, est.job.offload)  # the offers outlive the answer
+    try:
+        return est.cache[key]
+    except KeyError:
+        value = est.cache[key] = _lay_out(c, est)
+        return value
+
+
+def _lay_out(c: Candidate, est: _Estimator) -> tuple[Estimate, str, bool]:
     usable = usable_gb(c.vram_gb)
     whole = est(c.gpus, 0)
     mode = "single" if c.gpus == 1 else "data-parallel"
@@ -341,8 +362,6 @@ def max_micro_batch(opt: Option, est: _Estimator) -> int:
     even the job's own). Every per-GPU term grows linearly with the micro-batch (activations,
     logits, the 4-bit input copies, and the allocator margin over them), so the estimate's
     own terms give the line; capped at the calculator's largest micro-batch."""
-    from .inputs import MAX_BATCH
-
     e, job = opt.estimate, est.job
     usable = usable_gb(opt.candidate.vram_gb)
     if e.per_gpu_gb > usable:
@@ -369,33 +388,25 @@ def _with_costs(opt: Option, job: Job, reason: str, est: _Estimator, own: Estima
                   max_micro_batch=max_micro_batch(opt, est))
 
 
-def _eligible(c: Candidate, vendor: str, site: str | None, in_stock: bool) -> bool:
-    if vendor == "cuda" and c.vendor != "nvidia":
-        return False
-    if site is not None and site not in c.free_by_site:
-        return False
-    return not in_stock or c.free(site) > 0
-
-
-def _pick_alternatives(fitting: list[Option], limit: int, tr: Texts) -> list[tuple[Option, str]]:
-    """Next cheapest, then each pricier option faster or roomier than all cheaper ones."""
+def _pick_alternatives(fitting: list[Candidate], limit: int, tr: Texts) -> list[tuple[int, str]]:
+    """Next cheapest, then each pricier offer faster or roomier than all cheaper ones: (its
+    index in ``fitting``, the reason), so only the picked become options."""
     best, rest = fitting[0], fitting[1:]
-    picked = [(rest[0], tr[gettext_noop("next cheapest")])] if rest and limit > 0 else []
-    top_tflops = max([best.candidate.total_tflops] + [o.candidate.total_tflops for o, _ in picked])
-    top_mem = max([best.candidate.total_vram_gb] + [o.candidate.total_vram_gb for o, _ in picked])
-    for o in rest[1:]:
+    picked = [(1, tr[gettext_noop("next cheapest")])] if rest and limit > 0 else []
+    top_tflops = max([best.total_tflops] + [fitting[i].total_tflops for i, _ in picked])
+    top_mem = max([best.total_vram_gb] + [fitting[i].total_vram_gb for i, _ in picked])
+    for i, c in enumerate(rest[1:], start=2):
         if len(picked) >= limit:
             break
-        c = o.candidate
         if c.total_tflops > top_tflops:
-            picked.append((o, tr[gettext_noop("faster")]))
+            picked.append((i, tr[gettext_noop("faster")]))
         elif c.total_vram_gb > top_mem:
-            picked.append((o, tr[gettext_noop("more headroom")]))
+            picked.append((i, tr[gettext_noop("more headroom")]))
         top_tflops, top_mem = max(top_tflops, c.total_tflops), max(top_mem, c.total_vram_gb)
     return picked
 
 
-def _cluster_advice(est: _Estimator, pool: list[Candidate]) -> str:
+def _cluster_advice(est: _Estimator, pool: Sequence[Candidate]) -> str:
     """No offer fits: how many of the largest card would, with ZeRO-3?"""
     if not pool:
         return gettext("No offer matches the filters.")
@@ -437,19 +448,24 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
     whole run costs, so a faster card that finishes in fewer weeks can win.
     ``estimates``: shared by calls for jobs that differ only in their method (``_Estimator``)."""
     est = _Estimator(job, estimates)
-    own = replace(est(job.gpus, job.zero, job.offload), warnings=tuple(job_warnings(job)))
-    pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
+    own = with_warnings(est(job.gpus, job.zero, job.offload), tuple(job_warnings(job)))
+    pool, by_month = pools.pool(candidates, vendor, site, in_stock)
     layouts = [(c, _layout(c, est)) for c in pool]
-    fitting = sorted((Option(c, e, mode, True) for c, (e, mode, fits) in layouts if fits),
-                     key=lambda o: _price(o.candidate, o.estimate.offload, job))
+    # (candidate, estimate, mode) of each offer that fits, cheapest first (without tokens, in
+    # the filter's kept monthly order); an Option is built only for the shown ones
+    if job.tokens > 0:
+        fitting = sorted(((c, e, mode) for c, (e, mode, fits) in layouts if fits),
+                         key=lambda f: _price(f[0], f[1].offload, job))
+    else:
+        fitting = [(c, e, mode) for c, (e, mode, fits) in (layouts[i] for i in by_month) if fits]
     advice = list(own.warnings)
     if not fitting:
         host = _host_ram_advice(Option(c, *layout) for c, layout in layouts)
         advice.append(host if host else _cluster_advice(est, pool))
         return Recommendation(own, None, (), tuple(advice), site)
-    best = _with_costs(fitting[0], job, _why_best(job, est.tr), est, own, pool)
-    alts = tuple(_with_costs(o, job, why, est, own, pool)
-                 for o, why in _pick_alternatives(fitting, max_alternatives, est.tr))
+    best = _with_costs(Option(*fitting[0], True), job, _why_best(job, est.tr), est, own, pool)
+    alts = tuple(_with_costs(Option(*fitting[i], True), job, why, est, own, pool)
+                 for i, why in _pick_alternatives([f[0] for f in fitting], max_alternatives, est.tr))
     return Recommendation(own, best, alts, tuple(advice), site)
 
 
@@ -466,9 +482,10 @@ def cheapest(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
     not be shown), and without configuring the offers after the last one it passes:
     whichever of them fits first would fail it."""
     est = _Estimator(job, estimates)
-    pool = [c for c in candidates if _eligible(c, vendor, site, in_stock)]
+    pool, by_month = pools.pool(candidates, vendor, site, in_stock)
     # priced in the job's own configuration (its offload): est(job.gpus, job.zero, job.offload)
-    ranked = sorted(pool, key=lambda c: _price(c, job.offload, job))
+    ranked = sorted(pool, key=lambda c: _price(c, job.offload, job)) if job.tokens > 0 else [
+        pool[i] for i in by_month]
     if accept is not None:
         ranked = ranked[:1 + max((i for i, c in enumerate(ranked) if accept(c)), default=-1)]
     for c in ranked:

@@ -19,7 +19,7 @@ from django.utils.translation import gettext_lazy, gettext_noop
 from . import SizingInputError, SizingRequest, parse_request, recommend
 from .alternatives import Change, one_change_alternatives
 from .engine import MAX_NODE_GPUS, Estimate
-from .recommend import Candidate, Option, Recommendation, overbuy_warning
+from .recommend import Candidate, Option, Recommendation, _run_json, _usd, overbuy_warning
 
 #: every input the page and the API accept (query parameter names)
 PARAMS = ("model", "params", "config", "method", "seq", "batch", "checkpointing",
@@ -67,11 +67,17 @@ def candidates() -> list[Candidate]:
     """The whole live catalog (all sites); the recommender filters by site itself. The
     same list while the provider's catalog is unchanged: read it, never change it."""
     global _last
-    provided = import_string(settings.SIZING_CANDIDATES_PROVIDER)()
+    provided = _provider(settings.SIZING_CANDIDATES_PROVIDER)()
     last = _last
     if provided is not last.provided:
         last = _last = _Catalog(provided)
     return last.cands
+
+
+@functools.lru_cache(maxsize=8)
+def _provider(path: str):
+    """The provider at this dotted path (imported once per path, not once per request)."""
+    return import_string(path)
 
 
 def catalog_key(cands: list[Candidate]) -> str:
@@ -228,10 +234,44 @@ def _r(x: float) -> float:
 
 
 def _option_json(result: Result, o: Option) -> dict:
-    d = o.to_dict(result.request.site)
-    d["free_by_site"] = dict(o.candidate.free_by_site)
-    d["order_url"] = result.order_url(o)
+    """``o.to_dict(site)`` with the offer's free units per site and its order link; what
+    it says of the offer whatever the input comes from ``_offer_json``."""
+    head, tail, links = _offer_json(o.candidate, result.request.site)
+    e, run = o.estimate, o.run
+    d = {**head, "offload": e.offload, "mode": o.mode, "zero": e.zero, "per_gpu_gb": round(e.per_gpu_gb, 2),
+         "headroom_gb": round(o.headroom_gb, 2), **tail, "reason": o.reason,
+         "run_hours": None if o.run_hours is None else round(o.run_hours, 2),
+         "rental_cost_usd": _usd(o.rental_cost_cents), "compute_cost_usd": _usd(o.compute_cost_cents),
+         "warnings": list(o.warnings), "max_micro_batch": o.max_micro_batch, **_run_json(run)}
+    d["free_by_site"] = dict(links[0])
+    d["order_url"] = links[1]
     return d
+
+
+#: (offer, site) → what an offer's JSON says of it whatever the input (``_offer_json``);
+#: kept by the offer's identity (the catalog's objects, which a price or stock change
+#: replaces), checked on use, so a new offer at a reused id is never served the old one's
+_OFFER_JSON: dict[tuple, tuple] = {}
+_OFFER_JSON_MAX = 1024
+
+
+def _offer_json(c: Candidate, site: str | None) -> tuple[dict, dict, tuple]:
+    """(the keys of ``Option.to_dict`` before the layout's, those between it and the costs,
+    (free units per site, order link)): the same values, built once per offer and site."""
+    key = (id(c), site)
+    hit = _OFFER_JSON.get(key)
+    if hit is not None and hit[0] is c:
+        return hit[1]
+    head = {"offer": c.offer_slug, "offer_name": c.offer_name, "gpu": c.gpu_name, "vendor": c.vendor,
+            "gpus": c.gpus, "vram_gb": c.vram_gb, "link": c.link, "host_ram_gb": c.host_ram_gb}
+    tail = {"weekly_usd": _usd(c.weekly_cents), "monthly_usd": _usd(c.monthly_cents),
+            "per_gpu_hour_usd": _usd(c.per_gpu_hour_cents), "total_tflops": c.total_tflops,
+            "in_stock": c.free(site) > 0, "free": c.free(site)}
+    value = (head, tail, (dict(c.free_by_site), offer_order_url(c, site)))
+    if len(_OFFER_JSON) >= _OFFER_JSON_MAX:
+        _OFFER_JSON.clear()
+    _OFFER_JSON[key] = (c, value)
+    return value
 
 
 def _plan_json(result: Result) -> dict | None:

@@ -7,6 +7,7 @@ from django.utils import timezone
 from billing import addons
 from billing.models import Invoice
 from billing.refunds import refunds_left
+from core.memo import memo_on_instance
 from rental.models import LeaseState
 
 register = template.Library()
@@ -15,6 +16,7 @@ REFUNDABLE_STATES = (LeaseState.PENDING, LeaseState.PROVISIONING, LeaseState.ACT
 
 
 @register.simple_tag
+@memo_on_instance
 def lease_invoices(lease):
     """`{% lease_invoices lease as invoices %}` — the lease's invoices, newest first."""
     return list(Invoice.objects.filter(lease=lease, customer_id=lease.customer_id).order_by("-created_at", "-id"))

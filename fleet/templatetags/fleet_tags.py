@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from django import template
 from django.utils import timezone
 
+from core.memo import memo_on_instance
 from inventory.burnin import last_passed_burn_in
 from inventory.models import SlotAllocation
 from rental.agent import agent_is_fake
@@ -68,19 +69,28 @@ class InstanceView:
         return last_passed_burn_in(slots.values_list("slot_id", flat=True))
 
 
+@memo_on_instance
+def node_and_report(lease: Lease) -> tuple[int | None, InstanceReport | None]:
+    """The node holding the lease and its last report of the instance (None, None when the
+    lease is on no node); asked once per render by every panel that shows the instance."""
+    node_id = current_node_id(lease.pk)
+    return node_id, InstanceReport.objects.filter(lease=lease, node_id=node_id).first() if node_id else None
+
+
 @register.simple_tag
+@memo_on_instance
 def instance_view(lease: Lease) -> InstanceView | None:
     """The instance as the node holding the lease last reported it, and what the
     customer may do with it. None once the lease is not on a host."""
     if lease.state not in (S.PROVISIONING, S.ACTIVE, S.SUSPENDED):
         return None
-    node_id = current_node_id(lease.pk)
-    report = InstanceReport.objects.filter(lease=lease, node_id=node_id).first() if node_id else None
+    _node_id, report = node_and_report(lease)
     stopped = InstanceIntent.objects.filter(lease=lease, stopped_by_customer=True).exists()
     return InstanceView(lease=lease, report=report, stopped_by_customer=stopped)
 
 
 @register.simple_tag
+@memo_on_instance
 def sanitization_record_available(lease) -> bool:
     """Whether the lease's signed sanitization record can be downloaded (a key destruction
     was proven by a node)."""

@@ -8,8 +8,8 @@ from django.utils.translation import gettext as _
 from rental.addresses import valid_host
 from rental.models import Lease, LeaseState
 
-from ..desired import current_node_id
-from ..models import InstanceReport, NodeAgent
+from ..models import NodeAgent
+from .fleet_tags import node_and_report
 
 register = template.Library()
 
@@ -41,10 +41,9 @@ def workbench_status(lease: Lease) -> dict | None:
     lease is not on a node."""
     if lease.state not in (LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.SUSPENDED):
         return None
-    node_id = current_node_id(lease.pk)
+    node_id, report = node_and_report(lease)
     if node_id is None:
         return None
-    report = InstanceReport.objects.filter(lease=lease, node_id=node_id).first()
     if report is None:
         return {"pull": None, "error": None, "addresses": {}}
     host = valid_host(lease.host) or valid_host(

@@ -191,8 +191,8 @@ def memory_bar(estimate, card=None, caption="", tr: Texts | None = None):
     per_gpu_gb = estimate.per_gpu_gb
     card_gb = card.vram_gb if card is not None else None
     # (gb, colour, label, the gb as the bar's text and as the title's) of each term over 0
-    terms = [(gb, _esc(COLOURS.get(key, "#999")), _esc(_breakdown_label(key, tr)), _gb(gb), _gb(gb, 2))
-             for key, gb in estimate.breakdown_gb.items() if gb > 0]
+    looks = _term_looks(tr)
+    terms = [(gb, *looks[key], _gb(gb), _gb(gb, 2)) for key, gb in estimate.breakdown_gb.items() if gb > 0]
     need = _gb(per_gpu_gb)
     title = _bt(tr, gettext_noop("Memory per GPU: %(need)s GB"), need=need)
     card_texts = None
@@ -213,6 +213,28 @@ def memory_bar(estimate, card=None, caption="", tr: Texts | None = None):
         f'</figure>\n')
 
 
+class _TermLooks(dict):
+    """breakdown key → (its colour, its label), escaped, in one language (``_term_looks``)."""
+
+    def __init__(self, tr: Texts):
+        super().__init__()
+        self.tr = tr
+
+    def __missing__(self, key: str) -> tuple[str, str]:
+        value = self[key] = (_esc(COLOURS.get(key, "#999")), _esc(_breakdown_label(key, self.tr)))
+        return value
+
+
+def _term_looks(tr: Texts) -> _TermLooks:
+    """What the bar and the breakdown show of a term whatever its size, kept in the language's
+    texts table (every answer shows the same dozen terms)."""
+    try:
+        return tr.extra["term-looks"]
+    except KeyError:
+        value = tr.extra["term-looks"] = _TermLooks(tr)
+        return value
+
+
 def _num(value: float, dot: bool) -> str:
     """``_esc`` of a float: its repr where the language writes decimals with "."."""
     text = repr(value)
@@ -231,10 +253,14 @@ def _drawing(terms: list, per_gpu_gb: float, card_gb, card_texts, width: int, ti
     segments, x = [], 0.0
     for gb, colour, label, gb1, gb2 in terms:
         w = gb * scale
+        # _num inlined (three numbers a segment, two drawings): a rounded float's repr, else _esc
+        xs, ws = repr(round(x, 2)), repr(round(w, 2))
+        if not dot or "e" in xs + ws or "n" in xs + ws:
+            xs, ws = _num(round(x, 2), dot), _num(round(w, 2), dot)
         text = (f'<text x="{_num(round(x + w / 2, 2), dot)}" y="{y_text}" text-anchor="middle" font-size="11" '
                 f'fill="#fff">{gb1}</text>') if w >= MIN_TEXT_PX else ""
         segments.append(
-            f'<g class="membar-seg">\n    <rect x="{_num(round(x, 2), dot)}" y="{y}" width="{_num(round(w, 2), dot)}" '
+            f'<g class="membar-seg">\n    <rect x="{xs}" y="{y}" width="{ws}" '
             f'height="{h}" fill="{colour}" stroke="#fff" stroke-width="1"><title>{label}: {gb2} GB</title></rect>'
             f'\n    {text}\n  </g>')
         x += w
@@ -401,9 +427,9 @@ def change_rows(result, tr: Texts | None = None):
 @register.simple_tag
 def breakdown_rows(breakdown_gb, tr: Texts | None = None):
     """The rows of "The numbers, per GPU": each term's label and GB (two decimals)."""
-    tr = texts() if tr is None else tr
+    looks = _term_looks(texts() if tr is None else tr)
     return mark_safe("".join(  # noqa: S308 - escaped labels, formatted numbers
-        f'<tr><th scope="row">{_esc(_breakdown_label(key, tr))}</th><td class="num">{_gb(v, 2)} GB</td></tr>'
+        f'<tr><th scope="row">{looks[key][1]}</th><td class="num">{_gb(v, 2)} GB</td></tr>'
         for key, v in breakdown_gb.items()))
 
 

@@ -38,6 +38,8 @@ CASES = {
     "calculator_varied": ("calculator_varied.py", ["--smoke"], False,
                           [rf"{name}\s+median\s+{NUMBER} ms\s+p99\s+{NUMBER} ms\s+ratio\s+{NUMBER}×"
                            for name in ("calculator htmx \\(varied\\)", "API GET estimate \\(varied\\)")]),
+    "calculator_instructions": ("calculator_instructions.py", ["frag", "2"], False,
+                                [r"frag: 2 requests instrumented \(divide valgrind's Collected by 2\)"]),
     "payments_block": ("payments.py", ["--txs", "200", "--watched", "200", "--paid", "20", "--repeat", "2"], False,
                        [rf"watcher pass \(match \+ 20 payments \+ cursor\): {NUMBER} ms",
                         rf"ratio watcher/baseline: {NUMBER}x"]),
@@ -56,6 +58,20 @@ CASES = {
                rf"timeline \(\d+ slices of 5 s\) median: \d+ sent, p99 {NUMBER} ms, .*cores: web {NUMBER}",
                rf"fleet: 20 nodes at 2 s poll: {NUMBER} req/s, p99 desired {NUMBER} ms, p99 report {NUMBER} ms",
                r"dropped bench_fleet_\d+", r"the bench's PostgreSQL and Redis stopped and removed"]),
+    # The whole store at once (web, watch, the jobs process, nodes and customers), on servers
+    # of its own like fleet's; errors fail it, timings never do.
+    "store": ("store.py", ["--smoke"], False,
+              [r"20 nodes only waiting \(a watch each held\): storefront RSS web .* MiB per 1,000 nodes",
+               rf"\| POST /agent/v1/report \(round\) \| \d+ \| {NUMBER} \| 0 \| {NUMBER}",
+               rf"\| GET /agent/v1/desired/watch \(past its wait\) \| \d+ \| {NUMBER} \| 0 \|",
+               *(rf"\| {label} \| \d+ \| {NUMBER} \| 0 \| {NUMBER}" for label in (
+                   "catalog, filtered", "calculator \\(htmx, varied\\)", "lease page \\(session\\)",
+                   "GET /api/v1/leases \\(token\\)", "home page")),
+               rf"lifecycle: the burst's pass {NUMBER} s, \d+ transitions for 40 due leases",
+               r"payment watcher: [1-9]\d* passes over 200 mempool transactions",
+               rf"CPU by process kind over the counted window .*web {NUMBER}, watch {NUMBER}, jobs {NUMBER}",
+               rf"store: 20 nodes at 2 s poll \+ 4 customer req/s: worst p99 {NUMBER} ms .*, errors 0, .*: held",
+               r"dropped bench_store_\d+", r"the bench's PostgreSQL and Redis stopped and removed"]),
     # The nodes' watch on the ASGI process (scripts/start.sh watch), on the shared servers.
     "watch": ("watch.py", ["--smoke", "--use-system-services"], True,
               [rf"50 watches held: RSS {NUMBER} MiB, {NUMBER} MiB per 1,000 waiting nodes .*; CPU while they wait "
@@ -109,7 +125,7 @@ def run_bench(script: str, args: list[str], env: dict) -> str:
 @pytest.mark.parametrize("case", [name for name, case in CASES.items() if not case[2]])
 def test_bench_runs_anywhere(case):
     script, args, _pg, lines = CASES[case]
-    if case in ("faults", "fleet"):
+    if case in ("faults", "fleet", "store"):
         require_private_servers()
     if case == "fleet":
         require_tool("wrk", "scripts/install-test-tools.sh installs it")

@@ -13,7 +13,7 @@ from billing.services import account_for
 from tests.billing.payments_helpers import ltc_account_key, set_rate
 from tests.factories import order
 
-CONTRACT = json.loads((Path(__file__).parent / "coins" / "contracts" / "TestUSD.json").read_text())
+CONTRACT = json.loads((Path(__file__).parent / "payments" / "coins" / "contracts" / "TestUSD.json").read_text())
 
 
 def ltc_quote(litecoind, customer, now, first_index):
@@ -42,7 +42,7 @@ def rbf_payment(litecoind, address, amount, fee=Decimal("0.0001")):
     return w.call("sendrawtransaction", w.call("signrawtransactionwithwallet", raw)["hex"]), coin
 
 
-FORWARDER = json.loads((Path(__file__).parent / "coins" / "contracts" / "Forwarder.json").read_text())
+FORWARDER = json.loads((Path(__file__).parent / "payments" / "coins" / "contracts" / "Forwarder.json").read_text())
 
 
 def deploy(w3, artifact: dict, *args):

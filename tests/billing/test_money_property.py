@@ -7,7 +7,7 @@ approved by hand.
 
 The chain is the test's model: the payments it reported and what became of them (the
 watchers' contract with ``payments_apply_scan``; the adapters are tested against real nodes
-in tests/billing/coins and tests/billing/test_money_chains.py). A payment once confirmed
+in tests/billing/payments/coins and tests/billing/payments/test_adversarial_chains.py). A payment once confirmed
 counts until it is reported reorged or dropped (a reorg that puts it back in the mempool
 keeps it counted: ``services._payment_update``)."""
 from datetime import timedelta

@@ -3,7 +3,7 @@ HTTP API (Django's live server thread — as pytest-django's live_server, but wi
 backlog of 128 instead of 10, so fifty simultaneous connects are not reset by the kernel —
 one thread per client, urllib, per-customer bearer tokens): three leases, forty-seven clean 409 sold_out refusals, no slot in two live
 leases, no invoice without a lease, nobody charged twice. PostgreSQL only (row locks);
-the service-level race is tests/billing/test_concurrency.py."""
+the service-level race is tests/ops/lifecycle/test_races.py."""
 import json
 import threading
 import urllib.error

@@ -2,7 +2,7 @@
 payment scan (acks_late): the message comes back after the visibility timeout, a fresh
 worker reruns the scan, and the end state equals one clean scan — every quote settled once,
 one payment row per (coin, txid, output), every invoice paid once, nobody credited twice.
-The lifecycle-sweep variant is tests/billing/test_celery_worker.py; both use the Worker of
+The lifecycle-sweep variant is tests/ops/lifecycle/test_celery_worker.py; both use the Worker of
 tests/billing/celery_workers.py."""
 import os
 import subprocess

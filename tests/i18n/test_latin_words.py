@@ -63,8 +63,8 @@ def test_no_latin_words_outside_the_allow_list_on_chinese_pages(zh_pages):
     assert not offenders, offenders
 
 
-def test_the_new_pages_of_issue_29_in_chinese(client, catalog, customer, settings):
-    """The Chinese walk over the pages of the customer's day, round three: a lease whose node is down, then moved, with a
+def test_a_leases_harder_days_read_in_chinese(client, catalog, customer, settings):
+    """The Chinese walk over the pages of a lease's harder days: a lease whose node is down, then moved, with a
     renewal due; its renewal invoice (ordered in English, read in Chinese); the DEMO coin's
     quote page; the refund limit used up; the 404 page."""
     from billing.payments.services import quote_create

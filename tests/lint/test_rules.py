@@ -178,7 +178,7 @@ def test_every_allowed_lock_has_a_reason():
 def test_importing_from_a_test_module_is_caught(bad):
     assert findings(bad, "tests/rental/test_other.py", "test-imports")
     # none is exempt, not even a module whose helpers other tests once shared
-    assert findings("from tests.billing.test_lifecycle import order\n", "tests/rental/test_x.py", "test-imports")
+    assert findings("from tests.ops.lifecycle.test_end_to_end import order\n", "tests/rental/test_x.py", "test-imports")
 
 
 def test_importing_from_conftest_or_a_helper_module_passes():
@@ -206,7 +206,7 @@ ISSUE = "issue"  # the bad snippets are built, or this file would hold what it t
 
 @pytest.mark.parametrize("bad", [
     f"# see {ISSUE} 27\n", f'"""The same payment ({ISSUE}\n27)."""\n', f"x = 1  # {ISSUE.title()} #4\n",
-    f"# {ISSUE}s #3 and #4\n",
+    f"# {ISSUE}s #3 and #4\n", f"def test_the_pages_of_{ISSUE}_29():\n    pass\n",
 ])
 def test_a_tracker_number_is_caught(bad):
     assert findings(bad, "billing/x.py", "tracker-refs")

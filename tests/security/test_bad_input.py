@@ -3,7 +3,7 @@ negative numbers, very long strings, repeated and unknown fields — at every fo
 catalog filter, signup, login, the order form, settings, API token creation, top-up, the
 calculator, SLA claims and the two-factor code; each answer is < 500. Then the API's
 guards: bodies over 64 KB are 413, malformed JSON and non-objects are 400. (The sizing
-engine's own properties: tests/sizing/test_properties.py; schemathesis over the whole
+engine's own properties: tests/sizing/engine/test_properties.py; schemathesis over the whole
 API: tests/security/test_api_fuzz.py.)"""
 import json
 import os

@@ -2,15 +2,19 @@
 is tests/security/test_headers_and_settings.py): a customer's leases page, a lease page,
 the invoices page and the API list cost the same number of queries with 2 leases as with
 40 (each with its invoice and events)."""
+from collections import Counter
+
 import pytest
 from django.db import connection
 from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from billing.models import Invoice, InvoiceLine
 from rental.accounts.services import api_token_create
 from rental.models import Lease, LeaseEvent
+from tests.billing.payments_helpers import offline_coins, running
 from tests.factories import place
 
 pytestmark = pytest.mark.django_db
@@ -63,3 +67,20 @@ def test_customer_pages_cost_the_same_with_many_leases(client, catalog, customer
     many, listed_many = counts(client, lease, auth)
     assert (listed_few, listed_many) == (2, 40)
     assert many == few, {"2 leases": few, "40 leases": many}
+
+
+def test_the_lease_page_asks_each_question_once(client, catalog, customer, settings):
+    """A running lease's page: its blocks (status, instance, workbench, timeline, record links,
+    invoices) share what they read of the lease instead of each reading it again
+    (core.memo.memo_on_instance), so no query runs twice in one render."""
+    settings.HOST_AGENT_FAKE_DELAY = 0
+    with offline_coins():
+        lease = running(customer, timezone.now())[0]
+    client.force_login(customer)
+    url = reverse("lease_detail", args=[lease.pk])
+    client.get(url)  # warm: session, content types
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url).status_code == 200
+    repeated = {sql: n for sql, n in Counter(q["sql"] for q in ctx.captured_queries).items() if n > 1}
+    assert repeated == {}
+    assert len(ctx.captured_queries) <= 32, len(ctx.captured_queries)

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sizing.engine import METHODS, Job
+from sizing.estimation import estimate, layout_free_terms
 from sizing.presets import PRESETS
 from sizing.recommend import Candidate, cheapest
 from sizing.templatetags.sizing_tags import (
@@ -163,3 +164,47 @@ def test_a_job_laid_out_is_the_job_replaced(model, method, to, gpus, zero, offlo
     laid = job.laid_out(gpus, zero, offload, to)
     assert laid == replace(job, gpus=gpus, zero=zero, offload=offload, method=to)
     assert type(laid) is Job and hash(laid) == hash(replace(job, gpus=gpus, zero=zero, offload=offload, method=to))
+
+
+@settings(max_examples=200, deadline=None)
+@given(model=st.sampled_from(sorted(PRESETS)), method=st.sampled_from(METHODS), to=st.sampled_from(METHODS),
+       gpus=st.integers(1, 64), zero=st.integers(0, 3), offload=st.sampled_from(["none", "optimizer", "all"]),
+       seq=st.integers(1, 8192), batch=st.integers(1, 16), checkpointing=st.booleans(),
+       framework=st.sampled_from(["hf", "unsloth", "torchtune-compile"]))
+def test_a_layouts_estimate_is_the_laid_out_jobs(model, method, to, gpus, zero, offload, seq, batch,
+                                                 checkpointing, framework):
+    """estimate(job, layout=…) sizes the job in that layout without copying it: the same
+    figures as the estimate of the laid-out copy (the recommender's earlier path)."""
+    job = Job(PRESETS[model], method, seq=seq, batch=batch, checkpointing=checkpointing, tokens=10**7,
+              framework=framework, gpus=2, zero=1)
+    laid = job.laid_out(gpus, zero, offload, to)
+    terms = layout_free_terms(laid)
+    assert estimate(job, warnings=False, terms=terms, layout=(gpus, zero, offload, to)) == estimate(
+        laid, warnings=False, terms=terms) == estimate(laid, warnings=False)
+
+
+# --- an offer's JSON: the static part kept per (offer, site) -------------------------------
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model=st.sampled_from(sorted(PRESETS)), method=st.sampled_from(METHODS),
+       tokens=st.sampled_from([0, 10**7, 10**9]), site=st.sampled_from([None, "DFW-1", "PDX-1"]),
+       vendor=st.sampled_from(["cuda", "any"]))
+def test_an_options_json_is_its_to_dict_with_stock_and_link(catalog, model, method, tokens, site, vendor):
+    from sizing.results import _option_json, offer_order_url, run
+
+    result = run({"model": model, "method": method, "tokens": tokens, "site": site or "", "vendor": vendor},
+                 catalog)
+    for o in (*result.options, *(ch.option for ch in result.changes)):
+        old = o.to_dict(result.request.site)
+        old["free_by_site"] = dict(o.candidate.free_by_site)
+        old["order_url"] = offer_order_url(o.candidate, result.request.site)
+        for _ in range(2):  # built, then kept
+            assert list(_option_json(result, o).items()) == list(old.items())  # key order too
+
+
+def test_with_warnings_is_replace():
+    from sizing.estimation import with_warnings
+
+    e = estimate(Job(PRESETS["llama-2-13b"], "full", gpus=4, zero=3, offload="optimizer", tokens=10**7))
+    assert with_warnings(e, ("w",)) == replace(e, warnings=("w",))
+    assert [f for f in e.__dataclass_fields__][-2:] == ["warnings", "framework"]  # the constructor's order

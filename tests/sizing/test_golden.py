@@ -5,7 +5,7 @@ they rendered before the calculator's speed work (golden files written by the co
 These goldens guard the markup, wording and layout; they are not evidence that any figure
 is right — ``SIZING_WRITE_GOLDEN=1`` rewrites them from whatever the engine computes. The
 figures are pinned against hand-derived arithmetic elsewhere: each engine term in
-tests/sizing/test_terms.py, the SPEC's tables in tests/sizing/test_engine.py.
+tests/sizing/engine/test_terms_by_hand.py, the SPEC's tables in tests/sizing/engine/test_vram_rules.py.
 
 Regenerate only on purpose, when the page's content is meant to change:
 ``SIZING_WRITE_GOLDEN=1 .venv/bin/python -m pytest tests/sizing/test_golden.py``.
