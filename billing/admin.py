@@ -112,4 +112,3 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
 @admin.register(JobRun)
 class JobRunAdmin(ReadOnlyAdmin):
     list_display = ("name", "last_started_at", "last_finished_at", "last_result")
-from .storage import admin as _storage_admin  # noqa: E402,F401

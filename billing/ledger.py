@@ -1,7 +1,7 @@
 """The ledger's primitives, below every money domain: the refusals, a balance entry under
 the account's lock, invoice lines, the payment window, what is left to refund of an invoice.
 
-``billing.services`` (orders, renewals, refunds), ``billing.payments``, ``billing.storage``,
+``billing.services`` (orders, renewals, refunds), ``billing.payments``, ``storage``,
 ``billing.sla`` and ``billing.egress`` all post through here, and this module imports none of
 them, so the money domains never import each other in a circle."""
 from dataclasses import dataclass
@@ -182,7 +182,7 @@ def invoice_volume_held_cents(invoice: Invoice) -> int:
     """The part of an order invoice no refund path may return (refundable_cents, used by the
     customer's refund, a failed provisioning and the customer desk alike): it paid for a
     network volume that exists — the customer's, surviving the lease — or is still being
-    created. Once the storage could not create it, billing.storage.orders.ordered_volume_refund
+    created. Once the storage could not create it, storage.orders.ordered_volume_refund
     returns that part."""
     return sum(OrderedVolume.objects.filter(invoice=invoice, state__in=OrderedVolume.HELD)
                .values_list("cents", flat=True))

@@ -404,9 +404,9 @@ class EgressUsage(models.Model):
 
 class OrderedVolume(models.Model):
     """The order page's "network volume" add-on of one lease: created on the site's Ceph
-    once the order is paid and attached to the lease (billing.storage.orders); when the
+    once the order is paid and attached to the lease (storage.orders); when the
     storage cannot create it (down, full), the add-on's part of the invoice goes back to the
-    balance instead. Here beside the invoices, not in billing/storage/models.py, because what
+    balance instead. Here beside the invoices, not in storage/models.py, because what
     it holds of an invoice is part of the refund rule every refund path shares."""
 
     class State(models.TextChoices):
@@ -431,5 +431,5 @@ class OrderedVolume(models.Model):
     HELD = (State.PENDING, State.CREATED)
 
 
-# Storage on the site's Ceph cluster has its models in billing/storage/models.py,
+# Storage on the site's Ceph cluster has its models in storage/models.py,
 # loaded with these by BillingConfig.import_models (this module imports no domain).

@@ -14,6 +14,7 @@ from inventory.audit import audit_record
 from rental import services as rental
 from rental.models import Lease, LeaseState
 
+from . import addons
 from .ledger import (
     BillingError,
     RefundLimitReached,
@@ -44,18 +45,14 @@ def _lease_refund_claim(lease: Lease, paid: list[Invoice], *, now: datetime) -> 
     """Everything paid for the lease and not refunded yet (``refundable_cents``: a network
     volume created with the order stays paid), an add-on not created yet included (and
     never created): one amount, posted as one refund."""
-    from .storage.orders import ordered_volume_cancel
-
-    volume_cents, volume_touched = ordered_volume_cancel(lease=lease, now=now)
+    volume_cents, volume_touched = addons.lease_cancel(lease=lease, now=now)
     amount, touched = invoices_refund_claim(invoices=paid, now=now)
     claimed = {i.pk: i for i in volume_touched} | {i.pk: i for i in touched}   # the later refunded_cents
     return volume_cents + amount, sorted(claimed.values(), key=lambda i: i.pk)
 
 
 def _volume_pending_cents(lease: Lease) -> int:
-    from .storage.orders import ordered_volume_pending_cents
-
-    return ordered_volume_pending_cents(lease)
+    return addons.pending_cents(lease)
 
 
 def lease_refund(*, lease: Lease, actor: User, now: datetime | None = None) -> int:

@@ -17,6 +17,7 @@ from rental import services as rental
 from rental.models import ADDON_LIMITS_TB, Image, Lease, LeaseState, Term
 from rental.notifications.services import Event, events_emit, lease_data, lease_event_emit
 
+from . import addons
 from .holds import hold_refusal, sku_hold_refusal
 from .ledger import (  # noqa: F401 - the ledger's primitives, re-exported for billing's callers
     TERM_DAYS,
@@ -278,10 +279,8 @@ def _deliver(invoice: Invoice, *, now: datetime, actor) -> bool:
     if invoice.kind == Invoice.Kind.ORDER:
         started = rental.lease_start_term(lease_id=invoice.lease_id, now=now, actor=actor,
                                           reason=f"invoice #{invoice.pk}")
-        if started:  # the order page's network volume add-on is created now
-            from .storage.orders import ordered_volume_due
-
-            ordered_volume_due(invoice=invoice, now=now)
+        if started:  # the order's add-ons (the network volume: storage.orders) are delivered now
+            addons.order_paid(invoice=invoice, now=now)
         return started
     return rental.lease_extend(lease_id=invoice.lease_id, term_start=invoice.term_start, now=now, actor=actor,
                                reason=f"renewal invoice #{invoice.pk} paid")

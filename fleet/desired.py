@@ -21,9 +21,6 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from billing.storage.models import SnapshotNodeKey
-from billing.storage.snapshots import snapshot_node_repository
-from billing.storage.volumes import desired_storage, desired_volumes
 from inventory.burnin import burn_in_depth, pending_for_node
 from inventory.models import Node, SlotAllocation
 from nodeagent.signing import fingerprint
@@ -31,6 +28,9 @@ from rental.agent import Instance
 from rental.models import DiskKey, Lease, LeaseState, Snapshot
 from rental.storage import restore_into_pending
 from rental.workbench import effective_image_ref, lease_node_env, lease_registry_auth
+from storage.models import SnapshotNodeKey
+from storage.snapshots import snapshot_node_repository
+from storage.volumes import desired_storage, desired_volumes
 
 from .desired_version import desired_stamp, remember_etag
 from .models import Evidence, InstanceIntent, IssuedOp

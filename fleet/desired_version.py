@@ -99,9 +99,9 @@ WATCHED = {
     "inventory.Node": lambda qs: qs.values_list("pk", flat=True),
     "rental.VolumeAttachment": lambda qs: _nodes_of_leases(qs.values("lease_id")),
     "rental.NetworkVolume": lambda qs: _volume_nodes(qs.values("pk")),
-    "billing.VolumeStore": lambda qs: _volume_nodes(qs.values("volume_id")),
-    "billing.NodeStorageKey": lambda qs: qs.values_list("node_id", flat=True),
-    "billing.StorageCluster": _cluster_nodes,
+    "storage.VolumeStore": lambda qs: _volume_nodes(qs.values("volume_id")),
+    "storage.NodeStorageKey": lambda qs: qs.values_list("node_id", flat=True),
+    "storage.StorageCluster": _cluster_nodes,
     # A node's proof that it destroyed or wiped the copy a move left there is what tells it
     # the next step (fleet.desired._copies_left_here); other evidence changes no document.
     "fleet.Evidence": lambda qs: qs.filter(kind__in=("key_destroyed", "disk_wiped")).values_list("node_id", flat=True),

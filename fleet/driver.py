@@ -51,9 +51,9 @@ class NodeAgentDriver:
         """A snapshot of the lease's disk, for its move: its own repository at the
         lease's site, not charged (deleted once the new node restored it). None when the
         site has no snapshot storage."""
-        from billing.storage.snapshots import snapshot_take
-        from billing.storage.volumes import StorageUnavailable
         from rental.storage import StorageRefused, snapshot_purpose_migration
+        from storage.snapshots import snapshot_take
+        from storage.volumes import StorageUnavailable
 
         disk_gb = lease.offer.gpu_model.included_nvme_gb + 1000 * lease.extra_nvme_tb
         try:

@@ -12,7 +12,6 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
-from billing.storage.snapshots import snapshot_node_keys_sync
 from inventory.incidents import incident_open
 from inventory.models import Incident
 from inventory.services import node_set_draining
@@ -22,6 +21,7 @@ from rental.disk_keys import disk_key_complete_destroy, lease_copy_sanitized
 from rental.models import DiskKey, Lease, Snapshot
 from rental.services import lease_connection_update, lease_provisioned, lease_wipe
 from rental.storage import lease_restored, snapshot_ready
+from storage.snapshots import snapshot_node_keys_sync
 
 from .crypto import canonical_json, signature_valid
 from .desired import current_node_id, instance_of, last_node_id, lease_on_node

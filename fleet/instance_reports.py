@@ -9,10 +9,10 @@ from django.conf import settings
 from django.db import transaction
 
 from billing.egress import egress_record, egress_tb, term_start_at
-from billing.storage.volumes import mounts_record
 from inventory.models import SlotAllocation
 from rental.models import Lease, Snapshot
 from rental.storage import snapshot_progress
+from storage.volumes import mounts_record
 
 from .evidence import Refused
 from .models import InstanceReport, NodeAgent

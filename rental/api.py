@@ -380,14 +380,14 @@ def snapshot_json(s: Snapshot) -> dict:
 
 
 def volumes_list(request) -> JsonResponse:
-    """GET /api/v1/volumes (billing.storage.api adds POST: ordering one)."""
+    """GET /api/v1/volumes (storage.api adds POST: ordering one)."""
     rows = (NetworkVolume.objects.filter(customer=request.api_user).select_related("site")
             .prefetch_related("attachments")[:200])
     return JsonResponse({"volumes": [volume_json(v) for v in rows]})
 
 
 def snapshots_list(request) -> JsonResponse:
-    """GET /api/v1/snapshots (billing.storage.api adds POST: taking one)."""
+    """GET /api/v1/snapshots (storage.api adds POST: taking one)."""
     rows = Snapshot.objects.filter(customer=request.api_user).select_related("site")[:200]
     return JsonResponse({"snapshots": [snapshot_json(s) for s in rows]})
 

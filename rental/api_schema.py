@@ -239,7 +239,7 @@ PATHS.update({
 })
 
 
-# --- storage, sites and images: the actions of My storage (billing.storage.api) -------------
+# --- storage, sites and images: the actions of My storage (storage.api) -------------
 SCHEMAS.update({
     "Volume": {"type": "object", "properties": {
         "id": {"type": "integer"}, "name": {"type": "string"}, "site": {"type": "string"},

@@ -1,6 +1,6 @@
 """What happened to a lease, below the services that make it happen: the LeaseEvent row
 every state change writes (`event_record`: rental.services, rental.storage, rental.failover,
-billing.storage) and the line a lifecycle sweep reports (`Transition`: rental.lifecycle,
+storage) and the line a lifecycle sweep reports (`Transition`: rental.lifecycle,
 billing's and the notifications' sweeps). Here so that none of them imports another to get
 these."""
 from dataclasses import dataclass

@@ -21,7 +21,7 @@ class Term(models.TextChoices):
 TERM_LENGTH = {Term.WEEK: timedelta(days=7), Term.MONTH: timedelta(days=30)}
 #: Add-ons an order may carry, whole TB up to these limits (extra NVMe: a node's 30 TB). Read
 #: by the order form, the API schema and billing's validation. Snapshots are not one: they are
-#: taken from a running lease and billed by the TB-month they store (billing.storage.snapshot_usage);
+#: taken from a running lease and billed by the TB-month they store (storage.snapshot_usage);
 #: Lease.snapshot_tb stays only for the old leases that ordered "snapshot TB" with the lease.
 ADDON_LIMITS_TB = {"extra_nvme_tb": 30, "network_volume_tb": 100}
 #: The retired order add-on; an order that still asks for it is refused (billing.api).

@@ -1,5 +1,5 @@
 """Network volumes and snapshots: every write here, audited (LeaseEvent for what touches a
-lease, AuditEntry otherwise). Money is billing's (billing.storage.charges charges each term from the
+lease, AuditEntry otherwise). Money is billing's (storage.charges charges each term from the
 balance and calls these). Extra local NVMe is a lease add-on (Lease.extra_nvme_tb): it is
 renewed and released with the lease."""
 from datetime import datetime, timedelta
@@ -33,9 +33,9 @@ class StorageRefused(Exception):
 
 
 #: Sent after the commit of a lease's end with the volumes it let go of (`volume_ids`),
-#: so that billing.storage takes the node's access to them away at once.
+#: so that storage takes the node's access to them away at once.
 lease_volumes_released = Signal()
-#: A snapshot was deleted: billing.storage, which owns the cluster, purges its objects and
+#: A snapshot was deleted: storage, which owns the cluster, purges its objects and
 #: forgets its key, inside the deleting transaction (sent, not on commit).
 snapshot_deleted = Signal()
 #: A snapshot failed for good (its last attempt failed), sent after the commit with
@@ -170,7 +170,7 @@ def storage_delete(*, obj, now: datetime, actor=None, reason: str) -> bool:
 
 def snapshot_repository(snap: Snapshot, *, access_key: str | None = None, secret_key: str | None = None) -> dict:
     """What the node needs to write or read the snapshot (sent only in its op): with the
-    node's own key where one is given (billing.storage.snapshots.snapshot_node_repository),
+    node's own key where one is given (storage.snapshots.snapshot_node_repository),
     else the snapshot's."""
     sealed = unseal(snap.sealed_secrets)
     if access_key is None:
@@ -388,7 +388,7 @@ def lease_restored(*, lease_id: int, snapshot_id: int, facts: dict, now: datetim
 
 def storage_due(*, now: datetime, limit: int = 500):
     """Volumes whose paid term has ended, at most `limit`. (Snapshots have no term: they are
-    billed in arrears by what they store, billing.storage.snapshot_usage.)"""
+    billed in arrears by what they store, storage.snapshot_usage.)"""
     return list(NetworkVolume.objects.filter(state=NetworkVolume.State.ACTIVE, paid_until__lte=now)
                 .order_by("paid_until", "pk")[:limit])
 

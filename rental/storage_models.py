@@ -66,7 +66,7 @@ def snapshot_failure_text(error: dict | None) -> str:
 class Snapshot(models.Model):
     """A snapshot of a lease's local disk, restorable into a new lease anywhere in the same
     region (e.g. from an A100 to an H100); billed in arrears per TB-month of what it stores
-    (`stored_bytes`, billing.storage.snapshot_usage). `paid_until`: for snapshots taken
+    (`stored_bytes`, storage.snapshot_usage). `paid_until`: for snapshots taken
     before that, the end of the 30-day term paid when taken; since, the moment it was taken.
 
     The node agent takes it with restic into a repository of its own (an RGW

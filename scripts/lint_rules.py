@@ -50,7 +50,7 @@ from lint_allowlists import (  # noqa: E402  (scripts/ is no package)
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-APP_DIRS = ("storefront", "fleet", "ops", "billing", "rental", "inventory", "sizing", "core", "nodeagent", "bench",
+APP_DIRS = ("storefront", "fleet", "ops", "storage", "billing", "rental", "inventory", "sizing", "core", "nodeagent", "bench",
             "cli/gpu_rent", "scripts")
 TEST_DIRS = ("tests",)
 MAX_LINES = 500

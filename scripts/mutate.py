@@ -103,7 +103,7 @@ MODULES: dict[str, Module] = {
     "billing": Module(("billing/services.py", "billing/refunds.py", "billing/renewals.py"), also=(
         "tests/ops/lifecycle/test_end_to_end.py", "tests/ops/lifecycle/test_edges.py",
         "tests/billing/test_money_property.py", "tests/billing/payments/test_reversals.py",
-        "tests/billing/views/test_order_invoice_and_balance_pages.py", "tests/billing/test_storage_pages.py",
+        "tests/billing/views/test_order_invoice_and_balance_pages.py", "tests/storage/test_my_storage_page.py",
         "tests/fleet/test_lifecycle_contract.py",
         "tests/security/test_refund_limit.py",  # refunds_left: REFUNDS_PER_MONTH
         "tests/ops/test_ordered_volume_edges.py",  # _lease_refund_claim: a pending add-on refunded first

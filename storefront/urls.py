@@ -10,13 +10,13 @@ from billing import api as billing_api
 from billing import views as billing_views
 from billing.sla import api as sla_api
 from billing.sla import views as sla_views
-from billing.storage import api as storage_api
 from fleet.instances import urls as fleet_instance_urls
 from rental import api, i18n, team_api, views, webhooks_api, workbench_api, workbench_views
 from rental.accounts import login_limits, recovery
 from rental.accounts import views as otp_views
 from rental.accounts.throttle import per_posted_email, per_user, throttle_posts
 from rental.teams import views as team_views
+from storage import api as storage_api
 
 
 class FaviconRedirect(RedirectView):
@@ -85,7 +85,7 @@ customer = [
     path("billing/sla/", include("billing.sla.urls")),
     path("sla/", sla_views.sla_terms, name="sla_terms"),
     path("billing/", include("billing.urls")),
-    path("storage/mine/", include("billing.storage.urls")),
+    path("storage/mine/", include("storage.urls")),
 ]
 
 api_v1 = [

@@ -4,6 +4,7 @@ from django import template
 from django.conf import settings
 from django.utils import timezone
 
+from billing import addons
 from billing.models import Invoice
 from billing.refunds import refunds_left
 from core.memo import memo_on_instance
@@ -76,7 +77,5 @@ def lease_term_price(lease) -> dict:
     ("volume_cents"): once created, the volume renews on its own term and the lease's renewals
     no longer include it (rental.storage.lease_volume_addon_settled), so it is not shown as
     part of the locked price."""
-    from billing.storage.orders import lease_volume_addon_cents
-
-    volume = lease_volume_addon_cents(lease)
+    volume = addons.price_cents(lease)
     return {"cents": lease.price_cents - volume, "volume_cents": volume}

@@ -16,7 +16,7 @@ PATTERNS = [  # (stored form, translatable form with the same named numbers)
      _("invoice #%(id)s not paid within the payment window")),
     (re.compile(r"^invoice #(?P<id>\d+)$"), _("invoice #%(id)s")),
     (re.compile(r"^refund of lease #(?P<id>\d+)$"), _("refund of lease #%(id)s")),
-    # storage terms from the balance (billing.storage.charges._charge_term) and other ledger memos
+    # storage terms from the balance (storage.charges._charge_term) and other ledger memos
     (re.compile(r"^network volume #(?P<id>\d+), (?P<tb>\d+) TB × 30 days from (?P<start>[\d-]+)$"),
      _("network volume #%(id)s, %(tb)s TB × 30 days from %(start)s")),
     (re.compile(r"^snapshot #(?P<id>\d+), (?P<tb>\d+) TB × 30 days from (?P<start>[\d-]+)$"),

@@ -223,7 +223,7 @@ def _install_ops_urls(site):
 _install_ops_urls(admin.site)
 
 
-# --- storage products and egress (read-only: writes go through billing.storage.charges / rental.storage) ---
+# --- storage products and egress (read-only: writes go through storage.charges / rental.storage) ---
 
 class VolumeAttachmentInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = VolumeAttachment

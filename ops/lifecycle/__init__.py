@@ -16,9 +16,6 @@ from billing.payments import services as payments
 from billing.refunds import lease_fail_and_refund
 from billing.renewals import renewal_invoices_create
 from billing.services import order_invoice_expire
-from billing.storage.charges import sweep_storage
-from billing.storage.snapshot_usage import sweep_snapshot_usage
-from billing.storage.sweeps import sweep_ceph
 from rental import lifecycle as rental_sweeps
 from rental import rules
 from rental.agent import FakeAgent, agent_override
@@ -26,6 +23,9 @@ from rental.lifecycle import BATCH, DUE_LEASE_RELATED, Transition
 from rental.models import Lease, LeaseState
 from rental.notices import sweep_state_notices
 from rental.notifications.services import sweep_webhooks
+from storage.charges import sweep_storage
+from storage.snapshot_usage import sweep_snapshot_usage
+from storage.sweeps import sweep_ceph
 
 from . import renewal_check
 from .locks import exclusive
@@ -121,7 +121,7 @@ SWEEPS = [
     ("storage", sweep_storage),
     ("snapshots", rental_sweeps.sweep_snapshots),  # stalled attempts, moves waiting for a copy
     ("snapshot_usage", sweep_snapshot_usage),  # snapshots billed per TB-month stored, in arrears
-    ("ceph", sweep_ceph),  # caps, purges, object storage metering (billing/storage)
+    ("ceph", sweep_ceph),  # caps, purges, object storage metering (storage/)
     ("key_destruction", rental_sweeps.sweep_key_destruction),
     ("wipe", rental_sweeps.sweep_wipe),
     ("webhooks", sweep_webhooks),  # due deliveries and retries

@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "inventory",
     "rental",
     "billing",
+    "storage",  # volumes, snapshots, object storage on Ceph (above billing's ledger, below ops)
     "ops",  # the operator's process: the lifecycle pass, the back office (above billing, below fleet)
     "fleet",
 ]

@@ -1,11 +1,11 @@
-"""Storage settings: each site's Ceph cluster (billing/storage, README
+"""Storage settings: each site's Ceph cluster (storage/, README
 "Storage") and the snapshots of lease disks (rental.storage, nodeagent/snapshots.py). Star-
 imported by storefront/settings/__init__.py, so they are Django settings like the others."""
 import os
 
 from .env import DEBUG, TESTING, env_bool
 
-# --- Storage on each site's Ceph cluster (billing/storage, README "Storage") ---
+# --- Storage on each site's Ceph cluster (storage/, README "Storage") ---
 # Without a configured cluster a site's storage is simulated (nothing is stored; the pages
 # say so) — only for the demo and tests; in production such a site sells no storage.
 STORAGE_SIMULATED = env_bool("STORAGE_SIMULATED", DEBUG or TESTING)

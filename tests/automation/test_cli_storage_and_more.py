@@ -9,11 +9,11 @@ from gpu_rent import errors
 
 from billing.models import Invoice
 from billing.services import balance_top_up
-from billing.storage.models import S3Key
 from inventory.models import Site
 from rental.accounts.services import api_token_create, ssh_key_add
 from rental.idempotency import IdempotentRequest
 from rental.models import Lease, NetworkVolume, Snapshot
+from storage.models import S3Key
 
 from .helpers import KEY, active_lease, login
 

@@ -158,7 +158,7 @@ def test_locks_in_allowed_modules_and_the_ledger_pass():
                         "billing/ledger.py", "row-locks")
     # S3Account is storage's own row, not a balance
     assert not findings("from .models import S3Account\nS3Account.objects.select_for_update().get(pk=1)\n",
-                        "billing/storage/objects.py", "row-locks")
+                        "storage/objects.py", "row-locks")
 
 
 def test_every_allowed_lock_has_a_reason():

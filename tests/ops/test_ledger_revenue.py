@@ -11,9 +11,9 @@ from django.urls import reverse
 from billing.models import Invoice, LedgerEntry
 from billing.refunds import lease_refund
 from billing.services import balance_top_up, invoice_mark_paid, ledger_post
-from billing.storage.charges import volume_order
 from inventory.models import Site
 from ops.backoffice.dashboard import dashboard
+from storage.charges import volume_order
 from tests.factories import order
 
 JUNE = datetime(2025, 6, 10, 12, tzinfo=UTC)

@@ -13,13 +13,13 @@ from billing.models import Account, Invoice, LedgerEntry
 from billing.refunds import lease_refund
 from billing.renewals import renewal_invoice_create
 from billing.services import balance_top_up
-from billing.storage.charges import volume_order
-from billing.storage.models import OrderedVolume
-from billing.storage.sweeps import sweep_ceph
 from inventory.models import AuditEntry, Site
 from rental.models import Lease, LeaseEvent, NetworkVolume, Notification, VolumeAttachment
 from rental.services import lease_release, lease_suspend
 from rental.storage import volume_attach
+from storage.charges import volume_order
+from storage.models import OrderedVolume
+from storage.sweeps import sweep_ceph
 
 ADDON = {"network_volume_tb": 1}
 

@@ -14,14 +14,14 @@ from django.utils import timezone
 from billing.models import LedgerEntry
 from billing.revenue import revenue_between
 from billing.services import balance_top_up, checkout_place_order, invoice_mark_paid, ledger_post
-from billing.storage.charges import snapshot_order, volume_order
-from billing.storage.models import OrderedVolume
-from billing.storage.snapshot_usage import sweep_snapshot_usage
 from inventory.models import Offer, Site
 from ops.backoffice.dashboard import dashboard
 from rental.lifecycle import sweep_provisioning
 from rental.models import Image, Lease, Snapshot
 from rental.storage import storage_delete
+from storage.charges import snapshot_order, volume_order
+from storage.models import OrderedVolume
+from storage.snapshot_usage import sweep_snapshot_usage
 
 JUNE = datetime(2025, 6, 10, 12, tzinfo=UTC)
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGn8m0fLkz0cTqO0Jm3f9kH0xGqYwqXxZr3c0hV0kB9S alice@laptop"

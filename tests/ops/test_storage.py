@@ -10,7 +10,6 @@ from django.utils import timezone
 from billing.egress import egress_record
 from billing.models import Account, EgressUsage, Invoice, LedgerEntry
 from billing.services import InsufficientBalance, balance_top_up
-from billing.storage.charges import snapshot_order, sweep_storage, volume_order
 from inventory.models import AuditEntry, Site
 from ops.lifecycle import run_lifecycle
 from rental.agent import agent_override
@@ -22,6 +21,7 @@ from rental.storage import (
     restore_into_pending,
     volume_attach,
 )
+from storage.charges import snapshot_order, sweep_storage, volume_order
 
 
 @pytest.fixture

@@ -95,9 +95,9 @@ def test_the_locked_price_shown_is_what_each_renewal_costs(client, catalog, cust
     """A network volume ordered with the lease is in the first invoice, then renews on its own
     term: the lease page's price per term is the renewals' price, with the volume's part apart."""
     from billing.services import checkout_place_order
-    from billing.storage.orders import lease_volume_addon_cents
     from inventory.models import Offer
     from rental.models import Image
+    from storage.orders import lease_volume_addon_cents
     from tests.automation.helpers import KEY
 
     lease, invoice = checkout_place_order(

@@ -65,8 +65,8 @@ def admin_key(cluster) -> str:
 @pytest.fixture
 def site_cluster(db, catalog, ceph_cluster, settings):
     """DFW-1's storage is the test cluster (the storefront's client: client.admin here)."""
-    from billing.storage.models import StorageCluster
     from inventory.models import Site
+    from storage.models import StorageCluster
 
     settings.STORAGE_QUOTA_BYTES_PER_TB = 8 * 2**20     # 1 "TB" = 8 MiB: a quota a test can fill
     settings.STORAGE_SIMULATED = False

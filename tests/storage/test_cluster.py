@@ -1,12 +1,12 @@
 """The test cluster itself is what the storage tests rely on: three replicas on three OSDs
 (failure domain osd), a CephFS with its MDS, radosgw answering S3 on loopback; and the
-storefront's adapter (billing.storage.ceph) against it, without Django."""
+storefront's adapter (storage.ceph) against it, without Django."""
 
 import boto3
 import pytest
 from botocore.client import Config
 
-from billing.storage.ceph import Ceph, CephError, CephUnavailable, ClusterConfig
+from storage.ceph import Ceph, CephError, CephUnavailable, ClusterConfig
 from tests import deadlines
 
 GiB = 1024 ** 3

@@ -11,8 +11,9 @@ from botocore.exceptions import ClientError
 from django.utils import timezone
 
 from billing.services import balance_top_up
-from billing.storage.models import S3Account, StorageCharge
-from billing.storage.objects import (
+from inventory.models import Site
+from storage.models import S3Account, StorageCharge
+from storage.objects import (
     MONTH_SECONDS,
     s3_account_open,
     s3_bill,
@@ -21,8 +22,7 @@ from billing.storage.objects import (
     s3_meter,
     s3_usage_read,
 )
-from billing.storage.volumes import ceph_for
-from inventory.models import Site
+from storage.volumes import ceph_for
 from tests import deadlines
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,12 +16,12 @@ from django.utils import timezone
 from billing.models import Account, LedgerEntry
 from billing.refunds import lease_refund
 from billing.services import balance_top_up, checkout_place_order, price_lines
-from billing.storage.models import NodeStorageKey, OrderedVolume, StorageCluster, VolumeStore
-from billing.storage.volumes import ceph_for
 from fleet.desired import desired_instances
 from inventory.models import AuditEntry, Node, Offer, Site, SlotAllocation
 from rental.lifecycle import sweep_provisioning
 from rental.models import Image, Lease, NetworkVolume, Notification, VolumeAttachment
+from storage.models import NodeStorageKey, OrderedVolume, StorageCluster, VolumeStore
+from storage.volumes import ceph_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGn8m0fLkz0cTqO0Jm3f9kH0xGqYwqXxZr3c0hV0kB9S alice@laptop"

@@ -9,13 +9,13 @@ import pytest
 from django.utils import timezone
 
 from billing.services import balance_top_up
-from billing.storage.charges import volume_order
-from billing.storage.models import StorageCluster, VolumeStore
-from billing.storage.sweeps import sweep_ceph
-from billing.storage.volumes import ceph_for
 from inventory.models import AuditEntry, Site
 from rental.models import NetworkVolume
 from rental.storage import storage_delete, storage_lapse
+from storage.charges import volume_order
+from storage.models import StorageCluster, VolumeStore
+from storage.sweeps import sweep_ceph
+from storage.volumes import ceph_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MIB = 2**20

@@ -7,9 +7,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.services import balance_top_up
-from billing.storage.charges import volume_order
-from billing.storage.models import S3Account, S3Key, StorageCharge
 from inventory.models import Site
+from storage.charges import volume_order
+from storage.models import S3Account, S3Key, StorageCharge
 
 INDEX = "storage_mine:index"
 
@@ -60,11 +60,11 @@ def test_s3_key_shown_once_rotate_revoke(alice, customer, other_customer, client
 
 def test_lease_page_names_a_failed_mount(alice, customer, settings):
     from billing.services import checkout_place_order
-    from billing.storage.volumes import mounts_record
     from inventory.models import Offer, SlotAllocation
     from rental.lifecycle import sweep_provisioning
     from rental.models import Image
     from rental.storage import volume_attach
+    from storage.volumes import mounts_record
     from tests.factories import KEY
 
     settings.HOST_AGENT_FAKE_DELAY = 0

@@ -60,13 +60,6 @@ def test_each_node_gets_its_own_key_and_loses_it_when_its_op_ends(site_cluster, 
     from django.db import transaction
 
     from billing.services import balance_top_up
-    from billing.storage.models import SnapshotNodeKey
-    from billing.storage.snapshots import (
-        snapshot_key_destroy,
-        snapshot_node_keys_sync,
-        snapshot_take,
-    )
-    from billing.storage.sweeps import sweep_ceph
     from fleet.evidence import _apply as evidence_apply
     from fleet.models import Evidence
     from inventory.models import AuditEntry, SlotAllocation
@@ -74,6 +67,13 @@ def test_each_node_gets_its_own_key_and_loses_it_when_its_op_ends(site_cluster, 
     from rental.models import Lease, LeaseState
     from rental.services import lease_cancel
     from rental.storage import lease_restore_from_set, snapshot_repository
+    from storage.models import SnapshotNodeKey
+    from storage.snapshots import (
+        snapshot_key_destroy,
+        snapshot_node_keys_sync,
+        snapshot_take,
+    )
+    from storage.sweeps import sweep_ceph
 
     settings.STORAGE_QUOTA_BYTES_PER_TB = 2**30
     endpoint, now = site_cluster.rgw_endpoint, timezone.now()
@@ -141,11 +141,11 @@ def test_each_node_gets_its_own_key_and_loses_it_when_its_op_ends(site_cluster, 
 
 def test_a_removal_rgw_refuses_is_kept_and_retried(site_cluster, customer, settings, monkeypatch):
     from billing.services import balance_top_up
-    from billing.storage import ceph
-    from billing.storage.models import SnapshotNodeKey
-    from billing.storage.snapshots import snapshot_node_keys_sync, snapshot_take
     from rental.models import Lease, LeaseState
     from rental.services import lease_cancel
+    from storage import ceph
+    from storage.models import SnapshotNodeKey
+    from storage.snapshots import snapshot_node_keys_sync, snapshot_take
 
     settings.STORAGE_QUOTA_BYTES_PER_TB = 2**30
     now = timezone.now()

@@ -53,7 +53,7 @@ def _unmount_all(root) -> None:
 
 
 def _mounted(volume_id, lease_id):
-    from billing.storage.models import VolumeMount
+    from storage.models import VolumeMount
 
     row = shared_db(VolumeMount.objects.filter(volume_id=volume_id, lease_id=lease_id).first)
     return row if row and row.mounted else None
@@ -65,12 +65,12 @@ def test_volume_mounted_shared_quota_scoped_survives_osd_loss_and_detach(
     require_tool("ssh", "openssh-client")
     require_tool("ceph-fuse", "scripts/install-ceph.sh")
     from billing.services import balance_top_up, checkout_place_order
-    from billing.storage.charges import volume_order
-    from billing.storage.volumes import ceph_for, node_access_sync, volume_attachments_changed
     from fleet.services import enrolment_code_create
     from inventory.models import Node, Offer, Site, SlotAllocation
     from rental.models import Image, LeaseState, NetworkVolume
     from rental.storage import volume_attach, volume_detach
+    from storage.charges import volume_order
+    from storage.volumes import ceph_for, node_access_sync, volume_attachments_changed
 
     key_path, public_key = ssh_key
     site = Site.objects.get(code="DFW-1")

@@ -7,13 +7,13 @@ from django.utils import timezone
 
 from billing.models import LedgerEntry
 from billing.services import InsufficientBalance, balance_top_up
-from billing.storage.charges import volume_grow_order, volume_order
-from billing.storage.models import StorageCharge, StorageCluster, VolumeStore
-from billing.storage.sweeps import sweep_ceph
-from billing.storage.volumes import StorageUnavailable, ceph_for, cluster_check
 from inventory.models import AuditEntry, Site
 from rental.models import NetworkVolume
 from rental.storage import storage_delete
+from storage.charges import volume_grow_order, volume_order
+from storage.models import StorageCharge, StorageCluster, VolumeStore
+from storage.sweeps import sweep_ceph
+from storage.volumes import StorageUnavailable, ceph_for, cluster_check
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

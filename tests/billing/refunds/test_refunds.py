@@ -129,8 +129,8 @@ def _volume_order(customer, settle):
     """An RTX 3090 week with a 1 TB network volume, paid from the balance (simulated storage);
     `settle` creates the volume ("created") or finds the storage down ("down")."""
     from billing.models import OrderedVolume
-    from billing.storage import orders
-    from billing.storage.volumes import StorageUnavailable
+    from storage import orders
+    from storage.volumes import StorageUnavailable
 
     now = timezone.now()
     balance_top_up(customer=customer, amount_cents=PRICE + VOLUME_PART, now=now)
@@ -179,7 +179,7 @@ def test_desk_refund_while_the_volume_is_being_created_leaves_its_part_to_the_ad
     """Pending: the volume may still be created, so the desk does not return its part; if it
     then cannot be created, the add-on path refunds that part (once, never twice)."""
     from billing.models import OrderedVolume
-    from billing.storage.orders import ordered_volume_refund
+    from storage.orders import ordered_volume_refund
 
     now = timezone.now()
     balance_top_up(customer=customer, amount_cents=PRICE + VOLUME_PART, now=now)

@@ -21,11 +21,11 @@ from billing.services import (
     balance_top_up,
     topup_invoice_create,
 )
-from billing.storage.models import OrderedVolume
 from core.money import format_usd
 from inventory.models import AuditEntry
 from ops.backoffice.services import invoice_refund_to_balance
 from rental.models import CustomerSettings, LeaseEvent, LeaseState, Notification
+from storage.models import OrderedVolume
 from tests.billing.payments_helpers import fresh
 from tests.factories import order
 

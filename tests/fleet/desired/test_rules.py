@@ -161,9 +161,9 @@ def test_a_steady_node_s_document_is_computed_with_reads_alone(paid_lease, enrol
 
 def test_a_running_instance_lists_its_attached_volume_and_a_stopped_one_none(paid_lease, enrol):
     """Each `running` item lists the attached volumes its node's key reaches."""
-    from billing.storage.models import NodeStorageKey, VolumeStore
     from fleet.services import instance_stop
     from rental.models import NetworkVolume, VolumeAttachment
+    from storage.models import NodeStorageKey, VolumeStore
 
     lease = paid_lease()
     node = enrol(node_of(lease))

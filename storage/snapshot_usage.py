@@ -2,7 +2,7 @@
 (StorageProduct "snapshot", $6 in the catalog) on the snapshot's deduplicated, compressed
 size (`Snapshot.stored_bytes`, measured by restic on the node), for each second it exists —
 from the moment its copy is proved ready until it is deleted — billed in arrears from the
-balance every 30 days, the way object storage is (billing.storage.objects).
+balance every 30 days, the way object storage is (storage.objects).
 
 - Periods are fixed: [billed_until, billed_until + 30 days), and a deleted snapshot's last,
   shorter period up to its deletion, billed at the next pass. A TB is 10^12 bytes, a month
@@ -80,7 +80,7 @@ class Billed:
 
 def snapshot_bill(*, snapshot: Snapshot, now: datetime) -> Billed:
     """Bill every period of the snapshot that has ended by `now` (idempotent)."""
-    from ..ledger import InsufficientBalance
+    from billing.ledger import InsufficientBalance
 
     done = Billed(charges=[])
     if snapshot_meter(snapshot) is None:
@@ -100,8 +100,8 @@ def snapshot_bill(*, snapshot: Snapshot, now: datetime) -> Billed:
 
 @transaction.atomic
 def _bill_one_period(*, snapshot_id: int, now: datetime, price: int) -> SnapshotUsageCharge | None:
-    from ..ledger import ledger_post
-    from ..models import LedgerEntry
+    from billing.ledger import ledger_post
+    from billing.models import LedgerEntry
 
     meter = SnapshotMeter.objects.select_for_update().get(snapshot_id=snapshot_id)
     snap = Snapshot.objects.select_related("source_lease").get(pk=snapshot_id)

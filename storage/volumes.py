@@ -26,7 +26,7 @@ from .models import NodeStorageKey, StorageCluster, VolumeMount, VolumeStore
 log = logging.getLogger(__name__)
 RUNNING = (LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.SUSPENDED)
 HEALTH_FRESH = timedelta(seconds=60)
-STORAGE_TERM = timedelta(days=30)  # a volume's or snapshot's paid term (billing.storage.charges)
+STORAGE_TERM = timedelta(days=30)  # a volume's or snapshot's paid term (storage.charges)
 STORAGE_GRACE = timedelta(days=7)  # lapsed unpaid this long: deleted
 
 

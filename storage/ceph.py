@@ -1,6 +1,6 @@
 """The site's Ceph cluster, driven through its own command-line interfaces with JSON output
 (`ceph` for the cluster, CephFS subvolumes and cephx; `radosgw-admin` for S3 users). No
-Django here: `ClusterConfig` is what the operator configured (billing.storage.models).
+Django here: `ClusterConfig` is what the operator configured (storage.models).
 
 Every call fails in one of two named ways: `CephUnavailable` (the cluster did not answer:
 down, unreachable, timed out) or `CephError` (it answered no; `.errno` is Ceph's). Both

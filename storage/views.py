@@ -9,12 +9,12 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
+from billing.ledger import InsufficientBalance
 from inventory.models import Site
 from rental.models import NetworkVolume
 from rental.storage import StorageRefused
 from rental.teams.rights import customer_view
 
-from ..ledger import InsufficientBalance
 from .charges import volume_grow_order
 from .models import S3Account, S3Key, StorageCluster, VolumeMount
 from .objects import s3_account_open, s3_endpoint, s3_key_create, s3_key_revoke, s3_key_rotate
@@ -91,7 +91,7 @@ def s3_open(request):
 
 def _show_secret(request, account: S3Account, pair: tuple[str, str]):
     access, secret = pair
-    return render(request, "billing/storage/s3_key.html",
+    return render(request, "storage/s3_key.html",
                   {"account": account, "access_key": access, "secret_key": secret,
                    "endpoint": s3_endpoint(account.site)})
 

@@ -1,4 +1,4 @@
-"""The customer's storage page, mounted with `path("storage/mine/", include("billing.storage.urls"))`."""
+"""The customer's storage page, mounted with `path("storage/mine/", include("storage.urls"))`."""
 from django.urls import path
 
 from . import pages as v

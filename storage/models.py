@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from ..models import OrderedVolume  # noqa: F401 - in billing.models, which the ledger reads it from
+from billing.models import OrderedVolume  # noqa: F401 - in billing.models, which the ledger reads it from
 
 
 class StorageCluster(models.Model):
@@ -25,7 +25,7 @@ class StorageCluster(models.Model):
     fs_name = models.CharField(max_length=60, default="cephfs")
     subvolume_group = models.CharField(max_length=60, default="storefront")
     rgw_endpoint = models.CharField(max_length=200, blank=True, help_text="The S3 endpoint customers use (RGW), e.g. https://s3.dfw-1.example")
-    # Observed by the storage sweep (billing.storage.services.cluster_check)
+    # Observed by the storage sweep (storage.volumes.cluster_check)
     checked_at = models.DateTimeField(null=True, blank=True)
     health = models.CharField(max_length=20, blank=True)
     min_pool_size = models.PositiveSmallIntegerField(null=True, blank=True,
@@ -42,6 +42,9 @@ class StorageCluster(models.Model):
     @property
     def three_replicas(self) -> bool:
         return (self.min_pool_size or 0) >= 3
+
+    class Meta:
+        db_table = "billing_storagecluster"  # the table it had as billing's model (ADR 0025)
 
 
 class VolumeStore(models.Model):
@@ -67,6 +70,9 @@ class VolumeStore(models.Model):
     def __str__(self) -> str:
         return self.subvolume
 
+    class Meta:
+        db_table = "billing_volumestore"  # the table it had as billing's model (ADR 0025)
+
 
 class NodeStorageKey(models.Model):
     """A node's cephx identity: caps on exactly the subvolumes attached to its leases."""
@@ -78,6 +84,9 @@ class NodeStorageKey(models.Model):
     dirty = models.BooleanField(default=True, help_text="Caps to be brought in line with the attachments")
     updated_at = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        db_table = "billing_nodestoragekey"  # the table it had as billing's model (ADR 0025)
 
 
 class VolumeMount(models.Model):
@@ -91,6 +100,7 @@ class VolumeMount(models.Model):
     reported_at = models.DateTimeField()
 
     class Meta:
+        db_table = "billing_volumemount"  # the table it had as billing's model (ADR 0025)
         constraints = [models.UniqueConstraint(fields=["volume", "lease"], name="one_mount_row_per_volume_lease")]
 
 
@@ -115,6 +125,7 @@ class S3Account(models.Model):
     unbilled_byte_seconds = models.DecimalField(max_digits=30, decimal_places=0, default=0)
 
     class Meta:
+        db_table = "billing_s3account"  # the table it had as billing's model (ADR 0025)
         constraints = [models.UniqueConstraint(fields=["customer", "site"], name="one_s3_account_per_site")]
 
 
@@ -123,6 +134,9 @@ class S3Key(models.Model):
     access_key = models.CharField(max_length=40, unique=True)
     created_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "billing_s3key"  # the table it had as billing's model (ADR 0025)
 
 
 class StorageCharge(models.Model):
@@ -138,9 +152,12 @@ class StorageCharge(models.Model):
     kind = models.CharField(max_length=10, choices=Kind.choices)
     object_id = models.PositiveIntegerField()
 
+    class Meta:
+        db_table = "billing_storagecharge"  # the table it had as billing's model (ADR 0025)
+
 
 class SnapshotMeter(models.Model):
-    """How far a snapshot's storage has been billed (billing.storage.snapshot_usage): its
+    """How far a snapshot's storage has been billed (storage.snapshot_usage): its
     deduplicated, compressed `stored_bytes` accrue per second from `accrues_from` (the copy
     proved ready, or the end of a term paid before snapshots were billed by use) until it is
     deleted, and are billed in arrears every 30 days from the balance."""
@@ -156,6 +173,9 @@ class SnapshotMeter(models.Model):
 
     def __str__(self) -> str:
         return f"meter of snapshot #{self.snapshot_id}"
+
+    class Meta:
+        db_table = "billing_snapshotmeter"  # the table it had as billing's model (ADR 0025)
 
 
 class SnapshotUsageCharge(models.Model):
@@ -174,6 +194,7 @@ class SnapshotUsageCharge(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
+        db_table = "billing_snapshotusagecharge"  # the table it had as billing's model (ADR 0025)
         ordering = ["-period_end", "-pk"]
         constraints = [models.UniqueConstraint(fields=["snapshot", "period_start"],
                                                name="one_snapshot_charge_per_period")]
@@ -207,6 +228,7 @@ class SnapshotNodeKey(models.Model):
     last_error = models.CharField(max_length=500, blank=True, help_text="Why the last removal failed (retried)")
 
     class Meta:
+        db_table = "billing_snapshotnodekey"  # the table it had as billing's model (ADR 0025)
         constraints = [models.UniqueConstraint(fields=["snapshot", "lease", "node", "purpose"],
                                                condition=models.Q(revoked_at__isnull=True),
                                                name="one_live_snapshot_node_key")]

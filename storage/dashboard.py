@@ -4,8 +4,9 @@ and this month's storage income per site — the storage share of net revenue
 page's storage add-ons, less the add-ons refunded as not created)."""
 from datetime import datetime
 
-from ..ledger import month_start
-from ..revenue import revenue_by_site
+from billing.ledger import month_start
+from billing.revenue import revenue_by_site
+
 from .models import StorageCluster, VolumeStore
 
 

@@ -137,8 +137,8 @@ def s3_bill(*, account: S3Account, now: datetime):
     """Charge the accrued usage (whole cents; the remainder is kept for the next bill).
     Idempotent per account and moment; from the balance (InsufficientBalance: the usage
     stays accrued and is charged once the balance covers it)."""
-    from ..ledger import ledger_post
-    from ..models import LedgerEntry
+    from billing.ledger import ledger_post
+    from billing.models import LedgerEntry
 
     account = S3Account.objects.select_for_update().get(pk=account.pk)
     cents = s3_cents_for(account.unbilled_byte_seconds)

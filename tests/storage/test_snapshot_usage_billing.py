@@ -7,18 +7,19 @@ from datetime import timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from billing.models import LedgerEntry
 from billing.revenue import revenue_by_site
 from billing.services import account_for, balance_top_up
-from billing.storage.charges import snapshot_order
-from billing.storage.models import SnapshotMeter, SnapshotUsageCharge, StorageCharge
-from billing.storage.snapshot_usage import snapshot_cents_for, sweep_snapshot_usage
 from inventory.models import AuditEntry, StorageProduct
 from ops.lifecycle import SWEEPS
 from rental.lifecycle import sweep_provisioning
 from rental.models import Lease, Snapshot
 from rental.storage import storage_delete
+from storage.charges import snapshot_order
+from storage.models import SnapshotMeter, SnapshotUsageCharge, StorageCharge
+from storage.snapshot_usage import snapshot_cents_for, sweep_snapshot_usage
 from tests.factories import order
 
 TB = 10 ** 12
@@ -27,6 +28,11 @@ DAY = timedelta(days=1)
 
 def balance(customer) -> int:
     return account_for(customer).balance_cents
+
+
+@pytest.fixture
+def t0():
+    return timezone.now().replace(microsecond=0)
 
 
 @pytest.fixture

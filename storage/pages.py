@@ -14,12 +14,12 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from billing.ledger import InsufficientBalance, account_for
 from inventory.models import Site, StorageProduct
 from rental.models import Lease, LeaseState, NetworkVolume, Snapshot, VolumeAttachment
 from rental.storage import StorageRefused, storage_delete, volume_attach, volume_detach
 from rental.teams.rights import customer_view
 
-from ..ledger import InsufficientBalance, account_for
 from .charges import snapshot_order, volume_order
 from .models import SnapshotMeter
 from .snapshot_usage import snapshot_charges_of
@@ -109,7 +109,7 @@ def _page(request, *, volume_form=None, snapshot_form=None, status=200):
         "snapshot_charges": snapshot_charges_of(user),
         **ceph,
     }
-    return render(request, "billing/storage/mine.html", context, status=status)
+    return render(request, "storage/mine.html", context, status=status)
 
 
 def _short_balance(request, exc: InsufficientBalance):
@@ -122,7 +122,7 @@ def _back():
     return redirect("storage_mine:index")
 
 
-# --- the rules both channels apply (this page and billing.storage.api), with their messages ---
+# --- the rules both channels apply (this page and storage.api), with their messages ---
 
 def volume_attach_refusal(volume: NetworkVolume, lease: Lease) -> str | None:
     """Why `volume` cannot be attached to `lease` now, or None."""
@@ -239,7 +239,7 @@ def snapshot_create(request):
 
 def _delete(request, obj, *, done: str):
     if request.method == "GET":
-        return render(request, "billing/storage/confirm_delete.html",
+        return render(request, "storage/confirm_delete.html",
                       {"obj": obj, "is_volume": isinstance(obj, NetworkVolume)})
     if storage_delete(obj=obj, now=timezone.now(), actor=request.account, reason="deleted by the customer"):
         if isinstance(obj, NetworkVolume):

@@ -7,10 +7,10 @@ from django.utils import timezone
 
 from billing.models import Account
 from billing.services import balance_top_up
-from billing.storage.charges import snapshot_order, volume_order
-from billing.storage.models import SnapshotMeter
 from inventory.models import Site
 from rental.models import NetworkVolume, Snapshot, VolumeAttachment
+from storage.charges import snapshot_order, volume_order
+from storage.models import SnapshotMeter
 from tests.factories import KEY
 from tests.i18n.conftest import ZH, assert_chinese
 

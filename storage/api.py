@@ -1,4 +1,4 @@
-"""Storage in the JSON API: the same actions as My storage (billing.storage.pages and
+"""Storage in the JSON API: the same actions as My storage (storage.pages and
 .views) with the same services, rules and messages underneath: order, grow, attach,
 detach and delete a network volume; take, restore and delete a snapshot; open object
 storage and make, rotate and revoke its keys. Plumbing from rental.api."""
@@ -6,6 +6,7 @@ from django.http import Http404, JsonResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from billing.ledger import InsufficientBalance
 from inventory.models import Site
 from rental.api import (
     ApiError,
@@ -21,7 +22,6 @@ from rental.api import (
 from rental.models import Lease, NetworkVolume, Snapshot
 from rental.storage import StorageRefused, storage_delete, volume_attach, volume_detach
 
-from ..ledger import InsufficientBalance
 from .charges import snapshot_order, volume_grow_order, volume_order
 from .models import S3Account, S3Key
 from .objects import s3_account_open, s3_endpoint, s3_key_create, s3_key_revoke, s3_key_rotate

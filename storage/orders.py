@@ -1,5 +1,5 @@
 """The order page's "network volume" add-on: the volume is created when the order is paid,
-through the same service as My storage (billing.storage.volumes.volume_provision), and
+through the same service as My storage (storage.volumes.volume_provision), and
 attached to the new lease through its desired state. From then on it is an ordinary volume:
 paid for the lease's first term by the order invoice, renewed on its own term from the
 balance, kept when the lease ends — so the lease's own renewals no longer include it.
@@ -16,13 +16,14 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils.translation import gettext as _
 
+from billing.addons import AddonHandler
+from billing.models import Invoice, InvoiceLine, LedgerEntry, OrderedVolume
 from core.money import format_usd
 from inventory.services import audit_record
 from rental import services as rental
 from rental.models import Lease, LeaseState
 from rental.storage import StorageRefused, lease_volume_addon_settled, volume_attach
 
-from ..models import Invoice, InvoiceLine, LedgerEntry, OrderedVolume
 from .volumes import StorageUnavailable, volume_attachments_changed, volume_provision
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def ordered_volume_settle(*, row: OrderedVolume, now: datetime) -> str:
 
 
 def _term_days(lease: Lease) -> int:
-    from ..ledger import TERM_DAYS
+    from billing.ledger import TERM_DAYS
 
     return TERM_DAYS[lease.term]
 
@@ -103,7 +104,7 @@ def _term_days(lease: Lease) -> int:
 def ordered_volume_refund(*, row: OrderedVolume, now: datetime, reason: str, tell_customer: bool = True) -> str:
     """Not created: the add-on's part of the invoice back to the balance, once, with an
     audit row and a notice; the lease's renewals no longer include it."""
-    from ..ledger import ledger_post
+    from billing.ledger import ledger_post
 
     claimed = _not_created(row=row, now=now, reason=reason)
     if claimed is None:
@@ -122,7 +123,7 @@ def _not_created(*, row: OrderedVolume, now: datetime, reason: str):
     """Marks the add-on refunded (once: None when it was settled already) and takes its
     part of the invoice; returns (lease, cents taken, invoices touched) for the caller to
     post."""
-    from ..ledger import invoices_refund_claim
+    from billing.ledger import invoices_refund_claim
 
     if not OrderedVolume.objects.filter(pk=row.pk, state=OrderedVolume.State.PENDING).update(
             state=OrderedVolume.State.REFUNDED, reason=reason[:300], settled_at=now):
@@ -178,6 +179,11 @@ def ordered_volume_cancel(*, lease: Lease, now: datetime) -> tuple[int, list]:
             taken += claimed[1]
             touched += claimed[2]          # the lease's refund keeps one of each invoice
     return taken, touched
+
+
+#: billing calls these through its extension point (billing.addons; registered in StorageConfig.ready)
+ORDERED_VOLUME = AddonHandler(name="ordered_volume", paid=ordered_volume_due, cancel=ordered_volume_cancel,
+                              pending_cents=ordered_volume_pending_cents, price_cents=lease_volume_addon_cents)
 
 
 def ordered_volumes_retry(*, now: datetime, older_than: timedelta, limit: int) -> list[str]:

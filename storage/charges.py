@@ -1,16 +1,16 @@
 """Storage products on their own 30-day term, paid from the balance: ordering a network
 volume or a snapshot, growing a volume pro rata, and the sweep that renews, lapses and deletes
-them (ops.lifecycle runs it). The Ceph side is billing.storage.volumes/snapshots; the
+them (ops.lifecycle runs it). The Ceph side is storage.volumes/snapshots; the
 rental rows are rental.storage."""
 from datetime import datetime
 
 from django.db import transaction
 from django.utils.translation import gettext as _
 
+from billing.ledger import InsufficientBalance, account_for, ceil_div, ledger_post
+from billing.models import LedgerEntry
 from rental.models import Lease
 
-from ..ledger import InsufficientBalance, account_for, ceil_div, ledger_post
-from ..models import LedgerEntry
 from .models import StorageCharge
 from .volumes import STORAGE_GRACE, STORAGE_TERM
 
@@ -35,7 +35,7 @@ def _charge_term(obj, *, kind: str, term_start: datetime, now: datetime) -> bool
 
 def volume_order(*, customer, site, name: str, size_tb: int, now: datetime):
     """Create a network volume and pay its first 30 days from the balance (or nothing):
-    the subvolume is created on the site's Ceph first (billing.storage.volumes), so what is
+    the subvolume is created on the site's Ceph first (storage.volumes), so what is
     charged exists; a short balance is refused before Ceph is asked."""
     from .volumes import volume_provision
 
@@ -51,7 +51,7 @@ def volume_order(*, customer, site, name: str, size_tb: int, now: datetime):
 
 def volume_grow_order(*, volume, size_tb: int, now: datetime, actor=None):
     """More TB for a volume: the extra TB for the rest of its paid term, pro rata, then
-    the quota raised (billing.storage.volumes.volume_grow)."""
+    the quota raised (storage.volumes.volume_grow)."""
     from .volumes import volume_grow
 
     def charge(vol, new_size):
@@ -88,7 +88,7 @@ def _storage_charge_site(obj, *, entry: LedgerEntry) -> None:
 def snapshot_order(*, lease: Lease, size_tb: int, now: datetime, actor=None):
     """Take a snapshot of the lease's disk; `size_tb` is its repository's quota. Nothing is
     charged now: what it stores is billed in arrears per TB-month from when its copy is
-    ready (billing.storage.snapshot_usage), so `paid_until` is its creation. Refused while
+    ready (storage.snapshot_usage), so `paid_until` is its creation. Refused while
     a snapshot's bill is not covered by the balance (InsufficientBalance)."""
     from .models import SnapshotMeter
     from .snapshots import snapshot_take

@@ -63,7 +63,7 @@ def sweep_ceph(now: datetime, limit: int = 200) -> list[Transition]:
 
 
 def _meter_and_bill(account: S3Account, now: datetime) -> list[Transition]:
-    from ..ledger import InsufficientBalance
+    from billing.ledger import InsufficientBalance
 
     try:
         stored = s3_usage_read(account=account)
