@@ -15,7 +15,7 @@ from tests.i18n.catalog import CJK, MO, PO, messages, parse
 from tests.tools import require_tool
 
 BASE = Path(settings.BASE_DIR)
-SOURCES = ("billing", "core", "fleet", "ops", "inventory", "rental", "sizing", "storefront", "templates", "manage.py")
+SOURCES = ("billing", "core", "fleet", "ops", "inventory", "rental", "sizing", "storage", "storefront", "templates", "manage.py")
 PLACEHOLDER = re.compile(r"%\([a-z_]+\)[sdr]|%[sdr]|\{\{ *\w+ *\}\}|<[^>]+>")
 needs_gettext = pytest.mark.usefixtures("gettext_tools")
 
