@@ -11,6 +11,7 @@ import logging
 import time
 
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
+from django.utils.functional import cached_property
 from redis.exceptions import RedisError
 
 logger = logging.getLogger("core.cache")
@@ -40,6 +41,10 @@ class ReusedClientRedisCacheClient(RedisCacheClient):
         return client
 
 
+# The clients (so the connection pools) of this process, by location and options.
+_clients: dict[tuple, ReusedClientRedisCacheClient] = {}
+
+
 class FailOpenRedisCache(RedisCache):
     _down_until = 0.0
 
@@ -47,6 +52,17 @@ class FailOpenRedisCache(RedisCache):
         super().__init__(server, params)
         self._class = ReusedClientRedisCacheClient
         self._scripts = {}
+
+    @cached_property
+    def _cache(self):
+        """One client per process: under ASGI, Django's cache handler makes a cache object
+        per asyncio task (it is context-local), and a pool of each one's own opened and closed
+        a Redis connection for every request — about 1.4 ms of the nodes' watch's 2 ms."""
+        key = (tuple(self._servers), repr(sorted(self._options.items())))
+        client = _clients.get(key)
+        if client is None:
+            client = _clients.setdefault(key, self._class(self._servers, **self._options))
+        return client
 
     def hit(self, key, timeout: int, *, read: tuple = ()) -> tuple[int, dict]:
         """Counts one use of a fixed window (the first use starts it, `timeout` seconds) and

@@ -6,17 +6,16 @@ the fixed security headers, Permissions-Policy, no-store); the view itself is th
 URLconf serves (authentication, rate limit, bad input)."""
 import logging
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
-from django.db import close_old_connections
 from django.http import JsonResponse
 
 from .middleware import fixed_headers
 
 WATCH_PATH = "/agent/v1/desired/watch"
 logger = logging.getLogger("fleet.asgi")
-_headers: dict[str, str] | None = None
+# The headers the middleware would add, encoded once: (name, value) in bytes, by name.
+_added: dict[str, tuple[bytes, bytes]] | None = None
 
 
 class _NoBody:
@@ -24,26 +23,37 @@ class _NoBody:
         return b""
 
 
+def _added_headers() -> dict[str, tuple[bytes, bytes]]:
+    global _added
+    if _added is None:
+        headers = {**fixed_headers(), "Permissions-Policy": settings.PERMISSIONS_POLICY,
+                   "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+        _added = {name: (name.encode("latin-1"), str(value).encode("latin-1")) for name, value in headers.items()}
+    return _added
+
+
+def response_headers(response) -> list[tuple[bytes, bytes]]:
+    """The answer's own headers, then each added one it does not set itself (as setdefault
+    would, in the same order), then its length."""
+    added = _added_headers()
+    own = response.headers
+    headers = [(name.encode("latin-1"), str(value).encode("latin-1")) for name, value in own.items()]
+    headers += [pair for name, pair in added.items() if name not in own]
+    headers.append((b"content-length", str(len(response.content)).encode()))
+    return headers
+
+
 async def watch_app(scope, receive, send) -> None:
     """An ASGI application for WATCH_PATH alone (storefront/asgi.py routes to it)."""
     from .views import watch
 
-    global _headers
-    if _headers is None:
-        _headers = {**fixed_headers(), "Permissions-Policy": settings.PERMISSIONS_POLICY,
-                    "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
     request = ASGIRequest(scope, _NoBody())
     try:
-        await sync_to_async(close_old_connections)()     # a connection the database dropped
-        response = await watch(request)
+        # a connection the database dropped is closed in the view's own trip to a thread
+        response = await watch(request, fresh_connections=True)
     except Exception:
         logger.exception("watch failed")
         response = JsonResponse({"error": "unavailable"}, status=503)
         response["Retry-After"] = "5"
-    for name, value in _headers.items():
-        response.setdefault(name, value)
-    body = response.content
-    headers = [(name.encode("latin-1"), str(value).encode("latin-1")) for name, value in response.items()]
-    headers.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.start", "status": response.status_code, "headers": response_headers(response)})
+    await send({"type": "http.response.body", "body": response.content})

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import RequestDataTooBig
 from django.core.handlers.asgi import ASGIRequest
+from django.db import close_old_connections
 from django.http import HttpResponseNotModified, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -174,8 +175,16 @@ def _version_of(node_id: int, found: dict | None) -> str:
     return version_token(desired_stamp(node_id))
 
 
+def _watching_agent(request, fresh_connections: bool) -> tuple[NodeAgent | None, dict, JsonResponse | None]:
+    """The watch's one trip to a thread: a connection the database dropped closed first when
+    the caller asks (fleet/asgi.py, outside Django's request signals), then the caller."""
+    if fresh_connections:
+        close_old_connections()
+    return _agent_or_refusal(request, checked_by_caller=False)
+
+
 @csrf_exempt
-async def watch(request):
+async def watch(request, *, fresh_connections: bool = False):
     """GET /agent/v1/desired/watch?version=V&wait=S (PROTOCOL.md): answered as soon as the
     node's desired-state version differs from V, or after S seconds (at most
     NODE_WATCH_MAX_SECONDS) with `changed: false`. Counted against the node's rate limit like
@@ -190,7 +199,8 @@ async def watch(request):
         return _error(400, "invalid_request")
     given = request.GET.get("version", "")[:80]
     read_at = time.monotonic()
-    agent, found, refusal = await sync_to_async(_agent_or_refusal)(request, checked_by_caller=False)
+    # one thread hop, not two: each is a pool round trip (and a context copy) per watch
+    agent, found, refusal = await sync_to_async(_watching_agent)(request, fresh_connections)
     if refusal:
         return refusal
     # the version as the call's own round trip read it (else read below, once registered)
