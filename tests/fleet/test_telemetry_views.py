@@ -21,7 +21,11 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def measured(paid_lease, enrol):
-    """An active lease on two cards with two hours of readings, an Xid and 1.25 TB sent."""
+    """An active lease on two cards with two hours of readings, an Xid and 1.25 TB sent. The
+    readings leave a gap of 25 minutes: longer than two of the chart's 10-minute steps, so a
+    whole step is empty wherever the page's steps fall (they start from the page's own clock;
+    a gap of one step was drawn as a gap only when both clocks read the same minute modulo 10,
+    so a fixture that crossed a minute boundary failed)."""
     lease = paid_lease(offer="2x-a100-sxm")
     node = enrol(node_of(lease))
     node.report(evidence=[ready(node, lease)])
@@ -31,7 +35,7 @@ def measured(paid_lease, enrol):
     first = int(timezone.now().timestamp() // 60) - 120
     store(node.node.pk, Parsed(
         samples=[(first + m, card, {"util": 50 + card, "mem_mb": 20480, "temp_c": 60, "power_w": 300, "sm_mhz": 1400})
-                 for m in range(120) for card in cards if not 30 <= m < 40],       # a gap of 10 minutes
+                 for m in range(120) for card in cards if not 30 <= m < 55],       # a gap of 25 minutes
         events=[(first + 5, cards[1], ["xid", 79, 1]), (first + 6, cards[0], ["ecc", 4, 0])]))
     egress_record(lease_id=lease.pk, tb_used=Decimal("1.25"), at=timezone.now())
     return lease, cards, first
@@ -71,7 +75,7 @@ def test_metrics_api(measured, customer, other_customer):
     data = api(client, token, lease, since="3h").json()
     assert data["resolution_minutes"] == 1 and data["columns"][0] == "at"
     assert [g["gpu"] for g in data["gpus"]] == cards
-    assert len(data["gpus"][0]["points"]) == 110 and data["gpus"][0]["points"][0][1] == 50 + cards[0]
+    assert len(data["gpus"][0]["points"]) == 120 - 25 and data["gpus"][0]["points"][0][1] == 50 + cards[0]
     assert [e["kind"] for e in data["events"]] == ["ecc", "xid"]
     assert data["egress"]["tb_used"] == "1.250" and data["idle"] == {"util_percent": 5, "hours": 24}
     hourly = api(client, token, lease, since="3h", resolution="60").json()
