@@ -171,7 +171,9 @@ def test_a_source_changed_between_the_runs_is_copied_again_from_the_start(cli, c
     interrupt(cli, box, str(source), f"{lease.pk}:{dest}", part, MiB, part)
     with open(source, "r+b") as handle:        # same size, one byte inside what was copied
         handle.seek(1000)
-        handle.write(bytes([handle.read(1)[0] ^ 0xFF]))
+        flipped = handle.read(1)[0] ^ 0xFF
+        handle.seek(1000)                        # the read moved on: write the byte it read
+        handle.write(bytes([flipped]))
 
     code, out, err = cp(cli, box, str(source), f"{lease.pk}:{dest}", "--json")
     [done] = json.loads(out)["files"]
