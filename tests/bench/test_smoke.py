@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import HAS_REDIS
+from tests.deploy.helpers import BENCH_REDIS_DATABASE, own_redis_url
 from tests.tools import require, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,6 +145,9 @@ def test_bench_runs_on_postgres(case):
         require_tool("wrk", "scripts/install-test-tools.sh installs it")
     if case in ("load", "fleet_report_cpu", "watch"):
         require(HAS_REDIS, f"bench/{case}.py serves with the Redis cache: set REDIS_URL")
-    out = run_bench(script, args, dict(os.environ))
+    env = dict(os.environ)
+    if HAS_REDIS:    # its nodes are numbered as the suite's are: their versions on a database of its own
+        env["REDIS_URL"] = own_redis_url(BENCH_REDIS_DATABASE)
+    out = run_bench(script, args, env)
     missing = [line for line in lines if not re.search(line, out)]
     assert not missing, f"{script} did not print {missing}:\n{out[-3000:]}"

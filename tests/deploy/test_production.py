@@ -31,7 +31,8 @@ import redis
 
 from tests import deadlines
 from tests.conftest import HAS_REDIS, ON_POSTGRES
-from tests.deploy.helpers import COMPOSE, ROOT, TEST_ONLY_ENV, free_port, service_command
+from tests.deploy.helpers import (COMPOSE, ROOT, TEST_ONLY_ENV, free_port, own_redis_url, service_command,
+                                  stack_redis_database)
 from tests.tools import require, require_tool
 
 OPERATOR, CUSTOMER, PASSWORD = "smoke-operator", "smoke-alice", "correct horse battery 9"
@@ -213,12 +214,13 @@ def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("production")
     admin_url = os.environ["DATABASE_URL"]
     db_name, database_url = create_database(admin_url)
+    redis_url = own_redis_url(stack_redis_database())
     port, https_port, http_port, watch_port = free_port(), free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in TEST_ONLY_ENV}
     env.update(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="localhost",
-        DATABASE_URL=database_url, REDIS_URL=os.environ["REDIS_URL"],
+        DATABASE_URL=database_url, REDIS_URL=redis_url,
         VAR_DIR=str(tmp / "data"), STATIC_ROOT=str(tmp / "staticfiles"),
         WEB_BIND=f"127.0.0.1:{port}", HEALTHCHECK_BIND=f"127.0.0.1:{port}",
         PYTHONDONTWRITEBYTECODE="1", WEB_CONCURRENCY="2", CELERY_CONCURRENCY="1", HOST_AGENT_FAKE_DELAY="0",
@@ -256,7 +258,7 @@ def stack(tmp_path_factory):
         yield stack
     finally:
         stack.stop()
-        redis.Redis.from_url(os.environ["REDIS_URL"]).delete("jobs", "outbound", "unacked", "unacked_index")
+        redis.Redis.from_url(redis_url).flushdb()
         drop_database(admin_url, db_name)
 
 
