@@ -4,7 +4,7 @@
 # and util-linux (ip netns, nsenter), nftables (the agent's packet filter) and e2fsprogs
 # (the test dockerd's data root and the size-limited lease disks), restic (lease disk
 # snapshots to the site's RGW), busybox-static (a customer image with no sshd and
-# no libc, tests/nodeagent/test_customer_images.py); the `dockremap`
+# no libc, tests/nodeagent/runtime/test_customer_images.py); the `dockremap`
 # user with subordinate uid/gid ranges for dockerd's userns-remap. Exits NON-ZERO when a tool cannot be installed, so
 # CI fails here rather than later. Then pre-builds the cached instance image.
 #   usage: scripts/install-node-tools.sh [--no-image]

@@ -2,7 +2,7 @@
 (nodeagent/gpu_attachment.py): checked once on the first start of a new version (not on a
 node's first start, not on a restart of the same version), then only the leases found
 detached, every round, until they reach their GPUs again. The real daemon's side is in
-test_docker_runtime.py."""
+runtime/test_docker_runtime.py."""
 from fleet.conditions import INCIDENT, rule_for
 from nodeagent.gpu_attachment import AttachmentCheck, parse_probe, version_changed
 from nodeagent.interfaces import GpuInfo

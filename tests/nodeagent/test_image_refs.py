@@ -1,6 +1,6 @@
 """The pure parts of customer images (no dockerd): references, the mapping of dockerd's
 errors to the contract's codes, progress summed over layers, the back-off, the desired
-item's new fields, and what enters the spec hash. The real pulls: test_customer_images.py."""
+item's new fields, and what enters the spec hash. The real pulls: runtime/test_customer_images.py."""
 import time
 
 import pytest

@@ -26,10 +26,10 @@ from nodeagent.runtime.docker import DockerRuntime
 from nodeagent.signing import NodeKey
 from tests.deadlines import scaled
 
-from .agent_process import STUB_GPUS
-from .conftest import IMAGE_SCRIPT, ssh_run, stand_in_devices
-from .helpers import GPUS, desired
-from .registry_images import Registry, busybox_layer, shellless_layer
+from ..agent_process import STUB_GPUS
+from ..conftest import IMAGE_SCRIPT, ssh_run, stand_in_devices
+from ..helpers import GPUS, desired
+from ..registry_images import Registry, busybox_layer, shellless_layer
 
 PRIVATE_AUTH = {"server": "", "username": "alice", "password": "s3cret-pw"}
 MiB = 1024 ** 2

@@ -9,8 +9,8 @@ from nodeagent.interfaces import OperationFailed
 from nodeagent.runtime.docker import DockerRuntime
 from tests.tools import require_tool
 
-from .conftest import ssh_run, stand_in_devices
-from .helpers import GPU_UUIDS, spec_for
+from ..conftest import ssh_run, stand_in_devices
+from ..helpers import GPU_UUIDS, spec_for
 
 GiB = 1024 ** 3
 OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOt4yjHbQhGXpxr8tQyq6x1bT3Sx4n2Yk3Xo9mVx0bcd bob"

@@ -27,7 +27,7 @@ from nodeagent.runtime.published_ports import LABEL_PUBLISHED
 from tests import deadlines
 from tests.tools import require_tool
 
-from .conftest import LEASE_POOL, stand_in_devices
+from ..conftest import LEASE_POOL, stand_in_devices
 
 GPUS = ("GPU-15014710-0000-4000-8000-00000000001a", "GPU-15014710-0000-4000-8000-00000000001b")
 A, B, C = 61, 62, 63

@@ -17,11 +17,11 @@ from nodeagent.outbox import Outbox
 from nodeagent.runtime.docker import DockerRuntime
 from nodeagent.signing import NodeKey
 
-from .agent_process import IMAGE_SLUG, STUB_GPUS, agent_cli, agent_env, write_config
-from .conftest import IMAGE_SCRIPT, stand_in_devices
-from .helpers import GPUS, desired
+from ..agent_process import IMAGE_SLUG, STUB_GPUS, agent_cli, agent_env, write_config
+from ..conftest import IMAGE_SCRIPT, stand_in_devices
+from ..helpers import GPUS, desired
 
-REGISTRY = Path(__file__).with_name("registry.py")
+REGISTRY = Path(__file__).parent.parent / "registry.py"
 
 
 class Registry:
@@ -110,7 +110,7 @@ def test_a_pull_runs_beside_the_loop(registry, runtime_for, instance_image, tmp_
 def test_a_failed_pull_is_named_and_not_retried_at_once(registry, runtime_for, tmp_path):
     from nodeagent.interfaces import OperationFailed
 
-    from .helpers import spec_for
+    from ..helpers import spec_for
 
     ref = f"127.0.0.1:{registry.port}/gpu/test:no-such-tag"
     runtime = runtime_for({"x": ref})
