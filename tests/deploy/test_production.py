@@ -31,8 +31,15 @@ import redis
 
 from tests import deadlines
 from tests.conftest import HAS_REDIS, ON_POSTGRES
-from tests.deploy.helpers import (COMPOSE, ROOT, TEST_ONLY_ENV, free_port, own_redis_url, service_command,
-                                  stack_redis_database)
+from tests.deploy.helpers import (
+    COMPOSE,
+    ROOT,
+    TEST_ONLY_ENV,
+    free_port,
+    own_redis_url,
+    service_command,
+    stack_redis_database,
+)
 from tests.tools import require, require_tool
 
 OPERATOR, CUSTOMER, PASSWORD = "smoke-operator", "smoke-alice", "correct horse battery 9"
