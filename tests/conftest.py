@@ -149,6 +149,14 @@ def catalog(db):
 
 
 @pytest.fixture
+def t0():
+    """Now, to the second: the moment a test's history starts (tests/ops starts two months back)."""
+    from django.utils import timezone
+
+    return timezone.now().replace(microsecond=0)
+
+
+@pytest.fixture
 def customer(db):
     from rental.services import account_create
 

@@ -3,7 +3,6 @@ per-lease auto-renew that the account's checkbox only defaults."""
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from billing.models import Invoice
 from billing.renewals import lease_extend_order
@@ -16,11 +15,6 @@ from rental.services import customer_settings_update, lease_auto_renew_set, leas
 from .helpers import WEEK, active_lease, call, drain_balance
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def t0():
-    return timezone.now().replace(microsecond=0)
 
 
 def test_extend_from_balance_pays_the_next_term_at_the_locked_price_and_again(catalog, customer, t0):

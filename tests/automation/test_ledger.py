@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 from django.core import mail
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from ops.lifecycle import run_lifecycle
 from rental.models import Notification
@@ -21,11 +20,6 @@ from .receiver import Receiver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 N = 4
-
-
-@pytest.fixture
-def t0():
-    return timezone.now().replace(microsecond=0)
 
 
 def leases_with_webhooks(t0, receiver, n=N):

@@ -12,7 +12,6 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
-from django.utils import timezone
 
 from ops.lifecycle import run_lifecycle
 from rental.notifications.models import WebhookDelivery, WebhookEndpoint
@@ -28,11 +27,6 @@ from .helpers import active_lease, drain_balance
 from .receiver import Receiver
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def t0():
-    return timezone.now().replace(microsecond=0)
 
 
 @pytest.fixture

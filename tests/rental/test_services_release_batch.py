@@ -5,7 +5,6 @@ leases, and a second call, change nothing."""
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from inventory.models import SlotAllocation
 from rental.models import DiskKey, Lease, LeaseEvent, LeaseState
@@ -14,11 +13,6 @@ from tests.automation.helpers import active_lease
 from tests.factories import new_customer
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def t0():
-    return timezone.now().replace(microsecond=0)
 
 
 def suspended(customer, t0, hold_until):

@@ -7,7 +7,6 @@ from datetime import timedelta
 
 import pytest
 from django.urls import reverse
-from django.utils import timezone
 
 from billing.models import LedgerEntry
 from billing.revenue import revenue_by_site
@@ -28,11 +27,6 @@ DAY = timedelta(days=1)
 
 def balance(customer) -> int:
     return account_for(customer).balance_cents
-
-
-@pytest.fixture
-def t0():
-    return timezone.now().replace(microsecond=0)
 
 
 @pytest.fixture
