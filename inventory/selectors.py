@@ -10,8 +10,9 @@ checkout re-checks stock under row locks anyway."""
 import threading
 import time
 import uuid
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from django.conf import settings
 from django.core.cache import cache
@@ -52,11 +53,38 @@ def nodes_with_free_counts(**filters):
     )
 
 
-def offer_units_free(offer: Offer, node: Node) -> int:
-    """How many of this offer a node can still host: its GPUs must sit on one node."""
-    if node.gpu_model_id != offer.gpu_model_id or node.gpu_count < offer.gpu_count or node.draining:
-        return 0
-    return node.free // offer.gpu_count
+class NodeGroup(NamedTuple):
+    """Nodes alike in everything the catalog reads of them, and how many there are."""
+    site: str
+    gpu_count: int
+    draining: bool
+    vcpus: int
+    host_ram_gb: int
+    free: int
+    nodes: int
+
+
+def node_groups(**filters) -> dict[int, list[NodeGroup]]:
+    """The nodes of nodes_with_free_counts(**filters), grouped per GPU model: one query, read
+    as plain rows and counted, so that building the catalog costs per distinct kind of node,
+    not per node (a fleet of thousands of alike nodes is a handful of groups; as model
+    instances they cost ~30 µs each, 90 ms per catalog build at 3,000 nodes)."""
+    rows = nodes_with_free_counts(**filters).values_list(
+        "gpu_model_id", "site__code", "gpu_count", "draining", "vcpus", "host_ram_gb", "free")
+    groups: dict[int, list[NodeGroup]] = defaultdict(list)
+    for (model, *alike), count in Counter(rows).items():
+        groups[model].append(NodeGroup(*alike, nodes=count))
+    return groups
+
+
+def _units_free(offer: Offer, groups: list[NodeGroup]) -> dict[str, int]:
+    """How many of the offer the model's nodes (`groups`) can still host, per site: its GPUs
+    must sit on one node, and a draining node takes no new lease."""
+    free: dict[str, int] = defaultdict(int)
+    for g in groups:
+        if g.gpu_count >= offer.gpu_count and not g.draining and (units := g.free // offer.gpu_count):
+            free[g.site] += units * g.nodes
+    return dict(free)
 
 
 @dataclass
@@ -103,11 +131,10 @@ SORT_KEYS = {
 }
 
 
-def _node_share(offer: Offer, nodes, attr: str) -> int | None:
+def _node_share(offer: Offer, groups: list[NodeGroup], attr: str) -> int | None:
     """The smallest share of `attr` (vcpus, host_ram_gb) an instance of the offer gets on
-    any node of its model: what the customer can count on."""
-    shares = [getattr(n, attr) * offer.gpu_count // n.gpu_count for n in nodes
-              if n.gpu_model_id == offer.gpu_model_id and n.gpu_count >= offer.gpu_count]
+    any node of its model (`groups`: that model's): what the customer can count on."""
+    shares = [getattr(g, attr) * offer.gpu_count // g.gpu_count for g in groups if g.gpu_count >= offer.gpu_count]
     return min(shares) if shares else None
 
 
@@ -187,16 +214,13 @@ def _catalog_rows(flt: CatalogFilter) -> list[OfferRow]:
     node_filter = {"gpu_model__in": {o.gpu_model_id for o in offers}, "site__is_active": True}
     if flt.site:
         node_filter["site__code"] = flt.site
-    nodes = list(nodes_with_free_counts(**node_filter))
+    groups = node_groups(**node_filter)
     rows = []
     for offer in offers:
-        free: dict[str, int] = defaultdict(int)
-        for node in nodes:
-            if units := offer_units_free(offer, node):
-                free[node.site.code] += units
-        row = OfferRow(offer=offer, free_by_site=dict(free),
-                       vcpus=offer.vcpus or _node_share(offer, nodes, "vcpus"),
-                       ram_gb=offer.ram_gb or _node_share(offer, nodes, "host_ram_gb"))
+        alike = groups.get(offer.gpu_model_id, [])
+        row = OfferRow(offer=offer, free_by_site=_units_free(offer, alike),
+                       vcpus=offer.vcpus or _node_share(offer, alike, "vcpus"),
+                       ram_gb=offer.ram_gb or _node_share(offer, alike, "host_ram_gb"))
         if not flt.in_stock or row.free_total:
             rows.append(row)
     return _sorted(rows, flt.sort)
@@ -223,12 +247,8 @@ def active_sites():
 
 
 def sites_with_stock_for(offer: Offer) -> dict[str, int]:
-    nodes = nodes_with_free_counts(gpu_model=offer.gpu_model_id, site__is_active=True)
-    free: dict[str, int] = defaultdict(int)
-    for node in nodes:
-        if units := offer_units_free(offer, node):
-            free[node.site.code] += units
-    return dict(free)
+    groups = node_groups(gpu_model=offer.gpu_model_id, site__is_active=True)
+    return _units_free(offer, groups.get(offer.gpu_model_id, []))
 
 
 def sizing_candidates(site: str | None = None) -> list:
