@@ -302,8 +302,9 @@ def print_size(args, size: int, result: dict, passes: list[dict], left: dict, sa
     lifecycle = [p for p in passes if p["job"] == "lifecycle"]
     payments = [p for p in passes if p["job"] == "payments"]
     burst = lifecycle[0] if lifecycle else None
+    niceness = next((p.get("niceness") for p in passes if p["job"] == "ready"), None)
     left_text = ", ".join(f"{k} {v}" for k, v in left.items())
-    print("  lifecycle: " + (f"the burst's pass {burst['seconds']:.2f} s, {burst['result']} transitions for "
+    print(f"  lifecycle (jobs at niceness {niceness}): " + (f"the burst's pass {burst['seconds']:.2f} s, {burst['result']} transitions for "
                               f"{args.due:,} due leases; left for the next pass: {left_text}" if burst else
                               "no pass ran") + (f"; {len(lifecycle) - 1} later passes, the longest "
                                                 f"{max(p['seconds'] for p in lifecycle[1:]):.2f} s" if len(lifecycle) > 1 else ""))

@@ -13,6 +13,7 @@ is not measured). Each pass is one JSON line on stdout:
 
     {"job": "payments" | "lifecycle", "at": <epoch>, "seconds": <pass>, "result": …}
 
+It runs at the niceness Celery's worker and beat take (JOBS_NICENESS, storefront/celery.py).
 Run by bench/store.py with the servers' environment; it exits at `--until`.
 """
 import argparse
@@ -71,6 +72,9 @@ def main() -> None:
     import django
 
     django.setup()
+    from storefront.celery import lower_priority
+
+    niceness = lower_priority()     # as Celery's worker and beat start (JOBS_NICENESS)
     from bip_utils import Bip39SeedGenerator, Bip84, Bip84Coins
 
     from billing.models import WatcherCursor
@@ -87,7 +91,7 @@ def main() -> None:
     # The node's chain is at height 0: the watcher's cursor starts there, as bench/payments.py's.
     WatcherCursor.objects.update_or_create(coin="BTC", defaults={"cursor": {"height": 0, "hashes": {"0": "0" * 64}}})
     next_payments, next_lifecycle = args.payments_from, args.lifecycle_at
-    print(json.dumps({"job": "ready", "at": time.time(), "pid": os.getpid()}), flush=True)
+    print(json.dumps({"job": "ready", "at": time.time(), "pid": os.getpid(), "niceness": niceness}), flush=True)
     with use_adapters({Coin.BTC: adapter}):
         while True:
             now = time.time()

@@ -9,7 +9,8 @@
 #   start.sh beat      the one Celery beat (heartbeat for its healthcheck: storefront/beat.py)
 # Each worker reads its own queue (CELERY_TASK_ROUTES in storefront/settings/) and is named after
 # it, which is the name its healthcheck pings: a slow customer endpoint can fill the outbound
-# worker's slots, never the jobs worker's.
+# worker's slots, never the jobs worker's. The workers and beat lower their own priority as they
+# start (JOBS_NICENESS, storefront/celery.py): on a shared host requests take the CPU first.
 # Settings come from the environment (.env.example); static files and catalogs are already
 # in the image (scripts/build-assets.sh), so nothing here writes outside VAR_DIR.
 set -euo pipefail

@@ -3,9 +3,34 @@ no server (the embedded default), so `make run` works on a bare machine."""
 import os
 
 from celery import Celery
+from celery.signals import beat_init, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "storefront.settings")
 
 app = Celery("storefront")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+def lower_priority() -> int:
+    """At least JOBS_NICENESS for this process: a lifecycle burst on the web's host then waits
+    for the requests instead of taking their CPU (docs/performance.md, "The whole store at
+    once"). Raised, never lowered, and only once however often it is called; returns the
+    niceness. Called before any thread or pool child is started (Linux keeps a niceness per
+    thread; children and threads inherit it)."""
+    from django.conf import settings
+
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if settings.JOBS_NICENESS > current:
+        os.setpriority(os.PRIO_PROCESS, 0, settings.JOBS_NICENESS)
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+@worker_init.connect
+def _worker_lower_priority(**kwargs) -> None:
+    lower_priority()
+
+
+@beat_init.connect
+def _beat_lower_priority(**kwargs) -> None:
+    lower_priority()

@@ -347,6 +347,10 @@ LIFECYCLE_PASS_BUDGET_SECONDS = float(os.environ.get("LIFECYCLE_PASS_BUDGET_SECO
                                                      str(0.8 * LIFECYCLE_INTERVAL_SECONDS)))
 # Due rows a sweep handles per query and per transaction (ops.lifecycle._run_sweeps).
 LIFECYCLE_BATCH = int(os.environ.get("LIFECYCLE_BATCH", "100"))
+# The niceness the background processes (Celery's workers and beat: the lifecycle pass, the
+# payment watchers, webhooks) run at, so that on a shared host the requests' processes take
+# the CPU first (storefront/celery.py; 0 keeps the one they were started with).
+JOBS_NICENESS = int(os.environ.get("JOBS_NICENESS", "10"))
 # The beat touches this file on every scheduler tick; its healthcheck fails when older than
 # BEAT_HEARTBEAT_MAX_AGE_SECONDS (beat ticks at least every beat_max_loop_interval).
 CELERY_BEAT_SCHEDULER = "storefront.beat:HeartbeatScheduler"
