@@ -304,10 +304,11 @@ def print_size(args, size: int, result: dict, passes: list[dict], left: dict, sa
     burst = lifecycle[0] if lifecycle else None
     niceness = next((p.get("niceness") for p in passes if p["job"] == "ready"), None)
     left_text = ", ".join(f"{k} {v}" for k, v in left.items())
-    print(f"  lifecycle (jobs at niceness {niceness}): " + (f"the burst's pass {burst['seconds']:.2f} s, {burst['result']} transitions for "
+    print("  lifecycle: " + (f"the burst's pass {burst['seconds']:.2f} s, {burst['result']} transitions for "
                               f"{args.due:,} due leases; left for the next pass: {left_text}" if burst else
                               "no pass ran") + (f"; {len(lifecycle) - 1} later passes, the longest "
-                                                f"{max(p['seconds'] for p in lifecycle[1:]):.2f} s" if len(lifecycle) > 1 else ""))
+                                                f"{max(p['seconds'] for p in lifecycle[1:]):.2f} s" if len(lifecycle) > 1 else "")
+          + f"; the jobs process at niceness {niceness} (JOBS_NICENESS)")
     pay = sorted(p["seconds"] for p in payments)
     print(f"  payment watcher: {len(pay)} passes over {args.mempool:,} mempool transactions"
           + (f", median {1000 * pay[len(pay) // 2]:.0f} ms, longest {1000 * pay[-1]:.0f} ms"
