@@ -28,6 +28,7 @@ import sizing_page  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
+from varied_inputs import METHODS, PRESETS  # noqa: E402 - calculator_varied no longer re-exports them
 
 LANGS = {"en": "en-US,en;q=0.9", "zh": "zh-Hans,zh;q=0.9,en;q=0.5"}
 CSRF = re.compile(r'(csrfmiddlewaretoken" value="|"X-CSRFToken": ")[^"]+')
@@ -37,7 +38,7 @@ def queries() -> list[str]:
     rng = random.Random(7)
     out = cv.varied_queries(400)
     for _ in range(200):
-        q = {"model": rng.choice(sorted(cv.PRESETS)), "method": rng.choice(cv.METHODS),
+        q = {"model": rng.choice(sorted(PRESETS)), "method": rng.choice(METHODS),
              "gpus": rng.choice((1, 2, 4, 8)), "zero": rng.choice(("0", "1", "2", "3")),
              "offload": rng.choice(("none", "optimizer", "all")), "vendor": rng.choice(("cuda", "any")),
              "seq": rng.choice(cv.SEQS), "batch": rng.choice(cv.BATCHES)}
