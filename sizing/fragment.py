@@ -6,7 +6,7 @@ A cold fragment spent about half its CPU in the template engine: ~20 {% translat
 {% blocktranslate %} tags, each a gettext through a context-local and a lazy string, and
 the {% if %}/{% with %} nodes resolving the same variables again. Here every text comes
 from the language's texts table (``sizing.texts``: one lookup per process and language),
-each value is escaped as ``{{ value }}`` escapes it (``sizing_tags._esc``), and the
+each value is escaped as ``{{ value }}`` escapes it (``sizing.markup._esc``), and the
 blocktranslate msgids are the template's, so the zh_Hans catalogue still applies.
 The layout is the template's, whitespace included: tests/sizing/test_golden.py and
 ``bench/calculator_compare.py`` (600 varied inputs, both languages) compare byte for byte.
@@ -18,15 +18,11 @@ from django.template.defaultfilters import stringformat
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_noop
 
+from .markup import _bt, _esc, _gb, _nbt, _t, usd_formatter
 from .results import CHECKPOINT_MSGIDS
 from .templatetags.sizing_tags import (
     METHOD_WORDS,
-    _bt,
-    _esc,
-    _gb,
     _mode_word,
-    _nbt,
-    _t,
     billions,
     breakdown_rows,
     change_head,
@@ -35,7 +31,6 @@ from .templatetags.sizing_tags import (
     pct,
     recommendation_head,
     recommendation_rows,
-    usd_formatter,
 )
 from .texts import Texts, texts
 

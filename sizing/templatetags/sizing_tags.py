@@ -11,15 +11,12 @@ msgids, so the zh_Hans catalogue still applies. Each text is translated once per
 """
 
 import functools
-import html
 
 from django import template
-from django.utils.formats import get_format, localize
-from django.utils.safestring import SafeData, mark_safe
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_noop, pgettext_lazy
 
-from core.money import usd_formatter as money_formatter
-
+from ..markup import _bt, _dot_decimals, _esc, _gb, _t, usd_formatter
 from ..recommend import usable_gb
 from ..results import BREAKDOWN_LABELS, BREAKDOWN_MSGIDS, offer_order_url
 from ..texts import Texts, texts
@@ -81,89 +78,7 @@ def gb(value, digits=1):
     return f"{value:,.{int(digits)}f}"
 
 
-# --- building markup in Python, as the templates render it ------------------------------
-
-#: html.escape, remembered for the texts a page repeats: the fixed labels and the catalog's
-#: offer, card and site names come back on every answer, whatever its input (a cold
-#: fragment escaped ~130 strings); bounded, so free-form texts cannot grow it.
-_escape = functools.lru_cache(maxsize=4096)(html.escape)
-
-
-def _esc(value, dot: bool | None = None) -> str:
-    """``{{ value }}`` in an autoescaping template: localized, then escaped unless safe.
-    ``dot``: whether the language's decimal separator is "." (looked up when not given)."""
-    if type(value) is str:
-        return _escape(value)
-    if isinstance(value, str):
-        return value if isinstance(value, SafeData) else html.escape(value)
-    if type(value) is int:
-        return str(value)
-    if type(value) is float:
-        text = str(value)
-        # Django writes a float with the language's decimal separator (en and zh_Hans: "."),
-        # and one whose repr has an exponent (or inf, nan) through Decimal
-        if "e" not in text and "n" not in text and (_dot_decimals() if dot is None else dot):
-            return text
-    return html.escape(str(localize(value)))
-
-
-def _dot_decimals(tr: Texts | None = None) -> bool:
-    """Whether the language writes decimals with "." (kept in the language's texts table)."""
-    if tr is None:
-        return get_format("DECIMAL_SEPARATOR") == "."
-    try:
-        return tr.extra["dot"]
-    except KeyError:
-        value = tr.extra["dot"] = get_format("DECIMAL_SEPARATOR") == "."
-        return value
-
-
-def _t(translated: str) -> str:
-    """``{% translate msgid %}`` is ``_t(tr[gettext_noop(msgid)])``: the translation,
-    escaped (the literal gettext_noop call is what makemessages finds)."""
-    return _escape(translated) if type(translated) is str else html.escape(translated)
-
-
-def _bt(tr: Texts, msgid: str, **values) -> str:
-    """``{% blocktranslate with name=value %}``: the translation (not escaped) with its
-    values (escaped); one that does not format falls back to the English, as the tag does.
-    Call it with ``gettext_noop("…")`` so makemessages finds the msgid."""
-    return _formatted(tr[msgid], msgid, values, tr)
-
-
-def _formatted(translated: str, english: str, values: dict, tr: Texts) -> str:
-    dot = _dot_decimals(tr)
-    data = {k: _esc(v, dot) for k, v in values.items()}
-    try:
-        return translated % data
-    except (KeyError, ValueError):
-        return english % data
-
-
-def _nbt(tr: Texts, translated: str, n: int, **values) -> str:
-    """``{% blocktranslate count n=… %}…{% plural %}…``: ``translated`` is
-    ``tr.ngettext(singular, plural, n)`` (literal msgids, so makemessages finds them), and
-    ``n`` is among the values."""
-    return _formatted(translated, tr.english.get(translated, translated), {"n": n, **values}, tr)
-
-
-def usd_formatter(*, always_cents: bool = False, tr: Texts | None = None):
-    """The shop's price text (``usd`` / ``usd_cents``, core.money: the text the ``money``
-    template library gives), kept in the language's texts table when given (the formatter
-    depends on the language's formats)."""
-    key = ("usd", always_cents)
-    if tr is not None and key in tr.extra:
-        return tr.extra[key]
-    fmt = money_formatter(always_cents=always_cents)
-    if tr is not None:
-        tr.extra[key] = fmt
-    return fmt
-
-
-def _gb(value, digits: int = 1) -> str:
-    """The ``gb`` filter."""
-    return "—" if value is None else f"{value:,.{digits}f}"
-
+# --- building markup in Python, as the templates render it: sizing.markup's helpers ----
 
 def _breakdown_label(key: str, tr: Texts) -> str:
     """A breakdown term's label in the language (``BREAKDOWN_LABELS``' msgids), or its key."""
@@ -197,20 +112,41 @@ def memory_bar(estimate, card=None, caption="", tr: Texts | None = None):
     title = _bt(tr, gettext_noop("Memory per GPU: %(need)s GB"), need=need)
     card_texts = None
     if card:
-        title += " · " + _bt(tr, gettext_noop("%(name)s, %(vram)s GB"), name=card.gpu_name, vram=card.vram_gb)
-    if card_gb:
-        usable = usable_gb(card_gb)
-        card_texts = (usable, _bt(tr, gettext_noop("usable %(u)s GB"), u=_gb(usable)),
-                      _bt(tr, gettext_noop("card %(v)s GB"), v=card.vram_gb))
+        title_card, card_texts = _card_texts(card, tr)
+        title += title_card
     needs = _bt(tr, gettext_noop("needs %(need)s GB per GPU"), need=need)
     figcaption = f"<figcaption>{_esc(caption)}</figcaption>" if caption else ""
     legend = "".join(f'<li><span class="swatch" style="background:{colour}"></span>{label} '
                      f'<span class="num">{gb2} GB</span></li>' for _, colour, label, _, gb2 in terms)
-    drawings = "".join(_drawing(terms, per_gpu_gb, card_gb, card_texts, width, title, needs, dot)
+    # what a segment writes after its x and width, and its text after its middle: the same in
+    # both drawings, so written once
+    segs = [(gb, f'" height="{BAR_H}" fill="{colour}" stroke="#fff" stroke-width="1"><title>{label}: {gb2} GB'
+                 f'</title></rect>\n    ',
+             f'" y="{BAR_Y + 21}" text-anchor="middle" font-size="11" fill="#fff">{gb1}</text>')
+            for gb, colour, label, gb1, gb2 in terms]
+    drawings = "".join(_drawing(segs, per_gpu_gb, card_gb, card_texts, width, title, needs, dot)
                        for width in (BAR_WIDTH, NARROW_BAR_WIDTH))
     return mark_safe(  # noqa: S308 - every value in it is escaped (_esc, _bt)
         f'<figure class="membar">\n{drawings}\n{figcaption}\n<ul class="membar-legend">\n  {legend}\n</ul>\n'
         f'</figure>\n')
+
+
+def _card_texts(card, tr: Texts) -> tuple[str, tuple | None]:
+    """(the title's " · card, VRAM" part, (usable GB, its label, the card's label) or None
+    without VRAM) of a card: the same on every answer drawn on it, so kept in the language's
+    texts table, by the two values they are written from."""
+    key = ("membar-card", card.gpu_name, card.vram_gb)
+    extra = tr.extra
+    if key in extra:
+        return extra[key]
+    title = " · " + _bt(tr, gettext_noop("%(name)s, %(vram)s GB"), name=card.gpu_name, vram=card.vram_gb)
+    texts_ = None
+    if card.vram_gb:
+        usable = usable_gb(card.vram_gb)
+        texts_ = (usable, _bt(tr, gettext_noop("usable %(u)s GB"), u=_gb(usable)),
+                  _bt(tr, gettext_noop("card %(v)s GB"), v=card.vram_gb))
+    extra[key] = value = (title, texts_)
+    return value
 
 
 class _TermLooks(dict):
@@ -241,28 +177,25 @@ def _num(value: float, dot: bool) -> str:
     return text if dot and "e" not in text and "n" not in text else _esc(value, dot)
 
 
-def _drawing(terms: list, per_gpu_gb: float, card_gb, card_texts, width: int, title: str, needs: str,
+def _drawing(segs: list, per_gpu_gb: float, card_gb, card_texts, width: int, title: str, needs: str,
              dot: bool) -> str:
     """One <svg> of the bar (the wide or the narrow drawing), at ``bar_geometry``'s
-    positions: the same scale, each segment's x, width and middle rounded to 0.01."""
+    positions: the same scale, each segment's x, width and middle rounded to 0.01.
+    ``segs``: (GB, the segment's markup after its width, its text's after its x) per term."""
     top = max(per_gpu_gb, card_gb or 0) * 1.04 or 1.0
     scale = width / top
     variant, needs_y, view_h = ("narrow", BAR_Y + BAR_H + 40, 98) if width < BAR_WIDTH else (
         "wide", BAR_Y + BAR_H + 26, 84)
-    y, h, bottom, y_text = BAR_Y, BAR_H, BAR_Y + BAR_H, BAR_Y + 21
+    y, h, bottom = BAR_Y, BAR_H, BAR_Y + BAR_H
     segments, x = [], 0.0
-    for gb, colour, label, gb1, gb2 in terms:
+    for gb, rest, text_rest in segs:
         w = gb * scale
         # _num inlined (three numbers a segment, two drawings): a rounded float's repr, else _esc
         xs, ws = repr(round(x, 2)), repr(round(w, 2))
-        if not dot or "e" in xs + ws or "n" in xs + ws:
+        if not dot or "e" in xs or "e" in ws or "n" in xs or "n" in ws:
             xs, ws = _num(round(x, 2), dot), _num(round(w, 2), dot)
-        text = (f'<text x="{_num(round(x + w / 2, 2), dot)}" y="{y_text}" text-anchor="middle" font-size="11" '
-                f'fill="#fff">{gb1}</text>') if w >= MIN_TEXT_PX else ""
-        segments.append(
-            f'<g class="membar-seg">\n    <rect x="{xs}" y="{y}" width="{ws}" '
-            f'height="{h}" fill="{colour}" stroke="#fff" stroke-width="1"><title>{label}: {gb2} GB</title></rect>'
-            f'\n    {text}\n  </g>')
+        text = f'<text x="{_num(round(x + w / 2, 2), dot)}{text_rest}' if w >= MIN_TEXT_PX else ""
+        segments.append(f'<g class="membar-seg">\n    <rect x="{xs}" y="{y}" width="{ws}{rest}{text}\n  </g>')
         x += w
     card_rect = card_lines = ""
     if card_texts is not None:

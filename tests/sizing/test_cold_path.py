@@ -92,7 +92,7 @@ def test_texts_are_gettexts_own_per_language_and_dropped_when_settings_change(se
 
 
 def test_a_plural_translation_that_does_not_format_falls_back_to_english():
-    from sizing.templatetags.sizing_tags import _nbt
+    from sizing.markup import _nbt
     from sizing.texts import Texts
 
     tr = Texts("xx")

@@ -15,16 +15,13 @@ from hypothesis import strategies as st
 
 from sizing.engine import METHODS, Job
 from sizing.estimation import estimate, layout_free_terms
+from sizing.markup import _bt, _dot_decimals, _esc, _gb
 from sizing.presets import PRESETS
 from sizing.recommend import Candidate, cheapest
 from sizing.templatetags.sizing_tags import (
     BAR_WIDTH,
     NARROW_BAR_WIDTH,
     _breakdown_label,
-    _bt,
-    _dot_decimals,
-    _esc,
-    _gb,
     bar_geometry,
     gettext_noop,
     memory_bar,
