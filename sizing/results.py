@@ -7,11 +7,13 @@ imports inventory), runs one estimate + recommendation, and shapes the answer.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, gettext_noop
@@ -233,16 +235,24 @@ def _r(x: float) -> float:
     return round(x, 2)
 
 
+def _option_mid(o: Option) -> tuple[dict, dict]:
+    """The keys of ``_option_json`` that depend on the job: (those between the offer's head
+    and tail, those between its tail and its stock and link)."""
+    e, run = o.estimate, o.run
+    mid = {"offload": e.offload, "mode": o.mode, "zero": e.zero, "per_gpu_gb": round(e.per_gpu_gb, 2),
+           "headroom_gb": round(o.headroom_gb, 2)}
+    rest = {"reason": o.reason, "run_hours": None if o.run_hours is None else round(o.run_hours, 2),
+            "rental_cost_usd": _usd(o.rental_cost_cents), "compute_cost_usd": _usd(o.compute_cost_cents),
+            "warnings": list(o.warnings), "max_micro_batch": o.max_micro_batch, **_run_json(run)}
+    return mid, rest
+
+
 def _option_json(result: Result, o: Option) -> dict:
     """``o.to_dict(site)`` with the offer's free units per site and its order link; what
     it says of the offer whatever the input comes from ``_offer_json``."""
-    head, tail, links = _offer_json(o.candidate, result.request.site)
-    e, run = o.estimate, o.run
-    d = {**head, "offload": e.offload, "mode": o.mode, "zero": e.zero, "per_gpu_gb": round(e.per_gpu_gb, 2),
-         "headroom_gb": round(o.headroom_gb, 2), **tail, "reason": o.reason,
-         "run_hours": None if o.run_hours is None else round(o.run_hours, 2),
-         "rental_cost_usd": _usd(o.rental_cost_cents), "compute_cost_usd": _usd(o.compute_cost_cents),
-         "warnings": list(o.warnings), "max_micro_batch": o.max_micro_batch, **_run_json(run)}
+    head, tail, links = _offer_json(o.candidate, result.request.site)[:3]
+    mid, rest = _option_mid(o)
+    d = {**head, **mid, **tail, **rest}
     d["free_by_site"] = dict(links[0])
     d["order_url"] = links[1]
     return d
@@ -267,11 +277,58 @@ def _offer_json(c: Candidate, site: str | None) -> tuple[dict, dict, tuple]:
     tail = {"weekly_usd": _usd(c.weekly_cents), "monthly_usd": _usd(c.monthly_cents),
             "per_gpu_hour_usd": _usd(c.per_gpu_hour_cents), "total_tflops": c.total_tflops,
             "in_stock": c.free(site) > 0, "free": c.free(site)}
-    value = (head, tail, (dict(c.free_by_site), offer_order_url(c, site)))
+    links = (dict(c.free_by_site), offer_order_url(c, site))
+    # the same three parts as JSON text, without their braces (``_option_text``)
+    text = (_inner(head), _inner(tail), _inner({"free_by_site": links[0], "order_url": links[1]}))
+    value = (head, tail, links, text)
     if len(_OFFER_JSON) >= _OFFER_JSON_MAX:
         _OFFER_JSON.clear()
     _OFFER_JSON[key] = (c, value)
     return value
+
+
+try:
+    from _json import make_encoder as _c_make_encoder
+except ImportError:  # no C accelerator: json.dumps
+    _c_make_encoder = None
+#: ``json.dumps``' own C encoder, made once instead of on every call (an answer is written
+#: in ~15 parts), without the circular-reference bookkeeping (an answer is a tree)
+_ENCODE = None if _c_make_encoder is None else _c_make_encoder(
+    None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True)
+
+
+def dumps(data) -> str:
+    """``json.dumps(data, cls=DjangoJSONEncoder)``: the answer holds only JSON's own types, which
+    the plain encoder writes alike and faster (a sixth of a cold answer's encoding went to the
+    subclass); anything else (a lazy text, a Decimal) still goes through Django's."""
+    try:
+        return json.dumps(data) if _ENCODE is None else "".join(_ENCODE(data, 0))
+    except TypeError:
+        return json.dumps(data, cls=DjangoJSONEncoder)
+
+
+def _inner(data: dict) -> str:
+    """A non-empty dict's JSON without its braces: the members to splice into an object."""
+    return dumps(data)[1:-1]
+
+
+def _option_text(result: Result, o: Option) -> str:
+    """``dumps(_option_json(result, o))``, with the offer's parts written once per offer and
+    site (``_offer_json``): most of an option's JSON says the same of the offer every time."""
+    head, tail, links = _offer_json(o.candidate, result.request.site)[3]
+    mid, rest = _option_mid(o)
+    return f"{{{head}, {_inner(mid)}, {tail}, {_inner(rest)}, {links}}}"
+
+
+def to_json_text(result: Result) -> str:
+    """``dumps(to_json(result))``, byte for byte, from the options' texts (``_option_text``):
+    what GET /api/v1/estimate answers (tests/sizing/test_fast_paths.py holds the two alike)."""
+    data = to_json(result, options=False)
+    advice_plan = {"advice": data.pop("advice"), "plan": data.pop("plan")}
+    recs = ", ".join(_option_text(result, o) for o in result.options)
+    changes = ", ".join(f"{{{_inner(_change_head(ch))}, {_option_text(result, ch.option)[1:]}"
+                        for ch in result.changes)
+    return f'{{{_inner(data)}, "recommendations": [{recs}], {_inner(advice_plan)}, "one_change": [{changes}]}}'
 
 
 def _plan_json(result: Result) -> dict | None:
@@ -283,15 +340,20 @@ def _plan_json(result: Result) -> dict | None:
             "breakdown_gb": {k: _r(v) for k, v in p.breakdown_gb.items()}}
 
 
+def _change_head(ch: Change) -> dict:
+    return {"change": ch.key, "label": str(ch.label), "tradeoff": str(ch.tradeoff), "query": ch.query}
+
+
 def _change_json(result: Result, ch: Change) -> dict:
-    return {"change": ch.key, "label": str(ch.label), "tradeoff": str(ch.tradeoff),
-            "query": ch.query, **_option_json(result, ch.option)}
+    return {**_change_head(ch), **_option_json(result, ch.option)}
 
 
-def to_json(result: Result) -> dict:
+def to_json(result: Result, *, options: bool = True) -> dict:
+    """The answer; ``options=False``: without its recommendations and one-change plans
+    (``to_json_text`` writes those from their texts)."""
     e = result.estimate
-    recs = [_option_json(result, o) for o in result.options]
-    return {
+    recs = [_option_json(result, o) for o in result.options] if options else []
+    out = {
         "model": e.model, "method": e.method, "params": e.params, "gpus": e.gpus,
         "zero": e.zero, "offload": e.offload,
         "per_gpu_gb": _r(e.per_gpu_gb), "total_gb": _r(e.total_gb),
@@ -302,5 +364,9 @@ def to_json(result: Result) -> dict:
         "framework": e.framework,
         "warnings": result.warnings, "recommendations": recs, "advice": result.advice,
         "plan": _plan_json(result),
-        "one_change": [_change_json(result, ch) for ch in result.changes],
     }
+    if not options:
+        del out["recommendations"]
+        return out
+    out["one_change"] = [_change_json(result, ch) for ch in result.changes]
+    return out

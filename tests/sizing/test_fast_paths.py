@@ -199,6 +199,22 @@ def test_an_options_json_is_its_to_dict_with_stock_and_link(catalog, model, meth
             assert list(_option_json(result, o).items()) == list(old.items())  # key order too
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model=st.sampled_from(sorted(PRESETS)), method=st.sampled_from(METHODS),
+       tokens=st.sampled_from([0, 10**7, 10**9]), site=st.sampled_from([None, "DFW-1", "PDX-1"]),
+       vendor=st.sampled_from(["cuda", "any"]), lang=st.sampled_from(["en", "zh-hans"]))
+def test_the_answers_text_is_its_json(catalog, model, method, tokens, site, vendor, lang):
+    import json
+
+    from sizing.results import run, to_json, to_json_text
+
+    with translation.override(lang):
+        result = run({"model": model, "method": method, "tokens": tokens, "site": site or "", "vendor": vendor},
+                     catalog)
+        for _ in range(2):  # the offers' parts built, then kept
+            assert to_json_text(result) == json.dumps(to_json(result))
+
+
 def test_with_warnings_is_replace():
     from sizing.estimation import with_warnings
 
