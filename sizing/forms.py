@@ -140,7 +140,8 @@ def quick_engine_params(data, sites) -> dict | None:
     NUL), a choice among the field's values, a checkbox's "false" as off."""
     cleaned = {}
     for name, rule in _RULES.items():
-        value = data.get(name)
+        # a QueryDict's get raises and catches two KeyErrors for a missing name (most are)
+        value = data.get(name) if name in data else None
         if rule[0] == "bool":
             if name not in data:
                 cleaned[name] = False
