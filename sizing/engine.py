@@ -235,9 +235,9 @@ def full_state_bytes_per_param(method: str) -> dict[str, float]:
 
 
 #: which ZeRO stage shards each state, and which offload mode moves it to host memory
-_SHARD_STAGE = {"trainable_weights": 3, "frozen_weights": 3, "gradients": 2,
+SHARD_STAGE = {"trainable_weights": 3, "frozen_weights": 3, "gradients": 2,
                 "fp32_master": 1, "optimizer_states": 1}
-_OFFLOADED_BY = {"fp32_master": ("optimizer", "all"), "optimizer_states": ("optimizer", "all"),
+OFFLOADED_BY = {"fp32_master": ("optimizer", "all"), "optimizer_states": ("optimizer", "all"),
                  "trainable_weights": ("all",), "frozen_weights": ("all",),
                  "gradients": ("all",)}
 
@@ -250,9 +250,9 @@ def zero_bytes_per_param(method: str, stage: int, gpus: int, offload: str = "non
     """
     total = 0.0
     for name, b in full_state_bytes_per_param(method).items():
-        if offload in _OFFLOADED_BY[name]:
+        if offload in OFFLOADED_BY[name]:
             continue
-        total += _shard(b, stage, _SHARD_STAGE[name], gpus)
+        total += _shard(b, stage, SHARD_STAGE[name], gpus)
     return total
 
 
@@ -277,7 +277,7 @@ def frozen_weight_bytes(arch: Architecture, method: str, upcast: bool = False) -
     return vision
 
 
-_STATE_KEYS = ("frozen_weights", "trainable_weights", "gradients", "fp32_master", "optimizer_states", "adapters")
+STATE_KEYS = ("frozen_weights", "trainable_weights", "gradients", "fp32_master", "optimizer_states", "adapters")
 
 
 def model_states(job: Job, frozen: float | None = None, adapters: int | None = None,
@@ -288,7 +288,7 @@ def model_states(job: Job, frozen: float | None = None, adapters: int | None = N
     zero, offload, method) in place of the job's own, as ``job.laid_out(*layout)`` would
     give (the recommender sizes one job in many layouts; no copy of it per layout)."""
     n, stage, off, method = (job.gpus, job.zero, job.offload, job.method) if layout is None else layout
-    out = dict.fromkeys(_STATE_KEYS, 0.0)
+    out = dict.fromkeys(STATE_KEYS, 0.0)
     host = 0.0
     if frozen is None:
         frozen = frozen_weight_bytes(job.arch, method, job.stack.upcast_unquantised)
@@ -300,10 +300,10 @@ def model_states(job: Job, frozen: float | None = None, adapters: int | None = N
         language_params = job.arch.language_params
         for name, b in full_state_bytes_per_param(method).items():
             total = b * language_params
-            if off in _OFFLOADED_BY[name]:
+            if off in OFFLOADED_BY[name]:
                 host += total
             else:
-                out[name] = _shard(total, stage, _SHARD_STAGE[name], n)
+                out[name] = _shard(total, stage, SHARD_STAGE[name], n)
         return out, host
     a = adapter_params(job.arch, job.lora_rank, job.lora_targets) if adapters is None else adapters
     scale = job.stack.adapter_bytes / ADAPTER_WEIGHT_BYTES  # torchtune: bf16 adapters and moments

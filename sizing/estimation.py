@@ -6,10 +6,15 @@ from __future__ import annotations
 
 from .engine import (
     ADAM_STATE_BYTES,
+    ADAPTER_ADAM_BYTES,
+    ADAPTER_GRAD_BYTES,
+    ADAPTER_WEIGHT_BYTES,
     ALLOCATOR_MARGIN,
-    BREAKDOWN_KEYS,
     CUDA_CONTEXT_GB,
     GB,
+    OFFLOADED_BY,
+    SHARD_STAGE,
+    STATE_KEYS,
     Estimate,
     Job,
     activation_bytes,
@@ -18,8 +23,8 @@ from .engine import (
     checkpoint_gb,
     checkpoint_input_bytes,
     frozen_weight_bytes,
+    full_state_bytes_per_param,
     logits_bytes,
-    model_states,
     quant_buffer_bytes,
     sharding_buffer_bytes,
     train_flops,
@@ -35,6 +40,9 @@ def layout_free_terms(job: Job) -> dict:
     n_adapter = 0 if job.method in ADAM_STATE_BYTES else adapter_params(job.arch, job.lora_rank, job.lora_targets)
     return {
         "frozen_weights": frozen_weight_bytes(job.arch, job.method, job.stack.upcast_unquantised),
+        # the model states before a layout shards or offloads them, and ZeRO-3's buffers
+        "states": _state_totals(job, n_adapter),
+        "zero3_buffers": sharding_buffer_bytes(job, (2, 3, job.offload, job.method)),
         "quant_buffers": quant_buffer_bytes(job), "activations": activation_bytes(job),
         "logits": logits_bytes(job.arch, job.seq, job.batch, job.loss_kind),
         "host_checkpoint_inputs": checkpoint_input_bytes(job) if job.checkpointing and job.stack.offloads_checkpoints
@@ -61,8 +69,21 @@ def estimate(job: Job, *, warnings: bool = True, terms: dict | None = None,
     else:
         gpus, zero, offload, method = layout
     t = layout_free_terms(job) if terms is None else terms
-    bd, host = model_states(job, t["frozen_weights"], t["adapter_params"], layout)  # a new dict: no copy
-    bd["sharding_buffers"] = sharding_buffer_bytes(job, layout)
+    # ``model_states`` and ``sharding_buffer_bytes`` from the totals in the terms: the same
+    # arithmetic, without the per-layout calls (an answer sizes ~8 layouts)
+    bd = dict.fromkeys(STATE_KEYS, 0.0)
+    host = 0.0
+    frozen = t["frozen_weights"]
+    if offload == "all":
+        host += frozen
+    else:
+        bd["frozen_weights"] = frozen / gpus if zero >= 3 else frozen
+    for key, total, from_stage, offloaded_by in t["states"]:
+        if offload in offloaded_by:
+            host += total
+        else:
+            bd[key] += total / gpus if zero >= from_stage else total
+    bd["sharding_buffers"] = t["zero3_buffers"] if zero >= 3 and gpus >= 2 else 0.0
     bd["quant_buffers"] = t["quant_buffers"]
     bd["activations"] = t["activations"]
     bd["logits"] = t["logits"]
@@ -72,15 +93,25 @@ def estimate(job: Job, *, warnings: bool = True, terms: dict | None = None,
     bd["cuda_context"] = CUDA_CONTEXT_GB * GB
     bd["allocator_margin"] = ALLOCATOR_MARGIN * allocated
     per_gpu = sum(bd.values())
-    return Estimate(
-        model=job.arch.name, method=method, params=job.arch.params, gpus=gpus,
-        zero=zero, offload=offload, per_gpu_gb=per_gpu / GB,
-        total_gb=per_gpu * gpus / GB, host_ram_gb=host / GB,
-        breakdown_gb={k: bd[k] / GB for k in BREAKDOWN_KEYS},
-        checkpoint_gb=dict(t["checkpoint_gb"]), adapter_params=t["adapter_params"],
-        train_flops=t["train_flops"],
-        warnings=tuple(job_warnings(job)) if warnings else (), framework=job.framework,
-    )
+    # bd holds BREAKDOWN_KEYS in their order; positional: Estimate's field order
+    return Estimate(job.arch.name, method, job.arch.params, gpus, zero, offload, per_gpu / GB, per_gpu * gpus / GB,
+                    host / GB, {k: v / GB for k, v in bd.items()}, dict(t["checkpoint_gb"]), t["adapter_params"],
+                    t["train_flops"], tuple(job_warnings(job)) if warnings else (), job.framework)
+
+
+def _state_totals(job: Job, n_adapter: int) -> tuple:
+    """(breakdown key, bytes over all cards, the ZeRO stage that shards them, the offload
+    modes that move them to host memory) of each model state, in ``model_states``' order
+    and arithmetic: what a layout divides or moves."""
+    method = job.method
+    if method in ADAM_STATE_BYTES:
+        language_params = job.arch.language_params
+        return tuple((name, b * language_params, SHARD_STAGE[name], OFFLOADED_BY[name])
+                     for name, b in full_state_bytes_per_param(method).items())
+    scale = job.stack.adapter_bytes / ADAPTER_WEIGHT_BYTES  # torchtune: bf16 adapters and moments
+    return (("adapters", n_adapter * (ADAPTER_WEIGHT_BYTES * scale), 3, ("all",)),
+            ("adapters", n_adapter * (ADAPTER_GRAD_BYTES * scale), 2, ("all",)),
+            ("adapters", n_adapter * (ADAPTER_ADAM_BYTES * scale), 1, ("optimizer", "all")))
 
 
 def with_warnings(e: Estimate, warnings: tuple[str, ...]) -> Estimate:

@@ -265,17 +265,17 @@ class _Estimator:
 
     def __call__(self, gpus: int, zero: int, offload: str = "none", method: str | None = None):
         key = (gpus, zero, offload, method or self.job.method)
-        try:
-            return self.cache[key]
-        except KeyError:
+        cache = self.cache
+        value = cache.get(key)  # misses are common: no KeyError raised for them
+        if value is None:
             method, job = key[3], self.job
-            terms = self.cache.get(("terms", method))
+            terms = cache.get(("terms", method))
             if terms is None:  # no layout changes them: the job itself serves for its own method
-                terms = self.cache["terms", method] = layout_free_terms(
+                terms = cache["terms", method] = layout_free_terms(
                     job if method == job.method else job.laid_out(gpus, zero, offload, method))
             # sized in the layout without a copy of the job per layout (estimate's ``layout``)
-            value = self.cache[key] = estimate(job, warnings=False, terms=terms, layout=key)
-            return value
+            value = cache[key] = estimate(job, warnings=False, terms=terms, layout=key)
+        return value
 
 
 def _configure(c: Candidate, est: _Estimator) -> Option:
@@ -288,21 +288,23 @@ def _layout(c: Candidate, est: _Estimator) -> tuple[Estimate, str, bool]:
     """``_configure``'s (estimate, mode, fits), without building the option: the ranking
     configures many offers and keeps few. Kept in the estimator's cache (one answer's)."""
     key = ("layout", id(c), est.job.method, est.job.offload)  # the offers outlive the answer
-    try:
-        return est.cache[key]
-    except KeyError:
+    value = est.cache.get(key)  # most are misses: no KeyError raised for them
+    if value is None:
         value = est.cache[key] = _lay_out(c, est)
-        return value
+    return value
 
 
 def _lay_out(c: Candidate, est: _Estimator) -> tuple[Estimate, str, bool]:
-    usable = usable_gb(c.vram_gb)
-    whole = est(c.gpus, 0)
-    mode = "single" if c.gpus == 1 else "data-parallel"
-    if whole.per_gpu_gb <= usable and can_data_parallel(c.link, c.gpus) and not host_ram_short(c, whole):
+    # usable_gb, can_data_parallel and host_ram_short inlined: every offer of every answer
+    vram, gpus, ram = c.vram_gb, c.gpus, c.host_ram_gb
+    usable = vram - max(HEADROOM_MIN_GB, HEADROOM_FRACTION * vram)
+    whole = est(gpus, 0)
+    mode = "single" if gpus == 1 else "data-parallel"
+    if whole.per_gpu_gb <= usable and (gpus == 1 or c.link != "pcie") and not (
+            ram is not None and whole.host_ram_gb > usable_host_gb(ram)):
         return whole, mode, True
-    if can_shard(c.link, c.gpus):
-        sharded = est(c.gpus, 3, est.job.offload)
+    if can_shard(c.link, gpus):
+        sharded = est(gpus, 3, est.job.offload)
         return sharded, "zero-3", sharded.per_gpu_gb <= usable and not host_ram_short(c, sharded)
     return whole, mode, False
 

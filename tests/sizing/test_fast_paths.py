@@ -180,6 +180,34 @@ def test_a_layouts_estimate_is_the_laid_out_jobs(model, method, to, gpus, zero, 
         laid, warnings=False, terms=terms) == estimate(laid, warnings=False)
 
 
+@settings(max_examples=200, deadline=None)
+@given(model=st.sampled_from(sorted(PRESETS)), method=st.sampled_from(METHODS),
+       gpus=st.integers(1, 64), zero=st.integers(0, 3), offload=st.sampled_from(["none", "optimizer", "all"]),
+       rank=st.sampled_from([1, 16, 64]), framework=st.sampled_from(["hf", "unsloth", "torchtune"]))
+def test_an_estimate_sums_the_engines_model_states(model, method, gpus, zero, offload, rank, framework):
+    """estimate() shards the states' totals kept in the terms: the same figures, bit for bit, as
+    the engine's model_states and sharding_buffer_bytes for that layout."""
+    from sizing.engine import (
+        ALLOCATOR_MARGIN,
+        CUDA_CONTEXT_GB,
+        GB,
+        model_states,
+        sharding_buffer_bytes,
+    )
+
+    job = Job(PRESETS[model], method, lora_rank=rank, framework=framework, gpus=gpus, zero=zero, offload=offload)
+    t = layout_free_terms(job)
+    bd, host = model_states(job, t["frozen_weights"], t["adapter_params"])
+    host += (t["host_checkpoint_inputs"] or 0) * gpus  # Unsloth's offloaded checkpoints
+    bd["sharding_buffers"] = sharding_buffer_bytes(job)
+    bd.update({k: t[k] for k in ("quant_buffers", "activations", "logits")})
+    allocated = sum(bd.values())
+    bd["cuda_context"], bd["allocator_margin"] = CUDA_CONTEXT_GB * GB, ALLOCATOR_MARGIN * allocated
+    e = estimate(job, warnings=False, terms=t)
+    assert e.breakdown_gb == {k: v / GB for k, v in bd.items()} and list(e.breakdown_gb) == list(bd)
+    assert (e.per_gpu_gb, e.host_ram_gb) == (sum(bd.values()) / GB, host / GB)
+
+
 # --- an offer's JSON: the static part kept per (offer, site) -------------------------------
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
