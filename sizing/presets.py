@@ -25,18 +25,20 @@ from dataclasses import dataclass, field
 LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+_MISSING = object()
+
+
 def _memo(fn):
     """Memoise a derived figure on the (immutable) architecture: sizing one request asks
     for the parameter counts hundreds of times, across every candidate card."""
     name = fn.__name__
 
     def cached(self, *args):
-        key = (name, *args)
-        try:
-            return self._derived[key]
-        except KeyError:
+        key = (name, *args) if args else name
+        value = self._derived.get(key, _MISSING)  # a first use is no KeyError raised and caught
+        if value is _MISSING:
             value = self._derived[key] = fn(self, *args)
-            return value
+        return value
 
     cached.__doc__ = fn.__doc__
     return cached

@@ -101,11 +101,10 @@ def flops_per_token(job: Job) -> float:
     (the recommender prices every offer of one job with it)."""
     a = job.arch
     key = ("flops_per_token", job.method in ADAM_STATE_BYTES, job.checkpointing, job.seq)
-    try:
-        return a._derived[key]
-    except KeyError:
+    value = a._derived.get(key)  # a new length or method is no KeyError raised and caught
+    if value is None:
         value = a._derived[key] = _flops_per_token(job)
-        return value
+    return value
 
 
 def _flops_per_token(job: Job) -> float:

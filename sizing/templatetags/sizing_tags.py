@@ -107,7 +107,7 @@ def memory_bar(estimate, card=None, caption="", tr: Texts | None = None):
     card_gb = card.vram_gb if card is not None else None
     # (gb, colour, label, the gb as the bar's text and as the title's) of each term over 0
     looks = _term_looks(tr)
-    terms = [(gb, *looks[key], _gb(gb), _gb(gb, 2)) for key, gb in estimate.breakdown_gb.items() if gb > 0]
+    terms = [(gb, *looks[key], f"{gb:,.1f}", f"{gb:,.2f}") for key, gb in estimate.breakdown_gb.items() if gb > 0]
     need = _gb(per_gpu_gb)
     title = _bt(tr, gettext_noop("Memory per GPU: %(need)s GB"), need=need)
     card_texts = None
@@ -194,7 +194,12 @@ def _drawing(segs: list, per_gpu_gb: float, card_gb, card_texts, width: int, tit
         xs, ws = repr(round(x, 2)), repr(round(w, 2))
         if not dot or "e" in xs or "e" in ws or "n" in xs or "n" in ws:
             xs, ws = _num(round(x, 2), dot), _num(round(w, 2), dot)
-        text = f'<text x="{_num(round(x + w / 2, 2), dot)}{text_rest}' if w >= MIN_TEXT_PX else ""
+        text = ""
+        if w >= MIN_TEXT_PX:
+            ms = repr(round(x + w / 2, 2))
+            if not dot or "e" in ms or "n" in ms:
+                ms = _num(round(x + w / 2, 2), dot)
+            text = f'<text x="{ms}{text_rest}'
         segments.append(f'<g class="membar-seg">\n    <rect x="{xs}" y="{y}" width="{ws}{rest}{text}\n  </g>')
         x += w
     card_rect = card_lines = ""
@@ -282,21 +287,46 @@ def offer_cells(tr: Texts):
     return cells
 
 
+def _row_cells(tr: Texts, cells):
+    """``row(candidate, site)``: a recommendation row's price and stock cells up to its Run
+    cell, and from it its order cell, as one text each (``offer_cells``' values, the
+    language's labels); kept beside ``offer_cells`` in the language's texts table."""
+    try:
+        return tr.extra["row-cells"]
+    except KeyError:
+        pass
+    l_week, l_month = _t(tr[gettext_noop("Week")]), _t(tr[gettext_noop("Month")])
+    l_gpuh, l_stock = _t(tr[gettext_noop("per GPU-h")]), _t(tr[gettext_noop("In stock")])
+    order = _t(tr[gettext_noop("Order this")])
+
+    @functools.lru_cache(maxsize=512)
+    def row(c, site: str | None) -> tuple[str, str]:
+        _, _, week, month, gpuh, stock, href = cells(c, site)
+        return (f'        <td class="num" data-label="{l_week}">{week}</td>\n'
+                f'        <td class="num" data-label="{l_month}">{month}</td>\n'
+                f'        <td class="num" data-label="{l_gpuh}">{gpuh}</td>\n'
+                f'        <td data-label="{l_stock}">{stock}</td>\n        ',
+                f'\n        <td><a class="btn small" href="{href}">{order}</a></td>\n      </tr>')
+
+    tr.extra["row-cells"] = row
+    return row
+
+
 @register.simple_tag
 def recommendation_rows(result, tr: Texts | None = None):
     """The rows of "Recommendation, cheapest first" (``result.options``, the best first)."""
     tr = texts() if tr is None else tr
     usd, cells, site = usd_formatter(tr=tr), offer_cells(tr), result.request.site
+    row_cells = _row_cells(tr, cells)
     l_vram, l_mode = _t(tr[gettext_noop("VRAM")]), _t(tr[gettext_noop("Mode")])
-    l_week, l_month = _t(tr[gettext_noop("Week")]), _t(tr[gettext_noop("Month")])
-    l_gpuh, l_stock = _t(tr[gettext_noop("per GPU-h")]), _t(tr[gettext_noop("In stock")])
     l_run, recommended = _t(tr[gettext_noop("Run")]), _t(tr[gettext_noop("recommended")])
-    order, rental = _t(tr[gettext_noop("Order this")]), _t(tr[gettext_noop("rental")])
+    rental = _t(tr[gettext_noop("rental")])
     tokens = result.request.job.tokens
     rows = []
     for i, o in enumerate(result.options):
         e = o.estimate
-        name, vram, week, month, gpuh, stock, href = cells(o.candidate, site)
+        name, vram = cells(o.candidate, site)[:2]
+        prices, order_cell = row_cells(o.candidate, site)
         tr_class, badge = (' class="best"', f' · <span class="badge ok">{recommended}</span>') if i == 0 else ("", "")
         warnings = "".join(f'<br><small class="warn-note">{_esc(w)}</small>' for w in o.warnings)
         zero = f" · ZeRO-{_esc(e.zero)}" if e.zero and o.mode != "zero-3" else ""
@@ -325,11 +355,7 @@ def recommendation_rows(result, tr: Texts | None = None):
             f'        <td class="num" data-label="{l_vram}">{vram}<br><small class="muted">'
             f'{needs}</small></td>\n'
             f'        <td data-label="{l_mode}">{_esc(_mode_word(o.mode, tr))}{zero}</td>\n'
-            f'        <td class="num" data-label="{l_week}">{week}</td>\n'
-            f'        <td class="num" data-label="{l_month}">{month}</td>\n'
-            f'        <td class="num" data-label="{l_gpuh}">{gpuh}</td>\n'
-            f'        <td data-label="{l_stock}">{stock}</td>\n        {run}\n'
-            f'        <td><a class="btn small" href="{href}">{order}</a></td>\n      </tr>')
+            f'{prices}{run}{order_cell}')
     return mark_safe("".join(rows))  # noqa: S308 - every value in it is escaped (_esc, _t, _bt)
 
 
