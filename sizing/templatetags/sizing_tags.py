@@ -177,6 +177,15 @@ def _num(value: float, dot: bool) -> str:
     return text if dot and "e" not in text and "n" not in text else _esc(value, dot)
 
 
+def _r2(x: float) -> str:
+    """``repr(round(x, 2))``: below 1e13 (at most 15 digits, each such decimal its own float)
+    the same text from one correctly rounded formatting instead of round's and repr's."""
+    if -1e13 < x < 1e13:
+        text = f"{x:.2f}".rstrip("0")
+        return text + "0" if text[-1] == "." else text
+    return repr(round(x, 2))
+
+
 def _drawing(segs: list, per_gpu_gb: float, card_gb, card_texts, width: int, title: str, needs: str,
              dot: bool) -> str:
     """One <svg> of the bar (the wide or the narrow drawing), at ``bar_geometry``'s
@@ -191,12 +200,12 @@ def _drawing(segs: list, per_gpu_gb: float, card_gb, card_texts, width: int, tit
     for gb, rest, text_rest in segs:
         w = gb * scale
         # _num inlined (three numbers a segment, two drawings): a rounded float's repr, else _esc
-        xs, ws = repr(round(x, 2)), repr(round(w, 2))
+        xs, ws = _r2(x), _r2(w)
         if not dot or "e" in xs or "e" in ws or "n" in xs or "n" in ws:
             xs, ws = _num(round(x, 2), dot), _num(round(w, 2), dot)
         text = ""
         if w >= MIN_TEXT_PX:
-            ms = repr(round(x + w / 2, 2))
+            ms = _r2(x + w / 2)
             if not dot or "e" in ms or "n" in ms:
                 ms = _num(round(x + w / 2, 2), dot)
             text = f'<text x="{ms}{text_rest}'

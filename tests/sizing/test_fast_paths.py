@@ -108,6 +108,15 @@ def test_the_one_pass_bar_draws_what_the_geometry_builder_drew(terms, per_gpu, v
         assert memory_bar(estimate, card, caption) == _old_memory_bar(estimate, card, caption)
 
 
+@settings(max_examples=2000, deadline=None)
+@given(x=st.one_of(st.floats(allow_nan=True), st.floats(-1e4, 1e4), st.floats(0, 1e13),
+                   st.integers(-10**6, 10**6).map(lambda n: n / 200)))
+def test_the_bars_positions_are_their_rounded_reprs(x):
+    from sizing.templatetags.sizing_tags import _r2
+
+    assert _r2(x) == repr(round(x, 2))
+
+
 # --- one-change plans: an offer that would not be shown is not costed ----------------------
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
