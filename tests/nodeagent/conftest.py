@@ -37,6 +37,7 @@ from nodeagent.journal import Journal
 from nodeagent.outbox import Outbox
 from nodeagent.runtime.docker import DockerRuntime
 from nodeagent.signing import NodeKey
+from tests.deadlines import Deadline, scaled
 from tests.tools import require, require_tool
 
 from .agent_process import IMAGE_SLUG, STUB_GPUS
@@ -290,15 +291,21 @@ def ssh_argv(netns: NetNamespaces, key: Path, port: int, command: str) -> list[s
         "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR", f"root@{netns.node_ip}", command)
 
 
-def ssh_run(netns, key, port, command, *, attempts=40) -> subprocess.CompletedProcess:
-    """Run `command` over ssh, retrying while sshd is still starting."""
-    for _ in range(attempts):
+def ssh_run(netns, key, port, command, *, attempts: int | None = None,
+            within: float = 30) -> subprocess.CompletedProcess:
+    """Run `command` over ssh, retrying while sshd is still starting: for `within` unloaded
+    seconds (tests/deadlines.py: a fixed 40 tries ran out at load 3 before an image's sshd
+    listened), or exactly `attempts` tries when given (1: to see a refusal)."""
+    deadline, tries = Deadline(within), 0
+    while True:
         result = subprocess.run(ssh_argv(netns, key, port, command), capture_output=True,
-                                text=True, timeout=30)
+                                text=True, timeout=scaled(30))
+        tries += 1
         if result.returncode != 255:       # 255: ssh itself failed (refused, no route)
             return result
+        if tries == attempts or (attempts is None and deadline.expired()):
+            return result
         time.sleep(0.5)
-    return result
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from nodeagent.config import DockerConfig
 from nodeagent.directory_disks import DirectoryDisks
 from nodeagent.interfaces import OperationFailed
 from nodeagent.runtime.docker import DockerRuntime
+from tests.deadlines import wait_for
 from tests.tools import require_tool
 
 from ..conftest import ssh_run, stand_in_devices
@@ -135,12 +136,14 @@ def test_ssh_with_another_key_is_refused(runtime, instance_image, netns, ssh_key
     disk = DirectoryDisks(tmp_path / "disks").ensure_ready(14, 10)
     status = runtime.ensure_running(spec_for(14, instance_image, disk,
                                              keys=(OTHER_KEY,)))
-    attempt = ssh_run(netns, key_path, status.ssh_port, "true", attempts=1)
-    for _ in range(20):
-        if "Permission denied" in attempt.stderr:
-            break
-        attempt = ssh_run(netns, key_path, status.ssh_port, "true", attempts=1)
-    assert attempt.returncode == 255 and "Permission denied" in attempt.stderr
+    attempts = []
+
+    def refused_by_sshd():      # not a refused connection while sshd is still starting
+        attempts.append(ssh_run(netns, key_path, status.ssh_port, "true", attempts=1))
+        return "Permission denied" in attempts[-1].stderr
+
+    wait_for(refused_by_sshd, 30, "sshd to refuse the other key", every=0.5, detail=lambda: attempts[-1].stderr)
+    assert attempts[-1].returncode == 255
 
 
 def test_changed_gpus_recreate_the_container_keeping_the_disk(runtime, instance_image, tmp_path):
