@@ -295,13 +295,11 @@ def _layout(c: Candidate, est: _Estimator) -> tuple[Estimate, str, bool]:
 
 
 def _lay_out(c: Candidate, est: _Estimator) -> tuple[Estimate, str, bool]:
-    # usable_gb, can_data_parallel and host_ram_short inlined: every offer of every answer
-    vram, gpus, ram = c.vram_gb, c.gpus, c.host_ram_gb
-    usable = vram - max(HEADROOM_MIN_GB, HEADROOM_FRACTION * vram)
+    gpus = c.gpus
+    usable = usable_gb(c.vram_gb)
     whole = est(gpus, 0)
     mode = "single" if gpus == 1 else "data-parallel"
-    if whole.per_gpu_gb <= usable and (gpus == 1 or c.link != "pcie") and not (
-            ram is not None and whole.host_ram_gb > usable_host_gb(ram)):
+    if whole.per_gpu_gb <= usable and can_data_parallel(c.link, gpus) and not host_ram_short(c, whole):
         return whole, mode, True
     if can_shard(c.link, gpus):
         sharded = est(gpus, 3, est.job.offload)
