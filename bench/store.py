@@ -23,7 +23,8 @@ migrates it, loads the demo catalog and collects the static files, then:
 
 Then per size (bench/store_load.py): every node holds a watch and nothing else happens (the
 storefront's RSS against its own with none held, and its CPU while they only wait); then
-every node runs its round each --poll seconds and holds its watch between rounds, while
+every node runs its round each --poll seconds, its report held until the next is due (the
+report that waits; --report-then-watch: a report, then a watch held between rounds), while
 customers send --rate requests/s open-loop (the catalog filtered, the calculator's htmx
 fragment on varied inputs, a lease page, the API with a token, the home page) — --settle
 seconds untimed, then --duration seconds counted. Printed per size: per endpoint the
@@ -90,6 +91,8 @@ def parse_args():
     parser.add_argument("--use-system-services", action="store_true",
                         help="the PostgreSQL and Redis of DATABASE_URL and REDIS_URL (default: the bench's own)")
     parser.add_argument("--no-fail", action="store_true", help="exit 0 even when a size misses a target")
+    parser.add_argument("--report-then-watch", action="store_true",
+                        help="nodes report to web, then watch (agents before the report that waits)")
     parser.add_argument("--smoke", action="store_true", help="seconds: 20 nodes, tiny rates (CI); fails on errors only")
     args = parser.parse_args()
     args.sizes = sorted(args.sizes or [1000])
@@ -248,7 +251,7 @@ def bench(args, url: str, redis_url: str) -> None:
                                      settle=args.settle, duration=args.duration, idle=args.idle, rate=args.rate,
                                      connections=args.connections, customer_connections=args.customer_connections,
                                      watch_pid=watch_server.pid, web_pid=web_server.pid, on_schedule=on_schedule,
-                                     on_counted=on_counted))
+                                     on_counted=on_counted, reports_wait=not args.report_then_watch))
             jobs["process"].proc.wait(300)
             jobs["process"].stop()
             passes = [json.loads(line) for line in jobs["process"].log_path.read_text().splitlines()
@@ -282,8 +285,9 @@ def print_size(args, size: int, result: dict, passes: list[dict], left: dict, sa
           f"{held['web']:.0f} MiB, watch {before['watch']:.0f} -> {held['watch']:.0f} MiB: "
           f"{per_thousand:.1f} MiB per 1,000 nodes over the {before['web'] + before['watch']:.0f} MiB with none held; CPU (web + watch) while they wait {100 * result['idle_cpu']:.1f} % "
           f"of a core", flush=True)
-    print(f"  counted {duration:g} s: nodes asked {2 * size / args.poll:.0f} req/s (a round and a watch each "
-          f"per {args.poll:g} s), customers {args.rate:g} req/s ("
+    asked = (f"{2 * size / args.poll:.0f} req/s (a report to web and a watch each" if args.report_then_watch else
+             f"{size / args.poll:.0f} req/s (a report that waits each")
+    print(f"  counted {duration:g} s: nodes asked {asked} per {args.poll:g} s), customers {args.rate:g} req/s ("
           + ", ".join(f"{e} {100 * w:.0f} %" for e, w in MIX.items()) + ")")
     print("  | endpoint | requests | rate/s | errors | p50 ms | p99 ms | max ms |\n  |---|---:|---:|---:|---:|---:|---:|")
     worst, errors = (0.0, ""), 0

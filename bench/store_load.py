@@ -1,12 +1,14 @@
 """bench/store.py's load generator: the whole fleet and the customers at once, one asyncio
 process over bench/rawhttp.py's keep-alive pools.
 
-Each node runs as the agent does with the watch (nodeagent/PROTOCOL.md): a round every
-`poll` seconds at its own offset — its signed report, answered with the desired state (or
-`null` while its ETag holds) — and between rounds a held GET /agent/v1/desired/watch on the
-ASGI process, asked to wait until the next round is due; an answer `changed` starts a round
-at once (the GET of the desired state) and the next periodic round one interval later. A
-node is late when a round starts more than one interval after it was due.
+Each node runs as the agent does (nodeagent/PROTOCOL.md): a round every `poll` seconds at its
+own offset, its signed report sent as the report that waits (POST /agent/v1/report/watch on
+the ASGI process, held until the next round is due): answered with the desired state (or
+`null` while its ETag holds), at once when it moved, then reported again. With
+`reports_wait=False` (bench/store.py --report-then-watch), as agents before it: the report to
+the web process, and between rounds a held GET /agent/v1/desired/watch; an answer `changed`
+starts a round at once (the GET of the desired state) and the next periodic round one
+interval later. A node is late when a round starts more than one interval after it was due.
 
 The customers are open-loop: requests leave at the stated rate whatever the answers do, and
 each latency counts from the moment its request was due to leave, so a slow server (or a
@@ -74,7 +76,7 @@ MIX = {"catalog, filtered": 0.25, "calculator (htmx, varied)": 0.25, "lease page
 
 async def run(*, web: str, watch: str, fleet: list[dict], customers: list[dict], poll: float, settle: float,
               duration: float, idle: float, rate: float, connections: int, customer_connections: int,
-              watch_pid: int, web_pid: int, on_schedule, on_counted) -> dict:
+              watch_pid: int, web_pid: int, on_schedule, on_counted, reports_wait: bool = True) -> dict:
     """Every node's first watch (its version, untimed), the wait-only phase, then `settle`
     seconds of everything untimed and `duration` seconds counted. `on_schedule(first_rounds,
     counted_from, end)` (epoch seconds) is called once they are known (the jobs process);
@@ -129,18 +131,23 @@ async def run(*, web: str, watch: str, fleet: list[dict], customers: list[dict],
     def counted(t: float) -> bool:
         return timed_from <= t < deadline
 
-    async def round_trip(node: dict, k: int, due: float):
-        """The node's periodic round: its signed report, answered with the desired state."""
+    async def round_trip(node: dict, k: int, due: float, wait: float | None = None,
+                         endpoint: str = "POST /agent/v1/report (round)") -> bool:
+        """The node's periodic round: its signed report, answered with the desired state; with
+        `wait`, the report that waits (held on the ASGI process until a change or `wait` s).
+        Returns whether the answer brought a new document."""
         node["seq"] += 1
         node["egress"] = node.get("egress", 10**6) + random.randint(10**6, 10**8)
         data = report_body(node, node["seq"], node.get("ops", {}), node["egress"], desired_etag=node.get("etag", ""),
                            with_gpus=(node["seq"] + node["gpu_phase"]) % FULL_GPU_REPORT_EVERY == 0)
-        raw = request_bytes("POST", "/agent/v1/report", {
+        path = "/agent/v1/report" if wait is None else \
+            f"/agent/v1/report/watch?{urlencode({'version': node.get('version', ''), 'wait': f'{wait:.3f}'})}"
+        raw = request_bytes("POST", path, {
             "Authorization": f"Node {node['credential']}", "Content-Type": "application/json",
             "X-Node-Signature": base64.b64encode(keys[k].sign(data)).decode()}, data)
-        t, error = time.perf_counter(), None
+        t, error, new_document = time.perf_counter(), None, False
         try:
-            status, headers, body = await web_pool.request(raw)
+            status, headers, body = await (web_pool if wait is None else watch_pool).request(raw)
             if status != 200:
                 error = str(status)
             else:
@@ -148,11 +155,16 @@ async def run(*, web: str, watch: str, fleet: list[dict], customers: list[dict],
                 if isinstance(answer.get("desired"), dict):
                     node["ops"] = {i["lease_id"]: i["op_id"] for i in answer["desired"]["instances"]}
                     node["etag"] = answer["desired_etag"]
+                    new_document = True
                 node["version"] = headers.get("x-desired-version") or node.get("version", "")
         except HttpError as exc:
             error = str(exc).split(":")[0]
+        took = (time.perf_counter() - t) * 1000
+        if wait is not None and not new_document:      # held: how long after its wait it came
+            endpoint, took = "POST /agent/v1/report/watch (past its wait)", max(0.0, took - wait * 1000)
         if counted(due):
-            figures.add("POST /agent/v1/report (round)", (time.perf_counter() - t) * 1000, t, error)
+            figures.add(endpoint, took, t, error)
+        return new_document
 
     async def changed_round(node: dict):
         """A watch said `changed`: the agent's round at once, a GET of the desired state."""
@@ -213,8 +225,17 @@ async def run(*, web: str, watch: str, fleet: list[dict], customers: list[dict],
                 state["late"] += 1
                 late_nodes.add(k)
             state["rounds"] += counted(next_round)
-            await round_trip(node, k, next_round)
+            if not reports_wait:
+                await round_trip(node, k, next_round)
+                next_round += poll
+                continue
+            # the agent's report that waits: the rest of the interval, the report's answer held
             next_round += poll
+            passes = 0
+            while await round_trip(node, k, now, wait=max(0.0, next_round - time.monotonic())) and passes < 2:
+                passes += 1            # a new document: converged, reported again (held again)
+                state["changed"] += counted(now)
+                now = time.monotonic()
 
     mix = customer_requests(customers)
     by_endpoint: dict[str, list[bytes]] = {}

@@ -1,9 +1,10 @@
-"""The nodes' watch (GET /agent/v1/desired/watch, fleet/desired_watch.py) served straight
-from ASGI, around Django's middleware: each of those is sync and would hold a thread for
-the whole wait, so 10,000 waiting nodes would be 10,000 threads. Here a waiting node is a
-coroutine. What the middleware adds to an agent answer is added here (fleet/middleware.py:
+"""The nodes' waits (GET /agent/v1/desired/watch and POST /agent/v1/report/watch,
+fleet/desired_watch.py) served straight from ASGI, around Django's middleware: each of those
+is sync and would hold a thread for the whole wait, so 10,000 waiting nodes would be 10,000
+threads. Here a waiting node is a coroutine. What the middleware adds to an agent answer is added here (fleet/middleware.py:
 the fixed security headers, Permissions-Policy, no-store); the view itself is the one the
 URLconf serves (authentication, rate limit, bad input)."""
+import io
 import logging
 
 from django.conf import settings
@@ -13,6 +14,7 @@ from django.http import JsonResponse
 from .middleware import fixed_headers
 
 WATCH_PATH = "/agent/v1/desired/watch"
+REPORT_WATCH_PATH = "/agent/v1/report/watch"
 logger = logging.getLogger("fleet.asgi")
 # The headers the middleware would add, encoded once: (name, value) in bytes, by name.
 _added: dict[str, tuple[bytes, bytes]] | None = None
@@ -43,16 +45,38 @@ def response_headers(response) -> list[tuple[bytes, bytes]]:
     return headers
 
 
-async def watch_app(scope, receive, send) -> None:
-    """An ASGI application for WATCH_PATH alone (storefront/asgi.py routes to it)."""
-    from .views import watch
+async def _body(receive) -> bytes | None:
+    """The request's body, None past DATA_UPLOAD_MAX_MEMORY_SIZE (reading stops there)."""
+    limit, chunks, size = settings.DATA_UPLOAD_MAX_MEMORY_SIZE, [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":        # the client left before sending it all
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is not None and size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
 
-    request = ASGIRequest(scope, _NoBody())
+
+async def watch_app(scope, receive, send) -> None:
+    """An ASGI application for WATCH_PATH and REPORT_WATCH_PATH alone (storefront/asgi.py
+    routes them here)."""
+    from .views import report_watch, watch
+
+    view = report_watch if scope["path"] == REPORT_WATCH_PATH else watch
     try:
-        # a connection the database dropped is closed in the view's own trip to a thread
-        response = await watch(request, fresh_connections=True)
+        body = await _body(receive) if scope["method"] == "POST" else b""
+        if body is None:
+            response = JsonResponse({"error": "too_large"}, status=413)
+        else:
+            # a connection the database dropped is closed in the view's own trip to a thread
+            response = await view(ASGIRequest(scope, io.BytesIO(body) if body else _NoBody()),
+                                  fresh_connections=True)
     except Exception:
-        logger.exception("watch failed")
+        logger.exception("%s failed", scope["path"])
         response = JsonResponse({"error": "unavailable"}, status=503)
         response["Retry-After"] = "5"
     await send({"type": "http.response.start", "status": response.status_code, "headers": response_headers(response)})

@@ -8,4 +8,5 @@ urlpatterns = [
     path("desired", views.desired, name="agent_desired"),
     path("desired/watch", views.watch, name="agent_desired_watch"),
     path("report", views.report, name="agent_report"),
+    path("report/watch", views.report_watch, name="agent_report_watch"),
 ]

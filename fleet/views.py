@@ -4,6 +4,7 @@ is a 4xx with {"error": code}, never a 500."""
 import asyncio
 import math
 import time
+from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -191,43 +192,59 @@ async def watch(request, *, fresh_connections: bool = False):
     any call; it reads no table, and waits without a thread only under ASGI."""
     if request.method != "GET":
         return _error(405, "method_not_allowed")
-    try:
-        wait = float(request.GET.get("wait", settings.NODE_POLL_SECONDS))
-    except ValueError:
-        wait = math.nan
-    if not math.isfinite(wait) or wait < 0:
+    asked = _watch_query(request)
+    if asked is None:
         return _error(400, "invalid_request")
-    given = request.GET.get("version", "")[:80]
+    given, hold = asked
     read_at = time.monotonic()
     # one thread hop, not two: each is a pool round trip (and a context copy) per watch
     agent, found, refusal = await sync_to_async(_watching_agent)(request, fresh_connections)
     if refusal:
         return refusal
-    # the version as the call's own round trip read it (else read below, once registered)
+    # the version as the call's own round trip read it (else read once registered)
     current = _version_of(agent.node_id, found) if EPOCH_KEY in found and version_key(agent.node_id) in found \
         else None
-    if current is not None and current != given:
-        return _watched(current, given)
+    return _watched(await _changed_from(agent.node_id, given, current, hold, read_at), given)
+
+
+def _watch_query(request) -> tuple[str, float] | None:
+    """The version a waiting call holds and how long it may be held (its `wait`, at most
+    NODE_WATCH_MAX_SECONDS; under WSGI, where a wait would park a server thread,
+    NODE_WATCH_WSGI_HOLD_SECONDS); None for bad input."""
+    try:
+        wait = float(request.GET.get("wait", settings.NODE_POLL_SECONDS))
+    except ValueError:
+        return None
+    if not math.isfinite(wait) or wait < 0:
+        return None
     hold = min(wait, settings.NODE_WATCH_MAX_SECONDS)
-    if not isinstance(request, ASGIRequest):    # a WSGI thread is too dear to park
+    if not isinstance(request, ASGIRequest):
         hold = min(hold, settings.NODE_WATCH_WSGI_HOLD_SECONDS)
+    return request.GET.get("version", "")[:80], hold
+
+
+async def _changed_from(node_id: int, given: str, current: str | None, hold: float, read_at: float) -> str:
+    """The node's version as soon as it differs from `given`, else after `hold` seconds the
+    one it has. `current`: as the caller read it (None: read here, once registered, so a
+    change between the read and the wait still rings); `read_at`: when (time.monotonic())
+    the caller's read began."""
     desired_watch.ensure_listening()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + hold
     # Registered now, it is rung by any change heard since the version was read (read_at).
-    with desired_watch.bell.waiter(agent.node_id, read_at=read_at) as waiter:
+    with desired_watch.bell.waiter(node_id, read_at=read_at) as waiter:
         if current is None:
-            current = await sync_to_async(_version_of)(agent.node_id, None)
+            current = await sync_to_async(_version_of)(node_id, None)
         while current and current == given and (remaining := deadline - loop.time()) > 0:
             # subscribed, every change rings; else the version is read again now and then
             timeout = remaining if desired_watch.listening() else min(remaining, settings.NODE_WATCH_RECHECK_SECONDS)
             if await waiter.rung(timeout) and waiter.news is not None:
                 told = desired_watch.version_after(given, waiter.news)
                 if told is not None:
-                    return _watched(told, given)      # a committed change: nothing to read
+                    return told      # a committed change: nothing to read
             waiter.news = None
-            current = await sync_to_async(_version_of)(agent.node_id, None)
-    return _watched(current, given)
+            current = await sync_to_async(_version_of)(node_id, None)
+    return current
 
 
 def _watched(current: str, given: str) -> JsonResponse:
@@ -302,34 +319,89 @@ def _looked_up(request, credential_hash: str, found: dict, node_id: int, body: b
 @csrf_exempt
 @require_POST
 def report(request):
+    return _report(request)[0]
+
+
+@dataclass
+class _Steady:
+    """A report's answer that told the node its desired state is current: what a held report
+    (report_watch) needs to answer again once it moves."""
+    agent: NodeAgent
+    payload: dict
+    held_etag: str
+    version: str
+
+
+def _report(request) -> tuple[JsonResponse, _Steady | None]:
     # A steady report may be accepted by Redis alone (fleet/seq.py): the cached agent serves
     # only under the current credential epoch, as for a desired poll.
     now, signature, envelope = timezone.now(), request.headers.get("X-Node-Signature", ""), None
     polled = _polled_report(request, signature, now)
     if isinstance(polled, JsonResponse):
-        return polled
+        return polled, None
     if polled:
         agent, found, envelope = polled
     else:
         agent, found, refusal = _agent_or_refusal(request, checked_by_caller=False, keys_of=_report_keys)
         if refusal:
-            return refusal
+            return refusal, None
     body = _body(request)
     if body is None:
-        return _error(413, "too_large")
+        return _error(413, "too_large"), None
     changes = changes_so_far()
     try:
         outcome = report_accept(agent=agent, body=body, signature=signature, now=now, cached=found,
                                 envelope=envelope)
     except ReportRefused as exc:
-        return _error(exc.status, exc.code)
+        return _error(exc.status, exc.code), None
     payload = outcome.as_json()
-    version = None
+    version, steady = None, None
     if outcome.desired_etag is not None:
         unmoved = found if changes_so_far() == changes else None
         version = _version_of(agent.node_id, unmoved)
         payload = _with_desired(payload, agent, outcome.desired_etag, now, unmoved)
+        if payload["desired"] is None:
+            steady = _Steady(agent, payload, outcome.desired_etag, version)
     response = JsonResponse(payload)
     if version is not None:
         response[VERSION_HEADER] = version
+    return response, steady
+
+
+def _report_in_thread(request, fresh_connections: bool) -> tuple[JsonResponse, _Steady | None]:
+    if fresh_connections:
+        close_old_connections()
+    return _report(request)
+
+
+def _answer_again(steady: _Steady) -> JsonResponse:
+    """A held report's answer once its node's desired state moved: the report's own answer
+    with the current document (the version read first: the document is at least as new)."""
+    version = _version_of(steady.agent.node_id, None)
+    payload = _with_desired(dict(steady.payload), steady.agent, steady.held_etag, timezone.now(), None)
+    response = JsonResponse(payload)
+    response[VERSION_HEADER] = version
     return response
+
+
+@csrf_exempt
+async def report_watch(request, *, fresh_connections: bool = False):
+    """POST /agent/v1/report/watch?version=V&wait=S (PROTOCOL.md): the report, accepted at
+    once as POST /agent/v1/report; when its answer says the node holds its current desired
+    state and that state is at version V, the answer is held until the state moves past V
+    (then it carries the new document) or for S seconds. A node's report and its wait for a
+    change are one request: half the requests of a report and a watch."""
+    if request.method != "POST":
+        return _error(405, "method_not_allowed")
+    asked = _watch_query(request)
+    if asked is None:
+        return _error(400, "invalid_request")
+    given, hold = asked
+    read_at = time.monotonic()
+    # not the one thread every thread-sensitive call shares: a report does more than a watch
+    response, steady = await sync_to_async(_report_in_thread, thread_sensitive=False)(request, fresh_connections)
+    if steady is None or not given or steady.version != given or hold <= 0:
+        return response
+    if await _changed_from(steady.agent.node_id, given, steady.version, hold, read_at) == given:
+        return response
+    return await sync_to_async(_answer_again, thread_sensitive=False)(steady)

@@ -109,6 +109,10 @@ class Agent:
         self.attachment = AttachmentCheck(self.state.root, __version__)
         self.failures = 0
         self.watching = config.watch    # ask the storefront to answer a change at once
+        # ... and, where it can, as the answer to the round's report (POST /agent/v1/report/watch)
+        self.reports_wait = config.watch
+        self._report_waited = False      # this round's report was held: its wait is spent
+        self._stop: threading.Event | None = None
         self._held: dict | None = None   # the desired state the last report's answer carried
         self._gpus_sent: list | None = None   # the GPUs as last accepted (temperature aside)
         self._reports_since_gpus = 0
@@ -121,11 +125,11 @@ class Agent:
     def run_forever(self, stop: threading.Event) -> None:
         log.info("node %s: agent %s polling %s", self.node, __version__, self.client.url)
         warn_if_cleartext(self.client.url)
+        self._stop = stop
         guard = self._start_filter_guard()
         sampler = TelemetrySampler(self.telemetry).start() if self.telemetry is not None else None
         try:
             while not stop.is_set():
-                self._round_started = time.monotonic()
                 try:
                     delay = self.run_once()
                 except Exception as exc:  # never exit on a surprise: the instances stay up anyway
@@ -171,25 +175,56 @@ class Agent:
                 break
         stop.wait(max(0.0, deadline - time.monotonic()))
 
+    def _report(self, report: dict) -> dict | None:
+        """The report sent; while the node watches, as the report that waits (PROTOCOL.md):
+        answered when the desired state moves or the rest of this round's interval has
+        passed, so a steady node makes one request an interval, not a report and a watch.
+        None: a stop came while it was held."""
+        version = self.client.desired_version
+        remaining = self.poll_seconds - (time.monotonic() - self._round_started)
+        if not (self.reports_wait and self.watching and version and remaining > WATCH_AT_LEAST_SECONDS):
+            return self.client.report(report, self.key)
+        answer = self._until_stopped(lambda: self.client.report(report, self.key, wait_from=(version, remaining)))
+        if isinstance(answer, StorefrontRefused) and answer.status in (404, 405):
+            log.info("the storefront holds no report: reporting, then watching")
+            self.reports_wait = False
+            return self.client.report(report, self.key)   # it was not taken: the same seq is new
+        if isinstance(answer, Exception):
+            raise answer
+        self._report_waited = answer is not None
+        return answer
+
     def _watch_until_stopped(self, version: str, delay: float, stop: threading.Event):
         """The watch's answer (True/False, or the StorefrontRefused/StorefrontUnreachable it
-        raised), asked from a thread of its own so that a stop (SIGTERM: an upgrade, systemd)
-        ends the wait at once instead of after it; the abandoned call dies with the process."""
+        raised)."""
+        return self._until_stopped(lambda: self.client.watch(version, delay), stop)
+
+    def _until_stopped(self, call, stop: threading.Event | None = None):
+        """`call()`'s result, or the StorefrontRefused/StorefrontUnreachable it raised, or None
+        when a stop came first: asked from a thread of its own so that a stop (SIGTERM: an
+        upgrade, systemd) ends a held wait at once instead of after it; the abandoned call
+        dies with the process."""
+        stop = stop if stop is not None else self._stop
+        if stop is None:
+            try:
+                return call()
+            except (StorefrontRefused, StorefrontUnreachable) as exc:
+                return exc
         answer: list = []
         done = threading.Event()
 
         def ask():
             try:
-                answer.append(self.client.watch(version, delay))
+                answer.append(call())
             except (StorefrontRefused, StorefrontUnreachable) as exc:
                 answer.append(exc)
             except Exception as exc:     # never let a surprise end the loop: poll instead
-                log.exception("desired-state watch failed")
+                log.exception("a held call to the storefront failed")
                 answer.append(StorefrontUnreachable(str(exc)))
             finally:
                 done.set()
 
-        threading.Thread(target=ask, name="desired-watch", daemon=True).start()
+        threading.Thread(target=ask, name="storefront-wait", daemon=True).start()
         while not done.wait(STOP_CHECK_SECONDS):
             if stop.is_set():
                 return None
@@ -211,7 +246,9 @@ class Agent:
         round is one request: converge to the desired state held, report, and when the
         answer brings a new one converge to it (and report that) in the same round. A
         storefront that predates it is asked with GET /agent/v1/desired every round."""
+        self._round_started = time.monotonic()
         self._guard()
+        self._report_waited = False
         try:
             desired = self._held if self._held is not None else self.client.desired()
             for _ in range(MAX_PASSES_PER_ROUND):
@@ -231,6 +268,8 @@ class Agent:
             self._held = None            # ask afresh once the storefront answers again
             return self._back_off(exc)
         self.failures = 0
+        if self._report_waited:          # the next round is due an interval after this one began
+            return max(0.0, self.poll_seconds - (time.monotonic() - self._round_started))
         return self.poll_seconds
 
     def _guard(self) -> None:
@@ -257,11 +296,13 @@ class Agent:
         if telemetry is not None:
             report["telemetry"] = telemetry
         try:
-            answer = self.client.report(report, self.key)
+            answer = self._report(report)
         except StorefrontRefused as exc:
             if exc.error == "replayed":
                 self.state.skip_seq(REPLAY_SKIP)
             raise
+        if answer is None:                      # stopped while the storefront held it
+            return {}
         if self.telemetry is not None:
             self.telemetry.settle(answer)       # kept for the next report unless answered
         if send_gpus:

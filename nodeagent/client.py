@@ -68,14 +68,23 @@ class StorefrontClient:
                             timeout=wait + self.timeout)
         return isinstance(answer, dict) and answer.get("changed") is True
 
-    def report(self, report: dict, key: NodeKey) -> dict:
+    def report(self, report: dict, key: NodeKey, *, wait_from: tuple[str, float] | None = None) -> dict:
         """Signed; says which desired state this client holds (`desired_etag`, "" for none),
         so a storefront that knows it answers with the current one (PROTOCOL.md:
-        one request per steady poll) — read it with `desired_from`."""
+        one request per steady poll) — read it with `desired_from`. `wait_from` (the version
+        held, seconds): sent as POST /agent/v1/report/watch, whose answer the storefront holds
+        while that one is current, up to those seconds (StorefrontRefused with status 404 from
+        a storefront that predates it; the report was then not taken)."""
         report = {**report, "desired_etag": self._desired_etag if self._desired is not None else ""}
         body = json.dumps(report, separators=(",", ":")).encode()
         headers = {**self._auth(), "X-Node-Signature": key.sign(body)}
-        answer = self._call("POST", "/agent/v1/report", data=body, headers=headers)
+        if wait_from is None:
+            answer = self._call("POST", "/agent/v1/report", data=body, headers=headers)
+        else:
+            version, wait = wait_from
+            query = urlencode({"version": version, "wait": f"{max(wait, 0):.1f}"})
+            answer = self._call("POST", f"/agent/v1/report/watch?{query}", data=body, headers=headers,
+                                timeout=wait + self.timeout)
         self.desired_version = self._last_version
         return answer
 

@@ -63,8 +63,7 @@ CASES = {
     # of its own like fleet's; errors fail it, timings never do.
     "store": ("store.py", ["--smoke"], False,
               [r"20 nodes only waiting \(a watch each held\): storefront RSS web .* MiB per 1,000 nodes",
-               rf"\| POST /agent/v1/report \(round\) \| \d+ \| {NUMBER} \| 0 \| {NUMBER}",
-               rf"\| GET /agent/v1/desired/watch \(past its wait\) \| \d+ \| {NUMBER} \| 0 \|",
+               rf"\| POST /agent/v1/report/watch \(past its wait\) \| \d+ \| {NUMBER} \| 0 \| {NUMBER}",
                *(rf"\| {label} \| \d+ \| {NUMBER} \| 0 \| {NUMBER}" for label in (
                    "catalog, filtered", "calculator \\(htmx, varied\\)", "lease page \\(session\\)",
                    "GET /api/v1/leases \\(token\\)", "home page")),

@@ -2,20 +2,19 @@
 answered as soon as its desired state moves past V — by the bump of a committed change,
 not by the periodic recheck — or after `wait` seconds with `changed: false`. Under WSGI it
 is answered at once (a server thread is not parked)."""
-import asyncio
 import json
 import time
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import async_to_sync
 from django.test import AsyncRequestFactory
 from django.utils import timezone
 
 from fleet import desired_watch, views
 from fleet.desired_version import desired_changed
-from tests.deadlines import Deadline
 
 from .conftest import leaseless_agent, node_of
+from .waits import held, in_own_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)   # changes announce on commit
 
@@ -26,49 +25,15 @@ def version_of(node) -> str:
     return response[views.VERSION_HEADER]
 
 
-def in_own_thread(call):
-    """`call()` in a thread of its own, as a server runs a request: an earlier test in this
-    worker (a browser test's sync Playwright) may have left an event loop running in the
-    test's thread, where async_to_sync refuses to run."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from django.db import connections
-
-    def run():
-        try:
-            return call()
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(run).result()
-
-
 def watch_over_wsgi(node, **params):
     return in_own_thread(lambda: node.client.get("/agent/v1/desired/watch", params, **node.auth))
 
 
 def held_watch(node, *, version: str, wait: float, while_waiting=None) -> tuple[dict, float]:
-    """The watch as the ASGI process serves it (an ASGIRequest, its own event loop), with
-    `while_waiting` run (in the test's thread, like any other request) once it is waiting.
-    Returns the answer and how long it took."""
+    """The watch as the ASGI process serves it, `while_waiting` run once it waits."""
     request = AsyncRequestFactory().get("/agent/v1/desired/watch", {"version": version, "wait": wait},
                                         headers={"Authorization": f"Node {node.credential}"})
-
-    async def scenario():
-        started = time.monotonic()
-        answer = asyncio.create_task(views.watch(request))
-        if while_waiting is not None:
-            limit = Deadline(10)
-            while desired_watch.bell.count() == 0:
-                assert not answer.done(), answer.result().content
-                assert not limit.expired(), "the watch never started waiting"
-                await asyncio.sleep(0.01)
-            await sync_to_async(while_waiting)()
-        response = await answer
-        return response, time.monotonic() - started
-
-    response, took = in_own_thread(async_to_sync(scenario))
+    response, took = held(views.watch, request, while_waiting=while_waiting)
     assert response.status_code == 200, response.content
     return json.loads(response.content), took
 
@@ -173,10 +138,13 @@ def test_a_watch_needs_the_node_credential_and_a_get(client):
     assert in_own_thread(lambda: client.post("/agent/v1/desired/watch")).status_code == 405
 
 
-def test_the_real_agent_fetches_a_change_long_before_its_next_poll(live_server, catalog, operator, settings,
-                                                                    tmp_path):
+@pytest.mark.parametrize("reports_wait", [True, False], ids=["the report that waits", "the watch"])
+def test_the_real_agent_gets_a_change_long_before_its_next_poll(live_server, catalog, operator, settings, tmp_path,
+                                                                reports_wait):
     """The shipped agent's loop against the storefront over HTTP: with a 60 s poll interval,
-    a committed change to its node reaches it through the watch (PROTOCOL.md), not the poll."""
+    a committed change to its node reaches it through the wait (PROTOCOL.md), not the poll:
+    its held report is answered at the new version (with the document, had it changed), or
+    the watch says "changed" and the agent fetches it."""
     import threading
 
     from django.db import transaction
@@ -186,13 +154,19 @@ def test_the_real_agent_fetches_a_change_long_before_its_next_poll(live_server, 
     settings.NODE_POLL_SECONDS = 60
     settings.NODE_WATCH_WSGI_HOLD_SECONDS = 60      # the live server is WSGI, one thread per request
     agent, node = leaseless_agent(live_server.url, operator, tmp_path, poll_seconds=60)
+    agent.reports_wait = reports_wait
+    waiting_on = "report/watch" if reports_wait else "desired/watch"
     calls, original = [], agent.client.session.request
 
     def spy(method, url, **kwargs):
-        calls.append(("start", url.split("/agent/v1/")[1].split("?")[0], time.monotonic()))
+        path = url.split("/agent/v1/")[1].split("?")[0]
+        calls.append(("start", path, time.monotonic()))
         response = original(method, url, **kwargs)
-        calls.append((method, url.split("/agent/v1/")[1].split("?")[0], response.status_code,
-                      response.json().get("changed") if "watch" in url else None, time.monotonic()))
+        answer = response.json() if response.status_code == 200 else {}
+        # the watch says "changed"; the report's answer comes at a version past the one sent
+        news = answer.get("changed") if path == "desired/watch" else \
+            f"version={response.headers.get(views.VERSION_HEADER)}&" not in url + "&"
+        calls.append((method, path, response.status_code, news, time.monotonic()))
         return response
 
     agent.client.session.request = spy
@@ -200,24 +174,32 @@ def test_the_real_agent_fetches_a_change_long_before_its_next_poll(live_server, 
     loop = threading.Thread(target=agent.run_forever, args=(stop,), daemon=True)
     loop.start()
     try:
-        wait_for(lambda: ("start", "desired/watch") in [c[:2] for c in calls], 30, "the agent to start watching")
-        # From before the change: without a Redis to listen to (the SQLite pass), a held watch
+        wait_for(lambda: ("start", waiting_on) in [c[:2] for c in calls], 30, "the agent to start waiting")
+        # From before the change: without a Redis to listen to (the SQLite pass), a held wait
         # re-reads the version now and then, and may see the change's first bump (made inside
         # its transaction, fleet/desired_version.py) and answer before the commit returns.
         changed_at = time.monotonic()
         with transaction.atomic():
             desired_changed([node.pk])
-        fetched = wait_for(lambda: [c for c in calls if c[0] == "GET" and c[1] == "desired" and c[-1] > changed_at],
-                           30, "the agent to fetch its changed desired state")
-        took = fetched[0][-1] - changed_at
-        print(f"\nchange committed -> agent fetched its desired state: {took * 1000:.0f} ms (poll interval 60 s)")
-        answered = [c for c in calls if c[:2] == ("GET", "desired/watch") and c[-1] > changed_at]
-        assert answered and answered[0][3] is True and answered[0][-1] <= fetched[0][-1]
-        assert took < 30                     # the watch, not the 60 s poll
+        document_came = (lambda c: c[:2] == ("POST", "report/watch") and c[3]) if reports_wait else \
+            (lambda c: c[0] == "GET" and c[1] == "desired")
+        got = wait_for(lambda: [c for c in calls if c[0] != "start" and document_came(c) and c[-1] > changed_at],
+                       30, "the agent to get its changed desired state")
+        took = got[0][-1] - changed_at
+        print(f"\nchange committed -> agent got its desired state ({waiting_on}): {took * 1000:.0f} ms "
+              "(poll interval 60 s)")
+        if not reports_wait:
+            answered = [c for c in calls if c[:2] == ("GET", "desired/watch") and c[-1] > changed_at]
+            assert answered and answered[0][3] is True and answered[0][-1] <= got[0][-1]
+        assert took < 30                     # the wait, not the 60 s poll
+        # a steady node waited on one kind of call only (an answer that came early with the
+        # document it holds leaves the rest of the interval to the watch)
+        other = "desired/watch" if reports_wait else "report/watch"
+        assert not [c for c in calls if c[1] == other and c[-1] < changed_at]
     finally:
         stop.set()
         loop.join(timeout=90)
-        # the watch the stopped agent left held on the live server ends too (its thread
+        # the wait the stopped agent left held on the live server ends too (its thread
         # would otherwise keep the test process from exiting for the whole hold)
         with transaction.atomic():
             desired_changed([node.pk])

@@ -1,6 +1,6 @@
-"""The watch as the ASGI process answers it (fleet/asgi.py): its headers are the view's own,
-then those the middleware stack would add, in the order Django's setdefault would put them,
-and its body the view's."""
+"""The nodes' waits as the ASGI process answers them (fleet/asgi.py): the headers are the
+view's own, then those the middleware stack would add, in the order Django's setdefault would
+put them, and the body the view's; a held report's body is read as sent, up to Django's limit."""
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,12 +18,13 @@ from .conftest import node_of
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def scope_of(method: str, query: str, credential: str | None) -> dict:
-    headers = [(b"host", b"127.0.0.1")]
+def scope_of(method: str, query: str, credential: str | None, *, path: str = asgi.WATCH_PATH,
+             headers: tuple = ()) -> dict:
+    headers = [(b"host", b"127.0.0.1"), *headers]
     if credential is not None:
         headers.append((b"authorization", f"Node {credential}".encode()))
     return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-            "path": asgi.WATCH_PATH, "raw_path": asgi.WATCH_PATH.encode(), "query_string": query.encode(),
+            "path": path, "raw_path": path.encode(), "query_string": query.encode(),
             "root_path": "", "headers": headers, "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
 
 
@@ -36,11 +37,13 @@ def headers_as_before(response) -> list[tuple[bytes, bytes]]:
     return [*headers, (b"content-length", str(len(response.content)).encode())]
 
 
-def served(scope: dict) -> tuple[int, list, bytes]:
-    sent = []
+def served(scope: dict, chunks: list[bytes] | None = None) -> tuple[int, list, bytes]:
+    """`chunks`: the body as sent (the list is consumed as the app reads it)."""
+    sent, parts = [], chunks if chunks is not None else [b""]
 
     async def receive():
-        return {"type": "http.request", "body": b"", "more_body": False}
+        body = parts.pop(0)
+        return {"type": "http.request", "body": body, "more_body": bool(parts)}
 
     async def send(message):
         sent.append(message)
@@ -84,3 +87,28 @@ def test_a_failure_is_a_503_with_retry_after_and_the_same_headers(monkeypatch):
     expected["Retry-After"] = "5"
     assert (status, headers, body) == (503, headers_as_before(expected), expected.content)
     assert (b"Retry-After", b"5") in headers and (b"Cache-Control", b"no-store") in headers
+
+
+def test_a_held_report_is_read_from_every_chunk_sent(paid_lease, enrol):
+    node = enrol(node_of(paid_lease()))
+    body = node.body(desired_etag="")
+    signed = ((b"x-node-signature", node.sign(body).encode()), (b"content-type", b"application/json"),
+              (b"content-length", str(len(body)).encode()))
+    status, headers, answer = served(scope_of("POST", "version=x&wait=5", node.credential,
+                                              path=asgi.REPORT_WATCH_PATH, headers=signed),
+                                     chunks=[body[:10], body[10:40], body[40:]])
+    assert status == 200, answer
+    assert json.loads(answer)["desired"] is not None        # it held no document: answered at once
+    expected = JsonResponse(json.loads(answer))
+    expected[views.VERSION_HEADER] = dict(headers)[views.VERSION_HEADER.encode()].decode()
+    assert (headers, answer) == (headers_as_before(expected), expected.content)
+
+
+def test_a_body_past_the_limit_is_a_413_read_no_further(paid_lease, enrol):
+    node = enrol(node_of(paid_lease()))
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    chunks = [b"{" + b" " * (limit // 2), b" " * (limit // 2), b" " * 10, b"}"]
+    status, _, answer = served(scope_of("POST", "version=x&wait=5", node.credential, path=asgi.REPORT_WATCH_PATH),
+                               chunks=chunks)
+    assert (status, json.loads(answer)) == (413, {"error": "too_large"})
+    assert chunks == [b" " * 10, b"}"]     # the chunk that passed the limit was the last one read

@@ -1,6 +1,7 @@
-"""The agent's wait between rounds (nodeagent/agent.py `_until_next_round`): it asks the
-storefront to answer a change at once, and falls back to the plain poll when the storefront
-predates the watch, does not answer, or the last round failed."""
+"""The agent's waits (nodeagent/agent.py): its round's report is the report that waits for a
+change (`_report`), and between rounds (`_until_next_round`) it asks the storefront to answer
+a change at once; each falls back to the plain report and the plain poll when the storefront
+predates it, does not answer, or the last round failed."""
 import time
 
 import pytest
@@ -123,4 +124,75 @@ def test_a_stop_ends_a_held_watch_at_once():
     started = time.monotonic()
     agent._until_next_round(60, stop)
     assert time.monotonic() - started < 10 and agent._held == {"held": 1}
+    never.set()
+
+
+class ReportClient:
+    """The report as the client sends it: with `wait_from` (the report that waits) or not."""
+
+    def __init__(self, answers, version="e.v", until=None):
+        self.answers, self.desired_version, self.sent, self.until = list(answers), version, [], until
+
+    def report(self, report, key, wait_from=None):
+        self.sent.append(wait_from)
+        if wait_from is not None and self.until is not None:
+            self.until.wait(30)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def reporting_agent(client, *, watching=True, started_ago=3.0, stop=None):
+    agent = agent_with(client, watching=watching)
+    agent.key, agent.poll_seconds, agent.reports_wait, agent._stop = "key", 15.0, True, stop
+    agent._round_started, agent._report_waited = time.monotonic() - started_ago, False
+    return agent
+
+
+def test_a_watching_node_sends_the_report_that_waits_for_the_rest_of_its_interval():
+    agent = reporting_agent(ReportClient([{"desired": None}]), started_ago=3.0)
+    assert agent._report({"seq": 1}) == {"desired": None}
+    [(version, wait)] = agent.client.sent
+    assert version == "e.v" and wait == pytest.approx(12, abs=0.5)
+    assert agent._report_waited is True
+
+
+@pytest.mark.parametrize("agent", [
+    reporting_agent(ReportClient([{}]), watching=False),           # config `watch = false`, or a 404
+    reporting_agent(ReportClient([{}], version="")),               # a storefront without versions
+    reporting_agent(ReportClient([{}]), started_ago=14.5),         # under a second of the interval left
+], ids=["not-watching", "no-version", "interval-spent"])
+def test_otherwise_the_report_is_sent_plain(agent):
+    assert agent._report({"seq": 1}) == {}
+    assert agent.client.sent == [None] and agent._report_waited is False
+
+
+def test_a_storefront_that_predates_it_gets_the_plain_report_now_and_from_then_on():
+    client = ReportClient([StorefrontRefused(404, "not_found"), {"plain": 1}, {"plain": 2}])
+    agent = reporting_agent(client)
+    assert agent._report({"seq": 1}) == {"plain": 1}       # the same report: it was not taken
+    assert agent._report({"seq": 2}) == {"plain": 2}
+    assert client.sent[1:] == [None, None] and client.sent[0] is not None and agent.reports_wait is False
+
+
+@pytest.mark.parametrize("error", [StorefrontRefused(429, "rate_limited"), StorefrontUnreachable("timeout")])
+def test_a_held_report_refused_or_unanswered_fails_the_round_as_a_report_does(error):
+    agent = reporting_agent(ReportClient([error]))
+    with pytest.raises(type(error)):
+        agent._report({"seq": 1})
+    assert agent.reports_wait is True
+
+
+def test_a_stop_ends_a_held_report_at_once():
+    """SIGTERM while the storefront holds the report: the round ends without its answer (the
+    report was taken; its evidence and telemetry are sent again from the outbox)."""
+    import threading
+
+    never, stop = threading.Event(), threading.Event()
+    agent = reporting_agent(ReportClient([{"desired": None}], until=never), stop=stop)
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    assert agent._report({"seq": 1}) is None
+    assert time.monotonic() - started < 10 and agent._report_waited is False
     never.set()

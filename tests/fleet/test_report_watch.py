@@ -1,0 +1,133 @@
+"""POST /agent/v1/report/watch (fleet/views.py `report_watch`): the report is taken at once,
+as POST /agent/v1/report takes it; when its answer says the node holds its current desired
+state at the version it names, the answer is held until that state moves (then it carries
+the new document and version) or for `wait` seconds. Anything else, and any call under WSGI,
+is answered at once."""
+import json
+
+import pytest
+from django.test import AsyncRequestFactory
+from django.utils import timezone
+
+from fleet import desired_watch, views
+
+from .conftest import node_of
+from .waits import held, in_own_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)   # changes announce on commit
+
+
+def held_state(node) -> tuple[str, str]:
+    """The ETag and version of the node's current desired state, as its agent holds them."""
+    response = node.desired()
+    assert response.status_code == 200
+    return response["ETag"], response[views.VERSION_HEADER]
+
+
+def report_request(node, body: bytes, **query):
+    return AsyncRequestFactory().post(
+        "/agent/v1/report/watch", body, content_type="application/json", QUERY_STRING="&".join(
+            f"{k}={v}" for k, v in query.items()),
+        headers={"Authorization": f"Node {node.credential}", "X-Node-Signature": node.sign(body)})
+
+
+def held_report(node, body: bytes, *, while_waiting=None, **query):
+    response, took = held(views.report_watch, report_request(node, body, **query), while_waiting=while_waiting)
+    return response, json.loads(response.content), took
+
+
+def replayed(node, body: bytes) -> bool:
+    """Whether the storefront already took this report (its seq is spent)."""
+    response = in_own_thread(lambda: node.post(body))
+    return (response.status_code, response.json().get("error")) == (409, "replayed")
+
+
+def restart(lease):
+    from fleet.services import instance_restart
+    from rental.agent import Instance
+    from rental.services import lease_provisioned
+    lease_provisioned(lease_id=lease.pk, instance=Instance(host="203.0.113.7", ssh_port=22042), now=timezone.now())
+    instance_restart(lease_id=lease.pk, customer=lease.customer, now=timezone.now())
+
+
+def test_a_steady_report_is_taken_at_once_and_answered_with_the_new_document_when_it_moves(
+        paid_lease, enrol, settings):
+    settings.NODE_WATCH_RECHECK_SECONDS = 60      # only the bell can answer it in time
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    etag, version = held_state(node)
+    body = node.body(desired_etag=etag)
+    taken_while_held = []
+
+    def meanwhile():
+        taken_while_held.append(replayed(node, body))
+        restart(lease)
+
+    response, answer, took = held_report(node, body, version=version, wait=50, while_waiting=meanwhile)
+    assert response.status_code == 200 and taken_while_held == [True]
+    assert answer["desired"] is not None and answer["desired_etag"] not in ("", etag)
+    assert response[views.VERSION_HEADER] not in ("", version)
+    assert took < 50
+    assert desired_watch.bell.count() == 0          # the waiter left with its request
+
+
+def test_nothing_new_is_the_reports_own_answer_after_the_wait(paid_lease, enrol, settings):
+    settings.NODE_WATCH_RECHECK_SECONDS = 0.2
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    etag, version = held_state(node)
+    response, answer, took = held_report(node, node.body(desired_etag=etag), version=version, wait=1.0,
+                                         while_waiting=lambda: None)
+    assert (answer["desired"], answer["desired_etag"], response[views.VERSION_HEADER]) == (None, etag, version)
+    assert answer["accepted"] == [] and answer["refused"] == []
+    assert took >= 1.0
+
+
+@pytest.mark.parametrize("behind", ["document", "version"])
+def test_a_node_behind_is_answered_at_once(paid_lease, enrol, behind):
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    etag, version = held_state(node)
+    held_etag, held_version = ("", version) if behind == "document" else (etag, "0.0")
+    response, answer, took = held_report(node, node.body(desired_etag=held_etag), version=held_version, wait=50)
+    assert response.status_code == 200 and took < 25
+    assert (answer["desired"] is not None) == (behind == "document")
+    assert response[views.VERSION_HEADER] == version
+
+
+def test_under_wsgi_the_report_is_taken_and_answered_at_once(paid_lease, enrol, settings):
+    settings.NODE_WATCH_WSGI_HOLD_SECONDS = 0
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    etag, version = held_state(node)
+    body = node.body(desired_etag=etag)
+    response = in_own_thread(lambda: node.client.post(
+        f"/agent/v1/report/watch?version={version}&wait=50", body, content_type="application/json",
+        HTTP_X_NODE_SIGNATURE=node.sign(body), **node.auth))
+    assert response.status_code == 200 and response.json()["desired"] is None
+    assert replayed(node, body)
+
+
+@pytest.mark.parametrize("query, signed, credential, status, error", [
+    ("version=x&wait=soon", True, True, 400, "invalid_request"),
+    ("version=x&wait=-1", True, True, 400, "invalid_request"),
+    ("version=x&wait=5", False, True, 401, "bad_signature"),
+    ("version=x&wait=5", True, False, 401, "unauthorized"),
+])
+def test_bad_input_is_a_4xx_and_nothing_is_taken(paid_lease, enrol, query, signed, credential, status, error):
+    node = enrol(node_of(paid_lease()))
+    etag, _ = held_state(node)
+    body = node.body(desired_etag=etag)
+    headers = {"HTTP_X_NODE_SIGNATURE": node.sign(body) if signed else node.sign(b"other")}
+    if credential:
+        headers.update(node.auth)
+    response = in_own_thread(lambda: node.client.post(f"/agent/v1/report/watch?{query}", body,
+                                                      content_type="application/json", **headers))
+    assert (response.status_code, response.json()) == (status, {"error": error})
+    assert not replayed(node, body)
+
+
+def test_it_takes_a_post_only(paid_lease, enrol):
+    node = enrol(node_of(paid_lease()))
+    response = in_own_thread(lambda: node.client.get("/agent/v1/report/watch", {"version": "x"}, **node.auth))
+    assert (response.status_code, response.json()) == (405, {"error": "method_not_allowed"})

@@ -1,0 +1,47 @@
+"""Running the nodes' held waits (fleet/desired_watch.py) in tests: in a thread of their own,
+as a server runs a request, and as the ASGI process serves them, with something done once
+they wait."""
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from asgiref.sync import async_to_sync, sync_to_async
+
+from fleet import desired_watch
+from tests.deadlines import Deadline
+
+
+def in_own_thread(call):
+    """`call()` in a thread of its own, as a server runs a request: an earlier test in this
+    worker (a browser test's sync Playwright) may have left an event loop running in the
+    test's thread, where async_to_sync refuses to run."""
+    from django.db import connections
+
+    def run():
+        try:
+            return call()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(run).result()
+
+
+def held(view, request, *, while_waiting=None):
+    """`view(request)` as the ASGI process runs it (its own event loop), with `while_waiting`
+    run (in the test's thread, like any other request) once the request waits on the bell.
+    Returns the response and how long it took."""
+    async def scenario():
+        started = time.monotonic()
+        answer = asyncio.create_task(view(request))
+        if while_waiting is not None:
+            limit = Deadline(10)
+            while desired_watch.bell.count() == 0:
+                assert not answer.done(), answer.result().content
+                assert not limit.expired(), "the request never started waiting"
+                await asyncio.sleep(0.01)
+            await sync_to_async(while_waiting)()
+        response = await answer
+        return response, time.monotonic() - started
+
+    return in_own_thread(async_to_sync(scenario))
