@@ -9,7 +9,11 @@ report path can be compared with the bare Django view of the same run:
   stores both instance reports and meters their egress (one report in ~20 does at the poll rate);
 - gpus: a steady report with the node's 8 GPUs, unchanged (the agent sends them at least every
   20th report);
-- bare: GET /bench/bare.
+- bare: GET /bench/bare;
+- held: the steady report as the report that waits (POST /agent/v1/report/watch) through the
+  ASGI application the watch process serves, held 10 ms and answered "nothing new" — 100 at
+  once on one event loop, as the process holds them;
+- watch: GET /agent/v1/desired/watch likewise, held 10 ms.
 
 Each figure is the median of 5 rounds of 100 requests, in CPU milliseconds of this process
 (PostgreSQL and Redis run elsewhere), with the statements of one request of each kind.
@@ -69,7 +73,8 @@ def main() -> None:
         os.environ.update({k: v for k, v in env.items() if k != "PYTHONPATH"})
         import django
         django.setup()
-        run(enrol_fleet(20, 0)[5])
+        fleet = enrol_fleet(PER_ROUND + 6, 0)
+        run(fleet[5], fleet[6:])
     finally:
         from django.db import connections
         connections.close_all()
@@ -77,7 +82,7 @@ def main() -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def run(node: dict) -> None:
+def run(node: dict, held_fleet: list[dict]) -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from django.db import connection
     from django.test import Client
@@ -104,7 +109,7 @@ def run(node: dict) -> None:
     kinds = {"bare": bare, "steady": lambda: report(10**6), "flush": lambda: report(2 * 10**9),
              "gpus": lambda: report(10**6, with_gpus=True)}
     report(10**6)
-    figures = {}
+    figures = asgi_figures(client, held_fleet)
     for label, call in kinds.items():
         call()
         with CaptureQueriesContext(connection) as queries:
@@ -114,12 +119,81 @@ def run(node: dict) -> None:
             print(f"-- {label}:\n" + "\n".join(f"  {q['sql'][:150]}" for q in queries.captured_queries))
         figures[label] = (cpu_ms(call), statements)
     bare_ms = figures["bare"][0]
-    for label, (ms, statements) in figures.items():
+    for label, (ms, statements) in sorted(figures.items(), key=lambda item: item[0] != "bare"):
         print(f"{label:>6}: {ms:.2f} ms CPU per request ({ms / bare_ms:.1f}x bare), {statements} statements")
     print(f"report cpu: steady {figures['steady'][0]:.2f} ms, flush {figures['flush'][0]:.2f} ms, "
-          f"gpus {figures['gpus'][0]:.2f} ms, bare {bare_ms:.2f} ms")
+          f"gpus {figures['gpus'][0]:.2f} ms, bare {bare_ms:.2f} ms; held {figures['held'][0]:.2f} ms, "
+          f"watch {figures['watch'][0]:.2f} ms")
     if PROFILE:
         profile(kinds[PROFILE])
+
+
+def asgi_figures(client, fleet: list[dict]) -> dict:
+    """The held report and the watch through storefront.asgi (the watch process's app), one
+    per node of `fleet` at once on one event loop, held 10 ms: CPU per request, median of
+    ROUNDS."""
+    import asyncio
+    from urllib.parse import urlencode
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from storefront.asgi import application
+
+    for node in fleet:
+        document = client.get("/agent/v1/desired", HTTP_AUTHORIZATION=f"Node {node['credential']}")
+        node.update(etag=document["ETag"], version=document["X-Desired-Version"], seq=1, egress=10**6,
+                    signer=Ed25519PrivateKey.from_private_bytes(node["key"]),
+                    ops={i["lease_id"]: i["op_id"] for i in document.json()["instances"]})
+
+    async def call(path: str, query: str, body: bytes, headers: list) -> int:
+        sent, parts = [], [body]
+
+        async def receive():
+            return {"type": "http.request", "body": parts.pop() if parts else b"", "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST" if body else "GET",
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query.encode(),
+                 "root_path": "", "headers": [(b"host", b"127.0.0.1"), *headers], "client": ("127.0.0.1", 5000),
+                 "server": ("127.0.0.1", 8001)}
+        await application(scope, receive, send)
+        return sent[0]["status"]
+
+    def auth(node: dict) -> tuple[bytes, bytes]:
+        return b"authorization", f"Node {node['credential']}".encode()
+
+    def held(node: dict):
+        node["seq"] += 1
+        node["egress"] += 10**6
+        body = report_body(node, node["seq"], node["ops"], node["egress"], desired_etag=node["etag"], with_gpus=False)
+        signed = [auth(node), (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                  (b"x-node-signature", base64.b64encode(node["signer"].sign(body)).decode().encode())]
+        return call("/agent/v1/report/watch", urlencode({"version": node["version"], "wait": "0.01"}), body, signed)
+
+    def watch(node: dict):
+        return call("/agent/v1/desired/watch", urlencode({"version": node["version"], "wait": "0.01"}), b"",
+                    [auth(node)])
+
+    async def batch(make, n: int) -> list[int]:
+        return await asyncio.gather(*(make(node) for node in fleet[:n]))
+
+    loop = asyncio.new_event_loop()
+    try:
+        figures = {}
+        for label, make in (("held", held), ("watch", watch)):
+            statuses = loop.run_until_complete(batch(make, 10))
+            assert set(statuses) == {200}, statuses
+            times = []
+            for _ in range(ROUNDS):
+                t = time.process_time()
+                loop.run_until_complete(batch(make, PER_ROUND))
+                times.append((time.process_time() - t) * 1000 / PER_ROUND)
+            figures[label] = (sorted(times)[ROUNDS // 2], -1)
+        return figures
+    finally:
+        loop.close()
 
 
 def profile(call, n: int = 1000) -> None:

@@ -47,6 +47,13 @@ def fixed_headers() -> dict[str, str]:
     return {name: value for name, value in headers.items() if value}
 
 
+def skip_health_checks() -> None:
+    """The agent API's calls skip CONN_HEALTH_CHECKS (above); also called by the ASGI
+    process's waits (fleet/asgi.py), which run outside this middleware."""
+    for connection in connections.all(initialized_only=True):
+        connection.health_check_done = True
+
+
 class AgentApiMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
@@ -56,8 +63,7 @@ class AgentApiMiddleware:
     def __call__(self, request):
         if not request.path_info.startswith(AGENT_PREFIX):
             return self.get_response(request)
-        for connection in connections.all(initialized_only=True):
-            connection.health_check_done = True
+        skip_health_checks()
         response = self.agent_chain(request)
         for name, value in self.headers.items():
             response.setdefault(name, value)

@@ -32,6 +32,7 @@ from .desired_version import (
 )
 from .desired_watch import version_token
 from .jsonbody import parse_json
+from .middleware import skip_health_checks
 from .models import NodeAgent
 from .reports import Envelope, ReportRefused, report_accept, report_envelope
 from .seq import seq_take_polled
@@ -180,8 +181,16 @@ def _watching_agent(request, fresh_connections: bool) -> tuple[NodeAgent | None,
     """The watch's one trip to a thread: a connection the database dropped closed first when
     the caller asks (fleet/asgi.py, outside Django's request signals), then the caller."""
     if fresh_connections:
-        close_old_connections()
+        _fresh_connections()
     return _agent_or_refusal(request, checked_by_caller=False)
+
+
+def _fresh_connections() -> None:
+    """What Django's request signals and the agent API's middleware would do at the start of
+    a call the ASGI process serves without them (fleet/asgi.py): a connection the database
+    dropped closed, no health check query."""
+    close_old_connections()
+    skip_health_checks()
 
 
 @csrf_exempt
@@ -237,8 +246,15 @@ async def _changed_from(node_id: int, given: str, current: str | None, hold: flo
             current = await sync_to_async(_version_of)(node_id, None)
         while current and current == given and (remaining := deadline - loop.time()) > 0:
             # subscribed, every change rings; else the version is read again now and then
-            timeout = remaining if desired_watch.listening() else min(remaining, settings.NODE_WATCH_RECHECK_SECONDS)
-            if await waiter.rung(timeout) and waiter.news is not None:
+            subscribed = desired_watch.listening()
+            timeout = remaining if subscribed else min(remaining, settings.NODE_WATCH_RECHECK_SECONDS)
+            if not await waiter.rung(timeout):
+                if subscribed and desired_watch.listening():
+                    # Subscribed for the whole wait and not rung: no change came (a lost
+                    # subscription rings every waiter). Reading it again would cost each
+                    # held call a thread hop and a Redis round trip at its end.
+                    return current
+            elif waiter.news is not None:
                 told = desired_watch.version_after(given, waiter.news)
                 if told is not None:
                     return told      # a committed change: nothing to read
@@ -370,7 +386,7 @@ def _report(request) -> tuple[JsonResponse, _Steady | None]:
 
 def _report_in_thread(request, fresh_connections: bool) -> tuple[JsonResponse, _Steady | None]:
     if fresh_connections:
-        close_old_connections()
+        _fresh_connections()
     return _report(request)
 
 

@@ -112,6 +112,7 @@ class Agent:
         # ... and, where it can, as the answer to the round's report (POST /agent/v1/report/watch)
         self.reports_wait = config.watch
         self._report_waited = False      # this round's report was held: its wait is spent
+        self._round_started = time.monotonic()
         self._stop: threading.Event | None = None
         self._held: dict | None = None   # the desired state the last report's answer carried
         self._gpus_sent: list | None = None   # the GPUs as last accepted (temperature aside)

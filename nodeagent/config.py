@@ -7,7 +7,7 @@
     disk_backend = "luks"                       # or "directory" (development: NOT encrypted)
     max_temperature_c = 90                      # a hotter GPU is reported unhealthy
     filter_guard_seconds = 1.0                  # how often the packet filter is checked
-    watch = true                                # between rounds, wait for a change (PROTOCOL.md)
+    watch = true                                # wait for a change: the report that waits, the watch (PROTOCOL.md)
     telemetry_seconds = 60                      # one GPU telemetry sample per card this often (0: off)
 
     [disks]                                     # options for the disk backend
@@ -127,8 +127,9 @@ class AgentConfig:
     # The packet filter's own check (netfilter.FilterGuard), independent of the rounds: the
     # most a flushed table stays open, whatever the storefront's back-off.
     filter_guard_seconds: float = 1.0
-    # Between rounds, ask the storefront to answer as soon as the desired state changes
-    # (GET /agent/v1/desired/watch) instead of sleeping the whole poll interval.
+    # Ask the storefront to answer as soon as the desired state changes instead of sleeping
+    # the whole poll interval: the round's report waits (POST /agent/v1/report/watch), and
+    # what is left of the interval after an early answer, the watch (GET /agent/v1/desired/watch).
     watch: bool = True
     volume_client: str = "auto"      # network volumes: "kernel" CephFS client, "fuse" (ceph-fuse), "auto"
     # GPU telemetry (nodeagent/telemetry.py, PROTOCOL.md "Telemetry"): one sample per card this

@@ -35,7 +35,8 @@ case "${1:-}" in
   watch)
     # A node waits here for a change to its desired state (fleet/desired_watch.py): one
     # coroutine per waiting node, no thread, so a fleet's waits cost memory, not CPU. The
-    # reverse proxy sends only that path here (Caddyfile, WATCH_UPSTREAM).
+    # reverse proxy sends only those paths here: the watch and the report that waits
+    # (Caddyfile, WATCH_UPSTREAM).
     # granian takes at most --backpressure requests at once per worker (default: backlog/workers,
     # 1,024): every waiting node is one, so it is sized for the fleet (WATCH_MAX_WAITING).
     bind="${WATCH_BIND:-0.0.0.0:8001}"

@@ -48,3 +48,36 @@ def test_a_reset_token_is_redacted_in_the_request_and_the_referrer(logged):
     [line] = logged(token_path, 302, method="GET", HTTP_REFERER=f"https://shop.example{token_path}")
     assert "cz6f-0123456789abcdef" not in line
     assert line.count("/accounts/password/reset/MQ/[redacted]/") == 2, line
+
+
+@pytest.mark.parametrize("status, lines", [(200, 0), (401, 1), (503, 1)])
+def test_the_nodes_waits_on_the_asgi_process_are_logged_by_the_same_rules(monkeypatch, capsys, status, lines):
+    """The watch process serves the watch and the report that waits outside the WSGI
+    middleware: a refusal or failure still gets its line, with the client's address."""
+    from asgiref.sync import async_to_sync
+
+    import storefront.asgi
+
+    async def answered(scope, receive, send):
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    monkeypatch.setattr(storefront.asgi, "watch_app", answered)
+    monkeypatch.setenv("PROXIES_AFTER_CLIENT", "0")
+    scope = {"type": "http", "method": "POST", "path": "/agent/v1/report/watch", "query_string": b"version=e.v&wait=15",
+             "http_version": "1.1", "client": ("10.0.0.2", 5000),
+             "headers": [(b"x-forwarded-for", b"203.0.113.9"), (b"user-agent", b"gpu-node-agent/0.1.0")]}
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        pass
+
+    async_to_sync(storefront.asgi.application)(scope, receive, send)
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == lines
+    if lines:
+        assert printed[0].startswith("203.0.113.9 via 10.0.0.2 - - [")
+        assert printed[0].endswith(f'"POST /agent/v1/report/watch?version=e.v&wait=15 HTTP/1.1" {status} 2 "-" '
+                                   '"gpu-node-agent/0.1.0"'), printed[0]

@@ -547,6 +547,50 @@ def test_a_node_waiting_through_the_proxy_hears_of_a_change_made_by_another_proc
     assert "/agent/v1/desired/watch" not in stack.log("web")
 
 
+def test_a_report_that_waits_through_the_proxy_is_taken_at_once_and_answered_on_a_change(stack):
+    """The report that waits on its production path: Caddy routes it to the ASGI process with
+    its body, the report is taken (its seq is spent), and a change committed by another
+    process ends the hold with the new version (had the change come first, it is answered at
+    once with it)."""
+    import threading
+
+    from nodeagent.client import StorefrontClient, StorefrontRefused
+    from nodeagent.signing import NodeKey
+
+    node_pk, code = stack.run(["python", "manage.py", "shell", "-c", ENROL_NODE]).stdout.split()[-2:]
+    origin, ca = f"https://localhost:{stack.https_port}", str(stack.ca_file)
+    key = NodeKey.generate(stack.logs / "node-key-2.pem")
+    enrolled = StorefrontClient(origin, verify=ca).enrol(code=code, public_key=key.public_key_b64(), hostname="n")
+    client = StorefrontClient(origin, credential=enrolled["credential"], verify=ca)
+    client.desired()
+    version = client.desired_version
+
+    def report(seq: int) -> dict:
+        return {"seq": seq, "sent_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "agent_version": "0.1.0",
+                "public_host": "203.0.113.7", "gpu_library": "nvml", "instances": []}
+
+    answer = {}
+
+    def held():
+        answer["body"] = client.report(report(1), key, wait_from=(version, 90))
+        answer["at"], answer["version"] = time.monotonic(), client.desired_version
+
+    waiting = threading.Thread(target=held)
+    waiting.start()
+    change = time.monotonic()
+    stack.run(["python", "manage.py", "shell", "-c",
+               f"from fleet.desired_version import desired_changed; desired_changed([{node_pk}])"])
+    waiting.join(deadlines.scaled(60))
+    assert answer.get("version") not in (None, "", version), answer
+    assert answer["body"]["refused"] == []
+    print(f"\nthe held report answered {(answer['at'] - change):.1f} s after the change began")
+    assert answer["at"] - change < 45        # pub/sub, not the 60 s recheck
+    with pytest.raises(StorefrontRefused) as replayed:                   # it was taken
+        client.report(report(1), key)
+    assert (replayed.value.status, replayed.value.error) == (409, "replayed")
+    assert "/agent/v1/report/watch" not in stack.log("web")
+
+
 # --- the live attacks, on the stack (docs/adr/0010-*) -------------------------------------------
 
 def test_guesses_from_many_addresses_never_keep_the_operator_out(stack):

@@ -42,11 +42,16 @@ def replayed(node, body: bytes) -> bool:
     return (response.status_code, response.json().get("error")) == (409, "replayed")
 
 
-def restart(lease):
-    from fleet.services import instance_restart
+def provisioned(lease):
     from rental.agent import Instance
     from rental.services import lease_provisioned
     lease_provisioned(lease_id=lease.pk, instance=Instance(host="203.0.113.7", ssh_port=22042), now=timezone.now())
+
+
+def restart(lease):
+    """One committed change to the node's desired state (the held answer is built while the
+    test's thread could still be writing: on SQLite that is a locked table)."""
+    from fleet.services import instance_restart
     instance_restart(lease_id=lease.pk, customer=lease.customer, now=timezone.now())
 
 
@@ -55,6 +60,7 @@ def test_a_steady_report_is_taken_at_once_and_answered_with_the_new_document_whe
     settings.NODE_WATCH_RECHECK_SECONDS = 60      # only the bell can answer it in time
     lease = paid_lease()
     node = enrol(node_of(lease))
+    provisioned(lease)
     etag, version = held_state(node)
     body = node.body(desired_etag=etag)
     taken_while_held = []
