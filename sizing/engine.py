@@ -129,6 +129,7 @@ BREAKDOWN_KEYS = (
 )
 
 
+@quick_init  # one or more per answer (sizing.frozen)
 @dataclass(frozen=True, slots=True)
 class Job:
     """What the engine needs (``sizing.inputs.parse_request`` builds it from user input)."""

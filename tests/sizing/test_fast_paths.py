@@ -272,7 +272,8 @@ _value = st.one_of(st.none(), st.integers(), st.floats(allow_nan=False), st.text
 
 
 def test_quick_init_covers_the_engines_built_by_the_dozen():
-    assert {cls.__name__ for cls in _QUICK} >= {"Estimate", "Option", "Speed", "Finish"}
+    assert {cls.__name__ for cls in _QUICK} >= {"Estimate", "Option", "Speed", "Finish", "Job",
+                                                "SizingRequest"}
     for cls in _QUICK:  # the same parameters, defaults and annotations as the dataclass's own
         assert inspect.signature(cls.__init__) == inspect.signature(REPLACED[cls])
 
