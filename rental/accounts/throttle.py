@@ -5,7 +5,7 @@ the limits are a brake on abuse, never a reason to refuse a real customer."""
 import hashlib
 import ipaddress
 
-from axes.helpers import get_client_ip_address
+from axes.helpers import IPWARE_INSTALLED, get_client_ip_address
 from django.conf import settings
 from django.core.cache import cache
 from django.core.signals import setting_changed
@@ -26,7 +26,7 @@ def _forget_plain_settings(**kwargs) -> None:
 def _plain_settings() -> bool:
     if not _PLAIN_SETTINGS:
         _PLAIN_SETTINGS.append(
-            settings.AXES_CLIENT_IP_CALLABLE is None and settings.AXES_IPWARE_PROXY_COUNT == 0
+            IPWARE_INSTALLED and settings.AXES_CLIENT_IP_CALLABLE is None and settings.AXES_IPWARE_PROXY_COUNT == 0
             and tuple(settings.AXES_IPWARE_META_PRECEDENCE_ORDER) == _PLAIN_ORDER
             and not settings.AXES_IPWARE_PROXY_TRUSTED_IPS
             and getattr(settings, "IPWARE_ALGORITHM", None) in (None, "modern"))
