@@ -30,9 +30,7 @@ def _cacheable(request) -> bool:
 
 
 def _without_token(request, content: str) -> str:
-    secret = request.META.get("CSRF_COOKIE")
-    if not secret:
-        return content
+    secret = request.META["CSRF_COOKIE"]
     return _TOKEN.sub(lambda m: PLACEHOLDER if _unmask_cipher_token(m.group(0)) == secret else m.group(0), content)
 
 
@@ -51,6 +49,8 @@ def anonymous_page_cache(view):
             fresh["response"] = response
             if response.status_code != 200 or response.streaming or response.cookies.keys() - {"csrftoken"}:
                 return None
+            if not request.META.get("CSRF_COOKIE"):  # no token in it: kept as sent, not decoded
+                return response["Content-Type"], response.content
             return response["Content-Type"], _without_token(request, response.content.decode(response.charset))
 
         parts = (request.get_full_path(), get_language(), request.headers.get("HX-Request", ""),
@@ -61,5 +61,8 @@ def anonymous_page_cache(view):
         if page is None:  # a non-cacheable answer was stored: render again
             return view(request, *args, **kwargs)
         content_type, content = page
-        return HttpResponse(content.replace(PLACEHOLDER, get_token(request)), content_type=content_type)
+        token = get_token(request)  # this visitor's own, and their cookie
+        if isinstance(content, str):
+            content = content.replace(PLACEHOLDER, token)
+        return HttpResponse(content, content_type=content_type)
     return wrapper

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
+from .frozen import quick_init
 from .presets import Architecture
 
 GB = 1e9
@@ -128,6 +129,7 @@ BREAKDOWN_KEYS = (
 )
 
 
+@quick_init  # one or more per answer (sizing.frozen)
 @dataclass(frozen=True, slots=True)
 class Job:
     """What the engine needs (``sizing.inputs.parse_request`` builds it from user input)."""
@@ -181,6 +183,7 @@ _JOB_KEPT = tuple(f.name for f in fields(Job) if f.name not in ("gpus", "zero", 
 _new_job, _set = object.__new__, object.__setattr__
 
 
+@quick_init  # built by the dozen per answer (sizing.frozen)
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """Result of :func:`estimate`. GB are decimal (1e9 bytes)."""

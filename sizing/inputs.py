@@ -16,6 +16,7 @@ from django.utils.translation import gettext
 from .engine import DEFAULT_UTILISATION, LOSSES, METHODS, OFFLOADS, Job
 from .errors import SizingInputError
 from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
+from .frozen import quick_init
 from .hf_config import MAX_PARAMS_B, MAX_SEQ, parse_hf_config
 from .presets import LINEAR_MODULES, PRESETS, Architecture, infer_llama_shape
 
@@ -30,6 +31,7 @@ _FALSE = {"0", "false", "no", "off", ""}
 _SHORT_TARGETS = {m.split("_")[0]: m for m in LINEAR_MODULES}
 
 
+@quick_init  # one or more per answer (sizing.frozen)
 @dataclass(frozen=True, slots=True)
 class SizingRequest:
     """A validated request: the engine job plus the recommender's filters."""

@@ -36,6 +36,7 @@ from django.utils.translation import gettext, gettext_noop
 from . import pools
 from .engine import ALLOCATOR_MARGIN, MAX_NODE_GPUS, Estimate, Job
 from .estimation import estimate, layout_free_terms, with_warnings
+from .frozen import quick_init
 from .inputs import MAX_BATCH  # at import: a local import per costed offer showed in the profile
 from .job_warnings import job_warnings
 from .texts import Texts, texts
@@ -171,6 +172,7 @@ def _usd(cents: float | None) -> float | None:
     return None if cents is None else round(cents / 100, 2)
 
 
+@quick_init  # built by the dozen per answer (sizing.frozen)
 @dataclass(frozen=True, slots=True)
 class Option:
     """A candidate evaluated for the job, in the configuration the recommender chose."""

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 from .engine import ADAM_STATE_BYTES, DEFAULT_UTILISATION, Job, active_params
+from .frozen import quick_init
 
 #: FLOPs per parameter per token, by pass (2 = one multiply-add)
 FORWARD_FLOPS = 2.0
@@ -129,6 +130,7 @@ def _factors(job: Job, offload: str | None = None) -> tuple[float, float, float]
     return c, s, f
 
 
+@quick_init  # built by the dozen per answer (sizing.frozen)
 @dataclass(frozen=True, slots=True)
 class Speed:
     """Tokens per second of the whole offer (all its cards): central, slow and fast."""
@@ -177,6 +179,7 @@ def rental_to_finish(job: Job, tflops_per_gpu: float, gpus: int, weekly_cents: i
     return rental_cents(job.tokens * job.epochs / rate / 3600, weekly_cents, monthly_cents)
 
 
+@quick_init  # built by the dozen per answer (sizing.frozen)
 @dataclass(frozen=True, slots=True)
 class Finish:
     """Time and money to finish the job on one offer (hours, USD cents), with the range."""

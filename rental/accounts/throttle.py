@@ -3,13 +3,61 @@ django-axes resolves it (one rule for "the client's address"). Logins are django
 job; this guards sign-ups and the forgot-password form. With the cache down it fails open:
 the limits are a brake on abuse, never a reason to refuse a real customer."""
 import hashlib
+import ipaddress
 
-from axes.helpers import get_client_ip_address
+from axes.helpers import IPWARE_INSTALLED, get_client_ip_address
+from django.conf import settings
 from django.core.cache import cache
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from python_ipware.modern.parsers import TIER_GLOBAL, TIER_REJECT, ip_tier
+
+#: The header order under which a lone IPv4 entry is the client (settings.AXES_IPWARE_*).
+_PLAIN_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
+#: Whether the settings let _plain_ipv4 answer: worked out once, again after a test changes one.
+_PLAIN_SETTINGS: list[bool] = []
+
+
+@receiver(setting_changed)
+def _forget_plain_settings(**kwargs) -> None:
+    _PLAIN_SETTINGS.clear()
+
+
+def _plain_settings() -> bool:
+    if not _PLAIN_SETTINGS:
+        _PLAIN_SETTINGS.append(
+            IPWARE_INSTALLED and settings.AXES_CLIENT_IP_CALLABLE is None and settings.AXES_IPWARE_PROXY_COUNT == 0
+            and tuple(settings.AXES_IPWARE_META_PRECEDENCE_ORDER) == _PLAIN_ORDER
+            and not settings.AXES_IPWARE_PROXY_TRUSTED_IPS
+            and getattr(settings, "IPWARE_ALGORITHM", None) in (None, "modern"))
+    return _PLAIN_SETTINGS[0]
 
 
 def client_address(request) -> str:
-    return get_client_ip_address(request) or "unknown"
+    return _plain_ipv4(request.META) or get_client_ip_address(request) or "unknown"
+
+
+def _plain_ipv4(meta) -> str | None:
+    """The address django-axes would resolve, when the request makes it plain under the
+    project's proxy settings: X-Forwarded-For as Caddy sets it (one global IPv4 address), or
+    no such header and an IPv4 REMOTE_ADDR; else None, and axes resolves it. Axes' resolver
+    (python-ipware) gives the same there, but first folds every META key (most of an API
+    request's rate-limit cost); tests/rental/test_client_address.py holds the two together.
+    python-ipware's own ranking (ip_tier) decides "global", not a copy of it."""
+    if not _plain_settings():
+        return None
+    forwarded = meta.get("HTTP_X_FORWARDED_FOR")
+    # Django spells META's header keys one way (WSGI and ASGI), so an absent key is an
+    # absent header, which python-ipware's case-folded look-up would not find either
+    value, least = (meta.get("REMOTE_ADDR"), TIER_REJECT + 1) if forwarded is None else (forwarded, TIER_GLOBAL)
+    if type(value) is not str or not value[:1].isdigit():
+        return None
+    try:
+        ip = ipaddress.IPv4Address(value)  # dotted decimal only, no leading zeros: as written
+    except ValueError:
+        return None
+    # a non-global forwarded entry is ranked against REMOTE_ADDR by python-ipware: its way
+    return value if ip_tier(ip) >= least else None
 
 
 #: One IPv6 client is a /64: a host is handed a whole /64 and picks any address in it, so
@@ -19,8 +67,9 @@ IPV6_CLIENT_PREFIX = 64
 
 def throttle_address(request) -> str:
     """What a per-address throttle counts on: the IPv4 address, or the IPv6 address's /64."""
-    import ipaddress
-
+    plain = _plain_ipv4(request.META)
+    if plain is not None:  # an IPv4 client counts as itself, as written
+        return plain
     address = client_address(request)
     try:
         ip = ipaddress.ip_address(address)
@@ -134,9 +183,7 @@ def throttle_posts(scope: str, *, limit: str, window_minutes: str, key=None):
 
 def order_address(request) -> str | None:
     """The client's address as stored on an order (a valid IP address), or None."""
-    import ipaddress
-
     try:
-        return str(ipaddress.ip_address(get_client_ip_address(request) or ""))
+        return str(ipaddress.ip_address(client_address(request)))
     except ValueError:
         return None

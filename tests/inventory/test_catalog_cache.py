@@ -73,3 +73,21 @@ def test_catalog_pages_render_without_a_working_cache(catalog, cached, monkeypat
     monkeypatch.setattr(pagecache, "catalog_generation", lambda: None)
     for name in ("home", "catalog"):
         assert Client().get(reverse(name)).status_code == 200
+
+
+def test_a_cached_fragment_is_served_as_it_was_sent(catalog, cached):
+    """An htmx fragment carries no token: from a visitor without a CSRF cookie it is kept as
+    the bytes sent (not decoded and encoded again), and served alike to every visitor,
+    with or without the cookie; the visitor's own cookie is still set."""
+    url = "/size/?model=llama-3.1-8b&method=lora&seq=4096&vendor=any"
+    first = Client().get(url, HTTP_HX_REQUEST="true")
+    assert first.status_code == 200
+    stored = next(v[2] for k, v in selectors._MEMO.items() if k[0] == "page" and k[1][0] == url)
+    assert stored[1] == first.content  # bytes, as sent
+    with_cookie = Client()
+    with_cookie.get(reverse("catalog"))  # sets csrftoken
+    assert "csrftoken" in with_cookie.cookies
+    for client in (Client(), with_cookie):
+        again = client.get(url, HTTP_HX_REQUEST="true")
+        assert again.content == first.content and again["Content-Type"] == first["Content-Type"]
+        assert again.cookies["csrftoken"].value  # get_token: the visitor's own

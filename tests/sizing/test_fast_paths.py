@@ -6,15 +6,19 @@ over inputs Hypothesis picks: the memory bar drawn in one pass, the one-change p
 skip costing an offer they would not show, the per-offer row cells kept per (offer, site).
 """
 
+import dataclasses
+import inspect
 from dataclasses import replace
 from types import SimpleNamespace
 
+import pytest
 from django.utils import translation
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sizing.engine import METHODS, Job
 from sizing.estimation import estimate, layout_free_terms
+from sizing.frozen import REPLACED
 from sizing.markup import _bt, _dot_decimals, _esc, _gb
 from sizing.presets import PRESETS
 from sizing.recommend import Candidate, cheapest
@@ -258,3 +262,51 @@ def test_with_warnings_is_replace():
     e = estimate(Job(PRESETS["llama-2-13b"], "full", gpus=4, zero=3, offload="optimizer", tokens=10**7))
     assert with_warnings(e, ("w",)) == replace(e, warnings=("w",))
     assert [f for f in e.__dataclass_fields__][-2:] == ["warnings", "framework"]  # the constructor's order
+
+
+# --- frozen dataclasses built through their slots (sizing.frozen.quick_init) --------------
+
+_QUICK = sorted(REPLACED, key=lambda cls: cls.__name__)
+_value = st.one_of(st.none(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5),
+                   st.tuples(st.text(max_size=3)), st.dictionaries(st.text(max_size=3), st.floats(allow_nan=False)))
+
+
+def test_quick_init_covers_the_engines_built_by_the_dozen():
+    assert {cls.__name__ for cls in _QUICK} >= {"Estimate", "Option", "Speed", "Finish", "Job",
+                                                "SizingRequest"}
+    for cls in _QUICK:  # the same parameters, defaults and annotations as the dataclass's own
+        assert inspect.signature(cls.__init__) == inspect.signature(REPLACED[cls])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_QUICK), st.data())
+def test_quick_init_builds_what_the_dataclass_init_builds(cls, data):
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = data.draw(st.lists(_value, min_size=len(names), max_size=len(names)))
+    required = sum(1 for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING)
+    given_n = data.draw(st.integers(required, len(names)))  # defaults left out, or given
+    as_keywords = data.draw(st.booleans())
+    args, kwargs = (values[:given_n], {}) if not as_keywords else ([], dict(zip(names[:given_n], values[:given_n], strict=True)))
+    quick = cls(*args, **kwargs)
+    reference = object.__new__(cls)
+    REPLACED[cls](reference, *args, **kwargs)
+    assert all(getattr(quick, n) is getattr(reference, n) for n in names)
+    assert quick == reference and repr(quick) == repr(reference)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(quick, names[0], None)
+
+
+def test_quick_init_refuses_what_it_would_build_differently():
+    from sizing.frozen import quick_init
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class WithFactory:
+        xs: list = dataclasses.field(default_factory=list)
+
+    @dataclasses.dataclass(frozen=True)
+    class WithoutSlots:
+        x: int = 0
+
+    for cls in (WithFactory, WithoutSlots):
+        with pytest.raises(TypeError):
+            quick_init(cls)
