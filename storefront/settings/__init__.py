@@ -237,7 +237,8 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 # the embedded default collects into var/.
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
 if not STATIC_ROOT.exists():
-    STATIC_ROOT.mkdir(parents=True)
+    # exist_ok: two processes starting together (the image's build step and migrate) both get here
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
