@@ -199,11 +199,9 @@ async def watch(request, *, fresh_connections: bool = False):
     node's desired-state version differs from V, or after S seconds (at most
     NODE_WATCH_MAX_SECONDS) with `changed: false`. Counted against the node's rate limit like
     any call; it reads no table, and waits without a thread only under ASGI."""
-    if request.method != "GET":
-        return _error(405, "method_not_allowed")
-    asked = _watch_query(request)
-    if asked is None:
-        return _error(400, "invalid_request")
+    asked = _watch_query(request, "GET")
+    if isinstance(asked, JsonResponse):
+        return asked
     given, hold = asked
     read_at = time.monotonic()
     # one thread hop, not two: each is a pool round trip (and a context copy) per watch
@@ -216,16 +214,18 @@ async def watch(request, *, fresh_connections: bool = False):
     return _watched(await _changed_from(agent.node_id, given, current, hold, read_at), given)
 
 
-def _watch_query(request) -> tuple[str, float] | None:
+def _watch_query(request, method: str) -> tuple[str, float] | JsonResponse:
     """The version a waiting call holds and how long it may be held (its `wait`, at most
     NODE_WATCH_MAX_SECONDS; under WSGI, where a wait would park a server thread,
-    NODE_WATCH_WSGI_HOLD_SECONDS); None for bad input."""
+    NODE_WATCH_WSGI_HOLD_SECONDS); the 4xx for another method or bad input."""
+    if request.method != method:
+        return _error(405, "method_not_allowed")
     try:
         wait = float(request.GET.get("wait", settings.NODE_POLL_SECONDS))
     except ValueError:
-        return None
+        wait = math.nan
     if not math.isfinite(wait) or wait < 0:
-        return None
+        return _error(400, "invalid_request")
     hold = min(wait, settings.NODE_WATCH_MAX_SECONDS)
     if not isinstance(request, ASGIRequest):
         hold = min(hold, settings.NODE_WATCH_WSGI_HOLD_SECONDS)
@@ -407,11 +407,9 @@ async def report_watch(request, *, fresh_connections: bool = False):
     state and that state is at version V, the answer is held until the state moves past V
     (then it carries the new document) or for S seconds. A node's report and its wait for a
     change are one request: half the requests of a report and a watch."""
-    if request.method != "POST":
-        return _error(405, "method_not_allowed")
-    asked = _watch_query(request)
-    if asked is None:
-        return _error(400, "invalid_request")
+    asked = _watch_query(request, "POST")
+    if isinstance(asked, JsonResponse):
+        return asked
     given, hold = asked
     read_at = time.monotonic()
     # not the one thread every thread-sensitive call shares: a report does more than a watch

@@ -508,21 +508,28 @@ print(node.pk, enrolment_code_create(node=node, actor=User.objects.get(username=
 """
 
 
+def enrolled_node(stack, key_name: str):
+    """The first node enrolled through the proxy as an agent does, holding its desired state:
+    (its pk, the agent's client, its key)."""
+    from nodeagent.client import StorefrontClient
+    from nodeagent.signing import NodeKey
+
+    node_pk, code = stack.run(["python", "manage.py", "shell", "-c", ENROL_NODE]).stdout.split()[-2:]
+    origin, ca = f"https://localhost:{stack.https_port}", str(stack.ca_file)
+    key = NodeKey.generate(stack.logs / key_name)
+    enrolled = StorefrontClient(origin, verify=ca).enrol(code=code, public_key=key.public_key_b64(), hostname="n")
+    client = StorefrontClient(origin, credential=enrolled["credential"], verify=ca)
+    client.desired()
+    return node_pk, client, key
+
+
 def test_a_node_waiting_through_the_proxy_hears_of_a_change_made_by_another_process(stack):
     """The nodes' watch on its production path: Caddy routes it to the ASGI process
     (`start.sh watch`), and a change committed by another process (a `manage.py shell`, as
     a worker's) reaches it over Redis pub/sub — the recheck is set to 60 s here."""
     import threading
 
-    from nodeagent.client import StorefrontClient
-    from nodeagent.signing import NodeKey
-
-    node_pk, code = stack.run(["python", "manage.py", "shell", "-c", ENROL_NODE]).stdout.split()[-2:]
-    origin, ca = f"https://localhost:{stack.https_port}", str(stack.ca_file)
-    key = NodeKey.generate(stack.logs / "node-key.pem")
-    enrolled = StorefrontClient(origin, verify=ca).enrol(code=code, public_key=key.public_key_b64(), hostname="n")
-    client = StorefrontClient(origin, credential=enrolled["credential"], verify=ca)
-    client.desired()
+    node_pk, client, _key = enrolled_node(stack, "node-key.pem")
     version = client.desired_version
     assert version
     started = time.monotonic()
@@ -554,15 +561,9 @@ def test_a_report_that_waits_through_the_proxy_is_taken_at_once_and_answered_on_
     once with it)."""
     import threading
 
-    from nodeagent.client import StorefrontClient, StorefrontRefused
-    from nodeagent.signing import NodeKey
+    from nodeagent.client import StorefrontRefused
 
-    node_pk, code = stack.run(["python", "manage.py", "shell", "-c", ENROL_NODE]).stdout.split()[-2:]
-    origin, ca = f"https://localhost:{stack.https_port}", str(stack.ca_file)
-    key = NodeKey.generate(stack.logs / "node-key-2.pem")
-    enrolled = StorefrontClient(origin, verify=ca).enrol(code=code, public_key=key.public_key_b64(), hostname="n")
-    client = StorefrontClient(origin, credential=enrolled["credential"], verify=ca)
-    client.desired()
+    node_pk, client, key = enrolled_node(stack, "node-key-2.pem")
     version = client.desired_version
 
     def report(seq: int) -> dict:
