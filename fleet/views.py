@@ -412,10 +412,14 @@ async def report_watch(request, *, fresh_connections: bool = False):
         return asked
     given, hold = asked
     read_at = time.monotonic()
-    # not the one thread every thread-sensitive call shares: a report does more than a watch
-    response, steady = await sync_to_async(_report_in_thread, thread_sensitive=False)(request, fresh_connections)
+    # Under ASGI (the watch process) the pool's threads, not the one thread every
+    # thread-sensitive call shares: a report does more than a watch. Under WSGI the server's
+    # own thread, whose connection is kept: a new event loop's pool would open one per call.
+    threads_of_pool = isinstance(request, ASGIRequest)
+    response, steady = await sync_to_async(_report_in_thread, thread_sensitive=not threads_of_pool)(
+        request, fresh_connections)
     if steady is None or not given or steady.version != given or hold <= 0:
         return response
     if await _changed_from(steady.agent.node_id, given, steady.version, hold, read_at) == given:
         return response
-    return await sync_to_async(_answer_again, thread_sensitive=False)(steady)
+    return await sync_to_async(_answer_again, thread_sensitive=not threads_of_pool)(steady)

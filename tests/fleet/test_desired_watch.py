@@ -156,12 +156,16 @@ def test_the_real_agent_gets_a_change_long_before_its_next_poll(live_server, cat
     agent, node = leaseless_agent(live_server.url, operator, tmp_path, poll_seconds=60)
     agent.reports_wait = reports_wait
     waiting_on = "report/watch" if reports_wait else "desired/watch"
-    calls, original = [], agent.client.session.request
+    calls, original, in_flight = [], agent.client.session.request, [0]
 
     def spy(method, url, **kwargs):
         path = url.split("/agent/v1/")[1].split("?")[0]
         calls.append(("start", path, time.monotonic()))
-        response = original(method, url, **kwargs)
+        in_flight[0] += 1
+        try:
+            response = original(method, url, **kwargs)
+        finally:
+            in_flight[0] -= 1
         answer = response.json() if response.status_code == 200 else {}
         # the watch says "changed"; the report's answer comes at a version past the one sent
         news = answer.get("changed") if path == "desired/watch" else \
@@ -200,6 +204,8 @@ def test_the_real_agent_gets_a_change_long_before_its_next_poll(live_server, cat
         stop.set()
         loop.join(timeout=90)
         # the wait the stopped agent left held on the live server ends too (its thread
-        # would otherwise keep the test process from exiting for the whole hold)
+        # would otherwise keep the test process from exiting for the whole hold), and is
+        # answered before the test's database goes (a held report's answer reads it)
         with transaction.atomic():
             desired_changed([node.pk])
+        wait_for(lambda: in_flight[0] == 0, 30, "the call the stopped agent left to be answered")

@@ -14,6 +14,7 @@ from fleet import asgi, views
 from fleet.middleware import fixed_headers
 
 from .conftest import node_of
+from .waits import in_a_pool_of_one
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,9 +49,12 @@ def served(scope: dict, chunks: list[bytes] | None = None) -> tuple[int, list, b
     async def send(message):
         sent.append(message)
 
+    async def served_in_a_pool():
+        await in_a_pool_of_one(asgi.watch_app(scope, receive, send))
+
     def run():          # in a thread of its own, as a server runs it (no event loop left here)
         try:
-            async_to_sync(asgi.watch_app)(scope, receive, send)
+            async_to_sync(served_in_a_pool)()
         finally:
             connections.close_all()
 

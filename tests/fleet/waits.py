@@ -44,4 +44,21 @@ def held(view, request, *, while_waiting=None):
         response = await answer
         return response, time.monotonic() - started
 
-    return in_own_thread(async_to_sync(scenario))
+    async def in_its_pool():
+        return await in_a_pool_of_one(scenario())
+
+    return in_own_thread(async_to_sync(in_its_pool))
+
+
+async def in_a_pool_of_one(awaitable):
+    """`awaitable` with its loop's pool one thread, whose connections are closed at the end:
+    the ASGI process keeps its pool's threads and their connections, a test's loop does not,
+    and a connection left open keeps the test database from being dropped."""
+    from django.db import connections
+
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(1))
+    try:
+        return await awaitable
+    finally:
+        await loop.run_in_executor(None, connections.close_all)
