@@ -20,7 +20,7 @@ SKIP_SECONDS = 1.0
 
 _MISS = {"hit": (1, {}), "get": "default", "get_many": {}, "has_key": False, "add": False, "touch": False,
          "delete": False, "incr": None, "set": None, "set_many": [], "delete_many": None, "clear": None,
-         "run_script": None}
+         "run_script": None, "reserve": None}
 
 
 class ReusedClientRedisCacheClient(RedisCacheClient):
@@ -82,6 +82,18 @@ class FailOpenRedisCache(RedisCache):
         loads = self._cache._serializer.loads
         found = {k: loads(v) for k, v in zip(read, results[2], strict=True) if v is not None} if names else {}
         return results[0], found
+
+    def reserve(self, key, units: int, timeout: int) -> tuple[int, int]:
+        """Counts ``units`` uses of a fixed window at once (``hit``'s window: INCRBY, then
+        EXPIRE NX) and reads the window's time left, in one round trip. Returns the count
+        and the milliseconds left (PTTL: -2 when the key ended meanwhile)."""
+        key = self.make_and_validate_key(key)
+        with self._cache.get_client(key, write=True).pipeline(transaction=False) as pipe:
+            pipe.incrby(key, units)
+            pipe.expire(key, timeout, nx=True)
+            pipe.pttl(key)
+            count, _, ttl_ms = pipe.execute()
+        return count, ttl_ms
 
     def run_script(self, source: str, *, keys: tuple = (), args: tuple = ()):
         """Runs a Lua script atomically on the keys (cache keys, prefixed as every other

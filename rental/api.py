@@ -11,6 +11,7 @@ uses the plumbing here (rental never imports billing)."""
 import json
 from functools import wraps
 
+from django.conf import settings
 from django.http import Http404, JsonResponse
 from django.urls import reverse
 from django.utils.translation import gettext as _
@@ -21,6 +22,7 @@ from inventory.models import Site
 from inventory.selectors import catalog_rows
 
 from .accounts.services import SshKeyRefused, api_token_authenticate, ssh_key_add, ssh_key_delete
+from .accounts.throttle import throttle_take_reserving
 from .api_schema import build_schema, iso
 from .idempotency import run_once
 from .models import Image, Lease, NetworkVolume, Snapshot, SshKey
@@ -112,12 +114,9 @@ API_RATE_WINDOW_SECONDS = 60
 
 
 def _within_rate(request, scope: str, limit_setting: str, key: str | None = None) -> bool:
-    from django.conf import settings
-
-    from .accounts.throttle import throttle_take
-
-    return throttle_take(scope, request, limit=getattr(settings, limit_setting),
-                         window_seconds=API_RATE_WINDOW_SECONDS, key=key)
+    return throttle_take_reserving(scope, request, limit=getattr(settings, limit_setting),
+                                   window_seconds=API_RATE_WINDOW_SECONDS, key=key,
+                                   reservations_per_window=settings.API_RATE_RESERVATIONS_PER_WINDOW)
 
 
 def api_endpoint(*methods: str, scope, also: dict[str, str] | None = None, right=None):

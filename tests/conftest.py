@@ -111,7 +111,10 @@ def _fresh_throttles():
     the next test (SQLite): every test starts with empty counters."""
     from django.core.cache import cache
 
+    from rental.accounts.throttle import _RESERVATIONS
+
     cache.clear()
+    _RESERVATIONS.held.clear()  # this process's reserved uses of the counters just cleared
 
 
 @pytest.fixture(autouse=True)

@@ -50,6 +50,10 @@ NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE = int(os.environ.get("NODE_REQUESTS_PER_
 # and per token, per minute; past either, 429 with Retry-After.
 API_REQUESTS_PER_IP_PER_MINUTE = int(os.environ.get("API_REQUESTS_PER_IP_PER_MINUTE", "300"))
 API_REQUESTS_PER_TOKEN_PER_MINUTE = int(os.environ.get("API_REQUESTS_PER_TOKEN_PER_MINUTE", "120"))
+# A web process counts those limits in reservations of limit // this many uses of a window
+# (one Redis round trip each; at least 1, which is use by use): never more than the limit in
+# a window, a client refused at most about (processes x (units - 1)) uses early (ADR 0029).
+API_RATE_RESERVATIONS_PER_WINDOW = int(os.environ.get("API_RATE_RESERVATIONS_PER_WINDOW", "64"))
 # /api/v1/estimate (public, in sizing) counts against the API's per-address limit too.
 SIZING_API_GUARD = os.environ.get("SIZING_API_GUARD", "rental.api.rate_limited")
 # Every write a signed-in customer makes on the site's pages, per account per minute

@@ -57,3 +57,22 @@ def test_the_limits_are_named_settings_read_per_request(client, customer, settin
     assert get(client, "/api/v1/leases", "198.51.100.9", token).status_code == 429
     settings.API_REQUESTS_PER_TOKEN_PER_MINUTE = 100
     assert get(client, "/api/v1/leases", "198.51.100.9", token).status_code == 200
+
+
+@pytest.mark.redis
+def test_a_high_limit_is_counted_in_reservations_on_redis(client, db, settings):
+    """On Redis a limit of more than API_RATE_RESERVATIONS_PER_WINDOW uses is counted in
+    reservations (rental.accounts.throttle_reservations): one process allows exactly the
+    limit and then refuses, and the shared counter moved a reservation at a time."""
+    from django.core.cache import cache
+
+    settings.API_REQUESTS_PER_IP_PER_MINUTE, settings.API_RATE_RESERVATIONS_PER_WINDOW = 40, 8  # 5 a time
+    assert hasattr(cache, "reserve")
+    for _ in range(40):
+        assert get(client, "/api/v1/offers", "198.51.100.20").status_code == 200
+    assert cache.get("throttle:api-address:198.51.100.20") == 40  # 8 round trips, not 40
+    assert_limited(get(client, "/api/v1/offers", "198.51.100.20"), "API_REQUESTS_PER_IP_PER_MINUTE")
+    assert cache.get("throttle:api-address:198.51.100.20") == 45  # the refused reservation counted too
+    redis, key = cache.redis_client(), cache.make_and_validate_key("throttle:api-address:198.51.100.20")
+    assert 0 < redis.ttl(key) <= 60  # the window's expiry, set once
+    assert get(client, "/api/v1/offers", "198.51.100.21").status_code == 200
