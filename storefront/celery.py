@@ -1,6 +1,7 @@
 """Celery app. Broker: Redis when REDIS_URL is set, else a filesystem broker that needs
 no server (the embedded default), so `make run` works on a bare machine."""
 import os
+from pathlib import Path
 
 from celery import Celery
 from celery.signals import beat_init, worker_init
@@ -23,7 +24,28 @@ def lower_priority() -> int:
     current = os.getpriority(os.PRIO_PROCESS, 0)
     if settings.JOBS_NICENESS > current:
         os.setpriority(os.PRIO_PROCESS, 0, settings.JOBS_NICENESS)
-    return os.getpriority(os.PRIO_PROCESS, 0)
+    niceness = os.getpriority(os.PRIO_PROCESS, 0)
+    _lower_own_session(niceness)
+    return niceness
+
+
+AUTOGROUP = Path("/proc/self/autogroup")
+
+
+def _lower_own_session(niceness: int) -> None:
+    """Linux's autogroup (kernel.sched_autogroup_enabled) shares the CPU between sessions
+    first and by niceness only within one: a jobs process that leads a session of its own (a
+    supervisor's setsid) would, niced alone, still take a whole session's share beside the
+    web's. Its session's group takes the niceness too, only when this process leads it: a
+    session shared with the web is left alone, as niceness already works within it."""
+    if os.getsid(0) != os.getpid():
+        return
+    try:
+        group = int(AUTOGROUP.read_text().split()[-1])      # "/autogroup-113 nice 0"
+        if niceness > group:
+            AUTOGROUP.write_text(str(niceness))
+    except (OSError, ValueError, IndexError):   # no autogroup in this kernel, or not Linux
+        return
 
 
 @worker_init.connect

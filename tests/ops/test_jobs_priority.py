@@ -2,12 +2,16 @@
 Celery's worker and beat raise their niceness when they start, once however often asked,
 and never lower one they were started with. Each case runs in a process of its own: a
 niceness once raised cannot be lowered again without privileges."""
+import ast
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from storefront.celery import AUTOGROUP
+from tests.tools import require
 
 BASE = Path(__file__).resolve().parents[2]
 PROBE = """
@@ -47,3 +51,33 @@ def test_a_higher_niceness_it_was_started_with_is_kept():
 
 def test_zero_leaves_it_as_started():
     assert niceness_after("print(lower_priority())", "0") == [start()]
+
+
+def autogroup_after(body: str, jobs_niceness: str, *, own_session: bool) -> tuple[list[int], str]:
+    """What the probe prints, and its session's autogroup as it left it: "/autogroup-N nice K",
+    or nothing for a process still in the root group (a tree no setsid ever split from init)."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "storefront.test_settings", "JOBS_NICENESS": jobs_niceness}
+    probe = body + "; print(repr(open('/proc/self/autogroup').read()))"
+    out = subprocess.run([sys.executable, "-c", PROBE.format(body=probe)], cwd=BASE, env=env, check=True,
+                         capture_output=True, text=True, timeout=120, start_new_session=own_session)
+    *printed, group = out.stdout.splitlines()
+    return [int(x) for x in " ".join(printed).split()], ast.literal_eval(group)
+
+
+def test_a_jobs_process_leading_its_own_session_lowers_the_session_too():
+    """Under autogroup each session shares the CPU as one: the niceness must be the group's
+    (a new session's group starts at 0)."""
+    require(AUTOGROUP.exists(), "this kernel has no autogroup (CONFIG_SCHED_AUTOGROUP)")
+    own, group = autogroup_after("print(lower_priority())", "7", own_session=True)
+    assert own == [max(start(), 7)]
+    assert group.split()[-1] == str(max(start(), 7))
+
+
+def test_a_session_shared_with_its_parent_is_left_alone():
+    """Whether this session has a group of its own or is still in the root one (then the file
+    reads empty, as under a runner started straight from init), the probe leaves it as it was."""
+    require(AUTOGROUP.exists(), "this kernel has no autogroup (CONFIG_SCHED_AUTOGROUP)")
+    before = AUTOGROUP.read_text()
+    own, group = autogroup_after("print(lower_priority())", "7", own_session=False)
+    assert own == [max(start(), 7)]
+    assert group == before == AUTOGROUP.read_text()
