@@ -49,12 +49,18 @@ def anonymous_page_cache(view):
             fresh["response"] = response
             if response.status_code != 200 or response.streaming or response.cookies.keys() - {"csrftoken"}:
                 return None
-            if not request.META.get("CSRF_COOKIE"):  # no token in it: kept as sent, not decoded
+            # get_token() flags the cookie for sending (CSRF_COOKIE_NEEDS_UPDATE) whenever a page
+            # asks for the token: unflagged, none was rendered (an htmx fragment), so the page is
+            # kept as sent, not decoded and searched (~13 KB; a browser sends its cookie)
+            if not request.META.get("CSRF_COOKIE_NEEDS_UPDATE"):
                 return response["Content-Type"], response.content
             return response["Content-Type"], _without_token(request, response.content.decode(response.charset))
 
-        parts = (request.get_full_path(), get_language(), request.headers.get("HX-Request", ""),
-                 request.headers.get("HX-Target", ""))
+        # the locale middleware's language as it activated it (get_language() reads a context-local)
+        language = getattr(request, "LANGUAGE_CODE", None) or get_language()
+        # META, not request.headers: that builds a case-insensitive copy of every header
+        meta = request.META
+        parts = (request.get_full_path(), language, meta.get("HTTP_HX_REQUEST", ""), meta.get("HTTP_HX_TARGET", ""))
         page = cached_by_generation("page", parts, build, generation=generation)
         if "response" in fresh:
             return fresh["response"]

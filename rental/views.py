@@ -136,10 +136,11 @@ def lease_detail(request, lease_id: int):
     now = timezone.now()
     page = lease_page_context(lease, now)
     milestones = lease_milestones(lease, now) + incident_milestones(page["downtimes"])
+    account_auto_renew = customer_settings(request.account).auto_renew     # read once for both
     context = {"lease": lease, "now": now, **page,
                "timeline": layout(milestones, now), "events": lease.events.select_related("actor"),
-               "auto_renews": lease_auto_renews(lease),
-               "account_auto_renew": customer_settings(request.account).auto_renew}
+               "auto_renews": lease_auto_renews(lease, account_default=account_auto_renew),
+               "account_auto_renew": account_auto_renew}
     # htmx polls the live region (the whole page but its heading) while something is in progress.
     return render(request, "rental/_lease_live.html" if request.htmx else "rental/lease_detail.html", context)
 

@@ -65,8 +65,8 @@ def _params(request) -> dict:
 _MEMO = Memo(max_entries=256)
 
 
-def _get_json(params: dict, cands) -> bytes:
-    key = (tuple(sorted(params.items())), get_language(), catalog_key(cands))
+def _get_json(params: dict, cands, language: str | None = None) -> bytes:
+    key = (tuple(sorted(params.items())), language or get_language(), catalog_key(cands))
     return _MEMO.get(key, lambda: to_json_text(run(params, cands)).encode())
 
 
@@ -78,7 +78,8 @@ def estimate(request):
         return response
     try:
         if request.method == "GET":
-            return HttpResponse(_get_json(request.GET.dict(), candidates()), content_type="application/json")
+            return HttpResponse(_get_json(request.GET.dict(), candidates(), getattr(request, "LANGUAGE_CODE", None)),
+                                content_type="application/json")
         result = run(_params(request), candidates())
     except SizingInputError as exc:
         return _invalid(exc)

@@ -20,7 +20,7 @@ Tokens per micro-batch = micro-batch × sequence length (with packing, the packe
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 
 from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
 from .frozen import quick_init
@@ -167,20 +167,16 @@ class Job:
 
     def laid_out(self, gpus: int, zero: int, offload: str, method: str) -> Job:
         """``dataclasses.replace(self, gpus=…, zero=…, offload=…, method=…)``: the same job on
-        another layout (the recommender sizes one per card count it meets), copied field by
-        field without replace's per-field bookkeeping."""
-        job = _new_job(Job)
-        for name in _JOB_KEPT:
-            _set(job, name, getattr(self, name))
-        _set(job, "gpus", gpus)
-        _set(job, "zero", zero)
-        _set(job, "offload", offload)
-        _set(job, "method", method)
-        return job
+        another layout (the recommender sizes one per card count it meets), through the
+        constructor, positionally (replace's per-field bookkeeping and keywords cost more)."""
+        return Job(self.arch, method, self.seq, self.batch, self.checkpointing, self.flash_attention,
+                   self.lora_rank, self.lora_targets, gpus, zero, offload, self.tokens, self.epochs,
+                   self.utilisation, self.framework, self.loss)
 
 
-_JOB_KEPT = tuple(f.name for f in fields(Job) if f.name not in ("gpus", "zero", "offload", "method"))
-_new_job, _set = object.__new__, object.__setattr__
+#: the fields ``laid_out`` passes in their order (tests/sizing/test_fast_paths.py holds the two alike)
+_LAID_OUT_ORDER = ("arch", "method", "seq", "batch", "checkpointing", "flash_attention", "lora_rank", "lora_targets",
+                   "gpus", "zero", "offload", "tokens", "epochs", "utilisation", "framework", "loss")
 
 
 @quick_init  # built by the dozen per answer (sizing.frozen)
@@ -261,8 +257,13 @@ def zero_bytes_per_param(method: str, stage: int, gpus: int, offload: str = "non
 
 def adapter_params(arch: Architecture, rank: int, targets: tuple[str, ...]) -> int:
     """LoRA (Hu et al. 2021): A (r×in) + B (out×r) per targeted projection, layer and
-    expert (PEFT's all-linear puts an adapter on every expert of a mixture)."""
-    return sum(rank * arch.module_io(t) for t in targets)
+    expert (PEFT's all-linear puts an adapter on every expert of a mixture). The sum of
+    the targets' in + out is a count of the model, kept on it per set of targets."""
+    key = ("adapter_io", tuple(targets))
+    io = arch._derived.get(key)  # a new set of targets is no KeyError raised and caught
+    if io is None:
+        io = arch._derived[key] = sum(arch.module_io(t) for t in targets)
+    return rank * io  # integers: the same as the sum of rank × (in + out)
 
 
 def frozen_weight_bytes(arch: Architecture, method: str, upcast: bool = False) -> float:

@@ -10,7 +10,11 @@ from .engine import (
     ADAPTER_GRAD_BYTES,
     ADAPTER_WEIGHT_BYTES,
     ALLOCATOR_MARGIN,
+    BF16_WEIGHT_BYTES,
+    BREAKDOWN_KEYS,
     CUDA_CONTEXT_GB,
+    DEQUANT_WEIGHT_BYTES,
+    FLOPS_PER_PARAM_TOKEN,
     GB,
     OFFLOADED_BY,
     SHARD_STAGE,
@@ -20,15 +24,12 @@ from .engine import (
     activation_bytes,
     active_params,
     adapter_params,
-    checkpoint_gb,
     checkpoint_input_bytes,
     frozen_weight_bytes,
     full_state_bytes_per_param,
     logits_bytes,
-    quant_buffer_bytes,
-    sharding_buffer_bytes,
-    train_flops,
 )
+from .frameworks import FRAMEWORKS
 from .job_warnings import job_warnings
 
 
@@ -36,20 +37,48 @@ def layout_free_terms(job: Job) -> dict:
     """The terms no layout of the job changes — activations, logits, the 4-bit buffers, the
     checkpoints on disk, the FLOPs: they depend on the model, the method and the tokens,
     not on the GPU count, ZeRO stage or offload. The recommender sizes one job in several
-    layouts (one per card count it meets) and computes these once."""
-    n_adapter = 0 if job.method in ADAM_STATE_BYTES else adapter_params(job.arch, job.lora_rank, job.lora_targets)
+    layouts (one per card count it meets) and computes these once. The engine's term
+    functions' arithmetic, with what they each looked up (the stack, the parameter count)
+    read once (tests/sizing/test_fast_paths.py holds it to the calls it replaced)."""
+    arch, method = job.arch, job.method
+    stack = FRAMEWORKS[job.framework]
+    params = arch.params
+    full = method in ADAM_STATE_BYTES
+    n_adapter = 0 if full else adapter_params(arch, job.lora_rank, job.lora_targets)
+    frozen = frozen_weight_bytes(arch, method, stack.upcast_unquantised)
+    # ZeRO-3's buffers (sharding_buffer_bytes on 2+ cards): two layers of bf16 weights, or of
+    # the frozen weights as stored (never upcast: LoRA's do not depend on it)
+    if full:
+        per_param = BF16_WEIGHT_BYTES
+    elif method == "lora" or not stack.upcast_unquantised:
+        per_param = frozen / params
+    else:
+        per_param = frozen_weight_bytes(arch, method) / params
+    # checkpoint_gb: what resuming needs, the bf16 model, the adapter alone
+    if full:
+        resume, adapter = _FULL_RESUME_BYTES[method] * arch.language_params, 0.0
+    else:
+        resume = (ADAPTER_WEIGHT_BYTES + ADAPTER_GRAD_BYTES + ADAPTER_ADAM_BYTES) * n_adapter
+        adapter = ADAPTER_WEIGHT_BYTES * n_adapter
     return {
-        "frozen_weights": frozen_weight_bytes(job.arch, job.method, job.stack.upcast_unquantised),
+        "frozen_weights": frozen,
         # the model states before a layout shards or offloads them, and ZeRO-3's buffers
-        "states": _state_totals(job, n_adapter),
-        "zero3_buffers": sharding_buffer_bytes(job, (2, 3, job.offload, job.method)),
-        "quant_buffers": quant_buffer_bytes(job), "activations": activation_bytes(job),
-        "logits": logits_bytes(job.arch, job.seq, job.batch, job.loss_kind),
-        "host_checkpoint_inputs": checkpoint_input_bytes(job) if job.checkpointing and job.stack.offloads_checkpoints
+        "state_slots": _state_totals(job, n_adapter),
+        "zero3_buffers": 2 * per_param * params / arch.layers,
+        "quant_buffers": DEQUANT_WEIGHT_BYTES * arch.largest_linear if method == "qlora" else 0.0,
+        "activations": activation_bytes(job),
+        "logits": logits_bytes(arch, job.seq, job.batch, stack.loss if job.loss == "auto" else job.loss),
+        "host_checkpoint_inputs": checkpoint_input_bytes(job) if job.checkpointing and stack.offloads_checkpoints
         else None,
-        "adapter_params": n_adapter, "checkpoint_gb": checkpoint_gb(job, n_adapter),
-        "train_flops": train_flops(active_params(job.arch), job.tokens, job.epochs),
+        "adapter_params": n_adapter,
+        "checkpoint_gb": {"resume_with_optimizer": resume / GB, "bf16_weights": BF16_WEIGHT_BYTES * params / GB,
+                          "adapter": adapter / GB},
+        "train_flops": FLOPS_PER_PARAM_TOKEN * (active_params(arch) if arch.moe else params) * job.tokens * job.epochs,
     }
+
+
+#: a full fine-tune's resume checkpoint, bytes per parameter (checkpoint_gb's sum, per method)
+_FULL_RESUME_BYTES = {method: sum(full_state_bytes_per_param(method).values()) for method in ADAM_STATE_BYTES}
 
 
 def estimate(job: Job, *, warnings: bool = True, terms: dict | None = None,
@@ -69,49 +98,70 @@ def estimate(job: Job, *, warnings: bool = True, terms: dict | None = None,
     else:
         gpus, zero, offload, method = layout
     t = layout_free_terms(job) if terms is None else terms
-    # ``model_states`` and ``sharding_buffer_bytes`` from the totals in the terms: the same
-    # arithmetic, without the per-layout calls (an answer sizes ~8 layouts)
-    bd = dict.fromkeys(STATE_KEYS, 0.0)
+    terms_bytes, host = layout_bytes(t, gpus, zero, offload)
+    # terms_bytes holds BREAKDOWN_KEYS' values in their order; positional: Estimate's field order
+    per_gpu = sum(terms_bytes)
+    return Estimate(job.arch.name, method, job.arch.params, gpus, zero, offload, per_gpu / GB, per_gpu * gpus / GB,
+                    host / GB, dict(zip(BREAKDOWN_KEYS, [v / GB for v in terms_bytes], strict=True)), dict(t["checkpoint_gb"]),
+                    t["adapter_params"], t["train_flops"], tuple(job_warnings(job)) if warnings else (), job.framework)
+
+
+def layout_bytes(t: dict, gpus: int, zero: int, offload: str) -> tuple[list[float], float]:
+    """(each breakdown term's bytes per GPU, in ``BREAKDOWN_KEYS``' order; bytes moved to
+    host memory) of a job in this layout, from its ``layout_free_terms``: ``model_states``
+    and ``sharding_buffer_bytes`` worked from the totals in the terms (the same arithmetic,
+    without the per-layout calls). ``layout_sizes`` reads the peak from it without building
+    the estimate: the recommender judges every offer's layout and shows a few."""
     host = 0.0
     frozen = t["frozen_weights"]
     if offload == "all":
         host += frozen
+        frozen_here = 0.0
     else:
-        bd["frozen_weights"] = frozen / gpus if zero >= 3 else frozen
-    for key, total, from_stage, offloaded_by in t["states"]:
+        frozen_here = frozen / gpus if zero >= 3 else frozen
+    # STATE_KEYS' order: frozen, trainable, gradients, fp32 master, optimizer, adapters
+    out = [frozen_here, 0.0, 0.0, 0.0, 0.0, 0.0]
+    for index, total, from_stage, offloaded_by in t["state_slots"]:
         if offload in offloaded_by:
             host += total
         else:
-            bd[key] += total / gpus if zero >= from_stage else total
-    bd["sharding_buffers"] = t["zero3_buffers"] if zero >= 3 and gpus >= 2 else 0.0
-    bd["quant_buffers"] = t["quant_buffers"]
-    bd["activations"] = t["activations"]
-    bd["logits"] = t["logits"]
+            out[index] += total / gpus if zero >= from_stage else total
+    out.append(t["zero3_buffers"] if zero >= 3 and gpus >= 2 else 0.0)
+    out.append(t["quant_buffers"])
+    out.append(t["activations"])
+    out.append(t["logits"])
     if t["host_checkpoint_inputs"] is not None:
         host += t["host_checkpoint_inputs"] * gpus
-    allocated = sum(bd.values())
-    bd["cuda_context"] = CUDA_CONTEXT_GB * GB
-    bd["allocator_margin"] = ALLOCATOR_MARGIN * allocated
-    per_gpu = sum(bd.values())
-    # bd holds BREAKDOWN_KEYS in their order; positional: Estimate's field order
-    return Estimate(job.arch.name, method, job.arch.params, gpus, zero, offload, per_gpu / GB, per_gpu * gpus / GB,
-                    host / GB, {k: v / GB for k, v in bd.items()}, dict(t["checkpoint_gb"]), t["adapter_params"],
-                    t["train_flops"], tuple(job_warnings(job)) if warnings else (), job.framework)
+    allocated = sum(out)
+    out.append(CUDA_CONTEXT_GB * GB)
+    out.append(ALLOCATOR_MARGIN * allocated)
+    return out, host
+
+
+def layout_sizes(t: dict, gpus: int, zero: int, offload: str) -> tuple[float, float]:
+    """(``per_gpu_gb``, ``host_ram_gb``) of ``estimate`` in this layout, to the bit, without
+    the estimate (its breakdown and checkpoint dicts, the object)."""
+    terms_bytes, host = layout_bytes(t, gpus, zero, offload)
+    return sum(terms_bytes) / GB, host / GB
 
 
 def _state_totals(job: Job, n_adapter: int) -> tuple:
-    """(breakdown key, bytes over all cards, the ZeRO stage that shards them, the offload
-    modes that move them to host memory) of each model state, in ``model_states``' order
-    and arithmetic: what a layout divides or moves."""
+    """(place in ``STATE_KEYS``, bytes over all cards, the ZeRO stage that shards them, the
+    offload modes that move them to host memory) of each model state, in ``model_states``'
+    order and arithmetic: what a layout divides or moves (``layout_bytes``)."""
     method = job.method
     if method in ADAM_STATE_BYTES:
         language_params = job.arch.language_params
-        return tuple((name, b * language_params, SHARD_STAGE[name], OFFLOADED_BY[name])
+        return tuple((_STATE_SLOT[name], b * language_params, SHARD_STAGE[name], OFFLOADED_BY[name])
                      for name, b in full_state_bytes_per_param(method).items())
     scale = job.stack.adapter_bytes / ADAPTER_WEIGHT_BYTES  # torchtune: bf16 adapters and moments
-    return (("adapters", n_adapter * (ADAPTER_WEIGHT_BYTES * scale), 3, ("all",)),
-            ("adapters", n_adapter * (ADAPTER_GRAD_BYTES * scale), 2, ("all",)),
-            ("adapters", n_adapter * (ADAPTER_ADAM_BYTES * scale), 1, ("optimizer", "all")))
+    adapters = _STATE_SLOT["adapters"]
+    return ((adapters, n_adapter * (ADAPTER_WEIGHT_BYTES * scale), 3, ("all",)),
+            (adapters, n_adapter * (ADAPTER_GRAD_BYTES * scale), 2, ("all",)),
+            (adapters, n_adapter * (ADAPTER_ADAM_BYTES * scale), 1, ("optimizer", "all")))
+
+
+_STATE_SLOT = {key: i for i, key in enumerate(STATE_KEYS)}
 
 
 def with_warnings(e: Estimate, warnings: tuple[str, ...]) -> Estimate:

@@ -19,15 +19,16 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_noop
 
 from .markup import _bt, _esc, _gb, _nbt, _t, usd_formatter
+from .membar import memory_bar_parts
 from .results import CHECKPOINT_MSGIDS
 from .templatetags.sizing_tags import (
     METHOD_WORDS,
+    _figure_text,
     _mode_word,
     billions,
     breakdown_rows,
     change_head,
     change_rows,
-    memory_bar,
     pct,
     recommendation_head,
     recommendation_rows,
@@ -38,10 +39,56 @@ from .texts import Texts, texts
 def results_html(form, result) -> str:
     """The results markup for this form (its errors; None: no errors) and result
     (None: no answer)."""
+    return "".join(results_parts(form, result))
+
+
+def results_bytes(form, result) -> bytes:
+    """``results_html(form, result)`` in UTF-8, each part encoded alone: most parts are
+    ASCII, which encodes as a copy, where the whole (not ASCII: "—", "≤", "×") took the
+    per-character path for all its ~12 KB, and was first copied into a wider string."""
+    return b"".join([part.encode() for part in results_parts(form, result)])
+
+
+def results_parts(form, result) -> list[str]:
     tr = texts()
     errors = _errors(form, tr) if form is not None and form.errors else ""
-    body = _result(result, tr) if result else ""
-    return f'<div id="sizing-results-body" class="sizing-results-body">\n{errors}\n{body}\n</div>\n'
+    body = _result(result, tr) if result else []
+    return [f'<div id="sizing-results-body" class="sizing-results-body">\n{errors}\n', *body, "\n</div>\n"]
+
+
+class _Fixed:
+    """The results' fixed texts in one language, escaped (a figure text: ``_figure_text``),
+    looked up once and kept in its texts table: each answer looked them up through
+    ``tr[gettext_noop(…)]`` and ``_t`` again."""
+
+    def __init__(self, tr: Texts):
+        self.per_gpu_best = _t(tr[gettext_noop("Per GPU, recommended plan")])
+        self.per_gpu = _t(tr[gettext_noop("Per GPU")])
+        self.host = _t(tr[gettext_noop("Host RAM")])
+        self.params = _figure_text(tr, gettext_noop("%(b)s B parameters"), "b")
+        self.bar = _t(tr[gettext_noop("Where the memory goes")])
+        self.recs = _t(tr[gettext_noop("Recommendation, cheapest first")])
+        self.no_recs = _t(tr[gettext_noop("No offer in the catalog runs this job with these filters.")])
+        self.changes = _t(tr[gettext_noop("Cheaper by changing one choice")])
+        self.time = _t(tr[gettext_noop("Training time and cost")])
+        self.flops = _figure_text(tr, gettext_noop("6·N·D = %(f)s FLOPs."), "f")
+        self.assumes = _figure_text(tr, gettext_noop("Assumes %(u)s of the card's dense bf16 FLOPS (utilisation)."),
+                                    "u")
+        self.checkpoints = _t(tr[gettext_noop("Checkpoints on disk")])
+        self.checkpoint_labels = {kind: [(key, _t(tr[msgid])) for key, msgid in msgids.items()]
+                                  for kind, msgids in CHECKPOINT_MSGIDS.items()}
+        self.numbers_best = _t(tr[gettext_noop("The numbers, per GPU, on the recommended plan")])
+        self.numbers = _t(tr[gettext_noop("The numbers, per GPU, as you configured it")])
+        self.warnings = _t(tr[gettext_noop("Warnings")])
+        self.advice = _t(tr[gettext_noop("Advice")])
+
+
+def _fixed(tr: Texts) -> _Fixed:
+    try:
+        return tr.extra["fragment-fixed"]
+    except KeyError:
+        value = tr.extra["fragment-fixed"] = _Fixed(tr)
+        return value
 
 
 def _errors(form, tr: Texts) -> str:
@@ -71,10 +118,11 @@ def _framework_label(job, tr: Texts) -> str:
 def _summary(result, tr: Texts) -> str:
     e, p, best, job = result.estimate, result.plan, result.best, result.request.job
     title = _bt(tr, gettext_noop("%(model)s, %(method)s"), model=e.model, method=_method_word(e.method, tr))
-    params = _bt(tr, gettext_noop("%(b)s B parameters"), b=billions(e.params))
-    per_gpu = _t(tr[gettext_noop("Per GPU, recommended plan")] if best else tr[gettext_noop("Per GPU")])
+    fx = _fixed(tr)
+    params = fx.params % {"b": billions(e.params)}
+    per_gpu = fx.per_gpu_best if best else fx.per_gpu
     total = _nbt(tr, tr.ngettext("Total, %(n)s GPU", "Total, %(n)s GPUs", p.gpus), p.gpus)
-    host = _t(tr[gettext_noop("Host RAM")])
+    host = fx.host
     plan = ""
     if best:
         plan_text = _bt(tr, gettext_noop("Plan: %(offer)s, %(mode)s (ZeRO-%(z)s)."),
@@ -95,18 +143,19 @@ def _summary(result, tr: Texts) -> str:
             f'  </dl>\n  {plan}\n  <p class="muted">{stack}</p>\n</section>\n')
 
 
-def _bar(result, tr: Texts) -> str:
+def _bar(result, tr: Texts) -> list[str]:
     best = result.best
-    heading = _t(tr[gettext_noop("Where the memory goes")])
+    head = f'\n<section aria-labelledby="bar-h">\n  <h3 id="bar-h">{_fixed(tr).bar}</h3>\n  \n    '
     if best:
         caption = SafeString(_bt(
             tr, gettext_noop("Per GPU on the recommended %(offer)s (%(mode)s). The dashed line is the usable "
                              "memory: a card is never filled to its last GB."),
             offer=best.candidate.offer_name, mode=_mode_word(best.mode, tr)))
-        bar = f"\n    \n    {memory_bar(best.estimate, best.candidate, caption, tr=tr)}\n  "
+        bar = memory_bar_parts(best.estimate, best.candidate, caption, tr=tr)
+        head += "\n    "
     else:
-        bar = f'\n    {memory_bar(result.estimate, None, "", tr=tr)}\n  '
-    return f'\n<section aria-labelledby="bar-h">\n  <h3 id="bar-h">{heading}</h3>\n  {bar}\n</section>\n'
+        bar = memory_bar_parts(result.estimate, None, "", tr=tr)
+    return [head, *bar, "\n  \n</section>\n"]
 
 
 def _list_section(ident: str, heading: str, items: list, ul: str, li: str) -> str:
@@ -116,21 +165,21 @@ def _list_section(ident: str, heading: str, items: list, ul: str, li: str) -> st
 
 
 def _recommendations(result, tr: Texts) -> str:
-    heading = _t(tr[gettext_noop("Recommendation, cheapest first")])
+    fx = _fixed(tr)
+    heading = fx.recs
     if result.options:
         table = (f'\n  <div class="table-scroll"><table class="catalog sizing-recs">\n'
                  f'    {recommendation_head(result.request.job.tokens, tr=tr)}\n'
                  f'    <tbody>{recommendation_rows(result, tr=tr)}\n    </tbody></table></div>\n  ')
     else:
-        empty = _t(tr[gettext_noop("No offer in the catalog runs this job with these filters.")])
-        table = f'\n    <p class="empty">{empty}</p>\n  '
+        table = f'\n    <p class="empty">{fx.no_recs}</p>\n  '
     return f'\n<section aria-labelledby="rec-h">\n  <h3 id="rec-h">{heading}</h3>\n  {table}\n</section>\n'
 
 
 def _changes(result, tr: Texts) -> str:
     if not result.changes:
         return ""
-    heading = _t(tr[gettext_noop("Cheaper by changing one choice")])
+    heading = _fixed(tr).changes
     return (f'<section aria-labelledby="change-h">\n  <h3 id="change-h">{heading}</h3>\n'
             f'  <div class="table-scroll"><table class="catalog sizing-changes">\n    {change_head(tr=tr)}\n'
             f'    <tbody>{change_rows(result, tr=tr)}</tbody></table></div>\n</section>')
@@ -140,8 +189,9 @@ def _training_time(result, tr: Texts) -> str:
     e, best, job = result.estimate, result.best, result.request.job
     if not job.tokens:
         return ""
-    heading = _t(tr[gettext_noop("Training time and cost")])
-    flops = _bt(tr, gettext_noop("6·N·D = %(f)s FLOPs."), f=stringformat(e.train_flops, ".3g"))
+    fx = _fixed(tr)
+    heading = fx.time
+    flops = fx.flops % {"f": stringformat(e.train_flops, ".3g")}
     run = ""
     if best:
         usd = usd_formatter(tr=tr)
@@ -155,36 +205,36 @@ def _training_time(result, tr: Texts) -> str:
                 tr, gettext_noop("At %(tps)s tokens/s; likely between %(lo)s and %(hi)s hours, a rental of %(clo)s "
                                  "to %(chi)s: how busy a step keeps the card differs between stacks."),
                 tps=f"{round(best.run.speed.tokens_per_s):,}", lo=_gb(lo), hi=_gb(hi), clo=usd(clo), chi=usd(chi))
-    assumes = _bt(tr, gettext_noop("Assumes %(u)s of the card's dense bf16 FLOPS (utilisation)."),
-                  u=pct(job.utilisation))
+    assumes = fx.assumes % {"u": pct(job.utilisation)}
     return (f'<section aria-labelledby="time-h"><h3 id="time-h">{heading}</h3>\n  <p>{flops}\n  {run}\n'
             f'  <small class="muted">{assumes}</small></p>\n</section>')
 
 
 def _checkpoints(result, tr: Texts) -> str:
-    heading = _t(tr[gettext_noop("Checkpoints on disk")])
+    fx = _fixed(tr)
+    heading = fx.checkpoints
     e = result.estimate  # Result.checkpoints, with the labels through the texts table
-    msgids = CHECKPOINT_MSGIDS["adapter" if e.adapter_params else "full"]
-    items = "".join(f"\n    <li>{_t(tr[msgid])}: <strong>{_gb(e.checkpoint_gb[key], 2)} GB</strong></li>"
-                    for key, msgid in msgids.items())
+    labels = fx.checkpoint_labels["adapter" if e.adapter_params else "full"]
+    items = "".join([f"\n    <li>{label}: <strong>{_gb(e.checkpoint_gb[key], 2)} GB</strong></li>"
+                     for key, label in labels])
     return (f'<section aria-labelledby="ckpt-h"><h3 id="ckpt-h">{heading}</h3>\n'
             f'  <ul class="sizing-ckpt">{items}\n  </ul>\n</section>\n')
 
 
 def _breakdown(result, tr: Texts) -> str:
-    if result.best:
-        summary = _t(tr[gettext_noop("The numbers, per GPU, on the recommended plan")])
-    else:
-        summary = _t(tr[gettext_noop("The numbers, per GPU, as you configured it")])
+    fx = _fixed(tr)
+    summary = fx.numbers_best if result.best else fx.numbers
     return (f'<details class="sizing-breakdown"><summary>{summary}</summary>\n'
             f'  <table><tbody>{breakdown_rows(result.plan.breakdown_gb, tr=tr)}</tbody></table>\n</details>\n')
 
 
-def _result(result, tr: Texts) -> str:
-    warnings, advice = result.warnings, result.advice
-    warn = _list_section("warn-h", _t(tr[gettext_noop("Warnings")]), warnings, '<ul class="sizing-warnings">',
+def _result(result, tr: Texts) -> list[str]:
+    warnings, advice = result.warnings_in(tr), result.advice_in(tr)
+    fx = _fixed(tr)
+    warn = _list_section("warn-h", fx.warnings, warnings, '<ul class="sizing-warnings">',
                          '<li class="msg warning">') if warnings else ""
-    adv = _list_section("adv-h", _t(tr[gettext_noop("Advice")]), advice, "<ul>", "<li>") if advice else ""
-    return (f"{_summary(result, tr)}{_bar(result, tr)}\n{warn}\n{_recommendations(result, tr)}\n"
-            f"{_changes(result, tr)}\n\n{_training_time(result, tr)}\n\n{adv}\n\n{_checkpoints(result, tr)}\n"
-            f"{_breakdown(result, tr)}")
+    adv = _list_section("adv-h", fx.advice, advice, "<ul>", "<li>") if advice else ""
+    # in parts (``results_bytes``): the bar's and the breakdown's are ASCII in English
+    return [_summary(result, tr), *_bar(result, tr),
+            f"\n{warn}\n{_recommendations(result, tr)}\n{_changes(result, tr)}\n\n{_training_time(result, tr)}"
+            f"\n\n{adv}\n\n{_checkpoints(result, tr)}\n", _breakdown(result, tr)]

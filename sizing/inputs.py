@@ -66,7 +66,19 @@ def _number(field: str, value, lo: float, hi: float, integer: bool) -> float | i
     return int(x) if integer else x
 
 
+#: below this, an integer's float is exact: ``int(float(x)) == x`` (``_number``'s path)
+_EXACT_FLOAT_INT = 2**53
+
+
 def _int(field, value, lo, hi) -> int:
+    # the common case, a plain decimal string or an int within the range, without the float
+    # round trip; ``_number`` answers (and words the error) for everything else
+    if type(value) is str and value.isascii() and value.isdigit():
+        x = int(value)
+        if lo <= x <= hi and x < _EXACT_FLOAT_INT:
+            return x
+    elif type(value) is int and lo <= value <= hi and -_EXACT_FLOAT_INT < value < _EXACT_FLOAT_INT:
+        return value
     return int(_number(field, value, lo, hi, True))
 
 
@@ -82,6 +94,8 @@ def _bool(field: str, value) -> bool:
 
 
 def _choice(field: str, value, options) -> str:
+    if type(value) is str and value in options:  # already one of them, as written
+        return value
     value = _first(value)
     if not isinstance(value, str) or value.strip().lower() not in options:
         raise SizingInputError(field, gettext("must be one of %(options)s") % {"options": ", ".join(options)})

@@ -252,8 +252,12 @@ class Architecture:
 
     @property
     def params(self) -> int:
-        """Total parameter count N (the override when the user gave only a count)."""
-        return self.params_override if self.params_override else self.shape_params
+        """Total parameter count N (the override when the user gave only a count). Kept in
+        ``_derived`` by hand: read a dozen times per answer, one frame instead of three."""
+        value = self._derived.get("params")
+        if value is None:
+            value = self._derived["params"] = self.params_override if self.params_override else self.shape_params
+        return value
 
     @property
     def language_params(self) -> int:

@@ -25,34 +25,74 @@ known (no node of its model yet) is judged on VRAM alone.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from django.utils.translation import gettext, gettext_noop
+from django.utils.translation import gettext
 
 from . import pools
 from .engine import ALLOCATOR_MARGIN, MAX_NODE_GPUS, Estimate, Job
-from .estimation import estimate, layout_free_terms, with_warnings
+from .estimation import with_warnings
 from .frozen import quick_init
 from .inputs import MAX_BATCH  # at import: a local import per costed offer showed in the profile
 from .job_warnings import job_warnings
+from .layouts import (  # noqa: F401 - the recommender's rules, read from here by callers and tests
+    HEADROOM_FRACTION,
+    HEADROOM_MIN_GB,
+    HOST_HEADROOM_FRACTION,
+    HOST_HEADROOM_MIN_GB,
+    Estimator,
+    can_data_parallel,
+    can_shard,
+    host_ram_short,
+    layout_on,
+    offer_facts,
+    usable_gb,
+    usable_host_gb,
+)
+from .layouts import prices as price_list
 from .texts import Texts, texts
 from .throughput import Finish, finish, rental_to_finish
 
+#: one job's estimates, kept for one answer (``sizing.layouts``)
+_Estimator = Estimator
+
+def gettext_noop(message: str) -> str:
+    """Marks a text for makemessages (which finds it by this name), as Django's does, without
+    reading Django's settings: the texts below are marked at import, and sizing is imported
+    where settings are not configured (bench/load.py reads the presets)."""
+    return message
+
+
+#: the recommender's texts (msgids: each answer translates them through its texts table,
+#: ``sizing.texts``), marked once here rather than by a call on every answer
+_CHEAPEST_RUN = gettext_noop("cheapest run")
+_CHEAPEST_FITS = gettext_noop("cheapest that fits")
+_NEXT_CHEAPEST = gettext_noop("next cheapest")
+_FASTER = gettext_noop("faster")
+_MORE_HEADROOM = gettext_noop("more headroom")
+_ZERO3_REASON = gettext_noop("%(reason)s · ZeRO-3 across %(n)s cards: each holds 1/%(n)s of the states, "
+    "about 1.5× the traffic of data-parallel")
+_BF16_FITS = gettext_noop("bf16 LoRA (%(gb)s GB) fits this card: 4-bit costs 20–40%% throughput "
+    "(dequantisation); don't use QLoRA when the memory is there.")
+_OVERBUY = gettext_noop(
+    "Overbuy: this job needs %(need)s GB and %(offer)s has %(vram)s GB, over four times as much. Pick "
+    "the card by what the job needs, not by the model you wish to train: the cheapest card that fits "
+    "is slower, but not by the price ratio.")
+_FEWER_CARDS = gettext_noop("Overbuy: ZeRO-3 fits this job on %(offer)s (%(need)s GB per card); "
+    "this offer has %(gpus)s cards. Fewer cards, or one of the one-change "
+    "plans, cost less.")
+_LINK_CANNOT_SHARD = gettext_noop("ZeRO-%(zero)s shards the model, which needs NVLink/NVSwitch; "
+    "%(gpu)s (%(link)s) only supports data-parallel or single-card "
+    "training.")
+
 LINKS = ("nvswitch", "infinity_fabric", "nvlink_bridge", "pcie_p2p", "pcie")
-HEADROOM_MIN_GB = 2.0
-HEADROOM_FRACTION = 0.05
 #: overbuy: the job uses less than this share of the offer's memory
 OVERBUY_FRACTION = 0.25
 HOURS_PER_MONTH = 720
 HOURS_PER_WEEK = 168
 MAX_ALTERNATIVES = 4
-#: host RAM kept for the OS, data loaders and page cache: max(8 GB, 10 % of the instance's)
-HOST_HEADROOM_MIN_GB = 8.0
-HOST_HEADROOM_FRACTION = 0.10
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,59 +132,26 @@ class Candidate:
         return sum(self.free_by_site.values())
 
 
-def usable_gb(vram_gb: float) -> float:
-    """Headroom rule: VRAM − max(2 GB, 5% of VRAM)."""
-    return vram_gb - max(HEADROOM_MIN_GB, HEADROOM_FRACTION * vram_gb)
-
-
-def usable_host_gb(ram_gb: float) -> float:
-    """Host RAM a plan may fill: RAM − max(8 GB, 10 % of RAM)."""
-    return ram_gb - max(HOST_HEADROOM_MIN_GB, HOST_HEADROOM_FRACTION * ram_gb)
-
-
-def host_ram_short(c: Candidate, e: Estimate) -> bool:
-    """Does this plan move more to host RAM than the offer's instance can hold?"""
-    return c.host_ram_gb is not None and e.host_ram_gb > usable_host_gb(c.host_ram_gb)
-
-
-def can_shard(link: str, gpus: int) -> bool:
-    """May the model be sharded (ZeRO-2/3, tensor parallel) over ``gpus`` cards on ``link``?"""
-    if gpus < 2:
-        return False
-    if link == "nvswitch":
-        return gpus <= MAX_NODE_GPUS
-    if link == "infinity_fabric":
-        return gpus == MAX_NODE_GPUS
-    if link == "nvlink_bridge":
-        return gpus == 2
-    return False
-
-
-def can_data_parallel(link: str, gpus: int) -> bool:
-    """Data-parallel tolerates PCIe peer-to-peer; ``pcie`` (no P2P) cards are single-card."""
-    return gpus == 1 or link != "pcie"
-
-
 def link_warning(candidate: Candidate, zero: int, gpus: int, tr: Texts | None = None) -> str | None:
     """Warn when a requested sharded configuration does not suit the offer's link. ``tr``:
     the active language's texts table (``sizing.texts``; looked up when not given)."""
     n = min(gpus, candidate.gpus)
     if zero >= 2 and n > 1 and not can_shard(candidate.link, n):
-        return ((tr or texts())[gettext_noop("ZeRO-%(zero)s shards the model, which needs NVLink/NVSwitch; "
-                                             "%(gpu)s (%(link)s) only supports data-parallel or single-card "
-                                             "training.")]
+        return ((tr or texts())[_LINK_CANNOT_SHARD]
                 % {"zero": zero, "gpu": candidate.gpu_name, "link": candidate.link})
     return None
 
 
 def overbuy_warning(est: Estimate, candidate: Candidate, tr: Texts | None = None) -> str | None:
     """The job needs less than 25% of the offer's memory (SPEC "Don't overbuy")."""
-    if est.per_gpu_gb * est.gpus < OVERBUY_FRACTION * candidate.total_vram_gb:
-        return ((tr or texts())[gettext_noop(
-            "Overbuy: this job needs %(need)s GB and %(offer)s has %(vram)s GB, over four times as much. Pick "
-            "the card by what the job needs, not by the model you wish to train: the cheapest card that fits "
-            "is slower, but not by the price ratio.")]
-                % {"need": f"{est.per_gpu_gb * est.gpus:.0f}", "offer": candidate.offer_name,
+    return _overbuy(est.per_gpu_gb * est.gpus, candidate, tr)
+
+
+def _overbuy(need_gb: float, candidate: Candidate, tr: Texts | None) -> str | None:
+    """``overbuy_warning`` of a job that needs ``need_gb`` on all its cards."""
+    if need_gb < OVERBUY_FRACTION * candidate.total_vram_gb:
+        return ((tr or texts())[_OVERBUY]
+                % {"need": f"{need_gb:.0f}", "offer": candidate.offer_name,
                    "vram": candidate.total_vram_gb})
     return None
 
@@ -152,17 +159,18 @@ def overbuy_warning(est: Estimate, candidate: Candidate, tr: Texts | None = None
 def fewer_cards_warning(opt: Option, est: _Estimator, pool: Iterable[Candidate] = ()) -> str | None:
     """A sharded plan that would fit on half the offer's cards or fewer buys idle GPUs; said
     only when an offer with that many of the card exists (advice about offers that do)."""
-    c = opt.candidate
-    if opt.mode != "zero-3" or c.gpus < 4:
+    return _fewer_cards(opt.candidate, opt.mode, est, pool)
+
+
+def _fewer_cards(c: Candidate, mode: str, est: _Estimator, pool: Iterable[Candidate]) -> str | None:
+    if mode != "zero-3" or c.gpus < 4:
         return None
     usable = usable_gb(c.vram_gb)
     smaller = sorted((o for o in pool if o.gpu_name == c.gpu_name and 2 <= o.gpus <= c.gpus // 2
                       and can_shard(o.link, o.gpus)), key=lambda o: (o.gpus, o.monthly_cents))
     for other in smaller:
-        if (need := est(other.gpus, 3).per_gpu_gb) <= usable_gb(other.vram_gb) and need <= usable:
-            return (est.tr[gettext_noop("Overbuy: ZeRO-3 fits this job on %(offer)s (%(need)s GB per card); "
-                                        "this offer has %(gpus)s cards. Fewer cards, or one of the one-change "
-                                        "plans, cost less.")]
+        if (need := est.sizes(other.gpus, 3)[0]) <= usable_gb(other.vram_gb) and need <= usable:
+            return (est.tr[_FEWER_CARDS]
                     % {"offer": other.offer_name, "need": f"{need:.1f}", "gpus": c.gpus})
     return None
 
@@ -246,40 +254,6 @@ class Recommendation:
                 "advice": list(self.advice)}
 
 
-class _Estimator:
-    """Memoises :func:`estimate` per (gpus, zero, offload, method) of one job. ``shared``: a
-    dict kept across the ``recommend`` calls of one answer, for jobs that differ at most in
-    their method (``sizing.alternatives``' variants), so that each configuration is sized
-    once per answer, not once per variant. The estimates carry no job warnings:
-    those are the job's as configured (``recommend``'s ``own``)."""
-
-    def __init__(self, job: Job, shared: dict | None = None):
-        self.job = job
-        #: estimates by (gpus, zero, offload, method); ("terms", method): layout_free_terms,
-        #: which the variants share; ("layout", …): ``_layout``s, which the ROCm variant shares
-        self.cache: dict[tuple, Any] = {} if shared is None else shared
-
-    @functools.cached_property
-    def tr(self) -> Texts:
-        """The reasons and warnings, in the active language (looked up when first needed:
-        most one-change plans are never costed)."""
-        return texts()
-
-    def __call__(self, gpus: int, zero: int, offload: str = "none", method: str | None = None):
-        key = (gpus, zero, offload, method or self.job.method)
-        cache = self.cache
-        value = cache.get(key)  # misses are common: no KeyError raised for them
-        if value is None:
-            method, job = key[3], self.job
-            terms = cache.get(("terms", method))
-            if terms is None:  # no layout changes them: the job itself serves for its own method
-                terms = cache["terms", method] = layout_free_terms(
-                    job if method == job.method else job.laid_out(gpus, zero, offload, method))
-            # sized in the layout without a copy of the job per layout (estimate's ``layout``)
-            value = cache[key] = estimate(job, warnings=False, terms=terms, layout=key)
-        return value
-
-
 def _configure(c: Candidate, est: _Estimator) -> Option:
     """DP/single when the job fits one card; else ZeRO-3 if the link may shard. Either
     fits only when what it moves to host RAM fits the instance too."""
@@ -287,59 +261,53 @@ def _configure(c: Candidate, est: _Estimator) -> Option:
 
 
 def _layout(c: Candidate, est: _Estimator) -> tuple[Estimate, str, bool]:
-    """``_configure``'s (estimate, mode, fits), without building the option: the ranking
-    configures many offers and keeps few. Kept in the estimator's cache (one answer's)."""
-    key = ("layout", id(c), est.job.method, est.job.offload)  # the offers outlive the answer
-    value = est.cache.get(key)  # most are misses: no KeyError raised for them
-    if value is None:
-        value = est.cache[key] = _lay_out(c, est)
-    return value
+    """``_configure``'s (estimate, mode, fits), without building the option."""
+    key, mode, fits = layout_on(c, est)
+    return est(*key), mode, fits
 
 
-def _lay_out(c: Candidate, est: _Estimator) -> tuple[Estimate, str, bool]:
-    gpus = c.gpus
-    usable = usable_gb(c.vram_gb)
-    whole = est(gpus, 0)
-    mode = "single" if gpus == 1 else "data-parallel"
-    if whole.per_gpu_gb <= usable and can_data_parallel(c.link, gpus) and not host_ram_short(c, whole):
-        return whole, mode, True
-    if can_shard(c.link, gpus):
-        sharded = est(gpus, 3, est.job.offload)
-        return sharded, "zero-3", sharded.per_gpu_gb <= usable and not host_ram_short(c, sharded)
-    return whole, mode, False
-
-
-def _host_ram_advice(options: Iterable[Option]) -> str | None:
+def _host_ram_advice(pool: Sequence[Candidate], layouts: list, est: _Estimator) -> str | None:
     """When an offer would hold the job in VRAM but its instance's RAM cannot hold what
     the plan moves to the host, say so (the largest such instance), rather than only that
-    nothing fits."""
-    short = [o for o in options if not o.fits and host_ram_short(o.candidate, o.estimate)
-             and o.estimate.per_gpu_gb <= usable_gb(o.candidate.vram_gb)]
+    nothing fits. ``layouts``: ``layout_on``'s verdicts of the pool's offers (none fits)."""
+    short = []
+    for c, (key, _, fits) in zip(pool, layouts, strict=True):
+        per_gpu, host = est.sizes(*key[:3])
+        if not fits and c.host_ram_gb is not None and host > usable_host_gb(c.host_ram_gb) \
+                and per_gpu <= usable_gb(c.vram_gb):
+            short.append((c, host))
     if not short:
         return None
-    o = max(short, key=lambda o: (o.candidate.host_ram_gb, -o.candidate.monthly_cents))
+    c, host = max(short, key=lambda s: (s[0].host_ram_gb, -s[0].monthly_cents))
     return (gettext("%(offer)s holds this job in GPU memory, but the plan moves %(need)s GB to host "
                     "memory and its instance has %(ram)s GB (%(usable)s GB usable): offload less, or "
                     "choose an offer with more host memory.")
-            % {"offer": o.candidate.offer_name, "need": f"{o.estimate.host_ram_gb:.0f}",
-               "ram": o.candidate.host_ram_gb, "usable": f"{usable_host_gb(o.candidate.host_ram_gb):.0f}"})
+            % {"offer": c.offer_name, "need": f"{host:.0f}",
+               "ram": c.host_ram_gb, "usable": f"{usable_host_gb(c.host_ram_gb):.0f}"})
 
 
-def _card_warnings(opt: Option, est: _Estimator, own: Estimate, pool: Iterable[Candidate] = ()) -> tuple[str, ...]:
+def _card_warnings(c: Candidate, e: Estimate, mode: str, est: _Estimator, own_need_gb: float,
+                   pool: Iterable[Candidate] = ()) -> tuple[str, ...]:
+    """The warnings of the job on ``c`` in the layout ``e`` (``mode``); ``own_need_gb``: what
+    the job as configured needs on all its cards (the overbuy test)."""
     w = []
-    c, job = opt.candidate, est.job
+    job = est.job
     if job.method == "qlora":
-        bf16 = est(opt.estimate.gpus, opt.estimate.zero, opt.estimate.offload, "lora")
-        if bf16.per_gpu_gb <= usable_gb(c.vram_gb):
-            w.append(est.tr[gettext_noop("bf16 LoRA (%(gb)s GB) fits this card: 4-bit costs 20–40%% throughput "
-                                         "(dequantisation); don't use QLoRA when the memory is there.")]
-                     % {"gb": f"{bf16.per_gpu_gb:.0f}"})
-    lw = link_warning(c, job.zero, job.gpus, est.tr)
-    if lw:
-        w.append(lw)
-    for overbuy in (overbuy_warning(own, c, est.tr), fewer_cards_warning(opt, est, pool)):
-        if overbuy:
-            w.append(overbuy)
+        bf16 = est.sizes_as("lora", e.gpus, e.zero, e.offload)[0]
+        if bf16 <= usable_gb(c.vram_gb):
+            w.append(est.tr[_BF16_FITS]
+                     % {"gb": f"{bf16:.0f}"})
+    if job.zero >= 2:
+        lw = link_warning(c, job.zero, job.gpus, est.tr)
+        if lw:
+            w.append(lw)
+    overbuy = _overbuy(own_need_gb, c, est.tr)
+    if overbuy:
+        w.append(overbuy)
+    if mode == "zero-3":
+        fewer = _fewer_cards(c, mode, est, pool)
+        if fewer:
+            w.append(fewer)
     return tuple(w)
 
 
@@ -364,8 +332,11 @@ def max_micro_batch(opt: Option, est: _Estimator) -> int:
     even the job's own). Every per-GPU term grows linearly with the micro-batch (activations,
     logits, the 4-bit input copies, and the allocator margin over them), so the estimate's
     own terms give the line; capped at the calculator's largest micro-batch."""
-    e, job = opt.estimate, est.job
-    usable = usable_gb(opt.candidate.vram_gb)
+    return _max_micro_batch(opt.candidate, opt.estimate, est.job)
+
+
+def _max_micro_batch(c: Candidate, e: Estimate, job: Job) -> int:
+    usable = usable_gb(c.vram_gb)
     if e.per_gpu_gb > usable:
         return 0
     # what grows with the micro-batch (activations, the 4-bit input copies in them, logits),
@@ -376,34 +347,34 @@ def max_micro_batch(opt: Option, est: _Estimator) -> int:
     return min(job.batch + math.floor((usable - e.per_gpu_gb) / slope * (1 - 1e-12)), MAX_BATCH)
 
 
-def _with_costs(opt: Option, job: Job, reason: str, est: _Estimator, own: Estimate,
+def _with_costs(c: Candidate, e: Estimate, mode: str, job: Job, reason: str, est: _Estimator, own_need_gb: float,
                 pool: Iterable[Candidate] = ()) -> Option:
-    c = opt.candidate
-    if opt.mode == "zero-3":
-        reason = est.tr[gettext_noop("%(reason)s · ZeRO-3 across %(n)s cards: each holds 1/%(n)s of the states, "
-                                     "about 1.5× the traffic of data-parallel")] % {"reason": reason, "n": c.gpus}
-    run = finish_on(opt, job)
-    hours, rental, compute = (run.hours, run.rental_cents, run.compute_cents) if run else (None, None, None)
-    # the constructor, not dataclasses.replace: the same option, without replace's per-field work
-    return Option(c, opt.estimate, opt.mode, opt.fits, reason=reason, run_hours=hours, rental_cost_cents=rental,
-                  compute_cost_cents=compute, warnings=_card_warnings(opt, est, own, pool), run=run,
-                  max_micro_batch=max_micro_batch(opt, est))
+    """The fitting option of the job on ``c`` in the layout ``e`` (``mode``), with its
+    reason, run time and cost, card warnings and largest micro-batch."""
+    if mode == "zero-3":
+        reason = est.tr[_ZERO3_REASON] % {"reason": reason, "n": c.gpus}
+    run = finish(job, c.bf16_tflops, c.gpus, c.weekly_cents, c.monthly_cents, e.offload) if job.tokens > 0 else None
+    if run is None:
+        return Option(c, e, mode, True, reason, None, None, None, _card_warnings(c, e, mode, est, own_need_gb, pool),
+                      None, _max_micro_batch(c, e, job))
+    return Option(c, e, mode, True, reason, run.hours, run.rental_cents, run.compute_cents,
+                  _card_warnings(c, e, mode, est, own_need_gb, pool), run, _max_micro_batch(c, e, job))
 
 
 def _pick_alternatives(fitting: list[Candidate], limit: int, tr: Texts) -> list[tuple[int, str]]:
     """Next cheapest, then each pricier offer faster or roomier than all cheaper ones: (its
     index in ``fitting``, the reason), so only the picked become options."""
     best, rest = fitting[0], fitting[1:]
-    picked = [(1, tr[gettext_noop("next cheapest")])] if rest and limit > 0 else []
+    picked = [(1, tr[_NEXT_CHEAPEST])] if rest and limit > 0 else []
     top_tflops = max([best.total_tflops] + [fitting[i].total_tflops for i, _ in picked])
     top_mem = max([best.total_vram_gb] + [fitting[i].total_vram_gb for i, _ in picked])
     for i, c in enumerate(rest[1:], start=2):
         if len(picked) >= limit:
             break
         if c.total_tflops > top_tflops:
-            picked.append((i, tr[gettext_noop("faster")]))
+            picked.append((i, tr[_FASTER]))
         elif c.total_vram_gb > top_mem:
-            picked.append((i, tr[gettext_noop("more headroom")]))
+            picked.append((i, tr[_MORE_HEADROOM]))
         top_tflops, top_mem = max(top_tflops, c.total_tflops), max(top_mem, c.total_vram_gb)
     return picked
 
@@ -415,7 +386,7 @@ def _cluster_advice(est: _Estimator, pool: Sequence[Candidate]) -> str:
     big = max(pool, key=lambda c: (c.vram_gb, c.bf16_tflops))
     usable = usable_gb(big.vram_gb)
     for n in (2, 4, 8, 16, 32, 64):
-        if est(n, 3).per_gpu_gb <= usable:
+        if est.sizes(n, 3)[0] <= usable:
             break
     else:
         n = 0
@@ -439,7 +410,7 @@ def _price(c: Candidate, offload: str, job: Job) -> tuple:
 
 
 def _why_best(job: Job, tr: Texts) -> str:
-    return tr[gettext_noop("cheapest run")] if job.tokens > 0 else tr[gettext_noop("cheapest that fits")]
+    return tr[_CHEAPEST_RUN] if job.tokens > 0 else tr[_CHEAPEST_FITS]
 
 
 def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
@@ -452,22 +423,36 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
     est = _Estimator(job, estimates)
     own = with_warnings(est(job.gpus, job.zero, job.offload), tuple(job_warnings(job)))
     pool, by_month = pools.pool(candidates, vendor, site, in_stock)
-    layouts = [(c, _layout(c, est)) for c in pool]
-    # (candidate, estimate, mode) of each offer that fits, cheapest first (without tokens, in
-    # the filter's kept monthly order); an Option is built only for the shown ones
+    verdicts = est.verdicts
+    layouts = [verdicts.get(id(c)) or layout_on(c, est) for c in pool]
+    # (candidate, estimate's key, mode) of each offer that fits, cheapest first (without
+    # tokens, in the filter's kept monthly order); an estimate and an Option are built only
+    # for the shown ones
     if job.tokens > 0:
-        fitting = sorted(((c, e, mode) for c, (e, mode, fits) in layouts if fits),
-                         key=lambda f: _price(f[0], f[1].offload, job))
+        prices: dict[str, list] = {}  # by the plan's offload: priced in it
+        fitting_at = [i for i, (key, mode, fits) in enumerate(layouts) if fits]
+        for i in fitting_at:
+            offload = layouts[i][0][2]
+            if offload not in prices:
+                prices[offload] = price_list(pool, job, offload)
+        fitting_at.sort(key=lambda i: prices[layouts[i][0][2]][i])
     else:
-        fitting = [(c, e, mode) for c, (e, mode, fits) in (layouts[i] for i in by_month) if fits]
+        fitting_at = [i for i in by_month if layouts[i][2]]
     advice = list(own.warnings)
-    if not fitting:
-        host = _host_ram_advice(Option(c, *layout) for c, layout in layouts)
+    if not fitting_at:
+        host = _host_ram_advice(pool, layouts, est)
         advice.append(host if host else _cluster_advice(est, pool))
         return Recommendation(own, None, (), tuple(advice), site)
-    best = _with_costs(Option(*fitting[0], True), job, _why_best(job, est.tr), est, own, pool)
-    alts = tuple(_with_costs(Option(*fitting[i], True), job, why, est, own, pool)
-                 for i, why in _pick_alternatives([f[0] for f in fitting], max_alternatives, est.tr))
+    fitting = [pool[i] for i in fitting_at]
+    own_need_gb = own.per_gpu_gb * own.gpus
+
+    def costed(n: int, reason: str) -> Option:
+        i = fitting_at[n]
+        key, mode, _ = layouts[i]
+        return _with_costs(pool[i], est(*key), mode, job, reason, est, own_need_gb, pool)
+
+    best = costed(0, _why_best(job, est.tr))
+    alts = tuple(costed(n, why) for n, why in _pick_alternatives(fitting, max_alternatives, est.tr))
     return Recommendation(own, best, alts, tuple(advice), site)
 
 
@@ -481,20 +466,29 @@ def cheapest(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
     configured cheapest first until one fits, in the order ``recommend``'s stable sort
     of the fitting ones gives. ``accept``: a test of that offer; when it fails, None,
     without working out the option's costs and warnings (a one-change plan that would
-    not be shown), and without configuring the offers after the last one it passes:
-    whichever of them fits first would fail it."""
+    not be shown)."""
     est = _Estimator(job, estimates)
     pool, by_month = pools.pool(candidates, vendor, site, in_stock)
     # priced in the job's own configuration (its offload): est(job.gpus, job.zero, job.offload)
-    ranked = sorted(pool, key=lambda c: _price(c, job.offload, job)) if job.tokens > 0 else [
-        pool[i] for i in by_month]
+    if job.tokens > 0:
+        keys = price_list(pool, job, job.offload)
+        ranked: Sequence[int] = sorted(range(len(pool)), key=keys.__getitem__)
+    else:
+        ranked = by_month
     if accept is not None:
-        ranked = ranked[:1 + max((i for i, c in enumerate(ranked) if accept(c)), default=-1)]
-    for c in ranked:
-        e, mode, fits = _layout(c, est)
+        # the first fitting offer decides, and one past the last accepted cannot be shown: the
+        # offers after it are not judged (most plans beat nothing; none is judged then)
+        accepted = [n for n, i in enumerate(ranked) if accept(pool[i])]
+        if not accepted:
+            return None
+        ranked = ranked[:accepted[-1] + 1]
+    for i in ranked:
+        c = pool[i]
+        key, mode, fits = est.verdicts.get(id(c)) or layout_on(c, est)
         if fits:
             if accept is not None and not accept(c):
                 return None
-            own = est(job.gpus, job.zero, job.offload)
-            return _with_costs(Option(c, e, mode, True), job, _why_best(job, est.tr), est, own, pool)
+            # the job as configured needs (overbuy test), without building its estimate
+            own_need_gb = est.sizes(job.gpus, job.zero, job.offload)[0] * job.gpus
+            return _with_costs(c, est(*key), mode, job, _why_best(job, est.tr), est, own_need_gb, pool)
     return None

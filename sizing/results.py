@@ -22,6 +22,7 @@ from . import SizingInputError, SizingRequest, parse_request, recommend
 from .alternatives import Change, one_change_alternatives
 from .engine import MAX_NODE_GPUS, Estimate
 from .recommend import Candidate, Option, Recommendation, _run_json, _usd, overbuy_warning
+from .texts import Texts, texts
 
 #: every input the page and the API accept (query parameter names)
 PARAMS = ("model", "params", "config", "method", "seq", "batch", "checkpointing",
@@ -172,21 +173,29 @@ class Result:
 
     @property
     def warnings(self) -> list[str]:
+        return self.warnings_in(texts())
+
+    def warnings_in(self, tr: Texts) -> list[str]:
+        """``warnings``, with the language's texts table the caller already holds."""
         if not self.best:
             return list(self.estimate.warnings)
-        overbuy = overbuy_warning(self.estimate, self.best.candidate)  # goes in advice
+        overbuy = overbuy_warning(self.estimate, self.best.candidate, tr)  # goes in advice
         card = [w for w in self.best.warnings if w != overbuy]
         return _unique(list(self.estimate.warnings) + card)
 
     @property
     def advice(self) -> list[str]:
         """Cluster advice (nothing fits, or more than one node) and overbuy warnings."""
+        return self.advice_in(texts())
+
+    def advice_in(self, tr: Texts) -> list[str]:
+        """``advice``, with the language's texts table the caller already holds."""
         out = [a for a in self.recommendation.advice if a not in self.estimate.warnings]
         if self.request.job.gpus > MAX_NODE_GPUS:
             out.append(_("More than 8 GPUs: nodes here have at most 8, so an on-demand "
                          "cluster provider fits better for a multi-node job."))
         for o in self.options:
-            if w := overbuy_warning(self.estimate, o.candidate):
+            if w := overbuy_warning(self.estimate, o.candidate, tr):
                 out.append(w)
         return _unique(out)
 
@@ -312,23 +321,112 @@ def _inner(data: dict) -> str:
     return dumps(data)[1:-1]
 
 
+#: the types ``_json_r2`` writes in one call: floats only (an int, a bool or None is written
+#: as ``dumps`` writes it)
+_FLOATS = {float}
+#: below this sum of sizes each float's "%.2f", less a last "0", is ``repr(round(x, 2))``
+_PLAIN = 1e13
+
+
+def _json_r2(values: list) -> list[str]:
+    """``dumps(round(v, 2))`` of each value (None: "null"). An answer writes ~60 such figures,
+    and round() then repr() each ran the float-to-decimal conversion twice: where every value
+    is a float and their sizes sum below ``_PLAIN`` (so none is nan or inf), one "%" call
+    writes them all, each with its last "0" dropped (tests/sizing/test_fast_paths.py)."""
+    if {*map(type, values)} <= _FLOATS and sum(map(abs, values)) < _PLAIN:
+        return (("%.2f\x01" * len(values)) % tuple(values)).replace("0\x01", "\x01").split("\x01")[:-1]
+    return ["null" if v is None else dumps(round(v, 2)) for v in values]
+
+
+def _cents_json(cents) -> float | None:
+    """What ``_usd`` rounds: cents as dollars (None stays None)."""
+    return None if cents is None else cents / 100
+
+
+def _run_text(run) -> str:
+    """``_inner(_run_json(run))``, its figures through ``_json_r2``."""
+    if run is None:
+        return _NO_RUN
+    sp = run.speed
+    (lo, hi), (clo, chi) = run.hours_range, run.rental_range_cents
+    h_lo, h_hi, c_lo, c_hi = _json_r2([lo, hi, _cents_json(clo), _cents_json(chi)])
+    return (f'"tokens_per_s": {_int_json(round(sp.tokens_per_s))}, '
+            f'"tokens_per_s_per_gpu": {_int_json(round(sp.per_gpu))}, '
+            f'"tokens_per_s_range": [{_int_json(round(sp.slow))}, {_int_json(round(sp.fast))}], '
+            f'"run_hours_range": [{h_lo}, {h_hi}], "rental_cost_range_usd": [{c_lo}, {c_hi}]')
+
+
+_NO_RUN = _inner(_run_json(None))
+
+
+def _int_json(n) -> str:
+    """An int as JSON writes it (round() of a float is an int; anything else goes to ``dumps``)."""
+    return str(n) if type(n) is int else dumps(n)
+
+
 def _option_text(result: Result, o: Option) -> str:
     """``dumps(_option_json(result, o))``, with the offer's parts written once per offer and
-    site (``_offer_json``): most of an option's JSON says the same of the offer every time."""
+    site (``_offer_json``): most of an option's JSON says the same of the offer every time;
+    the job's figures through ``_json_r2``."""
     head, tail, links = _offer_json(o.candidate, result.request.site)[3]
-    mid, rest = _option_mid(o)
-    return f"{{{head}, {_inner(mid)}, {tail}, {_inner(rest)}, {links}}}"
+    e = o.estimate
+    per_gpu, headroom, hours, rental, compute = _json_r2(
+        [e.per_gpu_gb, o.headroom_gb, o.run_hours, _cents_json(o.rental_cost_cents),
+         _cents_json(o.compute_cost_cents)])
+    mid = _inner({"offload": e.offload, "mode": o.mode, "zero": e.zero})
+    reason = _inner({"reason": o.reason})
+    rest = _inner({"warnings": list(o.warnings), "max_micro_batch": o.max_micro_batch})
+    return (f'{{{head}, {mid}, "per_gpu_gb": {per_gpu}, "headroom_gb": {headroom}, {tail}, {reason}, '
+            f'"run_hours": {hours}, "rental_cost_usd": {rental}, "compute_cost_usd": {compute}, {rest}, '
+            f'{_run_text(o.run)}, {links}}}')
 
 
 def to_json_text(result: Result) -> str:
-    """``dumps(to_json(result))``, byte for byte, from the options' texts (``_option_text``):
-    what GET /api/v1/estimate answers (tests/sizing/test_fast_paths.py holds the two alike)."""
-    data = to_json(result, options=False)
-    advice_plan = {"advice": data.pop("advice"), "plan": data.pop("plan")}
+    """``dumps(to_json(result))``, byte for byte, from the options' texts (``_option_text``)
+    and the figures through ``_json_r2``: what GET /api/v1/estimate answers
+    (tests/sizing/test_fast_paths.py holds the two alike)."""
+    e = result.estimate
+    bd = e.breakdown_gb
+    p = result.plan if result.best else None
+    pbd = p.breakdown_gb if p is not None else {}
+    figures = _json_r2([e.per_gpu_gb, e.total_gb, e.host_ram_gb, *bd.values(),
+                        *((p.per_gpu_gb, p.total_gb, *pbd.values()) if p is not None else ())])
+    k = 3 + len(bd)
+    head = _inner({"model": e.model, "method": e.method, "params": e.params, "gpus": e.gpus, "zero": e.zero,
+                   "offload": e.offload})
+    tr = texts()
+    tail = _inner({"checkpoint_gb": {key: round(v, 3) for key, v in e.checkpoint_gb.items()},
+                   "adapter_params": e.adapter_params, "train_flops": e.train_flops, "framework": e.framework,
+                   "warnings": result.warnings_in(tr)})
+    plan = "null"
+    if p is not None:
+        o = result.best
+        plan_head = _inner({"offer": o.candidate.offer_slug, "mode": o.mode, "gpus": p.gpus, "zero": p.zero,
+                            "offload": p.offload})
+        plan = (f'{{{plan_head}, "per_gpu_gb": {figures[k]}, "total_gb": {figures[k + 1]}, '
+                f'"breakdown_gb": {_members(pbd, figures[k + 2:])}}}')
     recs = ", ".join(_option_text(result, o) for o in result.options)
     changes = ", ".join(f"{{{_inner(_change_head(ch))}, {_option_text(result, ch.option)[1:]}"
                         for ch in result.changes)
-    return f'{{{_inner(data)}, "recommendations": [{recs}], {_inner(advice_plan)}, "one_change": [{changes}]}}'
+    return (f'{{{head}, "per_gpu_gb": {figures[0]}, "total_gb": {figures[1]}, "host_ram_gb": {figures[2]}, '
+            f'"breakdown_gb": {_members(bd, figures[3:k])}, {tail}, "recommendations": [{recs}], '
+            f'"advice": {dumps(result.advice_in(tr))}, "plan": {plan}, "one_change": [{changes}]}}')
+
+
+#: a dict's keys → its JSON with a "%s" for each value (``_members``); the engine's breakdown
+#: keys are the same dozen on every answer
+_MEMBERS: dict[tuple, str] = {}
+
+
+def _members(data: dict, texts: list[str]) -> str:
+    """``dumps(data)`` where ``texts`` are its values' JSON, in order."""
+    keys = tuple(data)
+    template = _MEMBERS.get(keys)
+    if template is None:
+        if len(_MEMBERS) >= 64:  # the engine's keys: a handful of tuples; bounded all the same
+            _MEMBERS.clear()
+        template = _MEMBERS[keys] = "{" + ", ".join(f"{dumps(key).replace('%', '%%')}: %s" for key in keys) + "}"
+    return template % tuple(texts)
 
 
 def _plan_json(result: Result) -> dict | None:

@@ -7,7 +7,7 @@ price change is a new key and shows at once. Only the page shell (base.html: the
 CSRF token and navigation) is rendered on every request.
 """
 
-from django.http import HttpResponse
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.utils.safestring import mark_safe
@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET
 
 from . import SizingInputError, figures
 from .forms import DEFAULTS, SizingForm, quick_engine_params
-from .fragment import results_html
+from .fragment import results_bytes, results_html
 from .frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from .memo import Memo
 from .results import candidates, catalog_key, known_sites, run
@@ -31,6 +31,9 @@ def _bound(query) -> bool:
 
 
 def _query_key(query) -> tuple:
+    if isinstance(query, QueryDict):  # a dict of value lists: read directly (getlist copies through three calls)
+        return tuple((name, tuple(values)) for name in SizingForm.base_fields
+                     if (values := dict.get(query, name)) is not None)
     return tuple((name, tuple(query.getlist(name))) for name in SizingForm.base_fields if name in query)
 
 
@@ -57,24 +60,30 @@ def _calculator_parts(query, cands, *, with_form: bool) -> tuple[int, str, str |
             render_to_string("sizing/_form.html", {"form": form, "result": result}) if with_form else None)
 
 
-def _fragment(query, cands) -> tuple[int, str, None]:
+def _fragment(query, cands) -> tuple[int, str | bytes, None]:
     """The htmx answer: no form HTML, and no form at all unless it has an error to show
     (``quick_engine_params``); an input the engine refuses goes the form's way, which
     places the error next to its field."""
     params = quick_engine_params(query, known_sites(cands)) if _bound(query) else DEFAULTS
     if params is not None:
         try:
-            return 200, results_html(None, run(params, cands)), None
+            return 200, results_bytes(None, run(params, cands)), None
         except SizingInputError:
             pass
     return _calculator_parts(query, cands, with_form=False)
 
 
+def request_language(request) -> str | None:
+    """The active language: the locale middleware's, as it activated it (``get_language()``
+    finds it again through a context-local, a few µs a call); ``get_language()`` without it."""
+    return getattr(request, "LANGUAGE_CODE", None) or get_language()
+
+
 @require_GET
 def calculator(request):
     cands = candidates()
-    htmx = bool(request.htmx)
-    key = ("calculator", htmx, get_language(), _query_key(request.GET), catalog_key(cands))
+    htmx = request.META.get("HTTP_HX_REQUEST") == "true"  # request.htmx's test, without request.headers
+    key = ("calculator", htmx, request_language(request), _query_key(request.GET), catalog_key(cands))
     if htmx:
         status, body, _ = RENDERED.get(key, lambda: _fragment(request.GET, cands))
         return HttpResponse(body, status=status)

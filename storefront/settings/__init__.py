@@ -132,6 +132,7 @@ TEMPLATES = [
                 "inventory.context_processors.operator",
                 "rental.rules.for_templates",  # the lifecycle timers, for pages that state them
             ],
+            "libraries": {"parts": "core.template_parts"},
         },
     },
 ]

@@ -91,3 +91,23 @@ def test_a_cached_fragment_is_served_as_it_was_sent(catalog, cached):
         again = client.get(url, HTTP_HX_REQUEST="true")
         assert again.content == first.content and again["Content-Type"] == first["Content-Type"]
         assert again.cookies["csrftoken"].value  # get_token: the visitor's own
+
+
+def test_a_fragment_first_asked_for_with_a_cookie_is_kept_as_sent_too(catalog, cached):
+    """No token was rendered into it (the view never asked for one), so a browser's request,
+    which carries its CSRF cookie, keeps the fragment as the bytes sent, with no search; a
+    full page asked for with the cookie still has that visitor's token taken out."""
+    browser = Client()
+    browser.get(reverse("catalog") + "?vendor=amd")  # sets csrftoken
+    secret = browser.cookies["csrftoken"].value
+    fragment = "/size/?model=qwen2.5-7b&method=qlora&seq=2048&vendor=any"
+    sent = browser.get(fragment, HTTP_HX_REQUEST="true")
+    assert sent.status_code == 200 and "csrftoken" not in sent.cookies  # no token asked for
+    pages = {k[1][0]: v[2] for k, v in selectors._MEMO.items() if k[0] == "page"}
+    assert pages[fragment][1] == sent.content
+    page = reverse("catalog") + "?vendor=nvidia"
+    shown = browser.get(page).content.decode()
+    token = re.search(r'"X-CSRFToken": "([^"]+)"', shown).group(1)
+    assert _unmask_cipher_token(token) == secret
+    stored = {k[1][0]: v[2] for k, v in selectors._MEMO.items() if k[0] == "page"}[page][1]
+    assert isinstance(stored, str) and token not in stored and "csrf-placeholder" in stored

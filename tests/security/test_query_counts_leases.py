@@ -83,4 +83,4 @@ def test_the_lease_page_asks_each_question_once(client, catalog, customer, setti
         assert client.get(url).status_code == 200
     repeated = {sql: n for sql, n in Counter(q["sql"] for q in ctx.captured_queries).items() if n > 1}
     assert repeated == {}
-    assert len(ctx.captured_queries) <= 32, len(ctx.captured_queries)
+    assert len(ctx.captured_queries) <= 31, len(ctx.captured_queries)

@@ -171,6 +171,9 @@ def test_an_offers_cells_follow_its_prices_and_stock():
 def test_a_job_laid_out_is_the_job_replaced(model, method, to, gpus, zero, offload, tokens, framework):
     job = Job(PRESETS[model], method, seq=1024, batch=3, lora_targets=("q_proj", "v_proj"), tokens=tokens,
               epochs=2.5, utilisation=0.3, framework=framework, loss="fused")
+    from sizing.engine import _LAID_OUT_ORDER
+
+    assert tuple(f.name for f in dataclasses.fields(Job)) == _LAID_OUT_ORDER  # laid_out's positional order
     laid = job.laid_out(gpus, zero, offload, to)
     assert laid == replace(job, gpus=gpus, zero=zero, offload=offload, method=to)
     assert type(laid) is Job and hash(laid) == hash(replace(job, gpus=gpus, zero=zero, offload=offload, method=to))
@@ -310,3 +313,150 @@ def test_quick_init_refuses_what_it_would_build_differently():
     for cls in (WithFactory, WithoutSlots):
         with pytest.raises(TypeError):
             quick_init(cls)
+
+
+# --- the recommender judging layouts on sizes alone, pricing the pool in one pass ------------
+
+def _varied_catalog(catalog, host_ram, dearer):
+    """The catalog with some instances' host RAM known (host-memory fits) and some prices
+    changed (other rankings), as new offers."""
+    out = []
+    for i, c in enumerate(catalog):
+        ram = host_ram[i % len(host_ram)]
+        out.append(replace(c, host_ram_gb=ram, monthly_cents=c.monthly_cents + dearer * (i % 3) * 1000))
+    return out
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model=st.sampled_from(sorted(PRESETS)), method=st.sampled_from(METHODS),
+       seq=st.sampled_from([256, 2048, 8192, 32768]), batch=st.sampled_from([1, 4, 16]),
+       layout=st.sampled_from([(1, 0, "none"), (2, 1, "none"), (4, 2, "none"), (8, 3, "none"),
+                               (8, 3, "optimizer"), (16, 3, "all"), (2, 3, "optimizer")]),
+       tokens=st.sampled_from([0, 10**7, 10**9, 10**12]), epochs=st.sampled_from([1.0, 2.5]),
+       framework=st.sampled_from(["hf", "unsloth", "torchtune-compile"]), checkpointing=st.booleans(),
+       vendor=st.sampled_from(["cuda", "any"]), site=st.sampled_from([None, "DFW-1", "NOPE"]),
+       in_stock=st.booleans(), host_ram=st.sampled_from([(None,), (None, 64, 512), (32, 2048), (16,)]),
+       dearer=st.integers(-5, 5), lang=st.sampled_from(["en", "zh-hans"]))
+def test_the_recommendation_and_its_one_change_plans_are_the_reference_ones(
+        catalog, model, method, seq, batch, layout, tokens, epochs, framework, checkpointing, vendor, site,
+        in_stock, host_ram, dearer, lang):
+    from sizing.alternatives import one_change_alternatives
+    from sizing.recommend import recommend
+    from tests.sizing import reference_recommend as ref
+
+    gpus, zero, offload = layout
+    job = Job(PRESETS[model], method, seq=seq, batch=batch, gpus=gpus, zero=zero, offload=offload,
+              tokens=tokens, epochs=epochs, framework=framework, checkpointing=checkpointing)
+    cands = _varied_catalog(catalog, host_ram, dearer)
+    with translation.override(lang):
+        shared: dict = {}
+        rec = recommend(job, cands, vendor=vendor, site=site, in_stock=in_stock, estimates=shared)
+        old_shared: dict = {}
+        old = ref.recommend(job, cands, vendor=vendor, site=site, in_stock=in_stock, estimates=old_shared)
+        assert rec == old
+        assert one_change_alternatives(job, cands, vendor=vendor, site=site, in_stock=in_stock, best=rec.best,
+                                       estimates=shared) == ref.one_change_alternatives(
+            job, cands, vendor=vendor, site=site, in_stock=in_stock, best=old.best, estimates=old_shared)
+        # every plan judged is one the reference sizes the same, to the bit
+        for (g, z, o, m), e in ((k, v) for k, v in shared.items() if isinstance(k[0], int)):
+            assert e == ref._Estimator(job, {})(g, z, o, m)
+
+
+@settings(max_examples=300, deadline=None)
+@given(model=st.sampled_from(sorted(PRESETS)), method=st.sampled_from(METHODS), seq=st.integers(1, 65536),
+       batch=st.integers(1, 64), checkpointing=st.booleans(), flash=st.booleans(), rank=st.sampled_from([1, 16, 256]),
+       targets=st.sampled_from([("q_proj", "v_proj"), ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                       "up_proj", "down_proj")]),
+       tokens=st.integers(0, 10**12), epochs=st.sampled_from([0.5, 1.0, 3.0]),
+       framework=st.sampled_from(["hf", "axolotl", "liger", "unsloth", "torchtune", "torchtune-compile"]),
+       loss=st.sampled_from(["auto", "standard", "unfused", "chunked", "fused"]), params_b=st.sampled_from([None, 7.0]))
+def test_the_layout_free_terms_are_the_engines_term_functions(model, method, seq, batch, checkpointing, flash, rank,
+                                                              targets, tokens, epochs, framework, loss, params_b):
+    from sizing.presets import infer_llama_shape
+    from tests.sizing import reference_recommend as ref
+
+    arch = PRESETS[model] if params_b is None else infer_llama_shape(round(params_b * 1e9))
+    job = Job(arch, method, seq=seq, batch=batch, checkpointing=checkpointing, flash_attention=flash,
+              lora_rank=rank, lora_targets=targets, tokens=tokens, epochs=epochs, framework=framework, loss=loss)
+    new, old = layout_free_terms(job), ref.layout_free_terms(job)
+    assert list(new.items()) == list(old.items())  # key order too
+
+
+# --- the breakdown's rows and the bar's figures: one "%" call where no separator is needed ----
+
+@settings(max_examples=300, deadline=None)
+@given(terms=st.dictionaries(st.sampled_from(TERMS), st.one_of(GB, st.floats(-1e3, 1e3), st.floats()),
+                             max_size=len(TERMS)),
+       lang=st.sampled_from(["en", "zh-hans"]))
+def test_the_breakdown_rows_are_the_per_row_builders(terms, lang):
+    from sizing.templatetags.sizing_tags import _term_looks, breakdown_rows
+
+    with translation.override(lang):
+        looks = _term_looks(texts())
+        old = "".join(f'<tr><th scope="row">{looks[key][1]}</th><td class="num">{_gb(v, 2)} GB</td></tr>'
+                      for key, v in terms.items())
+        for _ in range(2):  # the template built, then kept
+            assert breakdown_rows(terms) == old
+
+
+@settings(max_examples=500, deadline=None)
+@given(values=st.lists(st.one_of(GB, st.floats(-1e3, 1e3), st.floats()), max_size=14))
+def test_the_bars_figures_are_their_formatted_values(values):
+    from sizing.templatetags.sizing_tags import _figures
+
+    ones, twos = _figures(values)
+    assert ones == [f"{v:,.1f}" for v in values]
+    assert twos == [f"{v:,.2f}" for v in values]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(values=st.lists(st.one_of(st.floats(), st.floats(-1e4, 1e4), st.floats(0, 1e14), st.none(),
+                                 st.integers(-10**6, 10**6), st.integers(-10**6, 10**6).map(lambda n: n / 200)),
+                       max_size=12))
+def test_the_answers_figures_are_their_rounded_json(values):
+    import json
+
+    from sizing.results import _json_r2
+
+    assert _json_r2(values) == [json.dumps(None if v is None else round(v, 2)) for v in values]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=st.one_of(st.text(), st.text(alphabet="0123456789,.$—&<>\"' ab")))
+def test_a_text_is_escaped_as_html_escape_escapes_it(text):
+    import html
+
+    from sizing.markup import _escaped
+
+    assert _escaped(text) == html.escape(text)
+
+
+FIGURE = st.text(alphabet="0123456789,.$-—", max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lo=FIGURE, hi=FIGURE, lang=st.sampled_from(["en", "zh-hans"]))
+def test_a_rows_figure_texts_fill_as_blocktranslate_fills_them(lo, hi, lang):
+    from sizing.templatetags.sizing_tags import _figure_text
+
+    with translation.override(lang):
+        tr = texts()
+        for msgid, names in ((gettext_noop("likely %(lo)s–%(hi)s h"), ("lo", "hi")),
+                             (gettext_noop("%(n)s tokens/s"), ("n",))):
+            values = dict(zip(names, (lo, hi), strict=False))
+            assert _figure_text(tr, msgid, *names) % values == _bt(tr, msgid, **dict(values))
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=st.lists(st.tuples(st.sampled_from(["model", "seq", "batch", "site", "in_stock", "utm_source"]),
+                                 st.text(max_size=8)), max_size=8))
+def test_the_memo_key_reads_a_querydict_as_getlist_reads_it(fields):
+    from urllib.parse import urlencode
+
+    from django.http import QueryDict
+
+    from sizing.forms import SizingForm
+    from sizing.views import _query_key
+
+    q = QueryDict(urlencode(fields))
+    assert _query_key(q) == tuple((name, tuple(q.getlist(name))) for name in SizingForm.base_fields if name in q)
