@@ -213,7 +213,7 @@ def bench(args, url: str, redis_url: str) -> None:
         wait_http(watch + "/healthz")
         payments_every = 2.0 if args.smoke else settings.PAYMENT_WATCH_INTERVAL_SECONDS
         print(f"web: granian WSGI {args.workers} workers x {args.threads} threads; "
-              f"watch: granian ASGI, {env.get('WATCH_CONCURRENCY', '1')} worker(s) (WATCH_CONCURRENCY); "
+              f"watch: granian ASGI, {env.get('WATCH_CONCURRENCY', os.cpu_count())} worker(s) (WATCH_CONCURRENCY); "
               f"jobs: bench/store_jobs.py (payments every {payments_every:g} s, "
               f"{args.mempool:,} mempool transactions; lifecycle every {settings.LIFECYCLE_INTERVAL_SECONDS:g} s)",
               flush=True)

@@ -3,7 +3,9 @@
 is a 4xx with {"error": code}, never a 500."""
 import asyncio
 import math
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
@@ -193,7 +195,6 @@ def _fresh_connections() -> None:
     skip_health_checks()
 
 
-@csrf_exempt
 async def watch(request, *, fresh_connections: bool = False):
     """GET /agent/v1/desired/watch?version=V&wait=S (PROTOCOL.md): answered as soon as the
     node's desired-state version differs from V, or after S seconds (at most
@@ -211,7 +212,16 @@ async def watch(request, *, fresh_connections: bool = False):
     # the version as the call's own round trip read it (else read once registered)
     current = _version_of(agent.node_id, found) if EPOCH_KEY in found and version_key(agent.node_id) in found \
         else None
-    return _watched(await _changed_from(agent.node_id, given, current, hold, read_at), given)
+    node_id = agent.node_id
+    del request, agent, found        # not kept while it waits (below)
+    return _watched(await _changed_from(node_id, given, current, hold, read_at), given)
+
+
+# The two waits are exempt as csrf_exempt marks a view, without its wrapper: a wrapping
+# coroutine's frame would keep the request for the whole wait. What a waiting call keeps costs
+# memory and is walked by every full collection of the watch process, thousands of times over,
+# so the waits drop what they no longer need (docs/adr/0030-*).
+watch.csrf_exempt = True  # type: ignore[attr-defined]
 
 
 def _watch_query(request, method: str) -> tuple[str, float] | JsonResponse:
@@ -390,6 +400,20 @@ def _report_in_thread(request, fresh_connections: bool) -> tuple[JsonResponse, _
     return _report(request)
 
 
+_report_threads: ThreadPoolExecutor | None = None
+_report_threads_made = threading.Lock()
+
+
+def report_threads() -> ThreadPoolExecutor:
+    """The threads (NODE_WATCH_REPORT_THREADS) on which the ASGI process takes the reports that
+    wait, made in the process that serves them (a server's worker, after its fork)."""
+    global _report_threads
+    with _report_threads_made:
+        if _report_threads is None:
+            _report_threads = ThreadPoolExecutor(settings.NODE_WATCH_REPORT_THREADS, thread_name_prefix="node-report")
+        return _report_threads
+
+
 def _answer_again(steady: _Steady) -> JsonResponse:
     """A held report's answer once its node's desired state moved: the report's own answer
     with the current document (the version read first: the document is at least as new)."""
@@ -400,7 +424,6 @@ def _answer_again(steady: _Steady) -> JsonResponse:
     return response
 
 
-@csrf_exempt
 async def report_watch(request, *, fresh_connections: bool = False):
     """POST /agent/v1/report/watch?version=V&wait=S (PROTOCOL.md): the report, accepted at
     once as POST /agent/v1/report; when its answer says the node holds its current desired
@@ -412,14 +435,20 @@ async def report_watch(request, *, fresh_connections: bool = False):
         return asked
     given, hold = asked
     read_at = time.monotonic()
-    # Under ASGI (the watch process) the pool's threads, not the one thread every
-    # thread-sensitive call shares: a report does more than a watch. Under WSGI the server's
-    # own thread, whose connection is kept: a new event loop's pool would open one per call.
+    # Under ASGI (the watch process) the reports' own threads (report_threads), not the one
+    # thread every thread-sensitive call shares: a report does more than a watch. Under WSGI
+    # the server's own thread, whose connection is kept: a new event loop's pool would open
+    # one per call.
     threads_of_pool = isinstance(request, ASGIRequest)
-    response, steady = await sync_to_async(_report_in_thread, thread_sensitive=not threads_of_pool)(
-        request, fresh_connections)
+    take = sync_to_async(_report_in_thread, thread_sensitive=False, executor=report_threads()) if threads_of_pool \
+        else sync_to_async(_report_in_thread, thread_sensitive=True)
+    response, steady = await take(request, fresh_connections)
     if steady is None or not given or steady.version != given or hold <= 0:
         return response
+    del request, take                # not kept while it waits (see watch)
     if await _changed_from(steady.agent.node_id, given, steady.version, hold, read_at) == given:
         return response
     return await sync_to_async(_answer_again, thread_sensitive=not threads_of_pool)(steady)
+
+
+report_watch.csrf_exempt = True  # type: ignore[attr-defined]  # as watch is

@@ -36,14 +36,14 @@ case "${1:-}" in
     # A node waits here for a change to its desired state (fleet/desired_watch.py): one
     # coroutine per waiting node, no thread, so a fleet's waits cost memory, not CPU. The
     # reverse proxy sends only those paths here: the watch and the report that waits
-    # (Caddyfile, WATCH_UPSTREAM). The reports are the fleet's work: one worker (one GIL)
-    # answers late past ~4,000 nodes at a 15 s poll; with WATCH_CONCURRENCY=2, 5,000 nodes'
-    # answers came within 146 ms p99 (ADR 0028).
+    # (Caddyfile, WATCH_UPSTREAM). The reports are the fleet's work, so it has a worker per
+    # CPU as the web has: one worker (one GIL) answered late past ~4,000 nodes at a 15 s poll;
+    # with two, 5,000 nodes' answers came within 146 ms p99 (ADR 0028).
     # granian takes at most --backpressure requests at once per worker (default: backlog/workers,
     # 1,024): every waiting node is one, so it is sized for the fleet (WATCH_MAX_WAITING).
     bind="${WATCH_BIND:-0.0.0.0:8001}"
     exec granian --interface asgi storefront.asgi:application --host "${bind%:*}" --port "${bind##*:}" \
-      --workers "${WATCH_CONCURRENCY:-1}" --backlog 4096 --backpressure "${WATCH_MAX_WAITING:-20000}" \
+      --workers "${WATCH_CONCURRENCY:-$(nproc)}" --backlog 4096 --backpressure "${WATCH_MAX_WAITING:-20000}" \
       --no-access-log --log-level warning --respawn-failed-workers ;;
   worker)
     queue="${JOBS_QUEUE:-jobs}"

@@ -409,17 +409,18 @@ NODE_PROVISIONING_DEADLINE = timedelta(minutes=int(os.environ.get("NODE_PROVISIO
 # A node whose last report is older than this is "not reporting" in the admin and dashboard.
 NODE_REPORT_STALE_AFTER = timedelta(minutes=int(os.environ.get("NODE_REPORT_STALE_AFTER_MINUTES", "3")))
 NODE_ENROLMENT_CODE_TTL = timedelta(hours=int(os.environ.get("NODE_ENROLMENT_CODE_TTL_HOURS", "24")))
-# Reports whose sent_at is further than this from the server's clock are refused (replays).
-NODE_REPORT_MAX_SKEW = timedelta(minutes=5)
+NODE_REPORT_MAX_SKEW = timedelta(minutes=5)     # a report's sent_at further off is refused (replays)
 NODE_POLL_SECONDS = int(os.environ.get("NODE_POLL_SECONDS", "15"))
 # A node may wait for a change to its desired state (GET /agent/v1/desired/watch,
 # fleet/desired_watch.py) up to NODE_WATCH_MAX_SECONDS; a waiting request reads its version
 # again every NODE_WATCH_RECHECK_SECONDS (the bound on a change whose announcement was lost).
 # Under WSGI a wait would hold a server thread: it is cut to NODE_WATCH_WSGI_HOLD_SECONDS
-# (0: answered at once) — production serves the watch from the ASGI process (start.sh watch).
+# (0: answered at once) — production serves the watch from the ASGI process (start.sh watch),
+# which takes the reports that wait on NODE_WATCH_REPORT_THREADS threads per worker (ADR 0028).
 NODE_WATCH_MAX_SECONDS = int(os.environ.get("NODE_WATCH_MAX_SECONDS", "60"))
 NODE_WATCH_RECHECK_SECONDS = float(os.environ.get("NODE_WATCH_RECHECK_SECONDS", "5"))
 NODE_WATCH_WSGI_HOLD_SECONDS = float(os.environ.get("NODE_WATCH_WSGI_HOLD_SECONDS", "0"))
+NODE_WATCH_REPORT_THREADS = int(os.environ.get("NODE_WATCH_REPORT_THREADS", "1"))
 # A node's cached desired-state ETag (fleet/desired_version.py) is recomputed at
 # least this often even when no change bumped it: the bound on a bump lost while Redis kept
 # its data (the clock and a Redis that came back older are handled exactly; recomputing

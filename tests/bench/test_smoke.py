@@ -81,7 +81,8 @@ CASES = {
                rf"watch: 50 nodes: -?{NUMBER} MiB/1000 nodes, idle CPU {NUMBER} %, {NUMBER} ms CPU per watch, "
                rf"single change p99 {NUMBER} ms"]),
     "fleet_report_cpu": ("fleet_report_cpu.py", ["--smoke"], True,
-                         [rf"report cpu: steady {NUMBER} ms, flush {NUMBER} ms, gpus {NUMBER} ms, bare {NUMBER} ms"]),
+                         [rf"report cpu: steady {NUMBER} ms, flush {NUMBER} ms, gpus {NUMBER} ms, bare {NUMBER} ms",
+                          rf"held report kept: {NUMBER} tracked objects each"]),
     "load": ("load.py", ["--smoke"], True,
              [rf"\| {label} \| `[^`]+` \| {NUMBER} \| {NUMBER} \| {NUMBER}[^|]* \| 0 \| 0 \| {NUMBER}"
               for label in ("bare Django view", "home page", "catalog, filtered", "calculator \\(htmx\\)",

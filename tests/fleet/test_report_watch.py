@@ -6,7 +6,7 @@ is answered at once."""
 import json
 
 import pytest
-from django.test import AsyncRequestFactory
+from django.test import AsyncRequestFactory, Client
 from django.utils import timezone
 
 from fleet import desired_watch, views
@@ -107,7 +107,8 @@ def test_under_wsgi_the_report_is_taken_and_answered_at_once(paid_lease, enrol, 
     node = enrol(node_of(lease))
     etag, version = held_state(node)
     body = node.body(desired_etag=etag)
-    response = in_own_thread(lambda: node.client.post(
+    agent = Client(enforce_csrf_checks=True)      # an agent sends no CSRF token: the view is exempt
+    response = in_own_thread(lambda: agent.post(
         f"/agent/v1/report/watch?version={version}&wait=50", body, content_type="application/json",
         HTTP_X_NODE_SIGNATURE=node.sign(body), **node.auth))
     assert response.status_code == 200 and response.json()["desired"] is None
@@ -137,3 +138,23 @@ def test_it_takes_a_post_only(paid_lease, enrol):
     node = enrol(node_of(paid_lease()))
     response = in_own_thread(lambda: node.client.get("/agent/v1/report/watch", {"version": "x"}, **node.auth))
     assert (response.status_code, response.json()) == (405, {"error": "method_not_allowed"})
+
+
+def test_under_asgi_the_report_is_taken_on_the_reports_own_thread(paid_lease, enrol, monkeypatch):
+    """NODE_WATCH_REPORT_THREADS: not the loop's default pool, whose threads would hand the
+    GIL to each other at every Redis round trip of a fleet's reports."""
+    import threading
+
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    etag, version = held_state(node)
+    taken_on, take = [], views._report_in_thread
+
+    def recorded(request, fresh_connections):
+        taken_on.append(threading.current_thread().name)
+        return take(request, fresh_connections)
+
+    monkeypatch.setattr(views, "_report_in_thread", recorded)
+    response, _answer, _took = held_report(node, node.body(desired_etag=etag), version=version, wait=0)
+    assert response.status_code == 200
+    assert len(taken_on) == 1 and taken_on[0].startswith("node-report")

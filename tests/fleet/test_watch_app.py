@@ -1,20 +1,23 @@
 """The nodes' waits as the ASGI process answers them (fleet/asgi.py): the headers are the
 view's own, then those the middleware stack would add, in the order Django's setdefault would
 put them, and the body the view's; a held report's body is read as sent, up to Django's limit."""
+import asyncio
+import gc
 import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
 from django.db import connections
 from django.http import JsonResponse
 
-from fleet import asgi, views
+from fleet import asgi, desired_watch, views
 from fleet.middleware import fixed_headers
 
 from .conftest import node_of
-from .waits import in_a_pool_of_one
+from .waits import in_a_pool_of_one, until_it_waits
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,8 +41,9 @@ def headers_as_before(response) -> list[tuple[bytes, bytes]]:
     return [*headers, (b"content-length", str(len(response.content)).encode())]
 
 
-def served(scope: dict, chunks: list[bytes] | None = None) -> tuple[int, list, bytes]:
-    """`chunks`: the body as sent (the list is consumed as the app reads it)."""
+def served(scope: dict, chunks: list[bytes] | None = None, *, while_held=None) -> tuple[int, list, bytes]:
+    """`chunks`: the body as sent (the list is consumed as the app reads it); `while_held`:
+    called on the app's loop once the call waits on the bell."""
     sent, parts = [], chunks if chunks is not None else [b""]
 
     async def receive():
@@ -49,8 +53,15 @@ def served(scope: dict, chunks: list[bytes] | None = None) -> tuple[int, list, b
     async def send(message):
         sent.append(message)
 
+    async def answered():
+        answer = asyncio.ensure_future(asgi.watch_app(scope, receive, send))
+        if while_held is not None:
+            await until_it_waits(answer, lambda: f"it never waited: {sent}")
+            while_held(answer)
+        await answer
+
     async def served_in_a_pool():
-        await in_a_pool_of_one(asgi.watch_app(scope, receive, send))
+        await in_a_pool_of_one(answered())
 
     def run():          # in a thread of its own, as a server runs it (no event loop left here)
         try:
@@ -116,3 +127,33 @@ def test_a_body_past_the_limit_is_a_413_read_no_further(paid_lease, enrol):
                                chunks=chunks)
     assert (status, json.loads(answer)) == (413, {"error": "too_large"})
     assert chunks == [b" " * 10, b"}"]     # the chunk that passed the limit was the last one read
+
+
+def test_a_held_report_keeps_neither_its_request_nor_a_task_of_its_own_while_it_waits(paid_lease, enrol, settings):
+    """Thousands of nodes wait in one process, and its every full collection walks all that
+    each wait keeps (a pause of its event loop as long): while a report is held, its request
+    (headers, body, the parsed query) is gone and the time limit is a timer, not a task."""
+    settings.NODE_WATCH_RECHECK_SECONDS = 60      # subscribed or not, it waits on the bell
+    node = enrol(node_of(paid_lease()))
+    document = node.desired()
+    body = node.body(desired_etag=document["ETag"])
+    signed = ((b"x-node-signature", node.sign(body).encode()), (b"content-type", b"application/json"))
+    kept = {}
+
+    def requests_alive() -> int:      # an earlier test in this worker may have left some
+        gc.collect()
+        # type(), not isinstance(): that asks a lazy object left by an earlier test (a CSP
+        # nonce) for its __class__, which evaluates it
+        return sum(type(o) is ASGIRequest for o in gc.get_objects())
+
+    before = requests_alive()
+
+    def look(answer):
+        kept["requests"] = requests_alive() - before
+        kept["tasks"] = asyncio.all_tasks() - {asyncio.current_task(), answer}
+        desired_watch.bell.ring(desired_watch.EVERY_NODE, ("epoch", "moved"))      # answered now, not in 30 s
+
+    status, _, answer = served(scope_of("POST", f"version={document[views.VERSION_HEADER]}&wait=30", node.credential,
+                                        path=asgi.REPORT_WATCH_PATH, headers=signed), [body], while_held=look)
+    assert status == 200 and json.loads(answer)["refused"] == []
+    assert kept == {"requests": 0, "tasks": set()}

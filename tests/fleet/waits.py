@@ -6,6 +6,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.conf import settings
 
 from fleet import desired_watch
 from tests.deadlines import Deadline
@@ -35,11 +36,7 @@ def held(view, request, *, while_waiting=None):
         started = time.monotonic()
         answer = asyncio.create_task(view(request))
         if while_waiting is not None:
-            limit = Deadline(10)
-            while desired_watch.bell.count() == 0:
-                assert not answer.done(), answer.result().content
-                assert not limit.expired(), "the request never started waiting"
-                await asyncio.sleep(0.01)
+            await until_it_waits(answer, lambda: answer.result().content)
             await sync_to_async(while_waiting)()
         response = await answer
         return response, time.monotonic() - started
@@ -50,11 +47,24 @@ def held(view, request, *, while_waiting=None):
     return in_own_thread(async_to_sync(in_its_pool))
 
 
+async def until_it_waits(answer: asyncio.Future, said) -> None:
+    """Returns once a request waits on the bell; fails if `answer` ends first (with `said()`)
+    or after 10 s."""
+    limit = Deadline(10)
+    while desired_watch.bell.count() == 0:
+        assert not answer.done(), said()
+        assert not limit.expired(), "the request never started waiting"
+        await asyncio.sleep(0.01)
+
+
 async def in_a_pool_of_one(awaitable):
-    """`awaitable` with its loop's pool one thread, whose connections are closed at the end:
-    the ASGI process keeps its pool's threads and their connections, a test's loop does not,
-    and a connection left open keeps the test database from being dropped."""
+    """`awaitable` with its loop's pool one thread, whose connections are closed at the end,
+    as are the reports' threads' (fleet.views.report_threads): the ASGI process keeps its
+    threads and their connections, a test does not, and a connection left open keeps the
+    test database from being dropped."""
     from django.db import connections
+
+    from fleet.views import report_threads
 
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(1))
@@ -62,3 +72,6 @@ async def in_a_pool_of_one(awaitable):
         return await awaitable
     finally:
         await loop.run_in_executor(None, connections.close_all)
+        # the reports' own thread (NODE_WATCH_REPORT_THREADS is 1 here), kept by the process
+        assert settings.NODE_WATCH_REPORT_THREADS == 1
+        await loop.run_in_executor(report_threads(), connections.close_all)
