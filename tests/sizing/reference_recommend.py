@@ -14,16 +14,17 @@ from typing import Any
 from django.utils.translation import gettext, gettext_noop
 
 from sizing import pools
-from sizing.alternatives import TEXTS, Change
+from sizing.alternatives import Change, _texts
 from sizing.engine import ALLOCATOR_MARGIN, MAX_NODE_GPUS, Estimate, Job
 from sizing.estimation import estimate, layout_free_terms, with_warnings
 from sizing.inputs import MAX_BATCH
 from sizing.job_warnings import job_warnings
 # the headroom and link rules did not change: the reference uses the engine's own
 from sizing.layouts import can_data_parallel, can_shard, host_ram_short, usable_gb, usable_host_gb
-from sizing.recommend import Candidate, Option, Recommendation
+# the time and cost of a run did not change either
+from sizing.recommend import Candidate, Option, Recommendation, _price, finish_on, run_cost
 from sizing.texts import Texts, texts
-from sizing.throughput import Finish, finish, rental_to_finish
+from sizing.throughput import Finish
 
 LINKS = ("nvswitch", "infinity_fabric", "nvlink_bridge", "pcie_p2p", "pcie")
 #: overbuy: the job uses less than this share of the offer's memory
@@ -189,22 +190,6 @@ def _card_warnings(opt: Option, est: _Estimator, own: Estimate, pool: Iterable[C
     return tuple(w)
 
 
-def finish_on(opt: Option, job: Job) -> Finish | None:
-    """Time and cost to finish the job on this option (``sizing.throughput``), when the job
-    gives its tokens and the card its TFLOPS; in the option's configuration (its offload)."""
-    c = opt.candidate
-    if job.tokens <= 0:
-        return None
-    return finish(job, c.bf16_tflops, c.gpus, c.weekly_cents, c.monthly_cents, opt.estimate.offload)
-
-
-def run_cost(opt: Option, job: Job) -> tuple[float, int, int] | None:
-    """(hours, cents to rent it long enough, its compute share) of the job on this option,
-    when the job gives its tokens; the rent is whole weeks or whole months, whichever is less."""
-    run = finish_on(opt, job)
-    return None if run is None else (run.hours, run.rental_cents, run.compute_cents)
-
-
 def max_micro_batch(opt: Option, est: _Estimator) -> int:
     """The largest micro-batch this configuration fits in the card's usable memory (0: not
     even the job's own). Every per-GPU term grows linearly with the micro-batch (activations,
@@ -273,15 +258,6 @@ def _cluster_advice(est: _Estimator, pool: Sequence[Candidate]) -> str:
     need = f"{n}× {big.gpu_name}" if n else gettext("more than 64× %(gpu)s") % {"gpu": big.gpu_name}
     return (gettext("This job needs %(need)s with ZeRO-3: more than one 8-GPU node. Nodes here have at "
                     "most 8 GPUs; an on-demand cluster provider fits better.") % {"need": need})
-
-
-def _price(c: Candidate, offload: str, job: Job) -> tuple:
-    """What offers are ranked by: the rental to finish the job (``offload``: the plan's) when
-    it gives its tokens, else the monthly price; then the monthly price, then the faster."""
-    rental = None
-    if job.tokens > 0:
-        rental = rental_to_finish(job, c.bf16_tflops, c.gpus, c.weekly_cents, c.monthly_cents, offload)
-    return (c.monthly_cents if rental is None else rental, c.monthly_cents, -c.total_tflops)
 
 
 def _why_best(job: Job, tr: Texts) -> str:
@@ -363,12 +339,6 @@ def _variants(job: Job, vendor: str) -> list[tuple[str, dict, Job, str]]:
             out.append(("offload", {"zero": "3", "offload": "optimizer"},
                         job.laid_out(job.gpus, 3, "optimizer", job.method), vendor))
     return out
-
-
-def _texts(key: str) -> tuple[str, str]:
-    label, tradeoff = TEXTS[key]
-    tr = texts()
-    return tr[label], tr[tradeoff]
 
 
 def one_change_alternatives(job: Job, candidates: list[Candidate], *, vendor: str,
