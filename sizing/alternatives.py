@@ -16,7 +16,7 @@ from django.utils.translation import gettext_noop
 
 from .engine import Job
 from .recommend import Candidate, Option, cheapest
-from .texts import texts
+from .texts import Texts, texts
 
 
 @dataclass(frozen=True)
@@ -68,9 +68,9 @@ TEXTS = {
 }
 
 
-def _texts(key: str) -> tuple[str, str]:
+def _texts(key: str, tr: Texts | None = None) -> tuple[str, str]:
     label, tradeoff = TEXTS[key]
-    tr = texts()
+    tr = texts() if tr is None else tr
     return tr[label], tr[tradeoff]
 
 
@@ -94,6 +94,7 @@ def one_change_alternatives(job: Job, candidates: list[Candidate], *, vendor: st
                           accept=shown)
         if option is None:
             continue
-        label, tradeoff = _texts(key)
+        # the answer's texts table, which costing the option looked up (``Estimator.tr``)
+        label, tradeoff = _texts(key, estimates.get("texts"))
         out.append(Change(key, label, tradeoff, option, query))
     return sorted(out, key=lambda ch: (ch.option.candidate.monthly_cents, ch.key))

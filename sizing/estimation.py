@@ -110,28 +110,12 @@ def layout_bytes(t: dict, gpus: int, zero: int, offload: str) -> tuple[list[floa
     """(each breakdown term's bytes per GPU, in ``BREAKDOWN_KEYS``' order; bytes moved to
     host memory) of a job in this layout, from its ``layout_free_terms``: ``model_states``
     and ``sharding_buffer_bytes`` worked from the totals in the terms (the same arithmetic,
-    without the per-layout calls). ``layout_sizes`` reads the peak from it without building
-    the estimate: the recommender judges every offer's layout and shows a few."""
-    host = 0.0
-    frozen = t["frozen_weights"]
-    if offload == "all":
-        host += frozen
-        frozen_here = 0.0
-    else:
-        frozen_here = frozen / gpus if zero >= 3 else frozen
-    # STATE_KEYS' order: frozen, trainable, gradients, fp32 master, optimizer, adapters
-    out = [frozen_here, 0.0, 0.0, 0.0, 0.0, 0.0]
-    for index, total, from_stage, offloaded_by in t["state_slots"]:
-        if offload in offloaded_by:
-            host += total
-        else:
-            out[index] += total / gpus if zero >= from_stage else total
+    without the per-layout calls)."""
+    out, host = _states_and_host(t, gpus, zero, offload)
     out.append(t["zero3_buffers"] if zero >= 3 and gpus >= 2 else 0.0)
     out.append(t["quant_buffers"])
     out.append(t["activations"])
     out.append(t["logits"])
-    if t["host_checkpoint_inputs"] is not None:
-        host += t["host_checkpoint_inputs"] * gpus
     allocated = sum(out)
     out.append(CUDA_CONTEXT_GB * GB)
     out.append(ALLOCATOR_MARGIN * allocated)
@@ -140,9 +124,35 @@ def layout_bytes(t: dict, gpus: int, zero: int, offload: str) -> tuple[list[floa
 
 def layout_sizes(t: dict, gpus: int, zero: int, offload: str) -> tuple[float, float]:
     """(``per_gpu_gb``, ``host_ram_gb``) of ``estimate`` in this layout, to the bit, without
-    the estimate (its breakdown and checkpoint dicts, the object)."""
-    terms_bytes, host = layout_bytes(t, gpus, zero, offload)
-    return sum(terms_bytes) / GB, host / GB
+    the estimate (its breakdown and checkpoint dicts, the object): ``layout_bytes``' sums in
+    their order (allocated, then the context and the margin), without its list. The
+    recommender judges ~10 layouts an answer on these and shows a few."""
+    states, host = _states_and_host(t, gpus, zero, offload)
+    allocated = (sum(states) + (t["zero3_buffers"] if zero >= 3 and gpus >= 2 else 0.0) + t["quant_buffers"]
+                 + t["activations"] + t["logits"])
+    return (allocated + CUDA_CONTEXT_GB * GB + ALLOCATOR_MARGIN * allocated) / GB, host / GB
+
+
+def _states_and_host(t: dict, gpus: int, zero: int, offload: str) -> tuple[list[float], float]:
+    """(the model states' bytes per GPU, in ``STATE_KEYS``' order: frozen, trainable,
+    gradients, fp32 master, optimizer, adapters; all the bytes the layout moves to host
+    memory, the offloaded checkpoint inputs included)."""
+    host = 0.0
+    frozen = t["frozen_weights"]
+    if offload == "all":
+        host += frozen
+        frozen_here = 0.0
+    else:
+        frozen_here = frozen / gpus if zero >= 3 else frozen
+    states = [frozen_here, 0.0, 0.0, 0.0, 0.0, 0.0]
+    for index, total, from_stage, offloaded_by in t["state_slots"]:
+        if offload in offloaded_by:
+            host += total
+        else:
+            states[index] += total / gpus if zero >= from_stage else total
+    if t["host_checkpoint_inputs"] is not None:
+        host += t["host_checkpoint_inputs"] * gpus
+    return states, host
 
 
 def _state_totals(job: Job, n_adapter: int) -> tuple:

@@ -234,7 +234,8 @@ def _result(result, tr: Texts) -> list[str]:
     warn = _list_section("warn-h", fx.warnings, warnings, '<ul class="sizing-warnings">',
                          '<li class="msg warning">') if warnings else ""
     adv = _list_section("adv-h", fx.advice, advice, "<ul>", "<li>") if advice else ""
-    # in parts (``results_bytes``): the bar's and the breakdown's are ASCII in English
-    return [_summary(result, tr), *_bar(result, tr),
-            f"\n{warn}\n{_recommendations(result, tr)}\n{_changes(result, tr)}\n\n{_training_time(result, tr)}"
-            f"\n\n{adv}\n\n{_checkpoints(result, tr)}\n", _breakdown(result, tr)]
+    # in parts (``results_bytes``), each encoded alone: the bar's, the training time's, the
+    # checkpoints' and the breakdown's are ASCII in English, the tables' rows are not ("≤", "–")
+    return [_summary(result, tr), *_bar(result, tr), f"\n{warn}\n", _recommendations(result, tr), "\n",
+            _changes(result, tr), f"\n\n{_training_time(result, tr)}\n\n{adv}\n\n", _checkpoints(result, tr), "\n",
+            _breakdown(result, tr)]

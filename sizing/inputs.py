@@ -28,6 +28,10 @@ MAX_EPOCHS = 1000.0
 VENDORS = ("cuda", "any")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+#: what counts as not given
+_BLANK = (None, "", [])
+#: each true or false word, to its meaning
+_WORDS = {**dict.fromkeys(_TRUE, True), **dict.fromkeys(_FALSE, False)}
 _SHORT_TARGETS = {m.split("_")[0]: m for m in LINEAR_MODULES}
 
 
@@ -83,12 +87,14 @@ def _int(field, value, lo, hi) -> int:
 
 
 def _bool(field: str, value) -> bool:
+    if type(value) is str and value in _WORDS:  # as a form or query writes it
+        return _WORDS[value]
     value = _first(value)
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+    if isinstance(value, str) and value.strip().lower() in _WORDS:
         return value.strip().lower() in _TRUE
     raise SizingInputError(field, gettext("must be true or false"))
 
@@ -104,7 +110,8 @@ def _choice(field: str, value, options) -> str:
 
 def parse_targets(value) -> tuple[str, ...]:
     """``all``/``all-linear`` or a list (``q_proj,v_proj`` or ``q,v``) of projections."""
-    value = _first(value) if isinstance(value, str) else value
+    if value == "all":  # the default, as a query or form gives it
+        return LINEAR_MODULES
     if isinstance(value, str):
         items = [v.strip().lower() for v in value.split(",") if v.strip()]
     elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
@@ -127,7 +134,11 @@ def parse_targets(value) -> tuple[str, ...]:
 
 
 def _architecture(params: Mapping) -> Architecture:
-    has = {k: params.get(k) not in (None, "", []) for k in ("config", "model", "params")}
+    model = params.get("model")
+    if type(model) is str and model in PRESETS and params.get("config") in _BLANK \
+            and params.get("params") in _BLANK:  # a preset, as the calculator's form gives it
+        return PRESETS[model]
+    has = {k: params.get(k) not in _BLANK for k in ("config", "model", "params")}
     if has["config"]:
         return parse_hf_config(_first(params["config"]) if not isinstance(
             params["config"], Mapping) else params["config"])

@@ -13,7 +13,6 @@ worked out in one pass (``prices``).
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -77,29 +76,33 @@ class Estimator:
     def __init__(self, job: Job, shared: dict | None = None):
         self.job = job
         #: estimates by (gpus, zero, offload, method); ("terms", method): layout_free_terms,
-        #: which the variants share; ("sizes", method): (gpus, zero, offload) → (per-GPU GB,
-        #: host GB), without the estimate
-        self.cache: dict[tuple, Any] = {} if shared is None else shared
+        #: which the variants share; method and (method, offload): the tables below
+        self.cache: dict[Any, Any] = {} if shared is None else shared
         self.method = job.method
-        table = self.cache.get(("sizes", job.method))
-        if table is None:
-            table = self.cache["sizes", job.method] = {}
-        self.table: dict[tuple, tuple[float, float]] = table
-        #: ``layout_on``'s verdict per offer (by id: the answer's offers outlive it), shared by
-        #: the jobs of the answer with this method and offload (the ROCm variant's is the job)
-        verdicts = self.cache.get(("verdicts", job.method, job.offload))
-        if verdicts is None:
-            verdicts = self.cache["verdicts", job.method, job.offload] = {}
-        self.verdicts: dict[int, tuple[tuple[int, int, str, str], str, bool]] = verdicts
+        cache = self.cache
+        # the tables, two entries per method and (method, offload): an answer makes an
+        # estimator per one-change plan, so its set-up is a couple of look-ups
+        by_method = cache.get(job.method)
+        if by_method is None:
+            by_method = cache[job.method] = ({}, {})
+        by_offload = cache.get((job.method, job.offload))
+        if by_offload is None:
+            by_offload = cache[job.method, job.offload] = ({}, {})
+        #: (gpus, zero, offload) → (per-GPU GB, host GB), without the estimate
+        self.table: dict[tuple, tuple[float, float]] = by_method[0]
         #: by card count, (per-GPU GB, host GB, the estimate's key) of the two layouts an
         #: offer is judged in: whole on each card (ZeRO-0), and ZeRO-3 with the job's offload
-        self.whole: dict[int, tuple] = self.cache.setdefault(("whole", job.method), {})
-        self.sharded: dict[int, tuple] = self.cache.setdefault(("sharded", job.method, job.offload), {})
+        self.whole: dict[int, tuple] = by_method[1]
+        self.sharded: dict[int, tuple] = by_offload[1]
+        #: ``layout_on``'s verdict per offer (by id: the answer's offers outlive it), shared by
+        #: the jobs of the answer with this method and offload (the ROCm variant's is the job)
+        self.verdicts: dict[int, tuple[tuple[int, int, str, str], str, bool]] = by_offload[0]
 
-    @functools.cached_property
+    @property
     def tr(self) -> Texts:
         """The reasons and warnings, in the active language (looked up when first needed:
-        most one-change plans are never costed); one look-up per answer, kept in the shared cache."""
+        most one-change plans are never costed); one look-up per answer, kept in the shared
+        cache (a plain property: ``cached_property`` takes a lock on every first use)."""
         tr = self.cache.get("texts")
         if tr is None:
             tr = self.cache["texts"] = texts()
@@ -145,9 +148,10 @@ class Estimator:
         """``sizes`` of the job with another method (a card's advice compares it)."""
         if method == self.method:
             return self.sizes(gpus, zero, offload)
-        table = self.cache.get(("sizes", method))
-        if table is None:
-            table = self.cache["sizes", method] = {}
+        by_method = self.cache.get(method)
+        if by_method is None:
+            by_method = self.cache[method] = ({}, {})
+        table = by_method[0]
         key = (gpus, zero, offload)
         value = table.get(key)
         if value is None:
@@ -181,20 +185,33 @@ def layout_on(c: Candidate, est: Estimator) -> tuple[tuple[int, int, str, str], 
     host RAM fits the instance too. Judged on the layout's sizes (``est.whole``,
     ``est.sharded``: the estimate itself is built only for the offers shown) and kept for
     the answer (``est.verdicts``)."""
-    facts = _facts.get(id(c))
-    if facts is None or facts[0] is not c:
-        facts = offer_facts(c)
-    _, gpus, usable, data_parallel, shard, host_usable = facts
-    per_gpu, host, key = est.whole.get(gpus) or est.sized(gpus, 0)
-    if per_gpu <= usable and data_parallel and (host_usable is None or not host > host_usable):
-        verdict = key, "single" if gpus == 1 else "data-parallel", True
-    elif shard:
-        per_gpu, host, key = est.sharded.get(gpus) or est.sized(gpus, 3)
-        verdict = key, "zero-3", per_gpu <= usable and (host_usable is None or not host > host_usable)
-    else:
-        verdict = key, "single" if gpus == 1 else "data-parallel", False
-    est.verdicts[id(c)] = verdict
-    return verdict
+    return layouts_of((c,), est)[0]
+
+
+def layouts_of(pool: Sequence[Candidate], est: Estimator) -> list[tuple[tuple[int, int, str, str], str, bool]]:
+    """``layout_on`` of every offer of the pool, in its order (a verdict already kept for the
+    answer is read, not judged again): the same verdicts, in one loop rather than a call
+    per offer, since the recommendation judges the whole pool."""
+    verdicts, whole, sharded = est.verdicts, est.whole, est.sharded
+    out = []
+    for c in pool:
+        verdict = verdicts.get(id(c))
+        if verdict is None:
+            facts = _facts.get(id(c))
+            if facts is None or facts[0] is not c:
+                facts = offer_facts(c)
+            _, gpus, usable, data_parallel, shard, host_usable = facts
+            per_gpu, host, key = whole.get(gpus) or est.sized(gpus, 0)
+            if per_gpu <= usable and data_parallel and (host_usable is None or not host > host_usable):
+                verdict = key, "single" if gpus == 1 else "data-parallel", True
+            elif shard:
+                per_gpu, host, key = sharded.get(gpus) or est.sized(gpus, 3)
+                verdict = key, "zero-3", per_gpu <= usable and (host_usable is None or not host > host_usable)
+            else:
+                verdict = key, "single" if gpus == 1 else "data-parallel", False
+            verdicts[id(c)] = verdict
+        out.append(verdict)
+    return out
 
 
 def prices(pool: Sequence[Candidate], job: Job, offload: str) -> list[tuple]:

@@ -106,10 +106,13 @@ def memory_bar_parts(estimate, card=None, caption="", tr: Texts | None = None):
     # both drawings, so written once
     segs = [(gb, f'{seg_head}{gb2} GB</title></rect>\n    ', f'{_TEXT_AFTER_X}{gb1}</text>')
             for (gb, (seg_head, _)), gb1, gb2 in zip(shown, gb1s, gb2s, strict=True)]
+    # both drawings' positions in one pass where the language writes decimals with "."
+    bodies = _fast_bodies(segs, per_gpu_gb, card_gb, card_texts) if dot else None
+    wide, narrow = (None, None) if bodies is None else bodies
     # in parts, so that the ASCII ones (most of it) stay ASCII: ``sizing.fragment.results_bytes``
     return ['<figure class="membar">\n',
-            *_drawing(segs, per_gpu_gb, card_gb, card_texts, BAR_WIDTH, title, needs, dot),
-            *_drawing(segs, per_gpu_gb, card_gb, card_texts, NARROW_BAR_WIDTH, title, needs, dot),
+            *_drawing(segs, per_gpu_gb, card_gb, card_texts, BAR_WIDTH, title, needs, dot, wide),
+            *_drawing(segs, per_gpu_gb, card_gb, card_texts, NARROW_BAR_WIDTH, title, needs, dot, narrow),
             f"\n{figcaption}\n", f'<ul class="membar-legend">\n  {legend}\n</ul>\n</figure>\n']
 
 
@@ -209,7 +212,7 @@ def _r2(x: float) -> str:
     return repr(round(x, 2))
 
 
-#: follows each bar position written as "%.2f" (``_fast_segments``): the text of
+#: follows each bar position written as "%.2f" (``_fast_bodies``): the text of
 #: ``repr(round(x, 2))`` is that with a last "0" dropped, which one ``str.replace`` does for
 #: all ~30 positions of a drawing instead of a call per position
 _CUT = "\x01"
@@ -218,17 +221,16 @@ _PLAIN = 1e13
 
 
 def _drawing(segs: list, per_gpu_gb: float, card_gb, card_texts, width: int, title: str, needs: str,
-             dot: bool) -> tuple[str, str]:
+             dot: bool, body: str | None = None) -> tuple[str, str]:
     """One <svg> of the bar (the wide or the narrow drawing), at ``bar_geometry``'s
     positions: the same scale, each segment's x, width and middle rounded to 0.01; in two
     parts, up to its title and after it (the title names the card, often not in ASCII).
-    ``segs``: (GB, the segment's markup after its width, its text's after its x) per term."""
-    top = max(per_gpu_gb, card_gb or 0) * 1.04 or 1.0
-    scale = width / top
+    ``segs``: (GB, the segment's markup after its width, its text's after its x) per term;
+    ``body``: its card and segments as ``_fast_bodies`` wrote them (None: written here)."""
     variant, needs_y, view_h = ("narrow", BAR_Y + BAR_H + 40, 98) if width < BAR_WIDTH else (
         "wide", BAR_Y + BAR_H + 26, 84)
-    body = _fast_segments(segs, scale, card_texts, card_gb) if dot else None
     if body is None:
+        scale = width / (max(per_gpu_gb, card_gb or 0) * 1.04 or 1.0)
         body = _segments_and_card(segs, scale, card_texts, card_gb, dot)
     return ((f'\n<svg viewBox="-4 0 {width + 8} {view_h}" width="100%" role="img" '
              f'aria-labelledby="membar-title-{variant}" class="chart-{variant}" '
@@ -236,11 +238,15 @@ def _drawing(segs: list, per_gpu_gb: float, card_gb, card_texts, width: int, tit
             f'  {body}\n  <text x="0" y="{needs_y}" font-size="11" fill="#5a6472">{needs}</text>\n</svg>\n')
 
 
-def _fast_segments(segs: list, scale: float, card_texts, card_gb) -> str | None:
-    """``_segments_and_card`` where the language writes decimals with "." and every position
-    is a plain number (their sizes summed below ``_PLAIN``: none is nan or inf): all
-    positions formatted in one "%" call, each repr's last zero dropped at once (``_CUT``);
-    None where a position is not plain (that path writes it)."""
+def _fast_bodies(segs: list, per_gpu_gb: float, card_gb, card_texts) -> tuple[str, str] | None:
+    """The wide and the narrow drawings' cards and segments (``_segments_and_card`` of each)
+    where the language writes decimals with "." and every position is a plain number (their
+    sizes summed below ``_PLAIN``: none is nan or inf); None where one is not (that path
+    writes it). The narrow drawing's scale is half the wide one's, and halving a float is
+    exact, so every narrow position is its wide one times 0.5, to the bit: the positions are
+    worked out once and all of both drawings' formatted in one "%" call, each repr's last zero
+    dropped at once (``_CUT``)."""
+    scale = BAR_WIDTH / (max(per_gpu_gb, card_gb or 0) * 1.04 or 1.0)
     values, x = [], 0.0
     for gb, _, _ in segs:
         w = gb * scale
@@ -250,8 +256,16 @@ def _fast_segments(segs: list, scale: float, card_texts, card_gb) -> str | None:
         values += (card_texts[0] * scale, card_gb * scale)
     if not sum(map(abs, values)) < _PLAIN:
         return None
-    texts_ = (("%.2f\x01" * len(values)) % tuple(values)).replace("0\x01", _CUT).split(_CUT)
-    parts, i = [], 0
+    n = len(values)
+    values += [v * 0.5 for v in values]
+    texts_ = (("%.2f\x01" * (2 * n)) % tuple(values)).replace("0\x01", _CUT).split(_CUT)
+    return _fast_body(segs, values, texts_, 0, card_texts), _fast_body(segs, values, texts_, n, card_texts)
+
+
+def _fast_body(segs: list, values: list, texts_: list, i: int, card_texts) -> str:
+    """One drawing's card and segments from its positions (``values``, formatted in
+    ``texts_``) starting at ``i``: x, width and middle per segment, then the card's lines."""
+    parts = []
     for _, rest, text_rest in segs:
         if values[i + 1] >= MIN_TEXT_PX:
             parts.append(f'{_SEG_X}{texts_[i]}{_SEG_W}{texts_[i + 1]}{rest}<text x="{texts_[i + 2]}{text_rest}'

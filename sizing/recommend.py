@@ -47,6 +47,7 @@ from .layouts import (  # noqa: F401 - the recommender's rules, read from here b
     can_shard,
     host_ram_short,
     layout_on,
+    layouts_of,
     offer_facts,
     usable_gb,
     usable_host_gb,
@@ -421,10 +422,9 @@ def recommend(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda"
     whole run costs, so a faster card that finishes in fewer weeks can win.
     ``estimates``: shared by calls for jobs that differ only in their method (``_Estimator``)."""
     est = _Estimator(job, estimates)
-    own = with_warnings(est(job.gpus, job.zero, job.offload), tuple(job_warnings(job)))
+    own = with_warnings(est(job.gpus, job.zero, job.offload), tuple(job_warnings(job, est.tr)))
     pool, by_month = pools.pool(candidates, vendor, site, in_stock)
-    verdicts = est.verdicts
-    layouts = [verdicts.get(id(c)) or layout_on(c, est) for c in pool]
+    layouts = layouts_of(pool, est)
     # (candidate, estimate's key, mode) of each offer that fits, cheapest first (without
     # tokens, in the filter's kept monthly order); an estimate and an Option are built only
     # for the shown ones
@@ -467,8 +467,14 @@ def cheapest(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
     of the fitting ones gives. ``accept``: a test of that offer; when it fails, None,
     without working out the option's costs and warnings (a one-change plan that would
     not be shown)."""
-    est = _Estimator(job, estimates)
     pool, by_month = pools.pool(candidates, vendor, site, in_stock)
+    accepted: set[int] = set()
+    if accept is not None:
+        # an offer the test refuses cannot be shown: with none accepted, nothing is priced or judged
+        accepted = {i for i, c in enumerate(pool) if accept(c)}
+        if not accepted:
+            return None
+    est = _Estimator(job, estimates)
     # priced in the job's own configuration (its offload): est(job.gpus, job.zero, job.offload)
     if job.tokens > 0:
         keys = price_list(pool, job, job.offload)
@@ -478,15 +484,13 @@ def cheapest(job: Job, candidates: Iterable[Candidate], *, vendor: str = "cuda",
     if accept is not None:
         # the first fitting offer decides, and one past the last accepted cannot be shown: the
         # offers after it are not judged (most plans beat nothing; none is judged then)
-        accepted = [n for n, i in enumerate(ranked) if accept(pool[i])]
-        if not accepted:
-            return None
-        ranked = ranked[:accepted[-1] + 1]
+        last = max(n for n, i in enumerate(ranked) if i in accepted)
+        ranked = ranked[:last + 1]
     for i in ranked:
         c = pool[i]
         key, mode, fits = est.verdicts.get(id(c)) or layout_on(c, est)
         if fits:
-            if accept is not None and not accept(c):
+            if accept is not None and i not in accepted:
                 return None
             # the job as configured needs (overbuy test), without building its estimate
             own_need_gb = est.sizes(job.gpus, job.zero, job.offload)[0] * job.gpus

@@ -14,7 +14,7 @@ from django import template
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_noop, pgettext_lazy
 
-from ..markup import _bt, _esc, _gb, _t, usd_formatter
+from ..markup import _esc, _gb, _t, usd_formatter
 from ..membar import (  # noqa: F401 - the bar's names, as the pages' tests know them here
     _UNGROUPED,
     BAR_WIDTH,
@@ -248,15 +248,13 @@ def change_rows(result, tr: Texts | None = None):
     """The rows of "Cheaper by changing one choice" (``result.changes``)."""
     tr = texts() if tr is None else tr
     cells, site = offer_cells(tr), result.request.site
-    l_offer, l_month = _t(tr[gettext_noop("Offer")]), _t(tr[gettext_noop("Month")])
-    l_needs, l_trade = _t(tr[gettext_noop("Needs")]), _t(tr[gettext_noop("Trade-off")])
-    order = _t(tr[gettext_noop("Order this")])
+    l_offer, l_month, l_needs, l_trade, order, t_needs = _change_texts(tr)
     rows = []
     for ch in result.changes:
         o = ch.option
         name, _, _, month, _, _, href = cells(o.candidate, site)
         mode = f' <small class="muted">({_esc(_mode_word(o.mode, tr))})</small>' if o.mode != "single" else ""
-        needs = _bt(tr, gettext_noop("%(n)s GB/GPU"), n=_gb(o.estimate.per_gpu_gb))
+        needs = t_needs % {"n": _gb(o.estimate.per_gpu_gb)}
         rows.append(
             f'<tr>\n      <th scope="row">{_esc(ch.label)}</th>\n'
             f'      <td data-label="{l_offer}">{name}{mode}</td>\n'
@@ -265,6 +263,20 @@ def change_rows(result, tr: Texts | None = None):
             f'      <td data-label="{l_trade}">{_esc(ch.tradeoff)}</td>\n'
             f'      <td><a class="btn small" href="{href}">{order}</a></td>\n    </tr>')
     return mark_safe("".join(rows))  # noqa: S308 - every value in it is escaped (_esc, _t, _bt)
+
+
+def _change_texts(tr: Texts) -> tuple:
+    """The one-change rows' labels and figure text in the language (``_figure_text``), kept
+    in its texts table."""
+    try:
+        return tr.extra["change-row-texts"]
+    except KeyError:
+        pass
+    value = tr.extra["change-row-texts"] = (
+        _t(tr[gettext_noop("Offer")]), _t(tr[gettext_noop("Month")]), _t(tr[gettext_noop("Needs")]),
+        _t(tr[gettext_noop("Trade-off")]), _t(tr[gettext_noop("Order this")]),
+        _figure_text(tr, gettext_noop("%(n)s GB/GPU"), "n"))
+    return value
 
 
 @register.simple_tag

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sizing.engine import METHODS, Job
-from sizing.estimation import estimate, layout_free_terms
+from sizing.estimation import estimate, layout_free_terms, layout_sizes
 from sizing.frozen import REPLACED
 from sizing.markup import _bt, _dot_decimals, _esc, _gb
 from sizing.presets import PRESETS
@@ -194,6 +194,21 @@ def test_a_layouts_estimate_is_the_laid_out_jobs(model, method, to, gpus, zero, 
     terms = layout_free_terms(laid)
     assert estimate(job, warnings=False, terms=terms, layout=(gpus, zero, offload, to)) == estimate(
         laid, warnings=False, terms=terms) == estimate(laid, warnings=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(model=st.sampled_from(sorted(PRESETS)), method=st.sampled_from(METHODS),
+       gpus=st.integers(1, 64), zero=st.integers(0, 3), offload=st.sampled_from(["none", "optimizer", "all"]),
+       seq=st.integers(1, 32768), batch=st.integers(1, 16), checkpointing=st.booleans(),
+       framework=st.sampled_from(["hf", "unsloth", "torchtune", "torchtune-compile"]))
+def test_a_layouts_sizes_are_its_estimates_to_the_bit(model, method, gpus, zero, offload, seq, batch, checkpointing,
+                                                      framework):
+    """layout_sizes (what judging a layout reads, without its breakdown) gives the estimate's
+    per-GPU and host figures, the same floats."""
+    job = Job(PRESETS[model], method, seq=seq, batch=batch, checkpointing=checkpointing, framework=framework)
+    terms = layout_free_terms(job)
+    e = estimate(job, warnings=False, terms=terms, layout=(gpus, zero, offload, method))
+    assert layout_sizes(terms, gpus, zero, offload) == (e.per_gpu_gb, e.host_ram_gb)
 
 
 @settings(max_examples=200, deadline=None)
