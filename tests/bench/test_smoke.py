@@ -83,7 +83,7 @@ CASES = {
     "fleet_report_cpu": ("fleet_report_cpu.py", ["--smoke"], True,
                          [rf"report cpu: steady {NUMBER} ms, flush {NUMBER} ms, gpus {NUMBER} ms, bare {NUMBER} ms",
                           rf"held report kept: {NUMBER} tracked objects each"]),
-    "load": ("load.py", ["--smoke"], True,
+    "load": ("load.py", ["--smoke", "--rounds", "2"], True,
              [rf"\| {label} \| `[^`]+` \| {NUMBER} \| {NUMBER} \| {NUMBER}[^|]* \| 0 \| 0 \| {NUMBER}"
               for label in ("bare Django view", "home page", "catalog, filtered", "calculator \\(htmx\\)",
                             "sizing tables", "GET /api/v1/estimate",
