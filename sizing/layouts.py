@@ -79,15 +79,10 @@ class Estimator:
         #: which the variants share; method and (method, offload): the tables below
         self.cache: dict[Any, Any] = {} if shared is None else shared
         self.method = job.method
-        cache = self.cache
         # the tables, two entries per method and (method, offload): an answer makes an
         # estimator per one-change plan, so its set-up is a couple of look-ups
-        by_method = cache.get(job.method)
-        if by_method is None:
-            by_method = cache[job.method] = ({}, {})
-        by_offload = cache.get((job.method, job.offload))
-        if by_offload is None:
-            by_offload = cache[job.method, job.offload] = ({}, {})
+        by_method = _tables(self.cache, job.method)
+        by_offload = _tables(self.cache, (job.method, job.offload))
         #: (gpus, zero, offload) → (per-GPU GB, host GB), without the estimate
         self.table: dict[tuple, tuple[float, float]] = by_method[0]
         #: by card count, (per-GPU GB, host GB, the estimate's key) of the two layouts an
@@ -148,15 +143,21 @@ class Estimator:
         """``sizes`` of the job with another method (a card's advice compares it)."""
         if method == self.method:
             return self.sizes(gpus, zero, offload)
-        by_method = self.cache.get(method)
-        if by_method is None:
-            by_method = self.cache[method] = ({}, {})
-        table = by_method[0]
+        table = _tables(self.cache, method)[0]
         key = (gpus, zero, offload)
         value = table.get(key)
         if value is None:
             value = table[key] = layout_sizes(self.terms(method), gpus, zero, offload)
         return value
+
+
+def _tables(cache: dict, key) -> tuple[dict, dict]:
+    """The answer's two tables kept under ``key`` (a method, or a method and offload) in
+    ``Estimator``'s shared cache, made empty on first use."""
+    tables = cache.get(key)
+    if tables is None:
+        tables = cache[key] = ({}, {})
+    return tables
 
 
 #: an offer's facts that no job changes: (the offer, its GPUs, usable GB per card, may it

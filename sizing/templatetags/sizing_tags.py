@@ -262,7 +262,7 @@ def change_rows(result, tr: Texts | None = None):
             f'      <td class="num" data-label="{l_needs}">{needs}</td>\n'
             f'      <td data-label="{l_trade}">{_esc(ch.tradeoff)}</td>\n'
             f'      <td><a class="btn small" href="{href}">{order}</a></td>\n    </tr>')
-    return mark_safe("".join(rows))  # noqa: S308 - every value in it is escaped (_esc, _t, _bt)
+    return mark_safe("".join(rows))  # noqa: S308 - every value in it is escaped (_esc, _t) or a figure
 
 
 def _change_texts(tr: Texts) -> tuple:
