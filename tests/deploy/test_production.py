@@ -371,6 +371,10 @@ def test_lifecycle_tick_by_beat_and_worker_shown_to_the_operator(stack):
     wait_for(lambda: len(audited()) >= len(trail), 60, "beat + worker to expire the unpaid order and destroy its key")
     assert audited() == trail
     assert stack.query("SELECT state FROM rental_lease WHERE id = %s", stack.seeded_lease) == [("cancelled",)]
+    # The tick records its finish after the work it did commits, so the board is read once a
+    # finish at or after the last start is on record (a loaded machine can take seconds).
+    wait_for(lambda: stack.query("SELECT 1 FROM billing_jobrun WHERE name = 'lifecycle' AND "
+                                 "last_finished_at >= last_started_at"), 60, "the tick's finish on record")
     operator = Browser(stack)
     login = operator.post_form("/admin/login/?next=/admin/", {"username": OPERATOR, "password": PASSWORD,
                                                               "next": "/admin/"})
