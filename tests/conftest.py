@@ -8,6 +8,7 @@ from celery import Celery
 from inventory.demo import load_demo_catalog
 from rental.demo import load_demo_images
 from tests.tools import require
+from tests.timing import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401 - hooks: where the run's time went
 
 ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 HAS_REDIS = bool(os.environ.get("REDIS_URL"))
@@ -21,7 +22,9 @@ XDIST_GROUPS = {"browser": {"browser", "new_context", "shop"},
                 "chains": {"litecoind", "anvil", "monero_regtest"},
                 "celery-workers": {"queue", "scan_queue"},
                 "ceph": {"ceph_cluster", "ceph_cluster_running"},  # one test cluster
-                "qemu-guest": {"guest"}}  # the disk guest's module fixture boots once, on one worker
+                "qemu-guest": {"guest"},  # the disk guest's module fixture boots once, on one worker
+                # the production stack (Caddy, granian, Celery, beat) boots once, not once per worker
+                "production-stack": {"stack"}}
 
 
 # Tests that stand up real infrastructure (a node with dockerd, a QEMU guest, a Ceph
