@@ -7,8 +7,8 @@ from celery import Celery
 
 from inventory.demo import load_demo_catalog
 from rental.demo import load_demo_images
-from tests.tools import require
 from tests.timing import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401 - hooks: where the run's time went
+from tests.tools import require
 
 ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
 HAS_REDIS = bool(os.environ.get("REDIS_URL"))

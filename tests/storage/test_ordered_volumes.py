@@ -6,7 +6,6 @@ and alerts the operator. A lease that ends lets go of its volumes at once (the n
 loses them), and the volume, paid, survives it."""
 import json
 import subprocess
-import time
 from datetime import timedelta
 
 import pytest
@@ -22,6 +21,7 @@ from rental.lifecycle import sweep_provisioning
 from rental.models import Image, Lease, NetworkVolume, Notification, VolumeAttachment
 from storage.models import NodeStorageKey, OrderedVolume, StorageCluster, VolumeStore
 from storage.volumes import ceph_for
+from tests import deadlines
 
 pytestmark = pytest.mark.django_db(transaction=True)
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGn8m0fLkz0cTqO0Jm3f9kH0xGqYwqXxZr3c0hV0kB9S alice@laptop"
@@ -108,13 +108,9 @@ def test_paid_addon_is_a_real_volume_attached_to_the_lease(site_cluster, custome
 
 
 def _wait_health(ceph_cluster, check: str, *, present: bool, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        checks = (ceph_cluster.ceph("health").get("checks") or {})
-        if (check in checks) == present:
-            return
-        time.sleep(1)
-    raise AssertionError(f"{check} {'not raised' if present else 'still raised'} within {timeout} s")
+    """Until Ceph's health does (or no longer does) carry `check`, within `timeout` unloaded seconds."""
+    deadlines.wait_for(lambda: (check in (ceph_cluster.ceph("health").get("checks") or {})) == present, timeout,
+                       f"Ceph health {'to raise' if present else 'to clear'} {check}", every=1)
 
 
 @pytest.fixture
