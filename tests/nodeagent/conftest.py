@@ -218,8 +218,9 @@ def dockerd(netns, node_tmp_root):
 
 
 def _wait_for_daemon(daemon, process, log_path, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Until dockerd answers a ping, within `timeout` unloaded seconds (tests/deadlines.py)."""
+    deadline = Deadline(timeout)
+    while not deadline.expired():
         if process.poll() is not None:
             pytest.fail(f"dockerd exited: {log_path.read_text()[-2000:]}")
         try:
@@ -227,7 +228,8 @@ def _wait_for_daemon(daemon, process, log_path, timeout=60):
                 return
         except Exception:
             time.sleep(0.3)
-    pytest.fail(f"dockerd did not answer within {timeout}s: {log_path.read_text()[-2000:]}")
+    pytest.fail(f"dockerd did not answer within {timeout} unloaded seconds ({deadline.waited:.0f} s waited): "
+                f"{log_path.read_text()[-2000:]}")
 
 
 def _unmount_under(root: Path) -> None:
