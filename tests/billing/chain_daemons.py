@@ -138,12 +138,40 @@ def anvil():
         stop(proc)
 
 
+# The funder's wallet (monero-wallet-rpc 0.18.0, Debian 12's) picks a transfer's ring members
+# in a loop that never ends in one state of a small chain: it asks for 75 candidates (ring 16
+# x 1.5 + 1, plus 50 for a coinbase output), counts the outputs it may choose from one block
+# further than its picker reaches, and when that block straddles the 75th output the picker
+# runs out while the count says more remain (fixed upstream in 0.18.2.2, monero PR 8794).
+# The wallet then spins at full CPU holding its lock, and every later call to it times out.
+# Reproduced: 75 blocks mined, three transfers a block, the fourth block's transfer hangs.
+# So the session's chain starts with more unlocked outputs than the picker ever asks for, and
+# no reorg goes below that start: the count only grows from there.
+RING_CANDIDATES = 75
+SPENDABLE_AGE = 10  # blocks before an output may be a ring member (CRYPTONOTE_DEFAULT_TX_SPENDABLE_AGE)
+
+
 class MoneroRegtest:
     def __init__(self, daemon_url, funder, merchant, funder_address):
         self.daemon_url = daemon_url
         self.funder = funder      # full wallet with mined coins
         self.merchant = merchant  # view-only wallet (address + view key only)
         self.funder_address = funder_address
+        self.floor = 0            # the height no reorg may go below (set once the chain is made)
+
+    def height(self) -> int:
+        return self._daemon("/json_rpc", {"jsonrpc": "2.0", "id": "0", "method": "get_block_count"})[
+            "result"]["count"]
+
+    def pickable_outputs(self) -> int:
+        """How many RingCT outputs the wallet's decoy picker can reach now: those of every
+        block but the last ``SPENDABLE_AGE + 1`` (the picker stops a block short of the
+        wallet's own count, the one that loops)."""
+        reply = self._daemon("/json_rpc", {
+            "jsonrpc": "2.0", "id": "0", "method": "get_output_distribution",
+            "params": {"amounts": [0], "cumulative": True, "from_height": 0, "binary": False}})
+        cumulative = reply["result"]["distributions"][0]["distribution"]
+        return cumulative[-(SPENDABLE_AGE + 1)] if len(cumulative) > SPENDABLE_AGE else 0
 
     def mine(self, n: int = 1):
         import json
@@ -186,15 +214,16 @@ class MoneroRegtest:
         pops ``depth`` blocks (their transactions go back to its pool), the pool drops
         ``without``, and ``depth + longer_by`` new blocks are mined. Each wallet follows at
         its next refresh."""
-        height = self._daemon("/json_rpc", {"jsonrpc": "2.0", "id": "0", "method": "get_block_count"})[
-            "result"]["count"]
+        height = self.height()
+        assert height - depth >= self.floor, (
+            f"a reorg {depth} deep from {height} goes below the session chain's start {self.floor}: "
+            "the funder's decoy picker could loop (see RING_CANDIDATES)")
         self._daemon("/pop_blocks", {"nblocks": depth})
         if without:  # flush_txpool with no txids empties the whole pool: the kept ones too
             self._daemon("/json_rpc", {"jsonrpc": "2.0", "id": "0", "method": "flush_txpool",
                                        "params": {"txids": without}})
         self.mine(depth + longer_by)
-        after = self._daemon("/json_rpc", {"jsonrpc": "2.0", "id": "0", "method": "get_block_count"})[
-            "result"]["count"]
+        after = self.height()
         assert after == height + longer_by, (height, after)
 
 
@@ -215,11 +244,22 @@ def monero_regtest(tmp_path_factory):
              f"--zmq-rpc-bind-port={zmq}", "--no-igd", "--non-interactive", "--log-level=0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
+        def start_wallet_rpc(port: int, wallet_dir: Path) -> subprocess.Popen:
+            return subprocess.Popen(
+                [wallet_rpc, f"--daemon-address=127.0.0.1:{dport}", f"--wallet-dir={wallet_dir}",
+                 "--rpc-bind-ip=127.0.0.1", f"--rpc-bind-port={port}", "--disable-rpc-login",
+                 "--trusted-daemon", "--non-interactive", "--log-level=0"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
         class Funder(MoneroWalletRpc):
             """The tests' payer asks again while its wallet says "no connection to daemon":
             on a loaded machine the wallet's periodic check of monerod can time out, and it
             refuses every call until its next check (no transfer was made). Only the tests'
-            own spending wallet does this; the store's merchant wallet is view-only."""
+            own spending wallet does this; the store's merchant wallet is view-only.
+
+            A call that times out leaves the wallet busy with it, holding its lock, so every
+            later call would time out too: the wallet server is restarted on its own files
+            before the timeout is raised, and only the test that met it fails."""
 
             def call(self, method, **params):
                 deadline = deadlines.Deadline(30)
@@ -229,19 +269,28 @@ def monero_regtest(tmp_path_factory):
                     except MoneroRpcError as exc:
                         if "no connection to daemon" not in str(exc) or deadline.expired():
                             raise
+                    except TimeoutError:
+                        self.restart()
+                        raise
                     time.sleep(0.5)
+
+            def restart(self):
+                stop(procs[1])
+                procs[1] = self.process = start_wallet_rpc(fport, root / "funder")
+                wait_for(lambda: MoneroWalletRpc.call(self, "get_version") is not None, 60,
+                         "monero-wallet-rpc (restarted)", procs[1])
+                for method, params in (("open_wallet", {"filename": "funder"}),
+                                       ("auto_refresh", {"enable": False}), ("refresh", {})):
+                    MoneroWalletRpc.call(self, method, **params)
 
         wallets = []
         for port, name in ((fport, "funder"), (mport, "merchant")):
             (root / name).mkdir()
-            procs.append(subprocess.Popen(
-                [wallet_rpc, f"--daemon-address=127.0.0.1:{dport}", f"--wallet-dir={root / name}",
-                 "--rpc-bind-ip=127.0.0.1", f"--rpc-bind-port={port}", "--disable-rpc-login",
-                 "--trusted-daemon", "--non-interactive", "--log-level=0"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(start_wallet_rpc(port, root / name))
             wallet = Funder if name == "funder" else MoneroWalletRpc
             wallets.append(wallet(f"http://127.0.0.1:{port}/json_rpc", timeout=120))
         funder, merchant = wallets
+        funder.process = procs[1]
         for w, proc in zip(wallets, procs[1:], strict=True):
             wait_for(lambda w=w: w.call("get_version") is not None, 60, "monero-wallet-rpc", proc)
         # the merchant's keys: made in the funder's process, then only address + view key leave it
@@ -265,7 +314,12 @@ def monero_regtest(tmp_path_factory):
         for w in wallets:
             w.call("auto_refresh", enable=False)
         net = MoneroRegtest(f"http://127.0.0.1:{dport}/json_rpc", funder, merchant, f_addr)
-        net.mine(75)  # 60-block coinbase lock + decoys for ring size 16
+        # past the 60-block coinbase lock, with ring members for ring size 16 and the decoy
+        # picker's loop out of reach (one output a block while nothing is sent)
+        net.mine(100)
+        while net.pickable_outputs() <= RING_CANDIDATES:
+            net.mine(SPENDABLE_AGE)
+        net.floor = net.height()
         funder.call("refresh")
         yield net
     finally:
