@@ -20,9 +20,15 @@ TEMPLATES = [
 ]
 
 
+def _image_rows() -> list[tuple[str, dict]]:
+    return ([(slug, {"name": name, "vendor": vendor}) for slug, name, vendor in IMAGES]
+            + [(t["slug"], {k: v for k, v in t.items() if k != "slug"}) for t in TEMPLATES])
+
+
 def load_demo_images() -> None:
-    for slug, name, vendor in IMAGES:
-        Image.objects.update_or_create(slug=slug, defaults={"name": name, "vendor": vendor})
-    for template in TEMPLATES:
-        Image.objects.update_or_create(slug=template["slug"], defaults={k: v for k, v in template.items()
-                                                                         if k != "slug"})
+    """Idempotent; on a database without images (a new one, each test's), one INSERT."""
+    if not Image.objects.exists():
+        Image.objects.bulk_create([Image(slug=slug, **fields) for slug, fields in _image_rows()])
+        return
+    for slug, fields in _image_rows():
+        Image.objects.update_or_create(slug=slug, defaults=fields)

@@ -119,10 +119,11 @@ keyring = $dir/rgw.a/keyring
 rgw frontends = beast endpoint=127.0.0.1:$3
 rgw data = $dir/rgw.a
 rgw enable usage log = true
-rgw user quota bucket sync interval = 5
+# quota threads: short periods for a test cluster, but never 0 — radosgw's bucket-stats sync
+# thread then loops without waiting (about a fifth of a core for the cluster's whole life)
+rgw user quota bucket sync interval = 1
 rgw user quota sync interval = 5
 rgw bucket quota ttl = 0
-rgw user quota bucket sync interval = 0
 EOF
 }
 

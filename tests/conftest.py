@@ -14,6 +14,11 @@ ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "pos
 HAS_REDIS = bool(os.environ.get("REDIS_URL"))
 TESTS = Path(__file__).resolve().parent
 
+if ON_POSTGRES:
+    from tests import db_flush
+
+    db_flush.install()  # transactional tests end with DELETE, not a TRUNCATE of every table
+
 
 # Tests that must not run twice at once on a 2-core machine share one xdist worker
 # (`--dist loadgroup` in scripts/test.sh): one chromium, one set of chain daemons, one set
