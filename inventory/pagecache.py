@@ -45,6 +45,8 @@ def anonymous_page_cache(view):
         fresh = {}
 
         def build():
+            # the view need not keep this answer itself too (sizing.views' memo): this cache does
+            request.kept_by_page_cache = True
             response = view(request, *args, **kwargs)
             fresh["response"] = response
             if response.status_code != 200 or response.streaming or response.cookies.keys() - {"csrftoken"}:
@@ -60,7 +62,10 @@ def anonymous_page_cache(view):
         language = getattr(request, "LANGUAGE_CODE", None) or get_language()
         # META, not request.headers: that builds a case-insensitive copy of every header
         meta = request.META
-        parts = (request.get_full_path(), language, meta.get("HTTP_HX_REQUEST", ""), meta.get("HTTP_HX_TARGET", ""))
+        # the path and the query as sent: get_full_path() quotes both again for the same identity
+        query = meta.get("QUERY_STRING")
+        parts = (f"{request.path}?{query}" if query else request.path, language, meta.get("HTTP_HX_REQUEST", ""),
+                 meta.get("HTTP_HX_TARGET", ""))
         page = cached_by_generation("page", parts, build, generation=generation)
         if "response" in fresh:
             return fresh["response"]

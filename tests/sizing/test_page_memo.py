@@ -43,7 +43,8 @@ def test_free_count_change_shows_at_once_on_the_recommendation(cached, django_ca
     client = Client()
     before = _a5000_stock(client.get(QUERY, HTTP_HX_REQUEST="true").content.decode())
     assert _a5000_stock(client.get(QUERY, HTTP_HX_REQUEST="true").content.decode()) == before
-    assert len(views.RENDERED) == 1  # the second answer came from the memo
+    # an anonymous visitor's answer is kept by the whole-page cache, not by the view's memo too
+    assert len(views.RENDERED) == 0 and any(key[0] == "page" for key in selectors._MEMO)
     node = Node.objects.filter(gpu_model=GpuModel.objects.get(slug="rtx-a5000"), site__code="DFW-1").first()
     with django_capture_on_commit_callbacks(execute=True):  # the service bumps the generation on commit
         node_set_draining(node=node, draining=True, reason="test")
@@ -53,6 +54,25 @@ def test_free_count_change_shows_at_once_on_the_recommendation(cached, django_ca
     assert _a5000_stock(page) == after
     api_free = client.get("/api/v1/estimate?model=llama-2-7b&method=qlora").json()["recommendations"][0]
     assert api_free["free_by_site"]["DFW-1"] == after["DFW-1"]
+
+
+def test_a_signed_in_visitors_answer_is_kept_by_the_views_memo(cached, customer,
+                                                               django_capture_on_commit_callbacks):
+    """The whole-page cache serves anonymous visitors only; a signed-in customer's repeat is
+    answered from the view's memo, and a stock change shows at once for them too."""
+    client = Client()
+    client.force_login(customer)
+    first = client.get(QUERY, HTTP_HX_REQUEST="true")
+    assert first.status_code == 200 and len(views.RENDERED) == 1
+    assert client.get(QUERY, HTTP_HX_REQUEST="true").content == first.content
+    assert len(views.RENDERED) == 1 and not any(key[0] == "page" for key in selectors._MEMO)
+    before = _a5000_stock(first.content.decode())
+    node = Node.objects.filter(gpu_model=GpuModel.objects.get(slug="rtx-a5000"), site__code="DFW-1").first()
+    with django_capture_on_commit_callbacks(execute=True):
+        node_set_draining(node=node, draining=True, reason="test")
+    after = _a5000_stock(client.get(QUERY, HTTP_HX_REQUEST="true").content.decode())
+    assert after["DFW-1"] < before["DFW-1"] and after["IAD-1"] == before["IAD-1"]
+    assert len(views.RENDERED) == 2  # a new catalog is a new key
 
 
 def test_memo_is_per_language_and_per_query(cached):
