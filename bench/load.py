@@ -8,7 +8,7 @@ given, BENCH_BASELINE_VIEW=1), then runs wrk against each target in turn — the
 Django view first (the baseline of this same run), the home page, the filtered catalog,
 the calculator's htmx endpoint, its full page, the sizing tables and GET /api/v1/estimate, then the calculator fragment and the API on
 varied inputs (bench/varied.lua: a random model, method, seq, batch and vendor per request,
-rows labelled "(varied)": ≥ 0.3× with p99 < 100 ms), then the bare view again — and
+rows labelled "(varied)": ≥ 0.5× with p99 < 100 ms), then the bare view again — and
 prints requests/s, p50, p99, non-2xx/3xx responses, socket errors and the ratio to the
 bare view (the mean of its two runs). Targets: the calculator's htmx fragment, its
 full page and the sizing tables page at ≥ 0.5× the bare view with p99 < 60 ms.
@@ -58,12 +58,13 @@ TARGETS = [
     ("sizing tables", "/size/tables/", [], 0.5, 60),
     ("GET /api/v1/estimate", "/api/v1/estimate?model=llama-2-13b&method=lora", [], 0.5, None),
     # A random input per request (bench/varied.lua), so the render memo rarely answers.
-    ("calculator (htmx) (varied)", "/size/", ["-H", "HX-Request: true", "-s", str(VARIED_LUA)], 0.3, 100),
-    ("GET /api/v1/estimate (varied)", "/api/v1/estimate", ["-s", str(VARIED_LUA)], 0.3, 100),
+    # The target is the performance doc's (0.5×): the script says when a run misses it.
+    ("calculator (htmx) (varied)", "/size/", ["-H", "HX-Request: true", "-s", str(VARIED_LUA)], 0.5, 100),
+    ("GET /api/v1/estimate (varied)", "/api/v1/estimate", ["-s", str(VARIED_LUA)], 0.5, 100),
     # as a browser asks: with the CSRF cookie its first page set (the page cache then looks
     # for the visitor's token only in a page that asked for one)
     ("calculator (htmx) (varied, cookie)", "/size/",
-     ["-H", "HX-Request: true", "-H", "Cookie: csrftoken=" + "b" * 32, "-s", str(VARIED_LUA)], 0.3, 100),
+     ["-H", "HX-Request: true", "-H", "Cookie: csrftoken=" + "b" * 32, "-s", str(VARIED_LUA)], 0.5, 100),
 ]
 
 

@@ -4,7 +4,8 @@ Both are pure functions of (the query, the language, the catalog's candidates), 
 expensive parts — the estimate, the recommendation and the rendered HTML — are kept per
 process (``sizing.memo``) under a key that holds the candidates themselves: a stock or
 price change is a new key and shows at once. Only the page shell (base.html: the visitor's
-CSRF token and navigation) is rendered on every request.
+CSRF token and navigation) is rendered on every request. An answer the whole-page cache
+keeps (an anonymous visitor's, settings.SIZING_PAGE_CACHE) is not kept here as well.
 """
 
 from django.http import HttpResponse, QueryDict
