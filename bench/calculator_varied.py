@@ -2,16 +2,20 @@
 in process: every request is a new (model, method, seq, batch, vendor) the
 render memo has never seen, so the cold path is what is measured.
 
-Run: ``.venv/bin/python bench/calculator_varied.py [N] [--profile] [--smoke]``. Builds the
+Run: ``.venv/bin/python bench/calculator_varied.py [N] [--profile] [--sample] [--smoke]``. Builds the
 demo catalog in a throw-away SQLite database, then renders N random inputs through the
 Django test client and prints the CPU time (``time.process_time``: a loaded machine's
 wall clock is noisy) per request, median and p99, next to a trivial view's, the three
 taking turns request by request.
-``--profile`` prints the cProfile top 30 of the fragment's renders.
+``--profile`` prints the cProfile top 30 of the fragment's renders. ``--sample`` samples the
+fragment's requests on CPU time (SIGPROF, no tracing: cProfile's cost per call inflates the
+parts made of many small calls) and prints the share of each part of the answer, the rest
+being the middleware and the test client, which the trivial view pays too.
 """
 
 from __future__ import annotations
 
+import signal
 import statistics
 import sys
 import time
@@ -44,7 +48,49 @@ def _cpu(cases: dict, n: int) -> dict[str, tuple[float, float]]:
     return out
 
 
-def main(n: int, profile: bool) -> None:
+#: (file, function) of each part ``--sample`` reports, with its label; a part's share holds its callees
+SAMPLED_PARTS = [
+    (("inventory/pagecache.py", "wrapper"), "page cache, view and everything in them"),
+    (("sizing/views.py", "_fragment"), "  sizing the answer and writing it (the view's own work)"),
+    (("sizing/results.py", "run"), "    the engine"),
+    (("sizing/recommend.py", "recommend"), "      the recommendation"),
+    (("sizing/alternatives.py", "one_change_alternatives"), "      the one-change plans"),
+    (("sizing/fragment.py", "results_bytes"), "    the markup"),
+    (("sizing/fragment.py", "_bar"), "      the memory bar (both drawings)"),
+]
+
+
+def _sampled(call, n: int) -> tuple[dict, int]:
+    """(samples per part of ``SAMPLED_PARTS``, all samples) of ``n`` calls, the stack read at
+    every tick of the process's CPU time (the kernel's tick: a few ms, so thousands of calls)."""
+    wanted = {key for key, _ in SAMPLED_PARTS}
+    counts = dict.fromkeys(wanted, 0)
+    total = 0
+
+    def tick(_signum, frame) -> None:
+        nonlocal total
+        total += 1
+        seen = set()
+        while frame is not None:
+            code = frame.f_code
+            key = ("/".join(code.co_filename.rsplit("/", 2)[-2:]), code.co_name)
+            if key in wanted and key not in seen:
+                seen.add(key)
+                counts[key] += 1
+            frame = frame.f_back
+
+    previous = signal.signal(signal.SIGPROF, tick)
+    signal.setitimer(signal.ITIMER_PROF, 0.001, 0.001)
+    try:
+        for i in range(n):
+            call(i)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        signal.signal(signal.SIGPROF, previous)
+    return counts, total
+
+
+def main(n: int, profile: bool, sample: bool = False) -> None:
     setup_test_environment()
     # Measure the templates as production renders them (not the test runner's signal-sending
     # wrapper), and the catalog as a steady shop serves it (no stock change during the run).
@@ -59,7 +105,7 @@ def main(n: int, profile: bool) -> None:
 
     load_demo_catalog()
     client = Client()
-    queries = varied_queries(3 * n)
+    queries = varied_queries(4 * n)
     cases = {
         "baseline (trivial view)": lambda i: client.get("/bench/baseline"),
         "calculator htmx (varied)": lambda i: client.get("/size/?" + queries[i], HTTP_HX_REQUEST="true"),
@@ -80,6 +126,11 @@ def main(n: int, profile: bool) -> None:
             prof.disable()
             pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        if sample:
+            counts, total = _sampled(lambda i: client.get("/size/?" + queries[3 * n + i], HTTP_HX_REQUEST="true"), n)
+            print(f"calculator htmx (varied), {n} requests sampled on CPU time, {total} samples:")
+            for key, label in SAMPLED_PARTS:
+                print(f"  {label:58s} {100 * counts[key] / max(total, 1):5.1f} %")
         results = _cpu(cases, n)
     base = results["baseline (trivial view)"][0]
     print(f"{n} distinct random inputs each, in-process Django test client, SQLite demo catalog, CPU time")
@@ -90,4 +141,4 @@ def main(n: int, profile: bool) -> None:
 if __name__ == "__main__":
     args = sys.argv[1:]
     count = 5 if "--smoke" in args else int(next((a for a in args if a.isdigit()), "200"))
-    main(count, "--profile" in args)
+    main(count, "--profile" in args, "--sample" in args)

@@ -36,9 +36,11 @@ CASES = {
                     [rf"{name}\s+median\s+{NUMBER} ms\s+p99\s+{NUMBER} ms\s+ratio\s+{NUMBER}×"
                      for name in ("baseline \\(trivial view\\)", "calculator htmx", "calculator full page",
                                   "API GET estimate", "API POST config.json")]),
-    "calculator_varied": ("calculator_varied.py", ["--smoke"], False,
+    "calculator_varied": ("calculator_varied.py", ["--smoke", "--sample"], False,
                           [rf"{name}\s+median\s+{NUMBER} ms\s+p99\s+{NUMBER} ms\s+ratio\s+{NUMBER}×"
-                           for name in ("calculator htmx \\(varied\\)", "API GET estimate \\(varied\\)")]),
+                           for name in ("calculator htmx \\(varied\\)", "API GET estimate \\(varied\\)")]
+                          + [r"calculator htmx \(varied\), 5 requests sampled on CPU time, \d+ samples:",
+                             rf"the one-change plans\s+{NUMBER} %"]),
     "calculator_instructions": ("calculator_instructions.py", ["frag", "2"], False,
                                 [r"frag: 2 requests instrumented \(divide valgrind's Collected by 2\)"]),
     "payments_block": ("payments.py", ["--txs", "200", "--watched", "200", "--paid", "20", "--repeat", "2"], False,
