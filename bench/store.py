@@ -23,7 +23,8 @@ migrates it, loads the demo catalog and collects the static files, then:
 
 Then per size (bench/store_load.py): every node holds a watch and nothing else happens (the
 storefront's RSS against its own with none held, and its CPU while they only wait); then
-every node runs its round each --poll seconds, its report held until the next is due (the
+every node runs its round at the interval the storefront tells a fleet of that size
+(fleet/pacing.py: 15 s up to 2,625 nodes, 60 s at 10,000; --poll pins it), its report held until the next is due (the
 report that waits; --report-then-watch: a report, then a watch held between rounds), while
 customers send --rate requests/s open-loop (the catalog filtered, the calculator's htmx
 fragment on varied inputs, a lease page, the API with a token, the home page) — --settle
@@ -42,7 +43,8 @@ holds is found by giving several sizes at once (enrolled in turn, one run each);
 line names it. Exit 1 when a size misses (an endpoint's p99 >= 250 ms, a late node, an
 error) unless --no-fail; --smoke fails on errors only.
 
-    .venv/bin/python bench/store.py 1000 3000 10000          # 15 s poll, 90 s counted each
+    .venv/bin/python bench/store.py 1000 3000 10000          # the storefront's pace, 90 s counted each
+    .venv/bin/python bench/store.py 10000 --poll 15          # every node at 15 s, whatever the fleet
     .venv/bin/python bench/store.py 1000 --rate 40 --due 2000 --duration 120
     .venv/bin/python bench/store.py --smoke                  # seconds: 20 nodes (tests/bench)
 """
@@ -74,10 +76,11 @@ TARGET_P99_MS = 250.0
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sizes", nargs="*", type=int, help="nodes per run, in turn (default 1000)")
-    parser.add_argument("--poll", type=float, default=FLEET_POLL, help="seconds between a node's rounds")
+    parser.add_argument("--poll", type=float, default=None,
+                        help="seconds between a node's rounds (default: what the storefront tells that many nodes)")
     parser.add_argument("--duration", type=float, default=90.0, help="seconds counted per size")
     parser.add_argument("--settle", type=float, default=None,
-                        help="untimed seconds first: each web worker meets the nodes (default: two polls)")
+                        help="untimed seconds first: each web worker meets the nodes (default: two rounds)")
     parser.add_argument("--idle", type=float, default=10.0, help="seconds every node only waits, measured")
     parser.add_argument("--rate", type=float, default=20.0, help="customer requests per second (open loop)")
     parser.add_argument("--customers", type=int, default=20, help="accounts with a lease, a session and a token")
@@ -100,9 +103,24 @@ def parse_args():
         args.sizes, args.poll, args.duration, args.settle, args.idle = [20], 2.0, 6.0, 2.0, 2.0
         args.rate, args.customers, args.due, args.burst_at, args.mempool = 4.0, 3, 40, 1.0, 200
         args.workers, args.connections, args.customer_connections = 1, 8, 4
-    if args.settle is None:
-        args.settle = 2 * args.poll
     return args
+
+
+def storefront_pace(size: int) -> float:
+    """The interval the storefront's rule gives `size` reporting nodes (fleet/pacing.py), which
+    every node then runs at; printed beside what the storefront counts and tells now (its shared
+    cache's figure dropped first: a node warmed minutes ago may no longer count)."""
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    from fleet.pacing import REPORTING_KEY, poll_seconds, poll_seconds_for, reporting_nodes
+
+    cache.delete(REPORTING_KEY)
+    now = timezone.now()
+    told, counted, pace = poll_seconds(now), reporting_nodes(now), poll_seconds_for(size)
+    print(f"  pace (fleet/pacing.py): {size} nodes report every {pace} s; the storefront counts {counted} "
+          f"reporting and tells them {told} s now", flush=True)
+    return float(pace)
 
 
 class Process:
@@ -186,7 +204,11 @@ def bench(args, url: str, redis_url: str) -> None:
     missed = []
     try:
         web_port, watch_port = free_port(), free_port()
-        env = production_env(with_db(url, name), redis_url, var_dir, NODE_POLL_SECONDS=str(int(args.poll) or 1),
+        # --poll pins every node's interval; else the storefront paces the fleet by its size
+        pinned = {} if args.poll is None else {"NODE_POLL_SECONDS": str(int(args.poll) or 1),
+                                               "NODE_POLL_MAX_SECONDS": str(int(args.poll) or 1)}
+        settle = args.settle
+        env = production_env(with_db(url, name), redis_url, var_dir, **pinned,
                              NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE="1000", WATCH_BIND=f"127.0.0.1:{watch_port}",
                              PATH=f"{Path(PY).parent}{os.pathsep}{os.environ.get('PATH', '')}")
         env["HOST_AGENT"] = "fleet.driver.NodeAgentDriver"      # production's driver: real nodes
@@ -201,7 +223,7 @@ def bench(args, url: str, redis_url: str) -> None:
         from lifecycle_due import still_due
 
         from rental.services import account_create
-        for timer, seconds in compressed_timers(args.poll).items():
+        for timer, seconds in compressed_timers(args.poll or FLEET_POLL).items():
             env[timer] = str(seconds)
         print(f"database {name}: migrated, demo catalog, static files in {time.perf_counter() - t:.1f} s", flush=True)
         payers = [account_create(username=f"bench-payer-{i}", password="bench password 123").pk for i in range(20)]
@@ -228,6 +250,9 @@ def bench(args, url: str, redis_url: str) -> None:
             with connection.cursor() as cursor:
                 cursor.execute("ANALYZE")
             asyncio.run(warm(web, fleet, args.connections))
+            if not pinned:                   # every node has reported: the storefront's count now
+                args.poll = storefront_pace(size)
+            args.settle = 2 * args.poll if settle is None else settle
             print(f"== {size} nodes ({size * 2:,} running leases), {args.customers} customers, {args.due:,} due "
                   f"leases: enrolled and warmed in {time.perf_counter() - t:.1f} s; load average "
                   f"{os.getloadavg()[0]:.2f}", flush=True)

@@ -7,6 +7,6 @@ class FleetConfig(AppConfig):
     verbose_name = "Fleet (node agents)"
 
     def ready(self):
-        from . import credentials, desired_version
+        from . import checks, credentials, desired_version  # noqa: F401 (checks: registers them)
         desired_version.watch()
         credentials.watch()

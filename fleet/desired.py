@@ -34,6 +34,7 @@ from storage.volumes import desired_storage, desired_volumes
 
 from .desired_version import desired_stamp, remember_etag
 from .models import Evidence, InstanceIntent, IssuedOp
+from .pacing import poll_seconds
 from .timeutil import rfc3339
 
 S = LeaseState
@@ -308,7 +309,7 @@ def desired_document(*, node: Node, now: datetime, clock: list[datetime] | None 
     return {
         "node": node.name,
         "generated_at": rfc3339(now),
-        "poll_seconds": settings.NODE_POLL_SECONDS,
+        "poll_seconds": poll_seconds(now),
         "instances": desired_instances(node=node, now=now, clock=clock),
         "burn_in": desired_burn_ins(node=node),
         "storage": desired_storage(node=node),

@@ -36,6 +36,7 @@ from .desired_watch import version_token
 from .jsonbody import parse_json
 from .middleware import skip_health_checks
 from .models import NodeAgent
+from .pacing import poll_seconds
 from .reports import Envelope, ReportRefused, report_accept, report_envelope
 from .seq import seq_take_polled
 from .services import EnrolmentRefused, node_enrol
@@ -142,7 +143,7 @@ def enrol(request):
     except EnrolmentRefused:
         return _error(403, "enrolment_refused")
     return JsonResponse({"node": enrolment.node.name, "credential": enrolment.credential,
-                         "poll_seconds": settings.NODE_POLL_SECONDS})
+                         "poll_seconds": poll_seconds(timezone.now())})
 
 
 @csrf_exempt
