@@ -278,8 +278,11 @@ def bench(args, url: str, redis_url: str) -> None:
         admin.execute(f'CREATE DATABASE "{name}"')
     servers = []
     try:
-        env = production_env(with_db(url, name), redis_url, var_dir, NODE_POLL_SECONDS=str(int(args.poll) or 1),
-                             NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE="1000")
+        # every node at --poll, whatever the fleet's size: what the storefront tells them too
+        # (fleet/pacing.py would lengthen it for a large fleet; bench/store.py runs that pace)
+        poll = str(int(args.poll) or 1)
+        env = production_env(with_db(url, name), redis_url, var_dir, NODE_POLL_SECONDS=poll,
+                             NODE_POLL_MAX_SECONDS=poll, NODE_REQUESTS_PER_CREDENTIAL_PER_MINUTE="1000")
         env["HOST_AGENT"] = "fleet.driver.NodeAgentDriver"      # production's driver: real nodes
         manage(env, "migrate", "--noinput")
         manage(env, "load_demo")
