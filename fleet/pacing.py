@@ -33,6 +33,8 @@ def poll_seconds_for(nodes: int) -> int:
     if needed <= floor:
         return floor
     step = settings.NODE_POLL_STEP_SECONDS
+    # never below the floor, even where NODE_POLL_MAX_SECONDS is (a test's long floor; the
+    # check fleet.E001 refuses it in a deployment)
     return max(floor, min(settings.NODE_POLL_MAX_SECONDS, math.ceil(needed / step) * step))
 
 
