@@ -67,7 +67,10 @@ def _kill_from_pidfile(pidfile: Path, sig: int) -> None:
 class PrivatePostgres:
     """A PostgreSQL cluster of its own, trust auth for `postgres` on 127.0.0.1:<port>."""
 
-    def __init__(self):
+    def __init__(self, *options: str):
+        """`options`: more server settings on every start (e.g.
+        shared_preload_libraries=pg_stat_statements)."""
+        self.options = "".join(f" -c {option}" for option in options)
         self.bindir = postgres_bindir()
         if self.bindir is None:
             raise SystemExit("initdb not found (Debian: apt-get install postgresql)")
@@ -92,7 +95,7 @@ class PrivatePostgres:
     def _pg_ctl(self, action: str, *extra: str) -> None:
         # The server options on every start and restart: loopback only, the socket in our dir.
         self._run(f"{self.bindir}/pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
-                  "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1", *extra, action)
+                  "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1{self.options}", *extra, action)
 
     def start(self) -> "PrivatePostgres":
         self._run(f"{self.bindir}/initdb", "-D", str(self.data), "-U", PG_USER, "-A", "trust", "-E", "UTF8",
@@ -163,11 +166,12 @@ class PrivateRedis:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def on_services(use_system_services: bool, run) -> None:
+def on_services(use_system_services: bool, run, *postgres_options: str) -> None:
     """run(database_url, redis_url) on the servers DATABASE_URL and REDIS_URL name, or on a
     private PostgreSQL and Redis configured as production runs them (docker-compose.yml:
     PostgreSQL's defaults, autovacuum among them, which a CI machine's may turn off; Redis
-    with its append-only file), stopped and removed after."""
+    with its append-only file; `postgres_options` as more server settings), stopped and
+    removed after."""
     if use_system_services:
         url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
         if not url.startswith(("postgres://", "postgresql://")) or not redis_url:
@@ -176,7 +180,7 @@ def on_services(use_system_services: bool, run) -> None:
                              "REDIS_URL=redis://127.0.0.1:6379/13")
         run(url, redis_url)
         return
-    postgres, redis = PrivatePostgres(), PrivateRedis(append_only=True)
+    postgres, redis = PrivatePostgres(*postgres_options), PrivateRedis(append_only=True)
     watchdog = start_watchdog([postgres.root, redis.root])
     try:
         postgres.start()

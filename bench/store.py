@@ -65,6 +65,7 @@ sys.path[:0] = [str(BASE), str(BASE / "bench")]
 from fleet_load import warm  # noqa: E402
 from fleet_nodes import FLEET_POLL, compressed_timers, enrol_fleet  # noqa: E402
 from load import PY, Granian, manage, production_env, wait_http, with_db  # noqa: E402
+from pg_statements import PRELOAD, StatementWindow  # noqa: E402
 from private_services import free_port, on_services  # noqa: E402
 from store_load import MIX, run  # noqa: E402
 from timeline import Sampler, percentile, report, slices, totals  # noqa: E402
@@ -93,6 +94,9 @@ def parse_args():
     parser.add_argument("--customer-connections", type=int, default=32, help="the customers' connections")
     parser.add_argument("--use-system-services", action="store_true",
                         help="the PostgreSQL and Redis of DATABASE_URL and REDIS_URL (default: the bench's own)")
+    parser.add_argument("--statements", type=int, default=0, metavar="TOP",
+                        help="print PostgreSQL's TOP statements by time over each counted window, its commits and "
+                             "the rows written per table (pg_stat_statements preloaded in the bench's server)")
     parser.add_argument("--no-fail", action="store_true", help="exit 0 even when a size misses a target")
     parser.add_argument("--report-then-watch", action="store_true",
                         help="nodes report to web, then watch (agents before the report that waits)")
@@ -215,6 +219,7 @@ def bench(args, url: str, redis_url: str) -> None:
         t = time.perf_counter()
         for command in (("migrate", "--noinput"), ("load_demo",), ("collectstatic", "--noinput")):
             manage(env, *command)
+        statements = StatementWindow(with_db(url, name)) if args.statements else None
         os.environ.update({k: v for k, v in env.items() if k != "PYTHONPATH"})
         import django
         django.setup()
@@ -271,7 +276,10 @@ def bench(args, url: str, redis_url: str) -> None:
                 sampler["it"] = Sampler(web_server.pid, kinds={"watch": watch_server.pid,
                                                                "jobs": jobs["process"].pid})
                 sampler["it"].start()
-                return sampler["it"].stop
+                if not statements:
+                    return sampler["it"].stop
+                statements.start()
+                return lambda: (sampler["it"].stop(), statements.stop())
 
             result = asyncio.run(run(web=web, watch=watch, fleet=fleet, customers=customers, poll=args.poll,
                                      settle=args.settle, duration=args.duration, idle=args.idle, rate=args.rate,
@@ -284,6 +292,8 @@ def bench(args, url: str, redis_url: str) -> None:
                       if line.startswith("{")]
             left = still_due(first_id=first_due)
             row = print_size(args, size, result, passes, left, sampler["it"])
+            for line in statements.report(args.duration, args.statements) if statements else ():
+                print(line, flush=True)
             rows.append(row)
             if not row["held"]:
                 missed.append(size)
@@ -379,7 +389,8 @@ def print_sizes(args, rows: list[dict]) -> None:
 def main() -> None:
     args = parse_args()
     raise_open_files()
-    on_services(args.use_system_services, lambda url, redis_url: bench(args, url, redis_url))
+    on_services(args.use_system_services, lambda url, redis_url: bench(args, url, redis_url),
+                *([PRELOAD] if args.statements else []))
 
 
 if __name__ == "__main__":
