@@ -1,5 +1,5 @@
 """Reads shared by pages, the API and the sizing recommender. Query counts are constant:
-one query for the offers, one for the nodes with their free slots.
+one query for the offers, two for the nodes and their free slots (kept per generation).
 
 The catalog rows (and the pages built from them, inventory.pagecache) are cached briefly
 (settings.CATALOG_CACHE_SECONDS, off in tests) under a generation kept in the shared cache
@@ -65,15 +65,23 @@ class NodeGroup(NamedTuple):
 
 
 def node_groups(**filters) -> dict[int, list[NodeGroup]]:
-    """The nodes of nodes_with_free_counts(**filters), grouped per GPU model: one query, read
-    as plain rows and counted, so that building the catalog costs per distinct kind of node,
-    not per node (a fleet of thousands of alike nodes is a handful of groups; as model
-    instances they cost ~30 µs each, 90 ms per catalog build at 3,000 nodes)."""
-    rows = nodes_with_free_counts(**filters).values_list(
-        "gpu_model_id", "site__code", "gpu_count", "draining", "vcpus", "host_ram_gb", "free")
+    """The nodes of Node.objects.filter(**filters) with their free slots (as
+    nodes_with_free_counts counts them), grouped per GPU model: building the catalog costs per
+    distinct kind of node, not per node (a fleet of thousands of alike nodes is a handful of
+    groups; as model instances they cost ~30 µs each, 90 ms per catalog build at 3,000 nodes).
+
+    Two plain queries, counted here: the free slots grouped by node (one anti-join over the
+    slots), and the nodes' columns. Counting each node's slots in a subquery of the nodes'
+    query probed the slots and their allocations node by node: ~23 buffers a node, 0.4 s at
+    5,000 nodes, paid again at every stock change (bench/store.py --statements)."""
+    free = dict(free_slots_queryset().filter(node__in=Node.objects.filter(**filters)).order_by()
+                .values("node_id").annotate(n=Count("pk")).values_list("node_id", "n"))
+    rows = Node.objects.filter(**filters).order_by().values_list(
+        "pk", "gpu_model_id", "site__code", "gpu_count", "draining", "vcpus", "host_ram_gb")
     groups: dict[int, list[NodeGroup]] = defaultdict(list)
-    for (model, *alike), count in Counter(rows).items():
-        groups[model].append(NodeGroup(*alike, nodes=count))
+    alike = Counter((*row[1:], free.get(row[0], 0)) for row in rows)
+    for (model, *kind), count in alike.items():
+        groups[model].append(NodeGroup(*kind, nodes=count))
     return groups
 
 
@@ -211,13 +219,12 @@ def _catalog_rows(flt: CatalogFilter) -> list[OfferRow]:
     if flt.max_monthly_cents:
         offers = offers.filter(monthly_cents__lte=flt.max_monthly_cents)
     offers = list(offers)
-    node_filter = {"gpu_model__in": {o.gpu_model_id for o in offers}, "site__is_active": True}
-    if flt.site:
-        node_filter["site__code"] = flt.site
-    groups = node_groups(**node_filter)
+    groups = active_node_groups()
     rows = []
     for offer in offers:
         alike = groups.get(offer.gpu_model_id, [])
+        if flt.site:
+            alike = [g for g in alike if g.site == flt.site]
         row = OfferRow(offer=offer, free_by_site=_units_free(offer, alike),
                        vcpus=offer.vcpus or _node_share(offer, alike, "vcpus"),
                        ram_gb=offer.ram_gb or _node_share(offer, alike, "host_ram_gb"))
@@ -247,8 +254,13 @@ def active_sites():
 
 
 def sites_with_stock_for(offer: Offer) -> dict[str, int]:
-    groups = node_groups(gpu_model=offer.gpu_model_id, site__is_active=True)
-    return _units_free(offer, groups.get(offer.gpu_model_id, []))
+    return _units_free(offer, active_node_groups().get(offer.gpu_model_id, []))
+
+
+def active_node_groups() -> dict[int, list[NodeGroup]]:
+    """node_groups() of every active site, kept per generation: one build per stock change
+    in a process, whatever the filters of the catalog rows built from it."""
+    return cached_by_generation("node-groups", None, lambda: node_groups(site__is_active=True))
 
 
 def sizing_candidates(site: str | None = None) -> list:
@@ -292,8 +304,8 @@ def reported_link(catalog_link: str, nodes_see_no_nvlink: bool) -> str:
 def _models_without_reported_nvlink() -> set[int]:
     """GPU models whose nodes reported their links, every one without NVLink."""
     seen: dict[int, bool] = {}
-    for model_id, ok in Node.objects.filter(nvlink_reported__isnull=False).values_list("gpu_model_id",
-                                                                                      "nvlink_reported"):
+    for model_id, ok in Node.objects.filter(nvlink_reported__isnull=False).order_by().values_list(
+            "gpu_model_id", "nvlink_reported").distinct():       # at most two rows a model, not one a node
         seen[model_id] = seen.get(model_id, False) or ok
     return {model_id for model_id, any_ok in seen.items() if not any_ok}
 
