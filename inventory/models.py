@@ -204,6 +204,9 @@ class AuditEntry(models.Model):
     class Meta:
         ordering = ["-at", "-id"]
         verbose_name_plural = "audit entries"
+        # "has this already been recorded for this object" (the lifecycle's alerts, a wrong
+        # token's report) is asked many times a pass: without it, a scan of all history
+        indexes = [models.Index(fields=["object_id", "action"], name="audit_object_action")]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.action} {self.object_type}#{self.object_id}"
