@@ -244,13 +244,16 @@ def _watch_query(request, method: str) -> tuple[str, float] | JsonResponse:
 
 
 async def _changed_from(node_id: int, given: str, current: str | None, hold: float, read_at: float) -> str:
-    """The node's version as soon as it differs from `given`, else after `hold` seconds the
-    one it has. `current`: as the caller read it (None: read here, once registered, so a
+    """The node's version as soon as it differs from `given`, else `hold` seconds after
+    `read_at` the one it has. `current`: as the caller read it (None: read here, once registered, so a
     change between the read and the wait still rings); `read_at`: when (time.monotonic())
     the caller's read began."""
     desired_watch.ensure_listening()
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + hold
+    # The wait counts from when the call came (read_at), not from when its trip to a thread
+    # came back: a call queued there behind others (a burst of reports and new documents
+    # after a lifecycle pass) is still answered when its node asked, not that much later.
+    deadline = loop.time() + hold - (time.monotonic() - read_at)
     # Registered now, it is rung by any change heard since the version was read (read_at).
     with desired_watch.bell.waiter(node_id, read_at=read_at) as waiter:
         if current is None:

@@ -93,6 +93,26 @@ def test_a_change_to_another_node_does_not_wake_it_and_the_wait_ends_unchanged(p
     assert took >= 1.0
 
 
+
+def test_the_wait_counts_from_when_the_watch_came_not_from_when_a_thread_was_free(
+        paid_lease, enrol, monkeypatch, settings):
+    """A watch whose trip to a thread queued behind others is still answered `wait` seconds
+    after it came."""
+    settings.NODE_WATCH_RECHECK_SECONDS = 60
+    node = enrol(node_of(paid_lease()))
+    version = version_of(node)
+    queued, wait, look_up = 1.5, 2.0, views._watching_agent
+
+    def behind_others(request, fresh_connections):
+        time.sleep(queued)
+        return look_up(request, fresh_connections)
+
+    monkeypatch.setattr(views, "_watching_agent", behind_others)
+    answer, took = held_watch(node, version=version, wait=wait)
+    assert answer == {"changed": False, "version": version}
+    # before: held `wait` seconds after the thread came back, so queued + wait in all
+    assert wait <= took < wait + queued, took
+
 def test_a_change_announced_by_another_process_rings_the_bell():
     """What the pub/sub listener hands over: a list of node ids, or every node."""
     from fleet.desired_watch import _ring_for

@@ -4,6 +4,7 @@ state at the version it names, the answer is held until that state moves (then i
 the new document and version) or for `wait` seconds. Anything else, and any call under WSGI,
 is answered at once."""
 import json
+import time
 
 import pytest
 from django.test import AsyncRequestFactory, Client
@@ -158,3 +159,24 @@ def test_under_asgi_the_report_is_taken_on_the_reports_own_thread(paid_lease, en
     response, _answer, _took = held_report(node, node.body(desired_etag=etag), version=version, wait=0)
     assert response.status_code == 200
     assert len(taken_on) == 1 and taken_on[0].startswith("node-report")
+
+
+def test_the_wait_counts_from_when_the_report_came_not_from_when_its_thread_was_free(
+        paid_lease, enrol, monkeypatch, settings):
+    """A report queued on the reports' thread (behind a burst of others) is still answered
+    `wait` seconds after it came: the node asked for its answer then, not that much later."""
+    settings.NODE_WATCH_RECHECK_SECONDS = 60        # subscribed or not, nothing rechecks meanwhile
+    lease = paid_lease()
+    node = enrol(node_of(lease))
+    etag, version = held_state(node)
+    queued, wait, take = 1.5, 2.0, views._report_in_thread
+
+    def behind_others(request, fresh_connections):
+        time.sleep(queued)
+        return take(request, fresh_connections)
+
+    monkeypatch.setattr(views, "_report_in_thread", behind_others)
+    response, answer, took = held_report(node, node.body(desired_etag=etag), version=version, wait=wait)
+    assert response.status_code == 200 and answer["desired"] is None
+    # before: held `wait` seconds after the thread came back, so queued + wait in all
+    assert wait <= took < wait + queued, took
