@@ -11,7 +11,8 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "storefront.settings")
 django_app = get_asgi_application()
 
-from fleet.asgi import REPORT_WATCH_PATH, WATCH_PATH, watch_app  # noqa: E402  (after Django is set up)
+from fleet import collector  # noqa: E402  (after Django is set up)
+from fleet.asgi import REPORT_WATCH_PATH, WATCH_PATH, watch_app  # noqa: E402
 from storefront.accesslog import access_line  # noqa: E402
 
 
@@ -42,9 +43,11 @@ async def _node_wait(scope, receive, send) -> None:
 
 
 async def application(scope, receive, send):
-    if scope["type"] == "lifespan":      # nothing to start or stop; Django's handler refuses it
+    if scope["type"] == "lifespan":      # Django's handler refuses it
         while (await receive())["type"] != "lifespan.shutdown":
+            collector.start()            # the oldest generation on a timer (fleet/collector.py)
             await send({"type": "lifespan.startup.complete"})
+        collector.stop()
         await send({"type": "lifespan.shutdown.complete"})
     elif scope["type"] == "http" and scope["path"] in (WATCH_PATH, REPORT_WATCH_PATH):
         await _node_wait(scope, receive, send)

@@ -31,6 +31,11 @@ NODE_WATCH_MAX_SECONDS = int(os.environ.get("NODE_WATCH_MAX_SECONDS", "60"))
 NODE_WATCH_RECHECK_SECONDS = float(os.environ.get("NODE_WATCH_RECHECK_SECONDS", "5"))
 NODE_WATCH_WSGI_HOLD_SECONDS = float(os.environ.get("NODE_WATCH_WSGI_HOLD_SECONDS", "0"))
 NODE_WATCH_REPORT_THREADS = int(os.environ.get("NODE_WATCH_REPORT_THREADS", "1"))
+# Each worker of that process collects its oldest generation of objects every
+# WATCH_FULL_COLLECTION_SECONDS, not whenever CPython's own trigger would (0: as CPython does):
+# the reports it holds reach that generation, and each full collection stops every answer
+# (fleet/collector.py, ADR 0033).
+WATCH_FULL_COLLECTION_SECONDS = float(os.environ.get("WATCH_FULL_COLLECTION_SECONDS", "600"))
 # A node's cached desired-state ETag (fleet/desired_version.py) is recomputed at
 # least this often even when no change bumped it: the bound on a bump lost while Redis kept
 # its data (the clock and a Redis that came back older are handled exactly; recomputing
