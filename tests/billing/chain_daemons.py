@@ -235,13 +235,16 @@ def monero_regtest(tmp_path_factory):
     from billing.payments.coins.monero import MoneroRpcError, MoneroWalletRpc
 
     root = tmp_path_factory.mktemp("monero")
+    daemon_log = root / "monerod.log"
     dport, p2p, zmq, fport, mport = (free_port() for _ in range(5))
     procs = []
     try:
         procs.append(subprocess.Popen(
             [monerod, "--regtest", "--offline", "--fixed-difficulty", "1", f"--data-dir={root / 'd'}",
              "--rpc-bind-ip=127.0.0.1", f"--rpc-bind-port={dport}", f"--p2p-bind-port={p2p}",
-             f"--zmq-rpc-bind-port={zmq}", "--no-igd", "--non-interactive", "--log-level=0"],
+             f"--zmq-rpc-bind-port={zmq}", "--no-igd", "--non-interactive",
+             # daemon.rpc's warnings name why a transaction was refused (Funder.call reads them)
+             f"--log-file={daemon_log}", "--log-level=0,daemon.rpc:WARNING"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
         def start_wallet_rpc(port: int, wallet_dir: Path) -> subprocess.Popen:
@@ -252,16 +255,38 @@ def monero_regtest(tmp_path_factory):
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         class Funder(MoneroWalletRpc):
-            """The tests' payer asks again while its wallet says "no connection to daemon":
-            on a loaded machine the wallet's periodic check of monerod can time out, and it
-            refuses every call until its next check (no transfer was made). Only the tests'
-            own spending wallet does this; the store's merchant wallet is view-only.
+            """The tests' payer. Like a customer's wallet, it copes with a loaded machine:
+
+            - It asks again while its wallet says "no connection to daemon": the wallet's
+              check of monerod can time out, and it refuses every call until its next check.
+            - Before each transfer it asks monerod which of its outputs are spent, the pool
+              included (``rescan_spent``). Its wallet file can be behind the pool: a wallet
+              server killed on restart loses the transfers it sent since it last saved, and
+              after a reorg it still takes for spent what the chain no longer spends. Either
+              way it would spend an output twice, and monerod refuses the transfer.
+            - If a transfer the wallet called failed ("no connection") reached the pool all the
+              same, that transfer is returned instead of paying a second time.
+            - A refused transfer names monerod's reason, from its log.
 
             A call that times out leaves the wallet busy with it, holding its lock, so every
             later call would time out too: the wallet server is restarted on its own files
-            before the timeout is raised, and only the test that met it fails."""
+            before the timeout is raised, and only the test that met it fails. Only the tests'
+            own spending wallet does all this; the store's merchant wallet is view-only."""
 
             def call(self, method, **params):
+                if method != "transfer":
+                    return self._call_again_while_unconnected(method, **params)
+                self._call_again_while_unconnected("rescan_spent")
+                pool_before = self.pool()
+                try:
+                    return self._call_again_while_unconnected(
+                        "transfer", _sent_anyway=lambda: self.pool() - pool_before, **params)
+                except MoneroRpcError as exc:
+                    if "rejected by daemon" in str(exc):
+                        raise MoneroRpcError(f"{exc}; monerod said: {refusal_in_daemon_log()}") from exc
+                    raise
+
+            def _call_again_while_unconnected(self, method, _sent_anyway=set, **params):
                 deadline = deadlines.Deadline(30)
                 while True:
                     try:
@@ -269,10 +294,16 @@ def monero_regtest(tmp_path_factory):
                     except MoneroRpcError as exc:
                         if "no connection to daemon" not in str(exc) or deadline.expired():
                             raise
+                        if sent := _sent_anyway():
+                            assert len(sent) == 1, f"the pool gained {len(sent)} transactions in one transfer"
+                            return {"tx_hash": sent.pop()}
                     except TimeoutError:
                         self.restart()
                         raise
                     time.sleep(0.5)
+
+            def pool(self) -> set[str]:
+                return set(net._daemon("/get_transaction_pool_hashes", {}).get("tx_hashes", []))
 
             def restart(self):
                 stop(procs[1])
@@ -282,6 +313,11 @@ def monero_regtest(tmp_path_factory):
                 for method, params in (("open_wallet", {"filename": "funder"}),
                                        ("auto_refresh", {"enable": False}), ("refresh", {})):
                     MoneroWalletRpc.call(self, method, **params)
+
+        def refusal_in_daemon_log() -> str:
+            lines = [line for line in daemon_log.read_text(errors="replace").splitlines()
+                     if "[on_send_raw_tx]" in line]
+            return lines[-1].split("[on_send_raw_tx]:", 1)[-1].strip() if lines else "(nothing logged)"
 
         wallets = []
         for port, name in ((fport, "funder"), (mport, "merchant")):
