@@ -77,9 +77,12 @@ def _proof(receipt: str | None, kind: str) -> Proof | None:
 def record_proofs(lease: Lease) -> list[Proof]:
     """The lease's own disk (its key, then its wipe), then each copy a move left on another
     node (its key, then its wipe, in the order the nodes proved them)."""
-    key = DiskKey.objects.filter(lease=lease).first()
+    try:
+        key = lease.disk_key           # joined by the lease page's read of the lease
+    except DiskKey.DoesNotExist:
+        key = None
     proofs = [_proof(key.destruction_proof if key else None, "key_destroyed")]
-    wiped = lease.events.filter(kind="wiped").order_by("-at", "-pk").first()
+    wiped = max((e for e in lease.events.all() if e.kind == "wiped"), key=lambda e: (e.at, e.pk), default=None)
     proofs.append(_proof((wiped.data or {}).get("receipt") if wiped else None, "disk_wiped"))
     own = {p.signature for p in proofs if p}
     copies = (Evidence.objects.filter(lease=lease).exclude(signature__in=own)

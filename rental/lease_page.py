@@ -2,13 +2,15 @@
 instance is in, the latest move to other hardware, whether anything is in progress (the page
 polls itself while it is), and the customer's unread notices for the header.
 
-Reads only; the writes are inventory.incidents, rental.failover and rental.services."""
+Reads only; the writes are inventory.incidents, rental.failover and rental.services. The
+lease's events are read once (`lease.events.all()`: the page prefetches them, rental.views)
+and every part here filters them in Python: the page lists them all anyway."""
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from inventory.models import Downtime, Incident
 
-from .models import Lease, LeaseEvent, LeaseState, Notification
+from .models import Lease, LeaseState, Notification
 
 #: A customer's restart/stop/start is "in progress" this long after it was asked for: the
 #: node applies it on its next poll (NODE_POLL_SECONDS) and reports back on the one after.
@@ -57,10 +59,10 @@ def lease_downtimes(lease: Lease) -> list[Downtime]:
 
 
 def last_migration(lease: Lease, now: datetime) -> Migration | None:
-    event = (LeaseEvent.objects.filter(lease=lease, kind="migrated", at__gte=now - MIGRATION_SHOWN_FOR)
-             .order_by("-at", "-pk").first())
-    if event is None:
+    moves = [e for e in lease.events.all() if e.kind == "migrated" and e.at >= now - MIGRATION_SHOWN_FOR]
+    if not moves:
         return None
+    event = max(moves, key=lambda e: (e.at, e.pk))
     data = event.data or {}
     return Migration(at=event.at, minutes=int(data.get("seconds", 0)) // 60,
                      disk_copied="not copied" not in str(data.get("nvme", "")))
@@ -73,8 +75,7 @@ def in_progress(lease: Lease, now: datetime, incident: OpenIncident | None) -> b
         return True
     if lease.restore_from_id is not None and lease.restored_at is None:
         return True         # a snapshot being restored onto its disk
-    return LeaseEvent.objects.filter(lease=lease, kind__in=INSTANCE_ACTIONS,
-                                     at__gte=now - INSTANCE_ACTION_SETTLES).exists()
+    return any(e.kind in INSTANCE_ACTIONS and e.at >= now - INSTANCE_ACTION_SETTLES for e in lease.events.all())
 
 
 def lease_page_context(lease: Lease, now: datetime) -> dict:

@@ -187,10 +187,10 @@ class Lease(models.Model):
     def node_key_fingerprints(self) -> list[str]:
         """The signing-key fingerprints of the servers this lease's instance ran on, the
         current one last (rental.services records each when an instance becomes ready there):
-        what the customer checks sanitization records against (`gpu-rent verify-record`)."""
+        what the customer checks sanitization records against (`gpu-rent verify-record`).
+        Read from the lease's events, which the lease page prefetches once for all its parts."""
         found: list[str] = []
-        for data in (self.events.filter(kind__in=self.NODE_KEY_EVENTS).order_by("at", "pk")
-                     .values_list("data", flat=True)):
+        for data in (e.data for e in self.events.all() if e.kind in self.NODE_KEY_EVENTS):  # oldest first
             key = (data or {}).get("node_key_fingerprint") if isinstance(data, dict) else None
             if isinstance(key, str) and key:
                 found = [k for k in found if k != key] + [key]

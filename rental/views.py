@@ -6,6 +6,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
+from django.db.models import Prefetch
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
@@ -33,7 +34,7 @@ from .accounts.throttle import throttle_give_back, throttle_take, throttled
 from .forms import ApiTokenForm, SettingsForm, SignupForm, SshKeyForm
 from .i18n import remember_language
 from .lease_page import lease_page_context
-from .models import ApiToken, Lease
+from .models import ApiToken, Lease, LeaseEvent
 from .services import lease_auto_renew_set, lease_auto_renews
 from .shown_once import keep_to_show_once, take_to_show
 from .teams.rights import TEAM, customer_view, may
@@ -132,13 +133,16 @@ def lease_list(request):
 @login_required
 @require_GET
 def lease_detail(request, lease_id: int):
-    lease = get_object_or_404(_customer_leases(request.account).select_related("disk_key", "customer"), pk=lease_id)
+    # Its events once, for the list and every part that looks at them (rental.lease_page).
+    lease = get_object_or_404(_customer_leases(request.account).select_related("disk_key", "customer")
+                              .prefetch_related(Prefetch("events", LeaseEvent.objects.select_related("actor"))),
+                              pk=lease_id)
     now = timezone.now()
     page = lease_page_context(lease, now)
     milestones = lease_milestones(lease, now) + incident_milestones(page["downtimes"])
     account_auto_renew = customer_settings(request.account).auto_renew     # read once for both
     context = {"lease": lease, "now": now, **page,
-               "timeline": layout(milestones, now), "events": lease.events.select_related("actor"),
+               "timeline": layout(milestones, now), "events": lease.events.all(),
                "auto_renews": lease_auto_renews(lease, account_default=account_auto_renew),
                "account_auto_renew": account_auto_renew}
     # htmx polls the live region (the whole page but its heading) while something is in progress.

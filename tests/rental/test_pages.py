@@ -3,6 +3,8 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -10,7 +12,7 @@ from billing.services import balance_top_up, checkout_place_order
 from inventory.models import Offer, Site
 from ops.lifecycle import run_lifecycle
 from rental.accounts.services import api_token_authenticate, token_hash
-from rental.models import ApiToken, Image, Notification
+from rental.models import ApiToken, Image, LeaseEvent, Notification
 from rental.timeline import countdown
 from rental.validators import validate_ssh_public_key
 
@@ -143,3 +145,33 @@ def test_nav_links_for_logged_in_users(client, customer):
     client.force_login(customer)
     html = client.get(reverse("home")).content.decode()
     assert reverse("lease_list") in html and reverse("billing:balance") in html
+
+
+def test_the_lease_page_reads_the_leases_events_once_for_every_part_that_shows_them(
+        client, catalog, customer):
+    """The events list, the move to other hardware, "in progress", the server key fingerprints
+    and the sanitization record all look at the lease's events: one read serves them all, and
+    the disk key comes with the lease."""
+    lease, _ = place(customer)
+    now = timezone.now()
+    LeaseEvent.objects.bulk_create([
+        LeaseEvent(lease=lease, at=now - timedelta(hours=3), kind="provisioned",
+                   data={"node_key_fingerprint": "SHA256:first-server"}),
+        LeaseEvent(lease=lease, at=now - timedelta(hours=2), kind="migrated", data={"seconds": 180}),
+        LeaseEvent(lease=lease, at=now - timedelta(hours=2), kind="connection_changed",
+                   data={"node_key_fingerprint": "SHA256:second-server"}),
+        LeaseEvent(lease=lease, at=now - timedelta(days=8), kind="migrated", data={"seconds": 60}),
+    ])
+    client.force_login(customer)
+    url = reverse("lease_detail", args=[lease.pk])
+    with CaptureQueriesContext(connection) as queries:
+        html = client.get(url).content.decode()
+    reads = [q["sql"] for q in queries.captured_queries]
+    assert sum('FROM "rental_leaseevent"' in sql for sql in reads) == 1
+    assert not any('FROM "rental_diskkey"' in sql for sql in reads)
+    assert "SHA256:second-server" in html and 'id="migration-note"' in html and "3 minutes after" in html
+    assert 'hx-trigger="every 3s"' in html     # still waiting for payment
+
+    LeaseEvent.objects.filter(lease=lease, kind="migrated", at__gte=now - timedelta(days=7)).delete()
+    html = client.get(url).content.decode()
+    assert 'id="migration-note"' not in html    # the one left is older than the week it is shown
