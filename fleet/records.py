@@ -82,7 +82,7 @@ def record_proofs(lease: Lease) -> list[Proof]:
     except DiskKey.DoesNotExist:
         key = None
     proofs = [_proof(key.destruction_proof if key else None, "key_destroyed")]
-    wiped = max((e for e in lease.events.all() if e.kind == "wiped"), key=lambda e: (e.at, e.pk), default=None)
+    wiped = (lease.events_of("wiped") or [None])[-1]
     proofs.append(_proof((wiped.data or {}).get("receipt") if wiped else None, "disk_wiped"))
     own = {p.signature for p in proofs if p}
     copies = (Evidence.objects.filter(lease=lease).exclude(signature__in=own)

@@ -3,8 +3,8 @@ instance is in, the latest move to other hardware, whether anything is in progre
 polls itself while it is), and the customer's unread notices for the header.
 
 Reads only; the writes are inventory.incidents, rental.failover and rental.services. The
-lease's events are read once (`lease.events.all()`: the page prefetches them, rental.views)
-and every part here filters them in Python: the page lists them all anyway."""
+lease's events are read once (`Lease.events_of`: the page prefetches them, rental.views) and
+every part here filters them in Python: the page lists them all anyway."""
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -59,10 +59,10 @@ def lease_downtimes(lease: Lease) -> list[Downtime]:
 
 
 def last_migration(lease: Lease, now: datetime) -> Migration | None:
-    moves = [e for e in lease.events.all() if e.kind == "migrated" and e.at >= now - MIGRATION_SHOWN_FOR]
+    moves = [e for e in lease.events_of("migrated") if e.at >= now - MIGRATION_SHOWN_FOR]
     if not moves:
         return None
-    event = max(moves, key=lambda e: (e.at, e.pk))
+    event = moves[-1]
     data = event.data or {}
     return Migration(at=event.at, minutes=int(data.get("seconds", 0)) // 60,
                      disk_copied="not copied" not in str(data.get("nvme", "")))
@@ -75,7 +75,7 @@ def in_progress(lease: Lease, now: datetime, incident: OpenIncident | None) -> b
         return True
     if lease.restore_from_id is not None and lease.restored_at is None:
         return True         # a snapshot being restored onto its disk
-    return any(e.kind in INSTANCE_ACTIONS and e.at >= now - INSTANCE_ACTION_SETTLES for e in lease.events.all())
+    return any(e.at >= now - INSTANCE_ACTION_SETTLES for e in lease.events_of(*INSTANCE_ACTIONS))
 
 
 def lease_page_context(lease: Lease, now: datetime) -> dict:

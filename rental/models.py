@@ -184,13 +184,17 @@ class Lease(models.Model):
 
     NODE_KEY_EVENTS = ("provisioned", "connection_changed", "node_key")
 
+    def events_of(self, *kinds: str) -> list["LeaseEvent"]:
+        """The lease's events of these kinds, oldest first (LeaseEvent's ordering), filtered from
+        one read of all its events: the lease page prefetches them once for all its parts."""
+        return [e for e in self.events.all() if e.kind in kinds]
+
     def node_key_fingerprints(self) -> list[str]:
         """The signing-key fingerprints of the servers this lease's instance ran on, the
         current one last (rental.services records each when an instance becomes ready there):
-        what the customer checks sanitization records against (`gpu-rent verify-record`).
-        Read from the lease's events, which the lease page prefetches once for all its parts."""
+        what the customer checks sanitization records against (`gpu-rent verify-record`)."""
         found: list[str] = []
-        for data in (e.data for e in self.events.all() if e.kind in self.NODE_KEY_EVENTS):  # oldest first
+        for data in (e.data for e in self.events_of(*self.NODE_KEY_EVENTS)):
             key = (data or {}).get("node_key_fingerprint") if isinstance(data, dict) else None
             if isinstance(key, str) and key:
                 found = [k for k in found if k != key] + [key]
