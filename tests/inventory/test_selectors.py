@@ -1,5 +1,5 @@
 """inventory/selectors.py: the node groups the catalog and the recommender are built from,
-counted by two plain queries, against the definition of a free slot (nodes_with_free_counts,
+counted and grouped in one statement, against the definition of a free slot (nodes_with_free_counts,
 each node's slots counted in a subquery); and kept once per generation whatever the filters."""
 from collections import Counter, defaultdict
 
@@ -57,12 +57,25 @@ def test_the_groups_count_every_nodes_free_slots_as_the_definition_does(catalog,
         transaction.set_rollback(True)
 
 
-def test_the_groups_do_not_read_node_by_node(catalog):
-    """Two queries whatever the fleet, neither with a subquery per node."""
+def test_the_groups_are_one_statement_grouped_by_the_database(catalog):
+    """One query whatever the fleet, without a subquery per node, whose answer is a row per
+    kind of node: twenty more nodes alike in everything add no row."""
     with CaptureQueriesContext(transaction.get_connection()) as queries:
-        node_groups(site__is_active=True)
-    assert len(queries) == 2
+        before = node_groups(site__is_active=True)
+    assert len(queries) == 1
     assert not any("(SELECT COUNT" in q["sql"].upper() for q in queries.captured_queries)
+    template = Node.objects.filter(site__is_active=True).order_by("pk").first()
+    with transaction.atomic():
+        for i in range(20):
+            node = Node.objects.create(site=template.site, name=f"alike-{i}", gpu_model=template.gpu_model,
+                                       gpu_count=template.gpu_count, vcpus=template.vcpus,
+                                       host_ram_gb=template.host_ram_gb)
+            GpuSlot.objects.bulk_create(GpuSlot(node=node, index=k) for k in range(template.gpu_count))
+        after = node_groups(site__is_active=True)
+        transaction.set_rollback(True)
+    assert sum(map(len, after.values())) <= sum(map(len, before.values())) + 1
+    assert sum(g.nodes for g in after[template.gpu_model_id]) == \
+        sum(g.nodes for g in before[template.gpu_model_id]) + 20
 
 
 @pytest.fixture
