@@ -9,8 +9,9 @@
 #   start.sh beat      the one Celery beat (heartbeat for its healthcheck: storefront/beat.py)
 # Each worker reads its own queue (CELERY_TASK_ROUTES in storefront/settings/) and is named after
 # it, which is the name its healthcheck pings: a slow customer endpoint can fill the outbound
-# worker's slots, never the jobs worker's. The workers and beat lower their own priority as they
-# start (JOBS_NICENESS, storefront/celery.py): on a shared host requests take the CPU first.
+# worker's slots, never the jobs worker's. The watch, the workers and beat lower their own priority
+# as they start (WATCH_NICENESS, JOBS_NICENESS; storefront/priority.py): on a shared host the
+# customers' requests take the CPU first, then the nodes', then the background jobs.
 # Settings come from the environment (.env.example); static files and catalogs are already
 # in the image (scripts/build-assets.sh), so nothing here writes outside VAR_DIR.
 set -euo pipefail
@@ -41,8 +42,11 @@ case "${1:-}" in
     # with two, 5,000 nodes' answers came within 146 ms p99 (ADR 0028).
     # granian takes at most --backpressure requests at once per worker (default: backlog/workers,
     # 1,024): every waiting node is one, so it is sized for the fleet (WATCH_MAX_WAITING).
+    # It yields the CPU to the web's requests and takes it before the jobs (WATCH_NICENESS,
+    # storefront/priority.py): a node's report has seconds to spare, a customer's page not.
     bind="${WATCH_BIND:-0.0.0.0:8001}"
-    exec granian --interface asgi storefront.asgi:application --host "${bind%:*}" --port "${bind##*:}" \
+    exec python -m storefront.priority WATCH_NICENESS \
+      granian --interface asgi storefront.asgi:application --host "${bind%:*}" --port "${bind##*:}" \
       --workers "${WATCH_CONCURRENCY:-$(nproc)}" --backlog 4096 --backpressure "${WATCH_MAX_WAITING:-20000}" \
       --no-access-log --log-level warning --respawn-failed-workers ;;
   worker)

@@ -351,8 +351,13 @@ LIFECYCLE_PASS_BUDGET_SECONDS = float(os.environ.get("LIFECYCLE_PASS_BUDGET_SECO
 LIFECYCLE_BATCH = int(os.environ.get("LIFECYCLE_BATCH", "100"))
 # The niceness the background processes (Celery's workers and beat: the lifecycle pass, the
 # payment watchers, webhooks) run at, so that on a shared host the requests' processes take
-# the CPU first (storefront/celery.py; 0 keeps the one they were started with).
+# the CPU first (storefront/priority.py; 0 keeps the one they were started with).
 JOBS_NICENESS = int(os.environ.get("JOBS_NICENESS", "10"))
+# The niceness the watch process (the nodes' waits and reports) runs at: between the web's
+# and the jobs', so that a customer's page takes the CPU before a node's report, which has
+# seconds to spare, and the reports before a lifecycle burst (storefront/priority.py,
+# scripts/start.sh watch; 0 keeps the one it was started with).
+WATCH_NICENESS = int(os.environ.get("WATCH_NICENESS", "5"))
 # The beat touches this file on every scheduler tick; its healthcheck fails when older than
 # BEAT_HEARTBEAT_MAX_AGE_SECONDS (beat ticks at least every beat_max_loop_interval).
 CELERY_BEAT_SCHEDULER = "storefront.beat:HeartbeatScheduler"

@@ -486,6 +486,49 @@ def test_running_stack_writes_only_to_its_data_volume(stack):
                                             for n in data), data
 
 
+def session_niceness(leader: int) -> dict[int, int]:
+    """{pid: niceness} of every process in the session `leader` leads (a service's, as
+    stack.start starts it), from /proc."""
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:            # gone since the listing
+            continue
+        if int(fields[3]) == leader:     # field 6, the session; fields[0] is field 3
+            out[int(stat.parent.name)] = int(fields[16])   # field 19, the niceness
+    return out
+
+
+def test_the_customers_requests_take_the_cpu_before_the_nodes_and_the_nodes_before_the_jobs(stack):
+    """As the services start (scripts/start.sh, storefront/priority.py): the web at the
+    niceness it was started with, every process of the watch (granian's main and its workers)
+    at WATCH_NICENESS, the jobs' worker and beat at JOBS_NICENESS; each of the last two leads
+    its session, so its autogroup takes the niceness too."""
+    from django.conf import settings
+
+    runner = os.getpriority(os.PRIO_PROCESS, 0)
+    leaders = {name: stack.procs[name][0].pid for name in ("web", "watch", "worker", "beat")}
+    wanted = {"web": runner, "watch": max(runner, settings.WATCH_NICENESS),
+              "worker": max(runner, settings.JOBS_NICENESS), "beat": max(runner, settings.JOBS_NICENESS)}
+    seen = {}
+
+    def every_process_at_its_niceness():
+        seen.update({name: session_niceness(pid) for name, pid in leaders.items()})
+        return all(len(seen[name]) >= 2 for name in ("web", "watch")) and all(
+            set(seen[name].values()) == {wanted[name]} for name in ("web", "watch")) and all(
+            seen[name].get(leaders[name]) == wanted[name] for name in ("worker", "beat"))
+
+    try:
+        wait_for(every_process_at_its_niceness, 60, "each service at its niceness")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {seen}, wanted {wanted}") from None
+    for name in ("watch", "worker", "beat"):
+        group = Path(f"/proc/{leaders[name]}/autogroup")
+        if group.exists():
+            assert group.read_text().split()[-1] == str(wanted[name]), (name, group.read_text())
+
+
 def test_compose_file_is_valid(tmp_path):
     compose = require_tool("docker-compose", "Compose v2: scripts/install-deploy-tools.sh")
     version = subprocess.run([compose, "version"], capture_output=True, text=True, timeout=30).stdout
@@ -507,6 +550,10 @@ def test_compose_file_is_valid(tmp_path):
         assert services[name]["read_only"] is True
         assert services[name]["environment"]["DEBUG"] == "0"
     assert "ports" not in services["web"] and {p["published"] for p in services["caddy"]["ports"]} >= {"80", "443"}
+    # Each service is a cgroup of its own, where a niceness orders only its own threads: the
+    # same order between them comes from their CPU weights (WATCH_NICENESS, JOBS_NICENESS).
+    shares = {name: services[name].get("cpu_shares", 1024) for name in ("web", "watch", "worker", "outbound", "beat")}
+    assert shares["web"] > shares["watch"] > max(shares["worker"], shares["outbound"], shares["beat"]), shares
     # Without the secrets .env must give, the stack does not even configure.
     (tmp_path / ".env").write_text("SITE_ADDRESS=gpus.example.com\nCADDY_TLS=internal\n")
     missing = subprocess.run([compose, "config", "-q"], cwd=tmp_path, env=env, capture_output=True, text=True,

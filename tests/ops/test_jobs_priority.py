@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from storefront.celery import AUTOGROUP
+from storefront.priority import AUTOGROUP
 from tests.tools import require
 
 BASE = Path(__file__).resolve().parents[2]
@@ -81,3 +81,16 @@ def test_a_session_shared_with_its_parent_is_left_alone():
     own, group = autogroup_after("print(lower_priority())", "7", own_session=False)
     assert own == [max(start(), 7)]
     assert group == before == AUTOGROUP.read_text()
+
+
+def test_the_watch_is_started_at_its_niceness_through_the_priority_wrapper():
+    """`python -m storefront.priority WATCH_NICENESS command` (scripts/start.sh watch): the
+    command runs at the setting's niceness, and, leading its session, so does its autogroup."""
+    require(AUTOGROUP.exists(), "this kernel has no autogroup (CONFIG_SCHED_AUTOGROUP)")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "storefront.test_settings", "WATCH_NICENESS": "6"}
+    probe = "import os; print(os.getpriority(os.PRIO_PROCESS, 0)); print(open('/proc/self/autogroup').read())"
+    out = subprocess.run([sys.executable, "-m", "storefront.priority", "WATCH_NICENESS", sys.executable, "-c", probe],
+                         cwd=BASE, env=env, check=True, capture_output=True, text=True, timeout=120,
+                         start_new_session=True).stdout.split("\n")
+    assert int(out[0]) == max(start(), 6)
+    assert out[1].split()[-1] == str(max(start(), 6))
