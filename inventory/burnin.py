@@ -132,9 +132,11 @@ def slot_health_hold_set(*, node: Node, index: int, codes: list[str], now: datet
     return True
 
 
-def last_passed_burn_in(slot_ids) -> datetime | None:
-    """The oldest of the slots' last passing burn-ins: what a buyer of those cards is told."""
-    dates = list(GpuSlot.objects.filter(pk__in=list(slot_ids)).values_list("burn_in_passed_at", flat=True))
+def last_passed_burn_in(lease_id: int) -> datetime | None:
+    """The oldest of the last passing burn-ins of the cards the lease holds: what the
+    holder of those cards is told (one query, the allocations joined)."""
+    dates = list(GpuSlot.objects.filter(allocations__lease_id=lease_id, allocations__released_at__isnull=True)
+                 .values_list("burn_in_passed_at", flat=True))
     return None if not dates or None in dates else min(dates)
 
 

@@ -7,7 +7,6 @@ from django.utils import timezone
 
 from core.memo import memo_on_instance
 from inventory.burnin import last_passed_burn_in
-from inventory.models import SlotAllocation
 from rental.agent import agent_is_fake
 from rental.models import Lease, LeaseState
 
@@ -65,8 +64,7 @@ class InstanceView:
     @property
     def burn_in_passed_at(self):
         """When the lease's cards last passed a burn-in (before the lease began)."""
-        slots = SlotAllocation.objects.filter(lease_id=self.lease.pk, released_at__isnull=True).values("slot_id")
-        return last_passed_burn_in(slots.values_list("slot_id", flat=True))
+        return last_passed_burn_in(self.lease.pk)
 
 
 @memo_on_instance
