@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, Subquery
 
 from inventory.burnin import burn_in_depth, pending_for_node
 from inventory.models import Node, SlotAllocation
@@ -350,5 +350,13 @@ def instance_of(evidence) -> Instance:
 
 
 def current_node_id(lease_id: int) -> int | None:
-    return (SlotAllocation.objects.filter(lease_id=lease_id, released_at__isnull=True)
-            .values_list("slot__node_id", flat=True).first())
+    return _held_slots(lease_id).values_list("slot__node_id", flat=True).first()
+
+
+def current_node(lease_id: int) -> Subquery:
+    """current_node_id as a subquery, for a query about the lease on its node."""
+    return Subquery(_held_slots(lease_id).values("slot__node_id")[:1])
+
+
+def _held_slots(lease_id: int):
+    return SlotAllocation.objects.filter(lease_id=lease_id, released_at__isnull=True)

@@ -10,7 +10,7 @@ from inventory.burnin import last_passed_burn_in
 from rental.agent import agent_is_fake
 from rental.models import Lease, LeaseState
 
-from ..desired import current_node_id
+from ..desired import current_node, current_node_id
 from ..health import fleet_panel
 from ..models import InstanceIntent, InstanceReport
 
@@ -71,8 +71,12 @@ class InstanceView:
 def node_and_report(lease: Lease) -> tuple[int | None, InstanceReport | None]:
     """The node holding the lease and its last report of the instance (None, None when the
     lease is on no node); asked once per render by every panel that shows the instance."""
-    node_id = current_node_id(lease.pk)
-    return node_id, InstanceReport.objects.filter(lease=lease, node_id=node_id).first() if node_id else None
+    # the report of the node the lease is on, in one query: only a lease whose node has not
+    # reported it yet (provisioning) asks for the node alone
+    report = InstanceReport.objects.filter(lease=lease, node_id=current_node(lease.pk)).first()
+    if report is not None:
+        return report.node_id, report
+    return current_node_id(lease.pk), None
 
 
 @register.simple_tag

@@ -49,6 +49,23 @@ def test_lease_page_shows_connection_and_reported_state(active, customer):
     assert f'action="/leases/{lease.pk}/instance/restart/"' in html
 
 
+def test_the_instance_on_its_node_is_read_in_one_query(active, paid_lease, enrol):
+    """The node holding the lease and its report of the instance come from one query; a lease
+    whose node has not reported it yet still shows the node (a second query, provisioning)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from fleet.templatetags.fleet_tags import node_and_report
+
+    lease, node = active
+    with CaptureQueriesContext(connection) as queries:
+        node_id, report = node_and_report(lease)
+    assert len(queries) == 1
+    assert node_id == node_of(lease).pk and (report.state, report.ssh_port) == ("running", 22042)
+    waiting = paid_lease()
+    assert node_and_report(waiting) == (node_of(waiting).pk, None)
+
+
 def test_restart_stop_start_change_the_desired_state(active, customer):
     lease, node = active
     client = Client()
