@@ -191,6 +191,27 @@ class MoneroRegtest:
         self.funder.call("refresh")
         return self.funder.call("transfer", destinations=[{"address": address, "amount": int(amount)}])
 
+    def depth(self, tx_hash: str) -> int:
+        """How many blocks deep the daemon has ``tx_hash`` (its block counts as one; 0 while in
+        the pool), as the wallets count confirmations."""
+        tx = self._daemon("/get_transactions", {"txs_hashes": [tx_hash]})["txs"][0]
+        return 0 if tx.get("in_pool") else self.height() - int(tx["block_height"])
+
+    def mine_until_deep(self, tx_hash: str, depth: int) -> None:
+        """Mine until ``tx_hash`` is exactly ``depth`` blocks deep. A transfer the wallet has
+        just handed to monerod is not always in the next block's template (it has been seen
+        to go in a block later under load), so "pay, then mine ten" can leave it nine deep:
+        this mines one block at a time until the transfer is mined, then the rest at once."""
+        for _ in range(5):
+            if self.depth(tx_hash):
+                break
+            self.mine(1)
+        assert self.depth(tx_hash), f"{tx_hash} still in the pool after five blocks"
+        missing = depth - self.depth(tx_hash)
+        assert missing >= 0, f"{tx_hash} is already deeper than {depth}"
+        if missing:
+            self.mine(missing)
+
     def forget_dropped_spends(self) -> None:
         """After a reorg dropped one of the funder's transactions: the funder's outputs it
         spent are spendable again (the wallet re-asks the daemon which key images are spent),

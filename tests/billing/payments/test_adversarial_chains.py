@@ -186,7 +186,7 @@ def test_xmr_settled_then_gone_in_a_reorg_deeper_than_its_confirmations_is_rever
         quote = quote_create(invoice=invoice, coin="XMR", now=now)
         watch_coin(coin="XMR")
         sent = net.pay(quote.address, int(quote.amount))
-        net.mine(10)
+        net.mine_until_deep(sent["tx_hash"], 10)
         watch_coin(coin="XMR")
         assert fresh(quote).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
         activate(lease, timezone.now())
@@ -451,17 +451,9 @@ def test_xmr_quotes_after_the_wallet_is_restored_from_its_keys_get_new_subaddres
             assert len({q.address for q in before + after}) == 5
             assert net.merchant.call("get_address_index", address=after[0].address)["index"]["minor"] == 4
 
-            net.pay(after[0].address, int(after[0].amount))
-            net.mine(10)
+            sent = net.pay(after[0].address, int(after[0].amount))
+            net.mine_until_deep(sent["tx_hash"], 10)
             watch_coin(coin="XMR")
-            # A wallet restored from height 0 (auto-refresh off) has been seen to count the
-            # transfer a block short at exactly ten: what this test proves is the address, so
-            # it allows the payment up to three more blocks to reach its confirmations.
-            for _ in range(3):
-                if fresh(after[0]).state == Quote.State.SETTLED:
-                    break
-                net.mine(1)
-                watch_coin(coin="XMR")
         assert fresh(after[0]).state == Quote.State.SETTLED and fresh(invoice).state == Invoice.State.PAID
     finally:  # the session's wallet must not hand out subaddresses other tests were paid to
         have = len(net.merchant.call("get_address", account_index=0)["addresses"]) - 1
