@@ -15,7 +15,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import BinaryField, Case, F, Q, Value, When
 
 from inventory.models import SlotAllocation
 
@@ -285,63 +285,74 @@ class CardSeries:
     events: list[dict] = field(default_factory=list)
 
 
-def lease_series(lease_id: int, since: datetime, until: datetime, step_minutes: int) -> list[CardSeries]:
-    """Each card's samples from `since` to `until`, averaged over steps of `step_minutes`
-    (1 = as stored), and its events in that span, in time order."""
-    first, last = int(since.timestamp() // 60), int(until.timestamp() // 60)
-    rows = (GpuTelemetryDay.objects.filter(lease_id=lease_id, day__gte=_to_datetime(first).date(),
-                                           day__lte=_to_datetime(last).date())
-            .order_by("node_id", "gpu_index", "day"))
-    cards: dict[tuple[int, int], CardSeries] = {}
-    sums: dict[tuple[int, int], dict[int, dict]] = {}
-    for row in rows:
-        key = (row.node_id, row.gpu_index)
-        series = cards.setdefault(key, CardSeries(row.node_id, row.gpu_index))
-        base = (row.day - date(1970, 1, 1)).days * MINUTES
-        day = unpack(row.samples)
-        steps = sums.setdefault(key, {})
-        of_day, end_of_day = max(0, first - base), min(MINUTES, last - base + 1)
-        while of_day < end_of_day:            # a step's slice of each array at a time
-            starts = base + of_day - (base + of_day - first) % step_minutes
-            until = min(end_of_day, starts + step_minutes - base)
-            step = steps.setdefault(starts, {})
-            for name, none in NONE.items():
-                values = [v for v in day[name][of_day:until] if v != none]
-                if values:
-                    total = step.setdefault(name, [0, 0])
-                    total[0] += sum(values)
-                    total[1] += len(values)
-            of_day = until
-        for event in row.events:
-            minute = base + event[0]
-            if first <= minute <= last:
-                at = _to_datetime(minute)
-                series.events.append({"at": at, "kind": event[1], "xid": event[2], "count": event[3]}
-                                     if event[1] == "xid" else
-                                     {"at": at, "kind": "ecc", "corrected": event[2], "uncorrected": event[3]})
-    for key, series in cards.items():
-        for minute in sorted(sums[key]):
-            totals = sums[key][minute]
-            if totals:
-                series.points.append((_to_datetime(minute), {name: round(totals[name][0] / totals[name][1], 1)
-                                                             if name in totals else None for name in NONE}))
-    return list(cards.values())
+def read_lease_telemetry(lease_id: int, *, series_since: datetime | None, events_since: datetime,
+                         until: datetime, step_minutes: int = 1,
+                         events_limit: int = 200) -> tuple[list[CardSeries], list[dict]]:
+    """(series, events) of the lease up to `until`, in one query (the lease page and the
+    metrics API show both):
 
+    - series: each card's samples from `series_since` (None: no series), averaged over steps
+      of `step_minutes` (1 = as stored), with its events in that span, in time order;
+    - events: every card's Xid and ECC events from `events_since`, newest first, at most
+      `events_limit`.
 
-def lease_events(lease_id: int, since: datetime, until: datetime, limit: int = 200) -> list[dict]:
-    """The lease's Xid and ECC events from `since` to `until`, newest first (the samples are
-    not unpacked for them)."""
-    first, last = int(since.timestamp() // 60), int(until.timestamp() // 60)
-    rows = (GpuTelemetryDay.objects.filter(lease_id=lease_id, day__gte=_to_datetime(first).date(),
-                                           day__lte=_to_datetime(last).date()).exclude(events=[])
-            .values_list("gpu_index", "day", "events"))
-    out = []
-    for gpu, day, events in rows:
+    The samples, the rows' bulk, are read and unpacked only for the days the series covers."""
+    events_first, last = int(events_since.timestamp() // 60), int(until.timestamp() // 60)
+    series_first = int(series_since.timestamp() // 60) if series_since is not None else None
+    first_day = _to_datetime(min(events_first, series_first if series_first is not None else events_first)).date()
+    if series_first is None:
+        samples = Value(None, output_field=BinaryField())
+    else:
+        samples = Case(When(day__gte=_to_datetime(series_first).date(), then=F("samples")),
+                       default=Value(None), output_field=BinaryField())
+    rows = (GpuTelemetryDay.objects.filter(lease_id=lease_id, day__gte=first_day, day__lte=_to_datetime(last).date())
+            .annotate(day_samples=samples).order_by("node_id", "gpu_index", "day")
+            .values_list("node_id", "gpu_index", "day", "events", "day_samples"))
+    series: list[CardSeries] = []
+    sums: list[dict[int, dict]] = []      # per card of `series`: its steps' sums so far
+    events: list[dict] = []
+    for node_id, gpu, day, day_events, day_samples in rows:
         base = (day - date(1970, 1, 1)).days * MINUTES
-        for event in events:
-            if first <= base + event[0] <= last:
+        for event in day_events:
+            if events_first <= base + event[0] <= last:
                 at = _to_datetime(base + event[0])
-                out.append({"at": at, "gpu": gpu, "kind": "xid", "xid": event[2], "count": event[3]}
-                           if event[1] == "xid" else
-                           {"at": at, "gpu": gpu, "kind": "ecc", "corrected": event[2], "uncorrected": event[3]})
-    return sorted(out, key=lambda e: (e["at"], e["gpu"]), reverse=True)[:limit]
+                events.append({"at": at, "gpu": gpu, "kind": "xid", "xid": event[2], "count": event[3]}
+                              if event[1] == "xid" else
+                              {"at": at, "gpu": gpu, "kind": "ecc", "corrected": event[2], "uncorrected": event[3]})
+        if day_samples is not None and series_first is not None:  # the rows come card by card
+            if not series or (series[-1].node_id, series[-1].gpu_index) != (node_id, gpu):
+                series.append(CardSeries(node_id, gpu))
+                sums.append({})
+            _add_day(series[-1], sums[-1], series_first, last, step_minutes, base, unpack(day_samples), day_events)
+    for card, steps in zip(series, sums, strict=True):
+        for minute in sorted(steps):
+            totals = steps[minute]
+            if totals:
+                card.points.append((_to_datetime(minute), {name: round(totals[name][0] / totals[name][1], 1)
+                                                           if name in totals else None for name in NONE}))
+    return series, sorted(events, key=lambda e: (e["at"], e["gpu"]), reverse=True)[:events_limit]
+
+
+def _add_day(card: CardSeries, steps: dict[int, dict], first: int, last: int, step_minutes: int, base: int,
+             day: dict, day_events: list) -> None:
+    """One stored day of a card into its steps' sums (a step's slice of each array at a
+    time) and its events in [first, last] into the card's."""
+    of_day, end_of_day = max(0, first - base), min(MINUTES, last - base + 1)
+    while of_day < end_of_day:
+        starts = base + of_day - (base + of_day - first) % step_minutes
+        until = min(end_of_day, starts + step_minutes - base)
+        step = steps.setdefault(starts, {})
+        for name, none in NONE.items():
+            values = [v for v in day[name][of_day:until] if v != none]
+            if values:
+                total = step.setdefault(name, [0, 0])
+                total[0] += sum(values)
+                total[1] += len(values)
+        of_day = until
+    for event in day_events:
+        minute = base + event[0]
+        if first <= minute <= last:
+            at = _to_datetime(minute)
+            card.events.append({"at": at, "kind": event[1], "xid": event[2], "count": event[3]}
+                               if event[1] == "xid" else
+                               {"at": at, "kind": "ecc", "corrected": event[2], "uncorrected": event[3]})

@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 from billing.egress import egress_term_use
 from rental.api import ApiError, api_endpoint, customer_lease
 
-from .telemetry import lease_events, lease_series
+from .telemetry import read_lease_telemetry
 
 RESOLUTIONS = (1, 5, 10, 15, 30, 60, 360, 1440)   # minutes a point
 MAX_POINTS = 1500                                # per card and request: pick a coarser resolution
@@ -60,16 +60,18 @@ def lease_metrics(request, lease_id: int):
         raise ApiError(400, "invalid", _("“since” must be before “until”, at most 31 days apart."))
     span = int((until - since).total_seconds() // 60) + 1
     resolution = _resolution(request.GET.get("resolution"), span)
+    series, events = read_lease_telemetry(lease.pk, series_since=since, events_since=since, until=until,
+                                          step_minutes=resolution)
     gpus = [{"node": s.node_id, "gpu": s.gpu_index,
              "points": [[at.isoformat().replace("+00:00", "Z"), *(values[c] for c in COLUMNS[1:])]
                         for at, values in s.points]}
-            for s in lease_series(lease.pk, since, until, resolution)]
+            for s in series]
     egress = egress_term_use(lease, now)
     return JsonResponse({
         "lease": lease.pk, "since": since.isoformat().replace("+00:00", "Z"),
         "until": until.isoformat().replace("+00:00", "Z"), "resolution_minutes": resolution,
         "columns": list(COLUMNS), "gpus": gpus,
-        "events": [{**e, "at": e["at"].isoformat().replace("+00:00", "Z")} for e in lease_events(lease.pk, since, until)],
+        "events": [{**e, "at": e["at"].isoformat().replace("+00:00", "Z")} for e in events],
         "egress": None if egress is None else {
             "term_start": egress["term_start"].isoformat().replace("+00:00", "Z"),
             "tb_used": str(egress["tb_used"]), "included_tb": str(egress["included_tb"]),

@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from billing.egress import egress_term_use
 from rental.models import Lease, LeaseState
 
-from ..telemetry import CardSeries, lease_events, lease_series
+from ..telemetry import CardSeries, read_lease_telemetry
 
 register = template.Library()
 WIDTH, HEIGHT = 300, 60
@@ -62,13 +62,14 @@ def lease_telemetry(lease: Lease, now: datetime | None = None) -> dict | None:
     now = now or timezone.now()
     step = timedelta(minutes=settings.WORKBENCH_CHART_STEP_MINUTES)
     since = now - timedelta(hours=settings.WORKBENCH_CHART_HOURS)
-    series = lease_series(lease.pk, since, now, settings.WORKBENCH_CHART_STEP_MINUTES)
+    series, events = read_lease_telemetry(
+        lease.pk, series_since=since, events_since=now - timedelta(days=settings.WORKBENCH_TELEMETRY_MAX_AGE_DAYS),
+        until=now, step_minutes=settings.WORKBENCH_CHART_STEP_MINUTES, events_limit=50)
     several_nodes = len({s.node_id for s in series}) > 1
     # A lease younger than the window is drawn from its first reading, not squeezed to the right
     start = min((s.points[0][0] for s in series if s.points), default=since)
     cards = [{"name": (f"node {s.node_id} " if several_nodes else "") + f"GPU {s.gpu_index}",
               "charts": [chart(s, *spec, start, now, step) for spec in CHARTS]} for s in series]
-    events = lease_events(lease.pk, now - timedelta(days=settings.WORKBENCH_TELEMETRY_MAX_AGE_DAYS), now, limit=50)
     egress = egress_term_use(lease, now) if lease.state in (LeaseState.ACTIVE, LeaseState.SUSPENDED) else None
     return {"cards": cards, "events": events, "egress": egress, "hours": settings.WORKBENCH_CHART_HOURS,
             "step": settings.WORKBENCH_CHART_STEP_MINUTES, "width": WIDTH, "height": HEIGHT}

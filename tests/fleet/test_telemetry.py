@@ -5,7 +5,7 @@ the agent's real buffer (nodeagent/telemetry.py) through lost, duplicated and re
 reports against the storefront's real merge."""
 import json
 import random
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 
 from django.utils import timezone
 from hypothesis import HealthCheck, given
@@ -17,10 +17,10 @@ from fleet.telemetry import (
     MINUTES,
     day_facts,
     empty_day,
-    lease_series,
     merge_events,
     merge_samples,
     pack,
+    read_lease_telemetry,
     unpack,
 )
 from inventory.models import SlotAllocation
@@ -67,10 +67,11 @@ def test_samples_land_on_the_lease_that_holds_the_card(paid_lease, enrol):
     # the facts kept as minutes arrive are those of the whole day's arrays
     assert {k: getattr(row, k) for k in ("minutes", "first_minute", "last_minute", "last_busy_minute")} == \
         day_facts(unpack(row.samples))
-    series = lease_series(lease.pk, datetime.fromtimestamp(start * 60, UTC),
-                          datetime.fromtimestamp((start + 1) * 60, UTC), 1)
+    since, until = datetime.fromtimestamp(start * 60, UTC), datetime.fromtimestamp((start + 1) * 60, UTC)
+    series, events = read_lease_telemetry(lease.pk, series_since=since, events_since=since, until=until)
     assert [p[1]["util"] for p in series[0].points] == [87, 3]
     assert [e["kind"] for e in series[0].events] == ["ecc", "xid"]
+    assert sorted(e["kind"] for e in events) == ["ecc", "xid"] and {e["gpu"] for e in events} == {card}
 
 
 def test_implausible_values_are_refused_not_a_500(paid_lease, enrol):
@@ -221,3 +222,56 @@ def test_a_minute_of_telemetry_costs_a_few_queries(paid_lease, enrol):
     added = [q["sql"] for q in with_telemetry.captured_queries[len(without.captured_queries):]]
     print(f"queries: {len(without.captured_queries)} without, {len(with_telemetry.captured_queries)} with telemetry")
     assert len(with_telemetry.captured_queries) - len(without.captured_queries) <= 5, added
+
+
+# --- reading: the series and the events in one query -----------------------------------------
+
+DAY0 = date(2026, 11, 5)
+CARD_DAYS = st.dictionaries(
+    st.tuples(st.integers(0, 1), st.integers(0, 2), st.integers(0, 15)),          # (node, card, day)
+    st.tuples(st.dictionaries(st.integers(0, MINUTES - 1), st.integers(0, 100), max_size=6),  # minute: util
+              st.lists(st.tuples(st.integers(0, MINUTES - 1), st.booleans(), st.integers(0, 90)), max_size=3)),
+    max_size=8)
+
+
+def test_one_read_gives_the_series_and_the_events_the_two_reads_gave(paid_lease):
+    """read_lease_telemetry (one query) against the two readers it replaced
+    (tests/fleet/reference_telemetry.py), on random card-days of two nodes and random windows:
+    the same series, and the same events (ties in time and card in either order)."""
+    from inventory.models import Node
+
+    from .reference_telemetry import lease_events, lease_series
+
+    lease = paid_lease()
+    nodes = [node_of(lease), Node.objects.exclude(pk=node_of(lease).pk).first()]
+    base = datetime(DAY0.year, DAY0.month, DAY0.day, tzinfo=UTC)
+
+    @hsettings(max_examples=60, deadline=None)
+    @given(rows=CARD_DAYS, series_from=st.integers(0, 16 * MINUTES), events_from=st.integers(0, 16 * MINUTES),
+           length=st.integers(1, 3 * MINUTES), step=st.sampled_from([1, 7, 60, 1440]), limit=st.integers(1, 10))
+    def check(rows, series_from, events_from, length, step, limit):
+        GpuTelemetryDay.objects.filter(lease=lease).delete()
+        stored = []
+        for (node, card, day), (utils, events) in rows.items():
+            samples = empty_day()
+            merge_samples(samples, {m: {"util": u, "mem_mb": 100, "temp_c": 40, "power_w": 90, "sm_mhz": 1000}
+                                    for m, u in utils.items()})
+            stored.append(GpuTelemetryDay(
+                lease=lease, node=nodes[node], gpu_index=card, day=DAY0 + timedelta(days=day),
+                samples=pack(samples),
+                events=sorted([m, "xid", code, 1] if xid else [m, "ecc", code, 0] for m, xid, code in events)))
+        GpuTelemetryDay.objects.bulk_create(stored)
+        until = base + timedelta(minutes=max(series_from, events_from) + length)
+        series_since, events_since = base + timedelta(minutes=series_from), base + timedelta(minutes=events_from)
+
+        series, events = read_lease_telemetry(lease.pk, series_since=series_since, events_since=events_since,
+                                              until=until, step_minutes=step, events_limit=limit)
+
+        assert series == lease_series(lease.pk, series_since, until, step)
+        before = lease_events(lease.pk, events_since, until, limit=limit)
+        assert [(e["at"], e["gpu"]) for e in events] == [(e["at"], e["gpu"]) for e in before]
+        if len(lease_events(lease.pk, events_since, until, limit=10**6)) <= limit:
+            assert sorted(map(repr, events)) == sorted(map(repr, before))
+        assert read_lease_telemetry(lease.pk, series_since=None, events_since=events_since, until=until)[0] == []
+
+    check()
