@@ -3,6 +3,7 @@ instance panel on the lease page, the FakeAgent banner and node health in the ad
 from dataclasses import dataclass
 
 from django import template
+from django.db.models import Exists
 from django.utils import timezone
 
 from core.memo import memo_on_instance
@@ -73,10 +74,16 @@ def node_and_report(lease: Lease) -> tuple[int | None, InstanceReport | None]:
     lease is on no node); asked once per render by every panel that shows the instance."""
     # the report of the node the lease is on, in one query: only a lease whose node has not
     # reported it yet (provisioning) asks for the node alone
-    report = InstanceReport.objects.filter(lease=lease, node_id=current_node(lease.pk)).first()
+    # (and whether the customer stopped it, which the instance panel asks next, in the same query)
+    report = (InstanceReport.objects.filter(lease=lease, node_id=current_node(lease.pk))
+              .annotate(customer_stopped=Exists(_stopped_by_customer(lease))).first())
     if report is not None:
         return report.node_id, report
     return current_node_id(lease.pk), None
+
+
+def _stopped_by_customer(lease: Lease):
+    return InstanceIntent.objects.filter(lease=lease, stopped_by_customer=True)
 
 
 @register.simple_tag
@@ -87,7 +94,7 @@ def instance_view(lease: Lease) -> InstanceView | None:
     if lease.state not in (S.PROVISIONING, S.ACTIVE, S.SUSPENDED):
         return None
     _node_id, report = node_and_report(lease)
-    stopped = InstanceIntent.objects.filter(lease=lease, stopped_by_customer=True).exists()
+    stopped = report.customer_stopped if report is not None else _stopped_by_customer(lease).exists()
     return InstanceView(lease=lease, report=report, stopped_by_customer=stopped)
 
 

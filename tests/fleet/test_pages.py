@@ -13,6 +13,7 @@ from django.utils import timezone
 from fleet.crypto import secret_hash
 from fleet.models import EnrolmentCode, NodeAgent
 from inventory.models import Node
+from rental.models import Lease
 from tests.otp import (
     TwoFactorClient as Client,  # staff pass the code step like force_login passes the password
 )
@@ -49,21 +50,29 @@ def test_lease_page_shows_connection_and_reported_state(active, customer):
     assert f'action="/leases/{lease.pk}/instance/restart/"' in html
 
 
-def test_the_instance_on_its_node_is_read_in_one_query(active, paid_lease, enrol):
-    """The node holding the lease and its report of the instance come from one query; a lease
-    whose node has not reported it yet still shows the node (a second query, provisioning)."""
+def test_the_instance_on_its_node_is_read_in_one_query(active, paid_lease, customer):
+    """The node holding the lease, its report of the instance and whether the customer stopped
+    it come from one query; a lease whose node has not reported it yet still shows the node (a
+    second query, provisioning)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from fleet.templatetags.fleet_tags import node_and_report
+    from fleet.templatetags.fleet_tags import instance_view, node_and_report
 
     lease, node = active
     with CaptureQueriesContext(connection) as queries:
         node_id, report = node_and_report(lease)
+        view = instance_view(lease)
     assert len(queries) == 1
     assert node_id == node_of(lease).pk and (report.state, report.ssh_port) == ("running", 22042)
+    assert view.report == report and not view.stopped_by_customer
+    client = Client()
+    client.force_login(customer)
+    client.post(reverse("instance_action", args=[lease.pk, "stop"]))
+    assert instance_view(Lease.objects.get(pk=lease.pk)).stopped_by_customer
     waiting = paid_lease()
     assert node_and_report(waiting) == (node_of(waiting).pk, None)
+    assert instance_view(waiting).report is None and not instance_view(waiting).stopped_by_customer
 
 
 def test_restart_stop_start_change_the_desired_state(active, customer):
