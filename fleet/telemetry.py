@@ -299,7 +299,7 @@ def read_lease_telemetry(lease_id: int, *, series_since: datetime | None, events
     The samples, the rows' bulk, are read and unpacked only for the days the series covers."""
     events_first, last = int(events_since.timestamp() // 60), int(until.timestamp() // 60)
     series_first = int(series_since.timestamp() // 60) if series_since is not None else None
-    first_day = _to_datetime(min(events_first, series_first if series_first is not None else events_first)).date()
+    first_day = _to_datetime(events_first if series_first is None else min(events_first, series_first)).date()
     if series_first is None:
         samples = Value(None, output_field=BinaryField())
     else:
@@ -315,10 +315,7 @@ def read_lease_telemetry(lease_id: int, *, series_since: datetime | None, events
         base = (day - date(1970, 1, 1)).days * MINUTES
         for event in day_events:
             if events_first <= base + event[0] <= last:
-                at = _to_datetime(base + event[0])
-                events.append({"at": at, "gpu": gpu, "kind": "xid", "xid": event[2], "count": event[3]}
-                              if event[1] == "xid" else
-                              {"at": at, "gpu": gpu, "kind": "ecc", "corrected": event[2], "uncorrected": event[3]})
+                events.append({"at": _to_datetime(base + event[0]), "gpu": gpu, **_event_fields(event)})
         if day_samples is not None and series_first is not None:  # the rows come card by card
             if not series or (series[-1].node_id, series[-1].gpu_index) != (node_id, gpu):
                 series.append(CardSeries(node_id, gpu))
@@ -352,7 +349,12 @@ def _add_day(card: CardSeries, steps: dict[int, dict], first: int, last: int, st
     for event in day_events:
         minute = base + event[0]
         if first <= minute <= last:
-            at = _to_datetime(minute)
-            card.events.append({"at": at, "kind": event[1], "xid": event[2], "count": event[3]}
-                               if event[1] == "xid" else
-                               {"at": at, "kind": "ecc", "corrected": event[2], "uncorrected": event[3]})
+            card.events.append({"at": _to_datetime(minute), **_event_fields(event)})
+
+
+def _event_fields(event: list) -> dict:
+    """A stored event ([minute, "xid", code, n] or [minute, "ecc", corrected, uncorrected]) as
+    the pages and the API show it, less its time."""
+    if event[1] == "xid":
+        return {"kind": "xid", "xid": event[2], "count": event[3]}
+    return {"kind": "ecc", "corrected": event[2], "uncorrected": event[3]}

@@ -72,9 +72,9 @@ class InstanceView:
 def node_and_report(lease: Lease) -> tuple[int | None, InstanceReport | None]:
     """The node holding the lease and its last report of the instance (None, None when the
     lease is on no node); asked once per render by every panel that shows the instance."""
-    # the report of the node the lease is on, in one query: only a lease whose node has not
-    # reported it yet (provisioning) asks for the node alone
-    # (and whether the customer stopped it, which the instance panel asks next, in the same query)
+    # the report of the node the lease is on, and whether the customer stopped the instance
+    # (the instance panel asks next), in one query: only a lease whose node has not reported
+    # it yet (provisioning) asks for the node alone
     report = (InstanceReport.objects.filter(lease=lease, node_id=current_node(lease.pk))
               .annotate(customer_stopped=Exists(_stopped_by_customer(lease))).first())
     if report is not None:
